@@ -1,1 +1,12 @@
-"""checkpoint package."""
+"""Local-then-DFS checkpoints of RocksDB state: manifests, upload, restore, verification, retention."""
+from .dfs import DfsCheckpoints, GcStats, UploadStats, VersionInfo
+from .local import LocalCheckpoints
+from .manifest import CommitMarker, FileEntry, ShardManifest
+from .retry import CorruptCheckpointError, DfsUnavailableError, RetryPolicy
+from .store import CheckpointStore, LocalCommit, Restored
+
+__all__ = [
+    "CheckpointStore", "CommitMarker", "CorruptCheckpointError", "DfsCheckpoints", "DfsUnavailableError",
+    "FileEntry", "GcStats", "LocalCheckpoints", "LocalCommit", "Restored", "RetryPolicy", "ShardManifest",
+    "UploadStats", "VersionInfo",
+]

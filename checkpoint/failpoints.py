@@ -1,0 +1,100 @@
+"""Named failpoints for failure injection, off unless ``MISA_FAILPOINTS`` enables them.
+
+The environment variable holds ``name=action`` pairs separated by ``;``::
+
+    MISA_FAILPOINTS="ckpt.after_upload=kill;dfs.put=raise(3)"
+
+Actions: ``raise`` (every time), ``raise(N)`` (the first N times), ``sleep(MS)``
+(sleep MS milliseconds, then go on), ``kill`` (SIGKILL this process: a crash,
+no cleanup) and ``off``. Code marks a point with :func:`hit`; an unknown name
+in the variable fails at the first hit with the list of known names.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+ENV_VAR = "MISA_FAILPOINTS"
+
+#: Every failpoint in the code base, with where it sits.
+FAILPOINTS: dict[str, str] = {
+    "ckpt.before_flush": "before the memtables of a version are flushed",
+    "ckpt.after_flush": "after the flush, before any RocksDB checkpoint is taken",
+    "ckpt.after_local_checkpoint": "after one shard's RocksDB checkpoint directory is complete",
+    "ckpt.after_local_manifest": "after every shard's local manifest is written, before the local marker",
+    "ckpt.after_local_marker": "after the local commit marker of a version (ack 1)",
+    "dfs.put": "before each file is written to the DFS (retried like a DFS error)",
+    "ckpt.after_upload": "after every file of a version is on the DFS, before the manifests",
+    "ckpt.after_manifest": "after every shard manifest is on the DFS, before the DFS marker",
+    "ckpt.after_dfs_marker": "after the DFS commit marker of a version (ack 2)",
+    "dfs.get": "before each file is read from the DFS during a restore (retried)",
+    "gc.before_delete": "before retention GC deletes anything on the DFS",
+}
+
+
+class FailpointError(OSError):
+    """Raised by a failpoint whose action is ``raise``; an OSError so it is retried like I/O."""
+
+
+@dataclass
+class _Action:
+    kind: str  # raise | sleep | kill | off
+    arg: int | None = None
+    hits: int = 0
+
+
+_ACTION_RE = re.compile(r"^(raise|sleep|kill|off)(?:\((\d+)\))?$")
+_lock = threading.Lock()
+_actions: dict[str, _Action] | None = None
+
+
+def parse(spec: str) -> dict[str, _Action]:
+    """Parse a failpoint spec; raises ValueError naming the bad part and the expected form."""
+    actions: dict[str, _Action] = {}
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        name, sep, action = part.partition("=")
+        name, action = name.strip(), action.strip()
+        if not sep or name not in FAILPOINTS:
+            raise ValueError(
+                f"{ENV_VAR}: unknown failpoint {name!r} in {part!r}; expected name=action with a name "
+                f"from: {', '.join(sorted(FAILPOINTS))}"
+            )
+        match = _ACTION_RE.match(action)
+        if not match or (match.group(1) == "sleep" and match.group(2) is None):
+            raise ValueError(
+                f"{ENV_VAR}: bad action {action!r} for {name}; expected raise, raise(N), sleep(MS), kill or off"
+            )
+        actions[name] = _Action(match.group(1), int(match.group(2)) if match.group(2) else None)
+    return actions
+
+
+def configure(spec: str | None) -> None:
+    """Replace the active failpoints (``None`` re-reads the environment variable)."""
+    global _actions
+    with _lock:
+        _actions = parse(os.environ.get(ENV_VAR, "") if spec is None else spec)
+
+
+def hit(name: str) -> None:
+    """Mark failpoint ``name``; does nothing unless it is enabled."""
+    if name not in FAILPOINTS:
+        raise KeyError(f"failpoint {name!r} is not declared in checkpoint.failpoints.FAILPOINTS")
+    if _actions is None:
+        configure(None)
+    assert _actions is not None
+    action = _actions.get(name)
+    if action is None or action.kind == "off":
+        return
+    with _lock:
+        action.hits += 1
+        hits = action.hits
+    if action.kind == "raise" and (action.arg is None or hits <= action.arg):
+        raise FailpointError(f"failpoint {name} triggered (hit {hits})")
+    if action.kind == "sleep":
+        time.sleep((action.arg or 0) / 1000.0)
+    if action.kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)

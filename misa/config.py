@@ -1,0 +1,220 @@
+"""The one typed, validated, immutable configuration of MiSA, built from ``spark.misa.*`` keys.
+
+Sources: a SparkConf (``--conf`` / ``--properties-file``), a plain mapping, or a Spark properties
+file. An unknown or malformed ``spark.misa.*`` key raises :class:`ConfigError` naming the key and
+the expected form. ``conf/misa-defaults.conf`` is :func:`defaults_file_text` written out.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+PREFIX = "spark.misa."
+
+
+class ConfigError(ValueError):
+    """A ``spark.misa.*`` key is unknown or its value does not have the expected form."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a setting's text is parsed, and the form shown when it is wrong."""
+
+    form: str
+    parse: Callable[[str], Any]
+
+
+def _int(minimum: int) -> Kind:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError
+        return value
+
+    return Kind(f"an integer >= {minimum}", parse)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError
+    return lowered == "true"
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+_TIME_UNITS = {"ms": 0.001, "s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_bytes(text: str) -> int:
+    """``64m``, ``4k``, ``1g`` or a plain number of bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+
+
+def parse_seconds(text: str) -> float:
+    """``200ms``, ``3s``, ``2min``, ``1h``; a bare number means seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _TIME_UNITS | {"": 1.0}:
+        raise ValueError
+    return float(match.group(1)) * (_TIME_UNITS | {"": 1.0})[match.group(2).lower()]
+
+
+def _choice(*options: str) -> Kind:
+    def parse(text: str) -> str:
+        if text.strip() not in options:
+            raise ValueError
+        return text.strip()
+
+    return Kind("one of " + ", ".join(options), parse)
+
+
+BOOL = Kind("true or false", _bool)
+BYTES = Kind("a size such as 64m, 512k or 1g", parse_bytes)
+DURATION = Kind("a duration such as 200ms, 10s or 2min", parse_seconds)
+TEXT = Kind("any text", str.strip)
+
+
+def setting(key: str, default: str, kind: Kind, doc: str) -> Any:
+    """Declare one ``spark.misa.*`` setting as a dataclass field."""
+    return field(default=kind.parse(default), metadata={"key": key, "default": default, "kind": kind, "doc": doc})
+
+
+@dataclass(frozen=True)
+class MisaConfig:
+    """Every MiSA setting, typed. Build with :meth:`from_mapping`, :meth:`from_spark_conf` or :meth:`from_file`."""
+
+    state_dir: str = setting(
+        "spark.misa.state.dir", "", TEXT,
+        "Local directory for the working RocksDB shards and local checkpoints (jobs: --state-dir).")
+    state_shards: int = setting(
+        "spark.misa.state.shards", "4", _int(1),
+        "Number of RocksDB instances the state is split into (flush, checkpoint, upload run per shard).")
+    state_retain_versions: int = setting(
+        "spark.misa.state.retainVersions", "10", _int(1),
+        "Committed versions kept on local disk and on the DFS; older ones are garbage-collected.")
+    state_write_chunk: int = setting(
+        "spark.misa.state.writeChunkSize", "5000", _int(1),
+        "Operations per RocksDB WriteBatch (rocksdict holds the GIL while it writes one).")
+    dfs_url: str = setting(
+        "spark.misa.checkpoint.dfsUrl", "", TEXT,
+        "fsspec URL that durable versions are uploaded to: file://, s3://, gs://, abfs://, hdfs:// (jobs: --dfs).")
+    upload_threads: int = setting(
+        "spark.misa.checkpoint.uploadThreads", "4", _int(1),
+        "Files uploaded or downloaded in parallel.")
+    verify_reads: bool = setting(
+        "spark.misa.checkpoint.verifyReads", "false", BOOL,
+        "Read every uploaded file back and compare its SHA-256 (the size is always checked).")
+    retry_max_attempts: int = setting(
+        "spark.misa.checkpoint.retry.maxAttempts", "5", _int(1),
+        "Attempts per DFS operation before the commit fails with DfsUnavailableError.")
+    retry_initial_backoff_s: float = setting(
+        "spark.misa.checkpoint.retry.initialBackoff", "200ms", DURATION,
+        "First wait between DFS attempts; doubles each attempt.")
+    retry_max_backoff_s: float = setting(
+        "spark.misa.checkpoint.retry.maxBackoff", "10s", DURATION,
+        "Longest wait between two DFS attempts.")
+    retry_jitter_s: float = setting(
+        "spark.misa.checkpoint.retry.jitter", "200ms", DURATION,
+        "Random extra wait added to each backoff, up to this much.")
+    rocksdb_write_buffer_bytes: int = setting(
+        "spark.misa.rocksdb.writeBufferSize", "64m", BYTES,
+        "Memtable size per shard before RocksDB flushes it to an L0 file.")
+    rocksdb_max_write_buffers: int = setting(
+        "spark.misa.rocksdb.maxWriteBufferNumber", "3", _int(2),
+        "Memtables per shard (one active, the rest flushing).")
+    rocksdb_l0_compaction_trigger: int = setting(
+        "spark.misa.rocksdb.level0FileNumCompactionTrigger", "4", _int(1),
+        "Number of L0 files that starts a compaction.")
+    rocksdb_compression: str = setting(
+        "spark.misa.rocksdb.compression", "lz4", _choice("none", "snappy", "lz4", "zstd", "zlib"),
+        "Block compression of SST files.")
+    rocksdb_block_cache_bytes: int = setting(
+        "spark.misa.rocksdb.blockCacheSize", "64m", BYTES,
+        "Block cache shared by all shards.")
+    rocksdb_block_bytes: int = setting(
+        "spark.misa.rocksdb.blockSize", "4k", BYTES,
+        "Data block size of SST files.")
+    rocksdb_bloom_bits: int = setting(
+        "spark.misa.rocksdb.bloomFilterBitsPerKey", "10", _int(0),
+        "Bloom filter bits per key for point lookups; 0 disables the filter.")
+    rocksdb_direct_reads: bool = setting(
+        "spark.misa.rocksdb.useDirectReads", "false", BOOL,
+        "Read SST files with O_DIRECT, bypassing the OS page cache (for honest cache benchmarks).")
+    rocksdb_background_jobs: int = setting(
+        "spark.misa.rocksdb.maxBackgroundJobs", "2", _int(1),
+        "Background flush and compaction threads per shard.")
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "MisaConfig":
+        """Build from ``{key: text}``; keys outside ``spark.misa.`` are ignored."""
+        by_key = {f.metadata["key"]: f for f in dataclasses.fields(cls)}
+        parsed: dict[str, Any] = {}
+        for key, raw in values.items():
+            if not key.startswith(PREFIX):
+                continue
+            if key not in by_key:
+                close = difflib.get_close_matches(key, by_key, n=1)
+                hint = f"; did you mean {close[0]}?" if close else f"; known keys are listed in conf/misa-defaults.conf"
+                raise ConfigError(f"unknown configuration key {key}{hint}")
+            spec = by_key[key]
+            try:
+                parsed[spec.name] = spec.metadata["kind"].parse(str(raw))
+            except ValueError:
+                raise ConfigError(f"{key}={raw!r} is malformed: expected {spec.metadata['kind'].form}") from None
+        return cls(**parsed)
+
+    @classmethod
+    def from_spark_conf(cls, conf: Any) -> "MisaConfig":
+        """Build from a ``pyspark.SparkConf`` (or anything with ``getAll()``)."""
+        return cls.from_mapping(dict(conf.getAll()))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "MisaConfig":
+        """Build from a Spark properties file (``key value`` or ``key=value`` lines, ``#`` comments)."""
+        return cls.from_mapping(read_properties(Path(path).read_text()))
+
+    def with_values(self, **values: Any) -> "MisaConfig":
+        """A copy with some typed fields replaced (for command-line overrides)."""
+        return dataclasses.replace(self, **values)
+
+    def key_of(self, name: str) -> str:
+        """The ``spark.misa.*`` key behind a field name, for error messages."""
+        return next(f.metadata["key"] for f in dataclasses.fields(self) if f.name == name)
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Parse the Spark properties format."""
+    values = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        match = re.match(r"([^\s=:]+)\s*[\s=:]\s*(.*)$", line)
+        values[match.group(1) if match else line] = match.group(2).strip() if match else ""
+    return values
+
+
+def settings() -> Iterable[tuple[str, str, str, str]]:
+    """(key, default text, expected form, doc) of every setting, in declaration order."""
+    for f in dataclasses.fields(MisaConfig):
+        yield f.metadata["key"], f.metadata["default"], f.metadata["kind"].form, f.metadata["doc"]
+
+
+def defaults_file_text() -> str:
+    """The text of ``conf/misa-defaults.conf``: every key, its default and a one-line comment."""
+    lines = [
+        "# MiSA for PySpark: every spark.misa.* key with its default.",
+        "# Use with: spark-submit --properties-file conf/misa-defaults.conf ... (or --conf key=value).",
+        "# Generated by `misa conf`; tests check that it matches the code.",
+        "",
+    ]
+    for key, default, form, doc in settings():
+        lines += [f"# {doc} ({form})", f"{key} {default}".rstrip(), ""]
+    return "\n".join(lines)

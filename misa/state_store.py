@@ -1,0 +1,200 @@
+"""The sharded RocksDB state store: N rocksdict DBs, versioned by checkpoints."""
+from __future__ import annotations
+
+import heapq
+import shutil
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import rocksdict
+
+from checkpoint import CheckpointStore, LocalCommit, Restored, RetryPolicy, UploadStats, failpoints
+
+from .config import ConfigError, MisaConfig
+from .rocksdb_options import shard_options, unlogged_writes
+
+EMPTY_VERSION = -1  # the version before Spark batch 0: no state
+
+
+def shard_of(key: bytes, shards: int) -> int:
+    """The shard that owns ``key`` (stable across processes)."""
+    return zlib.crc32(key) % shards
+
+
+@dataclass
+class CheckpointTimings:
+    """How long the local part of a version's checkpoint took."""
+
+    flush_s: float
+    checkpoint_s: float
+    local_bytes: int
+
+
+class StateStore:
+    """Keyed byte state over ``config.state_shards`` RocksDB shards.
+
+    ``version`` is the Spark batch id the state reflects (``EMPTY_VERSION`` before the first).
+    """
+
+    def __init__(self, config: MisaConfig, state_dir: str | Path | None = None, dfs_url: str | None = None):
+        state_dir = state_dir or config.state_dir
+        dfs_url = dfs_url or config.dfs_url
+        if not state_dir:
+            raise ConfigError("spark.misa.state.dir is not set: give a local directory for the state")
+        if not dfs_url:
+            raise ConfigError("spark.misa.checkpoint.dfsUrl is not set: give an fsspec URL such as file:///data/ckpt")
+        self.config = config
+        self.root = Path(state_dir)
+        self.shards = config.state_shards
+        retry = RetryPolicy(
+            config.retry_max_attempts, config.retry_initial_backoff_s, config.retry_max_backoff_s, config.retry_jitter_s
+        )
+        self.checkpoints = CheckpointStore(
+            self.root, dfs_url, self.shards, retry, config.upload_threads, config.verify_reads,
+            config.state_retain_versions,
+        )
+        self._cache = rocksdict.Cache(config.rocksdb_block_cache_bytes)
+        self._options = shard_options(config, self._cache)
+        self._write_options = unlogged_writes()
+        self._pool = ThreadPoolExecutor(self.shards, thread_name_prefix="misa-shard")
+        self._dbs: list[rocksdict.Rdict] = []
+        self.version = EMPTY_VERSION
+        self.load(EMPTY_VERSION)
+
+    # ------------------------------------------------------------------ versions
+    def _db_dir(self, shard: int) -> Path:
+        return self.root / f"shard-{shard}" / "db"
+
+    def load(self, version: int, prefer_local: bool = True) -> Restored | None:
+        """Replace the working state by ``version`` (rollback or roll-forward); EMPTY_VERSION clears it."""
+        self._close_dbs()
+        dests = [self._db_dir(s) for s in range(self.shards)]
+        restored = None
+        if version == EMPTY_VERSION:
+            for dest in dests:
+                shutil.rmtree(dest, ignore_errors=True)
+        else:
+            restored = self.checkpoints.restore(version, dests, prefer_local)
+        self._dbs = [self._open(d) for d in dests]
+        self.version = version
+        return restored
+
+    def _open(self, path: Path) -> rocksdict.Rdict:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = rocksdict.Rdict(str(path), self._options)
+        db.set_write_options(self._write_options)
+        return db
+
+    def newest_version(self) -> int | None:
+        """The newest version restorable from a local marker or the DFS."""
+        candidates = self.checkpoints.local.versions() + [self.checkpoints.newest_durable() or EMPTY_VERSION]
+        return max(candidates) if candidates else None
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: bytes) -> bytes | None:
+        return self._dbs[shard_of(key, self.shards)].get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values of ``keys`` in order (None when absent); one multi-get per shard, shards in parallel."""
+        groups: list[list[int]] = [[] for _ in range(self.shards)]
+        for i, key in enumerate(keys):
+            groups[shard_of(key, self.shards)].append(i)
+        out: list[bytes | None] = [None] * len(keys)
+
+        def fetch(shard: int) -> None:
+            idx = groups[shard]
+            if idx:
+                for i, value in zip(idx, self._dbs[shard].get([keys[i] for i in idx])):
+                    out[i] = value
+
+        list(self._pool.map(fetch, range(self.shards)))
+        return out
+
+    def scan(self, begin: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """All (key, value) with begin <= key < end in key order, merged across shards."""
+        def shard_items(db: rocksdict.Rdict) -> Iterator[tuple[bytes, bytes]]:
+            options = rocksdict.ReadOptions()
+            if end is not None:
+                options.set_iterate_upper_bound(end)
+            yield from db.items(from_key=begin, read_opt=options) if begin is not None else db.items(read_opt=options)
+
+        return heapq.merge(*(shard_items(db) for db in self._dbs), key=lambda kv: kv[0])
+
+    # ------------------------------------------------------------------ writes
+    def write(self, changes: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Apply (key, value) puts and (key, None) deletes in WriteBatches of at most
+        ``spark.misa.state.writeChunkSize`` operations; returns the number applied."""
+        chunk = self.config.state_write_chunk
+        batches = [rocksdict.WriteBatch(raw_mode=True) for _ in range(self.shards)]
+        counts = [0] * self.shards
+        total = 0
+        for key, value in changes:
+            shard = shard_of(key, self.shards)
+            if value is None:
+                batches[shard].delete(key)
+            else:
+                batches[shard].put(key, value)
+            counts[shard] += 1
+            total += 1
+            if counts[shard] >= chunk:
+                self._dbs[shard].write(batches[shard])
+                batches[shard], counts[shard] = rocksdict.WriteBatch(raw_mode=True), 0
+        for shard, batch in enumerate(batches):
+            if counts[shard]:
+                self._dbs[shard].write(batch)
+        return total
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """Delete every key in [begin, end) on every shard."""
+        for db in self._dbs:
+            db.delete_range(begin, end)
+
+    def flush(self) -> float:
+        """Flush every shard's memtable (in parallel; rocksdict releases the GIL); returns seconds."""
+        started = time.monotonic()
+        failpoints.hit("ckpt.before_flush")
+        list(self._pool.map(lambda db: db.flush(True), self._dbs))
+        failpoints.hit("ckpt.after_flush")
+        return time.monotonic() - started
+
+    def running_compactions(self) -> int:
+        return sum(db.property_int_value("rocksdb.num-running-compactions") or 0 for db in self._dbs)
+
+    def approximate_keys(self) -> int:
+        return sum(db.property_int_value("rocksdb.estimate-num-keys") or 0 for db in self._dbs)
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self, version: int, metadata: dict[str, Any] | None = None) -> LocalCommit:
+        """Flush, then checkpoint every shard locally as ``version`` and write its local marker (ack 1)."""
+        flush_s = self.flush()
+        commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata or {})
+        commit.seconds += flush_s
+        self.version = version
+        return commit
+
+    def upload(self, version: int) -> UploadStats:
+        """Copy local ``version`` to the DFS (ack 2 when this returns), then apply retention."""
+        stats = self.checkpoints.upload(version)
+        self.checkpoints.gc()
+        return stats
+
+    # ------------------------------------------------------------------ lifecycle
+    def _close_dbs(self) -> None:
+        for db in self._dbs:
+            db.close()
+        self._dbs = []
+
+    def close(self) -> None:
+        """Close every shard; the working state is not checkpointed by closing."""
+        self._close_dbs()
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "StateStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
