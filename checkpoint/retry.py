@@ -35,7 +35,7 @@ class RetryPolicy:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.max_attempts),
             wait=tenacity.wait_exponential_jitter(
-                initial=self.initial_backoff_s, max=self.max_backoff_s, jitter=self.jitter_s
+                multiplier=self.initial_backoff_s, max=self.max_backoff_s, jitter=self.jitter_s
             ),
             retry=tenacity.retry_if_exception(is_transient),
             before_sleep=lambda state: log.warning(

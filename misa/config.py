@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from checkpoint import RetryPolicy
+
 PREFIX = "spark.misa."
 
 
@@ -183,6 +185,12 @@ class MisaConfig:
     def with_values(self, **values: Any) -> "MisaConfig":
         """A copy with some typed fields replaced (for command-line overrides)."""
         return dataclasses.replace(self, **values)
+
+    def retry_policy(self) -> RetryPolicy:
+        """The DFS retry policy these settings describe."""
+        return RetryPolicy(
+            self.retry_max_attempts, self.retry_initial_backoff_s, self.retry_max_backoff_s, self.retry_jitter_s
+        )
 
     def key_of(self, name: str) -> str:
         """The ``spark.misa.*`` key behind a field name, for error messages."""

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import rocksdict
 
-from checkpoint import CheckpointStore, LocalCommit, Restored, RetryPolicy, UploadStats, failpoints
+from checkpoint import CheckpointStore, LocalCommit, Restored, UploadStats, failpoints
 
 from .config import ConfigError, MisaConfig
 from .rocksdb_options import shard_options, unlogged_writes
@@ -50,11 +50,8 @@ class StateStore:
         self.config = config
         self.root = Path(state_dir)
         self.shards = config.state_shards
-        retry = RetryPolicy(
-            config.retry_max_attempts, config.retry_initial_backoff_s, config.retry_max_backoff_s, config.retry_jitter_s
-        )
         self.checkpoints = CheckpointStore(
-            self.root, dfs_url, self.shards, retry, config.upload_threads, config.verify_reads,
+            self.root, dfs_url, self.shards, config.retry_policy(), config.upload_threads, config.verify_reads,
             config.state_retain_versions,
         )
         self._cache = rocksdict.Cache(config.rocksdb_block_cache_bytes)
@@ -160,6 +157,10 @@ class StateStore:
         list(self._pool.map(lambda db: db.flush(True), self._dbs))
         failpoints.hit("ckpt.after_flush")
         return time.monotonic() - started
+
+    def compact(self) -> None:
+        """Compact every shard fully (benchmarks use it to start from a settled state)."""
+        list(self._pool.map(lambda db: db.compact_range(None, None), self._dbs))
 
     def running_compactions(self) -> int:
         return sum(db.property_int_value("rocksdb.num-running-compactions") or 0 for db in self._dbs)
