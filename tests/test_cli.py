@@ -32,7 +32,6 @@ def test_failpoints_and_conf_commands(capsys):
     assert "spark.misa.state.shards 4" in capsys.readouterr().out
 
 
-def test_verify_of_missing_version_and_config_errors_exit_nonzero(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("MISA_FAILPOINTS", "")
+def test_restore_of_a_missing_version_exits_nonzero(tmp_path, capsys):
     assert misa(["ckpt", "restore", f"file://{tmp_path}/none", "3", str(tmp_path / "x")]) == 1
     assert "not committed" in capsys.readouterr().out
