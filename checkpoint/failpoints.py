@@ -22,6 +22,7 @@ ENV_VAR = "MISA_FAILPOINTS"
 
 #: Every failpoint in the code base, with where it sits.
 FAILPOINTS: dict[str, str] = {
+    "commit.after_apply": "after a commit buffer is written to RocksDB, before the flush",
     "ckpt.before_flush": "before the memtables of a version are flushed",
     "ckpt.after_flush": "after the flush, before any RocksDB checkpoint is taken",
     "ckpt.after_local_checkpoint": "after one shard's RocksDB checkpoint directory is complete",

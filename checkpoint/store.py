@@ -25,6 +25,7 @@ class LocalCommit:
     version: int
     manifests: list[ShardManifest]
     seconds: float
+    flush_s: float = 0.0
 
     @property
     def total_bytes(self) -> int:

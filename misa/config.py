@@ -103,6 +103,15 @@ class MisaConfig:
     state_write_chunk: int = setting(
         "spark.misa.state.writeChunkSize", "5000", _int(1),
         "Operations per RocksDB WriteBatch (rocksdict holds the GIL while it writes one).")
+    commit_mode: str = setting(
+        "spark.misa.commit.mode", "misa", _choice("sync", "async-ckpt", "misa"),
+        "sync: whole commit inline; async-ckpt: only the DFS copy in the background; misa: all in the background.")
+    commit_wait_for_compaction: bool = setting(
+        "spark.misa.commit.waitForCompaction", "false", BOOL,
+        "Wait for running compactions before the local checkpoint (checkpoints are consistent without it).")
+    commit_heartbeat_timeout_s: float = setting(
+        "spark.misa.commit.heartbeatTimeout", "5min", DURATION,
+        "A commit or upload thread silent this long is presumed dead and its work is redone.")
     dfs_url: str = setting(
         "spark.misa.checkpoint.dfsUrl", "", TEXT,
         "fsspec URL that durable versions are uploaded to: file://, s3://, gs://, abfs://, hdfs:// (jobs: --dfs).")

@@ -145,6 +145,12 @@ class StateStore:
                 self._dbs[shard].write(batch)
         return total
 
+    def apply(self, changes: dict[bytes, bytes | None], range_deletes: Iterable[tuple[bytes, bytes]]) -> None:
+        """Write a batch's changes, then its range deletes."""
+        self.write(changes.items())
+        for begin, end in range_deletes:
+            self.delete_range(begin, end)
+
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Delete every key in [begin, end) on every shard."""
         for db in self._dbs:
@@ -172,7 +178,11 @@ class StateStore:
     def checkpoint(self, version: int, metadata: dict[str, Any] | None = None) -> LocalCommit:
         """Flush, then checkpoint every shard locally as ``version`` and write its local marker (ack 1)."""
         flush_s = self.flush()
+        if self.config.commit_wait_for_compaction:
+            while self.running_compactions():
+                time.sleep(0.01)
         commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata or {})
+        commit.flush_s = flush_s
         commit.seconds += flush_s
         self.version = version
         return commit
