@@ -269,9 +269,9 @@ class DfsCheckpoints:
             return stats
         referenced = {f.remote_path(m.shard) for v in keep for m in self.manifests(v) for f in m.files}
         failpoints.hit("gc.before_delete")
-        for version in committed[: len(committed) - len(keep)]:
-            self._delete([self._abs(marker_path(version))])  # the marker goes first: no half versions
-            stats.deleted_versions.append(version)
+        expired = committed[: len(committed) - len(keep)]
+        self.forget(expired)  # markers go first: never a committed version with missing files
+        stats.deleted_versions += expired
         doomed: list[str] = []
         present = self._present_files()
         for shard_entry in self._ls(""):
@@ -292,6 +292,10 @@ class DfsCheckpoints:
                         present.pop(relative, None)
         self._delete(doomed)
         return stats
+
+    def forget(self, versions: list[int]) -> None:
+        """Remove the DFS markers of ``versions`` (a rollback); their files go at the next GC."""
+        self._delete([self._abs(marker_path(v)) for v in versions])
 
     def _delete(self, paths: list[str]) -> None:
         def delete(path: str) -> None:

@@ -61,6 +61,10 @@ class LocalCheckpoints:
         failpoints.hit("ckpt.after_local_marker")
         return marker
 
+    def forget(self, version: int) -> None:
+        """Remove the local marker of ``version``: it no longer counts as committed."""
+        (self.root / marker_path(version)).unlink(missing_ok=True)
+
     def versions(self) -> list[int]:
         """Versions with a local marker, oldest first."""
         commits = self.root / COMMITS_DIR

@@ -78,6 +78,12 @@ class CheckpointStore:
         self.local.gc(self.retain, keep_from=self.dfs.newest_durable())
         return stats
 
+    def forget_after(self, version: int) -> None:
+        """Remove the commit markers of versions newer than ``version`` on both levels (rollback)."""
+        for newer in [v for v in self.local.versions() if v > version]:
+            self.local.forget(newer)
+        self.dfs.forget([v for v in self.dfs.committed_versions() if v > version])
+
     def newest_durable(self) -> int | None:
         return self.dfs.newest_durable()
 

@@ -7,7 +7,7 @@ import sys
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
 
-from . import bench_ckpt, ckpt_cli, demo
+from . import bench_ckpt, ckpt_cli, demo, report
 from .config import ConfigError, defaults_file_text
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("failpoints", help="list the failure-injection points").set_defaults(func=_failpoints)
     sub.add_parser("conf", help="print every spark.misa.* key with its default").set_defaults(func=_conf)
     demo.add_parser(sub)
+    report.add_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     bench_ckpt.add_parser(bench)
     return parser

@@ -13,7 +13,7 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -27,36 +27,36 @@ MAX_REPORTED_LINES = 5
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``misa report METRICS... [--out DIR]``."""
     p = subparsers.add_parser("report", help="summarise (and plot) the per-batch metrics of a streaming job")
-    p.add_argument("metrics", nargs="+", type=Path, help="metrics file(s), one JSON record per batch")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("metrics", nargs="+", type=Path, metavar="METRICS", help="metrics file(s), one JSON record per batch")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="write latency_timeline.png and latency_cdf.png here (no plots without it)")
     p.set_defaults(func=run)
 
 
 def _num(value: Any) -> int | float | None:
     """``value`` if it is a finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value if math.isfinite(value) else None
+    kind = type(value)
+    return value if kind is int or (kind is float and math.isfinite(value)) else None
 
 
-def _get(record: Mapping[str, Any], *keys: str) -> Any:
+def _get(record: dict[str, Any], *keys: str) -> Any:
     """``record[k1][k2]...``, or None as soon as a level is missing or not an object."""
     value: Any = record
     for key in keys:
-        if not isinstance(value, Mapping):
+        if not isinstance(value, dict):
             return None
         value = value.get(key)
     return value
 
 
-def _mode(record: Mapping[str, Any]) -> str | None:
+def _mode(record: dict[str, Any]) -> str | None:
     mode = record.get("mode")
     return str(mode) if mode is not None else None
 
 
-def _values(records: Iterable[Mapping[str, Any]], *keys: str) -> list[int | float]:
+def _values(records: Iterable[dict[str, Any]], *keys: str) -> list[int | float]:
     return [v for v in (_num(_get(r, *keys)) for r in records) if v is not None]
 
 
@@ -64,14 +64,16 @@ def _total(values: list[int | float]) -> int | float | None:
     return sum(values) if values else None
 
 
-def _ordered_keys(records: Iterable[Mapping[str, Any]], section: str, known: Sequence[str],
+def _ordered_keys(records: Iterable[dict[str, Any]], section: str, known: Sequence[str],
                   suffix: str = "") -> list[str]:
     """Keys with a numeric value in ``record[section]`` of any record: the known ones first, in their order."""
     seen: dict[str, None] = {}
     for record in records:
         part = record.get(section)
-        if isinstance(part, Mapping):
-            seen.update((k, None) for k, v in part.items() if k.endswith(suffix) and _num(v) is not None)
+        if isinstance(part, dict):
+            for key, value in part.items():
+                if key not in seen and key.endswith(suffix) and _num(value) is not None:
+                    seen[key] = None
     return [k for k in known if k in seen] + [k for k in seen if k not in known]
 
 
@@ -106,7 +108,7 @@ def _percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     return [float(p) for p in np.percentile(np.asarray(values, dtype=float), qs, method=PERCENTILE_METHOD)]
 
 
-def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Batch count, modes, latency percentiles, throughput, phase and commit times, bytes and counters.
 
     Each statistic uses the records that carry its value; a statistic without any value is None (or
@@ -128,13 +130,13 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if timed:
         wall_s = float(max(r["started"] + (_num(r.get("latency_s")) or 0) for r in timed)
                        - min(r["started"] for r in timed))
-    wall_rows = sum(_values(timed, "input_rows"))
+    wall_rows = _total(_values(timed, "input_rows"))
     throughput = {
         "input_rows": _total(_values(records, "input_rows")),
         "busy_s": busy_s if busy else None,
         "rows_per_s": busy_rows / busy_s if busy_s > 0 else None,
         "wall_s": wall_s,
-        "rows_per_wall_s": wall_rows / wall_s if wall_s else None,
+        "rows_per_wall_s": wall_rows / wall_s if wall_rows is not None and wall_s else None,
     }
 
     phases = {}
@@ -179,7 +181,7 @@ def _count(n: float | None) -> str:
     return "n/a" if n is None else f"{n:,.0f}"
 
 
-def format_summary(summary: Mapping[str, Any]) -> str:
+def format_summary(summary: dict[str, Any]) -> str:
     """The summary as aligned text tables (durations in seconds)."""
     modes = ", ".join(f"{m} ({n})" for m, n in summary["modes"].items()) or "n/a"
     lines = [f"batches: {summary['batches']}    mode: {modes}"]
@@ -215,17 +217,17 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def split_series(sources: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> dict[str, list[Mapping[str, Any]]]:
+def split_series(sources: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
     """One series per (source, mode), named by the mode; by the source name when the mode is missing;
     ``source:mode`` when several sources have that mode."""
-    groups: list[tuple[str, str | None, list[Mapping[str, Any]]]] = []
+    groups: list[tuple[str, str | None, list[dict[str, Any]]]] = []
     for source, records in sources:
-        by_mode: dict[str | None, list[Mapping[str, Any]]] = {}
+        by_mode: dict[str | None, list[dict[str, Any]]] = {}
         for record in records:
             by_mode.setdefault(_mode(record), []).append(record)
         groups += [(source, mode, recs) for mode, recs in by_mode.items()]
     shared = Counter(mode for _, mode, _ in groups)
-    series: dict[str, list[Mapping[str, Any]]] = {}
+    series: dict[str, list[dict[str, Any]]] = {}
     for source, mode, records in groups:
         name = source if mode is None else mode if shared[mode] == 1 else f"{source}:{mode}"
         unique, n = name, 1
@@ -236,12 +238,12 @@ def split_series(sources: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> 
     return series
 
 
-def _batch_axis(records: Sequence[Mapping[str, Any]]) -> list[float]:
+def _batch_axis(records: Sequence[dict[str, Any]]) -> list[float]:
     """Batch id of each record, or its position when the id is missing."""
     return [float(b) if (b := _num(r.get("batch_id"))) is not None else float(i) for i, r in enumerate(records)]
 
 
-def plot(records: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]],
+def plot(records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]],
          out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``latency_timeline.png`` and ``latency_cdf.png`` into ``out_dir``; return the files written.
 
@@ -252,19 +254,19 @@ def plot(records: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[st
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    series = split_series([("batches", records)]) if not isinstance(records, Mapping) else dict(records)
+    series = split_series([("batches", records)]) if not isinstance(records, dict) else dict(records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     lines = {}
     for name, recs in series.items():
-        points = sorted((x, lat) for x, r in zip(_batch_axis(recs), recs) if (lat := _num(r.get("latency_s"))) is not None)
+        points = sorted((x, lat) for x, r in zip(_batch_axis(recs), recs)
+                        if (lat := _num(r.get("latency_s"))) is not None)
         if points:
             lines[name] = points
     stacked = {name: recs for name, recs in series.items() if _ordered_keys(recs, "phases", BATCH_PHASES)}
     phase_names = _ordered_keys([r for recs in stacked.values() for r in recs], "phases", BATCH_PHASES)
-    colors = {p: f"C{i % 10}" for i, p in enumerate(phase_names)}
 
     if lines or stacked:
         rows = 1 + len(stacked)
@@ -276,12 +278,12 @@ def plot(records: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[st
             axes[0].plot(xs, ys, marker="." if len(xs) <= 200 else None, linewidth=1, label=name)
         axes[0].set_title("batch latency")
         for ax, (name, recs) in zip(axes[1:], stacked.items()):
-            with_phases = sorted((x, r) for x, r in zip(_batch_axis(recs), recs)
-                                 if any(_num(_get(r, "phases", p)) is not None for p in phase_names))
-            xs = [x for x, _ in with_phases]
-            used = [p for p in phase_names if any(_num(_get(r, "phases", p)) is not None for _, r in with_phases)]
-            ax.stackplot(xs, [[_num(_get(r, "phases", p)) or 0 for _, r in with_phases] for p in used],
-                         labels=used, colors=[colors[p] for p in used], alpha=0.8)
+            table = sorted(((x, [_num(_get(r, "phases", p)) for p in phase_names])
+                            for x, r in zip(_batch_axis(recs), recs)), key=lambda row: row[0])
+            table = [(x, v) for x, v in table if any(n is not None for n in v)]
+            used = [i for i in range(len(phase_names)) if any(v[i] is not None for _, v in table)]
+            ax.stackplot([x for x, _ in table], [[v[i] or 0 for _, v in table] for i in used],
+                         labels=[phase_names[i] for i in used], colors=[f"C{i % 10}" for i in used], alpha=0.8)
             if name in lines:
                 ax.plot(*zip(*lines[name]), color="black", linewidth=1, label="batch latency")
             ax.set_title(f"{name}: batch phases (stacked)")
@@ -290,7 +292,7 @@ def plot(records: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[st
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
-                ax.legend(loc="upper left", fontsize="small", ncols=2)
+                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
         axes[-1].set_xlabel("batch id")
         written.append(out / "latency_timeline.png")
         fig.savefig(written[-1], dpi=100)
@@ -321,6 +323,10 @@ def plot(records: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[st
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print a summary per file (per mode when a file mixes modes), plot when ``--out`` is given.
+
+    Returns 1 when a file cannot be read or has no valid record, else 0.
+    """
     status = 0
     sources: list[tuple[str, list[dict[str, Any]]]] = []
     for path in args.metrics:

@@ -1,0 +1,99 @@
+"""One JSON record per batch (DESIGN section 8), joined with Spark's own progress of that batch."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from .commit import CommitRecord
+
+
+class BatchMetrics:
+    """Collects the runtime's phases per batch and writes a record when Spark reports the batch."""
+
+    def __init__(self, path: str | Path | None, mode: str, echo: Callable[[dict], None] | None = None):
+        self.path = Path(path) if path else None
+        self.mode = mode
+        self.echo = echo
+        self._pending: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._reported = threading.Condition(self._lock)
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(self, batch_id: int, record: dict[str, Any], commits: list[CommitRecord] = ()) -> None:
+        """Record the runtime's side of a batch (phases, state, cache) and the commits it saw finish."""
+        record = dict(record)
+        if commits:
+            record["commit"] = dataclasses.asdict(commits[-1])
+            record["commits_finished"] = [c.version for c in commits]
+        with self._lock:
+            self._pending.setdefault(batch_id, {}).update(record)
+
+    def wait_reported(self, timeout_s: float = 10.0) -> None:
+        """Wait until Spark has reported every batch this object saw (call before removing the listener)."""
+        with self._reported:
+            self._reported.wait_for(lambda: not self._pending, timeout_s)
+
+    def on_progress(self, progress: Any) -> None:
+        """Spark's side: input rows and the batch's wall time (``triggerExecution``)."""
+        durations = progress.durationMs or {}
+        if "addBatch" not in durations:
+            return  # an idle trigger, not a batch
+        with self._lock:
+            record = self._pending.pop(progress.batchId, {})
+            self._reported.notify_all()
+        record.update({
+            "batch_id": progress.batchId,
+            "mode": self.mode,
+            "input_rows": progress.numInputRows,
+            "latency_s": durations.get("triggerExecution", 0) / 1000.0,
+            "add_batch_s": durations.get("addBatch", 0) / 1000.0,
+        })
+        if self.path:
+            with self._lock, self.path.open("a") as out:
+                out.write(json.dumps(record, default=float) + "\n")
+        if self.echo:
+            self.echo(record)
+
+    def listener(self) -> StreamingQueryListener:
+        """A listener to add with ``spark.streams.addListener``."""
+        metrics = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                metrics.on_progress(event.progress)
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        return _Listener()
+
+
+def summary_line(record: dict) -> str:
+    """The per-batch line printed while a job runs."""
+    phases = record.get("phases", {})
+    commit = record.get("commit") or {}
+    parts = [f"batch {record['batch_id']:>4}", f"rows {record.get('input_rows', 0):>7}",
+             f"latency {record['latency_s'] * 1000:>6.0f} ms"]
+    if phases:
+        parts += [f"compute {phases.get('compute_s', 0) * 1000:>5.0f} ms",
+                  f"state {phases.get('state_apply_s', 0) * 1000:>5.0f} ms",
+                  f"ack wait {phases.get('ack_wait_s', 0) * 1000:>4.0f} ms"]
+    if "state_keys" in record:
+        parts.append(f"state keys {record['state_keys']:>8}")
+    if commit:
+        parts.append(f"committed v{commit['version']} ({commit['bytes_uploaded'] / 1024:.0f} KiB up)")
+    if record.get("late_rows"):
+        parts.append(f"late {record['late_rows']}")
+    return " | ".join(parts)
