@@ -80,6 +80,12 @@ def configure(spec: str | None) -> None:
         _actions = parse(os.environ.get(ENV_VAR, "") if spec is None else spec)
 
 
+def hits(name: str) -> int:
+    """How often an enabled failpoint has been reached since it was configured (0 when disabled)."""
+    action = (_actions or {}).get(name)
+    return action.hits if action else 0
+
+
 def hit(name: str) -> None:
     """Mark failpoint ``name``; does nothing unless it is enabled."""
     if name not in FAILPOINTS:

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
 
@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 
 APPLY, UPLOAD, DONE = "apply", "upload", "done"
 FINAL_ERRORS = (DfsUnavailableError, CorruptCheckpointError)
+
+
+class _Superseded(Exception):
+    """Raised in a worker that a heartbeat check replaced; it leaves the task to its successor."""
+
+
+def _no_fence() -> None:
+    return None
 
 
 @dataclass
@@ -135,19 +143,21 @@ class CommitController:
                 worker.thread.join(timeout=5)
 
     # ------------------------------------------------------------------ stages
-    def _run_apply(self, task: _Task) -> None:
+    def _run_apply(self, task: _Task, fence: Callable[[], None] = _no_fence) -> None:
         record = task.record
         started = time.monotonic()
         self.store.apply(task.buffer.changes, task.buffer.range_deletes)
         record.apply_s = time.monotonic() - started
         failpoints.hit("commit.after_apply")
+        fence()
         self.view.drop_pending(task.version)
         record.compaction_running = self.store.running_compactions()
         local = self.store.checkpoint(task.version, task.metadata)  # flush, checkpoint, local marker
         record.flush_s, record.checkpoint_s = local.flush_s, local.seconds - local.flush_s
         self._advance(task, APPLY, UPLOAD)
 
-    def _run_upload(self, task: _Task) -> None:
+    def _run_upload(self, task: _Task, fence: Callable[[], None] = _no_fence) -> None:
+        fence()
         try:
             stats = self.store.upload(task.version)
         except FINAL_ERRORS as exc:
@@ -180,6 +190,11 @@ class CommitController:
 
     def _loop(self, worker: _Worker, generation: int) -> None:
         run = self._run_apply if worker.stage == APPLY else self._run_upload
+
+        def fence() -> None:
+            if worker.generation != generation:
+                raise _Superseded()
+            worker.beat = time.monotonic()
         while True:
             with self._cv:
                 worker.beat = time.monotonic()
@@ -189,7 +204,11 @@ class CommitController:
                 if task is None:
                     self._cv.wait(0.2)
                     continue
-            run(task)  # an unexpected exception ends this thread; a waiter's heartbeat check redoes the task
+            try:
+                run(task, fence)  # any other exception ends this thread; a waiter's heartbeat check redoes the task
+            except _Superseded:
+                log.warning("%s thread of generation %d stopped: it was replaced", worker.stage, generation)
+                return
 
     def _start(self, worker: _Worker) -> None:
         worker.beat = time.monotonic()
