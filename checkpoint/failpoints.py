@@ -6,7 +6,7 @@ The environment variable holds ``name=action`` pairs separated by ``;``::
 
 Actions: ``raise`` (every time), ``raise(N)`` (the first N times), ``sleep(MS)``
 (sleep MS milliseconds, then go on), ``kill`` (SIGKILL this process: a crash,
-no cleanup) and ``off``. Code marks a point with :func:`hit`; an unknown name
+no cleanup), ``kill(N)`` (SIGKILL at the N-th hit) and ``off``. Code marks a point with :func:`hit`; an unknown name
 in the variable fails at the first hit with the list of known names.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ def parse(spec: str) -> dict[str, _Action]:
         match = _ACTION_RE.match(action)
         if not match or (match.group(1) == "sleep" and match.group(2) is None):
             raise ValueError(
-                f"{ENV_VAR}: bad action {action!r} for {name}; expected raise, raise(N), sleep(MS), kill or off"
+                f"{ENV_VAR}: bad action {action!r} for {name}; expected raise, raise(N), sleep(MS), kill, kill(N) or off"
             )
         actions[name] = _Action(match.group(1), int(match.group(2)) if match.group(2) else None)
     return actions
@@ -103,5 +104,7 @@ def hit(name: str) -> None:
         raise FailpointError(f"failpoint {name} triggered (hit {hits})")
     if action.kind == "sleep":
         time.sleep((action.arg or 0) / 1000.0)
-    if action.kind == "kill":
+    if action.kind == "kill" and (action.arg is None or hits == action.arg):
+        sys.stderr.write(f"failpoint {name}: killing process {os.getpid()} (hit {hits})\n")
+        sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
 
@@ -14,7 +15,7 @@ from .config import ConfigError, defaults_file_text
 def _failpoints(_: argparse.Namespace) -> int:
     for name, where in failpoints.FAILPOINTS.items():
         print(f"{name:30} {where}")
-    print(f"\nenable with {failpoints.ENV_VAR}='name=action;...'; actions: raise, raise(N), sleep(MS), kill, off")
+    print(f"\nenable with {failpoints.ENV_VAR}='name=action;...'; actions: raise, raise(N), sleep(MS), kill, kill(N), off")
     return 0
 
 
@@ -23,7 +24,8 @@ def _conf(_: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*extensions: Callable[[argparse._SubParsersAction], None]) -> argparse.ArgumentParser:
+    """The command line; ``extensions`` add sub-commands from packages above ``misa`` (jobs)."""
     parser = argparse.ArgumentParser(prog="misa", description="MiSA for PySpark: RocksDB state with asynchronous commit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log retries and progress")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -34,11 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     bench_ckpt.add_parser(bench)
+    for extend in extensions:
+        extend(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_parsed(build_parser(), argv)
+
+
+def run_parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse ``argv`` with ``parser`` and run the chosen command, reporting known errors in one line."""
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.func(args)

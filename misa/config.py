@@ -48,7 +48,11 @@ def _bool(text: str) -> bool:
 
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
-_TIME_UNITS = {"ms": 0.001, "s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+_TIME_UNITS = {
+    "": 1.0, "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0,
+    "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hour": 3600.0,
+    "hours": 3600.0,
+}
 
 
 def parse_bytes(text: str) -> int:
@@ -60,11 +64,11 @@ def parse_bytes(text: str) -> int:
 
 
 def parse_seconds(text: str) -> float:
-    """``200ms``, ``3s``, ``2min``, ``1h``; a bare number means seconds."""
+    """``200ms``, ``3s``, ``2min``, ``1h``, or Spark's ``30 seconds``; a bare number means seconds."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _TIME_UNITS | {"": 1.0}:
-        raise ValueError
-    return float(match.group(1)) * (_TIME_UNITS | {"": 1.0})[match.group(2).lower()]
+    if not match or match.group(2).lower() not in _TIME_UNITS:
+        raise ValueError(f"{text!r} is not a duration such as 200ms, 10s, 2min or 30 seconds")
+    return float(match.group(1)) * _TIME_UNITS[match.group(2).lower()]
 
 
 def _choice(*options: str) -> Kind:

@@ -82,3 +82,19 @@ def dfs_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "file":
         return f"file://{tmp_path / 'dfs'}"
     return request.getfixturevalue("s3_url")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole test session."""
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("misa-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.memory", "2g")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

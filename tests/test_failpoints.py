@@ -51,3 +51,11 @@ def test_kill_ends_the_process_from_the_environment():
     done = subprocess.run([sys.executable, "-c", code], env={"MISA_FAILPOINTS": "ckpt.after_upload=kill"},
                           capture_output=True, text=True)
     assert done.returncode == -9 and "survived" not in done.stdout
+
+
+def test_kill_at_the_nth_hit():
+    code = ("from checkpoint import failpoints\n"
+            "for i in range(5):\n    print(i, flush=True); failpoints.hit('dfs.put')")
+    done = subprocess.run([sys.executable, "-c", code], env={"MISA_FAILPOINTS": "dfs.put=kill(3)"},
+                          capture_output=True, text=True)
+    assert done.returncode == -9 and done.stdout.split() == ["0", "1", "2"]

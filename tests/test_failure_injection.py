@@ -1,0 +1,52 @@
+"""Kill the driver (spark-submit in a subprocess) at each commit step, restart, compare with plain Spark.
+
+The job runs CM2 in misa mode over a few batches; the failpoint kills the process while the
+commit of the second version is at the named step. The restart, with the same command, must
+end with exactly the reference's results: nothing lost, nothing counted twice.
+"""
+from pathlib import Path
+
+import pytest
+
+from cm_helpers import assert_same_results, results, run_in_process, spark_submit
+from jobs.gen_cm import generate_cm
+
+# failpoint -> the hit at which to kill (2 shards: per-shard points are hit twice per version)
+KILL_POINTS = {
+    "commit.after_apply": 2,
+    "ckpt.after_flush": 2,
+    "ckpt.after_local_checkpoint": 3,
+    "dfs.put": 20,
+    "ckpt.after_dfs_marker": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fi-input")
+    generate_cm(folder, rate=200, seconds=48, seed=5, files_per_second=0.125, jobs=200)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def expected(spark, data, tmp_path_factory) -> dict:
+    return run_in_process(spark, "cm2", "native", data, tmp_path_factory.mktemp("fi-native"))
+
+
+@pytest.mark.parametrize("point,hit", KILL_POINTS.items())
+def test_kill_at_commit_step_then_restart_is_exactly_once(data, expected, tmp_path, point, hit):
+    killed = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill({hit})")
+    assert killed.returncode != 0 and f"failpoint {point}: killing process" in killed.stderr, killed.stderr[-3000:]
+    done = spark_submit("cm2", "misa", data, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_results(results("cm2", tmp_path), expected)
+
+
+def test_dfs_down_fails_clearly_and_restart_completes_exactly_once(data, expected, tmp_path):
+    conf = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoint.retry.initialBackoff": "10ms"}
+    down = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise", conf=conf)
+    assert down.returncode != 0
+    assert "DfsUnavailableError" in down.stderr and "failed after 2 attempts" in down.stderr
+    back = spark_submit("cm2", "misa", data, tmp_path, conf=conf)
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert_same_results(results("cm2", tmp_path), expected)
