@@ -36,7 +36,7 @@ def expected(spark, data, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("point,hit", KILL_POINTS.items())
 def test_kill_at_commit_step_then_restart_is_exactly_once(data, expected, tmp_path, point, hit):
     killed = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill({hit})")
-    assert killed.returncode != 0 and f"failpoint {point}: killing process" in killed.stderr, killed.stderr[-3000:]
+    assert killed.returncode == 128 + 9, killed.stderr[-3000:]  # spark-submit passes on the driver's SIGKILL
     done = spark_submit("cm2", "misa", data, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_results(results("cm2", tmp_path), expected)
