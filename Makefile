@@ -13,8 +13,20 @@ $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/pip install -e '.[test,bench]'
 	touch $(STAMP)
 
+RUN := runs/cm2
+SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(BIN)/python \
+	$(BIN)/spark-submit --master 'local[2]' --conf spark.ui.enabled=false \
+	--conf spark.ui.showConsoleProgress=false \
+	--driver-java-options -Dlog4j2.configurationFile=file:$(CURDIR)/conf/log4j2.properties
+
+# Generate Cluster Monitoring data, run CM2 through the MiSA runtime (misa mode), summarize.
 run: $(STAMP)
-	$(BIN)/misa demo
+	rm -rf $(RUN)
+	$(BIN)/misa gen cm --out $(RUN)/input --rate 1500 --seconds 72 --jobs 3000
+	$(SUBMIT) jobs/cluster_monitoring.py --query cm2 --mode misa --input $(RUN)/input \
+		--output $(RUN)/output --checkpoint $(RUN)/checkpoint --available-now \
+		--max-files-per-trigger 2 --metrics $(RUN)/metrics.jsonl
+	$(BIN)/misa report $(RUN)/metrics.jsonl --out $(RUN)/report
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

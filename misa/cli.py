@@ -24,8 +24,12 @@ def _conf(_: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser(*extensions: Callable[[argparse._SubParsersAction], None]) -> argparse.ArgumentParser:
-    """The command line; ``extensions`` add sub-commands from packages above ``misa`` (jobs)."""
+Extension = Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None]
+
+
+def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
+    """The command line; ``extensions(commands, bench_commands)`` add sub-commands from packages above
+    ``misa`` (jobs)."""
     parser = argparse.ArgumentParser(prog="misa", description="MiSA for PySpark: RocksDB state with asynchronous commit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log retries and progress")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -37,7 +41,7 @@ def build_parser(*extensions: Callable[[argparse._SubParsersAction], None]) -> a
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     bench_ckpt.add_parser(bench)
     for extend in extensions:
-        extend(sub)
+        extend(sub, bench)
     return parser
 
 

@@ -205,9 +205,6 @@ class MisaConfig:
             self.retry_max_attempts, self.retry_initial_backoff_s, self.retry_max_backoff_s, self.retry_jitter_s
         )
 
-    def key_of(self, name: str) -> str:
-        """The ``spark.misa.*`` key behind a field name, for error messages."""
-        return next(f.metadata["key"] for f in dataclasses.fields(self) if f.name == name)
 
 
 def read_properties(text: str) -> dict[str, str]:

@@ -103,7 +103,6 @@ class StatefulJob:
         ack_wait = self.controller.wait_durable(batch_id - 1)
         self.version = batch_id
         self.metrics.add(batch_id, {
-            "started": time.time() - (time.monotonic() - started),
             "output_rows": result.output.num_rows,
             "late_rows": result.late_rows,
             "state_keys": self.store.approximate_keys(),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 import json
 import threading
 from pathlib import Path
@@ -49,6 +50,7 @@ class BatchMetrics:
             self._reported.notify_all()
         record.update({
             "batch_id": progress.batchId,
+            "started": datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp(),
             "mode": self.mode,
             "input_rows": progress.numInputRows,
             "latency_s": durations.get("triggerExecution", 0) / 1000.0,

@@ -6,7 +6,6 @@ import shutil
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -23,15 +22,6 @@ EMPTY_VERSION = -1  # the version before Spark batch 0: no state
 def shard_of(key: bytes, shards: int) -> int:
     """The shard that owns ``key`` (stable across processes)."""
     return zlib.crc32(key) % shards
-
-
-@dataclass
-class CheckpointTimings:
-    """How long the local part of a version's checkpoint took."""
-
-    flush_s: float
-    checkpoint_s: float
-    local_bytes: int
 
 
 class StateStore:
@@ -85,11 +75,6 @@ class StateStore:
         db = rocksdict.Rdict(str(path), self._options)
         db.set_write_options(self._write_options)
         return db
-
-    def newest_version(self) -> int | None:
-        """The newest version restorable from a local marker or the DFS."""
-        candidates = self.checkpoints.local.versions() + [self.checkpoints.newest_durable() or EMPTY_VERSION]
-        return max(candidates) if candidates else None
 
     # ------------------------------------------------------------------ reads
     def get(self, key: bytes) -> bytes | None:
