@@ -50,3 +50,10 @@ def test_dfs_down_fails_clearly_and_restart_completes_exactly_once(data, expecte
     back = spark_submit("cm2", "misa", data, tmp_path, conf=conf)
     assert back.returncode == 0, back.stderr[-3000:]
     assert_same_results(results("cm2", tmp_path), expected)
+
+
+def test_transient_dfs_errors_are_retried_without_failing_the_query(data, expected, tmp_path):
+    done = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise(3)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "retrying" in done.stderr
+    assert_same_results(results("cm2", tmp_path), expected)
