@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -36,7 +37,12 @@ def job_arguments(description: str, queries: tuple[str, ...]) -> argparse.Argume
 
 
 def spark_session(app_name: str) -> SparkSession:
-    """The session spark-submit gives us, with small-machine defaults unless set by --conf."""
+    """The session spark-submit gives us, with small-machine defaults unless set by --conf.
+
+    The runtime's warnings (retries, thread restarts, recovery decisions) go to stderr.
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        force=True)
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     conf = spark.sparkContext.getConf()
     if not conf.contains("spark.sql.shuffle.partitions"):

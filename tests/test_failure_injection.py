@@ -37,6 +37,7 @@ def expected(spark, data, tmp_path_factory) -> dict:
 def test_kill_at_commit_step_then_restart_is_exactly_once(data, expected, tmp_path, point, hit):
     killed = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill({hit})")
     assert killed.returncode == 128 + 9, killed.stderr[-3000:]  # spark-submit passes on the driver's SIGKILL
+    assert f"failpoint {point}: killing process" in killed.stdout  # spark-submit sends the driver's stderr there
     done = spark_submit("cm2", "misa", data, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_results(results("cm2", tmp_path), expected)
@@ -46,7 +47,8 @@ def test_dfs_down_fails_clearly_and_restart_completes_exactly_once(data, expecte
     conf = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoint.retry.initialBackoff": "10ms"}
     down = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise", conf=conf)
     assert down.returncode != 0
-    assert "DfsUnavailableError" in down.stderr and "failed after 2 attempts" in down.stderr
+    output = down.stdout + down.stderr
+    assert "DfsUnavailableError" in output and "failed after 2 attempts" in output
     back = spark_submit("cm2", "misa", data, tmp_path, conf=conf)
     assert back.returncode == 0, back.stderr[-3000:]
     assert_same_results(results("cm2", tmp_path), expected)
@@ -55,5 +57,5 @@ def test_dfs_down_fails_clearly_and_restart_completes_exactly_once(data, expecte
 def test_transient_dfs_errors_are_retried_without_failing_the_query(data, expected, tmp_path):
     done = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise(3)")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "retrying" in done.stderr
+    assert "retrying" in done.stdout  # the driver's log, which spark-submit forwards to its stdout
     assert_same_results(results("cm2", tmp_path), expected)
