@@ -65,6 +65,7 @@ class DfsCheckpoints:
         self.threads = max(1, threads)
         self.verify_reads = verify_reads
         self._present: dict[str, int] | None = None  # remote path -> size of files known on the DFS
+        self._committed: dict[int, list[ShardManifest]] = {}  # manifests this process committed or read for GC
         self._lock = threading.Lock()
         self._made_dirs: set[str] = set()
 
@@ -115,12 +116,17 @@ class DfsCheckpoints:
                 log.warning("ignoring torn commit marker %s/%s", self.url, marker_path(version))
         return None
 
-    def manifests(self, version: int) -> list[ShardManifest]:
-        """The shard manifests of a committed version, checked against its marker."""
+    def manifests(self, version: int, cached: bool = False) -> list[ShardManifest]:
+        """The shard manifests of a committed version, checked against its marker. ``cached`` reuses
+        what this process already read or wrote (committed manifests never change); restore and
+        verify always read the DFS."""
+        if cached and version in self._committed:
+            return self._committed[version]
         marker = self.read_marker(version)
         manifests = [ShardManifest.from_json(self._read_small(manifest_path(s, version))) for s in range(marker.shards)]
         if CommitMarker.for_manifests(version, manifests).manifest_sha256 != marker.manifest_sha256:
             raise CorruptCheckpointError(f"manifests of version {version} on {self.url} do not match its marker")
+        self._committed[version] = manifests
         return manifests
 
     def list_versions(self) -> list[VersionInfo]:
@@ -160,6 +166,7 @@ class DfsCheckpoints:
             self._write_small(manifest_path(manifest.shard, version), manifest.to_json())
         failpoints.hit("ckpt.after_manifest")
         self._write_small(marker_path(version), CommitMarker.for_manifests(version, manifests).to_json())
+        self._committed[version] = list(manifests)
         failpoints.hit("ckpt.after_dfs_marker")
         stats.seconds = time.monotonic() - started
         return stats
@@ -267,7 +274,7 @@ class DfsCheckpoints:
         keep = committed[-retain:] if retain > 0 else []
         if not keep:
             return stats
-        referenced = {f.remote_path(m.shard) for v in keep for m in self.manifests(v) for f in m.files}
+        referenced = {f.remote_path(m.shard) for v in keep for m in self.manifests(v, cached=True) for f in m.files}
         failpoints.hit("gc.before_delete")
         expired = committed[: len(committed) - len(keep)]
         self.forget(expired)  # markers go first: never a committed version with missing files
@@ -282,20 +289,21 @@ class DfsCheckpoints:
                 version = posixpath.basename(e["name"]).removesuffix(".json")
                 if not version.lstrip("-").isdigit() or int(version) not in keep:
                     doomed.append(e["name"])
-            for kind in ("sst", "meta"):
-                for e in self._ls(f"{name}/{kind}"):
-                    relative = f"{name}/{kind}/{posixpath.basename(e['name'])}"
-                    if relative not in referenced:
-                        doomed.append(e["name"])
-                        stats.deleted_files += 1
-                        stats.deleted_bytes += int(e["size"])
-                        present.pop(relative, None)
+        # Data files: what the first listing found plus what this process uploaded since (no re-listing).
+        for relative, size in list(present.items()):
+            if relative not in referenced:
+                doomed.append(self._abs(relative))
+                stats.deleted_files += 1
+                stats.deleted_bytes += size
+                del present[relative]
         self._delete(doomed)
         return stats
 
     def forget(self, versions: list[int]) -> None:
         """Remove the DFS markers of ``versions`` (a rollback); their files go at the next GC."""
         self._delete([self._abs(marker_path(v)) for v in versions])
+        for version in versions:
+            self._committed.pop(version, None)
 
     def _delete(self, paths: list[str]) -> None:
         def delete(path: str) -> None:

@@ -72,10 +72,10 @@ class CheckpointStore:
         folders = [self.local.checkpoint_dir(m.shard, version) for m in manifests]
         return self.dfs.upload(version, manifests, folders)
 
-    def gc(self) -> GcStats:
-        """Retention on both levels; local versions newer than the newest durable one are kept."""
+    def gc(self, newest_durable: int) -> GcStats:
+        """Retention on both levels; local versions newer than ``newest_durable`` are kept."""
         stats = self.dfs.gc(self.retain)
-        self.local.gc(self.retain, keep_from=self.dfs.newest_durable())
+        self.local.gc(self.retain, keep_from=newest_durable)
         return stats
 
     def forget_after(self, version: int) -> None:

@@ -175,7 +175,7 @@ class StateStore:
     def upload(self, version: int) -> UploadStats:
         """Copy local ``version`` to the DFS (ack 2 when this returns), then apply retention."""
         stats = self.checkpoints.upload(version)
-        self.checkpoints.gc()
+        self.checkpoints.gc(newest_durable=version)
         return stats
 
     # ------------------------------------------------------------------ lifecycle
