@@ -98,6 +98,14 @@ class StateView:
                 out[i] = value
         return out  # type: ignore[return-value]
 
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """Write this batch's new values (None deletes the key)."""
+        self.writes.put_many(keys, values)
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """Delete every key in [begin, end) as of this batch."""
+        self.writes.delete_range(begin, end)
+
     def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
         layers = self._layers()

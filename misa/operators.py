@@ -129,7 +129,7 @@ class Aggregation:
             keys = self._codec.encode(ends, [deltas[c].combine_chunks() for c in self.group_by])
             old = decode_aggs(state.get_many(keys), len(self.aggs))
             merged = merge_aggs(old, self._delta_states(deltas))
-            state.writes.put_many(keys, encode_aggs(merged))
+            state.put_many(keys, encode_aggs(merged))
             result.state_reads = len(keys)
             if self.output_mode == "update":
                 result.output = self._output(deltas.select(self._key_columns()), merged)
@@ -160,7 +160,7 @@ class Aggregation:
                 keys = pa.table(dict(zip(self._key_columns(), self._window_columns(ends) + cols)))
                 result.output = self._output(keys, decode_aggs([v for _, v in closed], len(self.aggs)))
                 result.closed_windows = len(closed)
-        state.writes.delete_range(begin, end)
+        state.delete_range(begin, end)
         self.watermark_us = watermark
 
     def _window_columns(self, ends: np.ndarray) -> list[pa.Array]:
