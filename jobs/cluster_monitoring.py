@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -56,9 +57,17 @@ class CmQuery:
     where: str | None
     sort_by: tuple[tuple[str, str], ...]
 
+    def timed(self, events: DataFrame) -> DataFrame:
+        """The events with their event time: the earliest stage the state keys can be read from."""
+        return events.withColumn("event_time", F.timestamp_micros("time"))
+
     def upstream(self, events: DataFrame) -> DataFrame:
-        events = events.withColumn("event_time", F.timestamp_micros("time"))
+        events = self.timed(events)
         return events.where(self.where) if self.where else events
+
+    def hint_stages(self) -> list[Callable[[DataFrame], DataFrame]]:
+        """Candidate stages for prefetch hints, earliest first (the filter makes the first one wasteful)."""
+        return [self.timed, self.upstream] if self.where else [self.upstream]
 
     def operator(self, output_mode: str, watermark_delay: str) -> Aggregation:
         return Aggregation([self.group_by], [self.agg], event_time="event_time", window=self.window,
@@ -91,7 +100,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     if args.mode == "native":
         run_native(spark, args, query.native(stream, args.watermark_delay), sink)
     else:
-        run_misa(spark, args, stream, query.operator(args.output_mode, args.watermark_delay), query.upstream, sink)
+        run_misa(spark, args, stream, query.operator(args.output_mode, args.watermark_delay), query.upstream, sink,
+                 hint_stages=query.hint_stages())
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -64,11 +64,16 @@ def read_stream(spark: SparkSession, args: argparse.Namespace, schema: Any) -> D
 
 
 def run_misa(spark: SparkSession, args: argparse.Namespace, stream: DataFrame, operator: StatefulOperator,
-             upstream: Callable[[DataFrame], DataFrame], sink: ParquetBatchSink) -> None:
-    """Run the query through the MiSA runtime until it ends (available-now) or is stopped."""
-    config = MisaConfig.from_spark_conf(spark.sparkContext.getConf()).with_values(commit_mode=args.mode)
-    job = StatefulJob(operator, sink, args.checkpoint, upstream=upstream, config=config, state_dir=args.state_dir,
-                      dfs_url=args.dfs, metrics_path=args.metrics, echo=None if args.quiet else print)
+             upstream: Callable[[DataFrame], DataFrame], sink: ParquetBatchSink,
+             hint_stages: Sequence[Callable[[DataFrame], DataFrame]] | None = None) -> None:
+    """Run the query through the MiSA runtime until it ends (available-now) or is stopped.
+
+    ``hint_stages``: candidate stages for prefetch hints, earliest first (default: ``upstream``).
+    """
+    config = MisaConfig.from_session(spark).with_values(commit_mode=args.mode)
+    job = StatefulJob(operator, sink, args.checkpoint, upstream=upstream, hint_stages=hint_stages, config=config,
+                      state_dir=args.state_dir, dfs_url=args.dfs, metrics_path=args.metrics,
+                      echo=None if args.quiet else print)
     try:
         job.start(spark, stream, trigger(args), query_name=f"{args.query}-{args.mode}").awaitTermination()
     finally:

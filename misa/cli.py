@@ -8,7 +8,7 @@ from typing import Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
 
-from . import bench_ckpt, ckpt_cli, demo, report
+from . import bench_ckpt, bench_state, ckpt_cli, demo, report
 from .config import ConfigError, defaults_file_text
 
 
@@ -40,6 +40,7 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     report.add_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     bench_ckpt.add_parser(bench)
+    bench_state.add_parser(bench)
     for extend in extensions:
         extend(sub, bench)
     return parser

@@ -1,73 +1,65 @@
 """The batch's dirty entries, the immutable commit buffers they become, and reads over both.
 
-A batch writes into a :class:`WriteBuffer` (the interface the Timestamp-Aware Cache will
-implement). When the batch ends the buffer is frozen into a :class:`CommitBuffer` owned by the
-commit of that version; until the commit has applied it to RocksDB, reads consult it before
+A batch writes into the state cache (the Timestamp-Aware Cache or a baseline), which keeps one
+dirty entry per key. When the batch ends they are drained into a :class:`CommitBuffer` owned by
+the commit of that version; until the commit has applied it to RocksDB, reads consult it before
 RocksDB, so batch v+1 always sees version v and never waits for its commit.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from typing import Sequence
 
-from .state_store import StateStore
+from prefetch.cache import MISSING, StateCache
+from prefetch.manager import PrefetchManager
 
-_MISSING = object()
+from .state_store import StateStore, shard_of
+
+DEFAULT_CACHE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
 class CommitBuffer:
-    """One version's changes: puts and deletes (value None), then range deletes [begin, end)."""
+    """One version's changes: range deletes [begin, end) first, then puts and deletes (value None)."""
 
     version: int
     changes: dict[bytes, bytes | None]
     range_deletes: tuple[tuple[bytes, bytes], ...] = ()
 
     def lookup(self, key: bytes) -> object:
-        """The buffered value (None = deleted) or ``_MISSING`` when this buffer says nothing."""
-        if any(begin <= key < end for begin, end in self.range_deletes):
+        """The buffered value (None = deleted) or :data:`MISSING` when this buffer says nothing."""
+        found = self.changes.get(key, MISSING)
+        if found is MISSING and any(begin <= key < end for begin, end in self.range_deletes):
             return None
-        return self.changes.get(key, _MISSING)
+        return found
 
     def __len__(self) -> int:
         return len(self.changes) + len(self.range_deletes)
 
 
-@dataclass
-class WriteBuffer:
-    """Dirty entries of the running batch: one write per key per batch."""
-
-    changes: dict[bytes, bytes | None] = field(default_factory=dict)
-    range_deletes: list[tuple[bytes, bytes]] = field(default_factory=list)
-
-    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
-        self.changes.update(zip(keys, values))
-
-    def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Delete [begin, end): buffered puts in the range are dropped, the rest is recorded."""
-        for key in [k for k in self.changes if begin <= k < end]:
-            del self.changes[key]
-        self.range_deletes.append((begin, end))
-
-    def view(self) -> CommitBuffer:
-        """A read-only look at the current entries (not a copy: the batch's own thread reads it)."""
-        return CommitBuffer(-1, self.changes, tuple(self.range_deletes))
-
-    def freeze(self, version: int) -> CommitBuffer:
-        buffer = CommitBuffer(version, self.changes, tuple(self.range_deletes))
-        self.changes, self.range_deletes = {}, []
-        return buffer
-
-
 class StateView:
-    """Reads of the running batch: its own writes, then pending commit buffers, then RocksDB."""
+    """Reads and writes of the running batch: the state cache, then pending commit buffers, then RocksDB.
 
-    def __init__(self, store: StateStore):
+    The cache (:class:`prefetch.cache.StateCache`) holds the batch's dirty entries, one per key; at
+    the end of the batch :meth:`freeze` drains them into the version's commit buffer.
+    """
+
+    def __init__(self, store: StateStore, cache: StateCache | None = None, parallel_misses: bool = True):
         self.store = store
-        self.writes = WriteBuffer()
+        self.cache = cache if cache is not None else StateCache(DEFAULT_CACHE_BYTES)
+        self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
+        self.prefetcher: PrefetchManager | None = None
+        self.read_s = 0.0  # time spent in get_many since the last take_read_s
         self._pending: list[CommitBuffer] = []
         self._lock = threading.Lock()
+
+    def enable_prefetch(self, threads: int, chunk_keys: int) -> PrefetchManager:
+        """Serve reads through a prefetch manager that fills the cache from hints."""
+        self.prefetcher = PrefetchManager(self.cache, self.fetch_below, lambda key: shard_of(key, self.store.shards),
+                                          threads, chunk_keys)
+        return self.prefetcher
 
     # -- commit buffers, registered by the controller until they are in RocksDB
     def add_pending(self, buffer: CommitBuffer) -> None:
@@ -83,36 +75,87 @@ class StateView:
         with self._lock:
             return list(reversed(self._pending))
 
-    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        layers = [self.writes.view()] + self._layers()
-        out: list[object] = [_MISSING] * len(keys)
+    def fetch_below(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values of ``keys`` below the cache: pending commit buffers, then RocksDB."""
+        layers = self._layers()
+        out: list[object] = [MISSING] * len(keys)
         for i, key in enumerate(keys):
             for layer in layers:
                 found = layer.lookup(key)
-                if found is not _MISSING:
+                if found is not MISSING:
                     out[i] = found
                     break
-        missing = [i for i, v in enumerate(out) if v is _MISSING]
+        missing = [i for i, v in enumerate(out) if v is MISSING]
         if missing:
-            for i, value in zip(missing, self.store.get_many([keys[i] for i in missing])):
+            for i, value in zip(missing, self.store.get_many([keys[i] for i in missing], self.parallel_misses)):
                 out[i] = value
         return out  # type: ignore[return-value]
 
-    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+    # -- the batch's reads and writes
+    def get_many(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
+        """Values of ``keys`` as this batch sees them; ``ts`` is each access's event time (for the TAC)."""
+        started = time.monotonic()
+        try:
+            if self.prefetcher is not None:
+                return self.prefetcher.read(keys, ts)
+            out = self.cache.get_many(keys, ts)
+            misses = [i for i, v in enumerate(out) if v is MISSING]
+            if misses:
+                fetched = self.fetch_below([keys[i] for i in misses])
+                for i, value in zip(misses, fetched):
+                    out[i] = value
+                miss_ts = [ts] * len(misses) if isinstance(ts, int) else [ts[i] for i in misses]
+                self.cache.fill([keys[i] for i in misses], fetched, miss_ts)
+            return out  # type: ignore[return-value]
+        finally:
+            self.read_s += time.monotonic() - started
+
+    def take_read_s(self) -> float:
+        """Time the batch spent reading state; resets it."""
+        read_s, self.read_s = self.read_s, 0.0
+        return read_s
+
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: Sequence[int] | int = 0) -> None:
         """Write this batch's new values (None deletes the key)."""
-        self.writes.put_many(keys, values)
+        self.cache.put_many(keys, values, ts)
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Delete every key in [begin, end) as of this batch."""
-        self.writes.delete_range(begin, end)
+        self._quiesce()
+        self.cache.delete_range(begin, end)
 
     def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
-        layers = self._layers()
+        self._quiesce()
         merged: dict[bytes, bytes | None] = dict(self.store.scan(begin, end))
-        for layer in reversed(layers + [self.writes.view()]):  # oldest first
+        for layer in reversed(self._layers()):  # oldest first
             for b, e in layer.range_deletes:
                 for key in [k for k in merged if b <= k < e]:
                     merged[key] = None
             merged.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
+        for b, e in self.cache.deleted_ranges:
+            for key in [k for k in merged if b <= k < e]:
+                merged[key] = None
+        merged.update(self.cache.items(begin, end))
         return sorted((k, v) for k, v in merged.items() if v is not None)
+
+    # -- batch boundaries
+    def freeze(self, version: int) -> CommitBuffer:
+        """The batch's changes, drained from the cache into version ``version``'s commit buffer."""
+        self._quiesce()
+        changes, range_deletes = self.cache.drain()
+        return CommitBuffer(version, changes, tuple(range_deletes))
+
+    def reset(self) -> None:
+        """Forget the cache and any hints: the store was (re)loaded."""
+        if self.prefetcher is not None:
+            self.prefetcher.clear()
+        self.cache.clear()
+
+    def _quiesce(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.quiesce()
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()

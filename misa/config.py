@@ -40,6 +40,16 @@ def _int(minimum: int) -> Kind:
     return Kind(f"an integer >= {minimum}", parse)
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError
+    return value
+
+
+FRACTION = Kind("a number from 0 to 1", _fraction)
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered not in ("true", "false"):
@@ -164,6 +174,36 @@ class MisaConfig:
     rocksdb_background_jobs: int = setting(
         "spark.misa.rocksdb.maxBackgroundJobs", "2", _int(1),
         "Background flush and compaction threads per shard.")
+    cache_policy: str = setting(
+        "spark.misa.cache.policy", "tac", _choice("tac", "lru", "clock"),
+        "State cache eviction order: tac (timestamp-aware: smallest event time first), lru or clock.")
+    cache_max_bytes: int = setting(
+        "spark.misa.cache.maxBytes", "256m", BYTES,
+        "State cache capacity; dirty entries evicted before their commit wait in an eviction buffer.")
+    prefetch_enabled: bool = setting(
+        "spark.misa.prefetch.enabled", "true", BOOL,
+        "Extract each batch's state keys one stage early and prefetch them; false: fetch misses when read.")
+    prefetch_threads: int = setting(
+        "spark.misa.prefetch.threads", "2", _int(1),
+        "Threads fetching hinted keys from RocksDB (one multi-get per shard and chunk).")
+    prefetch_chunk_keys: int = setting(
+        "spark.misa.prefetch.chunkKeys", "2048", _int(1),
+        "Hinted keys per prefetch multi-get.")
+    prefetch_sketch_depth: int = setting(
+        "spark.misa.prefetch.sketch.depth", "4", _int(1),
+        "Rows of the Count-Min sketch that finds hot keys (hot keys are cached anyway and not hinted).")
+    prefetch_sketch_width: int = setting(
+        "spark.misa.prefetch.sketch.width", "65536", _int(16),
+        "Counters per row of the Count-Min sketch.")
+    prefetch_hot_threshold: int = setting(
+        "spark.misa.prefetch.sketch.hotThreshold", "64", _int(1),
+        "A key is hot when all its sketch counters exceed this (counters saturate at 255).")
+    prefetch_aging_records: int = setting(
+        "spark.misa.prefetch.sketch.agingRecords", "100000", _int(1),
+        "The sketch halves its counters after this many records, so keys cool down.")
+    prefetch_wasted_ratio: float = setting(
+        "spark.misa.prefetch.wastedRatioThreshold", "0.5", FRACTION,
+        "Adaptive lookahead: move hint extraction to the next declared stage when this share of prefetches is never read.")
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -189,6 +229,13 @@ class MisaConfig:
     def from_spark_conf(cls, conf: Any) -> "MisaConfig":
         """Build from a ``pyspark.SparkConf`` (or anything with ``getAll()``)."""
         return cls.from_mapping(dict(conf.getAll()))
+
+    @classmethod
+    def from_session(cls, spark: Any) -> "MisaConfig":
+        """Build from a SparkSession: its launch conf, overridden by ``spark.conf.set`` in the session."""
+        values = dict(spark.sparkContext.getConf().getAll())
+        values.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)})
+        return cls.from_mapping(values)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "MisaConfig":

@@ -9,28 +9,41 @@
 
 ``start`` reconciles the state with Spark's checkpoint (recovery) before the query starts; the
 runtime supplies the foreachBatch function.
+
+Optional parts: ``hint_stages`` (candidate stages for keyed-prefetch hints, earliest first; the
+default is ``upstream``), and ``bad_records`` (sets malformed input records aside per batch).
 """
 from __future__ import annotations
 
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from .commit import CommitController
+from prefetch.cache import StateCache
+
 from .commit_buffer import StateView
 from .config import MisaConfig
 from .metrics import BatchMetrics, summary_line
 from .operators import StatefulOperator
+from .prefetching import BatchHints, Stage, supports_hints
 from .recovery import reconcile
 from .state_store import StateStore
 
 log = logging.getLogger(__name__)
 Sink = Callable[[int, pa.Table], None]
+
+
+class BadRecords(Protocol):
+    """Splits a batch's malformed records off: writes them aside for ``batch_id``, returns the good rows."""
+
+    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int]:
+        """The batch's good rows and how many bad records were set aside (idempotent per batch id)."""
 
 
 class StatefulJob:
@@ -43,6 +56,8 @@ class StatefulJob:
         checkpoint_location: str,
         *,
         upstream: Callable[[DataFrame], DataFrame] | None = None,
+        hint_stages: Sequence[Stage] | None = None,
+        bad_records: BadRecords | None = None,
         config: MisaConfig | None = None,
         state_dir: str | None = None,
         dfs_url: str | None = None,
@@ -53,6 +68,7 @@ class StatefulJob:
         self.operator = operator
         self.sink = sink
         self.upstream = upstream
+        self.bad_records = bad_records
         self.checkpoint_location = checkpoint_location.removeprefix("file://")
         local = Path(self.checkpoint_location)
         self.store = StateStore(
@@ -60,7 +76,12 @@ class StatefulJob:
             state_dir or self.config.state_dir or local / "misa-local",
             dfs_url or self.config.dfs_url or f"file://{local.resolve() / 'misa-state'}",
         )
-        self.view = StateView(self.store)
+        self.view = StateView(self.store, StateCache(self.config.cache_max_bytes, self.config.cache_policy))
+        self.hints: BatchHints | None = None
+        if self.config.prefetch_enabled and supports_hints(operator):
+            manager = self.view.enable_prefetch(self.config.prefetch_threads, self.config.prefetch_chunk_keys)
+            stages = list(hint_stages or [upstream or (lambda df: df)])
+            self.hints = BatchHints(self.config, operator, stages, manager)  # type: ignore[arg-type]
         self.controller = CommitController(self.store, self.view)
         self.metrics = BatchMetrics(metrics_path, self.controller.mode,
                                     (lambda r: echo(summary_line(r))) if echo else None)
@@ -81,7 +102,7 @@ class StatefulJob:
     def _load(self, version: int) -> None:
         restored = self.store.load(version)
         self.operator.restore(restored.metadata if restored else {})
-        self.view.writes.freeze(version)  # discard anything a failed attempt left behind
+        self.view.reset()  # discard anything a failed attempt left behind
         self.version = version
 
     def run_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -91,24 +112,37 @@ class StatefulJob:
             log.warning("batch %d replayed; reloading state version %d", batch_id, batch_id - 1)
             self.controller.drain()
             self._load(batch_id - 1)
+        bad = 0
+        if self.bad_records is not None:
+            batch, bad = self.bad_records.split(batch, batch_id)
+        hint_job = self.hints.start(batch) if self.hints else None
         upstream = self.upstream(batch) if self.upstream else batch
         deltas = self.operator.deltas(upstream).toArrow()
         computed = time.monotonic()
+        hints = hint_job.result() if hint_job else None
+        hinted = time.monotonic()
+        self.view.take_read_s()
         result = self.operator.apply(deltas, self.view)
         applied = time.monotonic()
         self.sink(batch_id, result.output)
         sunk = time.monotonic()
-        self.controller.commit(self.view.writes.freeze(batch_id), self.operator.metadata())
+        self.controller.commit(self.view.freeze(batch_id), self.operator.metadata())
         committed = time.monotonic()
         ack_wait = self.controller.wait_durable(batch_id - 1)
         self.version = batch_id
+        read_s = self.view.take_read_s()
         self.metrics.add(batch_id, {
             "output_rows": result.output.num_rows,
             "late_rows": result.late_rows,
+            "bad_records": bad,
             "state_keys": self.store.approximate_keys(),
+            "cache": self.view.cache.stats.take(),
+            "prefetch": self._prefetch_record(hints),
             "phases": {
                 "compute_s": computed - started,
-                "state_apply_s": applied - computed,
+                "hint_wait_s": hinted - computed,
+                "state_read_s": read_s,
+                "state_apply_s": applied - hinted - read_s,
                 "sink_s": sunk - applied,
                 "commit_inline_s": committed - sunk,
                 "ack_wait_s": ack_wait,
@@ -116,6 +150,13 @@ class StatefulJob:
             "state_reads": result.state_reads,
             "batch_s": time.monotonic() - started,
         }, self.controller.finished())
+
+    def _prefetch_record(self, hints: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The batch's hint and prefetch statistics; moves the adaptive lookahead."""
+        if self.hints is None or self.view.prefetcher is None:
+            return None
+        stats = self.view.prefetcher.take_stats()
+        return {**(hints or {}), **stats.as_dict(), "next_stage": self.hints.end_batch(stats)}
 
     def close(self, spark: SparkSession | None = None) -> None:
         """Wait for every commit to be durable, then release the state (and the metrics listener)."""
@@ -126,4 +167,7 @@ class StatefulJob:
                 self.metrics.wait_reported()
                 spark.streams.removeListener(self._listener)
             self.controller.close()
+            if self.hints is not None:
+                self.hints.close()
+            self.view.close()
             self.store.close()

@@ -90,7 +90,8 @@ def summary_line(record: dict) -> str:
              f"latency {record['latency_s'] * 1000:>6.0f} ms"]
     if phases:
         parts += [f"compute {phases.get('compute_s', 0) * 1000:>5.0f} ms",
-                  f"state {phases.get('state_apply_s', 0) * 1000:>5.0f} ms",
+                  f"state read {phases.get('state_read_s', 0) * 1000:>5.0f} ms",
+                  f"apply {phases.get('state_apply_s', 0) * 1000:>5.0f} ms",
                   f"ack wait {phases.get('ack_wait_s', 0) * 1000:>4.0f} ms"]
     if "state_keys" in record:
         parts.append(f"state keys {record['state_keys']:>8}")

@@ -23,12 +23,18 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
+
 from .commit_buffer import StateView
 from .config import parse_seconds
 from .state_codec import AGG_FIELDS, KeyCodec, decode_aggs, encode_aggs, merge_aggs, window_prefix
 
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
 ROWS, MAX_EVENT, WINDOW_START, WINDOW_END = "_rows", "_max_event_us", "_window_start_us", "_window_end_us"
+
+
+def _micros(duration: str | None) -> int | None:
+    return int(parse_seconds(duration) * 1_000_000) if duration else None
 
 
 @dataclass
@@ -127,15 +133,33 @@ class Aggregation:
         if deltas.num_rows:
             ends = deltas[WINDOW_END].to_numpy() if self.window else None
             keys = self._codec.encode(ends, [deltas[c].combine_chunks() for c in self.group_by])
-            old = decode_aggs(state.get_many(keys), len(self.aggs))
+            ts = deltas[MAX_EVENT].to_numpy().tolist() if self.event_time else 0
+            old = decode_aggs(state.get_many(keys, ts), len(self.aggs))
             merged = merge_aggs(old, self._delta_states(deltas))
-            state.put_many(keys, encode_aggs(merged))
+            state.put_many(keys, encode_aggs(merged), ts)
             result.state_reads = len(keys)
             if self.output_mode == "update":
                 result.output = self._output(deltas.select(self._key_columns()), merged)
         if self.window:
             self._close_windows(state, result)
         return result
+
+    # ------------------------------------------------------------------ prefetch hints
+    def hint_spec(self) -> HintSpec:
+        """The state key's columns and windows, for hint extraction one stage early."""
+        return HintSpec(tuple(self.group_by), self.event_time, _micros(self.window), _micros(self.slide or self.window))
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """State keys of hint rows, leaving out windows already closed (their rows will be late)."""
+        if self.window and hints.num_rows:
+            hints = hints.filter(pc.greater(hints[HINT_WINDOW_END], self.watermark_us))
+        if not hints.num_rows:
+            return [], np.zeros(0, np.int64)
+        if self._codec is None:
+            self._codec = KeyCodec([hints.schema.field(c) for c in self.group_by], windowed=bool(self.window))
+        ends = hints[HINT_WINDOW_END].to_numpy() if self.window else None
+        keys = self._codec.encode(ends, [hints[c].combine_chunks() for c in self.group_by])
+        return keys, hints[HINT_TS].to_numpy()
 
     def _delta_states(self, deltas: pa.Table) -> np.ndarray:
         cols = []
@@ -164,7 +188,7 @@ class Aggregation:
         self.watermark_us = watermark
 
     def _window_columns(self, ends: np.ndarray) -> list[pa.Array]:
-        size_us = int(parse_seconds(self.window or "0s") * 1_000_000)
+        size_us = _micros(self.window) or 0
         return [pa.array(ends - size_us, pa.int64()), pa.array(ends, pa.int64())]
 
     def _key_columns(self) -> list[str]:

@@ -20,7 +20,7 @@ import numpy as np
 from .units import human_bytes
 
 PERCENTILE_METHOD = "linear"
-BATCH_PHASES = ("hints_s", "compute_s", "state_wait_s", "state_apply_s", "sink_s", "ack_wait_s")
+BATCH_PHASES = ("compute_s", "hint_wait_s", "state_read_s", "state_apply_s", "sink_s", "commit_inline_s", "ack_wait_s")
 COMMIT_PHASES = ("apply_s", "flush_s", "checkpoint_s", "local_marker_s", "upload_s")
 CACHE_COUNTERS = ("hits", "misses", "prefetch_hits", "wasted_prefetches", "evictions")
 MAX_REPORTED_LINES = 5

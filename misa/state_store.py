@@ -80,8 +80,9 @@ class StateStore:
     def get(self, key: bytes) -> bytes | None:
         return self._dbs[shard_of(key, self.shards)].get(key)
 
-    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        """Values of ``keys`` in order (None when absent); one multi-get per shard, shards in parallel."""
+    def get_many(self, keys: Sequence[bytes], parallel: bool = True) -> list[bytes | None]:
+        """Values of ``keys`` in order (None when absent); one multi-get per shard, shards in parallel
+        on the store's pool (or one after another on this thread when ``parallel`` is false)."""
         groups: list[list[int]] = [[] for _ in range(self.shards)]
         for i, key in enumerate(keys):
             groups[shard_of(key, self.shards)].append(i)
@@ -93,7 +94,7 @@ class StateStore:
                 for i, value in zip(idx, self._dbs[shard].get([keys[i] for i in idx])):
                     out[i] = value
 
-        list(self._pool.map(fetch, range(self.shards)))
+        list((self._pool.map if parallel else map)(fetch, range(self.shards)))
         return out
 
     def scan(self, begin: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
@@ -131,10 +132,10 @@ class StateStore:
         return total
 
     def apply(self, changes: dict[bytes, bytes | None], range_deletes: Iterable[tuple[bytes, bytes]]) -> None:
-        """Write a batch's changes, then its range deletes."""
-        self.write(changes.items())
+        """Apply a batch's range deletes, then write its changes (a put after a range delete survives)."""
         for begin, end in range_deletes:
             self.delete_range(begin, end)
+        self.write(changes.items())
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Delete every key in [begin, end) on every shard."""

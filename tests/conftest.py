@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import socket
 from pathlib import Path
 from typing import Iterator
@@ -89,6 +90,7 @@ def spark():
     """One local Spark session for the whole test session."""
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this venv (pyarrow)
     session = (SparkSession.builder.master("local[2]").appName("misa-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")

@@ -106,7 +106,7 @@ def test_plots_are_valid_pngs(tmp_path):
 def test_plots_tolerate_repeated_and_missing_batch_ids_and_partial_phases(tmp_path):
     records = _records()[:4] + _records()[2:6]  # a restarted job repeats batches 2 and 3
     records[1]["phases"] = None
-    records[2]["phases"] = {"hints_s": 0.01}
+    records[2]["phases"] = {"hint_wait_s": 0.01}
     del records[5]["batch_id"]
     assert [p.name for p in plot(records, tmp_path)] == ["latency_timeline.png", "latency_cdf.png"]
     _assert_png(tmp_path / "latency_timeline.png")

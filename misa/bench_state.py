@@ -1,0 +1,145 @@
+"""``misa bench state``: replay state-access streams against RocksDB behind each cache policy.
+
+One store is preloaded with the workload's state (at least 10x the cache) and checkpointed
+locally; each policy then starts from that checkpoint and replays the same batches (same seed).
+Per batch the replay does what the runtime does: hints reach the prefetch manager when the batch
+starts (``tac`` only), Spark's computation of the batch is stood in for by ``--compute-ms`` of
+waiting (the same for every policy), then the batch reads its keys (timed: the state-read
+latency), writes them back, closes windows, and its changes are applied to RocksDB.
+
+Policies: ``tac`` (timestamp-aware cache, keyed prefetching), ``lru`` and ``clock`` (fetch on miss,
+shards one after another on the batch's thread), ``async`` (LRU, misses fetched with the shards
+in parallel on the pool, no hints). RocksDB reads bypass the OS page cache (direct reads) and its
+block cache is small, so a miss costs real I/O.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from prefetch.cache import ENTRY_OVERHEAD, StateCache
+
+from .commit_buffer import StateView
+from .config import MisaConfig, parse_bytes
+from .state_store import StateStore
+from .state_workloads import DISTRIBUTIONS, WORKLOADS, KeyStream, Workload
+
+POLICIES = ("tac", "lru", "clock", "async")
+VALUE_BYTES = 32
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("state", help="state-read latency per cache policy on Gadget-style access streams")
+    p.add_argument("--workload", choices=WORKLOADS, default="aggregation")
+    p.add_argument("--keys", choices=DISTRIBUTIONS, default="zipf", help="key distribution")
+    p.add_argument("--policy", default="tac", help=f"comma-separated, from {', '.join(POLICIES)}")
+    p.add_argument("--key-space", type=float, default=2e5, help="distinct keys")
+    p.add_argument("--batches", type=int, default=300)
+    p.add_argument("--batch-records", type=int, default=2000)
+    p.add_argument("--seconds-per-batch", type=float, default=1.0, help="event time covered by a batch")
+    p.add_argument("--compute-ms", type=float, default=20.0, help="the batch's Spark time, while hints prefetch")
+    p.add_argument("--cache-bytes", default="1m")
+    p.add_argument("--skew", type=float, default=1.0, help="Zipf exponent")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--work", type=Path, default=None, help="state directory (default: a temp dir)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    policies = [p.strip() for p in args.policy.split(",")]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        print(f"misa: error: --policy {','.join(unknown)}: use {', '.join(POLICIES)}", file=sys.stderr)
+        return 2
+    scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-bench-state-"))
+    config = MisaConfig.from_mapping({"spark.misa.rocksdb.useDirectReads": "true",
+                                      "spark.misa.rocksdb.blockCacheSize": "1m"})
+    try:
+        with StateStore(config, scratch / "state", f"file://{scratch / 'dfs'}") as store:
+            state_keys = preload(store, build_workload(args))
+            for policy in policies:
+                store.load(0)
+                print(json.dumps(replay(store, policy, build_workload(args), args, state_keys)), flush=True)
+    finally:
+        if not args.work:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def build_workload(args: argparse.Namespace) -> Workload:
+    """The workload the command line describes (the same batches every time for one seed)."""
+    rng = np.random.default_rng(args.seed)
+    key_space = int(args.key_space)
+    keys = KeyStream(args.keys, key_space, rng, skew=args.skew)
+    return Workload(args.workload, keys, key_space, args.batch_records, args.seconds_per_batch, rng)
+
+
+def preload(store: StateStore, workload: Workload) -> int:
+    """Write the initial state, compact it and checkpoint it as version 0; returns its key count."""
+    count = 0
+    value = bytes(VALUE_BYTES)
+    for keys in workload.preload():
+        store.write((k, value) for k in keys)
+        count += len(keys)
+    store.flush()
+    store.compact()
+    store.checkpoint(0)
+    return count
+
+
+def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Namespace, state_keys: int) -> dict:
+    """Replay ``workload`` on ``store`` behind ``policy``; returns the run's JSON record."""
+    cache_bytes = parse_bytes(args.cache_bytes)
+    cache = StateCache(cache_bytes, "lru" if policy == "async" else policy)
+    view = StateView(store, cache, parallel_misses=policy == "async")
+    prefetcher = view.enable_prefetch(threads=2, chunk_keys=512) if policy == "tac" else None
+    read_s, batch_s, records, hits, reads = [], [], 0, 0, 0
+    try:
+        for version, batch in enumerate(workload.batches(args.batches), start=1):
+            started = time.monotonic()
+            if prefetcher is not None:
+                prefetcher.hint(batch.keys, batch.ts)
+            time.sleep(args.compute_ms / 1000)
+            before = time.monotonic()
+            values = view.get_many(batch.keys, batch.ts.tolist())
+            read_s.append(time.monotonic() - before)
+            view.put_many(batch.keys, [_bump(v, version) for v in values], batch.ts.tolist())
+            if batch.close_before:
+                view.delete_range(b"", batch.close_before)
+            commit = view.freeze(version)
+            store.apply(commit.changes, commit.range_deletes)
+            batch_s.append(time.monotonic() - started)
+            records += batch.records
+            stats = cache.stats.take()
+            hits += stats["hits"]
+            reads += stats["hits"] + stats["misses"]
+            if prefetcher is not None:
+                prefetcher.take_stats()
+    finally:
+        view.close()
+    latencies = np.array(read_s) * 1000
+    entry_bytes = workload.key_bytes + VALUE_BYTES + ENTRY_OVERHEAD  # as the cache counts an entry
+    return {
+        "workload": args.workload, "keys": args.keys, "policy": policy, "batches": len(read_s),
+        "batch_records": args.batch_records, "key_space": workload.key_space, "state_keys": state_keys,
+        "cache_bytes": cache_bytes, "state_to_cache": round(state_keys * entry_bytes / cache_bytes, 1),
+        "read_ms": {q: round(float(np.percentile(latencies, p)), 3)
+                    for q, p in (("p50", 50), ("p99", 99), ("p99.9", 99.9))},
+        "read_ms_mean": round(float(latencies.mean()), 3),
+        "throughput_rps": round(records / sum(batch_s), 1),
+        "state_rps": round(records / sum(b - args.compute_ms / 1000 for b in batch_s), 1),
+        "hit_ratio": round(hits / reads, 4) if reads else None,
+    }
+
+
+def _bump(old: bytes | None, version: int) -> bytes:
+    """The new value of a key: a counter in the first 8 bytes, the batch in the next 8."""
+    count = int.from_bytes(old[:8], "big") + 1 if old else 1
+    return count.to_bytes(8, "big") + version.to_bytes(8, "big") + bytes(VALUE_BYTES - 16)

@@ -1,0 +1,76 @@
+"""The state-access harness: workloads, and every cache policy leaving exactly the same state."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from misa.bench_state import POLICIES, replay
+from misa.cli import main
+from misa.config import MisaConfig
+from misa.state_store import StateStore
+from misa.state_workloads import KeyStream, Workload
+
+from misa import bench_state
+
+
+def args(**overrides) -> argparse.Namespace:
+    values = dict(workload="tumbling", keys="zipf", key_space=3000, batches=25, batch_records=400,
+                  seconds_per_batch=5.0, compute_ms=1.0, cache_bytes="24k", skew=1.0, seed=3)
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def test_zipf_and_hotspot_are_skewed():
+    rng = np.random.default_rng(0)
+    zipf = KeyStream("zipf", 10_000, rng).draw(50_000)
+    hot = KeyStream("hotspot", 10_000, rng, hot_fraction=0.01, hot_probability=0.8).draw(50_000)
+    top = lambda ids: np.sort(np.bincount(ids.astype(np.int64)))[::-1]  # noqa: E731
+    assert top(zipf)[0] > 50 * 50_000 / 10_000  # the hottest key is far above the uniform share
+    assert top(hot)[:100].sum() / 50_000 == pytest.approx(0.8, abs=0.03)
+    with pytest.raises(ValueError, match="key distribution"):
+        KeyStream("uniformish", 10, rng)
+
+
+def test_sliding_windows_name_every_window_of_a_record():
+    rng = np.random.default_rng(0)
+    workload = Workload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng)
+    batch = next(workload.batches(1))
+    ends = {int.from_bytes(k[:8], "big") for k in batch.keys}
+    start = workload.start_us
+    assert ends == {start + 20_000_000, start + 40_000_000, start + 60_000_000}  # 60 s windows sliding 20 s
+    assert batch.close_before == (start + 1_000_001).to_bytes(8, "big")
+    assert all(start <= t < start + 1_000_000 for t in batch.ts)
+
+
+@pytest.mark.parametrize("workload", ["aggregation", "tumbling", "interval-join"])
+def test_every_policy_leaves_the_same_state(tmp_path, workload):
+    """Small cache, so entries (dirty ones too) are evicted: the state must not depend on the policy."""
+    config = MisaConfig.from_mapping({"spark.misa.state.shards": "2"})
+    finals, records = {}, {}
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        a = args(workload=workload)
+        state_keys = bench_state.preload(store, bench_state.build_workload(a))
+        for policy in POLICIES:
+            store.load(0)
+            records[policy] = replay(store, policy, bench_state.build_workload(a), a, state_keys)
+            finals[policy] = list(store.scan())
+    assert len(finals["lru"]) > 0
+    for policy in POLICIES:
+        assert finals[policy] == finals["lru"], policy
+        assert records[policy]["batches"] == 25
+        assert records[policy]["state_to_cache"] >= 10
+    assert 0 < records["tac"]["hit_ratio"] <= 1
+
+
+def test_cli_prints_one_json_object_per_policy(tmp_path, capsys):
+    code = main(["bench", "state", "--workload", "aggregation", "--keys", "hotspot", "--policy", "tac,async",
+                 "--key-space", "2000", "--batches", "5", "--batch-records", "100", "--compute-ms", "1",
+                 "--cache-bytes", "16k", "--work", str(tmp_path)])
+    assert code == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["policy"] for r in rows] == ["tac", "async"]
+    assert all(set(r["read_ms"]) == {"p50", "p99", "p99.9"} and r["throughput_rps"] > 0 for r in rows)
+    assert main(["bench", "state", "--policy", "fifo"]) == 2

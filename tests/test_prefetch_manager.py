@@ -1,0 +1,143 @@
+"""The prefetch manager over a real cache: dedup, no key fetched twice, statistics; the lookahead selector."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from prefetch.cache import StateCache
+from prefetch.lookahead import LookaheadSelector
+from prefetch.manager import PrefetchManager
+
+STORE = {f"k{i}".encode(): f"v{i}".encode() for i in range(100)}
+
+
+class Backend:
+    """A fetch function over STORE that counts each key it reads and can be held back."""
+
+    def __init__(self) -> None:
+        self.fetched: Counter[bytes] = Counter()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, keys):
+        self.entered.set()
+        self.gate.wait(10)
+        with self._lock:
+            self.fetched.update(keys)
+        return [STORE.get(k) for k in keys]
+
+
+def settle(m: PrefetchManager, backend: Backend, fetched: int) -> None:
+    """Wait until the pool has fetched ``fetched`` keys (quiesce alone drops hints not started)."""
+    deadline = time.monotonic() + 10
+    while sum(backend.fetched.values()) < fetched and time.monotonic() < deadline:
+        time.sleep(0.01)
+    m.quiesce()
+
+
+def keys(*ids: int) -> list[bytes]:
+    return [f"k{i}".encode() for i in ids]
+
+
+@pytest.fixture
+def backend() -> Backend:
+    return Backend()
+
+
+def manager(backend: Backend, threads: int = 2, chunk_keys: int = 4) -> PrefetchManager:
+    return PrefetchManager(StateCache(1 << 20, "tac"), backend, lambda key: int(key[1:]) % 2, threads, chunk_keys)
+
+
+def test_hints_are_deduplicated_and_fetched_once(backend):
+    m = manager(backend)
+    m.hint(keys(1, 2, 3, 1), [10, 10, 10, 20])
+    m.hint(keys(2, 3), [30, 30])
+    settle(m, backend, 3)
+    assert backend.fetched == Counter(keys(1, 2, 3))
+    assert m.read(keys(1, 2, 3), 40) == [b"v1", b"v2", b"v3"]
+    assert backend.fetched == Counter(keys(1, 2, 3))  # all three reads were cache hits
+    stats = m.take_stats()
+    assert (stats.hints, stats.prefetched, stats.prefetch_hits, stats.fallback_fetches) == (6, 3, 3, 0)
+    assert stats.hints_deduplicated + stats.hints_renewed == 3
+    assert stats.as_dict()["slack_s_mean"] >= 0
+
+
+def test_a_cached_key_is_renewed_not_fetched(backend):
+    m = manager(backend)
+    m.read(keys(5), 1)  # a fallback fetch puts k5 in the cache
+    m.hint(keys(5), [99])
+    settle(m, backend, 1)
+    assert backend.fetched[keys(5)[0]] == 1
+    assert m.take_stats().hints_renewed == 1
+
+
+def test_a_read_waits_for_its_fetch_in_flight_and_takes_over_unprocessed_hints(backend):
+    m = manager(backend, threads=1, chunk_keys=1)
+    backend.gate.clear()
+    backend.entered.clear()
+    m.hint(keys(2, 4), [5, 5])  # one shard, two chunks: k2 is fetched first, k4 waits behind it
+    assert backend.entered.wait(5)
+    result: list = []
+    reader = threading.Thread(target=lambda: result.append(m.read(keys(2, 4, 7), 6)))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive()  # it waits for the held-back fetch of k2
+    backend.gate.set()
+    reader.join(5)
+    assert result == [[b"v2", b"v4", b"v7"]]
+    m.quiesce()
+    assert backend.fetched == Counter(keys(2, 4, 7))  # no key was fetched twice
+    stats = m.take_stats()
+    assert stats.late_hints == 2  # k2 in flight, k4 not yet started
+    assert stats.prefetch_hits == 1 and stats.fallback_fetches == 1 and stats.prefetched == 1
+
+
+def test_prefetches_never_read_are_wasted(backend):
+    m = manager(backend)
+    m.hint(keys(*range(10)), [1] * 10)
+    settle(m, backend, 10)
+    m.read(keys(0, 1, 2), 2)
+    stats = m.take_stats()
+    assert (stats.prefetched, stats.prefetch_hits, stats.wasted_prefetches) == (10, 3, 7)
+    assert stats.wasted_ratio() == pytest.approx(0.7)
+    assert m.take_stats().wasted_prefetches == 0  # counted once, in its own batch
+
+
+def test_a_failed_prefetch_is_read_by_the_batch(backend):
+    calls = []
+
+    def flaky(batch):
+        calls.append(list(batch))
+        if len(calls) == 1:
+            raise OSError("disk hiccup")
+        return backend(batch)
+
+    m = PrefetchManager(StateCache(1 << 20), flaky, lambda key: 0, threads=1, chunk_keys=8)
+    m.hint(keys(1, 2), [1, 1])
+    m.quiesce()
+    assert m.read(keys(1, 2), 2) == [b"v1", b"v2"]
+
+
+def test_missing_keys_are_cached_as_absent(backend):
+    m = manager(backend)
+    assert m.read([b"nope"], 1) == [None]
+    assert m.read([b"nope"], 2) == [None]
+    assert backend.fetched[b"nope"] == 1
+
+
+def test_lookahead_moves_to_a_later_stage_when_prefetches_are_wasted():
+    selector = LookaheadSelector(stages=2, wasted_threshold=0.5, patience=2, min_prefetches=10)
+    assert selector.observe(prefetched=100, wasted=80) == 0  # one bad batch is not enough
+    assert selector.observe(prefetched=5, wasted=5) == 0  # too few prefetches to judge
+    assert selector.observe(prefetched=100, wasted=70) == 1
+    assert selector.observe(prefetched=100, wasted=90) == 1  # there is no later stage
+    calm = LookaheadSelector(stages=3, wasted_threshold=0.5, patience=2, min_prefetches=10)
+    for _ in range(5):
+        assert calm.observe(prefetched=100, wasted=20) == 0
+    with pytest.raises(ValueError, match="wasted_threshold"):
+        LookaheadSelector(stages=2, wasted_threshold=1.5)
