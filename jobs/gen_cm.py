@@ -58,7 +58,8 @@ def generate_cm(out_dir: str | Path, rate: float, seconds: int, seed: int = 0, f
     span_us = US / files_per_second
     files = max(1, math.ceil(seconds * files_per_second - 1e-9))
     users = user_tokens()
-    total, first, last, done, opened = int(per_second.sum()), None, None, 0, -1
+    total, first, last, done = int(per_second.sum()), None, None, 0
+    started: set[int] = set()  # files with a staging file of this run
     cumulative = np.concatenate(([0], np.cumsum(per_second)))
     begin = 0
     while begin < seconds:
@@ -74,13 +75,12 @@ def generate_cm(out_dir: str | Path, rate: float, seconds: int, seed: int = 0, f
         indices = np.unique(file_of)
         lows, highs = np.searchsorted(file_of, indices, "left"), np.searchsorted(file_of, indices, "right")
         for index, low, high in zip(indices.tolist(), lows, highs):
-            _write(_staging(out, index), table.iloc[low:high], append=index <= opened)
-            opened = max(opened, index)
+            _write(_staging(out, index), table.iloc[low:high], append=index in started)
+            started.add(index)
         complete = files if end == seconds else min(files, int(end * US // span_us))
         for index in range(done, complete):
-            if index > opened:  # no event fell in this file
+            if index not in started:  # no event fell in this file
                 _write(_staging(out, index), table.iloc[:0], append=False)
-                opened = index
             _finish(out, index)
             if progress and seconds >= 60 and (index + 1) % max(1, files // 10) == 0:
                 print(f"gen cm: {index + 1}/{files} files", file=sys.stderr, flush=True)

@@ -107,7 +107,8 @@ class Aggregation:
         if self.event_time:
             measures.append(F.max(F.unix_micros(F.col(self.event_time))).alias(MAX_EVENT))
         for i, agg in enumerate(self.aggs):
-            value = F.col(agg.column).cast("double")
+            column = F.col(agg.column)  # count takes any column type; the others cast to double
+            value = F.when(column.isNotNull(), F.lit(1.0)) if agg.function == "count" else column.cast("double")
             measures += [F.sum(value).alias(f"_s{i}"), F.count(value).cast("double").alias(f"_c{i}"),
                          F.min(value).alias(f"_n{i}"), F.max(value).alias(f"_x{i}")]
         if not self.window:

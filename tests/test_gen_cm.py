@@ -156,3 +156,12 @@ def test_misa_gen_cm_command(tmp_path, capsys):
     assert all(1_000_000_000 <= r["time"] < 1_004_000_000 for r in rows)
     assert misa(["gen", "cm", "--out", str(out), "--rate", "1", "--seconds", "0"]) == 2
     assert "misa: error" in capsys.readouterr().err
+
+
+def test_files_without_events_in_the_middle_are_written_empty(tmp_path):
+    stats = generate_cm(tmp_path, rate=1, seconds=10, files_per_second=4, progress=False)
+    files = sorted(tmp_path.glob("part-*.json"))
+    assert len(files) == stats["files"] == 40
+    assert sum(len(f.read_text().splitlines()) for f in files) == stats["records"]
+    assert any(f.stat().st_size == 0 for f in files[:-1])
+    assert not list(tmp_path.glob(".*.tmp"))
