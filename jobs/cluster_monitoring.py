@@ -89,6 +89,7 @@ QUERIES = {
     "cm2": CmQuery("cm2", "job_id", Agg("avg_cpu", "avg", "cpu_request"), "30 seconds", "1 second",
                    "event_type = 1", (("window_start", "ascending"), ("job_id", "ascending"))),
 }
+REQUIRED = ("time", "job_id", "event_type", "scheduling_class", "cpu_request")  # a record lacking one is bad
 KEY_COLUMNS = {"cm1": ("window_start", "window_end", "scheduling_class"), "cm2": ("window_start", "window_end", "job_id")}
 
 
@@ -96,7 +97,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run one query with the parsed command line (also used in-process by the tests)."""
     query = QUERIES[args.query]
     sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
-    stream = read_stream(spark, args, TASK_EVENTS)
+    stream = read_stream(spark, args, TASK_EVENTS, REQUIRED)
     if args.mode == "native":
         run_native(spark, args, query.native(stream, args.watermark_delay), sink)
     else:

@@ -1,0 +1,145 @@
+"""Yahoo Streaming Benchmark on the MiSA runtime, with Redis as the ad -> campaign store; or plain Spark (batch).
+
+    spark-submit jobs/ysb.py --query ysb --input DIR --output DIR --checkpoint DIR
+        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|native] [--trigger 3s]
+        [--available-now] [--max-files-per-trigger K] [--output-mode update|append]
+        [--watermark-delay 10s] [--quarantine DIR] [--metrics FILE] [--redis URL]
+
+Input: ``misa gen ysb`` ad events (JSON lines, ``event_time`` in epoch ms) and the ad -> campaign
+mapping ``INPUT/_side/campaigns.json``. A record lacking ``ad_id``, ``event_type`` or
+``event_time``, or with a field of the wrong type, is quarantined.
+
+The query: the view events, each ad joined with its campaign, COUNT per campaign over 10 s tumbling
+event-time windows; columns ``window_start, window_end, campaign_id, views``. The campaign of an ad
+is read through the state (:class:`misa.lookup_aggregation.LookupAggregation`); an ad the state
+does not hold yet is looked up in Redis (one MGET per batch) and stored in the state. Without
+``--redis`` the job starts a private ``redis-server`` and loads the mapping into it (plain keys
+``ad_id -> campaign_id``, as YSB does); with ``--redis URL`` the server must hold them already.
+``--mode native`` is the reference: one plain Spark batch job over the same files, joined with
+``campaigns.json``, written as batch 0 in the same Parquet layout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from misa.lookup_aggregation import LookupAggregation
+from misa.operators import Agg, Aggregation
+from misa.quarantine import good_records, parse_json_lines
+from misa.redis_server import RedisLookup, RedisServer, store_mapping
+from misa.sink import ParquetBatchSink
+
+try:  # run as a file by spark-submit, or imported as jobs.ysb
+    from jobs.bad_records import SIDE_DIR
+    from jobs.common import job_arguments, read_stream, run_misa, spark_session
+    from jobs.gen_ysb import CAMPAIGNS_FILE
+    from jobs.schemas import YSB_EVENTS
+except ImportError:  # pragma: no cover
+    sys.path.insert(0, __file__.rsplit("/jobs/", 1)[0])
+    from jobs.bad_records import SIDE_DIR
+    from jobs.common import job_arguments, read_stream, run_misa, spark_session
+    from jobs.gen_ysb import CAMPAIGNS_FILE
+    from jobs.schemas import YSB_EVENTS
+
+WINDOW = "10 seconds"
+REQUIRED = ("ad_id", "event_type", "event_time")  # a record lacking one is bad
+KEY_COLUMNS = {"ysb": ("window_start", "window_end", "campaign_id")}
+SORT_BY = (("window_start", "ascending"), ("campaign_id", "ascending"))
+
+
+def views(events: DataFrame) -> DataFrame:
+    """The view events' ad, event time (epoch ms) and event timestamp ``event_ts``."""
+    return (events.where(F.col("event_type") == "view")
+            .select("ad_id", "event_time", F.timestamp_millis("event_time").alias("event_ts")))
+
+
+def campaign_views(args: argparse.Namespace) -> Aggregation:
+    """COUNT of views per campaign over 10 s tumbling windows of ``event_ts``."""
+    return Aggregation(["campaign_id"], [Agg("views", "count", "event_time")], event_time="event_ts", window=WINDOW,
+                       watermark_delay=args.watermark_delay, output_mode=args.output_mode)
+
+
+def read_campaigns(input_dir: str) -> dict[str, str]:
+    """The ad -> campaign mapping of the input (``INPUT/_side/campaigns.json``)."""
+    path = Path(input_dir.removeprefix("file://")) / SIDE_DIR / CAMPAIGNS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the input needs the ad -> campaign mapping "
+                                "(misa gen ysb writes it), or give --redis URL of a server that holds it")
+    return json.loads(path.read_text())
+
+
+@contextmanager
+def redis_url(args: argparse.Namespace) -> Iterator[str]:
+    """``--redis``, or a private redis-server loaded with the input's campaigns for the duration of the run."""
+    if args.redis:
+        yield args.redis
+        return
+    with RedisServer() as server:
+        with server.client() as client:
+            store_mapping(client, read_campaigns(args.input))
+        yield server.url
+
+
+def reference(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The whole query as one plain Spark batch job over the input files and campaigns.json."""
+    events = good_records(parse_json_lines(spark.read.text(args.input), YSB_EVENTS, REQUIRED))
+    campaigns = spark.createDataFrame(list(read_campaigns(args.input).items()), "ad_id string, campaign_id string")
+    counts = (views(events).join(F.broadcast(campaigns), "ad_id")
+              .groupBy(F.window("event_ts", WINDOW), "campaign_id").agg(F.count("event_time").alias("views")))
+    return counts.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                         "campaign_id", "views")
+
+
+def run_reference(spark: SparkSession, args: argparse.Namespace, sink: ParquetBatchSink) -> None:
+    """Write :func:`reference` as batch 0 (and one metrics record with its wall time)."""
+    started = time.time()
+    table = reference(spark, args).toArrow()
+    sink(0, table)
+    if args.metrics:
+        record = {"batch_id": 0, "mode": "native-batch", "started": started, "latency_s": time.time() - started,
+                  "output_rows": table.num_rows}
+        with open(args.metrics, "a") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+def run(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Run the query with the parsed command line (also used in-process by the tests)."""
+    sink = ParquetBatchSink(args.output, sort_by=SORT_BY)
+    if args.mode == "native":
+        run_reference(spark, args, sink)
+        return
+    with redis_url(args) as url:
+        lookup = RedisLookup(url)
+        try:
+            run_misa(spark, args, read_stream(spark, args, YSB_EVENTS, REQUIRED),
+                     LookupAggregation("ad_id", campaign_views(args), lookup), views, sink)
+        finally:
+            lookup.close()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = job_arguments("Yahoo Streaming Benchmark: views per campaign in 10 s windows", ("ysb",))
+    parser.add_argument("--redis", help="URL of a Redis holding ad_id -> campaign_id keys (default: start a "
+                                        "private redis-server and load INPUT/_side/campaigns.json into it)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    spark = spark_session(f"ysb-{args.mode}")
+    try:
+        run(spark, args)
+    finally:
+        spark.stop()  # drains the listener bus while Python still answers it
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Bad input records, set aside per batch: the runtime side of :class:`misa.job.BadRecords`.
+
+The input is read as text and parsed with :func:`parse_json_lines`, which keeps each record's raw
+line (``_raw_record``) and flags it (``_bad_record``). A record is bad when
+
+* its line is not a JSON object (truncated or otherwise malformed JSON, an array, a bare value),
+* a field has the wrong type (``"spd": "x17"`` or ``"spd": 2.5`` for an integer, an out-of-range
+  number), whether or not the job reads that field, or
+* a required field is missing or null.
+
+Blank lines are not records (Spark's JSON source skips them too). :class:`Quarantine` writes each
+batch's bad records, the exact raw input lines in UTF-8, one per line, to
+``ROOT/batch_id=N/part-00000.txt`` through a staging folder, so a replayed batch replaces its own
+file; a batch without bad records leaves no folder. It passes the good rows on without the two
+extra columns; :func:`good_records` is the same filter for plain Spark.
+"""
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+RAW_COLUMN = "_raw_record"
+BAD_COLUMN = "_bad_record"
+_CORRUPT = "_corrupt_record"
+_PARSED = "_parsed"
+
+
+def parse_json_lines(lines: DataFrame, schema: StructType, required: Sequence[str] = ()) -> DataFrame:
+    """The JSON lines of a text DataFrame (column ``value``) as ``schema``'s columns, the raw line and the bad flag."""
+    unknown = [c for c in required if c not in schema.names]
+    if unknown:
+        raise ValueError(f"required columns {unknown} are not in the input schema {schema.names}")
+    if _CORRUPT in schema.names:
+        raise ValueError(f"the input schema may not have a column named {_CORRUPT}")
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    parsed = F.col(_PARSED)
+    bad = parsed.isNull() | parsed.getField(_CORRUPT).isNotNull()
+    for column in required:
+        bad = bad | parsed.getField(column).isNull()
+    return (lines.where(F.trim(F.col("value")) != "")
+            .select(F.col("value").alias(RAW_COLUMN),
+                    F.from_json("value", StructType([*schema.fields, StructField(_CORRUPT, StringType())]),
+                                options).alias(_PARSED))
+            .select(*[parsed.getField(f.name).alias(f.name) for f in schema.fields], RAW_COLUMN, bad.alias(BAD_COLUMN)))
+
+
+def good_records(parsed: DataFrame) -> DataFrame:
+    """The good records of :func:`parse_json_lines`' output, with the input schema's columns only."""
+    return parsed.where(~F.col(BAD_COLUMN)).drop(RAW_COLUMN, BAD_COLUMN)
+
+
+class Quarantine:
+    """Writes each batch's bad records under ``root`` (one folder per batch id) and returns the good rows."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(str(root).removeprefix("file://"))
+
+    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int]:
+        """The batch's good rows and how many bad records were written aside (idempotent per batch id)."""
+        if BAD_COLUMN not in batch.columns or RAW_COLUMN not in batch.columns:
+            raise ValueError(f"the batch has no {BAD_COLUMN}/{RAW_COLUMN} columns: read the input with "
+                             "misa.quarantine.parse_json_lines to quarantine bad records")
+        lines = batch.where(F.col(BAD_COLUMN)).select(RAW_COLUMN).toArrow()[RAW_COLUMN].to_pylist()
+        self._write(batch_id, lines)
+        return good_records(batch), len(lines)
+
+    def _write(self, batch_id: int, lines: list[str]) -> None:
+        final = self.root / f"batch_id={batch_id}"
+        if not lines:
+            shutil.rmtree(final, ignore_errors=True)  # a stale folder from an earlier run into this root
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = self.root / f"_staging-{batch_id}-{uuid.uuid4().hex}"
+        staging.mkdir()
+        (staging / "part-00000.txt").write_bytes("".join(line + "\n" for line in lines).encode())
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+
+
+def read_quarantine(root: str | Path) -> list[str]:
+    """Every quarantined line under ``root``, in batch id order."""
+    root = Path(str(root).removeprefix("file://"))
+    folders = sorted(root.glob("batch_id=*"), key=lambda f: int(f.name.split("=")[1]))
+    return [line for f in folders for line in (f / "part-00000.txt").read_bytes().decode().split("\n")[:-1]]

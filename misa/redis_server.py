@@ -1,0 +1,181 @@
+"""Redis as a side store: a private ``redis-server`` for jobs and tests, and key lookups with MGET.
+
+::
+
+    with RedisServer() as server:                  # a free loopback port, a temporary directory
+        client = server.client()
+        store_mapping(client, {"ad-1": "campaign-7"})
+        RedisLookup(server.url)(["ad-1", "ad-2"])  # ["campaign-7", None]: one MGET
+
+The server keeps nothing on disk (no RDB snapshots, no append-only file) and is stopped, and its
+directory removed, when the context ends. On Linux it also gets SIGTERM when the thread that started
+it dies, so a killed driver leaves no server behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import redis
+
+PACKAGE_HINT = ("install it with the Debian/Ubuntu package redis-server (apt-get install redis-server), "
+                "or give the URL of a running server")
+MSET_CHUNK = 10_000  # keys per MSET when loading a mapping
+_PR_SET_PDEATHSIG = 1
+
+
+class RedisServerError(RuntimeError):
+    """The private redis-server could not be started."""
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free loopback port in a temporary directory, without persistence."""
+
+    def __init__(self, binary: str = "redis-server", startup_timeout_s: float = 10.0, attempts: int = 3):
+        self.binary = binary
+        self.startup_timeout_s = startup_timeout_s
+        self.attempts = attempts  # another process may take the chosen port before the server binds it
+        self.port: int | None = None
+        self._process: subprocess.Popen | None = None
+        self._dir: Path | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0`` of the running server."""
+        if self.port is None:
+            raise RedisServerError("the redis-server is not running: use RedisServer as a context manager")
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        """A client of this server that returns strings."""
+        return redis.Redis.from_url(self.url, decode_responses=True)
+
+    def start(self) -> "RedisServer":
+        """Start the server and return once it answers PING."""
+        path = shutil.which(self.binary)
+        if path is None:
+            raise RedisServerError(f"{self.binary} was not found on PATH: {PACKAGE_HINT}")
+        self._dir = Path(tempfile.mkdtemp(prefix="misa-redis-"))
+        errors = []
+        for _ in range(self.attempts):
+            port = _free_port()
+            log = self._dir / f"redis-{port}.log"
+            self._process = subprocess.Popen(
+                [path, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self._dir), "--save", "",
+                 "--appendonly", "no", "--daemonize", "no", "--logfile", str(log)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                preexec_fn=_terminate_with_parent())
+            if self._wait_ready(port):
+                self.port = port
+                return self
+            errors.append(self._reap(log))
+        self.stop()
+        raise RedisServerError(f"{path} did not start on 127.0.0.1 in {self.attempts} attempts: " + " | ".join(errors))
+
+    def _wait_ready(self, port: int) -> bool:
+        """True once the server answers PING; False if it exits or stays silent past the timeout."""
+        assert self._process is not None
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, socket_timeout=0.5)
+        deadline = time.monotonic() + self.startup_timeout_s
+        try:
+            while time.monotonic() < deadline and self._process.poll() is None:
+                try:
+                    if client.ping():
+                        return True
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            return False
+        finally:
+            client.close()
+
+    def _reap(self, log: Path) -> str:
+        """Stop a server that did not come up; the reason from its log or stderr."""
+        assert self._process is not None
+        self._terminate()
+        stderr = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+        self._process = None
+        lines = (log.read_text(errors="replace") if log.exists() else "").strip().splitlines() + stderr.splitlines()
+        return lines[-1].strip() if lines else f"no answer to PING within {self.startup_timeout_s} s"
+
+    def _terminate(self) -> None:
+        assert self._process is not None
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s) and remove its directory."""
+        if self._process is not None:
+            self._terminate()
+            if self._process.stderr:
+                self._process.stderr.close()
+            self._process = None
+        self.port = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _terminate_with_parent() -> Callable[[], None] | None:
+    """On Linux, a pre-exec hook asking the kernel to SIGTERM the child when its parent thread dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def connect(url: str) -> redis.Redis:
+    """A client of the server at ``url`` that returns strings; fails clearly if the server does not answer."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        raise RedisServerError(f"cannot reach Redis at {url}: {exc}") from exc
+    return client
+
+
+def store_mapping(client: redis.Redis, mapping: Mapping[str, str]) -> int:
+    """Store ``mapping`` as plain string keys (``SET key value``, as YSB stores ad -> campaign); returns its size."""
+    items = list(mapping.items())
+    for begin in range(0, len(items), MSET_CHUNK):
+        client.mset(dict(items[begin:begin + MSET_CHUNK]))
+    return len(items)
+
+
+class RedisLookup:
+    """Values of string keys from Redis, one MGET per call (None for a key Redis does not have)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self._client = connect(url)
+
+    def __call__(self, keys: Sequence[str]) -> list[str | None]:
+        return self._client.mget(keys) if keys else []
+
+    def close(self) -> None:
+        self._client.close()
