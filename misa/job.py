@@ -42,8 +42,9 @@ Sink = Callable[[int, pa.Table], None]
 class BadRecords(Protocol):
     """Splits a batch's malformed records off: writes them aside for ``batch_id``, returns the good rows."""
 
-    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int]:
-        """The batch's good rows and how many bad records were set aside (idempotent per batch id)."""
+    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int, int]:
+        """The batch's good rows, how many bad records were set aside (idempotent per batch id), and how
+        many records the batch has (Spark's own count repeats for every job that reads the batch)."""
 
 
 class StatefulJob:
@@ -106,15 +107,28 @@ class StatefulJob:
         self.version = version
 
     def run_batch(self, batch: DataFrame, batch_id: int) -> None:
-        """The foreachBatch function: returns only after ack 2 of batch_id - 1."""
+        """The foreachBatch function: returns only after ack 2 of batch_id - 1.
+
+        The batch is cached for the batch's Spark jobs (the count or quarantine, the hint job and the
+        deltas), so its input is read and parsed once.
+        """
+        cached = batch.persist()
+        try:
+            self._run_batch(cached, batch_id)
+        finally:
+            cached.unpersist()
+
+    def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         if batch_id <= self.version:  # a replay: rebuild from the version before it
             log.warning("batch %d replayed; reloading state version %d", batch_id, batch_id - 1)
             self.controller.drain()
             self._load(batch_id - 1)
-        bad = 0
-        if self.bad_records is not None:
-            batch, bad = self.bad_records.split(batch, batch_id)
+        counts: dict[str, int] = {}
+        if self.bad_records is not None:  # this job also fills the cache
+            batch, counts["bad_records"], counts["input_rows"] = self.bad_records.split(batch, batch_id)
+        else:
+            counts["input_rows"] = batch.count()
         hint_job = self.hints.start(batch) if self.hints else None
         upstream = self.upstream(batch) if self.upstream else batch
         deltas = self.operator.deltas(upstream).toArrow()
@@ -134,7 +148,7 @@ class StatefulJob:
         self.metrics.add(batch_id, {
             "output_rows": result.output.num_rows,
             "late_rows": result.late_rows,
-            "bad_records": bad,
+            **counts,
             "state_keys": self.store.approximate_keys(),
             "cache": self.view.cache.stats.take(),
             "prefetch": self._prefetch_record(hints),

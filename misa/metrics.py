@@ -41,7 +41,12 @@ class BatchMetrics:
             self._reported.wait_for(lambda: not self._pending, timeout_s)
 
     def on_progress(self, progress: Any) -> None:
-        """Spark's side: input rows and the batch's wall time (``triggerExecution``)."""
+        """Spark's side: input rows and the batch's wall time (``triggerExecution``).
+
+        Spark's ``numInputRows`` counts the input once per Spark job that reads the batch (the hint
+        job and the quarantine add jobs); when the runtime counted the batch's records itself, that
+        count is ``input_rows`` and Spark's is kept as ``spark_input_rows``.
+        """
         durations = progress.durationMs or {}
         if "addBatch" not in durations:
             return  # an idle trigger, not a batch
@@ -52,10 +57,11 @@ class BatchMetrics:
             "batch_id": progress.batchId,
             "started": datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp(),
             "mode": self.mode,
-            "input_rows": progress.numInputRows,
+            "spark_input_rows": progress.numInputRows,
             "latency_s": durations.get("triggerExecution", 0) / 1000.0,
             "add_batch_s": durations.get("addBatch", 0) / 1000.0,
         })
+        record.setdefault("input_rows", progress.numInputRows)  # the runtime's own count when it has one
         if self.path:
             with self._lock, self.path.open("a") as out:
                 out.write(json.dumps(record, default=float) + "\n")

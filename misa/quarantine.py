@@ -61,14 +61,17 @@ class Quarantine:
     def __init__(self, root: str | Path):
         self.root = Path(str(root).removeprefix("file://"))
 
-    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int]:
-        """The batch's good rows and how many bad records were written aside (idempotent per batch id)."""
+    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int, int]:
+        """The batch's good rows, how many bad records were written aside (idempotent per batch id) and
+        how many records the batch has: one Spark job counts them and collects the bad lines."""
         if BAD_COLUMN not in batch.columns or RAW_COLUMN not in batch.columns:
             raise ValueError(f"the batch has no {BAD_COLUMN}/{RAW_COLUMN} columns: read the input with "
                              "misa.quarantine.parse_json_lines to quarantine bad records")
-        lines = batch.where(F.col(BAD_COLUMN)).select(RAW_COLUMN).toArrow()[RAW_COLUMN].to_pylist()
+        summary = batch.agg(F.count(F.lit(1)).alias("records"),
+                            F.collect_list(F.when(F.col(BAD_COLUMN), F.col(RAW_COLUMN))).alias("bad")).first()
+        lines = list(summary["bad"])
         self._write(batch_id, lines)
-        return good_records(batch), len(lines)
+        return good_records(batch), len(lines), int(summary["records"])
 
     def _write(self, batch_id: int, lines: list[str]) -> None:
         final = self.root / f"batch_id={batch_id}"

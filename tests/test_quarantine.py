@@ -49,9 +49,9 @@ def test_the_bad_record_rule(lines_df):
 def test_quarantine_writes_the_exact_lines_per_batch_and_a_replay_replaces_them(lines_df, tmp_path):
     parsed = parse_json_lines(lines_df, SCHEMA, REQUIRED)
     quarantine = Quarantine(f"file://{tmp_path / 'q'}")
-    good, bad = quarantine.split(parsed, 3)
+    good, bad, records = quarantine.split(parsed, 3)
     expected = [line for line, is_bad in LINES.items() if is_bad]
-    assert bad == len(expected) and good.count() == 4
+    assert bad == len(expected) and good.count() == 4 and records == 4 + len(expected)
     assert Counter(read_quarantine(tmp_path / "q")) == Counter(expected)
     assert (tmp_path / "q" / "batch_id=3" / "part-00000.txt").read_bytes().decode().endswith("\n")
     replay = parsed.where(F.col(RAW_COLUMN).startswith('{"time": 5') | F.col(RAW_COLUMN).startswith('{"time": 6'))
@@ -92,4 +92,7 @@ def test_cluster_monitoring_quarantines_bad_input_and_equals_the_reference_over_
     got = run_in_process(spark, cluster_monitoring, "cm2", "misa", cm_data, tmp_path / "misa")
     assert_same_results(got, expected)
     assert Counter(read_quarantine(tmp_path / "misa" / "ckpt" / "quarantine")) == Counter(BAD_CM_LINES)
-    assert sum(r["bad_records"] for r in metrics(tmp_path / "misa")) == len(BAD_CM_LINES)
+    records = metrics(tmp_path / "misa")
+    assert sum(r["bad_records"] for r in records) == len(BAD_CM_LINES)
+    input_lines = sum(1 for f in cm_data.glob("*.json") for line in f.read_text().splitlines() if line.strip())
+    assert sum(r["input_rows"] for r in records) == input_lines  # counted once, whatever jobs read the batch
