@@ -18,15 +18,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from misa.config import parse_seconds
 from misa.operators import Agg, Aggregation
-from misa.sink import ParquetBatchSink
 
 try:  # run as a file by spark-submit, or imported as jobs.cluster_monitoring
-    from jobs.common import job_arguments, read_stream, run_misa, run_native, spark_session
+    from jobs.common import job_arguments, native_aggregation, run_query, spark_session
 except ImportError:  # pragma: no cover
     sys.path.insert(0, __file__.rsplit("/jobs/", 1)[0])
-    from jobs.common import job_arguments, read_stream, run_misa, run_native, spark_session
+    from jobs.common import job_arguments, native_aggregation, run_query, spark_session
 
 TASK_EVENTS = StructType([
     StructField("time", LongType()),
@@ -69,18 +67,12 @@ class CmQuery:
         """Candidate stages for prefetch hints, earliest first (the filter makes the first one wasteful)."""
         return [self.timed, self.upstream] if self.where else [self.upstream]
 
-    def operator(self, output_mode: str, watermark_delay: str) -> Aggregation:
+    def operator(self, args: argparse.Namespace) -> Aggregation:
         return Aggregation([self.group_by], [self.agg], event_time="event_time", window=self.window,
-                           slide=self.slide, watermark_delay=watermark_delay, output_mode=output_mode)
+                           slide=self.slide, watermark_delay=args.watermark_delay, output_mode=args.output_mode)
 
-    def native(self, events: DataFrame, watermark_delay: str) -> DataFrame:
-        fn = {"sum": F.sum, "avg": F.avg}[self.agg.function]
-        delay = f"{int(parse_seconds(watermark_delay) * 1000)} milliseconds"
-        grouped = (self.upstream(events).withWatermark("event_time", delay)
-                   .groupBy(F.window("event_time", self.window, self.slide), self.group_by)
-                   .agg(fn(self.agg.column).alias(self.agg.name)))
-        return grouped.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                              self.group_by, self.agg.name)
+    def native(self, events: DataFrame, args: argparse.Namespace) -> DataFrame:
+        return native_aggregation(self.operator(args), self.upstream(events))
 
 
 QUERIES = {
@@ -95,14 +87,7 @@ KEY_COLUMNS = {"cm1": ("window_start", "window_end", "scheduling_class"), "cm2":
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run one query with the parsed command line (also used in-process by the tests)."""
-    query = QUERIES[args.query]
-    sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
-    stream = read_stream(spark, args, TASK_EVENTS, REQUIRED)
-    if args.mode == "native":
-        run_native(spark, args, query.native(stream, args.watermark_delay), sink)
-    else:
-        run_misa(spark, args, stream, query.operator(args.output_mode, args.watermark_delay), query.upstream, sink,
-                 hint_stages=query.hint_stages())
+    run_query(spark, args, QUERIES[args.query], TASK_EVENTS, REQUIRED)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

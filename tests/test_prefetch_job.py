@@ -5,12 +5,12 @@ values are compared with a relative tolerance of 1e-9; keys and counts exactly.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from cm_helpers import assert_same_results, run_in_process
+from job_helpers import metrics
 from jobs.gen_cm import generate_cm
 
 
@@ -34,10 +34,6 @@ def session_conf(spark):
     yield set_conf
     for key in keys:
         spark.conf.unset(key)
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
