@@ -1,24 +1,33 @@
 """The state cache: the Timestamp-Aware Cache (or an LRU / Clock baseline) and the batch's write buffer.
 
-Entries are (value, dirty) with a place in an eviction order (:mod:`prefetch.policies`). A value of
-None means "the key has no value" (a negative entry). Capacity is in bytes: key, value and
-:data:`ENTRY_OVERHEAD` per entry. When it is exceeded the order's victims are evicted; a dirty
-victim moves to the *eviction buffer*, where reads still find it, until the commit drains it.
-Writes of a batch are one dirty entry per key (the write-dedup buffer of Kafka's KIP-63), and
-:meth:`StateCache.drain` hands them to the commit.
+Entries are a value (bytes, or None: "the key has no value", a negative entry), a dirty flag and a
+place in an eviction order (:mod:`prefetch.policies`). Capacity is in bytes: key, value and
+:data:`ENTRY_OVERHEAD` per entry. Whenever an operation leaves the cache over capacity, the
+order's victims are evicted until it fits again; a dirty victim moves to the *eviction buffer*
+(not counted against the capacity) where reads still find it, until the commit drains it. A read
+or hint of a key in the eviction buffer moves it back into the cache, as in the TAC paper.
 
-Range deletes: :meth:`StateCache.delete_range` drops every entry in the range (cached, dirty or in
-the eviction buffer) and records the range; until the next drain, a read of a key in it is None.
-Puts after the range delete survive: the commit applies the batch's range deletes first, then its
-puts.
+The batch's writes are one dirty entry per key (the write-dedup buffer of Kafka's KIP-63), handed
+to the commit by :meth:`StateCache.drain`.
+
+Range deletes: :meth:`StateCache.delete_range` drops every entry in the range (clean, dirty or in
+the eviction buffer) and records the range; until the next drain, a read of a key in a recorded
+range is None and a fill of such a key is ignored (its fetched value is older than the delete).
+A put after the range delete survives it: :meth:`StateCache.drain` returns the batch's ranges and
+its dirty entries, and the commit applies the ranges first, then the entries (as
+``misa.commit_buffer.CommitBuffer`` and ``StateStore.apply`` do). A put *before* the range delete
+is dropped by it.
 """
 from __future__ import annotations
 
+import itertools
 import threading
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Final, Sequence
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field, fields
+from numbers import Integral
+from typing import Any, Final, Iterable, Sequence
 
-from .policies import eviction_order
+from .policies import ORDERS, eviction_order
 
 
 class _Missing:
@@ -27,200 +36,281 @@ class _Missing:
 
 
 MISSING: Final[Any] = _Missing()
-"""What a read returns for a key the cache knows nothing about."""
-POLICIES = ("tac", "lru", "clock")
-ENTRY_OVERHEAD = 64  # bytes counted per entry besides its key and value
+"""What a read returns for a key the cache knows nothing about (a miss)."""
+POLICIES: Final = tuple(ORDERS)
+ENTRY_OVERHEAD: Final = 64  # bytes counted per entry besides its key and value
 
 
 @dataclass
 class CacheStats:
-    """Counters since the last :meth:`take`."""
+    """Counters of a cache's activity since the last :meth:`take`."""
 
-    hits: int = 0
-    misses: int = 0
+    hits: int = 0                # reads answered by the cache (a negative entry or a deleted range too)
+    misses: int = 0              # reads that returned MISSING
     evictions: int = 0
     dirty_evictions: int = 0     # evictions into the eviction buffer
     prefetched: int = 0          # entries filled by prefetching
     prefetch_hits: int = 0       # first reads of prefetched entries
-    wasted_prefetches: int = 0   # prefetched entries evicted or deleted before any read
+    wasted_prefetches: int = 0   # prefetched entries evicted or dropped before any read
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Guards the counters; a :class:`StateCache` shares its own lock, so a take sees whole operations."""
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters by name."""
+        with self.lock:
+            return self._counters()
 
     def take(self) -> dict[str, int]:
-        """The counters as a dict; they restart from zero."""
-        out = asdict(self)
-        for f in fields(self):
-            setattr(self, f.name, 0)
+        """The counters by name; they restart from zero."""
+        with self.lock:
+            out = self._counters()
+            for name in out:
+                setattr(self, name, 0)
         return out
+
+    def _counters(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+
+
+class _Ranges:
+    """Disjoint key ranges [begin, end) in key order: membership in O(log n)."""
+
+    def __init__(self) -> None:
+        self._begins: list[bytes] = []
+        self._ends: list[bytes] = []
+
+    def add(self, begin: bytes, end: bytes) -> None:
+        """Add [begin, end), merged with the ranges it overlaps or touches."""
+        first = bisect_left(self._ends, begin)     # the first range ending at or after begin
+        last = bisect_right(self._begins, end)     # past the last range starting at or before end
+        if first < last:
+            begin, end = min(begin, self._begins[first]), max(end, self._ends[last - 1])
+        self._begins[first:last] = [begin]
+        self._ends[first:last] = [end]
+
+    def __contains__(self, key: bytes) -> bool:
+        i = bisect_right(self._begins, key) - 1
+        return i >= 0 and key < self._ends[i]
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        """The ranges as (begin, end), in key order."""
+        return list(zip(self._begins, self._ends))
 
 
 def _size(key: bytes, value: bytes | None) -> int:
     return len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
 
 
-def _stamps(ts: int | Sequence[int], n: int) -> Sequence[int]:
-    return [int(ts)] * n if isinstance(ts, int) else ts
+def _stamps(ts: int | Sequence[int], n: int) -> Iterable[int]:
+    """One event time per key: ``ts`` itself, or ``ts[i]`` for key ``i``."""
+    if isinstance(ts, (int, Integral)):  # numpy integers too
+        return itertools.repeat(int(ts), n)
+    if len(ts) != n:
+        raise ValueError(f"ts has {len(ts)} timestamps for {n} keys")
+    return map(int, ts)
+
+
+def _check_values(values: Sequence[bytes | None], n: int) -> None:
+    if len(values) != n:
+        raise ValueError(f"values has {len(values)} values for {n} keys")
 
 
 class StateCache:
-    """A byte-bounded state cache with dirty tracking and an eviction buffer; thread-safe."""
+    """A byte-bounded state cache with dirty tracking, an eviction buffer and statistics.
 
-    def __init__(self, max_bytes: int, policy: str = "tac"):
-        if max_bytes <= 0:
-            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
-        if policy not in POLICIES:
-            raise ValueError(f"policy {policy!r}: use one of {', '.join(POLICIES)}")
-        self.max_bytes = max_bytes
+    Thread-safe: prefetch threads fill and renew while the batch thread reads and writes. Reads,
+    fills, renewals and writes cost O(log n) per key (TAC) or O(1) (LRU, Clock), amortized;
+    :meth:`delete_range` and :meth:`items` take one pass over the cache (a batch calls them once
+    or twice, and a sorted index would tax every insert); :meth:`drain` is O(dirty entries).
+    """
+
+    def __init__(self, max_bytes: int, policy: str = "tac") -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, Integral) or max_bytes <= 0:
+            raise ValueError(f"max_bytes must be a positive number of bytes, not {max_bytes!r}")
+        self._order = eviction_order(policy)  # raises for an unknown policy
+        self.max_bytes = int(max_bytes)
         self.policy = policy
-        self.stats = CacheStats()
-        self._order = eviction_order(policy)
+        self._lock = threading.Lock()
+        self.stats = CacheStats(lock=self._lock)
         self._values: dict[bytes, bytes | None] = {}
         self._dirty: set[bytes] = set()
-        self._prefetched: set[bytes] = set()  # prefetched, not read yet
+        self._prefetched: set[bytes] = set()  # filled by prefetching, not read yet
         self._evicted: dict[bytes, bytes | None] = {}  # the eviction buffer: dirty victims
-        self._ranges: list[tuple[bytes, bytes]] = []   # deleted since the last drain
+        self._deleted = _Ranges()  # ranges deleted since the last drain
         self._bytes = 0
-        self._lock = threading.Lock()
+        self._evicted_bytes = 0
 
     # ------------------------------------------------------------------ reads
     def get_many(self, keys: Sequence[bytes], ts: int | Sequence[int] = 0) -> list[Any]:
-        """Per key: its value (bytes or None) or :data:`MISSING`; a hit records the access at ``ts``."""
+        """Per key: its value (bytes or None) or :data:`MISSING`; ``ts`` is each access's event time.
+
+        A hit records the access: TAC sets the entry's timestamp to ``ts``, LRU makes it the most
+        recent, Clock sets its reference bit; a hit in the eviction buffer moves the entry back.
+        """
         out: list[Any] = []
         with self._lock:
             for key, t in zip(keys, _stamps(ts, len(keys))):
                 if key in self._values:
-                    self._order.touch(key, int(t))
+                    value = self._values[key]
+                    self._order.touch(key, t)
                     if key in self._prefetched:
                         self._prefetched.discard(key)
                         self.stats.prefetch_hits += 1
-                    out.append(self._values[key])
                 elif key in self._evicted:
-                    out.append(self._evicted[key])
-                elif self._deleted(key):
-                    out.append(None)
+                    value = self._revive(key, t)
+                elif key in self._deleted:
+                    value = None
                 else:
                     out.append(MISSING)
                     self.stats.misses += 1
                     continue
+                out.append(value)
                 self.stats.hits += 1
+            self._evict()
         return out
 
     def contains(self, key: bytes) -> bool:
+        """Whether a read of ``key`` would hit: cached, in the eviction buffer or deleted this batch."""
         with self._lock:
-            return key in self._values or key in self._evicted
+            return key in self._values or key in self._evicted or key in self._deleted
 
-    def _deleted(self, key: bytes) -> bool:
-        return any(begin <= key < end for begin, end in self._ranges)
-
-    # ------------------------------------------------------------------ clean entries
+    # ------------------------------------------------------------------ clean entries, hints
     def fill(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int],
              *, prefetched: bool = False) -> int:
-        """Add clean entries read below the cache; a key the cache already knows is left as it is."""
+        """Add clean entries fetched below the cache; returns how many were inserted.
+
+        A key the cache already holds (clean, dirty or in the eviction buffer) keeps its entry,
+        which is newer or as new, and a key in a range deleted this batch stays deleted.
+        ``prefetched`` marks entries filled from hints (``ts``: the hints' future event times);
+        for one the cache already holds, the hint renews it (:meth:`renew`).
+        """
+        _check_values(values, len(keys))
         inserted = 0
         with self._lock:
             for key, value, t in zip(keys, values, _stamps(ts, len(keys))):
-                if key in self._values or key in self._evicted or self._deleted(key):
-                    continue
-                self._insert(key, value, int(t))
-                inserted += 1
-                if prefetched:
-                    self._prefetched.add(key)
+                if key in self._values or key in self._evicted:
+                    if prefetched:
+                        self._renew(key, t)
+                elif key not in self._deleted:
+                    self._insert(key, value, t, dirty=False)
+                    inserted += 1
+                    if prefetched:
+                        self._prefetched.add(key)
             if prefetched:
                 self.stats.prefetched += inserted
             self._evict()
         return inserted
 
     def renew(self, keys: Sequence[bytes], ts: int | Sequence[int]) -> int:
-        """A new hint for cached keys: TAC raises their timestamps; returns how many were cached."""
-        renewed = 0
+        """New hints for held keys; returns how many were held (cached or in the eviction buffer).
+
+        TAC raises an entry's timestamp to ``ts`` (never lowers it), LRU and Clock count a use; an
+        entry in the eviction buffer moves back into the cache.
+        """
         with self._lock:
-            for key, t in zip(keys, _stamps(ts, len(keys))):
-                if key in self._values:
-                    self._order.renew(key, int(t))
-                    renewed += 1
+            renewed = sum(self._renew(key, t) for key, t in zip(keys, _stamps(ts, len(keys))))
+            self._evict()
         return renewed
 
     # ------------------------------------------------------------------ the batch's writes
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int] = 0) -> None:
-        """The batch's new values (None deletes): one dirty entry per key."""
+        """The batch's new values (None deletes the key): one dirty entry per key, the last put wins."""
+        _check_values(values, len(keys))
         with self._lock:
             for key, value, t in zip(keys, values, _stamps(ts, len(keys))):
                 if key in self._values:
                     self._bytes += _size(key, value) - _size(key, self._values[key])
                     self._values[key] = value
-                    self._order.touch(key, int(t))
+                    self._dirty.add(key)
                     self._prefetched.discard(key)
+                    self._order.touch(key, t)
                 else:
-                    self._evicted.pop(key, None)  # superseded by this write
-                    self._insert(key, value, int(t))
-                self._dirty.add(key)
+                    if key in self._evicted:
+                        self._unbuffer(key)  # superseded by this write
+                    self._insert(key, value, t, dirty=True)
             self._evict()
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Delete [begin, end) as of this batch (see the module docstring)."""
+        """Delete the keys in [begin, end) as of this batch (see the module docstring); one pass."""
+        if begin >= end:
+            return
         with self._lock:
             for key in [k for k in self._values if begin <= k < end]:
                 self._drop(key)
                 self._order.remove(key)
             for key in [k for k in self._evicted if begin <= k < end]:
-                del self._evicted[key]
-            self._ranges.append((begin, end))
+                self._unbuffer(key)
+            self._deleted.add(begin, end)
 
     def drain(self) -> tuple[dict[bytes, bytes | None], list[tuple[bytes, bytes]]]:
-        """The batch's changes for the commit: dirty entries and the eviction buffer, and the range deletes.
+        """The batch's changes for the commit: ``(changes, range_deletes)``.
 
-        Cached entries stay, now clean; the eviction buffer and the recorded ranges are emptied.
+        ``changes`` holds every dirty entry, cached or in the eviction buffer (None: delete the key);
+        ``range_deletes`` are the ranges deleted this batch, merged, in key order. The commit applies
+        the ranges first, then the changes. Cached entries stay, now clean; the eviction buffer and
+        the ranges are emptied.
         """
         with self._lock:
-            changes = dict(self._evicted)
+            changes = self._evicted
             changes.update((key, self._values[key]) for key in self._dirty)
-            ranges = self._ranges
-            self._dirty, self._evicted, self._ranges = set(), {}, []
+            ranges = self._deleted.items()
+            self._dirty, self._evicted, self._deleted = set(), {}, _Ranges()
+            self._evicted_bytes = 0
         return changes, ranges
 
     def clear(self) -> None:
-        """Forget everything (the state was reloaded)."""
+        """Forget everything, dirty entries too (the state was reloaded)."""
         with self._lock:
+            self.stats.wasted_prefetches += len(self._prefetched)
             self._order = eviction_order(self.policy)
-            self._values, self._dirty, self._prefetched, self._evicted, self._ranges = {}, set(), set(), {}, []
-            self._bytes = 0
+            self._values, self._dirty, self._prefetched, self._evicted = {}, set(), set(), {}
+            self._deleted = _Ranges()
+            self._bytes = self._evicted_bytes = 0
 
-    # ------------------------------------------------------------------ sizes
+    # ------------------------------------------------------------------ inspection
     @property
     def bytes_cached(self) -> int:
+        """Bytes of the cached entries (the eviction buffer not included); at most ``max_bytes``."""
         return self._bytes
 
     @property
     def dirty_count(self) -> int:
-        return len(self._dirty) + len(self._evicted)
+        """Entries the next drain returns (cached dirty ones and the eviction buffer)."""
+        with self._lock:
+            return len(self._dirty) + len(self._evicted)
 
     @property
     def eviction_buffer_bytes(self) -> int:
-        with self._lock:
-            return sum(_size(k, v) for k, v in self._evicted.items())
+        """Bytes of the entries in the eviction buffer."""
+        return self._evicted_bytes
 
     def __len__(self) -> int:
+        """Cached entries (the eviction buffer not included)."""
         return len(self._values)
 
     def items(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes | None]]:
-        """Every entry the cache holds in [begin, end), cached or in the eviction buffer."""
+        """Every entry held in [begin, end), cached or in the eviction buffer, in no order; one pass."""
         with self._lock:
-            found = {k: v for k, v in self._values.items() if begin <= k < end}
-            found.update((k, v) for k, v in self._evicted.items() if begin <= k < end)
-        return list(found.items())
+            found = [(k, v) for k, v in self._values.items() if begin <= k < end]
+            found += [(k, v) for k, v in self._evicted.items() if begin <= k < end]
+        return found
 
     @property
     def deleted_ranges(self) -> list[tuple[bytes, bytes]]:
-        """Ranges deleted since the last drain."""
+        """The ranges deleted since the last drain, merged, in key order."""
         with self._lock:
-            return list(self._ranges)
+            return self._deleted.items()
 
     # ------------------------------------------------------------------ internals (lock held)
-    def _insert(self, key: bytes, value: bytes | None, ts: int) -> None:
+    def _insert(self, key: bytes, value: bytes | None, ts: int, dirty: bool) -> None:
         self._values[key] = value
         self._bytes += _size(key, value)
         self._order.insert(key, ts)
+        if dirty:
+            self._dirty.add(key)
 
     def _drop(self, key: bytes) -> bytes | None:
-        """Remove a cached entry (not from the order); a prefetched one never read was wasted."""
+        """Remove a cached entry (the order is the caller's business); a prefetched one never read was wasted."""
         value = self._values.pop(key)
         self._bytes -= _size(key, value)
         self._dirty.discard(key)
@@ -229,12 +319,35 @@ class StateCache:
             self.stats.wasted_prefetches += 1
         return value
 
+    def _unbuffer(self, key: bytes) -> bytes | None:
+        """Take an entry out of the eviction buffer."""
+        value = self._evicted.pop(key)
+        self._evicted_bytes -= _size(key, value)
+        return value
+
+    def _revive(self, key: bytes, ts: int) -> bytes | None:
+        """Move an entry from the eviction buffer back into the cache, still dirty."""
+        value = self._unbuffer(key)
+        self._insert(key, value, ts, dirty=True)
+        return value
+
+    def _renew(self, key: bytes, ts: int) -> bool:
+        if key in self._values:
+            self._order.renew(key, ts)
+        elif key in self._evicted:
+            self._revive(key, ts)
+        else:
+            return False
+        return True
+
     def _evict(self) -> None:
-        while self._bytes > self.max_bytes and self._values:
+        """Evict the order's victims until the cached bytes fit; dirty ones go to the eviction buffer."""
+        while self._bytes > self.max_bytes:
             key = self._order.victim()
             dirty = key in self._dirty
             value = self._drop(key)
             self.stats.evictions += 1
             if dirty:
                 self._evicted[key] = value
+                self._evicted_bytes += _size(key, value)
                 self.stats.dirty_evictions += 1

@@ -1,7 +1,10 @@
 """Eviction orders for the state cache: timestamp-aware (TAC), LRU and Clock.
 
-An order only knows keys and when they were used; the cache owns values, sizes and dirtiness.
-Each order answers ``victim()``: the key to evict next (removed from the order).
+An order only knows keys and when they were used; the cache owns values, sizes and dirtiness and
+tells the order about every entry that enters, is used or leaves. ``victim()`` names (and removes)
+the key to evict next. The cache inserts an operation's new entries first and then evicts while it
+is over capacity, so new entries are candidates like any other. Every operation is O(1) (LRU,
+Clock, amortized) or O(log n) (TAC, amortized).
 """
 from __future__ import annotations
 
@@ -12,72 +15,70 @@ from typing import Protocol
 
 
 class EvictionOrder(Protocol):
+    """What the cache needs from an eviction order."""
+
     def insert(self, key: bytes, ts: int) -> None:
-        """A new entry, used at event time ``ts`` (a prefetched entry: its hint's future time)."""
+        """A new entry, for event time ``ts`` (an access, or a prefetched entry's future hint time)."""
 
     def touch(self, key: bytes, ts: int) -> None:
-        """A read or update of a cached entry at event time ``ts``."""
+        """A read or update of an entry at event time ``ts``."""
 
     def renew(self, key: bytes, ts: int) -> None:
-        """A new hint for a cached entry, for a future access at ``ts``."""
+        """A new hint for an entry: it will be accessed at event time ``ts``."""
 
     def remove(self, key: bytes) -> None:
-        """The entry left the cache for another reason (deleted)."""
+        """The entry left the cache for another reason than eviction (deleted)."""
 
     def victim(self) -> bytes:
-        """The next key to evict; it is removed from the order."""
+        """The next key to evict, removed from the order; the order must not be empty."""
 
 
 class TimestampOrder:
-    """TAC: the entry with the smallest event timestamp goes first.
+    """TAC: the entry with the smallest event timestamp goes first (ties: the older stamp first).
 
-    A read or update sets the timestamp to the access's event time; a hint can only raise it. A
-    heap with lazy invalidation: superseded heap items are skipped when popped, and the heap is
-    rebuilt when stale items outnumber live ones.
+    A read or update *sets* the timestamp to the access's event time; a hint only raises it. A
+    min-heap with lazy invalidation: a re-stamped key pushes a new item and its old items are
+    skipped when they surface; the heap is rebuilt when stale items outnumber the live ones.
     """
 
     def __init__(self) -> None:
-        self._ts: dict[bytes, tuple[int, int]] = {}  # key -> (ts, sequence of its live heap item)
+        self._live: dict[bytes, tuple[int, int]] = {}  # key -> (ts, sequence number of its live heap item)
         self._heap: list[tuple[int, int, bytes]] = []
         self._seq = itertools.count()
 
-    def _push(self, key: bytes, ts: int) -> None:
-        seq = next(self._seq)
-        self._ts[key] = (ts, seq)
-        heapq.heappush(self._heap, (ts, seq, key))
-        if len(self._heap) > 2 * len(self._ts) + 1024:
-            self._heap = [(t, s, k) for k, (t, s) in self._ts.items()]
-            heapq.heapify(self._heap)
-
     def insert(self, key: bytes, ts: int) -> None:
-        self._push(key, ts)
+        seq = next(self._seq)
+        self._live[key] = (ts, seq)
+        heapq.heappush(self._heap, (ts, seq, key))
+        if len(self._heap) > 2 * len(self._live) + 1024:
+            self._heap = [(t, s, k) for k, (t, s) in self._live.items()]
+            heapq.heapify(self._heap)
 
     touch = insert
 
     def renew(self, key: bytes, ts: int) -> None:
-        if ts > self._ts[key][0]:
-            self._push(key, ts)
+        if ts > self._live[key][0]:
+            self.insert(key, ts)
 
     def remove(self, key: bytes) -> None:
-        del self._ts[key]
+        del self._live[key]
 
     def victim(self) -> bytes:
         while True:
             ts, seq, key = heapq.heappop(self._heap)
-            if self._ts.get(key) == (ts, seq):
-                del self._ts[key]
+            if self._live.get(key) == (ts, seq):
+                del self._live[key]
                 return key
 
 
 class LruOrder:
-    """LRU: the least recently used entry goes first (timestamps are ignored)."""
+    """LRU: the least recently used entry goes first; a hint counts as a use (timestamps are ignored)."""
 
     def __init__(self) -> None:
-        self._keys: OrderedDict[bytes, None] = OrderedDict()
+        self._keys: OrderedDict[bytes, None] = OrderedDict()  # least recently used first
 
     def insert(self, key: bytes, ts: int) -> None:
         self._keys[key] = None
-        self._keys.move_to_end(key)
 
     def touch(self, key: bytes, ts: int) -> None:
         self._keys.move_to_end(key)
@@ -92,54 +93,39 @@ class LruOrder:
 
 
 class ClockOrder:
-    """Clock (second chance): a hand sweeps a ring; a used entry loses its reference bit and stays once."""
+    """Clock (second chance): a hand sweeps a ring of entries, each with a reference bit.
+
+    A use (or a hint) sets the entry's bit. To find a victim the hand clears set bits as it passes
+    and evicts the first entry whose bit is clear, so a used entry gets one second chance. A new
+    entry joins the ring just behind the hand, where the hand comes last, with its bit set (every
+    entry enters on a use: a read, a write or a hinted read soon). The ring is kept as an ordered
+    dict that starts at the hand: the hand passing an entry moves it to the end.
+    """
 
     def __init__(self) -> None:
-        self._ring: list[bytes | None] = []
-        self._slot: dict[bytes, int] = {}
-        self._referenced: set[bytes] = set()
-        self._hand = 0
-
-    def insert(self, key: bytes, ts: int) -> None:
-        self._slot[key] = len(self._ring)
-        self._ring.append(key)
+        self._ring: OrderedDict[bytes, bool] = OrderedDict()  # from the hand on: key -> reference bit
 
     def touch(self, key: bytes, ts: int) -> None:
-        self._referenced.add(key)
+        self._ring[key] = True  # a new key is appended: just behind the hand
 
-    renew = touch
+    insert = renew = touch
 
     def remove(self, key: bytes) -> None:
-        self._ring[self._slot.pop(key)] = None
-        self._referenced.discard(key)
-        if len(self._ring) > 2 * len(self._slot) + 1024:
-            self._compact()
+        del self._ring[key]
 
     def victim(self) -> bytes:
         while True:
-            if self._hand >= len(self._ring):
-                self._compact()
-            key = self._ring[self._hand]
-            if key is not None and key not in self._referenced:
-                self._ring[self._hand] = None
-                del self._slot[key]
-                self._hand += 1
+            key, referenced = self._ring.popitem(last=False)
+            if not referenced:
                 return key
-            if key is not None:
-                self._referenced.discard(key)
-            self._hand += 1
+            self._ring[key] = False  # second chance: the hand moves past it, clearing its bit
 
-    def _compact(self) -> None:
-        """Drop empty slots; the hand keeps its place among the live keys (wrapping at the end)."""
-        before = sum(1 for k in self._ring[:self._hand] if k is not None)
-        self._ring = [k for k in self._ring if k is not None]
-        self._slot = {k: i for i, k in enumerate(self._ring)}
-        self._hand = before if before < len(self._ring) else 0
+
+ORDERS: dict[str, type[EvictionOrder]] = {"tac": TimestampOrder, "lru": LruOrder, "clock": ClockOrder}
 
 
 def eviction_order(policy: str) -> EvictionOrder:
-    """The order named ``policy`` (tac, lru or clock)."""
-    orders = {"tac": TimestampOrder, "lru": LruOrder, "clock": ClockOrder}
-    if policy not in orders:
-        raise ValueError(f"policy {policy!r}: use one of {', '.join(orders)}")
-    return orders[policy]()
+    """A new, empty order of the policy named ``policy`` (one of :data:`ORDERS`)."""
+    if policy not in ORDERS:
+        raise ValueError(f"policy must be one of {', '.join(ORDERS)}, not {policy!r}")
+    return ORDERS[policy]()
