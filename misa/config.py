@@ -181,8 +181,9 @@ class MisaConfig:
         "spark.misa.cache.maxBytes", "256m", BYTES,
         "State cache capacity; dirty entries evicted before their commit wait in an eviction buffer.")
     prefetch_enabled: bool = setting(
-        "spark.misa.prefetch.enabled", "true", BOOL,
-        "Extract each batch's state keys one stage early and prefetch them; false: fetch misses when read.")
+        "spark.misa.prefetch.enabled", "false", BOOL,
+        "Extract each batch's state keys one stage early and prefetch them (a hint job per batch); "
+        "false: fetch misses when read.")
     prefetch_threads: int = setting(
         "spark.misa.prefetch.threads", "2", _int(1),
         "Threads fetching hinted keys from RocksDB (one multi-get per shard and chunk).")

@@ -48,7 +48,8 @@ def without_prefetch(spark, cm_data, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("policy", ["tac", "lru", "clock"])
 def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, session_conf, without_prefetch,
                                                       policy):
-    session_conf({"spark.misa.cache.policy": policy, "spark.misa.cache.maxBytes": "64k"})
+    session_conf({"spark.misa.prefetch.enabled": "true", "spark.misa.cache.policy": policy,
+                  "spark.misa.cache.maxBytes": "64k"})
     assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
     records = metrics(tmp_path)
     assert sum(r["prefetch"]["prefetch_hits"] for r in records) > 0
@@ -58,7 +59,7 @@ def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, 
 
 def test_lookahead_moves_to_the_filtered_stage(spark, cm_data, tmp_path, session_conf, without_prefetch):
     """CM2's first hint stage has every event type; keys only other event types touch are wasted (~15% here)."""
-    session_conf({"spark.misa.prefetch.wastedRatioThreshold": "0.1"})
+    session_conf({"spark.misa.prefetch.enabled": "true", "spark.misa.prefetch.wastedRatioThreshold": "0.1"})
     assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
     stages = [r["prefetch"]["stage"] for r in metrics(tmp_path) if r["prefetch"]]
     assert stages[0] == 0 and stages[-1] == 1, stages
