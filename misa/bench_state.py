@@ -1,11 +1,13 @@
 """``misa bench state``: replay state-access streams against RocksDB behind each cache policy.
 
 One store is preloaded with the workload's state (at least 10x the cache) and checkpointed
-locally; each policy then starts from that checkpoint and replays the same batches (same seed).
+locally; each policy then starts from that checkpoint and replays the same batches (same seed),
+the first ``--warmup`` of them unmeasured while its cache fills.
 Per batch the replay does what the runtime does: hints reach the prefetch manager when the batch
 starts (``tac`` only), Spark's computation of the batch is stood in for by ``--compute-ms`` of
 waiting (the same for every policy), then the batch reads its keys (timed: the state-read
-latency), writes them back, closes windows, and its changes are applied to RocksDB.
+latency), writes them back, closes windows (these three with the cyclic garbage collector paused, as
+in the runtime), and its changes are applied to RocksDB.
 
 Policies: ``tac`` (timestamp-aware cache, keyed prefetching), ``lru`` and ``clock`` (fetch on miss,
 shards one after another on the batch's thread), ``async`` (LRU, misses fetched with the shards
@@ -28,6 +30,7 @@ from prefetch.cache import ENTRY_OVERHEAD, StateCache
 
 from .commit_buffer import StateView
 from .config import MisaConfig, parse_bytes
+from .gc_pause import gc_paused
 from .state_store import StateStore
 from .state_workloads import DISTRIBUTIONS, WORKLOADS, KeyStream, Workload
 
@@ -41,7 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keys", choices=DISTRIBUTIONS, default="zipf", help="key distribution")
     p.add_argument("--policy", default="tac", help=f"comma-separated, from {', '.join(POLICIES)}")
     p.add_argument("--key-space", type=float, default=2e5, help="distinct keys")
-    p.add_argument("--batches", type=int, default=300)
+    p.add_argument("--batches", type=int, default=300, help="measured batches")
+    p.add_argument("--warmup", type=int, default=20, help="batches replayed first and not measured (the cache fills)")
     p.add_argument("--batch-records", type=int, default=2000)
     p.add_argument("--seconds-per-batch", type=float, default=1.0, help="event time covered by a batch")
     p.add_argument("--compute-ms", type=float, default=20.0, help="the batch's Spark time, while hints prefetch")
@@ -99,20 +103,21 @@ def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Na
     cache_bytes = parse_bytes(args.cache_bytes)
     cache = StateCache(cache_bytes, "lru" if policy == "async" else policy)
     view = StateView(store, cache, parallel_misses=policy == "async")
-    prefetcher = view.enable_prefetch(threads=2, chunk_keys=512) if policy == "tac" else None
+    prefetcher = view.enable_prefetch(threads=store.shards, chunk_keys=256) if policy == "tac" else None
     read_s, batch_s, records, hits, reads = [], [], 0, 0, 0
     try:
-        for version, batch in enumerate(workload.batches(args.batches), start=1):
+        for version, batch in enumerate(workload.batches(args.warmup + args.batches), start=1):
             started = time.monotonic()
             if prefetcher is not None:
                 prefetcher.hint(batch.keys, batch.ts)
             time.sleep(args.compute_ms / 1000)
-            before = time.monotonic()
-            values = view.get_many(batch.keys, batch.ts.tolist())
-            read_s.append(time.monotonic() - before)
-            view.put_many(batch.keys, [_bump(v, version) for v in values], batch.ts.tolist())
-            if batch.close_before:
-                view.delete_range(b"", batch.close_before)
+            with gc_paused():
+                before = time.monotonic()
+                values = view.get_many(batch.keys, batch.ts.tolist())
+                read_s.append(time.monotonic() - before)
+                view.put_many(batch.keys, [_bump(v, version) for v in values], batch.ts.tolist())
+                if batch.close_before:
+                    view.delete_range(b"", batch.close_before)
             commit = view.freeze(version)
             store.apply(commit.changes, commit.range_deletes)
             batch_s.append(time.monotonic() - started)
@@ -122,6 +127,8 @@ def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Na
             reads += stats["hits"] + stats["misses"]
             if prefetcher is not None:
                 prefetcher.take_stats()
+            if version == args.warmup:  # the cache is warm: measure from here
+                read_s, batch_s, records, hits, reads = [], [], 0, 0, 0
     finally:
         view.close()
     latencies = np.array(read_s) * 1000

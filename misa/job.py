@@ -29,6 +29,7 @@ from prefetch.cache import StateCache
 
 from .commit_buffer import StateView
 from .config import MisaConfig
+from .gc_pause import gc_paused
 from .metrics import BatchMetrics, summary_line
 from .operators import StatefulOperator
 from .prefetching import BatchHints, Stage, supports_hints
@@ -136,7 +137,8 @@ class StatefulJob:
         hints = hint_job.result() if hint_job else None
         hinted = time.monotonic()
         self.view.take_read_s()
-        result = self.operator.apply(deltas, self.view)
+        with gc_paused():
+            result = self.operator.apply(deltas, self.view)
         applied = time.monotonic()
         self.sink(batch_id, result.output)
         sunk = time.monotonic()

@@ -17,7 +17,7 @@ from misa import bench_state
 
 
 def args(**overrides) -> argparse.Namespace:
-    values = dict(workload="tumbling", keys="zipf", key_space=3000, batches=25, batch_records=400,
+    values = dict(workload="tumbling", keys="zipf", key_space=3000, batches=25, warmup=3, batch_records=400,
                   seconds_per_batch=5.0, compute_ms=1.0, cache_bytes="24k", skew=1.0, seed=3)
     values.update(overrides)
     return argparse.Namespace(**values)
@@ -74,3 +74,17 @@ def test_cli_prints_one_json_object_per_policy(tmp_path, capsys):
     assert [r["policy"] for r in rows] == ["tac", "async"]
     assert all(set(r["read_ms"]) == {"p50", "p99", "p99.9"} and r["throughput_rps"] > 0 for r in rows)
     assert main(["bench", "state", "--policy", "fifo"]) == 2
+
+
+def test_gc_is_paused_inside_the_state_phase_and_restored_after():
+    import gc
+
+    from misa.gc_pause import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner block leaves the outer pause in place
+    assert gc.isenabled()
