@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from misa.cli import build_parser, run_parsed
 
-from . import bench_cm
+from . import bench_cm, bench_jobs
 from .bad_records import UNITS
 from .gen_cm import generate_cm
 from .gen_lr import generate_lr
@@ -92,9 +92,10 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...`` and ``misa bench cm``."""
+    """``misa gen ...``, ``misa bench cm`` and ``misa bench jobs``."""
     add_gen_parser(commands)
     bench_cm.add_parser(bench)
+    bench_jobs.add_parser(bench)
 
 
 def main(argv: list[str] | None = None) -> int:

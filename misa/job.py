@@ -150,6 +150,7 @@ class StatefulJob:
         self.metrics.add(batch_id, {
             "output_rows": result.output.num_rows,
             "late_rows": result.late_rows,
+            "dropped_rows": result.dropped_rows,
             **counts,
             "state_keys": self.store.approximate_keys(),
             "cache": self.view.cache.stats.take(),

@@ -7,7 +7,7 @@ batch and kind of key (through the state cache) and one ``put_many``.
 Values are lists of records packed by :class:`misa.record_codec.RecordCodec`; keys are
 :class:`misa.state_codec.KeyCodec` group keys, behind a one-byte prefix naming the kind of entry
 (``s``, ``r``, ``l``; none for :class:`TopN`). Rows an operator cannot use (each operator says which) are dropped, counted in
-the batch's :class:`KeyedResult` (``dropped_rows``) and over all versions in the metadata, and
+the batch's result (``dropped_rows``, in the metrics) and over all versions in the metadata, and
 logged: never silently lost. Event times (``time_column``, epoch milliseconds) become the cache
 timestamps of the keys a batch touches.
 """
@@ -34,13 +34,6 @@ log = logging.getLogger(__name__)
 ORDERS = ("ascending", "descending")
 _RANK = "_rank"
 _GROUP = "_group"
-
-
-@dataclass
-class KeyedResult(OperatorResult):
-    """A batch's result with the input rows the operator could not use."""
-
-    dropped_rows: int = 0
 
 
 def _group(codec: KeyCodec, columns: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[list[bytes], np.ndarray]:
@@ -120,7 +113,7 @@ class LookupJoin:
         """The batch's rows, the output's columns only."""
         return batch.select(*self.columns)
 
-    def apply(self, deltas: pa.Table, state: StateView) -> KeyedResult:
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         if self.side_rows is None:
             self._load(state)
         rows = deltas.select(list(self.columns))
@@ -138,7 +131,7 @@ class LookupJoin:
         dropped = rows.num_rows - output.num_rows
         self.dropped_rows = _count_dropped("lookup join", dropped, f"{self.key_column} null or not in the side table",
                                            self.dropped_rows)
-        return KeyedResult(output, state_reads=len(groups), dropped_rows=dropped)
+        return OperatorResult(output, state_reads=len(groups), dropped_rows=dropped)
 
     def _load(self, state: StateView) -> None:
         """Write the side table into the (fresh) state."""
@@ -203,7 +196,7 @@ class TopN:
         return (batch.select(*self.keys, *self.columns).withColumn(_RANK, F.row_number().over(window))
                 .where(F.col(_RANK) <= self.n).drop(_RANK))
 
-    def apply(self, deltas: pa.Table, state: StateView) -> KeyedResult:
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         rows = deltas.select([*self.keys, *self.columns])
         if self._codec is None or self._records is None:
             self._codec = KeyCodec([rows.schema.field(k) for k in self.keys], windowed=False)
@@ -222,7 +215,7 @@ class TopN:
         out = changed[kept_group]
         first_row = np.unique(group, return_index=True)[1]  # a row of each key, for its key columns
         output = self._output(rows, first_row[kept_group[out]], rank[out], firsts.filter(pa.array(out, pa.bool_())))
-        return KeyedResult(output, state_reads=len(keys))
+        return OperatorResult(output, state_reads=len(keys))
 
     def _first_rows(self, candidates: pa.Table, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first ``n`` candidates of each group in ``order``: their indices, groups and ranks (from 1)."""
@@ -285,12 +278,12 @@ class KeyedJoin:
         """The batch's rows of either input."""
         return batch.where(F.col(self.left).isNotNull() | F.col(self.right).isNotNull()).select(self.left, self.right)
 
-    def apply(self, deltas: pa.Table, state: StateView) -> KeyedResult:
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         left, right = _struct_rows(deltas[self.left]), _struct_rows(deltas[self.right])
         if self._codec is None or self._left_records is None or self._right_records is None:
             self._left_records, self._right_records = RecordCodec(left.schema), RecordCodec(right.schema)
             self._codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
-        result = KeyedResult(self._pairs(left.slice(0, 0), right.slice(0, 0)))
+        result = OperatorResult(self._pairs(left.slice(0, 0), right.slice(0, 0)))
         null_keys = left[self.left_key].null_count + right[self.right_key].null_count
         left = left.filter(pc.is_valid(left[self.left_key]))
         right = right.filter(pc.is_valid(right[self.right_key]))
@@ -321,7 +314,7 @@ class KeyedJoin:
         result.state_reads = len(keys) + len(new_group) + len(np.unique(left_group[~matched]))
         return result
 
-    def _count(self, repeated: int, null_keys: int, result: KeyedResult) -> None:
+    def _count(self, repeated: int, null_keys: int, result: OperatorResult) -> None:
         self.dropped_rows = _count_dropped("keyed join", repeated, f"{self.right} {self.right_key} seen before",
                                            self.dropped_rows)
         self.dropped_rows = _count_dropped("keyed join", null_keys, "null join key", self.dropped_rows)

@@ -66,11 +66,10 @@ class LookupAggregation:
         looked_up = pc.take(values, pc.index_in(keys, value_set=distinct))
         known = pc.is_valid(looked_up)
         missing = deltas.filter(pc.invert(known))
-        if missing.num_rows:
-            self._count_missing(missing)
         enriched = deltas.drop_columns([self.key_column]).append_column(self.value_column, looked_up).filter(known)
         result = self.aggregation.apply(self._combine(enriched), state)
         result.state_reads += len(distinct)
+        result.dropped_rows += self._count_missing(missing) if missing.num_rows else 0
         return result
 
     def _values(self, keys: list[str], ts: list[int], state: StateView) -> list[str | None]:
@@ -96,13 +95,15 @@ class LookupAggregation:
         order = pc.index_in(distinct, value_set=latest[self.key_column])
         return pc.take(latest[f"{MAX_EVENT}_max"], order).to_pylist()
 
-    def _count_missing(self, missing: pa.Table) -> None:
+    def _count_missing(self, missing: pa.Table) -> int:
+        """Count and log the input rows of keys without a value; returns how many."""
         rows = int(pc.sum(missing[ROWS]).as_py())
         self.missing_rows += rows
         unknown = pc.unique(missing[self.key_column]).to_pylist()
         log.warning("%d input row(s) dropped: %d %s value(s) unknown to the state and the lookup (e.g. %s); "
                     "%d rows dropped so far", rows, len(unknown), self.key_column, unknown[:MISSING_EXAMPLES],
                     self.missing_rows)
+        return rows
 
     def _combine(self, deltas: pa.Table) -> pa.Table:
         """One delta row per (window, value): rows of keys with the same value folded together."""

@@ -105,4 +105,6 @@ def summary_line(record: dict) -> str:
         parts.append(f"committed v{commit['version']} ({commit['bytes_uploaded'] / 1024:.0f} KiB up)")
     if record.get("late_rows"):
         parts.append(f"late {record['late_rows']}")
+    if record.get("dropped_rows"):
+        parts.append(f"dropped {record['dropped_rows']}")
     return " | ".join(parts)

@@ -44,6 +44,7 @@ class OperatorResult:
     output: pa.Table
     late_rows: int = 0
     state_reads: int = 0
+    dropped_rows: int = 0  # input rows the operator could not use (each operator says which); logged too
     closed_windows: int = 0
 
 

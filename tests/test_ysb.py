@@ -91,11 +91,13 @@ class Runtime:
         if version is not None:  # a restart: the state and the operator's metadata of a committed version
             self.operator.restore(self.store.load(version).metadata)
         self.version = self.store.version
+        self.dropped_rows = 0  # of the last batch
 
     def batch(self, rows: list[tuple[int, str | None, int, int]]) -> dict[tuple[int, str], int]:
         """Run one batch and commit it; its output as {(window_end_s, campaign): views}."""
         self.version += 1
         result = self.operator.apply(deltas(rows), self.view)
+        self.dropped_rows = result.dropped_rows
         self.controller.commit(self.view.freeze(self.version), self.operator.metadata())
         return {(int(r["window_end"].timestamp()), r["campaign_id"]): r["views"] for r in result.output.to_pylist()}
 
@@ -139,6 +141,7 @@ def test_an_ad_missing_in_redis_is_counted_and_asked_again(config, tmp_path, red
         with caplog.at_level(logging.WARNING, logger="misa.lookup_aggregation"):
             assert run.batch([(10, "a1", 2, 5), (10, "zz", 3, 6), (10, None, 1, 6)]) == {(10, "c1"): 2}
         assert run.operator.missing_rows == 4 and run.operator.metadata()["missing_rows"] == 4
+        assert run.dropped_rows == 4  # the batch's own count, in its metrics record
         assert "4 input row(s) dropped" in caplog.text and "'zz'" in caplog.text
         assert run.batch([(10, "zz", 1, 7)]) == {} and run.operator.missing_rows == 5
         redis_client.set("zz", "c9")
