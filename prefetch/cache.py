@@ -256,6 +256,7 @@ class StateCache:
             ranges = self._deleted.items()
             self._dirty, self._evicted, self._deleted = set(), {}, _Ranges()
             self._evicted_bytes = 0
+            self._order.tidy()
         return changes, ranges
 
     def clear(self) -> None:

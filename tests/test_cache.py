@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from prefetch.cache import ENTRY_OVERHEAD, MISSING, POLICIES, StateCache
+from prefetch.policies import TimestampOrder
 
 V = b"v" * 36  # 1-byte keys + 36-byte values + overhead = 101 bytes per entry
 ENTRY = 1 + len(V) + ENTRY_OVERHEAD
@@ -274,3 +275,19 @@ def test_concurrent_fills_lose_no_dirty_write():
             assert b"disk" not in c.get_many(keys)           # no fill overwrote a written key
     finally:
         sys.setswitchinterval(interval)
+
+
+def test_tac_drops_stale_heap_items_at_the_batch_boundary_and_keeps_its_order():
+    """Re-stamped keys leave stale heap items; the heap shrinks at the drain, never during reads."""
+    order = TimestampOrder()
+    for key in range(100):
+        order.insert(k(key), key)
+    for round_ in range(1, 30):  # every key re-stamped 29 times: 2,900 stale items
+        for key in range(100):
+            order.touch(k(key), 1000 * round_ + (99 - key))  # the reverse order of the first stamps
+    assert len(order._heap) == 3000  # reads never rebuilt it
+    c = cache(4)
+    c._order = order
+    c.drain()
+    assert len(order._heap) == 100
+    assert [order.victim() for _ in range(3)] == [k(99), k(98), k(97)]  # the smallest stamps first
