@@ -9,9 +9,10 @@ waiting (the same for every policy), then the batch reads its keys (timed: the s
 latency), writes them back, closes windows (these three with the cyclic garbage collector paused, as
 in the runtime), and its changes are applied to RocksDB.
 
-Policies: ``tac`` (timestamp-aware cache, keyed prefetching), ``lru`` and ``clock`` (fetch on miss,
-shards one after another on the batch's thread), ``async`` (LRU, misses fetched with the shards
-in parallel on the pool, no hints). RocksDB reads bypass the OS page cache (direct reads) and its
+Policies: ``tac`` (timestamp-aware cache, keyed prefetching; a key read before its prefetch
+started is fetched on the batch's thread, as in the runtime), ``lru`` and ``clock`` (fetch
+on miss, shards one after another on the batch's thread), ``async`` (LRU, misses fetched with the
+shards in parallel on the pool, no hints). RocksDB reads bypass the OS page cache (direct reads) and its
 block cache is small, so a miss costs real I/O.
 """
 from __future__ import annotations

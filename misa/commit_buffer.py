@@ -56,7 +56,12 @@ class StateView:
         self._lock = threading.Lock()
 
     def enable_prefetch(self, threads: int, chunk_keys: int) -> PrefetchManager:
-        """Serve reads through a prefetch manager that fills the cache from hints."""
+        """Serve reads through a prefetch manager that fills the cache from hints.
+
+        A read's own fetches (keys no prefetch has started) then run on the reading thread: the
+        prefetch pool is doing the parallel I/O, and competing with it made reads slower.
+        """
+        self.parallel_misses = False
         self.prefetcher = PrefetchManager(self.cache, self.fetch_below, lambda key: shard_of(key, self.store.shards),
                                           threads, chunk_keys)
         return self.prefetcher

@@ -145,13 +145,17 @@ class PrefetchManager:
 
     # ------------------------------------------------------------------ reads
     def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
-        """Values of ``keys`` as the batch sees them: cache, then in-flight prefetches, then a fetch."""
-        out = self.cache.get_many(keys, ts)
-        misses = [i for i, v in enumerate(out) if v is MISSING]
+        """Values of ``keys`` as the batch sees them: cache, then in-flight prefetches, then a fetch.
+
+        The cache is read under the manager's lock, so no prefetch can land between finding a key
+        missing and finding it no longer in flight (which would fetch it a second time).
+        """
         now = time.monotonic()
         waits: dict[int, Future] = {}
         fallback: list[int] = []
         with self._lock:
+            out = self.cache.get_many(keys, ts)
+            misses = [i for i, v in enumerate(out) if v is MISSING]
             buf = self._buffer
             for i, key in enumerate(keys):
                 hinted_at = buf.fetched.pop(key, None)

@@ -97,6 +97,40 @@ def test_a_read_waits_for_its_fetch_in_flight_and_takes_over_unprocessed_hints(b
     assert stats.prefetch_hits == 1 and stats.fallback_fetches == 1 and stats.prefetched == 1
 
 
+class RacingCache(StateCache):
+    """A cache whose lookup gives a prefetch in flight time to land right after it (the race of a read)."""
+
+    def __init__(self, backend: Backend):
+        super().__init__(1 << 20, "tac")
+        self.backend = backend
+        self.filled = threading.Event()
+
+    def get_many(self, keys, ts=0):
+        out = super().get_many(keys, ts)
+        self.backend.gate.set()  # let the held-back prefetch finish now
+        self.filled.wait(0.3)  # it lands here unless the read's lookup holds it off
+        return out
+
+    def fill(self, keys, values, ts, *, prefetched=False):
+        inserted = super().fill(keys, values, ts, prefetched=prefetched)
+        self.filled.set()
+        return inserted
+
+
+def test_a_prefetch_landing_just_after_the_reads_cache_lookup_is_not_fetched_again(backend):
+    cache = RacingCache(backend)
+    m = PrefetchManager(cache, backend, lambda key: 0, threads=1, chunk_keys=8)
+    backend.gate.clear()
+    backend.entered.clear()
+    m.hint(keys(3), [5])
+    assert backend.entered.wait(5)  # k3 is in flight, its fetch held back
+    assert m.read(keys(3), 6) == [b"v3"]
+    m.quiesce()
+    assert backend.fetched == Counter(keys(3))
+    stats = m.take_stats()
+    assert stats.fallback_fetches == 0 and stats.prefetch_hits == 1
+
+
 def test_prefetches_never_read_are_wasted(backend):
     m = manager(backend)
     m.hint(keys(*range(10)), [1] * 10)
