@@ -9,8 +9,8 @@ waiting (the same for every policy), then the batch reads its keys (timed: the s
 latency), writes them back, closes windows (these three with the cyclic garbage collector paused, as
 in the runtime), and its changes are applied to RocksDB.
 
-Policies: ``tac`` (timestamp-aware cache, keyed prefetching; a key read before its prefetch
-started is fetched on the batch's thread, as in the runtime), ``lru`` and ``clock`` (fetch
+Policies: ``tac`` (timestamp-aware cache, keyed prefetching; the read fetches the chunks of hinted
+keys no prefetch thread has started yet itself, alongside the pool, as in the runtime), ``lru`` and ``clock`` (fetch
 on miss, shards one after another on the batch's thread), ``async`` (LRU, misses fetched with the
 shards in parallel on the pool, no hints). RocksDB reads bypass the OS page cache (direct reads) and its
 block cache is small, so a miss costs real I/O.

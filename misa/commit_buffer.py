@@ -58,8 +58,8 @@ class StateView:
     def enable_prefetch(self, threads: int, chunk_keys: int) -> PrefetchManager:
         """Serve reads through a prefetch manager that fills the cache from hints.
 
-        A read's own fetches (keys no prefetch has started) then run on the reading thread: the
-        prefetch pool is doing the parallel I/O, and competing with it made reads slower.
+        Keys nobody hinted are then fetched on the reading thread: the prefetch pool is doing the
+        parallel I/O, and competing with it made reads slower.
         """
         self.parallel_misses = False
         self.prefetcher = PrefetchManager(self.cache, self.fetch_below, lambda key: shard_of(key, self.store.shards),

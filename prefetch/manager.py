@@ -1,14 +1,17 @@
 """The prefetch manager: turns a batch's key hints into cache entries before the batch reads them.
 
 Hints go into a deduplicating buffer with two sections: *unprocessed* (waiting for a thread) and
-*in flight* (being fetched); each key keeps its latest hint timestamp. A small thread pool takes
-chunks of unprocessed keys, groups them by shard and fetches each group with one multi-get, then
-fills the cache with the hint's (future) timestamp. A read that finds a key still unprocessed
-takes it over (a *late hint*); a read that finds it in flight waits for that fetch and uses its
-result; so no key is fetched twice. Keys nobody hinted are fetched at once (the fallback).
+*in flight* (being fetched); each key keeps its latest hint timestamp. New hints are grouped by
+shard and cut into chunks, one multi-get each, queued on a small thread pool; a chunk's fetch fills
+the cache with the hints' (future) timestamps. A read that needs a key whose chunk is in flight
+waits for that fetch; one whose chunk no thread has started yet fetches the chunk itself, latest
+chunks first while the pool works from the earliest (a *late hint* either way); a chunk is fetched
+once, by whoever starts it first, so no key is fetched twice. Keys nobody hinted are fetched at
+once (the fallback).
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,10 +31,10 @@ class PrefetchStats:
     hints: int = 0              # hinted keys received
     hints_deduplicated: int = 0  # already waiting or in flight
     hints_renewed: int = 0       # already cached: timestamp renewed, nothing fetched
-    prefetched: int = 0          # keys fetched ahead of their read
-    prefetch_hits: int = 0       # reads served by a prefetch (done or in flight)
+    prefetched: int = 0          # hinted keys fetched (by the pool, or by a read that reached their chunk first)
+    prefetch_hits: int = 0       # reads served by the pool's prefetch (done or in flight)
     wasted_prefetches: int = 0   # prefetched and not read in the batch
-    late_hints: int = 0          # read before a thread had picked the hint up
+    late_hints: int = 0          # read before their prefetch had finished
     fallback_fetches: int = 0    # keys read without a hint (or evicted before their read)
     slack_s_sum: float = 0.0     # hint-to-read time, summed over prefetch hits
     slack_s_min: float | None = None
@@ -47,11 +50,24 @@ class PrefetchStats:
         return self.wasted_prefetches / self.prefetched if self.prefetched else 0.0
 
 
+_chunk_numbers = itertools.count()
+
+
+@dataclass(eq=False)
+class _Chunk:
+    """Hinted keys of one shard, fetched with one multi-get by whoever starts it first."""
+
+    keys: list[bytes]
+    number: int = field(default_factory=lambda: next(_chunk_numbers))  # creation order
+    started: bool = False
+    future: Future = field(default_factory=Future)  # key -> value of the keys it fetched
+
+
 @dataclass
 class _Hint:
     ts: int
     at: float
-    future: Future | None = None  # set while in flight
+    chunk: _Chunk
 
 
 @dataclass
@@ -81,7 +97,7 @@ class PrefetchManager:
     def hint(self, keys: Sequence[bytes], ts: Sequence[int]) -> None:
         """Queue ``keys`` (with their future event times) for prefetching; duplicates are merged."""
         now = time.monotonic()
-        new: list[bytes] = []
+        new: dict[bytes, int] = {}
         cached: list[bytes] = []
         cached_ts: list[int] = []
         with self._lock:
@@ -92,95 +108,105 @@ class PrefetchManager:
                 if waiting is not None:
                     waiting.ts = max(waiting.ts, int(t))
                     self.stats.hints_deduplicated += 1
+                elif key in new:
+                    new[key] = max(new[key], int(t))
+                    self.stats.hints_deduplicated += 1
                 elif self.cache.contains(key):
                     cached.append(key)
                     cached_ts.append(int(t))
                 else:
-                    buf.unprocessed[key] = _Hint(int(t), now)
-                    new.append(key)
+                    new[key] = int(t)
+            chunks = self._chunks(list(new))
+            for chunk in chunks:
+                for key in chunk.keys:
+                    buf.unprocessed[key] = _Hint(new[key], now, chunk)
             self.stats.hints_renewed += len(cached)
         if cached:
             self.cache.renew(cached, cached_ts)
-        for chunk in self._chunks(new):
-            self._pool.submit(self._prefetch, chunk)
+        for chunk in chunks:
+            self._pool.submit(self._run, chunk)
 
-    def _chunks(self, keys: list[bytes]) -> list[list[bytes]]:
+    def _chunks(self, keys: list[bytes]) -> list[_Chunk]:
         """Keys grouped by shard, cut into chunks: one multi-get each."""
         groups: dict[int, list[bytes]] = {}
         for key in keys:
             groups.setdefault(self.shard_of(key), []).append(key)
-        return [group[i:i + self.chunk_keys] for group in groups.values()
+        return [_Chunk(group[i:i + self.chunk_keys]) for group in groups.values()
                 for i in range(0, len(group), self.chunk_keys)]
 
-    def _prefetch(self, chunk: list[bytes]) -> None:
-        """Worker: take the chunk's still-unprocessed keys, fetch them, fill the cache."""
-        future: Future = Future()
+    def _run(self, chunk: _Chunk) -> bool:
+        """Fetch ``chunk`` unless a thread started it already (or it was dropped); fill the cache.
+
+        Returns whether this call fetched it.
+        """
         with self._lock:
+            if chunk.started:
+                return False
+            chunk.started = True
             buf = self._buffer
-            taken = [k for k in chunk if k in buf.unprocessed]
-            for key in taken:
-                hint = buf.unprocessed.pop(key)
-                hint.future = future
-                buf.in_flight[key] = hint
-        if not taken:
-            return
+            for key in chunk.keys:
+                buf.in_flight[key] = buf.unprocessed.pop(key)
         started = time.monotonic()
         try:
-            values = self.fetch(taken)
-        except BaseException as exc:  # the readers waiting on this chunk fetch it themselves
+            values = self.fetch(chunk.keys)
+        except BaseException as exc:  # the readers waiting on this chunk fetch its keys themselves
             with self._lock:
-                for key in taken:
+                for key in chunk.keys:
                     self._buffer.in_flight.pop(key, None)
-            future.set_exception(exc)
-            return
+            chunk.future.set_exception(exc)
+            return True
         with self._lock:
             buf = self._buffer
-            hints = [buf.in_flight.pop(k) for k in taken]
-            self.cache.fill(taken, values, [h.ts for h in hints], prefetched=True)
-            for key, hint in zip(taken, hints):
+            hints = [buf.in_flight.pop(k) for k in chunk.keys]
+            self.cache.fill(chunk.keys, values, [h.ts for h in hints], prefetched=True)
+            for key, hint in zip(chunk.keys, hints):
                 buf.fetched[key] = hint.at
-            self.stats.prefetched += len(taken)
+            self.stats.prefetched += len(chunk.keys)
             self.stats.fetch_s += time.monotonic() - started
-        future.set_result(dict(zip(taken, values)))
+        chunk.future.set_result(dict(zip(chunk.keys, values)))
+        return True
 
     # ------------------------------------------------------------------ reads
     def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
-        """Values of ``keys`` as the batch sees them: cache, then in-flight prefetches, then a fetch.
+        """Values of ``keys`` as the batch sees them: cache, then the hints' chunks, then a fetch.
 
         The cache is read under the manager's lock, so no prefetch can land between finding a key
-        missing and finding it no longer in flight (which would fetch it a second time).
+        missing and finding it no longer in flight (which would fetch it a second time). Chunks
+        the read needs that no thread has started are fetched here, latest first, alongside the
+        pool; then the read waits for the rest.
         """
         now = time.monotonic()
-        waits: dict[int, Future] = {}
+        waits: dict[int, _Chunk] = {}
         fallback: list[int] = []
         with self._lock:
             out = self.cache.get_many(keys, ts)
-            misses = [i for i, v in enumerate(out) if v is MISSING]
             buf = self._buffer
             for i, key in enumerate(keys):
                 hinted_at = buf.fetched.pop(key, None)
                 if hinted_at is not None and out[i] is not MISSING:
                     self._hit(now - hinted_at)
-            for i in misses:
-                key = keys[i]
-                if key in buf.in_flight:
-                    waits[i] = buf.in_flight[key].future  # type: ignore[assignment]
-                    self.stats.late_hints += 1
+            for i, value in enumerate(out):
+                if value is not MISSING:
                     continue
-                late = buf.unprocessed.pop(key, None)
-                if late is not None:
+                hint = buf.in_flight.get(keys[i]) or buf.unprocessed.get(keys[i])
+                if hint is not None:
+                    waits[i] = hint.chunk
                     self.stats.late_hints += 1
                 else:
                     self.stats.fallback_fetches += 1
-                fallback.append(i)
-        for i, future in waits.items():
+                    fallback.append(i)
+        chunks = sorted(set(waits.values()), key=lambda c: c.number, reverse=True)
+        fetched_here = {chunk for chunk in chunks if self._run(chunk)}
+        for i, chunk in waits.items():
             try:
-                out[i] = future.result()[keys[i]]
-                with self._lock:
-                    hinted_at = self._buffer.fetched.pop(keys[i], None)
-                    self._hit(time.monotonic() - hinted_at if hinted_at is not None else 0.0)
+                out[i] = chunk.future.result()[keys[i]]
             except Exception:  # the prefetch failed: read it here (the error, if real, shows again)
                 fallback.append(i)
+                continue
+            with self._lock:
+                hinted_at = self._buffer.fetched.pop(keys[i], None)
+                if chunk not in fetched_here:
+                    self._hit(time.monotonic() - hinted_at if hinted_at is not None else 0.0)
         if fallback:
             fetched = self.fetch([keys[i] for i in fallback])
             for i, value in zip(fallback, fetched):
@@ -202,11 +228,16 @@ class PrefetchManager:
         that started earlier can put a value into the cache that the batch has since changed.
         """
         with self._lock:
+            dropped = {h.chunk for h in self._buffer.unprocessed.values()}
+            for chunk in dropped:
+                chunk.started = True
             self._buffer.unprocessed.clear()
-            futures = {id(h.future): h.future for h in self._buffer.in_flight.values() if h.future}
-        for future in futures.values():
+            running = {h.chunk for h in self._buffer.in_flight.values()}
+        for chunk in dropped:
+            chunk.future.set_result({})
+        for chunk in running:
             try:
-                future.result()
+                chunk.future.result()
             except Exception:  # a failed prefetch has nothing to fill; a read will fetch again
                 pass
 

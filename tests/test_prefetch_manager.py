@@ -76,7 +76,7 @@ def test_a_cached_key_is_renewed_not_fetched(backend):
     assert m.take_stats().hints_renewed == 1
 
 
-def test_a_read_waits_for_its_fetch_in_flight_and_takes_over_unprocessed_hints(backend):
+def test_a_read_waits_for_a_chunk_in_flight_and_fetches_an_unstarted_one_itself(backend):
     m = manager(backend, threads=1, chunk_keys=1)
     backend.gate.clear()
     backend.entered.clear()
@@ -86,7 +86,7 @@ def test_a_read_waits_for_its_fetch_in_flight_and_takes_over_unprocessed_hints(b
     reader = threading.Thread(target=lambda: result.append(m.read(keys(2, 4, 7), 6)))
     reader.start()
     reader.join(0.3)
-    assert reader.is_alive()  # it waits for the held-back fetch of k2
+    assert reader.is_alive()  # held back with the pool
     backend.gate.set()
     reader.join(5)
     assert result == [[b"v2", b"v4", b"v7"]]
@@ -94,7 +94,43 @@ def test_a_read_waits_for_its_fetch_in_flight_and_takes_over_unprocessed_hints(b
     assert backend.fetched == Counter(keys(2, 4, 7))  # no key was fetched twice
     stats = m.take_stats()
     assert stats.late_hints == 2  # k2 in flight, k4 not yet started
-    assert stats.prefetch_hits == 1 and stats.fallback_fetches == 1 and stats.prefetched == 1
+    assert stats.prefetched == 2 and stats.prefetch_hits == 1  # k4 was fetched by the read: no hit
+    assert stats.fallback_fetches == 1 and stats.wasted_prefetches == 0
+
+
+class ThreadRecordingBackend(Backend):
+    """Also records which thread fetched each chunk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_thread: list[tuple[str, list[bytes]]] = []
+
+    def __call__(self, keys):
+        self.by_thread.append((threading.current_thread().name, list(keys)))
+        return super().__call__(keys)
+
+
+def test_a_read_fetches_the_unstarted_chunks_latest_first_while_the_pool_goes_on():
+    backend = ThreadRecordingBackend()
+    m = manager(backend, threads=1, chunk_keys=1)
+    backend.gate.clear()
+    backend.entered.clear()
+    m.hint(keys(0, 2, 4, 6), [5] * 4)  # four one-key chunks of one shard; the one thread holds k0
+    assert backend.entered.wait(5)
+    result: list = []
+    reader = threading.Thread(target=lambda: result.append(m.read(keys(0, 2, 4, 6), 6)), name="reader")
+    reader.start()
+    time.sleep(0.2)
+    backend.gate.set()
+    reader.join(5)
+    assert result == [[b"v0", b"v2", b"v4", b"v6"]]
+    m.quiesce()
+    assert backend.fetched == Counter(keys(0, 2, 4, 6))  # each chunk fetched once, by the pool or the read
+    reader_chunks = [chunk for name, chunk in backend.by_thread if name == "reader"]
+    assert reader_chunks[0] == keys(6)  # the read starts from the latest chunk, the pool from the earliest
+    assert backend.by_thread[0] == ("misa-prefetch_0", keys(0))
+    stats = m.take_stats()
+    assert stats.late_hints == 4 and stats.prefetched == 4 and stats.fallback_fetches == 0
 
 
 class RacingCache(StateCache):
