@@ -41,7 +41,10 @@ GENERATORS = {
                     (("--jobs", int, 10_000, "distinct job ids"),
                      ("--start-time-us", int, 0, "event time of the start, in microseconds"))),
     "lr": GenCommand(generate_lr, "Linear Road position reports (JSON lines)", "s",
-                    (("--xways", int, 1, "expressways"), BAD_FRACTION)),
+                    (("--xways", int, 1, "expressways"),
+                     ("--vehicles", int, 0, "distinct vehicle ids, at least 30 x rate; a trip reuses the id "
+                                            "longest off the road (default 0: a new id per trip)"),
+                     BAD_FRACTION)),
     "nexmark": GenCommand(generate_nexmark, "NEXMark person, auction and bid events (JSON lines)", "ms",
                          (("--side-rows", int, 10_000, "rows of the Q13 side table OUT/_side/side_input.jsonl"),
                           BAD_FRACTION)),

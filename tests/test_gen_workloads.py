@@ -283,6 +283,27 @@ def test_linear_road_vehicles_report_every_30_s_along_the_expressway(tmp_path):
     assert left > 100 and max(len(v) for v in reports.values()) > 1
 
 
+def test_linear_road_bounded_fleet_reuses_the_ids_longest_off_the_road(tmp_path):
+    seconds, rate, fleet = 600, 50, 1800  # 1,500 vehicles on the road at once, 300 parked
+    stats = generate_lr(tmp_path, rate, seconds, seed=SEED, vehicles=fleet, progress=False)
+    records = [json.loads(line) for line in read_lines(tmp_path)]
+    assert len(records) == rate * seconds and stats["vehicles"] == fleet
+    assert {r["vid"] for r in records} == set(range(fleet))
+    trips = 0
+    reports = defaultdict(list)
+    for r in records:
+        reports[r["vid"]].append(r)
+    for vehicle in reports.values():
+        for a, b in zip(vehicle, vehicle[1:]):
+            assert b["time"] - a["time"] >= 30  # never on the road twice at once
+            if b["time"] - a["time"] > 30:  # back for a new trip: it had left, and it enters on lane 0
+                assert a["lane"] == 4 and b["lane"] == 0
+                trips += 1
+    assert trips > 300  # many ids came back for another trip
+    with pytest.raises(ValueError, match="vehicles must be 0 .* at least the 1500"):
+        generate_lr(tmp_path / "few", rate, 60, vehicles=1499, progress=False)
+
+
 def test_nexmark_proportions_hot_auctions_and_references(generated):
     run = generated("nexmark")
     events = run.records()
@@ -338,7 +359,7 @@ def test_ysb_ads_belong_to_the_campaigns(generated):
     assert [e["event_time"] for e in events] == [BASE_TIME_MS + n * 1000 // RATE for n in range(len(events))]
 
 
-@pytest.mark.parametrize("name, options", [("lr", ["--xways", "2"]), ("nexmark", ["--side-rows", "30"]),
+@pytest.mark.parametrize("name, options", [("lr", ["--xways", "2", "--vehicles", "1300"]), ("nexmark", ["--side-rows", "30"]),
                                            ("ysb", ["--campaigns", "3", "--ads-per-campaign", "2"])])
 def test_misa_gen_command(tmp_path, capsys, name, options):
     out = tmp_path / name
@@ -351,7 +372,8 @@ def test_misa_gen_command(tmp_path, capsys, name, options):
     assert f"{len(lines) - len(bad)} records and {len(bad)} bad (bad-json " in summary and 0 < len(bad) < len(lines)
     assert "3 files" in summary and str(out) in summary and "event time" in summary and len(parts(out)) == 3
     if name == "lr":
-        assert {json.loads(line)["xway"] for line in lines if line not in bad} == {0, 1}
+        good = [json.loads(line) for line in lines if line not in bad]
+        assert {r["xway"] for r in good} == {0, 1} and max(r["vid"] for r in good) < 1300
     elif name == "nexmark":
         assert len((out / "_side" / "side_input.jsonl").read_text().splitlines()) == 30
     else:
