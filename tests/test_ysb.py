@@ -15,13 +15,14 @@ import pyarrow as pa
 import pytest
 
 from jobs import ysb
-from jobs.bad_records import SIDE_DIR
+from jobs.bad_records import BAD_RECORDS_FILE, SIDE_DIR
 from jobs.gen_ysb import CAMPAIGNS_FILE, generate_ysb
 from job_helpers import assert_same_results, job_args, metrics, results, run_in_process
 from misa.commit import CommitController
 from misa.commit_buffer import StateView
 from misa.lookup_aggregation import LookupAggregation
 from misa.operators import Agg, Aggregation
+from misa.quarantine import read_quarantine
 from misa.redis_server import RedisLookup, RedisServer, RedisServerError, connect, store_mapping
 from misa.state_store import StateStore
 
@@ -196,6 +197,8 @@ def test_equals_the_batch_reference(spark, ysb_data, reference, tmp_path, mode):
     records = metrics(tmp_path)
     assert len(records) == 6 and sum(r["late_rows"] for r in records) == 0
     assert sum(r["bad_records"] for r in records) == stats["bad"] > 0
+    bad = (data / BAD_RECORDS_FILE).read_bytes().decode().split("\n")[:-1]
+    assert sorted(read_quarantine(tmp_path / "ckpt" / "quarantine")) == sorted(bad)  # exactly the bad lines
 
 
 def test_restart_reads_known_ads_from_the_checkpoint(spark, ysb_data, reference, tmp_path, redis_server,
