@@ -7,10 +7,11 @@ report being ``round(spd * 30 * 1609 / 3600)``, and leaves on lane 4 after a ran
 reports, or earlier when its next position would be past the end of the expressway. The traffic
 runs in ``round(30 * rate)`` slots, a thirtieth of them reporting in each second; when a vehicle
 leaves, a new one (new ``vid``, ids in order of entry) takes its slot 30 s after its last report,
-so about ``rate`` reports are made every second. Each trip is a new ``vid`` unless ``vehicles`` bounds
-the fleet: then a trip takes the id that has been off the expressway longest, so ``vehicles`` ids
-(at least the ``30 * rate`` on the road at once) come back trip after trip. ``time`` is the event time in seconds since the
-start. Output files and bad records as in :mod:`jobs.bad_records`.
+so about ``rate`` reports are made every second. Each trip is a new ``vid`` unless ``vehicles``
+bounds the fleet: then a trip takes the id that has been off the expressway longest, so
+``vehicles`` ids (at least the ``30 * rate`` on the road at once) come back trip after trip.
+``time`` is the event time in seconds since the start. Output files and bad records as in
+:mod:`jobs.bad_records`.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def generate_lr(out: str | Path, rate: float, seconds: int, seed: int = 0, files
     """
     validate(rate, seconds, files_per_second, bad_fraction, xways=xways)
     slots = round(rate * REPORT_INTERVAL)
-    if vehicles and vehicles < slots or vehicles < 0:
+    if vehicles < 0 or 0 < vehicles < slots:
         raise ValueError(f"vehicles must be 0 (a new vehicle per trip) or at least the {slots} on the expressways "
                          f"at once (30 s x rate); got {vehicles}")
     writer = PartWriter(out, "lr", seconds, files_per_second, BadRecords(bad_fraction, seed, TARGET), "s",
