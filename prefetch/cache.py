@@ -88,6 +88,9 @@ class _Ranges:
         self._begins[first:last] = [begin]
         self._ends[first:last] = [end]
 
+    def __bool__(self) -> bool:
+        return bool(self._begins)
+
     def __contains__(self, key: bytes) -> bool:
         i = bisect_right(self._begins, key) - 1
         return i >= 0 and key < self._ends[i]
@@ -98,7 +101,7 @@ class _Ranges:
 
 
 def _size(key: bytes, value: bytes | None) -> int:
-    return len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+    return len(key) + len(value or b"") + ENTRY_OVERHEAD
 
 
 def _stamps(ts: int | Sequence[int], n: int) -> Iterable[int]:
@@ -171,8 +174,13 @@ class StateCache:
 
     def contains(self, key: bytes) -> bool:
         """Whether a read of ``key`` would hit: cached, in the eviction buffer or deleted this batch."""
+        return self.contains_many([key])[0]
+
+    def contains_many(self, keys: Sequence[bytes]) -> list[bool]:
+        """Per key, whether a read of it would hit (see :meth:`contains`); one lock for all."""
         with self._lock:
-            return key in self._values or key in self._evicted or key in self._deleted
+            values, evicted, deleted = self._values, self._evicted, self._deleted
+            return [key in values or key in evicted or (bool(deleted) and key in deleted) for key in keys]
 
     # ------------------------------------------------------------------ clean entries, hints
     def fill(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int],
@@ -191,7 +199,7 @@ class StateCache:
                 if key in self._values or key in self._evicted:
                     if prefetched:
                         self._renew(key, t)
-                elif key not in self._deleted:
+                elif not (self._deleted and key in self._deleted):
                     self._insert(key, value, t, dirty=False)
                     inserted += 1
                     if prefetched:
@@ -219,7 +227,7 @@ class StateCache:
         with self._lock:
             for key, value, t in zip(keys, values, _stamps(ts, len(keys))):
                 if key in self._values:
-                    self._bytes += _size(key, value) - _size(key, self._values[key])
+                    self._bytes += len(value or b"") - len(self._values[key] or b"")  # the key's size is unchanged
                     self._values[key] = value
                     self._dirty.add(key)
                     self._prefetched.discard(key)

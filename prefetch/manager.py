@@ -63,7 +63,7 @@ class _Chunk:
     future: Future = field(default_factory=Future)  # key -> value of the keys it fetched
 
 
-@dataclass
+@dataclass(slots=True)
 class _Hint:
     ts: int
     at: float
@@ -97,34 +97,35 @@ class PrefetchManager:
     def hint(self, keys: Sequence[bytes], ts: Sequence[int]) -> None:
         """Queue ``keys`` (with their future event times) for prefetching; duplicates are merged."""
         now = time.monotonic()
+        ts = ts.tolist() if hasattr(ts, "tolist") else [int(t) for t in ts]  # NumPy stamps as ints
         new: dict[bytes, int] = {}
         cached: list[bytes] = []
         cached_ts: list[int] = []
         with self._lock:
             buf = self._buffer
             self.stats.hints += len(keys)
-            for key, t in zip(keys, ts):
+            for key, t, held in zip(keys, ts, self.cache.contains_many(keys)):
                 waiting = buf.unprocessed.get(key) or buf.in_flight.get(key)
                 if waiting is not None:
-                    waiting.ts = max(waiting.ts, int(t))
+                    waiting.ts = max(waiting.ts, t)
                     self.stats.hints_deduplicated += 1
                 elif key in new:
-                    new[key] = max(new[key], int(t))
+                    new[key] = max(new[key], t)
                     self.stats.hints_deduplicated += 1
-                elif self.cache.contains(key):
+                elif held:
                     cached.append(key)
-                    cached_ts.append(int(t))
+                    cached_ts.append(t)
                 else:
-                    new[key] = int(t)
+                    new[key] = t
             chunks = self._chunks(list(new))
             for chunk in chunks:
                 for key in chunk.keys:
                     buf.unprocessed[key] = _Hint(new[key], now, chunk)
             self.stats.hints_renewed += len(cached)
+        for chunk in chunks:  # the I/O starts first
+            self._pool.submit(self._run, chunk)
         if cached:
             self.cache.renew(cached, cached_ts)
-        for chunk in chunks:
-            self._pool.submit(self._run, chunk)
 
     def _chunks(self, keys: list[bytes]) -> list[_Chunk]:
         """Keys grouped by shard, cut into chunks: one multi-get each."""
@@ -137,15 +138,17 @@ class PrefetchManager:
     def _run(self, chunk: _Chunk) -> bool:
         """Fetch ``chunk`` unless a thread started it already (or it was dropped); fill the cache.
 
-        Returns whether this call fetched it.
+        Returns whether this call fetched it. The keys stay in flight until they are in the cache,
+        so a read or a hint always finds them in one or the other; the cache is filled outside
+        the manager's lock, which the batch's read needs.
         """
         with self._lock:
             if chunk.started:
                 return False
             chunk.started = True
             buf = self._buffer
-            for key in chunk.keys:
-                buf.in_flight[key] = buf.unprocessed.pop(key)
+            hints = [buf.unprocessed.pop(key) for key in chunk.keys]
+            buf.in_flight.update(zip(chunk.keys, hints))
         started = time.monotonic()
         try:
             values = self.fetch(chunk.keys)
@@ -155,14 +158,19 @@ class PrefetchManager:
                     self._buffer.in_flight.pop(key, None)
             chunk.future.set_exception(exc)
             return True
+        stamps = [hint.ts for hint in hints]
+        self.cache.fill(chunk.keys, values, stamps, prefetched=True)
         with self._lock:
             buf = self._buffer
-            hints = [buf.in_flight.pop(k) for k in chunk.keys]
-            self.cache.fill(chunk.keys, values, [h.ts for h in hints], prefetched=True)
-            for key, hint in zip(chunk.keys, hints):
-                buf.fetched[key] = hint.at
+            raised = [(key, hint.ts) for key, hint, ts in zip(chunk.keys, hints, stamps) if hint.ts > ts]
+            for key in chunk.keys:
+                hint = buf.in_flight.pop(key, None)  # None: read already (a prefetch hit)
+                if hint is not None:
+                    buf.fetched[key] = hint.at
             self.stats.prefetched += len(chunk.keys)
             self.stats.fetch_s += time.monotonic() - started
+        if raised:  # hinted again during the fetch
+            self.cache.renew([key for key, _ in raised], [ts for _, ts in raised])
         chunk.future.set_result(dict(zip(chunk.keys, values)))
         return True
 
@@ -183,6 +191,8 @@ class PrefetchManager:
             buf = self._buffer
             for i, key in enumerate(keys):
                 hinted_at = buf.fetched.pop(key, None)
+                if hinted_at is None and key in buf.in_flight and out[i] is not MISSING:
+                    hinted_at = buf.in_flight.pop(key).at  # filled, its fetch not yet finished
                 if hinted_at is not None and out[i] is not MISSING:
                     self._hit(now - hinted_at)
             for i, value in enumerate(out):

@@ -9,7 +9,6 @@ Clock, amortized) or O(log n) (TAC, amortized).
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import OrderedDict
 from typing import Protocol
 
@@ -39,48 +38,62 @@ class EvictionOrder(Protocol):
 class TimestampOrder:
     """TAC: the entry with the smallest event timestamp goes first (ties: the older stamp first).
 
-    A read or update *sets* the timestamp to the access's event time; a hint only raises it. A
-    min-heap with lazy invalidation: a re-stamped key pushes a new item and its old items are
-    skipped when they surface. :meth:`tidy` rebuilds the heap at the batch boundary when stale
-    items outnumber the live ones (about 10 ms for 10,000 entries, which would otherwise land on
-    some batch's reads); within a batch only a heap grown far beyond that is rebuilt at once.
+    A read or update *sets* the timestamp to the access's event time; a hint only raises it. Keys
+    are kept in one bucket per distinct timestamp, each bucket in stamp order (an ordered dict),
+    and a min-heap holds the timestamps that have a bucket. A re-stamp moves the key to the end of
+    its new bucket in O(1) dict operations; only a timestamp seen for the first time costs a heap
+    push (of an int), so the heap works per distinct timestamp, not per access. A bucket a re-stamp
+    emptied stays until it surfaces in :meth:`victim` or :meth:`tidy` drops it at the batch boundary.
     """
 
     def __init__(self) -> None:
-        self._live: dict[bytes, tuple[int, int]] = {}  # key -> (ts, sequence number of its live heap item)
-        self._heap: list[tuple[int, int, bytes]] = []
-        self._seq = itertools.count()
+        self._stamp: dict[bytes, int] = {}  # key -> its timestamp
+        self._buckets: dict[int, OrderedDict[bytes, None]] = {}  # timestamp -> its keys, oldest stamp first
+        self._heap: list[int] = []  # the timestamps of self._buckets
 
     def insert(self, key: bytes, ts: int) -> None:
-        seq = next(self._seq)
-        self._live[key] = (ts, seq)
-        heapq.heappush(self._heap, (ts, seq, key))
-        if len(self._heap) > 4 * len(self._live) + 65536:  # bounds memory in a very large batch
-            self._rebuild()
+        bucket = self._buckets.get(ts)
+        if bucket is None:
+            bucket = self._buckets[ts] = OrderedDict()
+            heapq.heappush(self._heap, ts)
+        bucket[key] = None
+        self._stamp[key] = ts
 
-    touch = insert
-
-    def tidy(self) -> None:
-        if len(self._heap) > 2 * len(self._live) + 1024:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        self._heap = [(t, s, k) for k, (t, s) in self._live.items()]
-        heapq.heapify(self._heap)
+    def touch(self, key: bytes, ts: int) -> None:
+        buckets = self._buckets
+        old = self._stamp[key]
+        if old == ts:  # a write after its read, mostly: the newest stamp of its bucket
+            buckets[ts].move_to_end(key)
+            return
+        del buckets[old][key]
+        bucket = buckets.get(ts)
+        if bucket is None:  # as in insert, inlined: a touch is the TAC's most frequent operation
+            bucket = buckets[ts] = OrderedDict()
+            heapq.heappush(self._heap, ts)
+        bucket[key] = None
+        self._stamp[key] = ts
 
     def renew(self, key: bytes, ts: int) -> None:
-        if ts > self._live[key][0]:
-            self.insert(key, ts)
+        if ts > self._stamp[key]:
+            self.touch(key, ts)
 
     def remove(self, key: bytes) -> None:
-        del self._live[key]
+        del self._buckets[self._stamp.pop(key)][key]
 
     def victim(self) -> bytes:
         while True:
-            ts, seq, key = heapq.heappop(self._heap)
-            if self._live.get(key) == (ts, seq):
-                del self._live[key]
+            bucket = self._buckets[self._heap[0]]
+            if bucket:
+                key = bucket.popitem(last=False)[0]
+                del self._stamp[key]
                 return key
+            del self._buckets[heapq.heappop(self._heap)]
+
+    def tidy(self) -> None:
+        if len(self._buckets) > 2 * len(self._stamp) + 1024:  # mostly emptied buckets
+            self._buckets = {ts: bucket for ts, bucket in self._buckets.items() if bucket}
+            self._heap = list(self._buckets)
+            heapq.heapify(self._heap)
 
 
 class LruOrder:

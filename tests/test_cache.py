@@ -64,6 +64,17 @@ def test_tac_keeps_the_largest_timestamps_of_many_entries():
     assert {keys[i] for i in newest} == {key for key in keys if c.contains(key)}
 
 
+def test_tac_evicts_equal_timestamps_oldest_stamp_first():
+    order = TimestampOrder()
+    for key in (1, 2, 3, 4):
+        order.insert(k(key), 7)        # one event time (e.g. a job without event times stamps 0)
+    order.touch(k(1), 7)               # re-stamped with the same time: now the newest of the four
+    order.touch(k(3), 9)
+    order.renew(k(2), 5)               # a hint never lowers a timestamp, nor re-stamps
+    order.insert(k(5), 7)
+    assert [order.victim() for _ in range(5)] == [k(2), k(4), k(1), k(5), k(3)]
+
+
 def test_a_renewed_hint_saves_an_entry_and_a_read_sets_its_time():
     c = cache(3)
     c.fill([k(1), k(2), k(3)], [V, V, V], [10, 20, 30])
@@ -277,17 +288,17 @@ def test_concurrent_fills_lose_no_dirty_write():
         sys.setswitchinterval(interval)
 
 
-def test_tac_drops_stale_heap_items_at_the_batch_boundary_and_keeps_its_order():
-    """Re-stamped keys leave stale heap items; the heap shrinks at the drain, never during reads."""
+def test_tac_drops_emptied_buckets_at_the_batch_boundary_and_keeps_its_order():
+    """Re-stamped keys leave emptied timestamp buckets; they go at the drain, never during reads."""
     order = TimestampOrder()
     for key in range(100):
         order.insert(k(key), key)
-    for round_ in range(1, 30):  # every key re-stamped 29 times: 2,900 stale items
+    for round_ in range(1, 30):  # every key re-stamped 29 times: 2,900 emptied buckets
         for key in range(100):
             order.touch(k(key), 1000 * round_ + (99 - key))  # the reverse order of the first stamps
-    assert len(order._heap) == 3000  # reads never rebuilt it
+    assert len(order._heap) == len(order._buckets) == 3000  # reads never dropped them
     c = cache(4)
     c._order = order
     c.drain()
-    assert len(order._heap) == 100
+    assert len(order._heap) == len(order._buckets) == 100
     assert [order.victim() for _ in range(3)] == [k(99), k(98), k(97)]  # the smallest stamps first
