@@ -7,7 +7,9 @@ Per batch the replay does what the runtime does: hints reach the prefetch manage
 starts (``tac`` only), Spark's computation of the batch is stood in for by ``--compute-ms`` of
 waiting (the same for every policy), then the batch reads its keys (timed: the state-read
 latency), writes them back, closes windows (these three with the cyclic garbage collector paused, as
-in the runtime), and its changes are applied to RocksDB.
+in the runtime), and its changes are applied to RocksDB and flushed, as the runtime's commit does
+before its checkpoint (without the flush, the memtable would hold every change of the run and the
+windows' range deletes, and reads would slow down with it instead of reading SST files).
 
 Policies: ``tac`` (timestamp-aware cache, keyed prefetching; the read fetches the chunks of hinted
 keys no prefetch thread has started yet itself, alongside the pool, as in the runtime), ``lru`` and ``clock`` (fetch
@@ -52,6 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compute-ms", type=float, default=20.0, help="the batch's Spark time, while hints prefetch")
     p.add_argument("--cache-bytes", default="1m")
     p.add_argument("--skew", type=float, default=1.0, help="Zipf exponent")
+    p.add_argument("--window-s", type=int, default=None,
+                   help="tumbling/sliding window length in seconds (default: tumbling 600, sliding 300)")
+    p.add_argument("--slide-s", type=int, default=None, help="sliding windows' slide in seconds (default 100)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--work", type=Path, default=None, help="state directory (default: a temp dir)")
     p.set_defaults(func=run)
@@ -62,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         print(f"misa: error: --policy {','.join(unknown)}: use {', '.join(POLICIES)}", file=sys.stderr)
+        return 2
+    try:
+        build_workload(args)
+    except ValueError as exc:
+        print(f"misa: error: --window-s/--slide-s: {exc}", file=sys.stderr)
         return 2
     scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-bench-state-"))
     config = MisaConfig.from_mapping({"spark.misa.rocksdb.useDirectReads": "true",
@@ -83,7 +93,8 @@ def build_workload(args: argparse.Namespace) -> Workload:
     rng = np.random.default_rng(args.seed)
     key_space = int(args.key_space)
     keys = KeyStream(args.keys, key_space, rng, skew=args.skew)
-    return Workload(args.workload, keys, key_space, args.batch_records, args.seconds_per_batch, rng)
+    return Workload(args.workload, keys, key_space, args.batch_records, args.seconds_per_batch, rng,
+                    args.window_s, args.slide_s)
 
 
 def preload(store: StateStore, workload: Workload) -> int:
@@ -106,6 +117,8 @@ def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Na
     view = StateView(store, cache, parallel_misses=policy == "async")
     prefetcher = view.enable_prefetch(threads=store.shards, chunk_keys=256) if policy == "tac" else None
     read_s, batch_s, records, hits, reads = [], [], 0, 0, 0
+    live_keys: list[int] = []  # the state's key count, sampled over the measured batches
+    sample_every = max(1, args.batches // 10)
     try:
         for version, batch in enumerate(workload.batches(args.warmup + args.batches), start=1):
             started = time.monotonic()
@@ -121,6 +134,7 @@ def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Na
                     view.delete_range(b"", batch.close_before)
             commit = view.freeze(version)
             store.apply(commit.changes, commit.range_deletes)
+            store.flush()  # as the commit's checkpoint does: reads go to SST files, not an ever-growing memtable
             batch_s.append(time.monotonic() - started)
             records += batch.records
             stats = cache.stats.take()
@@ -130,14 +144,19 @@ def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Na
                 prefetcher.take_stats()
             if version == args.warmup:  # the cache is warm: measure from here
                 read_s, batch_s, records, hits, reads = [], [], 0, 0, 0
+            elif version > args.warmup and (version - args.warmup) % sample_every == 0:
+                live_keys.append(store.count_keys())
     finally:
         view.close()
     latencies = np.array(read_s) * 1000
     entry_bytes = workload.key_bytes + VALUE_BYTES + ENTRY_OVERHEAD  # as the cache counts an entry
+    live_keys = live_keys or [store.count_keys()]
     return {
         "workload": args.workload, "keys": args.keys, "policy": policy, "batches": len(read_s),
-        "batch_records": args.batch_records, "key_space": workload.key_space, "state_keys": state_keys,
-        "cache_bytes": cache_bytes, "state_to_cache": round(state_keys * entry_bytes / cache_bytes, 1),
+        "batch_records": args.batch_records, "key_space": workload.key_space, "preloaded_keys": state_keys,
+        "state_keys_mean": round(float(np.mean(live_keys))), "state_keys_min": min(live_keys),
+        "cache_bytes": cache_bytes, "state_to_cache": round(float(np.mean(live_keys)) * entry_bytes / cache_bytes, 1),
+        "state_to_cache_min": round(min(live_keys) * entry_bytes / cache_bytes, 1),
         "read_ms": {q: round(float(np.percentile(latencies, p)), 3)
                     for q, p in (("p50", 50), ("p99", 99), ("p99.9", 99.9))},
         "read_ms_mean": round(float(latencies.mean()), 3),

@@ -58,12 +58,12 @@ class StateView:
     def enable_prefetch(self, threads: int, chunk_keys: int) -> PrefetchManager:
         """Serve reads through a prefetch manager that fills the cache from hints.
 
-        Keys nobody hinted are then fetched on the reading thread: the prefetch pool is doing the
-        parallel I/O, and competing with it made reads slower.
+        The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks
+        no thread started yet, keys nobody hinted) it fetches with the shards in parallel.
         """
-        self.parallel_misses = False
-        self.prefetcher = PrefetchManager(self.cache, self.fetch_below, lambda key: shard_of(key, self.store.shards),
-                                          threads, chunk_keys)
+        self.prefetcher = PrefetchManager(self.cache, lambda keys: self.fetch_below(keys, parallel=False),
+                                          lambda key: shard_of(key, self.store.shards), threads, chunk_keys,
+                                          read_fetch=lambda keys: self.fetch_below(keys, parallel=True))
         return self.prefetcher
 
     # -- commit buffers, registered by the controller until they are in RocksDB
@@ -80,8 +80,9 @@ class StateView:
         with self._lock:
             return list(reversed(self._pending))
 
-    def fetch_below(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        """Values of ``keys`` below the cache: pending commit buffers, then RocksDB."""
+    def fetch_below(self, keys: Sequence[bytes], parallel: bool | None = None) -> list[bytes | None]:
+        """Values of ``keys`` below the cache: pending commit buffers, then RocksDB (with the shards
+        in parallel when ``parallel``, by default ``parallel_misses``)."""
         layers = self._layers()
         out: list[object] = [MISSING] * len(keys)
         for i, key in enumerate(keys):
@@ -92,7 +93,8 @@ class StateView:
                     break
         missing = [i for i, v in enumerate(out) if v is MISSING]
         if missing:
-            for i, value in zip(missing, self.store.get_many([keys[i] for i in missing], self.parallel_misses)):
+            parallel = self.parallel_misses if parallel is None else parallel
+            for i, value in zip(missing, self.store.get_many([keys[i] for i in missing], parallel)):
                 out[i] = value
         return out  # type: ignore[return-value]
 

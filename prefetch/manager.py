@@ -4,14 +4,13 @@ Hints go into a deduplicating buffer with two sections: *unprocessed* (waiting f
 *in flight* (being fetched); each key keeps its latest hint timestamp. New hints are grouped by
 shard and cut into chunks, one multi-get each, queued on a small thread pool; a chunk's fetch fills
 the cache with the hints' (future) timestamps. A read that needs a key whose chunk is in flight
-waits for that fetch; one whose chunk no thread has started yet fetches the chunk itself, latest
-chunks first while the pool works from the earliest (a *late hint* either way); a chunk is fetched
-once, by whoever starts it first, so no key is fetched twice. Keys nobody hinted are fetched at
-once (the fallback).
+waits for that fetch; the chunks it needs that no thread has started yet it fetches itself, all
+in one fetch (with the shards in parallel, in the runtime) while the pool finishes the chunks it
+started (a *late hint* either way); a chunk is fetched once, by whoever starts it first, so no key
+is fetched twice. Keys nobody hinted are fetched at once (the fallback).
 """
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,7 +37,7 @@ class PrefetchStats:
     fallback_fetches: int = 0    # keys read without a hint (or evicted before their read)
     slack_s_sum: float = 0.0     # hint-to-read time, summed over prefetch hits
     slack_s_min: float | None = None
-    fetch_s: float = 0.0         # time the pool spent fetching
+    fetch_s: float = 0.0         # time spent fetching hinted chunks (the pool's fetches and the reads')
 
     def as_dict(self) -> dict[str, float | int | None]:
         """The batch's record, with the mean slack instead of the sum."""
@@ -50,15 +49,11 @@ class PrefetchStats:
         return self.wasted_prefetches / self.prefetched if self.prefetched else 0.0
 
 
-_chunk_numbers = itertools.count()
-
-
 @dataclass(eq=False)
 class _Chunk:
     """Hinted keys of one shard, fetched with one multi-get by whoever starts it first."""
 
     keys: list[bytes]
-    number: int = field(default_factory=lambda: next(_chunk_numbers))  # creation order
     started: bool = False
     future: Future = field(default_factory=Future)  # key -> value of the keys it fetched
 
@@ -81,11 +76,14 @@ class PrefetchManager:
     """Prefetches hinted keys into ``cache`` on ``threads`` threads; ``read`` serves the batch."""
 
     def __init__(self, cache: StateCache, fetch: Fetch, shard_of: Callable[[bytes], int],
-                 threads: int = 2, chunk_keys: int = 2048):
+                 threads: int = 2, chunk_keys: int = 2048, read_fetch: Fetch | None = None):
+        """``fetch`` serves the pool's chunks; ``read_fetch`` (default ``fetch``) what a read fetches
+        itself: the chunks nobody started and the keys nobody hinted, e.g. with the shards in parallel."""
         if threads < 1 or chunk_keys < 1:
             raise ValueError(f"threads ({threads}) and chunk_keys ({chunk_keys}) must be at least 1")
         self.cache = cache
         self.fetch = fetch
+        self.read_fetch = read_fetch or fetch
         self.shard_of = shard_of
         self.chunk_keys = chunk_keys
         self.stats = PrefetchStats()
@@ -123,7 +121,7 @@ class PrefetchManager:
                     buf.unprocessed[key] = _Hint(new[key], now, chunk)
             self.stats.hints_renewed += len(cached)
         for chunk in chunks:  # the I/O starts first
-            self._pool.submit(self._run, chunk)
+            self._pool.submit(self._fetch_chunks, [chunk], self.fetch)
         if cached:
             self.cache.renew(cached, cached_ts)
 
@@ -135,53 +133,60 @@ class PrefetchManager:
         return [_Chunk(group[i:i + self.chunk_keys]) for group in groups.values()
                 for i in range(0, len(group), self.chunk_keys)]
 
-    def _run(self, chunk: _Chunk) -> bool:
-        """Fetch ``chunk`` unless a thread started it already (or it was dropped); fill the cache.
+    def _fetch_chunks(self, chunks: Sequence[_Chunk], fetch: Fetch) -> list[_Chunk]:
+        """Fetch the keys of the chunks no thread has started yet with one ``fetch``; fill the cache.
 
-        Returns whether this call fetched it. The keys stay in flight until they are in the cache,
-        so a read or a hint always finds them in one or the other; the cache is filled outside
-        the manager's lock, which the batch's read needs.
+        Returns the chunks this call fetched (the others were started elsewhere, or dropped). The
+        keys stay in flight until they are in the cache, so a read or a hint always finds them in
+        one or the other; the cache is filled outside the manager's lock, which the batch's read
+        needs.
         """
         with self._lock:
-            if chunk.started:
-                return False
-            chunk.started = True
+            mine = [chunk for chunk in chunks if not chunk.started]
             buf = self._buffer
-            hints = [buf.unprocessed.pop(key) for key in chunk.keys]
-            buf.in_flight.update(zip(chunk.keys, hints))
+            for chunk in mine:
+                chunk.started = True
+            keys = [key for chunk in mine for key in chunk.keys]
+            hints = [buf.unprocessed.pop(key) for key in keys]
+            buf.in_flight.update(zip(keys, hints))
+        if not mine:
+            return mine
         started = time.monotonic()
         try:
-            values = self.fetch(chunk.keys)
-        except BaseException as exc:  # the readers waiting on this chunk fetch its keys themselves
+            values = fetch(keys)
+        except BaseException as exc:  # the readers waiting on these chunks fetch their keys themselves
             with self._lock:
-                for key in chunk.keys:
+                for key in keys:
                     self._buffer.in_flight.pop(key, None)
-            chunk.future.set_exception(exc)
-            return True
+            for chunk in mine:
+                chunk.future.set_exception(exc)
+            return mine
         stamps = [hint.ts for hint in hints]
-        self.cache.fill(chunk.keys, values, stamps, prefetched=True)
+        self.cache.fill(keys, values, stamps, prefetched=True)
         with self._lock:
             buf = self._buffer
-            raised = [(key, hint.ts) for key, hint, ts in zip(chunk.keys, hints, stamps) if hint.ts > ts]
-            for key in chunk.keys:
+            raised = [(key, hint.ts) for key, hint, ts in zip(keys, hints, stamps) if hint.ts > ts]
+            for key in keys:
                 hint = buf.in_flight.pop(key, None)  # None: read already (a prefetch hit)
                 if hint is not None:
                     buf.fetched[key] = hint.at
-            self.stats.prefetched += len(chunk.keys)
+            self.stats.prefetched += len(keys)
             self.stats.fetch_s += time.monotonic() - started
         if raised:  # hinted again during the fetch
             self.cache.renew([key for key, _ in raised], [ts for _, ts in raised])
-        chunk.future.set_result(dict(zip(chunk.keys, values)))
-        return True
+        found = dict(zip(keys, values))
+        for chunk in mine:
+            chunk.future.set_result(found)
+        return mine
 
     # ------------------------------------------------------------------ reads
     def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
         """Values of ``keys`` as the batch sees them: cache, then the hints' chunks, then a fetch.
 
         The cache is read under the manager's lock, so no prefetch can land between finding a key
-        missing and finding it no longer in flight (which would fetch it a second time). Chunks
-        the read needs that no thread has started are fetched here, latest first, alongside the
-        pool; then the read waits for the rest.
+        missing and finding it no longer in flight (which would fetch it a second time). The
+        chunks the read needs that no thread has started are fetched here, all at once with
+        ``read_fetch``, while the pool finishes the chunks it started; then the read waits for those.
         """
         now = time.monotonic()
         waits: dict[int, _Chunk] = {}
@@ -205,25 +210,31 @@ class PrefetchManager:
                 else:
                     self.stats.fallback_fetches += 1
                     fallback.append(i)
-        chunks = sorted(set(waits.values()), key=lambda c: c.number, reverse=True)
-        fetched_here = {chunk for chunk in chunks if self._run(chunk)}
+        fetched_here = set(self._fetch_chunks(list(dict.fromkeys(waits.values())), self.read_fetch))
+        self._fetch_into(out, keys, ts, fallback)  # while the pool finishes its chunks
+        failed: list[int] = []
         for i, chunk in waits.items():
             try:
                 out[i] = chunk.future.result()[keys[i]]
             except Exception:  # the prefetch failed: read it here (the error, if real, shows again)
-                fallback.append(i)
+                failed.append(i)
                 continue
             with self._lock:
                 hinted_at = self._buffer.fetched.pop(keys[i], None)
                 if chunk not in fetched_here:
                     self._hit(time.monotonic() - hinted_at if hinted_at is not None else 0.0)
-        if fallback:
-            fetched = self.fetch([keys[i] for i in fallback])
-            for i, value in zip(fallback, fetched):
-                out[i] = value
-            key_ts = [ts] * len(fallback) if isinstance(ts, int) else [ts[i] for i in fallback]
-            self.cache.fill([keys[i] for i in fallback], fetched, key_ts)
+        self._fetch_into(out, keys, ts, failed)
         return out  # type: ignore[return-value]
+
+    def _fetch_into(self, out: list, keys: Sequence[bytes], ts: Sequence[int] | int, positions: list[int]) -> None:
+        """Fetch the keys at ``positions`` with ``read_fetch`` into ``out`` and the cache (reads' own fetches)."""
+        if not positions:
+            return
+        wanted = [keys[i] for i in positions]
+        fetched = self.read_fetch(wanted)
+        for i, value in zip(positions, fetched):
+            out[i] = value
+        self.cache.fill(wanted, fetched, [ts] * len(positions) if isinstance(ts, int) else [ts[i] for i in positions])
 
     def _hit(self, slack_s: float) -> None:
         self.stats.prefetch_hits += 1

@@ -18,7 +18,7 @@ from misa import bench_state
 
 def args(**overrides) -> argparse.Namespace:
     values = dict(workload="tumbling", keys="zipf", key_space=3000, batches=25, warmup=3, batch_records=400,
-                  seconds_per_batch=5.0, compute_ms=1.0, cache_bytes="24k", skew=1.0, seed=3)
+                  seconds_per_batch=5.0, compute_ms=1.0, cache_bytes="12k", skew=1.0, seed=3, window_s=60, slide_s=20)
     values.update(overrides)
     return argparse.Namespace(**values)
 
@@ -40,9 +40,13 @@ def test_sliding_windows_name_every_window_of_a_record():
     batch = next(workload.batches(1))
     ends = {int.from_bytes(k[:8], "big") for k in batch.keys}
     start = workload.start_us
-    assert ends == {start + 20_000_000, start + 40_000_000, start + 60_000_000}  # 60 s windows sliding 20 s
+    assert ends == {start + 100_000_000, start + 200_000_000, start + 300_000_000}  # 300 s windows sliding 100 s
     assert batch.close_before == (start + 1_000_001).to_bytes(8, "big")
     assert all(start <= t < start + 1_000_000 for t in batch.ts)
+    short = Workload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng, window_s=60, slide_s=30)
+    assert {int.from_bytes(k[:8], "big") - start for k in next(short.batches(1)).keys} == {30_000_000, 60_000_000}
+    with pytest.raises(ValueError, match="multiple of the slide"):
+        Workload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng, window_s=60, slide_s=25)
 
 
 @pytest.mark.parametrize("workload", ["aggregation", "tumbling", "interval-join"])
@@ -61,7 +65,8 @@ def test_every_policy_leaves_the_same_state(tmp_path, workload):
     for policy in POLICIES:
         assert finals[policy] == finals["lru"], policy
         assert records[policy]["batches"] == 25
-        assert records[policy]["state_to_cache"] >= 10
+        assert records[policy]["state_to_cache"] >= 10 and records[policy]["state_keys_min"] > 0
+        assert records[policy]["state_keys_mean"] == records["lru"]["state_keys_mean"]  # counted, the same state
     assert 0 < records["tac"]["hit_ratio"] <= 1
 
 
@@ -74,6 +79,8 @@ def test_cli_prints_one_json_object_per_policy(tmp_path, capsys):
     assert [r["policy"] for r in rows] == ["tac", "async"]
     assert all(set(r["read_ms"]) == {"p50", "p99", "p99.9"} and r["throughput_rps"] > 0 for r in rows)
     assert main(["bench", "state", "--policy", "fifo"]) == 2
+    assert main(["bench", "state", "--workload", "sliding", "--window-s", "60", "--slide-s", "25"]) == 2
+    assert "--window-s/--slide-s: window 60 s must be a positive multiple of the slide 25 s" in capsys.readouterr().err
 
 
 def test_gc_is_paused_inside_the_state_phase_and_restored_after():

@@ -110,27 +110,29 @@ class ThreadRecordingBackend(Backend):
         return super().__call__(keys)
 
 
-def test_a_read_fetches_the_unstarted_chunks_latest_first_while_the_pool_goes_on():
+def test_a_read_fetches_all_the_unstarted_chunks_at_once_while_the_pool_goes_on():
     backend = ThreadRecordingBackend()
-    m = manager(backend, threads=1, chunk_keys=1)
+    reads = ThreadRecordingBackend()
+    m = PrefetchManager(StateCache(1 << 20, "tac"), backend, lambda key: 0, threads=1, chunk_keys=1, read_fetch=reads)
     backend.gate.clear()
     backend.entered.clear()
-    m.hint(keys(0, 2, 4, 6), [5] * 4)  # four one-key chunks of one shard; the one thread holds k0
+    m.hint(keys(0, 2, 4, 6), [5] * 4)  # four one-key chunks; the one thread holds k0
     assert backend.entered.wait(5)
     result: list = []
-    reader = threading.Thread(target=lambda: result.append(m.read(keys(0, 2, 4, 6), 6)), name="reader")
+    reader = threading.Thread(target=lambda: result.append(m.read(keys(0, 2, 4, 6, 8), 6)), name="reader")
     reader.start()
-    time.sleep(0.2)
+    reader.join(0.3)
+    assert reader.is_alive()  # waiting for k0, in flight in the pool
+    assert reads.by_thread == [("reader", keys(2, 4, 6)), ("reader", keys(8))]  # unstarted chunks, then k8
     backend.gate.set()
     reader.join(5)
-    assert result == [[b"v0", b"v2", b"v4", b"v6"]]
+    assert result == [[b"v0", b"v2", b"v4", b"v6", b"v8"]]
     m.quiesce()
-    assert backend.fetched == Counter(keys(0, 2, 4, 6))  # each chunk fetched once, by the pool or the read
-    reader_chunks = [chunk for name, chunk in backend.by_thread if name == "reader"]
-    assert reader_chunks[0] == keys(6)  # the read starts from the latest chunk, the pool from the earliest
-    assert backend.by_thread[0] == ("misa-prefetch_0", keys(0))
+    assert backend.by_thread == [("misa-prefetch_0", keys(0))]  # the pool fetched only what it had started
+    assert backend.fetched + reads.fetched == Counter(keys(0, 2, 4, 6, 8))  # each key once
     stats = m.take_stats()
-    assert stats.late_hints == 4 and stats.prefetched == 4 and stats.fallback_fetches == 0
+    assert stats.late_hints == 4 and stats.prefetched == 4 and stats.fallback_fetches == 1
+    assert stats.prefetch_hits == 1  # k0; the read fetched the others itself
 
 
 class RacingCache(StateCache):
