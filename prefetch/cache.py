@@ -179,8 +179,9 @@ class StateCache:
     def contains_many(self, keys: Sequence[bytes]) -> list[bool]:
         """Per key, whether a read of it would hit (see :meth:`contains`); one lock for all."""
         with self._lock:
-            values, evicted, deleted = self._values, self._evicted, self._deleted
-            return [key in values or key in evicted or (bool(deleted) and key in deleted) for key in keys]
+            values, evicted = self._values, self._evicted
+            deleted = self._deleted or ()  # most batches delete no range
+            return [key in values or key in evicted or key in deleted for key in keys]
 
     # ------------------------------------------------------------------ clean entries, hints
     def fill(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int],
@@ -195,11 +196,12 @@ class StateCache:
         _check_values(values, len(keys))
         inserted = 0
         with self._lock:
+            deleted = self._deleted or ()  # most batches delete no range
             for key, value, t in zip(keys, values, _stamps(ts, len(keys))):
                 if key in self._values or key in self._evicted:
                     if prefetched:
                         self._renew(key, t)
-                elif not (self._deleted and key in self._deleted):
+                elif key not in deleted:
                     self._insert(key, value, t, dirty=False)
                     inserted += 1
                     if prefetched:

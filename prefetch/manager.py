@@ -196,9 +196,11 @@ class PrefetchManager:
             buf = self._buffer
             for i, key in enumerate(keys):
                 hinted_at = buf.fetched.pop(key, None)
-                if hinted_at is None and key in buf.in_flight and out[i] is not MISSING:
+                if out[i] is MISSING:
+                    continue
+                if hinted_at is None and key in buf.in_flight:
                     hinted_at = buf.in_flight.pop(key).at  # filled, its fetch not yet finished
-                if hinted_at is not None and out[i] is not MISSING:
+                if hinted_at is not None:
                     self._hit(now - hinted_at)
             for i, value in enumerate(out):
                 if value is not MISSING:

@@ -60,18 +60,12 @@ class TimestampOrder:
         self._stamp[key] = ts
 
     def touch(self, key: bytes, ts: int) -> None:
-        buckets = self._buckets
         old = self._stamp[key]
         if old == ts:  # a write after its read, mostly: the newest stamp of its bucket
-            buckets[ts].move_to_end(key)
-            return
-        del buckets[old][key]
-        bucket = buckets.get(ts)
-        if bucket is None:  # as in insert, inlined: a touch is the TAC's most frequent operation
-            bucket = buckets[ts] = OrderedDict()
-            heapq.heappush(self._heap, ts)
-        bucket[key] = None
-        self._stamp[key] = ts
+            self._buckets[ts].move_to_end(key)
+        else:
+            del self._buckets[old][key]
+            self.insert(key, ts)
 
     def renew(self, key: bytes, ts: int) -> None:
         if ts > self._stamp[key]:
