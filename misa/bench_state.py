@@ -32,10 +32,11 @@ import numpy as np
 from prefetch.cache import ENTRY_OVERHEAD, StateCache
 
 from .commit_buffer import StateView
-from .config import MisaConfig, parse_bytes
+from .config import ConfigError, MisaConfig, parse_bytes
 from .gc_pause import gc_paused
 from .state_store import StateStore
 from .state_workloads import DISTRIBUTIONS, WORKLOADS, KeyStream, Workload
+from .switch_interval import switch_interval
 
 POLICIES = ("tac", "lru", "clock", "async")
 VALUE_BYTES = 32
@@ -57,6 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--window-s", type=int, default=None,
                    help="tumbling/sliding window length in seconds (default: tumbling 600, sliding 300)")
     p.add_argument("--slide-s", type=int, default=None, help="sliding windows' slide in seconds (default 100)")
+    p.add_argument("--switch-interval", default=None,
+                   help="Python's thread switch interval for every policy (default: spark.misa.python.switchInterval)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--work", type=Path, default=None, help="state directory (default: a temp dir)")
     p.set_defaults(func=run)
@@ -73,11 +76,18 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"misa: error: --window-s/--slide-s: {exc}", file=sys.stderr)
         return 2
-    scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-bench-state-"))
-    config = MisaConfig.from_mapping({"spark.misa.rocksdb.useDirectReads": "true",
-                                      "spark.misa.rocksdb.blockCacheSize": "1m"})
+    settings = {"spark.misa.rocksdb.useDirectReads": "true", "spark.misa.rocksdb.blockCacheSize": "1m"}
+    if args.switch_interval is not None:
+        settings["spark.misa.python.switchInterval"] = args.switch_interval
     try:
-        with StateStore(config, scratch / "state", f"file://{scratch / 'dfs'}") as store:
+        config = MisaConfig.from_mapping(settings)
+    except ConfigError as exc:
+        print(f"misa: error: --switch-interval: {exc}", file=sys.stderr)
+        return 2
+    scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-bench-state-"))
+    try:
+        with StateStore(config, scratch / "state", f"file://{scratch / 'dfs'}") as store, \
+                switch_interval(config.python_switch_interval_s):
             state_keys = preload(store, build_workload(args))
             for policy in policies:
                 store.load(0)
@@ -163,6 +173,7 @@ def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Na
         "throughput_rps": round(records / sum(batch_s), 1),
         "state_rps": round(records / sum(b - args.compute_ms / 1000 for b in batch_s), 1),
         "hit_ratio": round(hits / reads, 4) if reads else None,
+        "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
     }
 
 

@@ -93,6 +93,16 @@ def _choice(*options: str) -> Kind:
 BOOL = Kind("true or false", _bool)
 BYTES = Kind("a size such as 64m, 512k or 1g", parse_bytes)
 DURATION = Kind("a duration such as 200ms, 10s or 2min", parse_seconds)
+
+
+def _positive_seconds(text: str) -> float:
+    value = parse_seconds(text)
+    if value <= 0:
+        raise ValueError
+    return value
+
+
+POSITIVE_DURATION = Kind("a duration above zero such as 0.2ms, 5ms or 1s", _positive_seconds)
 TEXT = Kind("any text", str.strip)
 
 
@@ -205,6 +215,11 @@ class MisaConfig:
     prefetch_wasted_ratio: float = setting(
         "spark.misa.prefetch.wastedRatioThreshold", "0.5", FRACTION,
         "Adaptive lookahead: move hint extraction to the next declared stage when this share of prefetches is never read.")
+
+    python_switch_interval_s: float = setting(
+        "spark.misa.python.switchInterval", "0.2ms", POSITIVE_DURATION,
+        "The driver's Python thread switch interval while a job runs (Python's default is 5ms): how long "
+        "a prefetch or commit thread whose I/O returned may wait for the GIL behind the batch's own Python work.")
 
     # ------------------------------------------------------------------ building
     @classmethod

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -35,6 +36,7 @@ from .operators import StatefulOperator
 from .prefetching import BatchHints, Stage, supports_hints
 from .recovery import reconcile
 from .state_store import StateStore
+from .switch_interval import switch_interval
 
 log = logging.getLogger(__name__)
 Sink = Callable[[int, pa.Table], None]
@@ -89,11 +91,13 @@ class StatefulJob:
                                     (lambda r: echo(summary_line(r))) if echo else None)
         self.version = self.store.version
         self._listener: Any = None
+        self._running = ExitStack()  # what start() changed in the process, undone by close()
 
     def start(self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any],
               query_name: str | None = None) -> StreamingQuery:
         """Recover, then start the streaming query with this job as its foreachBatch function."""
         self._load(reconcile(self.store, self.checkpoint_location))
+        self._running.enter_context(switch_interval(self.config.python_switch_interval_s))
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
         writer = stream.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", self.checkpoint_location)
@@ -188,3 +192,4 @@ class StatefulJob:
                 self.hints.close()
             self.view.close()
             self.store.close()
+            self._running.close()

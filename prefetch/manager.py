@@ -3,11 +3,11 @@
 Hints go into a deduplicating buffer with two sections: *unprocessed* (waiting for a thread) and
 *in flight* (being fetched); each key keeps its latest hint timestamp. New hints are grouped by
 shard and cut into chunks, one multi-get each, queued on a small thread pool; a chunk's fetch fills
-the cache with the hints' (future) timestamps. A read that needs a key whose chunk is in flight
-waits for that fetch; the chunks it needs that no thread has started yet it fetches itself, all
-in one fetch (with the shards in parallel, in the runtime) while the pool finishes the chunks it
-started (a *late hint* either way); a chunk is fetched once, by whoever starts it first, so no key
-is fetched twice. Keys nobody hinted are fetched at once (the fallback).
+the cache with the hints' (future) timestamps. A read first claims the chunks it needs that no
+thread has started yet and fetches them itself, all in one fetch (with the shards in parallel, in
+the runtime) on its own thread while it looks up the cache; a key whose chunk the pool has in
+flight it waits for (a *late hint* either way); a chunk is fetched once, by whoever starts it
+first, so no key is fetched twice. Keys nobody hinted are fetched at once (the fallback).
 """
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ class _Hint:
     chunk: _Chunk
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """Chunks one thread started, with their keys and hints in fetch order."""
+
+    chunks: list[_Chunk]
+    keys: list[bytes]
+    hints: list[_Hint]
+
+
 @dataclass
 class _Buffer:
     unprocessed: dict[bytes, _Hint] = field(default_factory=dict)
@@ -72,8 +81,16 @@ class _Buffer:
     fetched: dict[bytes, float] = field(default_factory=dict)  # prefetched, not yet read: key -> hint time
 
 
+def _pick(ts: Sequence[int] | int, positions: Sequence[int]) -> Sequence[int] | int:
+    """The event times of the keys at ``positions`` (one time for all stays one time)."""
+    return ts if isinstance(ts, int) else [ts[i] for i in positions]
+
+
 class PrefetchManager:
     """Prefetches hinted keys into ``cache`` on ``threads`` threads; ``read`` serves the batch."""
+
+    READ_SLICE = 512
+    """Keys a read looks up in the cache under one hold of its lock."""
 
     def __init__(self, cache: StateCache, fetch: Fetch, shard_of: Callable[[bytes], int],
                  threads: int = 2, chunk_keys: int = 2048, read_fetch: Fetch | None = None):
@@ -90,6 +107,7 @@ class PrefetchManager:
         self._buffer = _Buffer()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="misa-prefetch")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="misa-read-fetch")  # a read's own chunks
 
     # ------------------------------------------------------------------ hints
     def hint(self, keys: Sequence[bytes], ts: Sequence[int]) -> None:
@@ -133,24 +151,33 @@ class PrefetchManager:
         return [_Chunk(group[i:i + self.chunk_keys]) for group in groups.values()
                 for i in range(0, len(group), self.chunk_keys)]
 
-    def _fetch_chunks(self, chunks: Sequence[_Chunk], fetch: Fetch) -> list[_Chunk]:
-        """Fetch the keys of the chunks no thread has started yet with one ``fetch``; fill the cache.
-
-        Returns the chunks this call fetched (the others were started elsewhere, or dropped). The
-        keys stay in flight until they are in the cache, so a read or a hint always finds them in
-        one or the other; the cache is filled outside the manager's lock, which the batch's read
-        needs.
-        """
+    def _fetch_chunks(self, chunks: Sequence[_Chunk], fetch: Fetch) -> _Claim:
+        """Fetch those of ``chunks`` no thread has started yet; returns what this call fetched."""
         with self._lock:
-            mine = [chunk for chunk in chunks if not chunk.started]
-            buf = self._buffer
-            for chunk in mine:
-                chunk.started = True
-            keys = [key for chunk in mine for key in chunk.keys]
-            hints = [buf.unprocessed.pop(key) for key in keys]
-            buf.in_flight.update(zip(keys, hints))
-        if not mine:
-            return mine
+            claim = self._claim(chunks)
+        self._fetch_claimed(claim, fetch)
+        return claim
+
+    def _claim(self, chunks: Sequence[_Chunk]) -> _Claim:
+        """Start the chunks nobody started yet: their keys move from unprocessed to in flight (lock held)."""
+        mine = [chunk for chunk in chunks if not chunk.started]
+        buf = self._buffer
+        for chunk in mine:
+            chunk.started = True
+        keys = [key for chunk in mine for key in chunk.keys]
+        hints = [buf.unprocessed.pop(key) for key in keys]
+        buf.in_flight.update(zip(keys, hints))
+        return _Claim(mine, keys, hints)
+
+    def _fetch_claimed(self, claim: _Claim, fetch: Fetch) -> None:
+        """Fetch the claimed chunks' keys with one ``fetch``, fill the cache and resolve the chunks.
+
+        The keys stay in flight until they are in the cache, so a read or a hint always finds them
+        in one or the other; the cache is filled outside the manager's lock, which reads need.
+        """
+        if not claim.chunks:
+            return
+        keys, hints = claim.keys, claim.hints
         started = time.monotonic()
         try:
             values = fetch(keys)
@@ -158,9 +185,9 @@ class PrefetchManager:
             with self._lock:
                 for key in keys:
                     self._buffer.in_flight.pop(key, None)
-            for chunk in mine:
+            for chunk in claim.chunks:
                 chunk.future.set_exception(exc)
-            return mine
+            return
         stamps = [hint.ts for hint in hints]
         self.cache.fill(keys, values, stamps, prefetched=True)
         with self._lock:
@@ -175,45 +202,57 @@ class PrefetchManager:
         if raised:  # hinted again during the fetch
             self.cache.renew([key for key, _ in raised], [ts for _, ts in raised])
         found = dict(zip(keys, values))
-        for chunk in mine:
+        for chunk in claim.chunks:
             chunk.future.set_result(found)
-        return mine
 
     # ------------------------------------------------------------------ reads
     def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
         """Values of ``keys`` as the batch sees them: cache, then the hints' chunks, then a fetch.
 
-        The cache is read under the manager's lock, so no prefetch can land between finding a key
-        missing and finding it no longer in flight (which would fetch it a second time). The
-        chunks the read needs that no thread has started are fetched here, all at once with
-        ``read_fetch``, while the pool finishes the chunks it started; then the read waits for those.
+        First the read claims the chunks it needs that no thread has started and fetches them, all
+        at once with ``read_fetch``, on its own thread while it reads the cache (in slices, so the
+        pool's fills get in between) and the pool finishes the chunks it started. Then, under the
+        manager's lock, a key still missing is waited for if it has a chunk (one hinted during the
+        read is fetched here too); otherwise it is looked up again (its prefetch may have landed
+        since) and fetched if still missing.
         """
         now = time.monotonic()
+        with self._lock:
+            unprocessed = self._buffer.unprocessed
+            claim = self._claim(list(dict.fromkeys(unprocessed[k].chunk for k in keys if k in unprocessed)))
+        own_fetch = self._reader.submit(self._fetch_claimed, claim, self.read_fetch) if claim.chunks else None
+        own = set(claim.keys)
+        out: list = []
+        for begin in range(0, len(keys), self.READ_SLICE):
+            end = begin + self.READ_SLICE
+            out += self.cache.get_many(keys[begin:end], ts if isinstance(ts, int) else ts[begin:end])
         waits: dict[int, _Chunk] = {}
         fallback: list[int] = []
         with self._lock:
-            out = self.cache.get_many(keys, ts)
             buf = self._buffer
+            again: list[int] = []
             for i, key in enumerate(keys):
-                hinted_at = buf.fetched.pop(key, None)
                 if out[i] is MISSING:
+                    hint = buf.in_flight.get(key) or buf.unprocessed.get(key)  # unprocessed: hinted since
+                    if hint is not None:
+                        waits[i] = hint.chunk
+                    else:
+                        again.append(i)  # not hinted, or its prefetch landed after the slice was read
                     continue
-                if hinted_at is None and key in buf.in_flight:
-                    hinted_at = buf.in_flight.pop(key).at  # filled, its fetch not yet finished
-                if hinted_at is not None:
-                    self._hit(now - hinted_at)
-            for i, value in enumerate(out):
-                if value is not MISSING:
-                    continue
-                hint = buf.in_flight.get(keys[i]) or buf.unprocessed.get(keys[i])
-                if hint is not None:
-                    waits[i] = hint.chunk
-                    self.stats.late_hints += 1
-                else:
-                    self.stats.fallback_fetches += 1
+                self._count_cached(key, own, now)
+            self.stats.late_hints += len(waits)
+            for i, value in zip(again, self.cache.get_many([keys[i] for i in again], _pick(ts, again))):
+                if value is MISSING:
                     fallback.append(i)
-        fetched_here = set(self._fetch_chunks(list(dict.fromkeys(waits.values())), self.read_fetch))
-        self._fetch_into(out, keys, ts, fallback)  # while the pool finishes its chunks
+                    continue
+                out[i] = value
+                self._count_cached(keys[i], own, now)
+            self.stats.fallback_fetches += len(fallback)
+        hinted_since = self._fetch_chunks(list(dict.fromkeys(waits.values())), self.read_fetch)
+        self._fetch_into(out, keys, ts, fallback)  # while the pool and the read's thread finish their chunks
+        if own_fetch is not None:
+            own_fetch.result()
+        fetched_here = set(claim.chunks) | set(hinted_since.chunks)
         failed: list[int] = []
         for i, chunk in waits.items():
             try:
@@ -228,6 +267,18 @@ class PrefetchManager:
         self._fetch_into(out, keys, ts, failed)
         return out  # type: ignore[return-value]
 
+    def _count_cached(self, key: bytes, own: set[bytes], now: float) -> None:
+        """A read found ``key`` cached: a prefetch hit if the pool fetched it, a late hint if the read's
+        own fetch did (lock held)."""
+        buf = self._buffer
+        hinted_at = buf.fetched.pop(key, None)
+        if hinted_at is None and key in buf.in_flight:
+            hinted_at = buf.in_flight.pop(key).at  # filled, its fetch not yet finished
+        if key in own:
+            self.stats.late_hints += 1
+        elif hinted_at is not None:
+            self._hit(now - hinted_at)
+
     def _fetch_into(self, out: list, keys: Sequence[bytes], ts: Sequence[int] | int, positions: list[int]) -> None:
         """Fetch the keys at ``positions`` with ``read_fetch`` into ``out`` and the cache (reads' own fetches)."""
         if not positions:
@@ -236,7 +287,7 @@ class PrefetchManager:
         fetched = self.read_fetch(wanted)
         for i, value in zip(positions, fetched):
             out[i] = value
-        self.cache.fill(wanted, fetched, [ts] * len(positions) if isinstance(ts, int) else [ts[i] for i in positions])
+        self.cache.fill(wanted, fetched, _pick(ts, positions))
 
     def _hit(self, slack_s: float) -> None:
         self.stats.prefetch_hits += 1
@@ -283,3 +334,4 @@ class PrefetchManager:
     def close(self) -> None:
         self.quiesce()
         self._pool.shutdown(wait=True)
+        self._reader.shutdown(wait=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -71,16 +72,30 @@ def test_every_policy_leaves_the_same_state(tmp_path, workload):
 
 
 def test_cli_prints_one_json_object_per_policy(tmp_path, capsys):
+    interval = sys.getswitchinterval()
     code = main(["bench", "state", "--workload", "aggregation", "--keys", "hotspot", "--policy", "tac,async",
                  "--key-space", "2000", "--batches", "5", "--batch-records", "100", "--compute-ms", "1",
-                 "--cache-bytes", "16k", "--work", str(tmp_path)])
+                 "--cache-bytes", "16k", "--switch-interval", "1ms", "--work", str(tmp_path)])
     assert code == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["policy"] for r in rows] == ["tac", "async"]
+    assert [r["switch_interval_ms"] for r in rows] == [1.0, 1.0]  # the same for every policy
+    assert sys.getswitchinterval() == interval  # restored after the run
     assert all(set(r["read_ms"]) == {"p50", "p99", "p99.9"} and r["throughput_rps"] > 0 for r in rows)
     assert main(["bench", "state", "--policy", "fifo"]) == 2
     assert main(["bench", "state", "--workload", "sliding", "--window-s", "60", "--slide-s", "25"]) == 2
     assert "--window-s/--slide-s: window 60 s must be a positive multiple of the slide 25 s" in capsys.readouterr().err
+    assert main(["bench", "state", "--switch-interval", "0ms"]) == 2
+    assert "--switch-interval: spark.misa.python.switchInterval='0ms' is malformed" in capsys.readouterr().err
+
+
+def test_switch_interval_is_set_inside_the_block_and_restored_after():
+    from misa.switch_interval import switch_interval
+
+    before = sys.getswitchinterval()
+    with switch_interval(0.0002):
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+    assert sys.getswitchinterval() == before
 
 
 def test_gc_is_paused_inside_the_state_phase_and_restored_after():

@@ -28,3 +28,26 @@ def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode):
     per_batch = {k: (sum(x for x in range(100) if x % 3 == k), len([x for x in range(100) if x % 3 == k]))
                  for k in range(3)}
     assert final == {k: (3 * s, 3 * n) for k, (s, n) in per_batch.items()}
+
+
+def test_a_running_job_uses_the_configured_switch_interval_and_close_restores_it(spark, tmp_path):
+    import sys
+
+    spark.range(10).select((F.col("id") % 2).alias("k"), F.col("id").cast("double").alias("x")) \
+        .write.parquet(str(tmp_path / "in"))
+    seen: list[float] = []
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("n", "count", "x")]),
+        lambda batch_id, table: seen.append(sys.getswitchinterval()),
+        str(tmp_path / "ckpt"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "1", "spark.misa.python.switchInterval": "1ms"}),
+        echo=None,
+    )
+    before = sys.getswitchinterval()
+    stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
+    try:
+        job.start(spark, stream, {"availableNow": True}).awaitTermination()
+    finally:
+        job.close(spark)
+    assert seen == [pytest.approx(0.001)]
+    assert sys.getswitchinterval() == before

@@ -123,7 +123,8 @@ def test_a_read_fetches_all_the_unstarted_chunks_at_once_while_the_pool_goes_on(
     reader.start()
     reader.join(0.3)
     assert reader.is_alive()  # waiting for k0, in flight in the pool
-    assert reads.by_thread == [("reader", keys(2, 4, 6)), ("reader", keys(8))]  # unstarted chunks, then k8
+    # the unstarted chunks at once, on the read's fetch thread; k8, nobody's hint, by the read itself
+    assert sorted(reads.by_thread) == [("misa-read-fetch_0", keys(2, 4, 6)), ("reader", keys(8))]
     backend.gate.set()
     reader.join(5)
     assert result == [[b"v0", b"v2", b"v4", b"v6", b"v8"]]
@@ -133,6 +134,35 @@ def test_a_read_fetches_all_the_unstarted_chunks_at_once_while_the_pool_goes_on(
     stats = m.take_stats()
     assert stats.late_hints == 4 and stats.prefetched == 4 and stats.fallback_fetches == 1
     assert stats.prefetch_hits == 1  # k0; the read fetched the others itself
+
+
+class LookupAfterFetchCache(StateCache):
+    """A cache whose lookups record whether a fetch had started by then (waiting a while for one)."""
+
+    def __init__(self, fetch_started: threading.Event):
+        super().__init__(1 << 20, "tac")
+        self.fetch_started = fetch_started
+        self.fetching_during_lookup: list[bool] = []
+
+    def get_many(self, keys, ts=0):
+        self.fetching_during_lookup.append(self.fetch_started.wait(2))
+        return super().get_many(keys, ts)
+
+
+def test_a_read_starts_fetching_its_unstarted_chunks_before_it_looks_up_the_cache(backend):
+    reads = Backend()
+    reads.entered.clear()
+    cache = LookupAfterFetchCache(reads.entered)
+    m = PrefetchManager(cache, backend, lambda key: 0, threads=1, chunk_keys=1, read_fetch=reads)
+    backend.gate.clear()
+    backend.entered.clear()
+    m.hint(keys(0, 1, 2), [5] * 3)  # the one thread holds k0; k1 and k2 wait unstarted
+    assert backend.entered.wait(5)
+    assert m.read(keys(1, 2), 6) == [b"v1", b"v2"]
+    assert cache.fetching_during_lookup[0]  # their fetch ran while the read looked up the cache
+    assert reads.fetched == Counter(keys(1, 2))
+    backend.gate.set()
+    m.close()
 
 
 class RacingCache(StateCache):
