@@ -1,8 +1,9 @@
 """``misa bench state``: replay state-access streams against RocksDB behind each cache policy.
 
-One store is preloaded with the workload's state (at least 10x the cache) and checkpointed
-locally; each policy then starts from that checkpoint and replays the same batches (same seed),
-the first ``--warmup`` of them unmeasured while its cache fills.
+One store is preloaded with the workload's state (at least 10x the cache) and checkpointed as
+version 0; each policy gets its own store restored from that checkpoint and replays the same
+batches (same seed), the first ``--warmup`` of them unmeasured while its cache fills. The policies
+take turns batch by batch, so the machine's slow spells fall on all of them alike.
 Per batch the replay does what the runtime does: hints reach the prefetch manager when the batch
 starts (``tac`` only), Spark's computation of the batch is stood in for by ``--compute-ms`` of
 waiting (the same for every policy), then the batch reads its keys (timed: the state-read
@@ -25,7 +26,9 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -35,7 +38,7 @@ from .commit_buffer import StateView
 from .config import ConfigError, MisaConfig, parse_bytes
 from .gc_pause import gc_paused
 from .state_store import StateStore
-from .state_workloads import DISTRIBUTIONS, WORKLOADS, KeyStream, Workload
+from .state_workloads import DISTRIBUTIONS, WORKLOADS, BatchAccesses, KeyStream, Workload
 from .switch_interval import switch_interval
 
 POLICIES = ("tac", "lru", "clock", "async")
@@ -66,7 +69,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    policies = [p.strip() for p in args.policy.split(",")]
+    policies = list(dict.fromkeys(p.strip() for p in args.policy.split(",")))
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         print(f"misa: error: --policy {','.join(unknown)}: use {', '.join(POLICIES)}", file=sys.stderr)
@@ -86,12 +89,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-bench-state-"))
     try:
-        with StateStore(config, scratch / "state", f"file://{scratch / 'dfs'}") as store, \
-                switch_interval(config.python_switch_interval_s):
-            state_keys = preload(store, build_workload(args))
-            for policy in policies:
-                store.load(0)
-                print(json.dumps(replay(store, policy, build_workload(args), args, state_keys)), flush=True)
+        with ExitStack() as stack:
+            stack.enter_context(switch_interval(config.python_switch_interval_s))
+            stores, state_keys = open_stores(config, scratch, policies, build_workload(args), stack)
+            for record in replay(stores, build_workload(args), args, state_keys):
+                print(json.dumps(record), flush=True)
     finally:
         if not args.work:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -107,6 +109,24 @@ def build_workload(args: argparse.Namespace) -> Workload:
                     args.window_s, args.slide_s)
 
 
+def open_stores(config: MisaConfig, scratch: Path, policies: Sequence[str], workload: Workload,
+                stack: ExitStack) -> tuple[dict[str, StateStore], int]:
+    """One store per policy, each holding the preloaded state (version 0); closed with ``stack``.
+
+    Returns the stores by policy and the preloaded key count.
+    """
+    dfs = f"file://{scratch / 'dfs'}"
+    first = stack.enter_context(StateStore(config, scratch / f"state-{policies[0]}", dfs))
+    state_keys = preload(first, workload)
+    first.upload(0)
+    first.load(0)  # reopened from the checkpoint, as the others are
+    stores = {policies[0]: first}
+    for policy in policies[1:]:
+        stores[policy] = stack.enter_context(StateStore(config, scratch / f"state-{policy}", dfs))
+        stores[policy].load(0)
+    return stores, state_keys
+
+
 def preload(store: StateStore, workload: Workload) -> int:
     """Write the initial state, compact it and checkpoint it as version 0; returns its key count."""
     count = 0
@@ -120,61 +140,100 @@ def preload(store: StateStore, workload: Workload) -> int:
     return count
 
 
-def replay(store: StateStore, policy: str, workload: Workload, args: argparse.Namespace, state_keys: int) -> dict:
-    """Replay ``workload`` on ``store`` behind ``policy``; returns the run's JSON record."""
-    cache_bytes = parse_bytes(args.cache_bytes)
-    cache = StateCache(cache_bytes, "lru" if policy == "async" else policy)
-    view = StateView(store, cache, parallel_misses=policy == "async")
-    prefetcher = view.enable_prefetch(threads=store.shards, chunk_keys=256) if policy == "tac" else None
-    read_s, batch_s, records, hits, reads = [], [], 0, 0, 0
-    live_keys: list[int] = []  # the state's key count, sampled over the measured batches
+def replay(stores: dict[str, StateStore], workload: Workload, args: argparse.Namespace, state_keys: int) -> list[dict]:
+    """Replay ``workload`` behind each policy on its store; returns one JSON record per policy.
+
+    The policies take turns batch by batch (in an order that rotates), so a slow spell of this
+    machine falls on all of them alike instead of on whichever policy happens to run then.
+    """
+    runs = [PolicyReplay(policy, store, parse_bytes(args.cache_bytes)) for policy, store in stores.items()]
     sample_every = max(1, args.batches // 10)
     try:
         for version, batch in enumerate(workload.batches(args.warmup + args.batches), start=1):
-            started = time.monotonic()
-            if prefetcher is not None:
-                prefetcher.hint(batch.keys, batch.ts)
-            time.sleep(args.compute_ms / 1000)
-            with gc_paused():
-                before = time.monotonic()
-                values = view.get_many(batch.keys, batch.ts.tolist())
-                read_s.append(time.monotonic() - before)
-                view.put_many(batch.keys, [_bump(v, version) for v in values], batch.ts.tolist())
-                if batch.close_before:
-                    view.delete_range(b"", batch.close_before)
-            commit = view.freeze(version)
-            store.apply(commit.changes, commit.range_deletes)
-            store.flush()  # as the commit's checkpoint does: reads go to SST files, not an ever-growing memtable
-            batch_s.append(time.monotonic() - started)
-            records += batch.records
-            stats = cache.stats.take()
-            hits += stats["hits"]
-            reads += stats["hits"] + stats["misses"]
-            if prefetcher is not None:
-                prefetcher.take_stats()
-            if version == args.warmup:  # the cache is warm: measure from here
-                read_s, batch_s, records, hits, reads = [], [], 0, 0, 0
-            elif version > args.warmup and (version - args.warmup) % sample_every == 0:
-                live_keys.append(store.count_keys())
+            turn = version % len(runs)
+            for run in runs[turn:] + runs[:turn]:
+                run.run_batch(version, batch, args.compute_ms / 1000)
+            for run in runs:
+                if version == args.warmup:  # the cache is warm: measure from here
+                    run.restart()
+                elif version > args.warmup and (version - args.warmup) % sample_every == 0:
+                    run.sample_state()
     finally:
-        view.close()
-    latencies = np.array(read_s) * 1000
-    entry_bytes = workload.key_bytes + VALUE_BYTES + ENTRY_OVERHEAD  # as the cache counts an entry
-    live_keys = live_keys or [store.count_keys()]
-    return {
-        "workload": args.workload, "keys": args.keys, "policy": policy, "batches": len(read_s),
-        "batch_records": args.batch_records, "key_space": workload.key_space, "preloaded_keys": state_keys,
-        "state_keys_mean": round(float(np.mean(live_keys))), "state_keys_min": min(live_keys),
-        "cache_bytes": cache_bytes, "state_to_cache": round(float(np.mean(live_keys)) * entry_bytes / cache_bytes, 1),
-        "state_to_cache_min": round(min(live_keys) * entry_bytes / cache_bytes, 1),
-        "read_ms": {q: round(float(np.percentile(latencies, p)), 3)
-                    for q, p in (("p50", 50), ("p99", 99), ("p99.9", 99.9))},
-        "read_ms_mean": round(float(latencies.mean()), 3),
-        "throughput_rps": round(records / sum(batch_s), 1),
-        "state_rps": round(records / sum(b - args.compute_ms / 1000 for b in batch_s), 1),
-        "hit_ratio": round(hits / reads, 4) if reads else None,
-        "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
-    }
+        for run in runs:
+            run.close()
+    return [run.record(args, workload, state_keys) for run in runs]
+
+
+class PolicyReplay:
+    """One policy's side of the replay: its cache and view over its own store, and its measurements."""
+
+    def __init__(self, policy: str, store: StateStore, cache_bytes: int):
+        self.policy = policy
+        self.store = store
+        self.cache = StateCache(cache_bytes, "lru" if policy == "async" else policy)
+        self.view = StateView(store, self.cache, parallel_misses=policy == "async")
+        self.prefetcher = self.view.enable_prefetch(threads=store.shards, chunk_keys=256) if policy == "tac" else None
+        self.live_keys: list[int] = []  # the state's key count, sampled over the measured batches
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget the batches measured so far (the warm-up is over)."""
+        self.read_s: list[float] = []
+        self.batch_s: list[float] = []
+        self.records = self.hits = self.reads = 0
+
+    def run_batch(self, version: int, batch: BatchAccesses, compute_s: float) -> None:
+        """What the runtime does with one batch: hints, compute, state read (timed), writes, commit."""
+        started = time.monotonic()
+        if self.prefetcher is not None:
+            self.prefetcher.hint(batch.keys, batch.ts)
+        time.sleep(compute_s)
+        view = self.view
+        with gc_paused():
+            before = time.monotonic()
+            values = view.get_many(batch.keys, batch.ts.tolist())
+            self.read_s.append(time.monotonic() - before)
+            view.put_many(batch.keys, [_bump(v, version) for v in values], batch.ts.tolist())
+            if batch.close_before:
+                view.delete_range(b"", batch.close_before)
+        commit = view.freeze(version)
+        self.store.apply(commit.changes, commit.range_deletes)
+        self.store.flush()  # as the commit's checkpoint does: reads go to SST files, not an ever-growing memtable
+        self.batch_s.append(time.monotonic() - started)
+        self.records += batch.records
+        stats = self.cache.stats.take()
+        self.hits += stats["hits"]
+        self.reads += stats["hits"] + stats["misses"]
+        if self.prefetcher is not None:
+            self.prefetcher.take_stats()
+
+    def sample_state(self) -> None:
+        self.live_keys.append(self.store.count_keys())
+
+    def close(self) -> None:
+        self.view.close()
+
+    def record(self, args: argparse.Namespace, workload: Workload, state_keys: int) -> dict:
+        """The policy's JSON record: per-batch state-read percentiles, throughput, hit ratio, state size."""
+        latencies = np.array(self.read_s) * 1000
+        entry_bytes = workload.key_bytes + VALUE_BYTES + ENTRY_OVERHEAD  # as the cache counts an entry
+        live_keys = self.live_keys or [self.store.count_keys()]
+        cache_bytes = self.cache.max_bytes
+        return {
+            "workload": args.workload, "keys": args.keys, "policy": self.policy, "batches": len(self.read_s),
+            "batch_records": args.batch_records, "key_space": workload.key_space, "preloaded_keys": state_keys,
+            "state_keys_mean": round(float(np.mean(live_keys))), "state_keys_min": min(live_keys),
+            "cache_bytes": cache_bytes,
+            "state_to_cache": round(float(np.mean(live_keys)) * entry_bytes / cache_bytes, 1),
+            "state_to_cache_min": round(min(live_keys) * entry_bytes / cache_bytes, 1),
+            "read_ms": {q: round(float(np.percentile(latencies, p)), 3)
+                        for q, p in (("p50", 50), ("p99", 99), ("p99.9", 99.9))},
+            "read_ms_mean": round(float(latencies.mean()), 3),
+            "throughput_rps": round(self.records / sum(self.batch_s), 1),
+            "state_rps": round(self.records / sum(b - args.compute_ms / 1000 for b in self.batch_s), 1),
+            "hit_ratio": round(self.hits / self.reads, 4) if self.reads else None,
+            "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
+        }
 
 
 def _bump(old: bytes | None, version: int) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
 
 import numpy as np
 import pytest
@@ -11,7 +12,6 @@ import pytest
 from misa.bench_state import POLICIES, replay
 from misa.cli import main
 from misa.config import MisaConfig
-from misa.state_store import StateStore
 from misa.state_workloads import KeyStream, Workload
 
 from misa import bench_state
@@ -54,14 +54,11 @@ def test_sliding_windows_name_every_window_of_a_record():
 def test_every_policy_leaves_the_same_state(tmp_path, workload):
     """Small cache, so entries (dirty ones too) are evicted: the state must not depend on the policy."""
     config = MisaConfig.from_mapping({"spark.misa.state.shards": "2"})
-    finals, records = {}, {}
-    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
-        a = args(workload=workload)
-        state_keys = bench_state.preload(store, bench_state.build_workload(a))
-        for policy in POLICIES:
-            store.load(0)
-            records[policy] = replay(store, policy, bench_state.build_workload(a), a, state_keys)
-            finals[policy] = list(store.scan())
+    a = args(workload=workload)
+    with ExitStack() as stack:
+        stores, state_keys = bench_state.open_stores(config, tmp_path, POLICIES, bench_state.build_workload(a), stack)
+        records = {r["policy"]: r for r in replay(stores, bench_state.build_workload(a), a, state_keys)}
+        finals = {policy: list(store.scan()) for policy, store in stores.items()}
     assert len(finals["lru"]) > 0
     for policy in POLICIES:
         assert finals[policy] == finals["lru"], policy
