@@ -79,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"misa: error: --window-s/--slide-s: {exc}", file=sys.stderr)
         return 2
+    try:
+        cache_bytes = parse_bytes(args.cache_bytes)
+    except ValueError:
+        print(f"misa: error: --cache-bytes {args.cache_bytes!r}: use a size such as 1m, 512k or 1048576", file=sys.stderr)
+        return 2
     settings = {"spark.misa.rocksdb.useDirectReads": "true", "spark.misa.rocksdb.blockCacheSize": "1m"}
     if args.switch_interval is not None:
         settings["spark.misa.python.switchInterval"] = args.switch_interval
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         with ExitStack() as stack:
             stack.enter_context(switch_interval(config.python_switch_interval_s))
             stores, state_keys = open_stores(config, scratch, policies, build_workload(args), stack)
-            for record in replay(stores, build_workload(args), args, state_keys):
+            for record in replay(stores, build_workload(args), args, state_keys, cache_bytes):
                 print(json.dumps(record), flush=True)
     finally:
         if not args.work:
@@ -140,13 +145,14 @@ def preload(store: StateStore, workload: Workload) -> int:
     return count
 
 
-def replay(stores: dict[str, StateStore], workload: Workload, args: argparse.Namespace, state_keys: int) -> list[dict]:
+def replay(stores: dict[str, StateStore], workload: Workload, args: argparse.Namespace, state_keys: int,
+           cache_bytes: int) -> list[dict]:
     """Replay ``workload`` behind each policy on its store; returns one JSON record per policy.
 
     The policies take turns batch by batch (in an order that rotates), so a slow spell of this
     machine falls on all of them alike instead of on whichever policy happens to run then.
     """
-    runs = [PolicyReplay(policy, store, parse_bytes(args.cache_bytes)) for policy, store in stores.items()]
+    runs = [PolicyReplay(policy, store, cache_bytes) for policy, store in stores.items()]
     sample_every = max(1, args.batches // 10)
     try:
         for version, batch in enumerate(workload.batches(args.warmup + args.batches), start=1):
@@ -208,9 +214,11 @@ class PolicyReplay:
             self.prefetcher.take_stats()
 
     def sample_state(self) -> None:
+        """Count the state's keys now (for the record's state-to-cache ratio)."""
         self.live_keys.append(self.store.count_keys())
 
     def close(self) -> None:
+        """Stop the view's prefetching; the store stays open."""
         self.view.close()
 
     def record(self, args: argparse.Namespace, workload: Workload, state_keys: int) -> dict:

@@ -57,7 +57,7 @@ def test_every_policy_leaves_the_same_state(tmp_path, workload):
     a = args(workload=workload)
     with ExitStack() as stack:
         stores, state_keys = bench_state.open_stores(config, tmp_path, POLICIES, bench_state.build_workload(a), stack)
-        records = {r["policy"]: r for r in replay(stores, bench_state.build_workload(a), a, state_keys)}
+        records = {r["policy"]: r for r in replay(stores, bench_state.build_workload(a), a, state_keys, 12 * 1024)}
         finals = {policy: list(store.scan()) for policy, store in stores.items()}
     assert len(finals["lru"]) > 0
     for policy in POLICIES:
@@ -82,6 +82,8 @@ def test_cli_prints_one_json_object_per_policy(tmp_path, capsys):
     assert main(["bench", "state", "--policy", "fifo"]) == 2
     assert main(["bench", "state", "--workload", "sliding", "--window-s", "60", "--slide-s", "25"]) == 2
     assert "--window-s/--slide-s: window 60 s must be a positive multiple of the slide 25 s" in capsys.readouterr().err
+    assert main(["bench", "state", "--cache-bytes", "lots"]) == 2
+    assert "--cache-bytes 'lots': use a size such as 1m" in capsys.readouterr().err
     assert main(["bench", "state", "--switch-interval", "0ms"]) == 2
     assert "--switch-interval: spark.misa.python.switchInterval='0ms' is malformed" in capsys.readouterr().err
 
