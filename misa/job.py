@@ -190,6 +190,6 @@ class StatefulJob:
             self.controller.close()
             if self.hints is not None:
                 self.hints.close()
+            self._running.close()
             self.view.close()
             self.store.close()
-            self._running.close()
