@@ -91,6 +91,8 @@ class PrefetchManager:
 
     READ_SLICE = 512
     """Keys a read looks up in the cache under one hold of its lock."""
+    HINT_SLICE = 1024
+    """Hinted keys sorted (and their chunks queued) under one hold of the manager's lock."""
 
     def __init__(self, cache: StateCache, fetch: Fetch, shard_of: Callable[[bytes], int],
                  threads: int = 2, chunk_keys: int = 2048, read_fetch: Fetch | None = None):
@@ -111,9 +113,19 @@ class PrefetchManager:
 
     # ------------------------------------------------------------------ hints
     def hint(self, keys: Sequence[bytes], ts: Sequence[int]) -> None:
-        """Queue ``keys`` (with their future event times) for prefetching; duplicates are merged."""
+        """Queue ``keys`` (with their future event times) for prefetching; duplicates are merged.
+
+        The keys are taken in slices of :attr:`HINT_SLICE`: each slice's chunks are queued before
+        the next slice is looked at, so the pool's I/O starts while the rest is still being sorted.
+        """
         now = time.monotonic()
         ts = ts.tolist() if hasattr(ts, "tolist") else [int(t) for t in ts]  # NumPy stamps as ints
+        for begin in range(0, len(keys), self.HINT_SLICE):
+            end = begin + self.HINT_SLICE
+            self._hint_slice(keys[begin:end], ts[begin:end], now)
+
+    def _hint_slice(self, keys: Sequence[bytes], ts: list[int], now: float) -> None:
+        """Sort one slice of hints: merged into waiting ones, renewals of cached keys, or new chunks."""
         new: dict[bytes, int] = {}
         cached: list[bytes] = []
         cached_ts: list[int] = []

@@ -67,6 +67,32 @@ def test_hints_are_deduplicated_and_fetched_once(backend):
     assert stats.as_dict()["slack_s_mean"] >= 0
 
 
+class SortingWatchCache(StateCache):
+    """A cache that notes, when the manager looks at a second slice of hints, whether a fetch had begun."""
+
+    def __init__(self, fetching: threading.Event):
+        super().__init__(1 << 20, "tac")
+        self.fetching = fetching
+        self.fetching_at_slice: list[bool] = []
+
+    def contains_many(self, keys):
+        self.fetching_at_slice.append(self.fetching.wait(2) if self.fetching_at_slice else False)
+        return super().contains_many(keys)
+
+
+def test_hints_are_queued_slice_by_slice_so_the_fetches_start_before_all_are_sorted(backend):
+    cache = SortingWatchCache(backend.entered)
+    backend.entered.clear()
+    m = PrefetchManager(cache, backend, lambda key: 0, threads=1, chunk_keys=2)
+    m.HINT_SLICE = 4
+    m.hint(keys(*range(10)), [5] * 10)
+    assert cache.fetching_at_slice == [False, True, True]  # slices 2 and 3 were sorted after a fetch began
+    settle(m, backend, 10)
+    assert backend.fetched == Counter(keys(*range(10)))
+    assert m.take_stats().prefetched == 10
+    m.close()
+
+
 def test_a_cached_key_is_renewed_not_fetched(backend):
     m = manager(backend)
     m.read(keys(5), 1)  # a fallback fetch puts k5 in the cache
