@@ -68,25 +68,26 @@ def test_hints_are_deduplicated_and_fetched_once(backend):
 
 
 class SortingWatchCache(StateCache):
-    """A cache that notes, when the manager looks at a second slice of hints, whether a fetch had begun."""
+    """A cache that notes, each time the manager sorts a slice of hints, how many chunks it had queued."""
 
-    def __init__(self, fetching: threading.Event):
+    def __init__(self, queued: list):
         super().__init__(1 << 20, "tac")
-        self.fetching = fetching
-        self.fetching_at_slice: list[bool] = []
+        self.queued = queued
+        self.queued_at_slice: list[int] = []
 
     def contains_many(self, keys):
-        self.fetching_at_slice.append(self.fetching.wait(2) if self.fetching_at_slice else False)
+        self.queued_at_slice.append(len(self.queued))
         return super().contains_many(keys)
 
 
 def test_hints_are_queued_slice_by_slice_so_the_fetches_start_before_all_are_sorted(backend):
-    cache = SortingWatchCache(backend.entered)
-    backend.entered.clear()
-    m = PrefetchManager(cache, backend, lambda key: 0, threads=1, chunk_keys=2)
+    queued: list = []
+    m = PrefetchManager(SortingWatchCache(queued), backend, lambda key: 0, threads=1, chunk_keys=2)
+    submit = m._pool.submit
+    m._pool.submit = lambda *task: (queued.append(task), submit(*task))[1]
     m.HINT_SLICE = 4
     m.hint(keys(*range(10)), [5] * 10)
-    assert cache.fetching_at_slice == [False, True, True]  # slices 2 and 3 were sorted after a fetch began
+    assert m.cache.queued_at_slice == [0, 2, 4]  # each slice's two chunks went to the pool before the next was sorted
     settle(m, backend, 10)
     assert backend.fetched == Counter(keys(*range(10)))
     assert m.take_stats().prefetched == 10
