@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"misa: error: --policy {','.join(unknown)}: use {', '.join(POLICIES)}", file=sys.stderr)
         return 2
     try:
-        build_workload(args)
+        preloaded = build_workload(args)  # checks the window options; its stream makes the preloaded state
     except ValueError as exc:
         print(f"misa: error: --window-s/--slide-s: {exc}", file=sys.stderr)
         return 2
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with ExitStack() as stack:
             stack.enter_context(switch_interval(config.python_switch_interval_s))
-            stores, state_keys = open_stores(config, scratch, policies, build_workload(args), stack)
+            stores, state_keys = open_stores(config, scratch, policies, preloaded, stack)
             for record in replay(stores, build_workload(args), args, state_keys, cache_bytes):
                 print(json.dumps(record), flush=True)
     finally:
