@@ -278,6 +278,7 @@ class DfsCheckpoints:
         failpoints.hit("gc.before_delete")
         expired = committed[: len(committed) - len(keep)]
         self.forget(expired)  # markers go first: never a committed version with missing files
+        failpoints.hit("gc.after_markers")
         stats.deleted_versions += expired
         doomed: list[str] = []
         present = self._present_files()

@@ -1,0 +1,120 @@
+"""One place that understands storage locations: checkpoint locations, DFS URLs, sink roots.
+
+A location is anything Spark or fsspec accepts: a plain path (``/x``, ``x``), Hadoop's ``file:/x``,
+``file:///x``, or a URL with a scheme (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``,
+``sftp://``). :func:`parse` turns it into a :class:`Location` with one canonical fsspec URL, the
+local path when it is on this machine, and a form safe to print (:func:`redact`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import fsspec
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+#: Hadoop spellings of object stores that fsspec knows under another name.
+_FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+
+
+class LocationError(ValueError):
+    """A location that cannot be used (no file system for its scheme, or not usable for this purpose)."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed storage location.
+
+    ``url`` is the canonical fsspec URL (``file:///abs/path`` for local ones); ``local`` the local path
+    or None; ``given`` the text as the user wrote it (what Spark is given).
+    """
+
+    given: str
+    url: str
+    local: Path | None
+
+    @property
+    def is_local(self) -> bool:
+        return self.local is not None
+
+    def child(self, *parts: str) -> "Location":
+        """The location of ``parts`` below this one."""
+        if self.local is not None:
+            return local_location(self.local.joinpath(*parts))
+        joined = "/".join([self.url.rstrip("/"), *parts])
+        return Location(joined, joined, None)
+
+    def filesystem(self) -> tuple[Any, str]:
+        """The fsspec file system and the path within it; a clear error when no file system serves the scheme."""
+        try:
+            return fsspec.core.url_to_fs(self.url)
+        except (ImportError, ValueError) as exc:
+            raise LocationError(
+                f"no file system for {redact(self.given)}: {exc}. Install the fsspec implementation for its "
+                f"scheme (s3fs for s3://, gcsfs for gs://, adlfs for abfs://, pyarrow with libhdfs for hdfs://)"
+            ) from exc
+
+    def __str__(self) -> str:
+        return redact(self.url)
+
+
+def local_location(path: str | Path) -> Location:
+    resolved = Path(path).expanduser().resolve()
+    return Location(str(path), f"file://{resolved}", resolved)
+
+
+def parse(location: str | Path | Location) -> Location:
+    """The :class:`Location` of ``location`` (a path, ``file:/x``, ``file:///x`` or any URL)."""
+    if isinstance(location, Location):
+        return location
+    if isinstance(location, Path):
+        return local_location(location)
+    text = location.strip()
+    if not text:
+        raise LocationError("an empty location: give a path or a URL such as file:///data/ckpt or s3://bucket/ckpt")
+    match = _SCHEME.match(text)
+    if match is None or len(match.group(1)) == 1:  # no scheme, or a Windows drive letter
+        resolved = local_location(text)
+        return Location(text, resolved.url, resolved.local)
+    scheme = match.group(1).lower()
+    if scheme == "file":
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost"):
+            raise LocationError(f"{redact(text)} names host {parts.netloc!r}: a file: location must be on this machine")
+        resolved = local_location(parts.path)
+        return Location(text, resolved.url, resolved.local)
+    url = _FSSPEC_SCHEMES.get(scheme, scheme) + text[len(scheme):]
+    return Location(text, url, None)
+
+
+def local_path(location: str | Path | Location) -> Path:
+    """The local path of a location that must be on this machine; a clear error otherwise."""
+    parsed = parse(location)
+    if parsed.local is None:
+        raise LocationError(f"{parsed} is not on this machine's file system: give a local path or file:// URL")
+    return parsed.local
+
+
+_QUERY_SECRET = re.compile(r"(?i)(?:(?<=^)|(?<=&))(sig|signature|token|secret|password|pwd|key|credential|x-amz-[a-z-]+)=[^&\s]*")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials a URL may carry masked: ``user:pass@`` and secret query values
+    (SAS tokens, signatures). Works on a bare URL and on a message that contains URLs."""
+    def one(url: str) -> str:
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            return url
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, host = netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
+        query = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}=***", parts.query)
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+    return re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+", lambda m: one(m.group(0)), text)
