@@ -84,6 +84,25 @@ class CheckpointStore:
             self.local.forget(newer)
         self.dfs.forget([v for v in self.dfs.committed_versions() if v > version])
 
+    def problems(self, version: int) -> list[str]:
+        """Why ``version`` cannot be restored from either level (empty when it can: a valid local copy,
+        or a DFS marker whose manifests are readable, match it and have this store's shard count)."""
+        if version in self.local.versions():
+            local = self.local.problems(version)
+            if not local:
+                return []
+        else:
+            local = [f"version {version} has no local marker"]
+        if version not in self.dfs.committed_versions():
+            return [f"local: {local[0]}", f"DFS: version {version} has no commit marker"]
+        try:
+            manifests = self.dfs.manifests(version)
+        except (OSError, ValueError, CorruptCheckpointError) as exc:
+            return [f"local: {local[0]}", f"DFS: {exc}"]
+        if len(manifests) != self.shards:
+            return [f"local: {local[0]}", f"DFS: version {version} has {len(manifests)} shards, this store has {self.shards}"]
+        return []
+
     def newest_durable(self) -> int | None:
         return self.dfs.newest_durable()
 

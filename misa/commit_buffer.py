@@ -134,8 +134,9 @@ class StateView:
     def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
         self._quiesce()
+        layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
         merged: dict[bytes, bytes | None] = dict(self.store.scan(begin, end))
-        for layer in reversed(self._layers()):  # oldest first
+        for layer in reversed(layers):  # oldest first
             for b, e in layer.range_deletes:
                 for key in [k for k in merged if b <= k < e]:
                     merged[key] = None

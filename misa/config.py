@@ -122,8 +122,9 @@ class MisaConfig:
         "spark.misa.state.shards", "4", _int(1),
         "Number of RocksDB instances the state is split into (flush, checkpoint, upload run per shard).")
     state_retain_versions: int = setting(
-        "spark.misa.state.retainVersions", "10", _int(1),
-        "Committed versions kept on local disk and on the DFS; older ones are garbage-collected.")
+        "spark.misa.state.retainVersions", "10", _int(2),
+        "Committed versions kept on local disk and on the DFS; older ones are garbage-collected "
+        "(at least 2: recovery may roll back one version).")
     state_write_chunk: int = setting(
         "spark.misa.state.writeChunkSize", "5000", _int(1),
         "Operations per RocksDB WriteBatch (rocksdict holds the GIL while it writes one).")

@@ -25,11 +25,13 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .commit import CommitController
+from checkpoint import CorruptCheckpointError, failpoints
+from checkpoint.location import parse
 from prefetch.cache import StateCache
 
+from .commit import CommitController
 from .commit_buffer import StateView
-from .config import MisaConfig
+from .config import ConfigError, MisaConfig
 from .gc_pause import gc_paused
 from .metrics import BatchMetrics, summary_line
 from .operators import StatefulOperator
@@ -73,12 +75,11 @@ class StatefulJob:
         self.sink = sink
         self.upstream = upstream
         self.bad_records = bad_records
-        self.checkpoint_location = checkpoint_location.removeprefix("file://")
-        local = Path(self.checkpoint_location)
+        self.checkpoint_location = parse(checkpoint_location)
         self.store = StateStore(
             self.config,
-            state_dir or self.config.state_dir or local / "misa-local",
-            dfs_url or self.config.dfs_url or f"file://{local.resolve() / 'misa-state'}",
+            state_dir or self.config.state_dir or self._default_state_dir(),
+            dfs_url or self.config.dfs_url or self.checkpoint_location.child("misa-state").url,
         )
         self.view = StateView(self.store, StateCache(self.config.cache_max_bytes, self.config.cache_policy))
         self.hints: BatchHints | None = None
@@ -93,6 +94,14 @@ class StatefulJob:
         self._listener: Any = None
         self._running = ExitStack()  # what start() changed in the process, undone by close()
 
+    def _default_state_dir(self) -> Path:
+        """``CHECKPOINT/misa-local`` for a checkpoint location on this machine; elsewhere there is no default."""
+        if self.checkpoint_location.local is None:
+            raise ConfigError(
+                f"spark.misa.state.dir is not set and the checkpoint location {self.checkpoint_location} is not on "
+                f"this machine: give a local directory for the working state (spark.misa.state.dir or --state-dir)")
+        return self.checkpoint_location.local / "misa-local"
+
     def start(self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any],
               query_name: str | None = None) -> StreamingQuery:
         """Recover, then start the streaming query with this job as its foreachBatch function."""
@@ -100,7 +109,9 @@ class StatefulJob:
         self._running.enter_context(switch_interval(self.config.python_switch_interval_s))
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
-        writer = stream.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", self.checkpoint_location)
+        location = self.checkpoint_location
+        writer = stream.writeStream.foreachBatch(self.run_batch).option(
+            "checkpointLocation", str(location.local) if location.local is not None else location.given)
         if query_name:
             writer = writer.queryName(query_name)
         return writer.trigger(**trigger).start()
@@ -110,6 +121,19 @@ class StatefulJob:
         self.operator.restore(restored.metadata if restored else {})
         self.view.reset()  # discard anything a failed attempt left behind
         self.version = version
+
+    def _rewind(self, version: int) -> None:
+        """Go back to ``version`` inside the running query: newer versions are forgotten (markers on
+        both levels first) before the replay rebuilds them, never overwritten while they count."""
+        log.warning("batch %d replayed; reloading state version %d", version + 1, version)
+        self.controller.drain()
+        problems = self.store.restore_problems(version)
+        if problems:
+            raise CorruptCheckpointError(f"batch {version + 1} is replayed but version {version} cannot be "
+                                         f"restored: {'; '.join(problems)}")
+        self.store.forget_after(version)
+        failpoints.hit("replay.after_forget")
+        self._load(version)
 
     def run_batch(self, batch: DataFrame, batch_id: int) -> None:
         """The foreachBatch function: returns only after ack 2 of batch_id - 1.
@@ -126,9 +150,7 @@ class StatefulJob:
     def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         if batch_id <= self.version:  # a replay: rebuild from the version before it
-            log.warning("batch %d replayed; reloading state version %d", batch_id, batch_id - 1)
-            self.controller.drain()
-            self._load(batch_id - 1)
+            self._rewind(batch_id - 1)
         counts: dict[str, int] = {}
         if self.bad_records is not None:  # this job also fills the cache
             batch, counts["bad_records"], counts["input_rows"] = self.bad_records.split(batch, batch_id)

@@ -177,6 +177,15 @@ class StateStore:
         self.version = version
         return commit
 
+    def restore_problems(self, version: int) -> list[str]:
+        """Why ``version`` cannot be loaded (empty when it can; the empty version always can)."""
+        return [] if version == EMPTY_VERSION else self.checkpoints.problems(version)
+
+    def forget_after(self, version: int) -> None:
+        """Remove the commit markers of every version newer than ``version`` on both levels, so they no
+        longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
+        self.checkpoints.forget_after(version)
+
     def upload(self, version: int) -> UploadStats:
         """Copy local ``version`` to the DFS (ack 2 when this returns), then apply retention."""
         stats = self.checkpoints.upload(version)

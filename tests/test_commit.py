@@ -41,6 +41,26 @@ def test_reads_see_own_writes_then_pending_buffers_then_rocksdb(store):
     assert view.get_many([key(2), key(50), key(7)]) == [None, None, b"disk"]
 
 
+def test_a_commit_landing_during_a_scan_hides_nothing(store, monkeypatch):
+    """The commit applies buffer v to RocksDB and drops it right after the scan read RocksDB: the scan
+    must still see v's changes (it takes the pending buffers before it reads RocksDB)."""
+    view = StateView(store)
+    store.write([(key(1), b"old")])
+    pending = CommitBuffer(0, {key(1): b"v0", key(2): b"v0"}, ((key(5), key(9)),))
+    store.write([(key(6), b"old")])
+    view.add_pending(pending)
+    scan = store.scan
+
+    def scan_then_commit_lands(begin=None, end=None):
+        seen = list(scan(begin, end))
+        store.apply(pending.changes, pending.range_deletes)
+        view.drop_pending(0)
+        return iter(seen)
+
+    monkeypatch.setattr(store, "scan", scan_then_commit_lands)
+    assert view.scan(key(0), key(10)) == [(key(1), b"v0"), (key(2), b"v0")]
+
+
 @pytest.mark.parametrize("mode", ["sync", "async-ckpt", "misa"])
 def test_every_mode_commits_every_version_durably(store, mode):
     view = StateView(store)

@@ -40,6 +40,7 @@ def test_unknown_key_is_named_with_a_suggestion():
 @pytest.mark.parametrize("key,value,form", [
     ("spark.misa.state.shards", "0", "integer >= 1"),
     ("spark.misa.state.shards", "four", "integer >= 1"),
+    ("spark.misa.state.retainVersions", "1", "integer >= 2"),  # a rollback by one version needs the one before
     ("spark.misa.rocksdb.compression", "brotli", "one of none, snappy, lz4, zstd, zlib"),
     ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size such as"),
     ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration such as"),

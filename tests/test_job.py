@@ -51,3 +51,30 @@ def test_a_running_job_uses_the_configured_switch_interval_and_close_restores_it
         job.close(spark)
     assert seen == [pytest.approx(0.001)]
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("mode", ["sync", "misa"])
+def test_a_replayed_version_is_forgotten_before_it_is_rebuilt(spark, tmp_path, mode):
+    """A replay must not overwrite ckpt/v and the DFS manifest of v while v's markers still count."""
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("n", "count", "x")]), lambda batch_id, table: None, str(tmp_path / "ckpt"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode}), echo=None,
+    )
+    store = job.store
+    rebuilt_while_committed: list[int] = []
+    checkpoint = store.checkpoint
+
+    def watched(version, *args, **kwargs):
+        if version in store.checkpoints.local.versions() or version in store.checkpoints.dfs.committed_versions():
+            rebuilt_while_committed.append(version)
+        return checkpoint(version, *args, **kwargs)
+
+    store.checkpoint = watched
+    batch = spark.range(20).select((F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x"))
+    try:
+        for batch_id in (0, 1, 2, 1, 2):  # batches 1 and 2 run again, as after a re-evaluated DataFrame
+            job.run_batch(batch, batch_id)
+    finally:
+        job.close()
+    assert rebuilt_while_committed == []
+    assert store.checkpoints.dfs.committed_versions()[-1] == 2

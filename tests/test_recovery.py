@@ -66,5 +66,112 @@ def test_locally_committed_version_is_uploaded_first(store, tmp_path):
 
 def test_impossible_gap_fails_loudly(store, tmp_path):
     spark_log(tmp_path / "ckpt", committed=5, offsets=5)
-    with pytest.raises(RecoveryError, match="Spark committed batch 5 but the newest durable state version is 2"):
+    with pytest.raises(RecoveryError, match=r"last committed batch is 5 .* but the state is at version 2 .*batches 3..4 is missing"):
         reconcile(store, str(tmp_path / "ckpt"))
+
+
+# ---------------------------------------------------------------- locations Spark accepts
+@pytest.mark.parametrize("form", ["file:{path}", "file://{path}", "{path}"])
+def test_every_local_form_of_the_location_reads_the_same_spark_log(store, tmp_path, form):
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    assert reconcile(store, form.format(path=tmp_path / "ckpt")) == 2
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]  # nothing forgotten
+
+
+def test_spark_log_on_an_object_store_is_read_through_fsspec(store, s3_url):
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(s3_url)
+    for folder in ("commits", "offsets"):
+        for batch_id in range(3):
+            fs.pipe_file(f"{root}/ckpt/{folder}/{batch_id}", b"v1\n{}")
+    fs.pipe_file(f"{root}/ckpt/offsets/3", b"v1\n{}")
+    location = s3_url.replace("s3://", "s3a://") + "/ckpt"  # Hadoop's spelling, as Spark is given it
+    assert reconcile(store, location) == 2
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- never destroy what cannot be replaced
+def test_spark_far_behind_the_state_fails_and_touches_nothing(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=0, offsets=1)
+    with pytest.raises(RecoveryError, match=r"Spark's last committed batch is 0 \(checkpoint at .*\) but the state is at version 2"):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+    assert store.checkpoints.local.versions() == [0, 1, 2]
+
+
+def test_a_fresh_spark_checkpoint_beside_existing_state_fails_and_touches_nothing(store, tmp_path):
+    with pytest.raises(RecoveryError, match="no committed batch"):
+        reconcile(store, str(tmp_path / "another-ckpt"))
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+
+
+def test_a_rollback_to_a_version_that_cannot_be_restored_keeps_the_newer_one(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=1, offsets=2)
+    for level in (store.checkpoints.local, store.checkpoints.dfs):  # version 1 damaged on both levels
+        for path in [p for p in Path(level.root).glob("shard-*/manifest/1.json")]:
+            path.write_text("{")
+    with pytest.raises(RecoveryError, match="version 1 cannot be restored"):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert 2 in store.checkpoints.dfs.committed_versions() and 2 in store.checkpoints.local.versions()
+
+
+# ---------------------------------------------------------------- a crash inside recovery
+def consistent(ckpt: Path, version: int) -> None:
+    """Spark resumes exactly after ``version``: commits end there and offsets at most one further."""
+    assert max(entries(ckpt, "commits")) <= version + 1
+    assert max(entries(ckpt, "offsets")) <= max(entries(ckpt, "commits")) + 1
+
+
+def test_a_failed_offsets_removal_never_leaves_the_commit_entry_gone(store, tmp_path, monkeypatch):
+    import os
+
+    spark_log(tmp_path / "ckpt", committed=3, offsets=4)
+    real_unlink, real_remove = os.unlink, os.remove
+
+    def refuse_offsets(path, *args, **kwargs):
+        if Path(path).parent.name == "offsets":
+            raise PermissionError(f"cannot remove {path}")
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refuse_offsets)
+    monkeypatch.setattr(os, "remove", refuse_offsets)
+    with pytest.raises(PermissionError):
+        reconcile(store, str(tmp_path / "ckpt"))
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    monkeypatch.setattr(os, "remove", real_remove)
+    # batch 3 must still be replayed: its commit entry stays until the later offsets are gone
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2, 3]
+    assert reconcile(store, str(tmp_path / "ckpt")) == 2
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2]
+    assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("point", ["recovery.after_offset_removed", "recovery.after_commit_removed"])
+def test_a_crash_at_each_replay_step_is_handled_by_the_next_recovery(store, tmp_path, point):
+    from checkpoint import failpoints
+
+    spark_log(tmp_path / "ckpt", committed=3, offsets=4)
+    failpoints.configure(f"{point}=raise")
+    with pytest.raises(failpoints.FailpointError):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert failpoints.hits(point) == 1
+    consistent(tmp_path / "ckpt", 2)
+    failpoints.configure("")
+    assert reconcile(store, str(tmp_path / "ckpt")) == 2
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2]
+    assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2, 3]
+
+
+def test_a_crash_before_a_rollback_forgets_anything_is_handled_by_the_next_recovery(store, tmp_path):
+    from checkpoint import failpoints
+
+    spark_log(tmp_path / "ckpt", committed=1, offsets=2)
+    failpoints.configure("recovery.before_rollback=raise")
+    with pytest.raises(failpoints.FailpointError):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert failpoints.hits("recovery.before_rollback") == 1
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+    failpoints.configure("")
+    assert reconcile(store, str(tmp_path / "ckpt")) == 1
+    assert store.checkpoints.dfs.committed_versions() == [0, 1]
