@@ -98,6 +98,13 @@ def local_path(location: str | Path | Location) -> Path:
     return parsed.local
 
 
+def spark_location(location: str | Path | Location) -> str:
+    """The location as Spark's ``checkpointLocation`` option takes it: the absolute path of a local
+    location (Spark reads ``file://`` URLs too, but a path is what its own logs print), else as given."""
+    parsed = parse(location)
+    return str(parsed.local) if parsed.local is not None else parsed.given
+
+
 _QUERY_SECRET = re.compile(r"(?i)(?:(?<=^)|(?<=&))(sig|signature|token|secret|password|pwd|key|credential|x-amz-[a-z-]+)=[^&\s]*")
 
 
@@ -110,10 +117,9 @@ def redact(text: str) -> str:
         except ValueError:
             return url
         netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, host = netloc.rpartition("@")
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
+        userinfo, at, host = netloc.rpartition("@")
+        if at and ":" in userinfo:  # a password; a bare user name (abfs' container@account) is no secret
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
         query = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}=***", parts.query)
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from checkpoint.location import spark_location
 from misa.config import MisaConfig, parse_seconds
 from misa.interval_join import PREV, IntervalJoin
 from misa.job import StatefulJob
@@ -181,7 +182,7 @@ def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame,
     try:
         query = (result.writeStream.outputMode(args.output_mode)
                  .foreachBatch(lambda df, batch_id: (metrics.add(batch_id, {}), sink(batch_id, df.toArrow())))
-                 .option("checkpointLocation", args.checkpoint.removeprefix("file://"))
+                 .option("checkpointLocation", spark_location(args.checkpoint))
                  .queryName(f"{args.query}-native").trigger(**trigger(args)).start())
         query.awaitTermination()
     finally:

@@ -44,12 +44,12 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import reduce
-from pathlib import Path
 from typing import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from checkpoint.location import local_path
 from misa.keyed_ops import KeyedJoin, LookupJoin, TopN
 from misa.operators import StatefulOperator
 from misa.quarantine import BAD_COLUMN, good_records, parse_json_lines
@@ -111,7 +111,7 @@ def bids_and_auctions(events: DataFrame) -> DataFrame:
 
 def side_path(args: argparse.Namespace) -> str:
     """``--side``, by default ``INPUT/_side/side_input.jsonl``."""
-    return args.side or str(Path(args.input.removeprefix("file://")) / SIDE_DIR / SIDE_INPUT)
+    return args.side or str(local_path(args.input) / SIDE_DIR / SIDE_INPUT)
 
 
 # ---------------------------------------------------------------------------------------------- Q13

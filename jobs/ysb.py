@@ -25,12 +25,12 @@ import json
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from checkpoint.location import local_path
 from misa.lookup_aggregation import LookupAggregation
 from misa.operators import Agg, Aggregation
 from misa.quarantine import good_records, parse_json_lines
@@ -69,7 +69,7 @@ def campaign_views(args: argparse.Namespace) -> Aggregation:
 
 def read_campaigns(input_dir: str) -> dict[str, str]:
     """The ad -> campaign mapping of the input (``INPUT/_side/campaigns.json``)."""
-    path = Path(input_dir.removeprefix("file://")) / SIDE_DIR / CAMPAIGNS_FILE
+    path = local_path(input_dir) / SIDE_DIR / CAMPAIGNS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: the input needs the ad -> campaign mapping "
                                 "(misa gen ysb writes it), or give --redis URL of a server that holds it")

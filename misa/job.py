@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
-from checkpoint.location import parse
+from checkpoint.location import parse, spark_location
 from prefetch.cache import StateCache
 
 from .commit import CommitController
@@ -109,9 +109,8 @@ class StatefulJob:
         self._running.enter_context(switch_interval(self.config.python_switch_interval_s))
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
-        location = self.checkpoint_location
         writer = stream.writeStream.foreachBatch(self.run_batch).option(
-            "checkpointLocation", str(location.local) if location.local is not None else location.given)
+            "checkpointLocation", spark_location(self.checkpoint_location))
         if query_name:
             writer = writer.queryName(query_name)
         return writer.trigger(**trigger).start()

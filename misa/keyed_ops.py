@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import json as pa_json
 from pyspark.sql import DataFrame, Window
+
+from checkpoint.location import local_path
 from pyspark.sql import functions as F
 
 from .commit_buffer import StateView
@@ -135,7 +137,7 @@ class LookupJoin:
 
     def _load(self, state: StateView) -> None:
         """Write the side table into the (fresh) state."""
-        path = Path(str(self.side_path).removeprefix("file://"))
+        path = local_path(self.side_path)
         if not path.is_file():
             raise FileNotFoundError(f"side table {path} is missing: a fresh state loads it in its first batch")
         schema = pa.schema([(self.side_key, pa.int64()), (self.side_value, pa.string())])

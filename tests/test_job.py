@@ -78,3 +78,27 @@ def test_a_replayed_version_is_forgotten_before_it_is_rebuilt(spark, tmp_path, m
         job.close()
     assert rebuilt_while_committed == []
     assert store.checkpoints.dfs.committed_versions()[-1] == 2
+
+
+def test_a_hadoop_style_file_location_keeps_the_state_across_restarts(spark, tmp_path):
+    """``file:/x`` is how Hadoop writes local paths; a restart must find Spark's logs and the state there."""
+    rows = lambda start: spark.range(start, start + 30).select(  # noqa: E731
+        (F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x"))
+    outputs: dict[int, pa.Table] = {}
+
+    def run() -> None:
+        job = StatefulJob(Aggregation(["k"], [Agg("n", "count", "x")]),
+                          lambda batch_id, table: outputs.__setitem__(batch_id, table), f"file:{tmp_path / 'ckpt'}",
+                          config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}), echo=None)
+        stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
+        try:
+            job.start(spark, stream, {"availableNow": True}).awaitTermination()
+        finally:
+            job.close(spark)
+
+    rows(0).write.mode("append").parquet(str(tmp_path / "in"))
+    run()
+    rows(30).write.mode("append").parquet(str(tmp_path / "in"))
+    run()
+    assert (tmp_path / "ckpt" / "misa-local").is_dir()
+    assert {r["k"]: r["n"] for r in outputs[max(outputs)].to_pylist()} == {0: 20, 1: 20, 2: 20}
