@@ -2,6 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test bench-ckpt clean
 
@@ -9,9 +10,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip >/dev/null
 
+# `make run` installs what running needs; `make test` adds the test and benchmark extras.
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/pip install -e '.[test,bench]'
+	$(BIN)/pip install -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -e '.[test,bench]'
+	touch $(TEST_STAMP)
 
 RUN := runs/cm2
 SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(BIN)/python \
@@ -28,10 +34,10 @@ run: $(STAMP)
 		--max-files-per-trigger 2 --metrics $(RUN)/metrics.jsonl
 	$(BIN)/misa report $(RUN)/metrics.jsonl --out $(RUN)/report
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
-bench-ckpt: $(STAMP)
+bench-ckpt: $(TEST_STAMP)
 	$(BIN)/misa bench ckpt
 
 clean:

