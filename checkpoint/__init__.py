@@ -1,5 +1,6 @@
 """Local-then-DFS checkpoints of RocksDB state: manifests, upload, restore, verification, retention."""
 from .dfs import DfsCheckpoints, GcStats, UploadStats, VersionInfo
+from .fence import Fence, no_fence
 from .local import LocalCheckpoints
 from .manifest import CommitMarker, FileEntry, ShardManifest
 from .retry import CorruptCheckpointError, DfsUnavailableError, RetryPolicy
@@ -7,6 +8,6 @@ from .store import CheckpointStore, LocalCommit, Restored
 
 __all__ = [
     "CheckpointStore", "CommitMarker", "CorruptCheckpointError", "DfsCheckpoints", "DfsUnavailableError",
-    "FileEntry", "GcStats", "LocalCheckpoints", "LocalCommit", "Restored", "RetryPolicy", "ShardManifest",
-    "UploadStats", "VersionInfo",
+    "Fence", "FileEntry", "GcStats", "LocalCheckpoints", "LocalCommit", "Restored", "RetryPolicy", "ShardManifest",
+    "UploadStats", "VersionInfo", "no_fence",
 ]

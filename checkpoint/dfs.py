@@ -14,6 +14,7 @@ import fsspec
 
 from . import failpoints
 from .digest import copy_and_digest
+from .fence import Fence, no_fence
 from .manifest import COMMITS_DIR, CommitMarker, FileEntry, ShardManifest, manifest_path, marker_path
 from .retry import CorruptCheckpointError, RetryPolicy
 
@@ -144,8 +145,11 @@ class DfsCheckpoints:
         return infos
 
     # ------------------------------------------------------------------ upload
-    def upload(self, version: int, manifests: list[ShardManifest], local_dirs: list[Path]) -> UploadStats:
-        """Upload the files of ``version`` not yet on the DFS, then its manifests, then its marker (ack 2)."""
+    def upload(
+        self, version: int, manifests: list[ShardManifest], local_dirs: list[Path], fence: Fence = no_fence
+    ) -> UploadStats:
+        """Upload the files of ``version`` not yet on the DFS, then its manifests, then its marker (ack 2).
+        ``fence`` is called before each file, manifest and the marker are written."""
         started = time.monotonic()
         stats = UploadStats(version)
         present = self._present_files()
@@ -158,25 +162,28 @@ class DfsCheckpoints:
                     stats.bytes_reused += entry.size
                 else:
                     todo.append((folder / entry.name, entry, remote))
-        self._parallel(lambda item: self._put(*item), todo)
+        self._parallel(lambda item: self._put(*item, fence), todo)
         stats.files_uploaded = len(todo)
         stats.bytes_uploaded = sum(entry.size for _, entry, _ in todo)
         failpoints.hit("ckpt.after_upload")
         for manifest in manifests:
+            fence()
             self._write_small(manifest_path(manifest.shard, version), manifest.to_json())
         failpoints.hit("ckpt.after_manifest")
+        fence()
         self._write_small(marker_path(version), CommitMarker.for_manifests(version, manifests).to_json())
         self._committed[version] = list(manifests)
         failpoints.hit("ckpt.after_dfs_marker")
         stats.seconds = time.monotonic() - started
         return stats
 
-    def _put(self, local: Path, entry: FileEntry, remote: str) -> None:
+    def _put(self, local: Path, entry: FileEntry, remote: str, fence: Fence = no_fence) -> None:
         path = self._abs(remote)
         self._makedirs(posixpath.dirname(path))
 
         def attempt() -> None:
             failpoints.hit("dfs.put")
+            fence()
             with open(local, "rb") as src, self.fs.open(path, "wb") as dst:
                 size, sha = copy_and_digest(src, dst)
             if (size, sha) != (entry.size, entry.sha256):
@@ -266,9 +273,11 @@ class DfsCheckpoints:
         return None
 
     # ------------------------------------------------------------------ retention
-    def gc(self, retain: int) -> GcStats:
+    def gc(self, retain: int, fence: Fence = no_fence) -> GcStats:
         """Keep the newest ``retain`` committed versions and every file they reference; delete the
-        rest: older versions, manifests without a marker, and orphans of interrupted uploads."""
+        rest: older versions, manifests without a marker, and orphans of interrupted uploads.
+        ``fence`` is called before the first listing and before each delete."""
+        fence()
         stats = GcStats()
         committed = self.committed_versions()
         keep = committed[-retain:] if retain > 0 else []
@@ -277,7 +286,7 @@ class DfsCheckpoints:
         referenced = {f.remote_path(m.shard) for v in keep for m in self.manifests(v, cached=True) for f in m.files}
         failpoints.hit("gc.before_delete")
         expired = committed[: len(committed) - len(keep)]
-        self.forget(expired)  # markers go first: never a committed version with missing files
+        self.forget(expired, fence)  # markers go first: never a committed version with missing files
         failpoints.hit("gc.after_markers")
         stats.deleted_versions += expired
         doomed: list[str] = []
@@ -297,17 +306,19 @@ class DfsCheckpoints:
                 stats.deleted_files += 1
                 stats.deleted_bytes += size
                 del present[relative]
-        self._delete(doomed)
+        self._delete(doomed, fence)
         return stats
 
-    def forget(self, versions: list[int]) -> None:
+    def forget(self, versions: list[int], fence: Fence = no_fence) -> None:
         """Remove the DFS markers of ``versions`` (a rollback); their files go at the next GC."""
-        self._delete([self._abs(marker_path(v)) for v in versions])
+        self._delete([self._abs(marker_path(v)) for v in versions], fence)
         for version in versions:
             self._committed.pop(version, None)
 
-    def _delete(self, paths: list[str]) -> None:
+    def _delete(self, paths: list[str], fence: Fence = no_fence) -> None:
         def delete(path: str) -> None:
+            fence()
+
             def attempt() -> None:
                 try:
                     self.fs.rm_file(path)

@@ -9,6 +9,7 @@ import rocksdict
 
 from . import failpoints
 from .digest import file_digest
+from .fence import Fence, no_fence
 from .manifest import (
     COMMITS_DIR,
     CommitMarker,
@@ -40,22 +41,28 @@ class LocalCheckpoints:
     def checkpoint_dir(self, shard: int, version: int) -> Path:
         return self.root / local_checkpoint_dir(shard, version)
 
-    def create_shard(self, version: int, shard: int, db: rocksdict.Rdict, metadata: dict) -> ShardManifest:
-        """Take a RocksDB checkpoint of ``db`` (flushed by the caller) and write its manifest."""
+    def create_shard(
+        self, version: int, shard: int, db: rocksdict.Rdict, metadata: dict, fence: Fence = no_fence
+    ) -> ShardManifest:
+        """Take a RocksDB checkpoint of ``db`` (flushed by the caller) and write its manifest;
+        ``fence`` is called before each of the two."""
+        fence()
         target = self.checkpoint_dir(shard, version)
-        if target.exists():  # left by a crash before this version's marker: never committed
+        if target.exists():  # left by a crash or a replaced worker before this version's marker
             shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         rocksdict.Checkpoint(db).create_checkpoint(str(target))
         failpoints.hit("ckpt.after_local_checkpoint")
         files = tuple(self._entry(target / name) for name in sorted(os.listdir(target)))
         manifest = ShardManifest(version, shard, files, dict(metadata))
+        fence()
         write_atomically(self.root / manifest_path(shard, version), manifest.to_json())
         return manifest
 
-    def commit(self, version: int, manifests: list[ShardManifest]) -> CommitMarker:
+    def commit(self, version: int, manifests: list[ShardManifest], fence: Fence = no_fence) -> CommitMarker:
         """Write the local marker of ``version`` (ack 1): every shard's checkpoint is complete."""
         failpoints.hit("ckpt.after_local_manifest")
+        fence()
         marker = CommitMarker.for_manifests(version, manifests)
         write_atomically(self.root / marker_path(version), marker.to_json())
         failpoints.hit("ckpt.after_local_marker")

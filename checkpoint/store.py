@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import rocksdict
 
 from .dfs import DfsCheckpoints, GcStats, UploadStats
+from .fence import Fence, no_fence
 from .local import LocalCheckpoints
 from .manifest import ShardManifest
 from .retry import CorruptCheckpointError, RetryPolicy
@@ -59,22 +60,28 @@ class CheckpointStore:
         self.local = LocalCheckpoints(local_root)
         self.dfs = DfsCheckpoints(dfs_url, retry, upload_threads, verify_reads)
 
-    def checkpoint_local(self, version: int, dbs: Sequence[rocksdict.Rdict], metadata: dict[str, Any]) -> LocalCommit:
-        """RocksDB checkpoints of every (already flushed) shard, manifests, then the local marker."""
+    def checkpoint_local(
+        self, version: int, dbs: Sequence[rocksdict.Rdict], metadata: dict[str, Any], fence: Fence = no_fence
+    ) -> LocalCommit:
+        """RocksDB checkpoints of every (already flushed) shard, manifests, then the local marker;
+        ``fence`` is called before each file step."""
         started = time.monotonic()
-        manifests = [self.local.create_shard(version, shard, db, metadata) for shard, db in enumerate(dbs)]
-        self.local.commit(version, manifests)
+        manifests = [self.local.create_shard(version, shard, db, metadata, fence) for shard, db in enumerate(dbs)]
+        self.local.commit(version, manifests, fence)
         return LocalCommit(version, manifests, time.monotonic() - started)
 
-    def upload(self, version: int) -> UploadStats:
-        """Copy a locally committed version to the DFS; returns once its DFS marker is written."""
+    def upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
+        """Copy a locally committed version to the DFS; returns once its DFS marker is written.
+        ``fence`` is called before each file step."""
         manifests = self.local.manifests(version)
         folders = [self.local.checkpoint_dir(m.shard, version) for m in manifests]
-        return self.dfs.upload(version, manifests, folders)
+        return self.dfs.upload(version, manifests, folders, fence)
 
-    def gc(self, newest_durable: int) -> GcStats:
-        """Retention on both levels; local versions newer than ``newest_durable`` are kept."""
-        stats = self.dfs.gc(self.retain)
+    def gc(self, newest_durable: int, fence: Fence = no_fence) -> GcStats:
+        """Retention on both levels; local versions newer than ``newest_durable`` are kept.
+        ``fence`` is called before each level and before each DFS delete."""
+        stats = self.dfs.gc(self.retain, fence)
+        fence()
         self.local.gc(self.retain, keep_from=newest_durable)
         return stats
 

@@ -102,7 +102,8 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-POSITIVE_DURATION = Kind("a duration above zero such as 0.2ms, 5ms or 1s", _positive_seconds)
+def _positive_duration(examples: str) -> Kind:
+    return Kind(f"a duration above zero such as {examples}", _positive_seconds)
 TEXT = Kind("any text", str.strip)
 
 
@@ -135,8 +136,12 @@ class MisaConfig:
         "spark.misa.commit.waitForCompaction", "false", BOOL,
         "Wait for running compactions before the local checkpoint (checkpoints are consistent without it).")
     commit_heartbeat_timeout_s: float = setting(
-        "spark.misa.commit.heartbeatTimeout", "5min", DURATION,
-        "A commit or upload thread silent this long is presumed dead and its work is redone.")
+        "spark.misa.commit.heartbeatTimeout", "5min", _positive_duration("30s, 5min or 1h"),
+        "A commit or upload thread silent this long (no file step) is presumed dead and its work is redone.")
+    commit_max_restarts: int = setting(
+        "spark.misa.commit.maxRestarts", "3", _int(0),
+        "Times the commit of one version is redone after its thread died or went silent; one more failure "
+        "fails the batch with the cause (DFS errors that outlast their retries fail it at once).")
     dfs_url: str = setting(
         "spark.misa.checkpoint.dfsUrl", "", TEXT,
         "fsspec URL that durable versions are uploaded to: file://, s3://, gs://, abfs://, hdfs:// (jobs: --dfs).")
@@ -218,7 +223,7 @@ class MisaConfig:
         "Adaptive lookahead: move hint extraction to the next declared stage when this share of prefetches is never read.")
 
     python_switch_interval_s: float = setting(
-        "spark.misa.python.switchInterval", "0.2ms", POSITIVE_DURATION,
+        "spark.misa.python.switchInterval", "0.2ms", _positive_duration("0.2ms, 5ms or 1s"),
         "The driver's Python thread switch interval while a job runs (Python's default is 5ms): how long "
         "a prefetch or commit thread whose I/O returned may wait for the GIL behind the batch's own Python work.")
 

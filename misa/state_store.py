@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import rocksdict
 
-from checkpoint import CheckpointStore, LocalCommit, Restored, UploadStats, failpoints
+from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, UploadStats, failpoints, no_fence
 
 from .config import ConfigError, MisaConfig
 from .rocksdb_options import shard_options, unlogged_writes
@@ -112,9 +112,9 @@ class StateStore:
         return sum(sum(1 for _ in db.keys()) for db in self._dbs)
 
     # ------------------------------------------------------------------ writes
-    def write(self, changes: Iterable[tuple[bytes, bytes | None]]) -> int:
+    def write(self, changes: Iterable[tuple[bytes, bytes | None]], fence: Fence = no_fence) -> int:
         """Apply (key, value) puts and (key, None) deletes in WriteBatches of at most
-        ``spark.misa.state.writeChunkSize`` operations; returns the number applied."""
+        ``spark.misa.state.writeChunkSize`` operations (``fence`` before each); returns the number applied."""
         chunk = self.config.state_write_chunk
         batches = [rocksdict.WriteBatch(raw_mode=True) for _ in range(self.shards)]
         counts = [0] * self.shards
@@ -128,18 +128,24 @@ class StateStore:
             counts[shard] += 1
             total += 1
             if counts[shard] >= chunk:
+                fence()
                 self._dbs[shard].write(batches[shard])
                 batches[shard], counts[shard] = rocksdict.WriteBatch(raw_mode=True), 0
         for shard, batch in enumerate(batches):
             if counts[shard]:
+                fence()
                 self._dbs[shard].write(batch)
         return total
 
-    def apply(self, changes: dict[bytes, bytes | None], range_deletes: Iterable[tuple[bytes, bytes]]) -> None:
-        """Apply a batch's range deletes, then write its changes (a put after a range delete survives)."""
+    def apply(
+        self, changes: dict[bytes, bytes | None], range_deletes: Iterable[tuple[bytes, bytes]], fence: Fence = no_fence
+    ) -> None:
+        """Apply a batch's range deletes, then write its changes (a put after a range delete survives);
+        ``fence`` is called before each range delete and each WriteBatch."""
         for begin, end in range_deletes:
+            fence()
             self.delete_range(begin, end)
-        self.write(changes.items())
+        self.write(changes.items(), fence)
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Delete every key in [begin, end) on every shard."""
@@ -165,13 +171,16 @@ class StateStore:
         return sum(db.property_int_value("rocksdb.estimate-num-keys") or 0 for db in self._dbs)
 
     # ------------------------------------------------------------------ checkpoints
-    def checkpoint(self, version: int, metadata: dict[str, Any] | None = None) -> LocalCommit:
-        """Flush, then checkpoint every shard locally as ``version`` and write its local marker (ack 1)."""
+    def checkpoint(self, version: int, metadata: dict[str, Any] | None = None, fence: Fence = no_fence) -> LocalCommit:
+        """Flush, then checkpoint every shard locally as ``version`` and write its local marker (ack 1).
+        ``fence`` is called before the flush and before each file step of the checkpoint."""
+        fence()
         flush_s = self.flush()
         if self.config.commit_wait_for_compaction:
             while self.running_compactions():
+                fence()
                 time.sleep(0.01)
-        commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata or {})
+        commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata or {}, fence)
         commit.flush_s = flush_s
         commit.seconds += flush_s
         self.version = version
@@ -186,10 +195,11 @@ class StateStore:
         longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
         self.checkpoints.forget_after(version)
 
-    def upload(self, version: int) -> UploadStats:
-        """Copy local ``version`` to the DFS (ack 2 when this returns), then apply retention."""
-        stats = self.checkpoints.upload(version)
-        self.checkpoints.gc(newest_durable=version)
+    def upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
+        """Copy local ``version`` to the DFS (ack 2 when its marker is written), then apply retention
+        as a step of its own. ``fence`` is called before each file step of both."""
+        stats = self.checkpoints.upload(version, fence)
+        self.checkpoints.gc(newest_durable=version, fence=fence)
         return stats
 
     # ------------------------------------------------------------------ lifecycle

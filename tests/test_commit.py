@@ -1,20 +1,56 @@
 """Commit buffers, layered reads and the commit controller in its three modes (no Spark)."""
 import threading
 import time
+from typing import Callable
 
 import pytest
 
 from checkpoint import DfsUnavailableError, failpoints
-from misa.commit import CommitController
+from misa.commit import CommitController, CommitFailedError
 from misa.commit_buffer import CommitBuffer, StateView
 from misa.state_store import StateStore
 from state_helpers import contents, key
+
+MODES = ["sync", "async-ckpt", "misa"]
 
 
 @pytest.fixture
 def store(config, tmp_path):
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as s:
         yield s
+
+
+@pytest.fixture
+def hooks(monkeypatch) -> dict[str, Callable[[], None]]:
+    """``hooks[name] = fn`` runs ``fn`` in the thread that reaches failpoint ``name``, before the failpoint
+    itself: deterministic interleavings of commit threads, without sleeps."""
+    hooks: dict[str, Callable[[], None]] = {}
+    real = failpoints.hit
+
+    def hit(name: str) -> None:
+        if name in hooks:
+            hooks[name]()
+        real(name)
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    return hooks
+
+
+def first_time(fn: Callable[[], None]) -> Callable[[], None]:
+    """A hook that runs ``fn`` at the first hit only."""
+    once = threading.Lock()
+
+    def hook() -> None:
+        if once.acquire(blocking=False):
+            fn()
+
+    return hook
+
+
+def worker_thread(controller: CommitController, stage: str) -> threading.Thread:
+    thread = controller._workers[stage].thread
+    assert thread is not None
+    return thread
 
 
 def batch(view: StateView, version: int, start: int, n: int) -> dict[bytes, bytes]:
@@ -61,7 +97,7 @@ def test_a_commit_landing_during_a_scan_hides_nothing(store, monkeypatch):
     assert view.scan(key(0), key(10)) == [(key(1), b"v0"), (key(2), b"v0")]
 
 
-@pytest.mark.parametrize("mode", ["sync", "async-ckpt", "misa"])
+@pytest.mark.parametrize("mode", MODES)
 def test_every_mode_commits_every_version_durably(store, mode):
     view = StateView(store)
     controller = CommitController(store, view, mode)
@@ -95,7 +131,6 @@ def test_misa_returns_before_the_commit_and_reads_the_commit_buffer(store):
     controller.close()
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("point,applies", [("commit.after_apply", 2), ("ckpt.after_local_marker", 1)])
 def test_a_dead_commit_thread_is_detected_and_its_work_redone(store, point, applies):
     """Dead before ack 1: redone from the commit buffer; after ack 1: only the upload is redone."""
@@ -152,8 +187,108 @@ def test_a_dfs_that_stays_down_fails_with_a_clear_error(store, mode):
     controller.wait_durable(0)
     failpoints.configure("dfs.put=raise")
     batch(view, 1, 100, 100)
-    with pytest.raises(DfsUnavailableError, match="failed after 3 attempts"):
+    stays_down = r"version 1 failed in its upload stage: DfsUnavailableError: .*failed after 3 attempts"
+    with pytest.raises(CommitFailedError, match=stays_down) as err:
         controller.commit(view.freeze(1), {})
         controller.wait_durable(1)
+    assert isinstance(err.value.__cause__, DfsUnavailableError)
     assert store.checkpoints.newest_durable() == 0
     controller.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_replaced_upload_thread_never_touches_the_dfs_again(config, tmp_path, hooks):
+    """The first upload thread stalls in a file put of version 0 and is replaced; it wakes while its
+    successor uploads version 1 (files on the DFS, manifests and marker not yet) and must stop there:
+    no put, no manifest, no marker, no GC (which would delete version 1's new files as orphans)."""
+    config = config.with_values(commit_heartbeat_timeout_s=0.5, commit_max_restarts=10)  # headroom on a busy host
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        view = StateView(store)
+        controller = CommitController(store, view, "misa")
+        old = worker_thread(controller, "upload")
+        release = threading.Event()
+        collectors: list[threading.Thread] = []
+
+        def wake_the_old_thread() -> None:
+            if threading.current_thread() is not old:
+                release.set()
+                old.join(30)
+
+        hooks["dfs.put"] = first_time(lambda: release.wait(30))
+        hooks["gc.before_delete"] = lambda: collectors.append(threading.current_thread())
+        batch(view, 0, 0, 200)
+        controller.commit(view.freeze(0), {})
+        controller.wait_durable(0)  # the stalled thread was replaced, its successor made version 0 durable
+        hooks["ckpt.after_upload"] = first_time(wake_the_old_thread)
+        batch(view, 1, 100, 200)
+        controller.commit(view.freeze(1), {})
+        controller.drain()
+        controller.close()
+        assert release.is_set() and not old.is_alive() and old not in collectors
+        assert store.checkpoints.dfs.committed_versions() == [0, 1]
+        assert store.checkpoints.dfs.verify() == []  # every version's manifests and files are there
+        dests = [tmp_path / "restored" / str(s) for s in range(store.shards)]
+        assert store.checkpoints.restore(1, dests, prefer_local=False).source == "dfs"
+
+
+@pytest.mark.timeout(60)
+def test_a_replaced_apply_thread_never_rebuilds_the_local_checkpoint(config, tmp_path, hooks):
+    """The first apply thread stalls after shard 0's checkpoint of version 0 and is replaced; it wakes
+    after version 1 is applied and must not checkpoint the other shards (now at version 1) as version 0."""
+    config = config.with_values(commit_heartbeat_timeout_s=0.5, commit_max_restarts=10)  # headroom on a busy host
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        view = StateView(store)
+        controller = CommitController(store, view, "misa")
+        old = worker_thread(controller, "apply")
+        release = threading.Event()
+        hooks["ckpt.after_local_checkpoint"] = first_time(lambda: release.wait(30))
+        data = batch(view, 0, 0, 200)
+        controller.commit(view.freeze(0), {})
+        controller.wait_durable(0)
+        batch(view, 1, 100, 200)
+        controller.commit(view.freeze(1), {})
+        controller.wait_durable(1)
+        release.set()
+        old.join(30)
+        controller.close()
+        assert not old.is_alive()
+        assert store.checkpoints.local.problems(0) == []
+        assert store.load(0).source == "local" and contents(store) == data
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("point,stage", [("ckpt.after_flush", "apply"), ("ckpt.after_upload", "upload")])
+def test_an_error_outside_the_dfs_retries_fails_the_batch_after_bounded_restarts(store, mode, point, stage, caplog):
+    view = StateView(store)
+    controller = CommitController(store, view, mode)
+    failpoints.configure(f"{point}=raise")  # FailpointError: apply has no retry; after_upload is outside it
+    batch(view, 0, 0, 100)
+    with pytest.raises(CommitFailedError, match=rf"version 0 failed in its {stage} stage.*{point}") as err:
+        controller.commit(view.freeze(0), {})
+        controller.wait_durable(0)
+    assert isinstance(err.value.__cause__, failpoints.FailpointError)
+    threaded = mode == "misa" or (mode == "async-ckpt" and stage == "upload")
+    attempts = 1 + store.config.commit_max_restarts if threaded else 1
+    assert failpoints.hits(point) == attempts
+    deaths = [r for r in caplog.records if r.name == "misa.commit" and r.exc_info]
+    assert len(deaths) == (attempts if threaded else 0)  # each dead thread logged once, with its traceback
+    with pytest.raises(CommitFailedError, match="version 0"):
+        controller.drain()
+    controller.close()  # the error was raised already
+
+
+@pytest.mark.timeout(60)
+def test_close_raises_a_commit_error_nobody_has_seen(config, tmp_path, hooks):
+    config = config.with_values(commit_max_restarts=0)
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        view = StateView(store)
+        controller = CommitController(store, view, "misa")
+        failing = threading.Event()
+        hooks["ckpt.after_flush"] = failing.set
+        failpoints.configure("ckpt.after_flush=raise")
+        batch(view, 0, 0, 100)
+        controller.commit(view.freeze(0), {})
+        failing.wait(30)  # the apply thread is about to die; close() joins it
+        with pytest.raises(CommitFailedError, match=r"version 0 failed in its apply stage.*ckpt\.after_flush"):
+            controller.close()

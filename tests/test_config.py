@@ -30,6 +30,8 @@ def test_values_are_typed():
     assert cfg.retry_max_backoff_s == 120
     assert cfg.rocksdb_direct_reads is True
     assert cfg.state_shards == 7
+    assert MisaConfig().commit_max_restarts == 3
+    assert MisaConfig.from_mapping({"spark.misa.commit.maxRestarts": "0"}).commit_max_restarts == 0
 
 
 def test_unknown_key_is_named_with_a_suggestion():
@@ -45,6 +47,9 @@ def test_unknown_key_is_named_with_a_suggestion():
     ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size such as"),
     ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration such as"),
     ("spark.misa.checkpoint.verifyReads", "yes", "true or false"),
+    ("spark.misa.commit.heartbeatTimeout", "0", "a duration above zero"),  # 0: every thread would be "silent"
+    ("spark.misa.commit.heartbeatTimeout", "0ms", "a duration above zero"),
+    ("spark.misa.commit.maxRestarts", "-1", "integer >= 0"),
 ])
 def test_malformed_value_names_key_and_form(key, value, form):
     with pytest.raises(ConfigError) as err:
