@@ -37,6 +37,7 @@ FAILPOINTS: dict[str, str] = {
     "gc.before_delete": "before retention GC deletes anything on the DFS",
     "gc.after_markers": "after retention GC removed expired DFS markers, before it deletes their files",
     "recovery.before_rollback": "in recovery, after the rollback target is found restorable, before newer markers go",
+    "recovery.after_source_entry_trimmed": "in recovery, after each file-source log entry past C's offsets is trimmed",
     "recovery.after_offset_removed": "in recovery, after each of Spark's offsets entries past C is removed",
     "recovery.after_commit_removed": "in recovery, after Spark's commit entry of the in-flight batch C is removed",
     "replay.after_forget": "in a replay inside the running query, after the replayed version's markers are removed",

@@ -1,8 +1,12 @@
-"""Spark's own checkpoint logs (``offsets/`` and ``commits/``), read and trimmed through fsspec, so
-recovery works for every location Spark accepts (a path, ``file:/x``, ``s3a://``, ``hdfs://``)."""
+"""Spark's own checkpoint logs (``offsets/``, ``commits/`` and the file sources' ``sources/<i>/``),
+read and trimmed through fsspec, so recovery works for every location Spark accepts (a path,
+``file:/x``, ``s3a://``, ``hdfs://``)."""
 from __future__ import annotations
 
+import json
+import os
 import posixpath
+import uuid
 
 from checkpoint import failpoints
 from checkpoint.location import Location
@@ -34,17 +38,69 @@ class SparkCheckpointLog:
         return max(self.batch_ids("commits"), default=EMPTY)
 
     def make_spark_replay(self, batch_id: int) -> None:
-        """Make Spark run ``batch_id`` again from its logged offsets: remove the offsets entries after
-        it (highest first), then its commit entry. A crash between any two steps leaves logs that the
+        """Make Spark run ``batch_id`` again from its logged offsets, and plan the batches after it as
+        it first did: remove the file sources' log entries past their offsets in ``batch_id`` (else
+        Spark's next batch would span two of the source's batches), then the offsets entries after it
+        (highest first), then its commit entry. A crash between any two steps leaves logs that the
         next recovery handles the same way (commits never end before the offsets that follow them)."""
+        for source, log_offset in self._file_source_offsets(batch_id).items():
+            self._trim_source_log(source, log_offset)
         for later in reversed([b for b in self.batch_ids("offsets") if b > batch_id]):
             self._remove("offsets", later)
             failpoints.hit("recovery.after_offset_removed")
         self._remove("commits", batch_id)
         failpoints.hit("recovery.after_commit_removed")
 
-    def _remove(self, folder: str, batch_id: int) -> None:
-        for name in (f".{batch_id}.crc", str(batch_id)):  # the entry itself last
+    def _file_source_offsets(self, batch_id: int) -> dict[int, int]:
+        """Source index -> its ``logOffset`` in offsets entry ``batch_id``, for the sources that have
+        one (Spark's file sources); others keep no log under ``sources/`` that replays could skew."""
+        lines = self.fs.cat_file(posixpath.join(self._folder("offsets"), str(batch_id))).decode().splitlines()
+        found = {}
+        for index, line in enumerate(lines[2:]):  # a version line, the batch metadata, then one line per source
+            try:
+                offset = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
+                found[index] = offset["logOffset"]
+        return found
+
+    def _trim_source_log(self, source: int, log_offset: int) -> None:
+        """Remove source ``source``'s log entries past ``log_offset``, highest first; a compacted
+        entry past it is rewritten without the files of those batches."""
+        folder = self._folder(f"sources/{source}")
+        try:
+            names = [posixpath.basename(p) for p in self.fs.ls(folder, detail=False)]
+        except FileNotFoundError:
+            return
+        entries = sorted((int(n.split(".")[0]), n) for n in names if n.split(".")[0].isdigit())
+        for number, name in reversed(entries):
+            if number <= log_offset:
+                break
+            self._remove(f"sources/{source}", name)  # a compacted entry's checksum file goes first
+            if name.endswith(".compact"):
+                self._rewrite_compact(posixpath.join(folder, name), log_offset)
+            failpoints.hit("recovery.after_source_entry_trimmed")
+
+    def _rewrite_compact(self, path: str, log_offset: int) -> None:
+        version, *records = self.fs.cat_file(path).decode().splitlines()
+        kept = [r for r in records if r.strip() and json.loads(r).get("batchId", 0) <= log_offset]
+        data = "\n".join([version, *kept]).encode()
+        if self.location.local is None:  # one PUT replaces an object whole
+            self.fs.pipe_file(path, data)
+            return
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+
+    def _remove(self, folder: str, entry: int | str) -> None:
+        """Remove a log entry and the checksum file Hadoop's local file system keeps beside it; a
+        ``.compact`` entry keeps its data (it is rewritten, and its old checksum would not match)."""
+        names = [f".{entry}.crc"] + ([] if str(entry).endswith(".compact") else [str(entry)])
+        for name in names:  # the entry itself last
             try:
                 self.fs.rm_file(posixpath.join(self._folder(folder), name))
             except FileNotFoundError:

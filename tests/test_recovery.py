@@ -1,4 +1,5 @@
 """Reconciling the state store with Spark's offsets and commits logs (DESIGN section 5)."""
+import json
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,37 @@ def test_a_crash_before_a_rollback_forgets_anything_is_handled_by_the_next_recov
     failpoints.configure("")
     assert reconcile(store, str(tmp_path / "ckpt")) == 1
     assert store.checkpoints.dfs.committed_versions() == [0, 1]
+
+
+# ---------------------------------------------------------------- the file source's own log
+def file_source_log(ckpt: Path, last: int, compact_at: int | None = None) -> None:
+    """A file source log (``sources/0``) with one file per batch 0..last; offsets name its logOffset."""
+    folder = ckpt / "sources" / "0"
+    folder.mkdir(parents=True)
+    record = lambda b: f'{{"path":"file:///in/f{b}.json","timestamp":1,"batchId":{b}}}'  # noqa: E731
+    for b in range(last + 1):
+        if b == compact_at:
+            (folder / f"{b}.compact").write_text("v1\n" + "\n".join(record(x) for x in range(b + 1)))
+            (folder / f".{b}.compact.crc").write_text("crc")
+        else:
+            (folder / str(b)).write_text(f"v1\n{record(b)}")
+            (folder / f".{b}.crc").write_text("crc")
+    for b in entries(ckpt, "offsets"):
+        (ckpt / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{b}}}')
+
+
+@pytest.mark.parametrize("compact_at", [None, 4])
+def test_a_replay_trims_the_file_source_log_so_later_batches_are_planned_as_before(store, tmp_path, compact_at):
+    """Left in place, source entry 4 would make Spark's next batch span source batches 4 and 5."""
+    ckpt = tmp_path / "ckpt"
+    spark_log(ckpt, committed=3, offsets=4)
+    file_source_log(ckpt, last=4, compact_at=compact_at)
+    assert reconcile(store, str(ckpt)) == 2
+    names = sorted(p.name for p in (ckpt / "sources" / "0").iterdir())
+    if compact_at is None:
+        assert names == [".0.crc", ".1.crc", ".2.crc", ".3.crc", "0", "1", "2", "3"]
+    else:  # the compacted entry stays (Spark's log needs it) but without batch 4's file, and without its old checksum
+        assert "4.compact" in names and ".4.compact.crc" not in names
+        lines = (ckpt / "sources" / "0" / "4.compact").read_text().splitlines()
+        assert lines[0] == "v1" and [json.loads(r)["batchId"] for r in lines[1:]] == [0, 1, 2, 3]
+    assert entries(ckpt, "offsets") == [0, 1, 2, 3] and entries(ckpt, "commits") == [0, 1, 2]
