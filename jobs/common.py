@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 from functools import reduce
-from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from checkpoint.location import spark_location
+from checkpoint.location import parse, spark_location
 from misa.config import MisaConfig, parse_seconds
 from misa.interval_join import PREV, IntervalJoin
 from misa.job import StatefulJob
@@ -84,11 +83,9 @@ def read_stream(spark: SparkSession, args: argparse.Namespace, schema: StructTyp
     return good_records(parsed) if args.mode == "native" else parsed
 
 
-def quarantine_dir(args: argparse.Namespace) -> Path:
-    """Where bad input records go: ``--quarantine``, by default ``CHECKPOINT/quarantine``."""
-    if args.quarantine:
-        return Path(args.quarantine.removeprefix("file://"))
-    return Path(args.checkpoint.removeprefix("file://")) / "quarantine"
+def quarantine_dir(args: argparse.Namespace) -> str:
+    """Where bad input records go (any location): ``--quarantine``, by default ``CHECKPOINT/quarantine``."""
+    return args.quarantine or parse(args.checkpoint).child("quarantine").url
 
 
 def native_aggregation(operator: Aggregation, events: DataFrame) -> DataFrame:

@@ -9,21 +9,22 @@ line (``_raw_record``) and flags it (``_bad_record``). A record is bad when
 * a required field is missing or null.
 
 Blank lines are not records (Spark's JSON source skips them too). :class:`Quarantine` writes each
-batch's bad records, the exact raw input lines in UTF-8, one per line, to
-``ROOT/batch_id=N/part-00000.txt`` through a staging folder, so a replayed batch replaces its own
-file; a batch without bad records leaves no folder. It passes the good rows on without the two
+batch's bad records, the exact raw input lines in UTF-8, one per line, as a text file under
+``ROOT/batch_id=N/`` (any location; see :mod:`misa.batch_output`), so a replayed batch replaces
+its own lines whole; a batch without bad records has no committed lines (a replay that finds
+none removes an earlier attempt's). It passes the good rows on without the two
 extra columns; :func:`good_records` is the same filter for plain Spark.
 """
 from __future__ import annotations
 
-import shutil
-import uuid
 from pathlib import Path
 from typing import Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+
+from .batch_output import BatchFolders
 
 RAW_COLUMN = "_raw_record"
 BAD_COLUMN = "_bad_record"
@@ -59,7 +60,7 @@ class Quarantine:
     """Writes each batch's bad records under ``root`` (one folder per batch id) and returns the good rows."""
 
     def __init__(self, root: str | Path):
-        self.root = Path(str(root).removeprefix("file://"))
+        self.folders = BatchFolders(root)
 
     def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int, int]:
         """The batch's good rows, how many bad records were written aside (idempotent per batch id) and
@@ -74,21 +75,14 @@ class Quarantine:
         return good_records(batch), len(lines), int(summary["records"])
 
     def _write(self, batch_id: int, lines: list[str]) -> None:
-        final = self.root / f"batch_id={batch_id}"
-        if not lines:
-            shutil.rmtree(final, ignore_errors=True)  # a stale folder from an earlier run into this root
-            return
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = self.root / f"_staging-{batch_id}-{uuid.uuid4().hex}"
-        staging.mkdir()
-        (staging / "part-00000.txt").write_bytes("".join(line + "\n" for line in lines).encode())
-        if final.exists():
-            shutil.rmtree(final)
-        staging.rename(final)
+        if lines:
+            self.folders.commit(batch_id, {"part-00000.txt": "".join(line + "\n" for line in lines).encode()})
+        else:
+            self.folders.remove(batch_id)
 
 
 def read_quarantine(root: str | Path) -> list[str]:
     """Every quarantined line under ``root``, in batch id order."""
-    root = Path(str(root).removeprefix("file://"))
-    folders = sorted(root.glob("batch_id=*"), key=lambda f: int(f.name.split("=")[1]))
-    return [line for f in folders for line in (f / "part-00000.txt").read_bytes().decode().split("\n")[:-1]]
+    folders = BatchFolders(root)
+    return [line for _, paths in folders.committed() for p in paths
+            for line in folders.read(p).decode().split("\n")[:-1]]
