@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import threading
 import time
@@ -15,7 +16,8 @@ import fsspec
 from . import failpoints
 from .digest import copy_and_digest
 from .fence import Fence, no_fence
-from .manifest import COMMITS_DIR, CommitMarker, FileEntry, ShardManifest, manifest_path, marker_path
+from .manifest import COMMITS_DIR, CommitMarker, FileEntry, ShardManifest, inside, manifest_path, marker_path
+from .location import redact
 from .retry import CorruptCheckpointError, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class DfsCheckpoints:
 
     def __init__(self, url: str, retry: RetryPolicy, threads: int = 4, verify_reads: bool = False):
         self.url = url
+        self.shown = redact(url)  # what messages and logs show: credentials masked
         self.fs, self.root = fsspec.core.url_to_fs(url)
         self.retry = retry
         self.threads = max(1, threads)
@@ -77,10 +80,10 @@ class DfsCheckpoints:
     def _write_small(self, relative: str, data: bytes) -> None:
         path = self._abs(relative)
         self._makedirs(posixpath.dirname(path))
-        self.retry.call(f"write of {self.url}/{relative}", lambda: self.fs.pipe_file(path, data))
+        self.retry.call(f"write of {self.shown}/{relative}", lambda: self.fs.pipe_file(path, data))
 
     def _read_small(self, relative: str) -> bytes:
-        return self.retry.call(f"read of {self.url}/{relative}", lambda: self.fs.cat_file(self._abs(relative)))
+        return self.retry.call(f"read of {self.shown}/{relative}", lambda: self.fs.cat_file(self._abs(relative)))
 
     def _makedirs(self, path: str) -> None:
         if path not in self._made_dirs:
@@ -96,7 +99,7 @@ class DfsCheckpoints:
             except FileNotFoundError:
                 return []
 
-        return self.retry.call(f"listing of {self.url}/{relative}", attempt)
+        return self.retry.call(f"listing of {self.shown}/{relative}", attempt)
 
     # ------------------------------------------------------------------ versions
     def committed_versions(self) -> list[int]:
@@ -125,8 +128,13 @@ class DfsCheckpoints:
             return self._committed[version]
         marker = self.read_marker(version)
         manifests = [ShardManifest.from_json(self._read_small(manifest_path(s, version))) for s in range(marker.shards)]
+        for shard, manifest in enumerate(manifests):
+            if (manifest.version, manifest.shard) != (version, shard):
+                raise CorruptCheckpointError(
+                    f"manifest {manifest_path(shard, version)} on {self.shown} names version {manifest.version}, "
+                    f"shard {manifest.shard}: it is damaged or was tampered with")
         if CommitMarker.for_manifests(version, manifests).manifest_sha256 != marker.manifest_sha256:
-            raise CorruptCheckpointError(f"manifests of version {version} on {self.url} do not match its marker")
+            raise CorruptCheckpointError(f"manifests of version {version} on {self.shown} do not match its marker")
         self._committed[version] = manifests
         return manifests
 
@@ -196,7 +204,7 @@ class DfsCheckpoints:
                     if copy_and_digest(back, None)[1] != entry.sha256:
                         raise UploadVerificationError(f"{remote} read back with a different checksum")
 
-        self.retry.call(f"upload of {local.name} to {self.url}/{remote}", attempt)
+        self.retry.call(f"upload of {local.name} to {self.shown}/{remote}", attempt)
         with self._lock:
             self._present_files()[remote] = entry.size
 
@@ -220,20 +228,23 @@ class DfsCheckpoints:
 
         def fetch(entry: FileEntry) -> tuple[Path, str]:
             remote = entry.remote_path(manifest.shard)
-            target = dest / entry.name
+            target = inside(dest, entry.name)
+            partial = target.with_name(f".{entry.name}.download")  # renamed only once its digest matches
 
             def attempt() -> tuple[int, str]:
                 failpoints.hit("dfs.get")
-                with self.fs.open(self._abs(remote), "rb") as src, open(target, "wb") as dst:
+                with self.fs.open(self._abs(remote), "rb") as src, open(partial, "wb") as dst:
                     return copy_and_digest(src, dst)
 
-            size, sha = self.retry.call(f"download of {self.url}/{remote}", attempt)
+            size, sha = self.retry.call(f"download of {self.shown}/{remote}", attempt)
             if (size, sha) != (entry.size, entry.sha256):
+                partial.unlink(missing_ok=True)
                 raise CorruptCheckpointError(
-                    f"{self.url}/{remote} of version {version} is damaged: {size} bytes with sha256 {sha[:16]}, "
+                    f"{self.shown}/{remote} of version {version} is damaged: {size} bytes with sha256 {sha[:16]}, "
                     f"expected {entry.size} bytes with {entry.sha256[:16]}. Restore an older version "
-                    f"(misa ckpt list {self.url})."
+                    f"(misa ckpt list {self.shown})."
                 )
+            os.replace(partial, target)
             return target, sha
 
         return self._parallel(fetch, list(manifest.files))
@@ -263,7 +274,7 @@ class DfsCheckpoints:
                 return copy_and_digest(src, None)
 
         try:
-            size, sha = self.retry.call(f"read of {self.url}/{remote}", attempt)
+            size, sha = self.retry.call(f"read of {self.shown}/{remote}", attempt)
         except FileNotFoundError:
             return f"{remote} is missing"
         if size != entry.size:

@@ -15,6 +15,7 @@ from .manifest import (
     CommitMarker,
     FileEntry,
     ShardManifest,
+    inside,
     local_checkpoint_dir,
     manifest_path,
     marker_path,
@@ -23,11 +24,20 @@ from .retry import CorruptCheckpointError
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a crash leaves the old file or the new one, never half."""
+    """Write ``data`` to ``path`` so a crash leaves the old file or the new one, never half: the bytes
+    are fsynced before the rename and the folder after it, so a marker never counts before it is on disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
     os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class LocalCheckpoints:
@@ -119,10 +129,11 @@ class LocalCheckpoints:
         source = self.checkpoint_dir(shard, version)
         dest.mkdir(parents=True, exist_ok=True)
         for entry in manifest.files:
+            target = inside(dest, entry.name)
             if entry.name.endswith(".sst"):
-                os.link(source / entry.name, dest / entry.name)
+                os.link(inside(source, entry.name), target)
             else:
-                shutil.copyfile(source / entry.name, dest / entry.name)
+                shutil.copyfile(inside(source, entry.name), target)
         return manifest
 
     def remember(self, path: Path, sha256: str) -> None:

@@ -12,11 +12,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 COMMITS_DIR = "_commits"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ManifestError(ValueError):
+    """A manifest or marker that is torn, of the wrong shape, or names a file it may not (tampering)."""
+
+
+def check_file_name(name: object) -> str:
+    """``name`` when it is a plain file name (it stays inside the folder it is joined to); else ManifestError."""
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name):
+        raise ManifestError(f"file name {name!r} is not a plain file name: the manifest is damaged or was tampered with")
+    return name
 
 
 def shard_dir(shard: int) -> str:
@@ -33,6 +47,14 @@ def marker_path(version: int) -> str:
 
 def local_checkpoint_dir(shard: int, version: int) -> str:
     return f"{shard_dir(shard)}/ckpt/{version}"
+
+
+def inside(folder: Path, name: str) -> Path:
+    """``folder / name`` for a plain file name that resolves inside ``folder``; else ManifestError."""
+    target = folder / check_file_name(name)
+    if not target.resolve().is_relative_to(folder.resolve()):
+        raise ManifestError(f"file name {name!r} resolves outside {folder}: the manifest was tampered with")
+    return target
 
 
 @dataclass(frozen=True)
@@ -77,9 +99,24 @@ class ShardManifest:
 
     @classmethod
     def from_json(cls, data: bytes) -> "ShardManifest":
-        raw = json.loads(data)
-        files = tuple(FileEntry(**f) for f in raw["files"])
-        return cls(raw["version"], raw["shard"], files, raw.get("metadata", {}))
+        """Parse and check a manifest; a torn one, one of the wrong shape or one naming a file outside
+        its folder raises :class:`ManifestError` (a ValueError, so restore falls back or fails cleanly)."""
+        try:
+            raw = json.loads(data)
+            version, shard, metadata = raw["version"], raw["shard"], raw.get("metadata", {})
+            files = tuple(_file_entry(f) for f in raw["files"])
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ManifestError(f"not a shard manifest: {exc}") from exc
+        if type(version) is not int or type(shard) is not int or shard < 0 or not isinstance(metadata, dict):
+            raise ManifestError(f"not a shard manifest: version {version!r}, shard {shard!r}")
+        return cls(version, shard, files, metadata)
+
+
+def _file_entry(raw: dict) -> FileEntry:
+    name, size, sha = check_file_name(raw["name"]), raw["size"], raw["sha256"]
+    if type(size) is not int or size < 0 or not isinstance(sha, str) or not _SHA256.match(sha):
+        raise ManifestError(f"file {name!r}: size {size!r} or sha256 {sha!r} is malformed")
+    return FileEntry(name, size, sha)
 
 
 @dataclass(frozen=True)
@@ -108,6 +145,9 @@ class CommitMarker:
         """Parse a marker; a torn or foreign file raises ValueError."""
         try:
             raw = json.loads(data)
-            return cls(int(raw["version"]), tuple(raw["manifest_sha256"]), float(raw["created"]))
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"not a commit marker: {exc}") from exc
+            shas = raw["manifest_sha256"]
+            if not isinstance(shas, list) or not all(isinstance(s, str) for s in shas):
+                raise TypeError(f"manifest_sha256 is {shas!r}")
+            return cls(int(raw["version"]), tuple(shas), float(raw["created"]))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ManifestError(f"not a commit marker: {exc}") from exc

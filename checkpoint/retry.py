@@ -8,6 +8,8 @@ from typing import Callable, TypeVar
 
 import tenacity
 
+from .location import redact
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -40,7 +42,7 @@ class RetryPolicy:
             retry=tenacity.retry_if_exception(is_transient),
             before_sleep=lambda state: log.warning(
                 "%s failed (attempt %d/%d): %s; retrying",
-                what, state.attempt_number, self.max_attempts, state.outcome.exception(),
+                redact(what), state.attempt_number, self.max_attempts, redact(str(state.outcome.exception())),
             ),
             reraise=False,
         )
@@ -48,11 +50,11 @@ class RetryPolicy:
             return retrying(fn)
         except tenacity.RetryError as exc:
             cause = exc.last_attempt.exception()
-            raise DfsUnavailableError(
+            raise DfsUnavailableError(redact(
                 f"{what} failed after {self.max_attempts} attempts in {time.monotonic() - started:.1f}s: "
                 f"{type(cause).__name__}: {cause}. Check that the DFS is reachable and writable; raise "
                 f"spark.misa.checkpoint.retry.maxAttempts to wait longer."
-            ) from cause
+            )) from None
 
 
 def is_transient(exc: BaseException) -> bool:

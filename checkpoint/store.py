@@ -19,6 +19,10 @@ from .retry import CorruptCheckpointError, RetryPolicy
 log = logging.getLogger(__name__)
 
 
+class ShardCountError(ValueError):
+    """A version was checkpointed with a different number of shards than the store has now."""
+
+
 @dataclass
 class LocalCommit:
     """The outcome of a local checkpoint (ack 1)."""
@@ -97,6 +101,10 @@ class CheckpointStore:
         if version in self.local.versions():
             local = self.local.problems(version)
             if not local:
+                try:
+                    self._check_shard_count(version, self.local.read_marker(version).shards)
+                except ShardCountError as exc:
+                    return [str(exc)]
                 return []
         else:
             local = [f"version {version} has no local marker"]
@@ -106,8 +114,10 @@ class CheckpointStore:
             manifests = self.dfs.manifests(version)
         except (OSError, ValueError, CorruptCheckpointError) as exc:
             return [f"local: {local[0]}", f"DFS: {exc}"]
-        if len(manifests) != self.shards:
-            return [f"local: {local[0]}", f"DFS: version {version} has {len(manifests)} shards, this store has {self.shards}"]
+        try:
+            self._check_shard_count(version, len(manifests))
+        except ShardCountError as exc:
+            return [str(exc)]
         return []
 
     def newest_durable(self) -> int | None:
@@ -120,21 +130,42 @@ class CheckpointStore:
             raise ValueError(f"restore needs {self.shards} shard directories, got {len(dests)}")
         for dest in dests:
             shutil.rmtree(dest, ignore_errors=True)
+        local_problem = "not preferred" if not prefer_local else f"version {version} has no local marker"
         if prefer_local and version in self.local.versions():
+            self._check_shard_count(version, self.local.read_marker(version).shards)
             problems = self.local.problems(version)
             if not problems:
                 manifests = [self.local.restore_shard(version, s, Path(d)) for s, d in enumerate(dests)]
                 return Restored(version, "local", manifests[0].metadata)
-            log.warning("local copy of version %d is not usable (%s); restoring from the DFS", version, problems[0])
-        if version not in self.dfs.committed_versions():
+            local_problem = problems[0]
+            log.warning("local copy of version %d is not usable (%s); restoring from the DFS", version, local_problem)
+        try:
+            if version not in self.dfs.committed_versions():
+                raise CorruptCheckpointError(f"version {version} has no commit marker on {self.dfs.shown}")
+            manifests = self.dfs.manifests(version)
+            self._check_shard_count(version, len(manifests))
+            for manifest, dest in zip(manifests, dests):
+                for path, sha in self.dfs.restore_shard(version, manifest, Path(dest)):
+                    self.local.remember(path, sha)
+        except (ValueError, CorruptCheckpointError, FileNotFoundError) as exc:
+            if isinstance(exc, ShardCountError):
+                raise
+            older = [v for v in self.retained_versions() if v < version]
+            previous = (f"the previous retained version is {older[-1]}: recovery starts from it when "
+                        f"spark.misa.recovery.allowPreviousVersion is true (Spark then replays the batches after it)"
+                        if older else "no older version is retained")
             raise CorruptCheckpointError(
-                f"version {version} is neither valid locally nor committed on {self.dfs.url}; "
-                f"restorable versions: {sorted(set(self.local.versions()) | set(self.dfs.committed_versions()))}"
-            )
-        manifests = self.dfs.manifests(version)
-        if len(manifests) != self.shards:
-            raise ValueError(f"version {version} has {len(manifests)} shards, this store has {self.shards}")
-        for manifest, dest in zip(manifests, dests):
-            for path, sha in self.dfs.restore_shard(version, manifest, Path(dest)):
-                self.local.remember(path, sha)
+                f"version {version} cannot be restored from either level. local: {local_problem}; DFS: {exc}. "
+                f"{previous}.") from exc
         return Restored(version, "dfs", manifests[0].metadata)
+
+    def retained_versions(self) -> list[int]:
+        """Versions with a marker on either level, oldest first."""
+        return sorted(set(self.local.versions()) | set(self.dfs.committed_versions()))
+
+    def _check_shard_count(self, version: int, shards: int) -> None:
+        if shards != self.shards:
+            raise ShardCountError(
+                f"version {version} was written with {shards} shards, but spark.misa.state.shards is {self.shards} "
+                f"now: the state would be split differently and keys would be lost. Run with "
+                f"spark.misa.state.shards={shards}, or start from a new checkpoint location and state locations.")

@@ -5,7 +5,7 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from checkpoint import DfsCheckpoints
+from checkpoint import CorruptCheckpointError, DfsCheckpoints
 
 from .config import MisaConfig
 from .units import human_bytes
@@ -44,24 +44,27 @@ def run(args: argparse.Namespace) -> int:
             print(f"{i.version:>8} {i.shards:>6} {i.files:>6} {human_bytes(i.total_bytes):>11} "
                   f"{human_bytes(i.new_bytes):>11}  {created}")
         if not infos:
-            print(f"no committed versions under {args.url}")
+            print(f"no committed versions under {dfs.shown}")
         return 0
     if args.ckpt_command == "verify":
         versions = [args.version] if args.version is not None else dfs.committed_versions()
         problems = dfs.verify(versions)
         for problem in problems:
             print(f"DAMAGED {problem}")
-        print(f"verified {len(versions)} version(s) on {args.url}: "
+        print(f"verified {len(versions)} version(s) on {dfs.shown}: "
               + ("OK" if not problems else f"{len(problems)} problem(s)"))
         return 1 if problems else 0
     if args.ckpt_command == "restore":
         try:
             manifests = dfs.manifests(args.version)
+            for manifest in manifests:
+                dfs.restore_shard(args.version, manifest, args.dest / f"shard-{manifest.shard}")
         except FileNotFoundError:
-            print(f"version {args.version} is not committed on {args.url}; see `misa ckpt list {args.url}`")
+            print(f"version {args.version} is not committed on {dfs.shown}; see `misa ckpt list {dfs.shown}`")
             return 1
-        for manifest in manifests:
-            dfs.restore_shard(args.version, manifest, args.dest / f"shard-{manifest.shard}")
+        except (ValueError, CorruptCheckpointError) as exc:
+            print(f"cannot restore version {args.version} from {dfs.shown}: {exc}")
+            return 1
         print(f"restored version {args.version} ({len(manifests)} shards) into {args.dest}")
         return 0
     if args.ckpt_command == "gc":

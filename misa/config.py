@@ -142,6 +142,10 @@ class MisaConfig:
         "spark.misa.commit.maxRestarts", "3", _int(0),
         "Times the commit of one version is redone after its thread died or went silent; one more failure "
         "fails the batch with the cause (DFS errors that outlast their retries fail it at once).")
+    recovery_allow_previous: bool = setting(
+        "spark.misa.recovery.allowPreviousVersion", "false", BOOL,
+        "When the version recovery needs cannot be restored from either level, start from the newest older "
+        "retained version that can, and make Spark replay the batches after it (its source must still hold them).")
     dfs_url: str = setting(
         "spark.misa.checkpoint.dfsUrl", "", TEXT,
         "fsspec URL that durable versions are uploaded to: file://, s3://, gs://, abfs://, hdfs:// (jobs: --dfs).")

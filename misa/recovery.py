@@ -32,27 +32,40 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     v = max(newer_local, default=v)
     if not v - 1 <= c <= v + 1:
         raise RecoveryError(_gap_message(c, v, location, store))
-    target = min(c, v)
-    if c == v - 1:
-        problems = store.restore_problems(c)
-        if problems:
-            raise RecoveryError(
-                f"Spark's last committed batch is {c}, so the state must roll back from version {v} to {c}, but "
-                f"version {c} cannot be restored: {'; '.join(problems)}. Nothing was changed: version {v} is kept. "
-                f"Restore the DFS copy of version {c} (misa ckpt list / verify {redact(store.checkpoints.dfs.url)}), or "
-                f"start the query from a new checkpoint location with new state locations.")
+    target = _restorable_target(store, min(c, v), c, v)
     for local in newer_local:
         if local <= target:
             log.info("uploading locally committed version %d before recovery", local)
             store.upload(local)
-    if c == v + 1:
-        log.warning("batch %d's state commit was in flight: Spark replays it", c)
-        spark.make_spark_replay(c)
-    elif c == v - 1:
-        log.warning("rolling the state back from version %d to Spark's last committed batch %d", v, c)
+    if c > target:
+        log.warning("Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c,
+                    target)
+        spark.make_spark_replay(target + 1)
+    if v > target:
+        log.warning("rolling the state back from version %d to %d", v, target)
         failpoints.hit("recovery.before_rollback")
-        store.forget_after(c)
+        store.forget_after(target)
     return target
+
+
+def _restorable_target(store: StateStore, wanted: int, c: int, v: int) -> int:
+    """``wanted`` when it can be restored; else, with spark.misa.recovery.allowPreviousVersion, the newest
+    older retained version that can; else a RecoveryError (before anything is changed)."""
+    problems = store.restore_problems(wanted)
+    if not problems:
+        return wanted
+    older = [n for n in reversed(store.checkpoints.retained_versions()) if n < wanted and not store.restore_problems(n)]
+    if store.config.recovery_allow_previous and older:
+        log.warning("version %d cannot be restored (%s); starting from version %d as "
+                    "spark.misa.recovery.allowPreviousVersion allows", wanted, "; ".join(problems), older[0])
+        return older[0]
+    option = (f"Version {older[0]} can be restored: set spark.misa.recovery.allowPreviousVersion=true to start from "
+              f"it (Spark then replays batches {older[0] + 1}..{c} from its source, which must still hold them)"
+              if older else "No older retained version can be restored either")
+    raise RecoveryError(
+        f"Spark's last committed batch is {c} and the state's newest version is {v}, so recovery needs version "
+        f"{wanted}, but version {wanted} cannot be restored from either level: {'; '.join(problems)}. Nothing was "
+        f"changed. {option}; or check the DFS copy (misa ckpt verify {redact(store.checkpoints.dfs.url)}).")
 
 
 def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:

@@ -38,18 +38,23 @@ class SparkCheckpointLog:
         return max(self.batch_ids("commits"), default=EMPTY)
 
     def make_spark_replay(self, batch_id: int) -> None:
-        """Make Spark run ``batch_id`` again from its logged offsets, and plan the batches after it as
-        it first did: remove the file sources' log entries past their offsets in ``batch_id`` (else
-        Spark's next batch would span two of the source's batches), then the offsets entries after it
-        (highest first), then its commit entry. A crash between any two steps leaves logs that the
-        next recovery handles the same way (commits never end before the offsets that follow them)."""
+        """Make Spark run ``batch_id`` (and what follows) again from its logged offsets, planned as it
+        first was: remove the file sources' log entries past their offsets in ``batch_id`` (else
+        Spark's next batch would span two of the source's batches), then the offsets entries after it,
+        then the commit entries from it on (each highest first). A crash between any two steps leaves
+        logs that the next recovery handles the same way (commits never end before the offsets that
+        follow them)."""
+        if batch_id not in self.batch_ids("offsets"):
+            raise FileNotFoundError(f"Spark's offsets log at {self.location} has no entry for batch {batch_id}, "
+                                    f"so Spark cannot replay it (spark.sql.streaming.minBatchesToRetain)")
         for source, log_offset in self._file_source_offsets(batch_id).items():
             self._trim_source_log(source, log_offset)
         for later in reversed([b for b in self.batch_ids("offsets") if b > batch_id]):
             self._remove("offsets", later)
             failpoints.hit("recovery.after_offset_removed")
-        self._remove("commits", batch_id)
-        failpoints.hit("recovery.after_commit_removed")
+        for later in reversed([b for b in self.batch_ids("commits") if b >= batch_id]):
+            self._remove("commits", later)
+            failpoints.hit("recovery.after_commit_removed")
 
     def _file_source_offsets(self, batch_id: int) -> dict[int, int]:
         """Source index -> its ``logOffset`` in offsets entry ``batch_id``, for the sources that have

@@ -210,3 +210,29 @@ def test_a_replay_trims_the_file_source_log_so_later_batches_are_planned_as_befo
         lines = (ckpt / "sources" / "0" / "4.compact").read_text().splitlines()
         assert lines[0] == "v1" and [json.loads(r)["batchId"] for r in lines[1:]] == [0, 1, 2, 3]
     assert entries(ckpt, "offsets") == [0, 1, 2, 3] and entries(ckpt, "commits") == [0, 1, 2]
+
+
+def damage(store: StateStore, version: int) -> None:
+    for root in (store.checkpoints.local.root, Path(store.checkpoints.dfs.root)):
+        for path in Path(root).glob(f"shard-*/manifest/{version}.json"):
+            path.write_text('{"files": 3}')
+
+
+def test_a_newest_version_restorable_from_neither_level_stops_recovery_and_names_the_option(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    damage(store, 2)
+    with pytest.raises(RecoveryError, match=r"version 2 cannot be restored from either level.*Version 1 can be "
+                                            r"restored: set spark\.misa\.recovery\.allowPreviousVersion=true"):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2] and 2 in store.checkpoints.dfs.committed_versions()
+
+
+def test_with_the_option_recovery_starts_from_the_previous_version_and_spark_replays_the_rest(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    damage(store, 2)
+    store.config = store.config.with_values(recovery_allow_previous=True)
+    assert reconcile(store, str(tmp_path / "ckpt")) == 1
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1]
+    assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2]  # Spark replays batch 2 from its offsets
+    assert store.checkpoints.dfs.committed_versions() == [0, 1] and store.checkpoints.local.versions() == [0, 1]
+    store.load(1)
