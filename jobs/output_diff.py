@@ -13,9 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from misa.sink import read_batches
+from misa.sink import final_results, read_batches
 
 SIGNIFICANT = 9  # digits a float keeps in the multiset
 REL_TOL = 1e-8  # two rounded floats this close are equal (one unit of the 9th digit)
@@ -50,6 +50,19 @@ def read_output(root: str | Path) -> Output:
         columns = ("batch_id", *table.column_names)
         rows.update((batch_id, *map(canonical, values)) for values in zip(*table.to_pydict().values()))
     return Output(columns, rows)
+
+
+def without_batch_ids(rows: Counter) -> Counter:
+    """The rows with their batch ids dropped (an append-mode output whose batches were cut differently)."""
+    result: Counter = Counter()
+    for row, n in rows.items():
+        result[row[1:]] += n
+    return result
+
+
+def final_rows(root: str | Path, key_columns: Sequence[str]) -> Counter:
+    """The last row written for each key, as canonical rows (an update-mode query's result, whatever its batches)."""
+    return Counter(tuple(map(canonical, row.values())) for row in final_results(root, key_columns).values())
 
 
 @dataclass(frozen=True)
