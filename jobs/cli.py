@@ -1,4 +1,5 @@
-"""The ``misa`` console command: the runtime's commands plus the data generators (``misa gen``)."""
+"""The ``misa`` console command: the runtime's commands plus the data generators (``misa gen``) and the crash
+soak (``misa soak``)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ from typing import Any, Callable
 
 from misa.cli import build_parser, run_parsed
 
-from . import bench_cm, bench_jobs
+from . import bench_cm, bench_jobs, soak
 from .bad_records import UNITS
 from .gen_cm import generate_cm
 from .gen_lr import generate_lr
@@ -95,8 +96,9 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...``, ``misa bench cm`` and ``misa bench jobs``."""
+    """``misa gen ...``, ``misa soak``, ``misa bench cm`` and ``misa bench jobs``."""
     add_gen_parser(commands)
+    soak.add_parser(commands)
     bench_cm.add_parser(bench)
     bench_jobs.add_parser(bench)
 

@@ -5,7 +5,7 @@ from functools import partial
 from pathlib import Path
 
 import job_helpers
-from job_helpers import assert_same_results  # noqa: F401  (re-exported for the CM tests)
+from job_helpers import assert_same_output, assert_same_results, output  # noqa: F401  (re-exported for the CM tests)
 from jobs import cluster_monitoring
 
 

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
+from jobs.output_diff import Output, diff_rows, read_output
 from misa.sink import final_results, read_batches
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,18 @@ def results(job: ModuleType, query: str, run_dir: Path) -> dict:
 def output_rows(run_dir: Path) -> Counter:
     """Every output row of every batch, as a multiset of value tuples (for append-only outputs)."""
     return Counter(tuple(row.values()) for _, table in read_batches(run_dir / "out") for row in table.to_pylist())
+
+
+def output(run_dir: Path) -> Output:
+    """Every row of every batch with its batch id (floats rounded, see :mod:`jobs.output_diff`)."""
+    return read_output(run_dir / "out")
+
+
+def assert_same_output(run_dir: Path, expected: Output) -> None:
+    """The run's whole output equals the reference's as a multiset (no row lost, none doubled or stale)."""
+    assert expected.size, "the reference produced no rows: the test data is too small"
+    diff = diff_rows(output(run_dir).rows, expected.rows)
+    assert diff.ok, diff.describe(expected.columns)
 
 
 def metrics(run_dir: Path) -> list[dict]:

@@ -2,14 +2,16 @@
 
 The job runs CM2 in misa mode over a few batches; the failpoint kills the process while the
 commit of the second version is at the named step. The restart, with the same command, must
-end with exactly the reference's results: nothing lost, nothing counted twice.
+end with exactly the reference's output, every row of every batch compared as a multiset: nothing
+lost, nothing counted twice, no stale row written again.
 """
 from pathlib import Path
 
 import pytest
 
-from cm_helpers import assert_same_results, results, run_in_process, spark_submit
+from cm_helpers import assert_same_output, output, run_in_process, spark_submit
 from jobs.gen_cm import generate_cm
+from jobs.output_diff import Output
 
 # failpoint -> the hit at which to kill (2 shards: per-shard points are hit twice per version)
 KILL_POINTS = {
@@ -24,13 +26,15 @@ KILL_POINTS = {
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("fi-input")
-    generate_cm(folder, rate=200, seconds=48, seed=5, files_per_second=0.125, jobs=200)
+    generate_cm(folder, rate=200, seconds=64, seed=5, files_per_second=0.125, jobs=200)  # 4 batches
     return folder
 
 
 @pytest.fixture(scope="module")
-def expected(spark, data, tmp_path_factory) -> dict:
-    return run_in_process(spark, "cm2", "native", data, tmp_path_factory.mktemp("fi-native"))
+def expected(spark, data, tmp_path_factory) -> Output:
+    run_dir = tmp_path_factory.mktemp("fi-native")
+    run_in_process(spark, "cm2", "native", data, run_dir)
+    return output(run_dir)
 
 
 @pytest.mark.parametrize("point,hit", KILL_POINTS.items())
@@ -40,22 +44,38 @@ def test_kill_at_commit_step_then_restart_is_exactly_once(data, expected, tmp_pa
     assert f"failpoint {point}: killing process" in killed.stdout  # spark-submit sends the driver's stderr there
     done = spark_submit("cm2", "misa", data, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert_same_results(results("cm2", tmp_path), expected)
+    assert_same_output(tmp_path, expected)
+
+
+def test_kill_after_the_next_batch_was_planned_then_restart_replays_the_same_batches(data, expected, tmp_path):
+    """Version 1's commit dies after Spark planned batch 2 (offsets/2 and the file source's log entry 2 exist).
+
+    Recovery makes Spark replay batch 1; batch 2 must then read the same two files as in the reference,
+    not those of source log entries 2 and 3 together. No failpoint marks the start of a batch, so the
+    flush's sleep is what lets batch 2 be planned first; the test checks that it was.
+    """
+    killed = spark_submit("cm2", "misa", data, tmp_path,
+                          failpoints="ckpt.before_flush=sleep(4000);ckpt.after_local_checkpoint=kill(3)")
+    assert killed.returncode == 128 + 9, killed.stderr[-3000:]
+    assert (tmp_path / "ckpt" / "offsets" / "2").exists() and not (tmp_path / "ckpt" / "commits" / "2").exists()
+    done = spark_submit("cm2", "misa", data, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_output(tmp_path, expected)
 
 
 def test_dfs_down_fails_clearly_and_restart_completes_exactly_once(data, expected, tmp_path):
     conf = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoint.retry.initialBackoff": "10ms"}
     down = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise", conf=conf)
     assert down.returncode != 0
-    output = down.stdout + down.stderr
-    assert "DfsUnavailableError" in output and "failed after 2 attempts" in output
+    logs = down.stdout + down.stderr
+    assert "DfsUnavailableError" in logs and "failed after 2 attempts" in logs
     back = spark_submit("cm2", "misa", data, tmp_path, conf=conf)
     assert back.returncode == 0, back.stderr[-3000:]
-    assert_same_results(results("cm2", tmp_path), expected)
+    assert_same_output(tmp_path, expected)
 
 
 def test_transient_dfs_errors_are_retried_without_failing_the_query(data, expected, tmp_path):
     done = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise(3)")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "retrying" in done.stdout  # the driver's log, which spark-submit forwards to its stdout
-    assert_same_results(results("cm2", tmp_path), expected)
+    assert_same_output(tmp_path, expected)

@@ -1,7 +1,8 @@
 """Differential tests: LR2 and LR4 through the runtime equal plain Spark's results, bad input quarantined.
 
-The failure-injection test kills the driver (spark-submit in a subprocess) during the commit of
-the second version of LR2, restarts it with the same command and expects exactly the reference's
+Every comparison is of the whole output (every row of every batch, as a multiset). The
+failure-injection test kills the driver (spark-submit in a subprocess) during the commit of the
+second version of LR2, restarts it with the same command and expects exactly the reference's
 output and quarantine: nothing lost, nothing twice.
 """
 from collections import Counter
@@ -12,7 +13,8 @@ import pytest
 from jobs import linear_road
 from jobs.bad_records import BAD_RECORDS_FILE
 from jobs.gen_lr import generate_lr
-from job_helpers import assert_same_results, metrics, output_rows, results, run_in_process, spark_submit
+from jobs.output_diff import Output
+from job_helpers import assert_same_output, metrics, output, run_in_process, spark_submit
 from misa.quarantine import read_quarantine
 
 QUERIES = ["lr2", "lr4"]
@@ -37,14 +39,14 @@ def bad_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(spark, tmp_path_factory):
-    """Plain Spark's final results and output rows per (query, input), computed once."""
+    """Plain Spark's whole output per (query, input), computed once."""
     cache: dict = {}
 
-    def get(query: str, data: Path) -> tuple[dict, Counter]:
+    def get(query: str, data: Path) -> Output:
         if (query, data) not in cache:
             run_dir = tmp_path_factory.mktemp(f"native-{query}")
-            final = run_in_process(spark, linear_road, query, "native", data, run_dir)
-            cache[query, data] = final, output_rows(run_dir)
+            run_in_process(spark, linear_road, query, "native", data, run_dir)
+            cache[query, data] = output(run_dir)
         return cache[query, data]
 
     return get
@@ -55,31 +57,25 @@ def bad_lines(data: Path) -> list[str]:
     return (data / BAD_RECORDS_FILE).read_bytes().decode().split("\n")[:-1]
 
 
-def assert_same_as_reference(run_dir: Path, query: str, expected: tuple[dict, Counter]) -> None:
-    assert_same_results(results(linear_road, query, run_dir), expected[0])
-    if query == "lr2":  # append output: each pair exactly once
-        assert output_rows(run_dir) == expected[1]
-
-
 @pytest.mark.parametrize("mode", ["sync", "misa"])
 @pytest.mark.parametrize("query", QUERIES)
 def test_equals_native(spark, good_data, reference, tmp_path, query, mode):
     run_in_process(spark, linear_road, query, mode, good_data, tmp_path)
-    assert_same_as_reference(tmp_path, query, reference(query, good_data))
+    assert_same_output(tmp_path, reference(query, good_data))
     assert sum(r["bad_records"] for r in metrics(tmp_path)) == 0
     assert not (tmp_path / "ckpt" / "quarantine").exists()
 
 
 def test_lr2_pairs_each_report_with_the_previous_one(reference, good_data):
-    rows = list(reference("lr2", good_data)[1])
+    rows = list(reference("lr2", good_data).rows.elements())
     assert len(rows) > 100
-    assert all(time - prev_time == 30 for _, time, prev_time, *_ in rows)
+    assert all(time - prev_time == 30 for _, _, time, prev_time, *_ in rows)  # (batch_id, vid, time, prev_time, ...)
 
 
 @pytest.mark.parametrize("query,mode", [("lr2", "misa"), ("lr4", "sync")])
 def test_bad_records_are_quarantined_and_the_rest_equals_native(spark, bad_data, reference, tmp_path, query, mode):
     run_in_process(spark, linear_road, query, mode, bad_data, tmp_path)
-    assert_same_as_reference(tmp_path, query, reference(query, bad_data))
+    assert_same_output(tmp_path, reference(query, bad_data))
     expected = bad_lines(bad_data)
     assert len(expected) > 10
     assert Counter(read_quarantine(tmp_path / "ckpt" / "quarantine")) == Counter(expected)
@@ -101,5 +97,5 @@ def test_kill_during_commit_then_restart_is_exactly_once(bad_data, reference, tm
     assert "failpoint ckpt.after_local_checkpoint: killing process" in killed.stdout
     done = spark_submit(linear_road, "lr2", "misa", bad_data, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert_same_as_reference(tmp_path, "lr2", reference("lr2", bad_data))
+    assert_same_output(tmp_path, reference("lr2", bad_data))
     assert Counter(read_quarantine(tmp_path / "ckpt" / "quarantine")) == Counter(bad_lines(bad_data))
