@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import posixpath
 import uuid
 from pathlib import Path
 from typing import Mapping
 
+from checkpoint.local import write_atomically
 from checkpoint.location import Location, parse
 
 log = logging.getLogger(__name__)
@@ -84,22 +84,10 @@ class BatchFolders:
     def _write(self, path: str, data: bytes) -> None:
         """Write ``path`` whole: on local disk through a temporary name, fsynced, then renamed (and the
         folder fsynced); on an object store one PUT, which replaces an object in one step."""
-        local = self.location.local
-        if local is None:
+        if self.location.local is None:
             self.fs.pipe_file(path, data)
-            return
-        target = Path(path)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-        fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        else:
+            write_atomically(Path(path), data)
 
     def _remove_other_files(self, folder: str, keep: set[str]) -> None:
         """Delete the folder's files not in ``keep`` (earlier attempts); failures are only logged."""

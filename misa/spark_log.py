@@ -4,11 +4,11 @@ read and trimmed through fsspec, so recovery works for every location Spark acce
 from __future__ import annotations
 
 import json
-import os
 import posixpath
-import uuid
+from pathlib import Path
 
 from checkpoint import failpoints
+from checkpoint.local import write_atomically
 from checkpoint.location import Location
 
 EMPTY = -1  # no batch committed yet
@@ -93,13 +93,8 @@ class SparkCheckpointLog:
         data = "\n".join([version, *kept]).encode()
         if self.location.local is None:  # one PUT replaces an object whole
             self.fs.pipe_file(path, data)
-            return
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        else:  # the temporary name (".N.compact.tmp") is no log entry to Spark
+            write_atomically(Path(path), data)
 
     def _remove(self, folder: str, entry: int | str) -> None:
         """Remove a log entry and the checksum file Hadoop's local file system keeps beside it; a
