@@ -41,6 +41,8 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
         log.warning("Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c,
                     target)
         spark.make_spark_replay(target + 1)
+    else:
+        spark.forget_unplanned_source_entries()
     if v > target:
         log.warning("rolling the state back from version %d to %d", v, target)
         failpoints.hit("recovery.before_rollback")

@@ -39,22 +39,56 @@ class SparkCheckpointLog:
 
     def make_spark_replay(self, batch_id: int) -> None:
         """Make Spark run ``batch_id`` (and what follows) again from its logged offsets, planned as it
-        first was: remove the file sources' log entries past their offsets in ``batch_id`` (else
-        Spark's next batch would span two of the source's batches), then the offsets entries after it,
-        then the commit entries from it on (each highest first). A crash between any two steps leaves
-        logs that the next recovery handles the same way (commits never end before the offsets that
-        follow them)."""
+        first was: remove the file sources' log entries past their offsets in ``batch_id``, then the
+        offsets entries after it, then the commit entries from it on (each highest first). A crash
+        between any two steps leaves logs that the next recovery handles the same way (commits never
+        end before the offsets that follow them)."""
         if batch_id not in self.batch_ids("offsets"):
             raise FileNotFoundError(f"Spark's offsets log at {self.location} has no entry for batch {batch_id}, "
                                     f"so Spark cannot replay it (spark.sql.streaming.minBatchesToRetain)")
-        for source, log_offset in self._file_source_offsets(batch_id).items():
-            self._trim_source_log(source, log_offset)
+        self.forget_unplanned_source_entries(batch_id)
         for later in reversed([b for b in self.batch_ids("offsets") if b > batch_id]):
             self._remove("offsets", later)
             failpoints.hit("recovery.after_offset_removed")
         for later in reversed([b for b in self.batch_ids("commits") if b >= batch_id]):
             self._remove("commits", later)
             failpoints.hit("recovery.after_commit_removed")
+
+    def forget_unplanned_source_entries(self, batch_id: int | None = None) -> None:
+        """Remove the file sources' log entries past their offsets in offsets entry ``batch_id`` (by
+        default the newest; none: every entry). Spark adds a file source's entry before it logs the
+        batch's offsets, so a crash in between, or a replay, leaves entries no batch planned; left in
+        place, Spark's next batch would span two of the source's batches."""
+        if batch_id is None:
+            batch_id = max(self.batch_ids("offsets"), default=EMPTY)
+        planned = self._file_source_offsets(batch_id) if batch_id != EMPTY else {}
+        for source in self._file_sources():
+            self._trim_source_log(source, planned.get(source, EMPTY))
+
+    def _file_sources(self) -> list[int]:
+        """Indexes of the sources whose log under ``sources/`` is a file source's (records of files with
+        their batch id); other sources (Kafka's initial offsets, for one) are never touched."""
+        found = []
+        for index in self.batch_ids("sources"):
+            entries = self._source_entries(index)
+            if entries:
+                first = self.fs.cat_file(posixpath.join(self._folder(f"sources/{index}"), entries[0][1]))
+                lines = first.decode().splitlines()
+                try:
+                    record = json.loads(lines[1]) if len(lines) > 1 else None
+                except ValueError:
+                    record = None
+                if isinstance(record, dict) and {"path", "batchId"} <= record.keys():
+                    found.append(index)
+        return found
+
+    def _source_entries(self, source: int) -> list[tuple[int, str]]:
+        """(batch id, file name) of source ``source``'s log entries, oldest first."""
+        try:
+            names = [posixpath.basename(p) for p in self.fs.ls(self._folder(f"sources/{source}"), detail=False)]
+        except FileNotFoundError:
+            return []
+        return sorted((int(n.split(".")[0]), n) for n in names if n.split(".")[0].isdigit())
 
     def _file_source_offsets(self, batch_id: int) -> dict[int, int]:
         """Source index -> its ``logOffset`` in offsets entry ``batch_id``, for the sources that have
@@ -74,12 +108,7 @@ class SparkCheckpointLog:
         """Remove source ``source``'s log entries past ``log_offset``, highest first; a compacted
         entry past it is rewritten without the files of those batches."""
         folder = self._folder(f"sources/{source}")
-        try:
-            names = [posixpath.basename(p) for p in self.fs.ls(folder, detail=False)]
-        except FileNotFoundError:
-            return
-        entries = sorted((int(n.split(".")[0]), n) for n in names if n.split(".")[0].isdigit())
-        for number, name in reversed(entries):
+        for number, name in reversed(self._source_entries(source)):
             if number <= log_offset:
                 break
             self._remove(f"sources/{source}", name)  # a compacted entry's checksum file goes first

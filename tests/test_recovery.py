@@ -236,3 +236,22 @@ def test_with_the_option_recovery_starts_from_the_previous_version_and_spark_rep
     assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2]  # Spark replays batch 2 from its offsets
     assert store.checkpoints.dfs.committed_versions() == [0, 1] and store.checkpoints.local.versions() == [0, 1]
     store.load(1)
+
+
+def test_a_source_entry_no_offsets_entry_planned_is_forgotten_on_resume(store, tmp_path):
+    """A crash between Spark's file-source log entry 3 and offsets/3: the resumed query must plan batch 3
+    from the files alone, not from entry 3 plus the next files."""
+    ckpt = tmp_path / "ckpt"
+    spark_log(ckpt, committed=2, offsets=2)
+    file_source_log(ckpt, last=3)
+    assert reconcile(store, str(ckpt)) == 2
+    assert sorted(p.name for p in (ckpt / "sources" / "0").iterdir() if not p.name.startswith(".")) == ["0", "1", "2"]
+
+
+def test_a_source_log_that_is_not_a_file_sources_is_never_touched(store, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    spark_log(ckpt, committed=2, offsets=2)
+    (ckpt / "sources" / "0").mkdir(parents=True)
+    (ckpt / "sources" / "0" / "0").write_text('v1\n{"topic":{"0":12}}')  # Kafka's initial offsets
+    assert reconcile(store, str(ckpt)) == 2
+    assert (ckpt / "sources" / "0" / "0").exists()
