@@ -14,7 +14,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from .bench_runs import add_ratios, batch_stats, markdown_table, rows_per_batch, submit
 from .gen_lr import generate_lr
@@ -36,7 +36,8 @@ QUERIES = {"lr2": "lr", "lr4": "lr", "q13": "nexmark", "q18": "nexmark", "q19": 
            "ysb": "ysb"}
 
 
-def _names(text: str, known: dict) -> list[str]:
+def name_list(text: str, known: Collection[str]) -> list[str]:
+    """A comma-separated command-line list of names, each one of ``known`` (else an argparse error naming them)."""
     names = text.split(",")
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -46,11 +47,11 @@ def _names(text: str, known: dict) -> list[str]:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("jobs", help="Linear Road, NEXMark and YSB latency and throughput per mode and rate")
-    p.add_argument("--queries", type=lambda t: _names(t, QUERIES), default=list(QUERIES),
+    p.add_argument("--queries", type=lambda t: name_list(t, QUERIES), default=list(QUERIES),
                    help=f"comma-separated, of {','.join(QUERIES)} (default: all)")
     p.add_argument("--rates", type=lambda t: [float(r) for r in t.split(",")], default=[1500.0, 2500.0],
                    help="records per second of event time, comma-separated (default: 1500,2500)")
-    p.add_argument("--modes", type=lambda t: _names(t, {"sync": 0, "async-ckpt": 0, "misa": 0, "native": 0}),
+    p.add_argument("--modes", type=lambda t: name_list(t, {"sync": 0, "async-ckpt": 0, "misa": 0, "native": 0}),
                    default=["sync", "misa", "native"])
     p.add_argument("--batches", type=int, default=20, help="data batches per run, warm-up included")
     p.add_argument("--files-per-batch", type=int, default=3, help="seconds of event time per batch")

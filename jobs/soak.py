@@ -27,10 +27,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from checkpoint.failpoints import ENV_VAR, FAILPOINTS
 
+from .bench_jobs import name_list
 from .cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from .gen_cm import generate_cm
 from .gen_lr import generate_lr
@@ -105,9 +106,6 @@ class Plan:
     mode: str
     dfs: str
     kills: tuple[Kill, ...]
-
-    def __str__(self) -> str:
-        return f"{self.job} {self.mode} {self.dfs} kill " + ", then ".join(map(str, self.kills))
 
 
 def max_hits(point: str, versions: int) -> int:
@@ -349,7 +347,8 @@ class Soak:
                         AWS_ENDPOINT_URL=f"http://{host}:{port}")
         self._s3().create_bucket(Bucket=BUCKET)
 
-    def _s3(self):  # noqa: ANN202 (a boto3 client)
+    def _s3(self) -> Any:
+        """A boto3 S3 client of the soak's server."""
         import boto3
 
         return boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
@@ -479,6 +478,7 @@ def summary_text(summary: dict) -> str:
 
 
 def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan]]:
+    """Each iteration's number and plan."""
     for index in range(args.first, args.first + args.iterations):
         yield index, sample_plan(iteration_rng(args.seed, index), args.jobs, args.modes, args.dfs, soak.versions,
                                  soak.clean_s)
@@ -507,14 +507,6 @@ def run(args: argparse.Namespace) -> int:
     return 0 if not summary["failed"] else 1
 
 
-def _names(text: str, known: Sequence[str]) -> list[str]:
-    names = text.split(",")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(known)}")
-    return names
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("soak", help="randomized crash soak: kill the jobs anywhere, compare with plain Spark")
     p.add_argument("--iterations", type=int, default=200)
@@ -523,10 +515,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "--iterations 1 with the same seed)")
     p.add_argument("--iteration-timeout", type=float, default=300.0,
                    help="seconds an iteration (all its runs) may take; then it is a hang, its processes killed")
-    p.add_argument("--jobs", type=lambda t: _names(t, tuple(JOBS)), default=list(JOBS), help="default: cm2,lr2")
-    p.add_argument("--modes", type=lambda t: _names(t, MODES), default=list(MODES),
+    p.add_argument("--jobs", type=lambda t: name_list(t, tuple(JOBS)), default=list(JOBS), help="default: cm2,lr2")
+    p.add_argument("--modes", type=lambda t: name_list(t, MODES), default=list(MODES),
                    help="default: misa,sync,async-ckpt")
-    p.add_argument("--dfs", type=lambda t: _names(t, DFS_KINDS), default=list(DFS_KINDS),
+    p.add_argument("--dfs", type=lambda t: name_list(t, DFS_KINDS), default=list(DFS_KINDS),
                    help="file (under the run's folder) and/or s3 (moto's server on loopback); default: file,s3")
     p.add_argument("--work", type=Path, default=Path("soak-out"),
                    help="inputs, references and runs (a failed run's folder is kept)")
