@@ -1,8 +1,8 @@
 """Kill the driver (spark-submit in a subprocess) at each commit step, restart, compare with plain Spark.
 
-The job runs CM2 in misa mode over a few batches; the failpoint kills the process while the
-commit of the second version is at the named step. The restart, with the same command, must
-end with exactly the reference's output, every row of every batch compared as a multiset: nothing
+The job runs CM2 in misa mode over a few batches; one restart chain kills each run at the next
+commit step, so every restart also recovers from the kill before it. The last run, with the same
+command, must end with exactly the reference's output, every row of every batch compared as a multiset: nothing
 lost, nothing counted twice, no stale row written again.
 """
 from pathlib import Path
@@ -13,20 +13,17 @@ from cm_helpers import assert_same_output, output, run_in_process, spark_submit
 from jobs.gen_cm import generate_cm
 from jobs.output_diff import Output
 
-# failpoint -> the hit at which to kill (2 shards: per-shard points are hit twice per version)
-KILL_POINTS = {
-    "commit.after_apply": 2,
-    "ckpt.after_flush": 2,
-    "ckpt.after_local_checkpoint": 3,
-    "dfs.put": 20,
-    "ckpt.after_dfs_marker": 2,
-}
+# One restart chain over one input: each run is killed at the next point (its hit counted in that run;
+# 2 shards, so per-shard points are hit twice per version), the run after it recovers and goes on.
+CHAIN = [("commit.after_apply", 1), ("ckpt.after_flush", 2), ("ckpt.after_local_checkpoint", 3),
+         ("dfs.put", 12), ("ckpt.after_dfs_marker", 1)]
+DFS_DOWN = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoint.retry.initialBackoff": "10ms"}
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("fi-input")
-    generate_cm(folder, rate=200, seconds=64, seed=5, files_per_second=0.125, jobs=200)  # 4 batches
+    generate_cm(folder, rate=200, seconds=128, seed=5, files_per_second=0.125, jobs=200)  # 8 batches
     return folder
 
 
@@ -37,13 +34,20 @@ def expected(spark, data, tmp_path_factory) -> Output:
     return output(run_dir)
 
 
-@pytest.mark.parametrize("point,hit", KILL_POINTS.items())
-def test_kill_at_commit_step_then_restart_is_exactly_once(data, expected, tmp_path, point, hit):
-    killed = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill({hit})")
-    assert killed.returncode == 128 + 9, killed.stderr[-3000:]  # spark-submit passes on the driver's SIGKILL
-    assert f"failpoint {point}: killing process" in killed.stdout  # spark-submit sends the driver's stderr there
-    done = spark_submit("cm2", "misa", data, tmp_path)
+def test_kills_at_every_commit_step_in_a_row_then_restart_is_exactly_once(data, expected, tmp_path):
+    """The chain, then a DFS that stays down (a clear failure), then a run whose transient DFS errors
+    are retried: the whole output equals the reference's."""
+    for point, hit in CHAIN:
+        killed = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill({hit})")
+        assert killed.returncode == 128 + 9, (point, killed.stderr[-3000:])  # spark-submit passes on the SIGKILL
+        assert f"failpoint {point}: killing process" in killed.stdout, point  # the driver's stderr goes there
+    down = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise", conf=DFS_DOWN)
+    assert down.returncode != 0
+    logs = down.stdout + down.stderr
+    assert "DfsUnavailableError" in logs and "failed after 2 attempts" in logs
+    done = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise(3)")  # transient errors too
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "retrying" in done.stdout  # the driver's log, which spark-submit forwards to its stdout
     assert_same_output(tmp_path, expected)
 
 
@@ -60,22 +64,4 @@ def test_kill_after_the_next_batch_was_planned_then_restart_replays_the_same_bat
     assert (tmp_path / "ckpt" / "offsets" / "2").exists() and not (tmp_path / "ckpt" / "commits" / "2").exists()
     done = spark_submit("cm2", "misa", data, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert_same_output(tmp_path, expected)
-
-
-def test_dfs_down_fails_clearly_and_restart_completes_exactly_once(data, expected, tmp_path):
-    conf = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoint.retry.initialBackoff": "10ms"}
-    down = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise", conf=conf)
-    assert down.returncode != 0
-    logs = down.stdout + down.stderr
-    assert "DfsUnavailableError" in logs and "failed after 2 attempts" in logs
-    back = spark_submit("cm2", "misa", data, tmp_path, conf=conf)
-    assert back.returncode == 0, back.stderr[-3000:]
-    assert_same_output(tmp_path, expected)
-
-
-def test_transient_dfs_errors_are_retried_without_failing_the_query(data, expected, tmp_path):
-    done = spark_submit("cm2", "misa", data, tmp_path, failpoints="dfs.put=raise(3)")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "retrying" in done.stdout  # the driver's log, which spark-submit forwards to its stdout
     assert_same_output(tmp_path, expected)
