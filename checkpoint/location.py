@@ -51,9 +51,10 @@ class Location:
         """The fsspec file system and the path within it; a clear error when no file system serves the scheme."""
         try:
             return fsspec.core.url_to_fs(self.url)
-        except (ImportError, ValueError) as exc:
+        except (ImportError, ValueError, OSError) as exc:  # no implementation, or it cannot load (libhdfs)
+            cause = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise LocationError(
-                f"no file system for {redact(self.given)}: {exc}. Install the fsspec implementation for its "
+                f"no file system for {redact(self.given)}: {cause}. Install the fsspec implementation for its "
                 f"scheme (s3fs for s3://, gcsfs for gs://, adlfs for abfs://, pyarrow with libhdfs for hdfs://)"
             ) from exc
 

@@ -35,9 +35,10 @@ def test_a_file_url_on_another_host_and_a_remote_local_path_are_refused(tmp_path
         parse("  ")
 
 
-def test_an_unknown_scheme_names_the_location_and_the_fix():
-    with pytest.raises(LocationError, match=r"no file system for nosuchfs://h/x.*Install the fsspec implementation"):
-        parse("nosuchfs://h/x").filesystem()
+@pytest.mark.parametrize("url", ["nosuchfs://h/x", "hdfs://namenode:8020/ckpt"])  # hdfs: no libhdfs here
+def test_a_location_without_a_usable_file_system_names_the_location_and_the_fix(url):
+    with pytest.raises(LocationError, match=rf"no file system for {url}.*Install the fsspec implementation"):
+        parse(url).filesystem()
 
 
 @pytest.mark.parametrize("url,shown", [
