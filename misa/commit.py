@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
+from checkpoint.location import redact
 
 from .commit_buffer import CommitBuffer, StateView
 from .state_store import StateStore
@@ -204,11 +205,11 @@ class CommitController:
         """Record the error that ends ``task``'s commit, for its waiters; the caller holds the lock."""
         restarts = task.record.restarts
         after = f" after {restarts} restart(s) (spark.misa.commit.maxRestarts)" if restarts else ""
-        task.error = CommitFailedError(
+        task.error = CommitFailedError(redact(
             f"the commit of version {task.version} failed in its {stage} stage{after}: "
             f"{type(cause).__name__}: {cause}. Fix the cause and restart the query: it resumes from the "
             f"newest durable version."
-        )
+        ))
         task.error.__cause__ = cause
         self._cv.notify_all()
         return task.error
@@ -254,7 +255,7 @@ class CommitController:
                         self._cv.notify_all()
                         return
                 log.warning("replaced %s thread of generation %d ended with %s: %s",
-                            worker.stage, generation, type(exc).__name__, exc)
+                            worker.stage, generation, type(exc).__name__, redact(str(exc)))
                 return
 
     def _start(self, worker: _Worker) -> None:
@@ -292,7 +293,7 @@ class CommitController:
         worker.task = worker.error = None
         outcome = "it was idle" if task is None else self._redo(task, worker.stage, cause, can_restart)
         log.log(logging.ERROR if died else logging.WARNING, "%s thread %s: %s: %s; %s", worker.stage,
-                "died" if died else "replaced", type(cause).__name__, cause, outcome, exc_info=died)
+                "died" if died else "replaced", type(cause).__name__, redact(str(cause)), outcome, exc_info=died)
 
     def _redo(self, task: _Task, stage: str, cause: BaseException, can_restart: bool) -> str:
         """Hand ``task`` to a new thread, or fail it when the cause is final or its restarts are used up."""
