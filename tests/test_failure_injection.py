@@ -65,3 +65,21 @@ def test_kill_after_the_next_batch_was_planned_then_restart_replays_the_same_bat
     done = spark_submit("cm2", "misa", data, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_output(tmp_path, expected)
+
+
+@pytest.mark.slow
+def test_kills_at_each_step_of_recovery_in_a_row_then_restart_is_exactly_once(data, expected, tmp_path):
+    """Batch 1's commit dies after Spark planned batch 2, so recovery has work at each of its steps
+    (trim the file source's entry 2, remove offsets/2, remove commits/1); each restart is killed at
+    the next step and the one after it picks up where it stopped."""
+    killed = spark_submit("cm2", "misa", data, tmp_path,
+                          failpoints="ckpt.before_flush=sleep(4000);ckpt.after_local_checkpoint=kill(3)")
+    assert killed.returncode == 128 + 9, killed.stderr[-3000:]
+    for point in ("recovery.after_source_entry_trimmed", "recovery.after_offset_removed",
+                  "recovery.after_commit_removed"):
+        again = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill(1)")
+        assert again.returncode == 128 + 9, (point, again.stderr[-3000:])
+        assert f"failpoint {point}: killing process" in again.stdout, point
+    done = spark_submit("cm2", "misa", data, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_output(tmp_path, expected)
