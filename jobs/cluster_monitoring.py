@@ -10,7 +10,6 @@ CM2: AVG(cpu_request) by job_id over a 30 s window sliding 1 s, where event_type
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,13 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from misa.operators import Agg, Aggregation
+from misa.operators.aggregation import Agg, Aggregation
 
-try:  # run as a file by spark-submit, or imported as jobs.cluster_monitoring
-    from jobs.common import job_arguments, native_aggregation, run_query, spark_session
-except ImportError:  # pragma: no cover
-    sys.path.insert(0, __file__.rsplit("/jobs/", 1)[0])
-    from jobs.common import job_arguments, native_aggregation, run_query, spark_session
+from jobs.submit import job_arguments, native_aggregation, run_query, spark_session
 
 TASK_EVENTS = StructType([
     StructField("time", LongType()),

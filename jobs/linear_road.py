@@ -18,23 +18,17 @@ earlier one's). LR4: COUNT(vid) by xway, dir, seg over a 20 s window sliding 5 s
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from misa.interval_join import IntervalJoin
-from misa.operators import Agg, Aggregation
+from misa.operators.interval_join import IntervalJoin
+from misa.operators.aggregation import Agg, Aggregation
 
-try:  # run as a file by spark-submit, or imported as jobs.linear_road
-    from jobs.common import job_arguments, native_aggregation, native_interval_join, run_query, spark_session
-    from jobs.schemas import LR_REPORTS
-except ImportError:  # pragma: no cover
-    sys.path.insert(0, __file__.rsplit("/jobs/", 1)[0])
-    from jobs.common import job_arguments, native_aggregation, native_interval_join, run_query, spark_session
-    from jobs.schemas import LR_REPORTS
+from jobs.submit import job_arguments, native_aggregation, native_interval_join, run_query, spark_session
+from jobs.schemas import LR_REPORTS
 
 REQUIRED = tuple(LR_REPORTS.names)  # a position report lacking any field is bad
 

@@ -7,7 +7,7 @@
 
 Input: ``misa gen nexmark`` events, JSON lines ``{"event_type": 0|1|2, "person", "auction", "bid"}``
 (times in epoch ms), and for Q13 the side table ``INPUT/_side/side_input.jsonl`` (``--side``). A
-record is bad (quarantined, see :mod:`misa.quarantine`) when it does not parse, a field has the
+record is bad (quarantined, see :mod:`misa.io.quarantine`) when it does not parse, a field has the
 wrong type, ``event_type`` is missing, or its event's object or one of that object's
 :data:`REQUIRED_FIELDS` is missing or null. ``--watermark-delay`` is accepted but unused: no query
 has event-time windows.
@@ -15,7 +15,7 @@ has event-time windows.
 * Q13, bounded side input join: each bid with the side row whose key is ``auction % side_rows``
   (SQL's %; ``side_rows``: the side table's row count). Columns ``auction, bidder, price,
   date_time, value``; append output. The side table is kept in the state
-  (:class:`misa.keyed_ops.LookupJoin`).
+  (:class:`misa.operators.keyed.LookupJoin`).
 * Q18, the last bid of each (bidder, auction): the bid with the latest ``date_time``; ties go to
   the larger whole record ``(date_time, price, channel, url, extra)``, strings compared as UTF-8
   bytes, null below any value (Spark's ``max(struct(...))``). Columns ``bidder, auction, price,
@@ -39,9 +39,6 @@ ranks); Q20 Spark's stream-stream inner join in append mode.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
 from dataclasses import dataclass
 from functools import reduce
 from typing import Callable
@@ -50,22 +47,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checkpoint.location import local_path
-from misa.keyed_ops import KeyedJoin, LookupJoin, TopN
-from misa.operators import StatefulOperator
-from misa.quarantine import BAD_COLUMN, good_records, parse_json_lines
-from misa.sink import ParquetBatchSink
+from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
+from misa.operators.base import StatefulOperator
+from misa.io.quarantine import BAD_COLUMN, good_records, parse_json_lines
+from misa.io.sink import ParquetBatchSink
 
-try:  # run as a file by spark-submit, or imported as jobs.nexmark
-    from jobs.bad_records import SIDE_DIR
-    from jobs.common import job_arguments, read_stream, run_misa, run_native, spark_session
-    from jobs.gen_nexmark import SIDE_INPUT
-    from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
-except ImportError:  # pragma: no cover
-    sys.path.insert(0, __file__.rsplit("/jobs/", 1)[0])
-    from jobs.bad_records import SIDE_DIR
-    from jobs.common import job_arguments, read_stream, run_misa, run_native, spark_session
-    from jobs.gen_nexmark import SIDE_INPUT
-    from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
+from jobs.gen.bad_records import SIDE_DIR
+from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, run_native, spark_session
+from jobs.gen.nexmark import SIDE_INPUT
+from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
 
 PERSON, AUCTION, BID = 0, 1, 2
 # per event type: its object and the fields without which the record is bad
@@ -175,7 +165,7 @@ class NexmarkQuery:
     """One query: its stateful operator on the runtime and its plain-Spark reference."""
 
     output_mode: str
-    key_columns: tuple[str, ...]  # a row's identity in the output (misa.sink.final_results)
+    key_columns: tuple[str, ...]  # a row's identity in the output (misa.io.sink.final_results)
     sort_by: tuple[tuple[str, str], ...]  # the order of each batch's output rows
     upstream: Callable[[DataFrame], DataFrame]
     operator: Callable[[argparse.Namespace], StatefulOperator]
@@ -195,18 +185,6 @@ QUERIES = {
 KEY_COLUMNS = {name: query.key_columns for name, query in QUERIES.items()}
 
 
-def write_reference(reference: DataFrame, args: argparse.Namespace, sink: ParquetBatchSink) -> None:
-    """Compute a batch DataFrame and write it as batch 0 (and one metrics record with its wall time)."""
-    started = time.time()
-    table = reference.toArrow()
-    sink(0, table)
-    if args.metrics:
-        record = {"batch_id": 0, "mode": "native-batch", "started": started, "latency_s": time.time() - started,
-                  "output_rows": table.num_rows}
-        with open(args.metrics, "a") as out:
-            out.write(json.dumps(record) + "\n")
-
-
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run one query with the parsed command line (also used in-process by the tests)."""
     query = QUERIES[args.query]
@@ -214,7 +192,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     if args.mode != "native":
         run_misa(spark, args, read_events(spark, args), query.operator(args), query.upstream, sink)
     elif query.batch_reference:
-        write_reference(query.native(read_events_batch(spark, args), args), args, sink)
+        run_batch_reference(query.native(read_events_batch(spark, args), args), args, sink)
     else:
         run_native(spark, args, query.native(read_events(spark, args), args), sink)
 

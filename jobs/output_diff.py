@@ -3,7 +3,7 @@
 Floats are compared up to summation order: rows are counted with their floats rounded to
 :data:`SIGNIFICANT` digits, and the rows left unmatched on either side are then paired when their
 other values are equal and their floats close (a rounding that fell on both sides of a digit).
-The output of a replayed batch replaces its earlier attempt (:class:`misa.sink.ParquetBatchSink`),
+The output of a replayed batch replaces its earlier attempt (:class:`misa.io.sink.ParquetBatchSink`),
 so a run that was killed and restarted must give exactly the reference's multiset.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from misa.sink import final_results, read_batches
+from misa.io.sink import final_results, read_batches
 
 SIGNIFICANT = 9  # digits a float keeps in the multiset
 REL_TOL = 1e-8  # two rounded floats this close are equal (one unit of the 9th digit)
@@ -43,7 +43,7 @@ def canonical(value: Any) -> Any:
 
 
 def read_output(root: str | Path) -> Output:
-    """Every row of every batch under ``root`` (a :class:`~misa.sink.ParquetBatchSink` folder)."""
+    """Every row of every batch under ``root`` (a :class:`~misa.io.sink.ParquetBatchSink` folder)."""
     rows: Counter = Counter()
     columns: tuple[str, ...] = ("batch_id",)
     for batch_id, table in read_batches(root):

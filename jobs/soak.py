@@ -31,11 +31,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 from checkpoint.failpoints import ENV_VAR, FAILPOINTS
 
-from .bench_jobs import name_list
-from .cluster_monitoring import KEY_COLUMNS as CM_KEYS
-from .gen_cm import generate_cm
-from .gen_lr import generate_lr
-from .output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
+from jobs.bench.queries import name_list
+from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
+from jobs.gen.cm import generate_cm
+from jobs.gen.lr import generate_lr
+from jobs.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES_PER_BATCH = 2

@@ -11,7 +11,7 @@ mapping ``INPUT/_side/campaigns.json``. A record lacking ``ad_id``, ``event_type
 
 The query: the view events, each ad joined with its campaign, COUNT per campaign over 10 s tumbling
 event-time windows; columns ``window_start, window_end, campaign_id, views``. The campaign of an ad
-is read through the state (:class:`misa.lookup_aggregation.LookupAggregation`); an ad the state
+is read through the state (:class:`misa.operators.lookup_aggregation.LookupAggregation`); an ad the state
 does not hold yet is looked up in Redis (one MGET per batch) and stored in the state. Without
 ``--redis`` the job starts a private ``redis-server`` and loads the mapping into it (plain keys
 ``ad_id -> campaign_id``, as YSB does); with ``--redis URL`` the server must hold them already.
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -31,23 +29,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checkpoint.location import local_path
-from misa.lookup_aggregation import LookupAggregation
-from misa.operators import Agg, Aggregation
-from misa.quarantine import good_records, parse_json_lines
-from misa.redis_server import RedisLookup, RedisServer, store_mapping
-from misa.sink import ParquetBatchSink
+from misa.operators.lookup_aggregation import LookupAggregation
+from misa.operators.aggregation import Agg, Aggregation
+from misa.io.quarantine import good_records, parse_json_lines
+from misa.io.redis_server import RedisLookup, RedisServer, store_mapping
+from misa.io.sink import ParquetBatchSink
 
-try:  # run as a file by spark-submit, or imported as jobs.ysb
-    from jobs.bad_records import SIDE_DIR
-    from jobs.common import job_arguments, read_stream, run_misa, spark_session
-    from jobs.gen_ysb import CAMPAIGNS_FILE
-    from jobs.schemas import YSB_EVENTS
-except ImportError:  # pragma: no cover
-    sys.path.insert(0, __file__.rsplit("/jobs/", 1)[0])
-    from jobs.bad_records import SIDE_DIR
-    from jobs.common import job_arguments, read_stream, run_misa, spark_session
-    from jobs.gen_ysb import CAMPAIGNS_FILE
-    from jobs.schemas import YSB_EVENTS
+from jobs.gen.bad_records import SIDE_DIR
+from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, spark_session
+from jobs.gen.ysb import CAMPAIGNS_FILE
+from jobs.schemas import YSB_EVENTS
 
 WINDOW = "10 seconds"
 REQUIRED = ("ad_id", "event_type", "event_time")  # a record lacking one is bad
@@ -98,23 +89,11 @@ def reference(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
                          "campaign_id", "views")
 
 
-def run_reference(spark: SparkSession, args: argparse.Namespace, sink: ParquetBatchSink) -> None:
-    """Write :func:`reference` as batch 0 (and one metrics record with its wall time)."""
-    started = time.time()
-    table = reference(spark, args).toArrow()
-    sink(0, table)
-    if args.metrics:
-        record = {"batch_id": 0, "mode": "native-batch", "started": started, "latency_s": time.time() - started,
-                  "output_rows": table.num_rows}
-        with open(args.metrics, "a") as out:
-            out.write(json.dumps(record) + "\n")
-
-
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run the query with the parsed command line (also used in-process by the tests)."""
     sink = ParquetBatchSink(args.output, sort_by=SORT_BY)
     if args.mode == "native":
-        run_reference(spark, args, sink)
+        run_batch_reference(reference(spark, args), args, sink)
         return
     with redis_url(args) as url:
         lookup = RedisLookup(url)

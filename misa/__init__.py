@@ -1,1 +1,41 @@
-"""misa package."""
+"""MiSA for PySpark: RocksDB state for foreachBatch jobs, committed off the critical path.
+
+The public API, importable from here::
+
+    from misa import StatefulJob, MisaConfig, Aggregation, Agg, ParquetBatchSink, Quarantine
+
+Packages by responsibility: :mod:`misa.runtime` (the job, its per-batch phases, the commit
+controller, recovery), :mod:`misa.state` (the store, the batch's view, codecs, the key space),
+:mod:`misa.operators`, :mod:`misa.io` (sinks and quarantine), :mod:`misa.obs` (metrics and
+report), :mod:`misa.cli` (the ``misa`` command) and :mod:`misa.bench`. Names are loaded on first
+use, so ``import misa.config`` stays light.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "StatefulJob": "misa.runtime.job",
+    "BadRecordFilter": "misa.runtime.job",
+    "MisaConfig": "misa.config",
+    "ConfigError": "misa.config",
+    "StatefulOperator": "misa.operators.base",
+    "OperatorResult": "misa.operators.base",
+    "Agg": "misa.operators.aggregation",
+    "Aggregation": "misa.operators.aggregation",
+    "IntervalJoin": "misa.operators.interval_join",
+    "LookupJoin": "misa.operators.keyed",
+    "TopN": "misa.operators.keyed",
+    "KeyedJoin": "misa.operators.keyed",
+    "LookupAggregation": "misa.operators.lookup_aggregation",
+    "ParquetBatchSink": "misa.io.sink",
+    "Quarantine": "misa.io.quarantine",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'misa' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

@@ -15,7 +15,7 @@ the eviction buffer) and records the range; until the next drain, a read of a ke
 range is None and a fill of such a key is ignored (its fetched value is older than the delete).
 A put after the range delete survives it: :meth:`StateCache.drain` returns the batch's ranges and
 its dirty entries, and the commit applies the ranges first, then the entries (as
-``misa.commit_buffer.CommitBuffer`` and ``StateStore.apply`` do). A put *before* the range delete
+``misa.state.commit_buffer.CommitBuffer`` and ``StateStore.apply`` do). A put *before* the range delete
 is dropped by it.
 """
 from __future__ import annotations

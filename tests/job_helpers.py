@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 from jobs.output_diff import Output, diff_rows, read_output
-from misa.sink import final_results, read_batches
+from misa.io.sink import final_results, read_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from misa.state_store import StateStore
+from misa.state.store import StateStore
 
 
 def key(i: int) -> bytes:

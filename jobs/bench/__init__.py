@@ -1,0 +1,1 @@
+"""Benchmark drivers that run the jobs side by side with spark-submit."""

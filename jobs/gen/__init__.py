@@ -1,0 +1,1 @@
+"""Input generators for the jobs, sharing one part-file writer and one bad-record injector."""

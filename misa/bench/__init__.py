@@ -1,0 +1,1 @@
+"""The runtime's benchmarks: checkpoint upload sizes and state-cache policies."""

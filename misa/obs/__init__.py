@@ -1,0 +1,1 @@
+"""Observability: the per-batch metrics record and the report over it."""

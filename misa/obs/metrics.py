@@ -1,0 +1,110 @@
+"""One JSON record per batch (DESIGN section 8), joined with Spark's own progress of that batch."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from misa.obs.records import BatchRecord, CommitRecord
+
+
+class BatchMetrics:
+    """Collects the runtime's phases per batch and writes a record when Spark reports the batch."""
+
+    def __init__(self, path: str | Path | None, mode: str, echo: Callable[[dict], None] | None = None):
+        self.path = Path(path) if path else None
+        self.mode = mode
+        self.echo = echo
+        self._pending: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._reported = threading.Condition(self._lock)
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(self, batch_id: int, batch: BatchRecord | None = None, commits: Sequence[CommitRecord] = ()) -> None:
+        """Record the runtime's side of a batch (None: plain Spark has none) and the commits it saw finish."""
+        record = batch.as_dict() if batch is not None else {}
+        if commits:
+            record["commit"] = dataclasses.asdict(commits[-1])
+            record["commits_finished"] = [c.version for c in commits]
+        with self._lock:
+            self._pending.setdefault(batch_id, {}).update(record)
+
+    def wait_reported(self, timeout_s: float = 10.0) -> None:
+        """Wait until Spark has reported every batch this object saw (call before removing the listener)."""
+        with self._reported:
+            self._reported.wait_for(lambda: not self._pending, timeout_s)
+
+    def on_progress(self, progress: Any) -> None:
+        """Spark's side: input rows and the batch's wall time (``triggerExecution``).
+
+        Spark's ``numInputRows`` counts the input once per Spark job that reads the batch (the hint
+        job and the quarantine add jobs); when the runtime counted the batch's records itself, that
+        count is ``input_rows`` and Spark's is kept as ``spark_input_rows``.
+        """
+        durations = progress.durationMs or {}
+        if "addBatch" not in durations:
+            return  # an idle trigger, not a batch
+        with self._lock:
+            record = self._pending.pop(progress.batchId, {})
+            self._reported.notify_all()
+        record.update({
+            "batch_id": progress.batchId,
+            "started": datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp(),
+            "mode": self.mode,
+            "spark_input_rows": progress.numInputRows,
+            "latency_s": durations.get("triggerExecution", 0) / 1000.0,
+            "add_batch_s": durations.get("addBatch", 0) / 1000.0,
+        })
+        record.setdefault("input_rows", progress.numInputRows)  # the runtime's own count when it has one
+        if self.path:
+            with self._lock, self.path.open("a") as out:
+                out.write(json.dumps(record, default=float) + "\n")
+        if self.echo:
+            self.echo(record)
+
+    def listener(self) -> StreamingQueryListener:
+        """A listener to add with ``spark.streams.addListener``."""
+        metrics = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                metrics.on_progress(event.progress)
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        return _Listener()
+
+
+def summary_line(record: dict) -> str:
+    """The per-batch line printed while a job runs."""
+    phases = record.get("phases", {})
+    commit = record.get("commit") or {}
+    parts = [f"batch {record['batch_id']:>4}", f"rows {record.get('input_rows', 0):>7}",
+             f"latency {record['latency_s'] * 1000:>6.0f} ms"]
+    if phases:
+        parts += [f"compute {phases.get('compute_s', 0) * 1000:>5.0f} ms",
+                  f"state read {phases.get('state_read_s', 0) * 1000:>5.0f} ms",
+                  f"apply {phases.get('state_apply_s', 0) * 1000:>5.0f} ms",
+                  f"ack wait {phases.get('ack_wait_s', 0) * 1000:>4.0f} ms"]
+    if "state_keys" in record:
+        parts.append(f"state keys {record['state_keys']:>8}")
+    if commit:
+        parts.append(f"committed v{commit['version']} ({commit['bytes_uploaded'] / 1024:.0f} KiB up)")
+    if record.get("late_rows"):
+        parts.append(f"late {record['late_rows']}")
+    if record.get("dropped_rows"):
+        parts.append(f"dropped {record['dropped_rows']}")
+    return " | ".join(parts)

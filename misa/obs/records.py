@@ -1,0 +1,66 @@
+"""The typed records behind the per-batch metrics (DESIGN section 8): the batch's phases, its counts, its commits.
+
+They are written as one JSON object per batch (:class:`misa.obs.metrics.BatchMetrics`) and read
+back by ``misa report``, whose phase lists come from the fields here, so a phase is named once.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class CommitRecord:
+    """Timings and sizes of one version's commit."""
+
+    version: int
+    apply_s: float = 0.0
+    flush_s: float = 0.0
+    checkpoint_s: float = 0.0
+    upload_s: float = 0.0
+    bytes_uploaded: int = 0
+    bytes_reused: int = 0
+    compaction_running: int = 0
+    restarts: int = 0
+
+
+@dataclass
+class BatchPhases:
+    """Where a batch's time went on the driver, in seconds, in the order the phases run."""
+
+    compute_s: float = 0.0  # Spark: the count or quarantine job and the deltas job
+    hint_wait_s: float = 0.0  # waiting for the hint job after the deltas
+    state_read_s: float = 0.0  # reading state (cache, commit buffers, RocksDB)
+    state_apply_s: float = 0.0  # merging the deltas into the state, without the reads
+    sink_s: float = 0.0
+    commit_inline_s: float = 0.0  # handing the commit over (and the stages the mode runs inline)
+    ack_wait_s: float = 0.0  # waiting for ack 2 of the previous version
+
+
+@dataclass
+class BatchRecord:
+    """The runtime's side of one batch; Spark's side (latency, input rows) is joined when Spark reports it."""
+
+    input_rows: int
+    output_rows: int = 0
+    late_rows: int = 0
+    dropped_rows: int = 0
+    bad_records: int | None = None  # None: the job sets no bad records aside
+    state_keys: int = 0
+    state_reads: int = 0
+    cache: dict[str, int] = field(default_factory=dict)
+    prefetch: dict[str, Any] | None = None
+    phases: BatchPhases = field(default_factory=BatchPhases)
+    batch_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready values (``bad_records`` left out when the job has none)."""
+        out = dataclasses.asdict(self)
+        if self.bad_records is None:
+            del out["bad_records"]
+        return out
+
+
+BATCH_PHASES = tuple(f.name for f in dataclasses.fields(BatchPhases))
+COMMIT_PHASES = tuple(f.name for f in dataclasses.fields(CommitRecord) if f.name.endswith("_s"))

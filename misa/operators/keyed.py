@@ -1,0 +1,370 @@
+"""Keyed stateful operators (the NEXMark queries): a lookup join with a bounded side table kept in the
+state (Q13), the first n rows per key (Q18's latest bid, Q19's top bids) and a two-input keyed join
+(Q20). They follow :class:`misa.operators.aggregation.StatefulOperator`: Spark selects (and for :class:`TopN`
+pre-reduces) the batch's rows, and the driver merges them into the state with one ``get_many`` per
+batch and kind of key (through the state cache) and one ``put_many``.
+
+Values are lists of records packed by :class:`misa.state.records.RecordCodec`; keys are
+:class:`misa.state.codec.KeyCodec` group keys, behind a one-byte prefix naming the kind of entry
+(``s``, ``r``, ``l``; none for :class:`TopN`). Rows an operator cannot use (each operator says which) are dropped, counted in
+the batch's result (``dropped_rows``, in the metrics) and over all versions in the metadata, and
+logged: never silently lost. Event times (``time_column``, epoch milliseconds) become the cache
+timestamps of the keys a batch touches.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import json as pa_json
+from pyspark.sql import DataFrame, Window
+
+from checkpoint.location import local_path
+from pyspark.sql import functions as F
+
+from misa.state.view import StateView
+from misa.operators.base import OperatorResult
+from misa.state.records import RecordCodec
+from misa.state.codec import KeyCodec
+
+log = logging.getLogger(__name__)
+ORDERS = ("ascending", "descending")
+_RANK = "_rank"
+_GROUP = "_group"
+
+
+def _group(codec: KeyCodec, columns: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[list[bytes], np.ndarray]:
+    """The distinct group keys of the rows (in order of first appearance) and each row's index into them."""
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    if not len(arrays[0]):
+        return [], np.zeros(0, np.int64)
+    encoded = pa.array(codec.encode(None, arrays), pa.binary()).dictionary_encode()
+    return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _times_us(rows: pa.Table, column: str | None) -> np.ndarray:
+    """Each row's event time in microseconds (``column`` in epoch ms; 0 without one or when null)."""
+    if column is None:
+        return np.zeros(rows.num_rows, np.int64)
+    return rows[column].combine_chunks().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) * 1000
+
+
+def _group_max(group: np.ndarray, groups: int, values: np.ndarray) -> list[int]:
+    """The largest of ``values`` per group: the cache timestamp of each group's key."""
+    out = np.zeros(groups, np.int64)
+    np.maximum.at(out, group, values)
+    return out.tolist()
+
+
+def _prefixed(prefix: bytes, keys: Sequence[bytes]) -> list[bytes]:
+    return [prefix + k for k in keys]
+
+
+def _count_dropped(operator: str, rows: int, reason: str, total: int) -> int:
+    """Log ``rows`` dropped for ``reason``; the new total over all versions."""
+    if rows:
+        total += rows
+        log.warning("%s: %d input row(s) dropped: %s; %d dropped so far", operator, rows, reason, total)
+    return total
+
+
+def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
+    """The non-null rows of a struct column as a table of its fields."""
+    array = column.combine_chunks()
+    array = array.filter(array.is_valid())
+    return pa.Table.from_arrays(array.flatten(), names=[f.name for f in array.type])
+
+
+# ---------------------------------------------------------------------------------------------- Q13
+@dataclass
+class LookupJoin:
+    """Each row joined with the row of a bounded side table whose key is ``key_column % side_rows`` (Q13).
+
+    The side table (``side_path``, JSON lines with an integer ``side_key`` and a string
+    ``side_value``; ``side_rows`` is its row count) is read by the first batch of a fresh state and
+    written into the state (keys ``b"s" ++ side key``), so it is checkpointed with every version
+    and comes back with it; the metadata says it is loaded. Each batch looks its distinct side keys
+    up with one ``get_many`` through the state cache. Output: ``columns`` then ``side_value``. A
+    row whose key is null or names no side row is dropped and counted (an inner join).
+    """
+
+    key_column: str
+    columns: Sequence[str]  # the stream's columns carried into the output (key_column among them)
+    side_path: str | Path
+    side_key: str = "key"
+    side_value: str = "value"
+    time_column: str | None = None
+    side_rows: int | None = field(default=None, init=False)  # None: the side table is not in the state yet
+    dropped_rows: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.key_column not in self.columns:
+            raise ValueError(f"lookup join: key column {self.key_column!r} must be one of the columns "
+                             f"{list(self.columns)}")
+        if self.side_value in self.columns:
+            raise ValueError(f"lookup join: the side value column {self.side_value!r} clashes with an input column")
+        self._codec = KeyCodec([pa.field(self.side_key, pa.int64())], windowed=False)
+        self._values = RecordCodec([pa.field(self.side_value, pa.string())])
+
+    def deltas(self, batch: DataFrame) -> DataFrame:
+        """The batch's rows, the output's columns only."""
+        return batch.select(*self.columns)
+
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        if self.side_rows is None:
+            self._load(state)
+        rows = deltas.select(list(self.columns))
+        keys = rows[self.key_column].combine_chunks()
+        nulls = keys.is_null().to_numpy(zero_copy_only=False)
+        side = np.fmod(keys.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), self.side_rows)
+        groups, group = _group(self._codec, [pa.array(side, mask=nulls)])  # SQL's %: the sign of the key
+        ts = _group_max(group, len(groups), _times_us(rows, self.time_column))
+        found, owner = self._values.decode(state.get_many(_prefixed(b"s", groups), ts))
+        position = np.full(len(groups), -1, np.int64)
+        position[owner] = np.arange(len(owner))
+        matched = position[group] >= 0
+        output = rows.filter(pa.array(matched)).append_column(
+            self.side_value, found[self.side_value].take(pa.array(position[group][matched])))
+        dropped = rows.num_rows - output.num_rows
+        self.dropped_rows = _count_dropped("lookup join", dropped, f"{self.key_column} null or not in the side table",
+                                           self.dropped_rows)
+        return OperatorResult(output, state_reads=len(groups), dropped_rows=dropped)
+
+    def _load(self, state: StateView) -> None:
+        """Write the side table into the (fresh) state."""
+        path = local_path(self.side_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"side table {path} is missing: a fresh state loads it in its first batch")
+        schema = pa.schema([(self.side_key, pa.int64()), (self.side_value, pa.string())])
+        table = pa_json.read_json(path, parse_options=pa_json.ParseOptions(explicit_schema=schema,
+                                                                           unexpected_field_behavior="ignore"))
+        keys = table[self.side_key].combine_chunks()
+        if keys.null_count or len(pc.unique(keys)) != len(keys) or not len(keys):
+            raise ValueError(f"side table {path}: {self.side_key} must be present and unique in each of its "
+                             f"rows, and there must be rows ({len(keys)} rows, {keys.null_count} without a key)")
+        state.put_many(_prefixed(b"s", self._codec.encode(None, [keys])),
+                       self._values.encode(table.select([self.side_value]), np.ones(len(keys), np.int64)))
+        self.side_rows = len(keys)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"side_rows": self.side_rows, "dropped_rows": self.dropped_rows}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.side_rows = metadata.get("side_rows")
+        self.dropped_rows = int(metadata.get("dropped_rows", 0))
+
+
+# ---------------------------------------------------------------------------------------- Q18, Q19
+@dataclass
+class TopN:
+    """The first ``n`` rows per key of ``keys`` in ``order`` (Q18: the latest bid, n = 1; Q19: the top 10 bids).
+
+    ``order``: (column, "ascending" | "descending") pairs naming every one of ``columns`` (the rows'
+    other columns, integer or string), nulls last either way, strings compared as UTF-8 bytes (as
+    Spark does). Rows equal in every order column are equal rows, so the result is deterministic.
+    State: key -> the key's current first rows in rank order. Output (update): for each key whose
+    first rows changed in the batch, all of them: ``keys``, ``rank_column`` (1-based, if given),
+    ``columns``. Every row is usable: a null key is a key of its own.
+    """
+
+    keys: Sequence[str]
+    columns: Sequence[str]
+    order: Sequence[tuple[str, str]]
+    n: int = 1
+    rank_column: str | None = None
+    time_column: str | None = None
+    _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _records: RecordCodec | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"top n: n must be >= 1 (got {self.n})")
+        named = [c for c, _ in self.order]
+        wrong = [d for _, d in self.order if d not in ORDERS]
+        if wrong or sorted(named) != sorted(self.columns):
+            raise ValueError(f"top n: order {list(self.order)} must name each of the columns {list(self.columns)} "
+                             f"once, each {' or '.join(ORDERS)}")
+
+    def deltas(self, batch: DataFrame) -> DataFrame:
+        """The batch's first ``n`` rows per key (a window over the batch, in the same order)."""
+        spark_order = [F.col(c).asc_nulls_last() if d == "ascending" else F.col(c).desc_nulls_last()
+                       for c, d in self.order]
+        window = Window.partitionBy(*self.keys).orderBy(*spark_order)
+        return (batch.select(*self.keys, *self.columns).withColumn(_RANK, F.row_number().over(window))
+                .where(F.col(_RANK) <= self.n).drop(_RANK))
+
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        rows = deltas.select([*self.keys, *self.columns])
+        if self._codec is None or self._records is None:
+            self._codec = KeyCodec([rows.schema.field(k) for k in self.keys], windowed=False)
+            self._records = RecordCodec([rows.schema.field(c) for c in self.columns])
+        keys, group = _group(self._codec, [rows[k] for k in self.keys])
+        ts = _group_max(group, len(keys), _times_us(rows, self.time_column))
+        old = state.get_many(keys, ts)
+        stored, owner = self._records.decode(old)
+        candidates = pa.concat_tables([stored, rows.select(self.columns).cast(self._records.schema)])
+        kept, kept_group, rank = self._first_rows(candidates, np.concatenate([owner, group]))
+        firsts = candidates.take(pa.array(kept, pa.int64()))
+        values = self._records.encode(firsts, np.bincount(kept_group, minlength=len(keys)))
+        changed = np.fromiter((new != before for new, before in zip(values, old)), bool, len(keys))
+        which = np.flatnonzero(changed)
+        state.put_many([keys[i] for i in which], [values[i] for i in which], [ts[i] for i in which])
+        out = changed[kept_group]
+        first_row = np.unique(group, return_index=True)[1]  # a row of each key, for its key columns
+        output = self._output(rows, first_row[kept_group[out]], rank[out], firsts.filter(pa.array(out, pa.bool_())))
+        return OperatorResult(output, state_reads=len(keys))
+
+    def _first_rows(self, candidates: pa.Table, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The first ``n`` candidates of each group in ``order``: their indices, groups and ranks (from 1)."""
+        sort_keys, table = [(_GROUP, "ascending")], {_GROUP: pa.array(group, pa.int64())}
+        for i, (column, direction) in enumerate(self.order):  # nulls last either way, in any pyarrow
+            table[f"_null{i}"], table[f"_value{i}"] = pc.is_null(candidates[column]), candidates[column]
+            sort_keys += [(f"_null{i}", "ascending"), (f"_value{i}", direction)]
+        order = pc.sort_indices(pa.table(table), sort_keys=sort_keys).to_numpy()
+        sorted_group = group[order]
+        starts = np.flatnonzero(np.concatenate([[True], sorted_group[1:] != sorted_group[:-1]]))
+        rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+        kept = rank < self.n
+        return order[kept], sorted_group[kept], rank[kept] + 1
+
+    def _output(self, rows: pa.Table, key_rows: np.ndarray, rank: np.ndarray, firsts: pa.Table) -> pa.Table:
+        keys = rows.select(list(self.keys)).take(pa.array(key_rows, pa.int64()))
+        columns = dict(zip(keys.column_names, keys.columns))
+        if self.rank_column:
+            columns[self.rank_column] = pa.array(rank, pa.int32())
+        columns.update(zip(firsts.column_names, firsts.columns))
+        return pa.table(columns)
+
+    def metadata(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        """Nothing to restore: the state is all."""
+
+
+# ---------------------------------------------------------------------------------------------- Q20
+@dataclass
+class KeyedJoin:
+    """Rows of a left input joined with the right input's row of the same key where that row passes a filter
+    (Q20: each bid with its auction, where the auction's category is 10); an inner join on a key that
+    is unique on the right.
+
+    Both inputs come in one stream as struct columns ``left`` and ``right`` (a row has one of them).
+    State: ``b"r" ++ key`` -> the right row (all right rows: for those failing ``where`` only the key
+    and the filter column, so that their left rows are dropped at once); ``b"l" ++ key`` -> the
+    left rows waiting for a right row not seen yet (of this batch or earlier), deleted when it comes.
+    Each (left, right) pair is output once, in the batch where the later of the two arrives; output
+    columns: the left fields, then the right fields but its key, those whose names clash with a left
+    field prefixed with ``right_prefix``. Dropped and counted: rows with a null key, and a right row
+    whose key is known already (stored, or earlier in the batch's order).
+    """
+
+    left: str
+    left_key: str
+    right: str
+    right_key: str
+    where: tuple[str, Any]  # (right field, value): only right rows with that value join
+    right_prefix: str = ""
+    time_column: str | None = None  # a field of both inputs
+    dropped_rows: int = field(default=0, init=False)
+    _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _left_records: RecordCodec | None = field(default=None, init=False, repr=False)
+    _right_records: RecordCodec | None = field(default=None, init=False, repr=False)
+
+    def deltas(self, batch: DataFrame) -> DataFrame:
+        """The batch's rows of either input."""
+        return batch.where(F.col(self.left).isNotNull() | F.col(self.right).isNotNull()).select(self.left, self.right)
+
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        left, right = _struct_rows(deltas[self.left]), _struct_rows(deltas[self.right])
+        if self._codec is None or self._left_records is None or self._right_records is None:
+            self._left_records, self._right_records = RecordCodec(left.schema), RecordCodec(right.schema)
+            self._codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
+        result = OperatorResult(self._pairs(left.slice(0, 0), right.slice(0, 0)))
+        null_keys = left[self.left_key].null_count + right[self.right_key].null_count
+        left = left.filter(pc.is_valid(left[self.left_key]))
+        right = right.filter(pc.is_valid(right[self.right_key]))
+        both = right[self.right_key].cast(pa.int64()).chunks + left[self.left_key].cast(pa.int64()).chunks
+        keys, group = _group(self._codec, [pa.chunked_array(both, pa.int64())])
+        ts = _group_max(group, len(keys), np.concatenate([_times_us(right, self.time_column),
+                                                          _times_us(left, self.time_column)]))
+        right_group, left_group = group[:right.num_rows], group[right.num_rows:]
+        # the right row of each key: stored, or new (not stored, and the first of its key in the batch)
+        known, owner = self._right_records.decode(state.get_many(_prefixed(b"r", keys), ts))
+        firsts = np.unique(right_group, return_index=True)[1]
+        firsts = firsts[np.isin(right_group[firsts], owner, invert=True)]
+        new_right, new_group = right.take(pa.array(firsts, pa.int64())), right_group[firsts]
+        self._count(right.num_rows - len(firsts), null_keys, result)
+        catalogue = pa.concat_tables([known, new_right.cast(known.schema)])
+        position = np.full(len(keys), -1, np.int64)  # each key's row in the catalogue
+        position[np.concatenate([owner, new_group])] = np.arange(catalogue.num_rows)
+        matched = position[left_group] >= 0
+        joined = self._pairs(left.filter(pa.array(matched, pa.bool_())),
+                             catalogue.take(pa.array(position[left_group][matched], pa.int64())))
+        waiting_rows, waiting_groups = self._waiting(new_group, left.filter(pa.array(~matched, pa.bool_())),
+                                                     left_group[~matched], keys, ts, state)
+        released = self._pairs(waiting_rows, catalogue.take(pa.array(position[waiting_groups], pa.int64())))
+        result.output = pa.concat_tables([joined, released])
+        state.put_many(_prefixed(b"r", [keys[g] for g in new_group]),
+                       self._right_records.encode(self._stored_form(new_right), np.ones(len(new_group), np.int64)),
+                       [ts[g] for g in new_group])
+        result.state_reads = len(keys) + len(new_group) + len(np.unique(left_group[~matched]))
+        return result
+
+    def _count(self, repeated: int, null_keys: int, result: OperatorResult) -> None:
+        self.dropped_rows = _count_dropped("keyed join", repeated, f"{self.right} {self.right_key} seen before",
+                                           self.dropped_rows)
+        self.dropped_rows = _count_dropped("keyed join", null_keys, "null join key", self.dropped_rows)
+        result.dropped_rows = repeated + null_keys
+
+    def _waiting(self, new_group: np.ndarray, unmatched: pa.Table, unmatched_group: np.ndarray, keys: list[bytes],
+                 ts: list[int], state: StateView) -> tuple[pa.Table, np.ndarray]:
+        """Release the left rows waiting for the new right rows (returned with their keys' groups) and
+        delete their lists; append the batch's unmatched left rows to their keys' lists."""
+        groups = np.concatenate([new_group, np.unique(unmatched_group)])
+        waiting_keys, waiting_ts = _prefixed(b"l", [keys[g] for g in groups]), [ts[g] for g in groups]
+        waiting = state.get_many(waiting_keys, waiting_ts)
+        rows, owner = self._left_records.decode(waiting)
+        released = owner < len(new_group)
+        gone = [i for i in range(len(new_group)) if waiting[i] is not None]
+        state.put_many([waiting_keys[i] for i in gone], [None] * len(gone), [waiting_ts[i] for i in gone])
+        slot = np.full(len(keys), -1, np.int64)  # each key's place in the waiting lists
+        slot[groups] = np.arange(len(groups))
+        owners = np.concatenate([owner[~released], slot[unmatched_group]])
+        order = np.argsort(owners, kind="stable")  # a key's stored rows first, then the batch's
+        appended = pa.concat_tables([rows.filter(pa.array(~released, pa.bool_())), unmatched.cast(rows.schema)])
+        counts = np.bincount(owners, minlength=len(groups))
+        touched = np.flatnonzero(counts)
+        state.put_many([waiting_keys[i] for i in touched],
+                       self._left_records.encode(appended.take(pa.array(order, pa.int64())), counts[touched]),
+                       [waiting_ts[i] for i in touched])
+        return rows.filter(pa.array(released, pa.bool_())), groups[owner[released]]
+
+    def _stored_form(self, right: pa.Table) -> pa.Table:
+        """Right rows as stored: rows failing ``where`` keep only their key and the filter column."""
+        column, value = self.where
+        passes = pc.fill_null(pc.equal(right[column], value), False)
+        return pa.table([c if name in (self.right_key, column) else pc.if_else(passes, c, pa.scalar(None, c.type))
+                         for name, c in zip(right.column_names, right.columns)], schema=right.schema)
+
+    def _pairs(self, left: pa.Table, right: pa.Table) -> pa.Table:
+        """The output rows of aligned left and right rows whose right row passes ``where``."""
+        column, value = self.where
+        passes = pc.fill_null(pc.equal(right[column], value), False)
+        left, right = left.filter(passes), right.filter(passes)
+        columns = dict(zip(left.column_names, left.columns))
+        for name, c in zip(right.column_names, right.columns):
+            if name != self.right_key:
+                columns[self.right_prefix + name if name in columns else name] = c
+        return pa.table(columns)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"dropped_rows": self.dropped_rows}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.dropped_rows = int(metadata.get("dropped_rows", 0))

@@ -1,0 +1,125 @@
+"""Aggregation grouped by a looked-up column, the lookup served by the state (YSB's ad -> campaign join).
+
+Spark pre-aggregates each batch per (window, key) with the aggregation's functions. On the driver
+each distinct key is mapped to its value through the state (:class:`~misa.state.view.StateView`:
+the cache, pending commit buffers, RocksDB); only keys the state does not hold yet go to the
+external ``lookup`` (for Redis one MGET per batch), and its answers are written into the state, so
+from then on they come from the cache, and after a restart from the checkpointed state. Rows of a
+key that neither knows are dropped and counted (``missing_rows``, kept with each version's metadata
+and logged per batch). The rows, now keyed by value, are combined per (window, value) and handed to
+the :class:`~misa.operators.aggregation.Aggregation`, which merges them into its window state and emits them.
+
+Mapping entries are stored under ``0xff "lookup:" key_column 0x00 key``: window keys begin with an
+8-byte big-endian window end below 2**63, so window scans and range deletes never reach them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+
+from misa.state.view import StateView
+from misa.operators.aggregation import Aggregation
+from misa.operators.base import MAX_EVENT, ROWS, WINDOW_END, WINDOW_START, OperatorResult
+
+log = logging.getLogger(__name__)
+Lookup = Callable[[Sequence[str]], Sequence[str | None]]
+MISSING_EXAMPLES = 3  # missing keys named in a batch's warning
+
+
+@dataclass
+class LookupAggregation:
+    """``aggregation`` (grouped by one value column) over rows whose value is looked up from ``key_column``.
+
+    ``lookup`` answers the keys the state does not hold: their values in order, None when unknown.
+    """
+
+    key_column: str
+    aggregation: Aggregation
+    lookup: Lookup
+    missing_rows: int = field(default=0, init=False)  # input rows dropped for an unknown key, over all versions
+    lookups: int = field(default=0, init=False)       # keys sent to ``lookup`` by this process
+
+    def __post_init__(self) -> None:
+        if len(self.aggregation.group_by) != 1:
+            raise ValueError(f"the aggregation must group by exactly one column (the looked-up value), "
+                             f"not {list(self.aggregation.group_by)}")
+        self.value_column = self.aggregation.group_by[0]
+        self._prefix = b"\xfflookup:" + self.key_column.encode() + b"\x00"
+        self._by_key = dataclasses.replace(self.aggregation, group_by=[self.key_column])
+
+    # ------------------------------------------------------------------ Spark side
+    def deltas(self, batch: DataFrame) -> DataFrame:
+        """Per (window, key) partial aggregates: the aggregation's deltas grouped by the key column."""
+        return self._by_key.deltas(batch)
+
+    # ------------------------------------------------------------------ driver side
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        """Look the batch's keys up, drop and count rows of unknown keys, merge the rest per (window, value)."""
+        keys = deltas[self.key_column].combine_chunks()
+        distinct = pc.unique(keys.drop_null())
+        values = pa.array(self._values(distinct.to_pylist(), self._key_times(deltas, distinct), state), pa.string())
+        looked_up = pc.take(values, pc.index_in(keys, value_set=distinct))
+        known = pc.is_valid(looked_up)
+        missing = deltas.filter(pc.invert(known))
+        enriched = deltas.drop_columns([self.key_column]).append_column(self.value_column, looked_up).filter(known)
+        result = self.aggregation.apply(self._combine(enriched), state)
+        result.state_reads += len(distinct)
+        result.dropped_rows += self._count_missing(missing) if missing.num_rows else 0
+        return result
+
+    def _values(self, keys: list[str], ts: list[int], state: StateView) -> list[str | None]:
+        """The values of ``keys`` (event times ``ts``): from the state, else from the lookup, then stored."""
+        state_keys = [self._prefix + k.encode() for k in keys]
+        stored = state.get_many(state_keys, ts)
+        absent = [i for i, v in enumerate(stored) if v is None]
+        found: list[str | None] = [None if v is None else v.decode() for v in stored]
+        if absent:
+            answers = self.lookup([keys[i] for i in absent])
+            self.lookups += len(absent)
+            new = [(i, a) for i, a in zip(absent, answers) if a is not None]
+            state.put_many([state_keys[i] for i, _ in new], [a.encode() for _, a in new], [ts[i] for i, _ in new])
+            for i, answer in new:
+                found[i] = answer
+        return found
+
+    def _key_times(self, deltas: pa.Table, distinct: pa.Array) -> list[int]:
+        """Each distinct key's latest event time (us) in the batch, the cache's timestamp for its entry."""
+        if self.aggregation.event_time is None or not len(distinct):
+            return [0] * len(distinct)
+        latest = deltas.group_by(self.key_column).aggregate([(MAX_EVENT, "max")])
+        order = pc.index_in(distinct, value_set=latest[self.key_column])
+        return pc.take(latest[f"{MAX_EVENT}_max"], order).to_pylist()
+
+    def _count_missing(self, missing: pa.Table) -> int:
+        """Count and log the input rows of keys without a value; returns how many."""
+        rows = int(pc.sum(missing[ROWS]).as_py())
+        self.missing_rows += rows
+        unknown = pc.unique(missing[self.key_column]).to_pylist()
+        log.warning("%d input row(s) dropped: %d %s value(s) unknown to the state and the lookup (e.g. %s); "
+                    "%d rows dropped so far", rows, len(unknown), self.key_column, unknown[:MISSING_EXAMPLES],
+                    self.missing_rows)
+        return rows
+
+    def _combine(self, deltas: pa.Table) -> pa.Table:
+        """One delta row per (window, value): rows of keys with the same value folded together."""
+        group = ([WINDOW_START, WINDOW_END] if self.aggregation.window else []) + [self.value_column]
+        folds = {ROWS: "sum", MAX_EVENT: "max"}
+        for i in range(len(self.aggregation.aggs)):
+            folds.update({f"_s{i}": "sum", f"_c{i}": "sum", f"_n{i}": "min", f"_x{i}": "max"})
+        folds = {c: f for c, f in folds.items() if c in deltas.column_names}
+        combined = deltas.group_by(group, use_threads=False).aggregate(list(folds.items()))
+        return combined.select([f"{c}_{f}" for c, f in folds.items()] + group).rename_columns([*folds, *group])
+
+    # ------------------------------------------------------------------ versions
+    def metadata(self) -> dict[str, Any]:
+        return {**self.aggregation.metadata(), "missing_rows": self.missing_rows}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.aggregation.restore(metadata)
+        self.missing_rows = int(metadata.get("missing_rows", 0))

@@ -1,0 +1,297 @@
+"""The commit controller: one code path for the modes sync, async-ckpt and misa (DESIGN section 4).
+
+A commit of version v has two stages. *apply*: write the commit buffer to RocksDB, flush,
+checkpoint locally, local marker (ack 1). *upload*: copy to the DFS, DFS marker (ack 2), GC.
+``sync`` runs both inline; ``async-ckpt`` runs apply inline and upload in the upload thread;
+``misa`` runs both in background threads, apply of v starting only after ack 2 of v-1.
+
+Worker threads pick their next task from a shared table (not a queue), so a thread that dies or
+stays silent past ``spark.misa.commit.heartbeatTimeout`` is replaced and its task redone: from the
+local checkpoint when ack 1 of that version holds, else from the commit buffer. Every file step of
+a worker calls its fence, which beats the heartbeat and raises in a thread that was replaced, so
+that thread stops before it touches the store again. A version is redone at most
+``spark.misa.commit.maxRestarts`` times; after that, at once for an inline stage, and at once for
+a DFS error that outlasted its retries, its commit fails: the batch's waiters, ``drain`` and
+``close`` raise :class:`CommitFailedError`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
+from checkpoint.location import redact
+
+from misa.obs.records import CommitRecord
+from misa.state.commit_buffer import CommitBuffer
+from misa.state.view import StateView
+from misa.state.store import StateStore
+
+log = logging.getLogger(__name__)
+
+APPLY, UPLOAD, DONE = "apply", "upload", "done"
+FINAL_ERRORS = (DfsUnavailableError, CorruptCheckpointError)  # already retried: redoing the stage cannot help
+
+
+class CommitFailedError(RuntimeError):
+    """The commit of a version failed for good, so its batch cannot be acknowledged; the cause is chained."""
+
+
+class _Superseded(Exception):
+    """Raised by the fence of a worker that a heartbeat check replaced; it leaves the task to its successor."""
+
+
+@dataclass
+class _Task:
+    buffer: CommitBuffer
+    metadata: dict[str, Any]
+    record: CommitRecord
+    stage: str = APPLY
+    error: CommitFailedError | None = None
+    raised: bool = False  # the error reached a caller (close raises only errors nobody has seen)
+    reported: bool = False
+
+    @property
+    def version(self) -> int:
+        return self.buffer.version
+
+
+@dataclass
+class _Worker:
+    stage: str
+    thread: threading.Thread | None = None
+    generation: int = 0
+    beat: float = field(default_factory=time.monotonic)
+    task: _Task | None = None  # what the current thread works on
+    error: Exception | None = None  # what the current thread died of, until a heartbeat check handles it
+
+
+class CommitController:
+    """Commits versions of ``store`` in the configured mode and answers for their acks."""
+
+    def __init__(self, store: StateStore, view: StateView, mode: str | None = None):
+        self.store = store
+        self.view = view
+        self.mode = mode or store.config.commit_mode
+        self.timeout_s = store.config.commit_heartbeat_timeout_s
+        self.max_restarts = store.config.commit_max_restarts
+        self._tasks: dict[int, _Task] = {}
+        self._cv = threading.Condition()
+        self._closed = False
+        threaded = {"sync": (), "async-ckpt": (UPLOAD,), "misa": (APPLY, UPLOAD)}[self.mode]
+        self._workers = {stage: _Worker(stage) for stage in threaded}
+        for worker in self._workers.values():
+            self._start(worker)
+
+    # ------------------------------------------------------------------ the batch's side
+    def commit(self, buffer: CommitBuffer, metadata: dict[str, Any]) -> None:
+        """Hand version ``buffer.version`` to the commit; returns as the mode allows. Raises
+        :class:`CommitFailedError` when a stage run inline fails."""
+        task = _Task(buffer, dict(metadata), CommitRecord(buffer.version))
+        self.view.add_pending(buffer)
+        with self._cv:
+            self._tasks[task.version] = task
+            self._cv.notify_all()
+        for stage in (APPLY, UPLOAD):
+            if stage not in self._workers:
+                self._run_inline(task, stage)
+
+    def wait_durable(self, version: int) -> float:
+        """Block until ``version`` has ack 2; returns seconds waited. Raises :class:`CommitFailedError`
+        when the commit of ``version`` or of an older version (which holds it back) failed."""
+        started = time.monotonic()
+        while True:
+            with self._cv:
+                self._raise_failure(lambda task: task.version <= version)
+                task = self._tasks.get(version)
+                if task is None or task.stage == DONE:
+                    return time.monotonic() - started
+                self._cv.wait(0.2)
+            self._check_workers()
+
+    def drain(self) -> None:
+        """Wait until every handed-over version is durable (or raise the first failed commit's error)."""
+        with self._cv:
+            versions = sorted(self._tasks)
+        for version in versions:
+            self.wait_durable(version)
+
+    def finished(self) -> list[CommitRecord]:
+        """Records of commits that became durable since the last call."""
+        with self._cv:
+            done = [t for t in self._tasks.values() if t.stage == DONE and not t.reported]
+            for task in done:
+                task.reported = True
+            for version in [v for v, t in self._tasks.items() if t.reported]:
+                del self._tasks[version]
+        return [t.record for t in done]
+
+    def close(self) -> None:
+        """Stop the worker threads; raises the :class:`CommitFailedError` of a failed commit that no
+        caller has seen yet (one a thread died of without a waiter to notice counts too)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        for worker in self._workers.values():
+            if worker.thread is not None:
+                worker.thread.join(timeout=5)
+        with self._cv:
+            for worker in self._workers.values():
+                if worker.error is not None:
+                    self._retire(worker, can_restart=False)
+            self._raise_failure(lambda task: not task.raised)
+
+    def _raise_failure(self, which: Callable[[_Task], bool]) -> None:
+        """Raise the error of the oldest failed task that ``which`` selects; the caller holds the lock."""
+        for version in sorted(self._tasks):
+            task = self._tasks[version]
+            if task.error is not None and which(task):
+                task.raised = True
+                raise task.error
+
+    # ------------------------------------------------------------------ stages
+    def _run_inline(self, task: _Task, stage: str) -> None:
+        try:
+            (self._run_apply if stage == APPLY else self._run_upload)(task, no_fence)
+        except Exception as exc:
+            with self._cv:
+                error = self._fail(task, stage, exc)
+                task.raised = True
+            raise error from exc
+
+    def _run_apply(self, task: _Task, fence: Fence) -> None:
+        record = task.record
+        started = time.monotonic()
+        self.store.apply(task.buffer.changes, task.buffer.range_deletes, fence)
+        record.apply_s = time.monotonic() - started
+        failpoints.hit("commit.after_apply")
+        fence()
+        self.view.drop_pending(task.version)
+        record.compaction_running = self.store.running_compactions()
+        local = self.store.checkpoint(task.version, task.metadata, fence)  # flush, checkpoint, local marker
+        record.flush_s, record.checkpoint_s = local.flush_s, local.seconds - local.flush_s
+        self._advance(task, APPLY, UPLOAD, fence)
+
+    def _run_upload(self, task: _Task, fence: Fence) -> None:
+        stats = self.store.upload(task.version, fence)  # DFS marker (ack 2), then GC: every file step fenced
+        task.record.upload_s = stats.seconds
+        task.record.bytes_uploaded, task.record.bytes_reused = stats.bytes_uploaded, stats.bytes_reused
+        self._advance(task, UPLOAD, DONE, fence)
+
+    def _advance(self, task: _Task, expected: str, to: str, fence: Fence) -> None:
+        with self._cv:
+            fence()  # under the lock: a replaced worker never moves a task its successor redoes
+            if task.stage == expected:
+                task.stage = to
+            self._cv.notify_all()
+
+    def _fail(self, task: _Task, stage: str, cause: BaseException) -> CommitFailedError:
+        """Record the error that ends ``task``'s commit, for its waiters; the caller holds the lock."""
+        restarts = task.record.restarts
+        after = f" after {restarts} restart(s) (spark.misa.commit.maxRestarts)" if restarts else ""
+        task.error = CommitFailedError(redact(
+            f"the commit of version {task.version} failed in its {stage} stage{after}: "
+            f"{type(cause).__name__}: {cause}. Fix the cause and restart the query: it resumes from the "
+            f"newest durable version."
+        ))
+        task.error.__cause__ = cause
+        self._cv.notify_all()
+        return task.error
+
+    # ------------------------------------------------------------------ worker threads
+    def _next_task(self, stage: str) -> _Task | None:
+        """Lowest version waiting in ``stage``; apply of v only once every older version is durable."""
+        for version in sorted(self._tasks):
+            task = self._tasks[version]
+            if task.error is not None:
+                return None
+            if task.stage == stage:
+                return task
+            if stage == APPLY and task.stage != DONE:
+                return None
+        return None
+
+    def _loop(self, worker: _Worker, generation: int) -> None:
+        run = self._run_apply if worker.stage == APPLY else self._run_upload
+
+        def fence() -> None:
+            if worker.generation != generation:
+                raise _Superseded()
+            worker.beat = time.monotonic()
+        while True:
+            with self._cv:
+                worker.beat = time.monotonic()
+                if self._closed or worker.generation != generation:
+                    return
+                task = worker.task = self._next_task(worker.stage)
+                if task is None:
+                    self._cv.wait(0.2)
+                    continue
+            try:
+                run(task, fence)
+            except _Superseded:
+                log.warning("%s thread of generation %d stopped: it was replaced", worker.stage, generation)
+                return
+            except Exception as exc:
+                with self._cv:
+                    if worker.generation == generation:  # a heartbeat check logs it, then redoes or fails the task
+                        worker.error = exc
+                        self._cv.notify_all()
+                        return
+                log.warning("replaced %s thread of generation %d ended with %s: %s",
+                            worker.stage, generation, type(exc).__name__, redact(str(exc)))
+                return
+
+    def _start(self, worker: _Worker) -> None:
+        worker.beat = time.monotonic()
+        worker.thread = threading.Thread(
+            target=self._loop, args=(worker, worker.generation), name=f"misa-{worker.stage}", daemon=True
+        )
+        worker.thread.start()
+
+    def _check_workers(self) -> None:
+        """Replace each worker thread that died or stayed silent past the heartbeat timeout."""
+        with self._cv:
+            if self._closed:
+                return
+            for worker in self._workers.values():
+                alive = worker.thread is not None and worker.thread.is_alive()
+                if worker.error is None and alive and time.monotonic() - worker.beat <= self.timeout_s:
+                    continue
+                self._retire(worker, can_restart=True)
+                self._start(worker)
+
+    def _retire(self, worker: _Worker, can_restart: bool) -> None:
+        """Stop ``worker``'s thread at its next fence, then redo or fail its task and log why, once
+        (with the traceback of what the thread died of); the caller holds the lock."""
+        task, died = worker.task, worker.error
+        silent = time.monotonic() - worker.beat
+        if died is not None:
+            cause: BaseException = died
+        elif worker.thread is not None and worker.thread.is_alive():
+            cause = TimeoutError(f"the {worker.stage} thread was silent for {silent:.1f}s "
+                                 f"(spark.misa.commit.heartbeatTimeout is {self.timeout_s:g}s)")
+        else:
+            cause = RuntimeError(f"the {worker.stage} thread ended unexpectedly")
+        worker.generation += 1
+        worker.task = worker.error = None
+        outcome = "it was idle" if task is None else self._redo(task, worker.stage, cause, can_restart)
+        log.log(logging.ERROR if died else logging.WARNING, "%s thread %s: %s: %s; %s", worker.stage,
+                "died" if died else "replaced", type(cause).__name__, redact(str(cause)), outcome, exc_info=died)
+
+    def _redo(self, task: _Task, stage: str, cause: BaseException, can_restart: bool) -> str:
+        """Hand ``task`` to a new thread, or fail it when the cause is final or its restarts are used up."""
+        if task.stage != stage:
+            return f"version {task.version} had already left its {stage} stage"
+        if not can_restart or isinstance(cause, FINAL_ERRORS) or task.record.restarts >= self.max_restarts:
+            self._fail(task, stage, cause)
+            return f"the commit of version {task.version} fails"
+        task.record.restarts += 1
+        redo = f"(restart {task.record.restarts} of {self.max_restarts})"
+        if stage == APPLY and not self.store.checkpoints.local.problems(task.version):
+            task.stage = UPLOAD  # ack 1 holds: only the upload is redone
+            return f"ack 1 of version {task.version} holds: redoing its upload {redo}"
+        return f"redoing the {stage} of version {task.version} {redo}"

@@ -1,0 +1,223 @@
+"""The job API: a stateful foreachBatch job over a streaming DataFrame.
+
+::
+
+    job = StatefulJob(operator, sink, checkpoint_location="/data/cm2/ckpt",
+                      upstream=lambda df: df.where("event_type = 1"), config=MisaConfig.from_spark_conf(conf))
+    query = job.start(spark, stream_df, trigger={"processingTime": "3 seconds"})
+    query.awaitTermination(); job.close()
+
+``start`` reconciles the state with Spark's checkpoint (recovery) before the query starts; the
+runtime supplies the foreachBatch function.
+
+Optional parts: ``hint_stages`` (candidate stages for keyed-prefetch hints, earliest first; the
+default is ``upstream``), ``bad_records`` (sets malformed input records aside per batch) and
+``pause_gc`` (pause Python's collector in the state phase: a process-wide setting, see
+:mod:`misa.runtime.process`, so it is off unless the entry point asks for it).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from checkpoint import CorruptCheckpointError, failpoints
+from checkpoint.location import parse, spark_location
+
+from misa.runtime.commit import CommitController
+from misa.state.view import StateView
+from misa.config import ConfigError, MisaConfig
+from misa.obs.metrics import BatchMetrics, summary_line
+from misa.obs.records import BatchPhases, BatchRecord
+from misa.operators.base import OperatorResult, StatefulOperator
+from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
+from misa.runtime.recovery import reconcile
+from misa.state.store import StateStore
+from misa.runtime.process import gc_paused, nothing_paused
+
+log = logging.getLogger(__name__)
+Sink = Callable[[int, pa.Table], None]
+
+
+class BadRecordFilter(Protocol):
+    """Splits a batch's malformed records off: writes them aside for ``batch_id``, returns the good rows."""
+
+    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int, int]:
+        """The batch's good rows, how many bad records were set aside (idempotent per batch id), and how
+        many records the batch has (Spark's own count repeats for every job that reads the batch)."""
+
+
+class StatefulJob:
+    """Runs ``operator`` over each micro-batch with state in RocksDB and the configured commit mode."""
+
+    def __init__(
+        self,
+        operator: StatefulOperator,
+        sink: Sink,
+        checkpoint_location: str,
+        *,
+        upstream: Callable[[DataFrame], DataFrame] | None = None,
+        hint_stages: Sequence[Stage] | None = None,
+        bad_records: BadRecordFilter | None = None,
+        config: MisaConfig | None = None,
+        state_dir: str | None = None,
+        dfs_url: str | None = None,
+        metrics_path: str | None = None,
+        echo: Callable[[str], None] | None = print,
+        pause_gc: bool = False,
+    ):
+        self.config = config or MisaConfig()
+        self.operator = operator
+        self.sink = sink
+        self.upstream = upstream
+        self.bad_records = bad_records
+        self.checkpoint_location = parse(checkpoint_location)
+        self.store = StateStore(
+            self.config,
+            state_dir or self.config.state_dir or self._default_state_dir(),
+            dfs_url or self.config.dfs_url or self.checkpoint_location.child("misa-state").url,
+        )
+        self.view = StateView(self.store)
+        self.hints: BatchHints | None = None
+        if self.config.prefetch_enabled and supports_hints(operator):
+            manager = self.view.enable_prefetch(self.config.prefetch_threads, self.config.prefetch_chunk_keys)
+            stages = list(hint_stages or [upstream or (lambda df: df)])
+            self.hints = BatchHints(self.config, operator, stages, manager)  # type: ignore[arg-type]
+        self.controller = CommitController(self.store, self.view)
+        self.metrics = BatchMetrics(metrics_path, self.controller.mode,
+                                    (lambda r: echo(summary_line(r))) if echo else None)
+        self.version = self.store.version
+        self._listener: Any = None
+        self._state_phase = gc_paused if pause_gc else nothing_paused
+
+    def _default_state_dir(self) -> Path:
+        """``CHECKPOINT/misa-local`` for a checkpoint location on this machine; elsewhere there is no default."""
+        if self.checkpoint_location.local is None:
+            raise ConfigError(
+                f"spark.misa.state.dir is not set and the checkpoint location {self.checkpoint_location} is not on "
+                f"this machine: give a local directory for the working state (spark.misa.state.dir or --state-dir)")
+        return self.checkpoint_location.local / "misa-local"
+
+    def start(self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any],
+              query_name: str | None = None) -> StreamingQuery:
+        """Recover, then start the streaming query with this job as its foreachBatch function."""
+        self._load(reconcile(self.store, self.checkpoint_location))
+        self._listener = self.metrics.listener()
+        spark.streams.addListener(self._listener)
+        writer = stream.writeStream.foreachBatch(self.run_batch).option(
+            "checkpointLocation", spark_location(self.checkpoint_location))
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.trigger(**trigger).start()
+
+    def _load(self, version: int) -> None:
+        restored = self.store.load(version)
+        self.operator.restore(restored.metadata if restored else {})
+        self.view.reset()  # discard anything a failed attempt left behind
+        self.version = version
+
+    def _rewind(self, version: int) -> None:
+        """Go back to ``version`` inside the running query: newer versions are forgotten (markers on
+        both levels first) before the replay rebuilds them, never overwritten while they count."""
+        log.warning("batch %d replayed; reloading state version %d", version + 1, version)
+        self.controller.drain()
+        problems = self.store.restore_problems(version)
+        if problems:
+            raise CorruptCheckpointError(f"batch {version + 1} is replayed but version {version} cannot be "
+                                         f"restored: {'; '.join(problems)}")
+        self.store.forget_after(version)
+        failpoints.hit("replay.after_forget")
+        self._load(version)
+
+    def run_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """The foreachBatch function: returns only after ack 2 of batch_id - 1.
+
+        The batch is cached for the batch's Spark jobs (the count or quarantine, the hint job and the
+        deltas), so its input is read and parsed once.
+        """
+        cached = batch.persist()
+        try:
+            self._run_batch(cached, batch_id)
+        finally:
+            cached.unpersist()
+
+    def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """The batch's phases in order: rewind on replay, compute, merge, sink, commit, wait for ack 2."""
+        started = time.monotonic()
+        if batch_id <= self.version:  # a replay: rebuild from the version before it
+            self._rewind(batch_id - 1)
+        phases = BatchPhases()
+        clock = _PhaseClock(started)
+        batch, record = self._count_input(batch, batch_id)
+        hint_job = self.hints.start(batch) if self.hints else None
+        deltas = self.operator.deltas(self.upstream(batch) if self.upstream else batch).toArrow()
+        phases.compute_s = clock.lap()
+        hints = hint_job.result() if hint_job else None
+        phases.hint_wait_s = clock.lap()
+        result = self._merge(deltas)
+        phases.state_read_s = self.view.take_read_s()
+        phases.state_apply_s = clock.lap() - phases.state_read_s
+        self.sink(batch_id, result.output)
+        phases.sink_s = clock.lap()
+        self.controller.commit(self.view.freeze(batch_id), self.operator.metadata())
+        phases.commit_inline_s = clock.lap()
+        phases.ack_wait_s = self.controller.wait_durable(batch_id - 1)
+        self.version = batch_id
+        record.output_rows, record.late_rows = result.output.num_rows, result.late_rows
+        record.dropped_rows, record.state_reads = result.dropped_rows, result.state_reads
+        record.state_keys = self.store.approximate_keys()
+        record.cache = self.view.cache.stats.take()
+        record.prefetch = self._prefetch_record(hints)
+        record.phases, record.batch_s = phases, time.monotonic() - started
+        self.metrics.add(batch_id, record, self.controller.finished())
+
+    def _count_input(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, BatchRecord]:
+        """The batch's good rows and its record, started with the input count (the job that fills the cache)."""
+        if self.bad_records is None:
+            return batch, BatchRecord(input_rows=batch.count())
+        good, bad, total = self.bad_records.split(batch, batch_id)
+        return good, BatchRecord(input_rows=total, bad_records=bad)
+
+    def _merge(self, deltas: pa.Table) -> OperatorResult:
+        """The driver's state phase: the operator merges the deltas into the state."""
+        self.view.take_read_s()  # reads before this phase (none expected) are not the batch's
+        with self._state_phase():
+            return self.operator.apply(deltas, self.view)
+
+    def _prefetch_record(self, hints: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The batch's hint and prefetch statistics; moves the adaptive lookahead."""
+        if self.hints is None or self.view.prefetcher is None:
+            return None
+        stats = self.view.prefetcher.take_stats()
+        return {**(hints or {}), **stats.as_dict(), "next_stage": self.hints.end_batch(stats)}
+
+    def close(self, spark: SparkSession | None = None) -> None:
+        """Wait for every commit to be durable, then release the state (and the metrics listener)."""
+        try:
+            self.controller.drain()
+        finally:
+            if spark is not None and self._listener is not None:
+                self.metrics.wait_reported()
+                spark.streams.removeListener(self._listener)
+            self.controller.close()
+            if self.hints is not None:
+                self.hints.close()
+            self.view.close()
+            self.store.close()
+
+
+class _PhaseClock:
+    """Seconds since the previous lap, for the batch's phases."""
+
+    def __init__(self, started: float):
+        self._last = started
+
+    def lap(self) -> float:
+        now = time.monotonic()
+        elapsed, self._last = now - self._last, now
+        return elapsed

@@ -1,0 +1,89 @@
+"""Reconcile the state store with Spark's checkpoint before the query starts (DESIGN section 5)."""
+from __future__ import annotations
+
+import logging
+
+from checkpoint import failpoints
+from checkpoint.location import Location, parse, redact
+
+from misa.runtime.spark_log import SparkCheckpointLog
+from misa.state.store import EMPTY_VERSION, StateStore
+
+log = logging.getLogger(__name__)
+
+
+class RecoveryError(RuntimeError):
+    """Spark's checkpoint and the state store disagree in a way the protocol rules out."""
+
+
+def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
+    """The state version that Spark will continue from (the caller loads it).
+
+    V = the newest version that is durable, or newer and valid locally (uploaded first); C = Spark's
+    last committed batch. C == V: resume. C == V - 1: roll back to C (checked restorable first).
+    C == V + 1: make Spark replay C. Anything else fails before anything is changed.
+    """
+    location = parse(checkpoint_location)
+    spark = SparkCheckpointLog(location)
+    c = spark.last_committed()
+    durable = store.checkpoints.newest_durable()
+    v = EMPTY_VERSION if durable is None else durable
+    newer_local = [n for n in store.checkpoints.local.versions() if n > v and not store.checkpoints.local.problems(n)]
+    v = max(newer_local, default=v)
+    if not v - 1 <= c <= v + 1:
+        raise RecoveryError(_gap_message(c, v, location, store))
+    target = _restorable_target(store, min(c, v), c, v)
+    for local in newer_local:
+        if local <= target:
+            log.info("uploading locally committed version %d before recovery", local)
+            store.upload(local)
+    if c > target:
+        log.warning("Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c,
+                    target)
+        spark.make_spark_replay(target + 1)
+    else:
+        spark.forget_unplanned_source_entries()
+    if v > target:
+        log.warning("rolling the state back from version %d to %d", v, target)
+        failpoints.hit("recovery.before_rollback")
+        store.forget_after(target)
+    return target
+
+
+def _restorable_target(store: StateStore, wanted: int, c: int, v: int) -> int:
+    """``wanted`` when it can be restored; else, with spark.misa.recovery.allowPreviousVersion, the newest
+    older retained version that can; else a RecoveryError (before anything is changed)."""
+    problems = store.restore_problems(wanted)
+    if not problems:
+        return wanted
+    older = [n for n in reversed(store.checkpoints.retained_versions()) if n < wanted and not store.restore_problems(n)]
+    if store.config.recovery_allow_previous and older:
+        log.warning("version %d cannot be restored (%s); starting from version %d as "
+                    "spark.misa.recovery.allowPreviousVersion allows", wanted, "; ".join(problems), older[0])
+        return older[0]
+    option = (f"Version {older[0]} can be restored: set spark.misa.recovery.allowPreviousVersion=true to start from "
+              f"it (Spark then replays batches {older[0] + 1}..{c} from its source, which must still hold them)"
+              if older else "No older retained version can be restored either")
+    raise RecoveryError(
+        f"Spark's last committed batch is {c} and the state's newest version is {v}, so recovery needs version "
+        f"{wanted}, but version {wanted} cannot be restored from either level: {'; '.join(problems)}. Nothing was "
+        f"changed. {option}; or check the DFS copy (misa ckpt verify {redact(store.checkpoints.dfs.url)}).")
+
+
+def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
+    if c == EMPTY_VERSION:
+        spark_side = f"Spark's checkpoint at {location} has no committed batch"
+    else:
+        spark_side = f"Spark's last committed batch is {c} (checkpoint at {location})"
+    state = f"local {store.root}, DFS {redact(store.checkpoints.dfs.url)}"
+    if c > v + 1:
+        cause = f"state for batches {v + 1}..{c - 1} is missing"
+    else:
+        cause = "the state is ahead of Spark by more than the one version the commit protocol allows"
+    return (
+        f"{spark_side} but the state is at version {v} ({state}): {cause}. "
+        f"Nothing was changed. Usual causes: a mistyped checkpoint location, two queries sharing "
+        f"spark.misa.state.dir or spark.misa.checkpoint.dfsUrl, or one of the two restored from an older copy. "
+        f"Point the query at its own checkpoint location and state locations, or start from a new checkpoint "
+        f"location with new state locations."
+    )

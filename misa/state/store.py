@@ -1,0 +1,220 @@
+"""The sharded RocksDB state store: N rocksdict DBs, versioned by checkpoints."""
+from __future__ import annotations
+
+import heapq
+import shutil
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import rocksdict
+
+from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, UploadStats, failpoints, no_fence
+
+from misa.config import ConfigError, MisaConfig
+from misa.state.rocksdb_options import shard_options, unlogged_writes
+
+EMPTY_VERSION = -1  # the version before Spark batch 0: no state
+
+
+def shard_of(key: bytes, shards: int) -> int:
+    """The shard that owns ``key`` (stable across processes)."""
+    return zlib.crc32(key) % shards
+
+
+class StateStore:
+    """Keyed byte state over ``config.state_shards`` RocksDB shards.
+
+    ``version`` is the Spark batch id the state reflects (``EMPTY_VERSION`` before the first).
+    """
+
+    def __init__(self, config: MisaConfig, state_dir: str | Path | None = None, dfs_url: str | None = None):
+        state_dir = state_dir or config.state_dir
+        dfs_url = dfs_url or config.dfs_url
+        if not state_dir:
+            raise ConfigError("spark.misa.state.dir is not set: give a local directory for the state")
+        if not dfs_url:
+            raise ConfigError("spark.misa.checkpoint.dfsUrl is not set: give an fsspec URL such as file:///data/ckpt")
+        self.config = config
+        self.root = Path(state_dir)
+        self.shards = config.state_shards
+        self.checkpoints = CheckpointStore(
+            self.root, dfs_url, self.shards, config.retry_policy(), config.upload_threads, config.verify_reads,
+            config.state_retain_versions,
+        )
+        self._cache = rocksdict.Cache(config.rocksdb_block_cache_bytes)
+        self._options = shard_options(config, self._cache)
+        self._write_options = unlogged_writes()
+        self._pool = ThreadPoolExecutor(self.shards, thread_name_prefix="misa-shard")
+        self._dbs: list[rocksdict.Rdict] = []
+        self.version = EMPTY_VERSION
+        self.load(EMPTY_VERSION)
+
+    # ------------------------------------------------------------------ versions
+    def _db_dir(self, shard: int) -> Path:
+        return self.root / f"shard-{shard}" / "db"
+
+    def load(self, version: int, prefer_local: bool = True) -> Restored | None:
+        """Replace the working state by ``version`` (rollback or roll-forward); EMPTY_VERSION clears it."""
+        self._close_dbs()
+        dests = [self._db_dir(s) for s in range(self.shards)]
+        restored = None
+        if version == EMPTY_VERSION:
+            for dest in dests:
+                shutil.rmtree(dest, ignore_errors=True)
+        else:
+            restored = self.checkpoints.restore(version, dests, prefer_local)
+        self._dbs = [self._open(d) for d in dests]
+        self.version = version
+        return restored
+
+    def _open(self, path: Path) -> rocksdict.Rdict:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = rocksdict.Rdict(str(path), self._options)
+        db.set_write_options(self._write_options)
+        return db
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: bytes) -> bytes | None:
+        return self._dbs[shard_of(key, self.shards)].get(key)
+
+    def get_many(self, keys: Sequence[bytes], parallel: bool = True) -> list[bytes | None]:
+        """Values of ``keys`` in order (None when absent); one multi-get per shard, shards in parallel
+        on the store's pool (or one after another on this thread when ``parallel`` is false)."""
+        groups: list[list[int]] = [[] for _ in range(self.shards)]
+        for i, key in enumerate(keys):
+            groups[shard_of(key, self.shards)].append(i)
+        out: list[bytes | None] = [None] * len(keys)
+
+        def fetch(shard: int) -> None:
+            idx = groups[shard]
+            if idx:
+                for i, value in zip(idx, self._dbs[shard].get([keys[i] for i in idx])):
+                    out[i] = value
+
+        list((self._pool.map if parallel else map)(fetch, range(self.shards)))
+        return out
+
+    def scan(self, begin: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """All (key, value) with begin <= key < end in key order, merged across shards."""
+        def shard_items(db: rocksdict.Rdict) -> Iterator[tuple[bytes, bytes]]:
+            options = rocksdict.ReadOptions()
+            if end is not None:
+                options.set_iterate_upper_bound(end)
+            yield from db.items(from_key=begin, read_opt=options) if begin is not None else db.items(read_opt=options)
+
+        return heapq.merge(*(shard_items(db) for db in self._dbs), key=lambda kv: kv[0])
+
+    def count_keys(self) -> int:
+        """The number of live keys, counted exactly (one pass over every shard's keys)."""
+        return sum(sum(1 for _ in db.keys()) for db in self._dbs)
+
+    # ------------------------------------------------------------------ writes
+    def write(self, changes: Iterable[tuple[bytes, bytes | None]], fence: Fence = no_fence) -> int:
+        """Apply (key, value) puts and (key, None) deletes in WriteBatches of at most
+        ``spark.misa.state.writeChunkSize`` operations (``fence`` before each); returns the number applied."""
+        chunk = self.config.state_write_chunk
+        batches = [rocksdict.WriteBatch(raw_mode=True) for _ in range(self.shards)]
+        counts = [0] * self.shards
+        total = 0
+        for key, value in changes:
+            shard = shard_of(key, self.shards)
+            if value is None:
+                batches[shard].delete(key)
+            else:
+                batches[shard].put(key, value)
+            counts[shard] += 1
+            total += 1
+            if counts[shard] >= chunk:
+                fence()
+                self._dbs[shard].write(batches[shard])
+                batches[shard], counts[shard] = rocksdict.WriteBatch(raw_mode=True), 0
+        for shard, batch in enumerate(batches):
+            if counts[shard]:
+                fence()
+                self._dbs[shard].write(batch)
+        return total
+
+    def apply(
+        self, changes: dict[bytes, bytes | None], range_deletes: Iterable[tuple[bytes, bytes]], fence: Fence = no_fence
+    ) -> None:
+        """Apply a batch's range deletes, then write its changes (a put after a range delete survives);
+        ``fence`` is called before each range delete and each WriteBatch."""
+        for begin, end in range_deletes:
+            fence()
+            self.delete_range(begin, end)
+        self.write(changes.items(), fence)
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """Delete every key in [begin, end) on every shard."""
+        for db in self._dbs:
+            db.delete_range(begin, end)
+
+    def flush(self) -> float:
+        """Flush every shard's memtable (in parallel; rocksdict releases the GIL); returns seconds."""
+        started = time.monotonic()
+        failpoints.hit("ckpt.before_flush")
+        list(self._pool.map(lambda db: db.flush(True), self._dbs))
+        failpoints.hit("ckpt.after_flush")
+        return time.monotonic() - started
+
+    def compact(self) -> None:
+        """Compact every shard fully (benchmarks use it to start from a settled state)."""
+        list(self._pool.map(lambda db: db.compact_range(None, None), self._dbs))
+
+    def running_compactions(self) -> int:
+        return sum(db.property_int_value("rocksdb.num-running-compactions") or 0 for db in self._dbs)
+
+    def approximate_keys(self) -> int:
+        return sum(db.property_int_value("rocksdb.estimate-num-keys") or 0 for db in self._dbs)
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self, version: int, metadata: dict[str, Any] | None = None, fence: Fence = no_fence) -> LocalCommit:
+        """Flush, then checkpoint every shard locally as ``version`` and write its local marker (ack 1).
+        ``fence`` is called before the flush and before each file step of the checkpoint."""
+        fence()
+        flush_s = self.flush()
+        if self.config.commit_wait_for_compaction:
+            while self.running_compactions():
+                fence()
+                time.sleep(0.01)
+        commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata or {}, fence)
+        commit.flush_s = flush_s
+        commit.seconds += flush_s
+        self.version = version
+        return commit
+
+    def restore_problems(self, version: int) -> list[str]:
+        """Why ``version`` cannot be loaded (empty when it can; the empty version always can)."""
+        return [] if version == EMPTY_VERSION else self.checkpoints.problems(version)
+
+    def forget_after(self, version: int) -> None:
+        """Remove the commit markers of every version newer than ``version`` on both levels, so they no
+        longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
+        self.checkpoints.forget_after(version)
+
+    def upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
+        """Copy local ``version`` to the DFS (ack 2 when its marker is written), then apply retention
+        as a step of its own. ``fence`` is called before each file step of both."""
+        stats = self.checkpoints.upload(version, fence)
+        self.checkpoints.gc(newest_durable=version, fence=fence)
+        return stats
+
+    # ------------------------------------------------------------------ lifecycle
+    def _close_dbs(self) -> None:
+        for db in self._dbs:
+            db.close()
+        self._dbs = []
+
+    def close(self) -> None:
+        """Close every shard; the working state is not checkpointed by closing."""
+        self._close_dbs()
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "StateStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

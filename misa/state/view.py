@@ -1,0 +1,150 @@
+"""The running batch's view of the state: the state cache, then pending commit buffers, then RocksDB.
+
+A batch writes into the state cache (the Timestamp-Aware Cache or a baseline), which keeps one
+dirty entry per key. When the batch ends they are drained into a
+:class:`misa.state.commit_buffer.CommitBuffer` owned by the commit of that version; until the
+commit has applied it to RocksDB, reads consult it before RocksDB, so batch v+1 always sees
+version v and never waits for its commit.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Sequence
+
+from prefetch.cache import MISSING, StateCache
+from prefetch.manager import PrefetchManager
+
+from misa.state.commit_buffer import CommitBuffer
+from misa.state.store import StateStore, shard_of
+
+class StateView:
+    """Reads and writes of the running batch: the state cache, then pending commit buffers, then RocksDB.
+
+    The cache (:class:`prefetch.cache.StateCache`, by default sized and chosen by the store's
+    configuration) holds the batch's dirty entries, one per key; at the end of the batch
+    :meth:`freeze` drains them into the version's commit buffer.
+    """
+
+    def __init__(self, store: StateStore, cache: StateCache | None = None, parallel_misses: bool = True):
+        self.store = store
+        self.cache = cache if cache is not None else StateCache(store.config.cache_max_bytes,
+                                                                store.config.cache_policy)
+        self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
+        self.prefetcher: PrefetchManager | None = None
+        self.read_s = 0.0  # time spent in get_many since the last take_read_s
+        self._pending: list[CommitBuffer] = []
+        self._lock = threading.Lock()
+
+    def enable_prefetch(self, threads: int, chunk_keys: int) -> PrefetchManager:
+        """Serve reads through a prefetch manager that fills the cache from hints.
+
+        The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks
+        no thread started yet, keys nobody hinted) it fetches with the shards in parallel.
+        """
+        self.prefetcher = PrefetchManager(self.cache, lambda keys: self.fetch_below(keys, parallel=False),
+                                          lambda key: shard_of(key, self.store.shards), threads, chunk_keys,
+                                          read_fetch=lambda keys: self.fetch_below(keys, parallel=True))
+        return self.prefetcher
+
+    # -- commit buffers, registered by the controller until they are in RocksDB
+    def add_pending(self, buffer: CommitBuffer) -> None:
+        with self._lock:
+            self._pending.append(buffer)
+
+    def drop_pending(self, version: int) -> None:
+        with self._lock:
+            self._pending = [b for b in self._pending if b.version != version]
+
+    def _layers(self) -> list[CommitBuffer]:
+        """Newest first; taken before RocksDB is read, so an apply in between changes nothing."""
+        with self._lock:
+            return list(reversed(self._pending))
+
+    def fetch_below(self, keys: Sequence[bytes], parallel: bool | None = None) -> list[bytes | None]:
+        """Values of ``keys`` below the cache: pending commit buffers, then RocksDB (with the shards
+        in parallel when ``parallel``, by default ``parallel_misses``)."""
+        layers = self._layers()
+        out: list[object] = [MISSING] * len(keys)
+        for i, key in enumerate(keys):
+            for layer in layers:
+                found = layer.lookup(key)
+                if found is not MISSING:
+                    out[i] = found
+                    break
+        missing = [i for i, v in enumerate(out) if v is MISSING]
+        if missing:
+            parallel = self.parallel_misses if parallel is None else parallel
+            for i, value in zip(missing, self.store.get_many([keys[i] for i in missing], parallel)):
+                out[i] = value
+        return out  # type: ignore[return-value]
+
+    # -- the batch's reads and writes
+    def get_many(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
+        """Values of ``keys`` as this batch sees them; ``ts`` is each access's event time (for the TAC)."""
+        started = time.monotonic()
+        try:
+            if self.prefetcher is not None:
+                return self.prefetcher.read(keys, ts)
+            out = self.cache.get_many(keys, ts)
+            misses = [i for i, v in enumerate(out) if v is MISSING]
+            if misses:
+                fetched = self.fetch_below([keys[i] for i in misses])
+                for i, value in zip(misses, fetched):
+                    out[i] = value
+                miss_ts = [ts] * len(misses) if isinstance(ts, int) else [ts[i] for i in misses]
+                self.cache.fill([keys[i] for i in misses], fetched, miss_ts)
+            return out  # type: ignore[return-value]
+        finally:
+            self.read_s += time.monotonic() - started
+
+    def take_read_s(self) -> float:
+        """Time the batch spent reading state; resets it."""
+        read_s, self.read_s = self.read_s, 0.0
+        return read_s
+
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: Sequence[int] | int = 0) -> None:
+        """Write this batch's new values (None deletes the key)."""
+        self.cache.put_many(keys, values, ts)
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """Delete every key in [begin, end) as of this batch."""
+        self._quiesce()
+        self.cache.delete_range(begin, end)
+
+    def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
+        self._quiesce()
+        layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
+        merged: dict[bytes, bytes | None] = dict(self.store.scan(begin, end))
+        for layer in reversed(layers):  # oldest first
+            for b, e in layer.range_deletes:
+                for key in [k for k in merged if b <= k < e]:
+                    merged[key] = None
+            merged.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
+        for b, e in self.cache.deleted_ranges:
+            for key in [k for k in merged if b <= k < e]:
+                merged[key] = None
+        merged.update(self.cache.items(begin, end))
+        return sorted((k, v) for k, v in merged.items() if v is not None)
+
+    # -- batch boundaries
+    def freeze(self, version: int) -> CommitBuffer:
+        """The batch's changes, drained from the cache into version ``version``'s commit buffer."""
+        self._quiesce()
+        changes, range_deletes = self.cache.drain()
+        return CommitBuffer(version, changes, tuple(range_deletes))
+
+    def reset(self) -> None:
+        """Forget the cache and any hints: the store was (re)loaded."""
+        if self.prefetcher is not None:
+            self.prefetcher.clear()
+        self.cache.clear()
+
+    def _quiesce(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.quiesce()
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()

@@ -1,0 +1,70 @@
+"""Differential tests: NEXMark Q13, Q18, Q19 and Q20 through the runtime equal plain Spark's results.
+
+One generated input (20 s at 200 events/s in 10 files, so 5 batches of two files, 2% bad records)
+serves every run; each query's reference (``--mode native``) runs once.
+"""
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from jobs import nexmark
+from jobs.gen.bad_records import BAD_RECORDS_FILE
+from jobs.gen.nexmark import generate_nexmark
+from job_helpers import assert_same_results, metrics, output_rows, run_in_process
+from misa.io.quarantine import read_quarantine
+
+QUERIES = ["q13", "q18", "q19", "q20"]
+APPEND_QUERIES = {"q13", "q20"}  # each output row exactly once
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("nexmark-input")
+    generate_nexmark(folder, rate=200, seconds=20, seed=3, files_per_second=0.5, bad_fraction=0.02,
+                     side_rows=1000, progress=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(spark, data, tmp_path_factory):
+    """Plain Spark's final results and output rows per query, computed once."""
+    cache: dict = {}
+
+    def get(query: str) -> tuple[dict, Counter]:
+        if query not in cache:
+            run_dir = tmp_path_factory.mktemp(f"native-{query}")
+            cache[query] = run_in_process(spark, nexmark, query, "native", data, run_dir), output_rows(run_dir)
+        return cache[query]
+
+    return get
+
+
+@pytest.mark.parametrize("mode", ["sync", "misa"])
+@pytest.mark.parametrize("query", QUERIES)
+def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
+    final, rows = reference(query)
+    assert_same_results(run_in_process(spark, nexmark, query, mode, data, tmp_path), final)
+    if query in APPEND_QUERIES:
+        assert output_rows(tmp_path) == rows
+    bad = (data / BAD_RECORDS_FILE).read_bytes().decode().split("\n")[:-1]
+    assert sorted(read_quarantine(tmp_path / "ckpt" / "quarantine")) == sorted(bad)
+    records = metrics(tmp_path)
+    assert len(records) == 5 and sum(r["bad_records"] for r in records) == len(bad)
+
+
+def test_reference_is_not_trivial(reference):
+    """Each query's reference has enough rows and (q19) full top 10s to make the comparison meaningful."""
+    sizes = {query: len(reference(query)[0]) for query in QUERIES}
+    assert all(size >= 100 for size in sizes.values()), sizes
+    assert max(rank for _, rank in reference("q19")[0]) == nexmark.TOP_N
+    assert {row["category"] for row in reference("q20")[0].values()} == {nexmark.Q20_CATEGORY}
+
+
+def test_output_mode_is_the_query_own(capsys):
+    with pytest.raises(SystemExit):
+        nexmark.parse_args(["--query", "q19", "--output-mode", "append", "--input", "i", "--output", "o",
+                            "--checkpoint", "c"])
+    assert "supports --output-mode update only" in capsys.readouterr().err
+    assert nexmark.parse_args(["--query", "q20", "--input", "i", "--output", "o", "--checkpoint", "c"]).output_mode \
+        == "append"

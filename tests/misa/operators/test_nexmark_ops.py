@@ -1,0 +1,313 @@
+"""The keyed operators (misa.operators.keyed) and the record codec on hand-made Arrow data, with a real state store.
+
+Each batch is committed (sync) like the runtime does, so a restart can load a version and the
+operator's metadata, and go on.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from misa.runtime.commit import CommitController
+from misa.state.view import StateView
+from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
+from misa.state.records import RecordCodec
+from misa.state.store import StateStore
+
+BID = pa.struct([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()), ("channel", pa.string()),
+                 ("url", pa.string()), ("date_time", pa.int64()), ("extra", pa.string())])
+AUCTION = pa.struct([("id", pa.int64()), ("item_name", pa.string()), ("date_time", pa.int64()),
+                     ("category", pa.int64()), ("extra", pa.string())])
+
+
+class Runner:
+    """An operator over a real state store, each batch committed in sync mode as the job does."""
+
+    def __init__(self, config, root: Path, operator, version: int | None = None):
+        self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
+        self.view = StateView(self.store)
+        self.controller = CommitController(self.store, self.view, mode="sync")
+        self.operator = operator
+        if version is not None:  # a restart: the state and the metadata of a committed version
+            operator.restore(self.store.load(version).metadata)
+        self.version = self.store.version
+
+    def batch(self, deltas: pa.Table):
+        self.version += 1
+        result = self.operator.apply(deltas, self.view)
+        self.controller.commit(self.view.freeze(self.version), self.operator.metadata())
+        return result
+
+    def keys(self, prefix: bytes = b"") -> list[bytes]:
+        return [k for k, _ in self.view.scan(prefix, prefix + b"\xff" * 16)]
+
+    def close(self) -> None:
+        self.controller.drain()
+        self.controller.close()
+        self.view.close()
+        self.store.close()
+
+
+@pytest.fixture
+def run(config, tmp_path):
+    """Start a runner (``run(operator)``, or ``run(operator, version)`` to restart); all are closed at the end."""
+    runners: list[Runner] = []
+
+    def start(operator, version: int | None = None) -> Runner:
+        if runners:
+            runners[-1].close()
+        runners.append(Runner(config, tmp_path, operator, version))
+        return runners[-1]
+
+    yield start
+    runners[-1].close()
+
+
+def bids(*rows: tuple) -> pa.Table:
+    """rows: (auction, bidder, price, date_time[, channel[, url[, extra]]]); channel, url, extra default to c, u, x."""
+    records = []
+    for auction, bidder, price, date_time, *text in rows:
+        channel, url, extra = [*text, *("c", "u", "x")[len(text):]]
+        records.append({"auction": auction, "bidder": bidder, "price": price, "channel": channel, "url": url,
+                        "date_time": date_time, "extra": extra})
+    return pa.Table.from_pylist(records, schema=pa.schema(list(BID)))
+
+
+# ------------------------------------------------------------------------------------- record codec
+def test_record_codec_round_trips_lists_of_records():
+    table = pa.table({"a": pa.array([1, None, -3, 2**62], pa.int64()), "s": ["x", None, "ü long", ""],
+                      "b": pa.array([5, 6, None, 8], pa.int32())})
+    codec = RecordCodec(table.schema)
+    values = codec.encode(table, np.array([2, 0, 1, 1]))
+    assert values == codec.encode(table, np.array([2, 0, 1, 1]))  # deterministic
+    rows, owner = codec.decode([values[3], None, values[0], values[1], values[2]])
+    assert owner.tolist() == [0, 2, 2, 4] and rows.schema == table.schema
+    assert rows.to_pylist() == [table.to_pylist()[i] for i in (3, 0, 1, 2)]
+    empty, none = codec.decode([])
+    assert empty.num_rows == 0 and empty.schema == table.schema and len(none) == 0
+    with pytest.raises(TypeError, match="x has type double"):
+        RecordCodec([pa.field("x", pa.float64())])
+    with pytest.raises(ValueError, match="add up to 1, but there are 4 rows"):
+        codec.encode(table, np.array([1]))
+
+
+# ---------------------------------------------------------------------------------------------- Q13
+@pytest.fixture
+def side(tmp_path) -> Path:
+    path = tmp_path / "side.jsonl"
+    path.write_text("".join(json.dumps({"key": k, "value": f"v{k}"}) + "\n" for k in range(10)))
+    return path
+
+
+def q13(side: Path) -> LookupJoin:
+    return LookupJoin("auction", ["auction", "bidder", "price", "date_time"], side, time_column="date_time")
+
+
+def enriched(result) -> list[tuple]:
+    return sorted((r["auction"], r["bidder"], r["value"]) for r in result.output.to_pylist())
+
+
+def test_lookup_join_enriches_each_row_and_counts_rows_without_a_side_row(run, side):
+    runner = run(q13(side))
+    table = bids((13, 1, 5, 100), (20, 2, 6, 101), (-7, 3, 7, 102), (None, 4, 8, 103), (13, 5, 9, 104))
+    result = runner.batch(table.select(["auction", "bidder", "price", "date_time"]))
+    # 13 % 10 = 3; SQL's % keeps the key's sign, so -7 names no side row; a null key none either
+    assert enriched(result) == [(13, 1, "v3"), (13, 5, "v3"), (20, 2, "v0")]
+    assert result.output.column_names == ["auction", "bidder", "price", "date_time", "value"]
+    assert result.dropped_rows == 2 and runner.operator.metadata() == {"side_rows": 10, "dropped_rows": 2}
+    assert len(runner.keys(b"s")) == 10  # the side table lives in the state
+
+
+def test_side_table_is_loaded_once_and_restored_with_the_state(run, side):
+    runner = run(q13(side))
+    runner.batch(bids((1, 1, 1, 1)).select(["auction", "bidder", "price", "date_time"]))
+    side.write_text('{"key": 1, "value": "changed"}\n')  # neither a later batch nor a restart rereads it
+    assert enriched(runner.batch(bids((11, 2, 1, 2)).select(["auction", "bidder", "price", "date_time"]))) == [
+        (11, 2, "v1")]
+    side.unlink()
+    resumed = run(q13(side), version=1)
+    assert resumed.operator.side_rows == 10
+    assert enriched(resumed.batch(bids((21, 3, 1, 3)).select(["auction", "bidder", "price", "date_time"]))) == [
+        (21, 3, "v1")]
+    with pytest.raises(FileNotFoundError, match="side.jsonl is missing: a fresh state loads it"):
+        q13(side).apply(bids((1, 1, 1, 1)), StateView(resumed.store))
+
+
+def test_side_table_keys_must_be_unique(run, side):
+    side.write_text('{"key": 1, "value": "a"}\n{"key": 1, "value": "b"}\n')
+    with pytest.raises(ValueError, match="key must be present and unique"):
+        run(q13(side)).batch(bids((1, 1, 1, 1)).select(["auction", "bidder", "price", "date_time"]))
+
+
+# ---------------------------------------------------------------------------------------------- Q18
+def q18() -> TopN:
+    return TopN(["bidder", "auction"], ["price", "channel", "url", "date_time", "extra"],
+                [("date_time", "descending"), ("price", "descending"), ("channel", "descending"),
+                 ("url", "descending"), ("extra", "descending")], time_column="date_time")
+
+
+def latest(result) -> dict[tuple, tuple]:
+    return {(r["bidder"], r["auction"]): (r["date_time"], r["price"], r["channel"], r["extra"])
+            for r in result.output.to_pylist()}
+
+
+def q18_rows(table: pa.Table) -> pa.Table:
+    return table.select(["bidder", "auction", "price", "channel", "url", "date_time", "extra"])
+
+
+def test_latest_bid_wins_across_batches_and_only_changes_are_written(run):
+    runner = run(q18())
+    first = runner.batch(q18_rows(bids((1, 7, 10, 5), (1, 7, 99, 3), (2, 7, 1, 1))))
+    assert latest(first) == {(7, 1): (5, 10, "c", "x"), (7, 2): (1, 1, "c", "x")}
+    assert first.output.column_names == ["bidder", "auction", "price", "channel", "url", "date_time", "extra"]
+    assert latest(runner.batch(q18_rows(bids((1, 7, 50, 4))))) == {}  # older than the stored bid: no change
+    assert latest(runner.batch(q18_rows(bids((1, 7, 20, 9), (2, 8, 2, 2))))) == {(7, 1): (9, 20, "c", "x"),
+                                                                                 (8, 2): (2, 2, "c", "x")}
+    assert len(runner.keys()) == 3
+
+
+def test_latest_bid_ties_are_broken_by_the_whole_record_whatever_the_arrival_order(run):
+    tied = [(1, 7, 10, 5, "A"), (1, 7, 10, 5, "B"), (1, 7, 9, 5, "C"), (1, 7, 10, 5, "B", "u", None)]
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0]):
+        runner = run(q18())
+        outputs = [latest(runner.batch(q18_rows(bids(tied[i])))) for i in order]
+        # same date_time: the higher price, then the larger channel; a null extra ranks below "x"
+        assert {k: v for out in outputs for k, v in out.items()} == {(7, 1): (5, 10, "B", "x")}
+        runner.close()
+    together = run(q18()).batch(q18_rows(bids(*tied)))
+    assert latest(together) == {(7, 1): (5, 10, "B", "x")}
+
+
+# ---------------------------------------------------------------------------------------------- Q19
+def q19() -> TopN:
+    return TopN(["auction"], ["price", "bidder", "date_time"],
+                [("price", "descending"), ("date_time", "ascending"), ("bidder", "ascending")],
+                n=10, rank_column="rank", time_column="date_time")
+
+
+def q19_rows(table: pa.Table) -> pa.Table:
+    return table.select(["auction", "price", "bidder", "date_time"])
+
+
+def ranks(result) -> dict[tuple, tuple]:
+    return {(r["auction"], r["rank"]): (r["price"], r["bidder"], r["date_time"]) for r in result.output.to_pylist()}
+
+
+def test_top_ten_bids_are_kept_across_batches_and_lower_bids_evicted(run):
+    runner = run(q19())
+    final: dict[tuple, tuple] = {}  # as misa.io.sink.final_results keyed by (auction, rank) sees the output
+    first = runner.batch(q19_rows(bids(*[(1, 100 + p, p, p) for p in range(1, 13)], (2, 5, 7, 1))))
+    assert first.output.column_names == ["auction", "rank", "price", "bidder", "date_time"]
+    assert [v[0] for k, v in sorted(ranks(first).items()) if k[0] == 1] == list(range(12, 2, -1))
+    final.update(ranks(first))
+    assert ranks(runner.batch(q19_rows(bids((1, 9, 2, 50))))) == {}  # below the tenth: nothing changes
+    third = runner.batch(q19_rows(bids((1, 9, 100, 60), (2, 6, 1, 61))))
+    assert sorted(k[0] for k in ranks(third)) == [1] * 10 + [2] * 2  # every rank of each changed auction
+    final.update(ranks(third))
+    assert [final[1, r][0] for r in range(1, 11)] == [100, *range(12, 3, -1)]  # 3 is evicted
+    assert [final[2, r][0] for r in (1, 2)] == [7, 1]
+    stored = runner.view.get_many(runner.keys())
+    assert [len(runner.operator._records.decode([v])[0]) for v in stored] == [10, 2]
+
+
+def test_top_n_ties_rank_the_earlier_then_the_smaller_bidder_first(run):
+    runner = run(q19())
+    runner.batch(q19_rows(bids((1, 8, 50, 9), (1, 9, 50, 8))))
+    result = runner.batch(q19_rows(bids((1, 7, 50, 9), (1, 1, 40, 1))))
+    assert [ranks(result)[1, r] for r in range(1, 5)] == [(50, 9, 8), (50, 7, 9), (50, 8, 9), (40, 1, 1)]
+
+
+def test_top_n_order_must_cover_every_column():
+    with pytest.raises(ValueError, match="must name each of the columns"):
+        TopN(["auction"], ["price", "bidder"], [("price", "descending")])
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        TopN(["auction"], ["price"], [("price", "descending")], n=0)
+
+
+# ---------------------------------------------------------------------------------------------- Q20
+def q20() -> KeyedJoin:
+    return KeyedJoin("bid", "auction", "auction", "id", ("category", 10), right_prefix="auction_",
+                     time_column="date_time")
+
+
+def events(*rows: tuple) -> pa.Table:
+    """rows: ("a", id, category) or ("b", auction, bidder): each event in its struct column."""
+    bid_rows = [dict(zip(BID.names, (r[1], r[2], 1, "c", "u", r[2], "x"))) if r[0] == "b" else None for r in rows]
+    auction_rows = [{"id": r[1], "item_name": f"item{r[1]}", "date_time": 1, "category": r[2], "extra": "e"}
+                    if r[0] == "a" else None for r in rows]
+    return pa.table({"bid": pa.array(bid_rows, BID), "auction": pa.array(auction_rows, AUCTION)})
+
+
+def pairs(result) -> list[tuple]:
+    return sorted((r["auction"], r["bidder"], r["item_name"]) for r in result.output.to_pylist())
+
+
+def test_bids_join_their_auction_whether_before_after_or_in_the_same_batch(run):
+    runner = run(q20())
+    first = runner.batch(events(("b", 1, 100), ("a", 2, 10), ("b", 2, 101), ("b", 3, 102)))
+    assert pairs(first) == [(2, 101, "item2")]
+    assert first.output.column_names == ["auction", "bidder", "price", "channel", "url", "date_time", "extra",
+                                         "item_name", "auction_date_time", "category", "auction_extra"]
+    assert len(runner.keys(b"l")) == 2  # bids on auctions 1 and 3 wait
+    second = runner.batch(events(("b", 1, 103), ("a", 1, 10), ("b", 2, 104)))
+    assert pairs(second) == [(1, 100, "item1"), (1, 103, "item1"), (2, 104, "item2")]
+    assert len(runner.keys(b"l")) == 1  # auction 1's waiting list is gone
+    third = runner.batch(events(("a", 3, 10), ("b", 3, 105)))
+    assert pairs(third) == [(3, 102, "item3"), (3, 105, "item3")]
+    assert runner.keys(b"l") == [] and runner.batch(events(("b", 4, 1))).output.num_rows == 0
+
+
+def test_other_categories_are_dropped_at_once_and_nothing_is_joined_twice(run):
+    runner = run(q20())
+    runner.batch(events(("b", 5, 200), ("b", 6, 201)))
+    assert pairs(runner.batch(events(("a", 5, 11), ("a", 6, 10), ("b", 5, 202)))) == [(6, 201, "item6")]
+    assert runner.keys(b"l") == []  # bids on auction 5 (category 11) were not kept
+    assert pairs(runner.batch(events(("b", 5, 203), ("b", 6, 204)))) == [(6, 204, "item6")]
+    assert runner.batch(events(("b", 5, 205))).output.num_rows == 0 and runner.keys(b"l") == []
+
+
+def test_repeated_auctions_and_null_keys_are_counted(run):
+    runner = run(q20())
+    result = runner.batch(events(("a", 1, 10), ("a", 1, 12), ("b", None, 1), ("a", None, 10)))
+    assert result.dropped_rows == 3
+    result = runner.batch(events(("a", 1, 10), ("b", 1, 2)))
+    assert result.dropped_rows == 1 and pairs(result) == [(1, 2, "item1")]
+    assert runner.operator.metadata() == {"dropped_rows": 4}
+
+
+def test_keyed_join_resumes_from_a_version(run):
+    runner = run(q20())
+    runner.batch(events(("b", 1, 100), ("a", 2, 10), ("a", 3, 10), ("a", 3, 10)))
+    runner.batch(events(("b", 2, 101)))
+    resumed = run(q20(), version=0)  # replay the second batch (version 1) from version 0
+    assert resumed.operator.dropped_rows == 1
+    assert pairs(resumed.batch(events(("b", 2, 101), ("a", 1, 10)))) == [(1, 100, "item1"), (2, 101, "item2")]
+
+
+def test_metadata_round_trips(side):
+    lookup = q13(side)
+    lookup.side_rows, lookup.dropped_rows = 10, 3
+    other = q13(side)
+    other.restore(lookup.metadata())
+    assert (other.side_rows, other.dropped_rows) == (10, 3)
+    fresh = q13(side)
+    fresh.restore({})
+    assert fresh.side_rows is None  # a fresh state: the first batch loads the side table
+    join, resumed = q20(), q20()
+    join.dropped_rows = 2
+    resumed.restore(join.metadata())
+    assert resumed.dropped_rows == 2
+    top = q19()
+    top.restore(top.metadata())
+
+
+def test_empty_batches_give_typed_empty_output(run, side):
+    for operator, table, columns in [(q13(side), bids().select(["auction", "bidder", "price", "date_time"]), 5),
+                                     (q18(), q18_rows(bids()), 7), (q19(), q19_rows(bids()), 5),
+                                     (q20(), events(), 11)]:
+        result = run(operator).batch(table)
+        assert result.output.num_rows == 0 and len(result.output.column_names) == columns

@@ -1,0 +1,114 @@
+"""The job API on static DataFrames: a replayed batch id reloads the state before it."""
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from misa.config import MisaConfig
+from misa.runtime.job import StatefulJob
+from misa.runtime.process import switch_interval
+from misa.operators.aggregation import Agg, Aggregation
+
+
+@pytest.mark.parametrize("mode", ["sync", "misa"])
+def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode):
+    outputs: dict[int, pa.Table] = {}
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("total", "sum", "x"), Agg("n", "count", "x")]),
+        lambda batch_id, table: outputs.__setitem__(batch_id, table),
+        str(tmp_path / "ckpt"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode}),
+        echo=None,
+    )
+    batch = spark.range(100).select((F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x"))
+    try:
+        for batch_id in (0, 1, 1, 2):  # batch 1 runs twice, as after a retried foreachBatch
+            job.run_batch(batch, batch_id)
+    finally:
+        job.close()
+    final = {row["k"]: (row["total"], row["n"]) for row in outputs[2].to_pylist()}
+    per_batch = {k: (sum(x for x in range(100) if x % 3 == k), len([x for x in range(100) if x % 3 == k]))
+                 for k in range(3)}
+    assert final == {k: (3 * s, 3 * n) for k, (s, n) in per_batch.items()}
+
+
+def test_the_library_leaves_process_settings_to_the_entry_point(spark, tmp_path):
+    """A job in a shared session changes neither the switch interval nor the collector; an entry point's
+    ``switch_interval`` block sets the interval for the batches and restores it."""
+    import gc
+    import sys
+
+    spark.range(10).select((F.col("id") % 2).alias("k"), F.col("id").cast("double").alias("x")) \
+        .write.parquet(str(tmp_path / "in"))
+    seen: list[tuple[float, bool]] = []
+
+    def run(name: str) -> None:
+        job = StatefulJob(
+            Aggregation(["k"], [Agg("n", "count", "x")]),
+            lambda batch_id, table: seen.append((sys.getswitchinterval(), gc.isenabled())),
+            str(tmp_path / name),
+            config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+            echo=None,
+        )
+        stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
+        try:
+            job.start(spark, stream, {"availableNow": True}).awaitTermination()
+        finally:
+            job.close(spark)
+
+    before = sys.getswitchinterval()
+    run("library")
+    with switch_interval(0.001):
+        run("entry-point")
+    assert seen == [(pytest.approx(before), True), (pytest.approx(0.001), True)]
+    assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("mode", ["sync", "misa"])
+def test_a_replayed_version_is_forgotten_before_it_is_rebuilt(spark, tmp_path, mode):
+    """A replay must not overwrite ckpt/v and the DFS manifest of v while v's markers still count."""
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("n", "count", "x")]), lambda batch_id, table: None, str(tmp_path / "ckpt"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode}), echo=None,
+    )
+    store = job.store
+    rebuilt_while_committed: list[int] = []
+    checkpoint = store.checkpoint
+
+    def watched(version, *args, **kwargs):
+        if version in store.checkpoints.local.versions() or version in store.checkpoints.dfs.committed_versions():
+            rebuilt_while_committed.append(version)
+        return checkpoint(version, *args, **kwargs)
+
+    store.checkpoint = watched
+    batch = spark.range(20).select((F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x"))
+    try:
+        for batch_id in (0, 1, 2, 1, 2):  # batches 1 and 2 run again, as after a re-evaluated DataFrame
+            job.run_batch(batch, batch_id)
+    finally:
+        job.close()
+    assert rebuilt_while_committed == []
+    assert store.checkpoints.dfs.committed_versions()[-1] == 2
+
+
+def test_a_hadoop_style_file_location_keeps_the_state_across_restarts(spark, tmp_path):
+    """``file:/x`` is how Hadoop writes local paths; a restart must find Spark's logs and the state there."""
+    rows = lambda start: spark.range(start, start + 30).select(  # noqa: E731
+        (F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x"))
+    outputs: dict[int, pa.Table] = {}
+
+    def run() -> None:
+        job = StatefulJob(Aggregation(["k"], [Agg("n", "count", "x")]),
+                          lambda batch_id, table: outputs.__setitem__(batch_id, table), f"file:{tmp_path / 'ckpt'}",
+                          config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}), echo=None)
+        stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
+        try:
+            job.start(spark, stream, {"availableNow": True}).awaitTermination()
+        finally:
+            job.close(spark)
+
+    rows(0).write.mode("append").parquet(str(tmp_path / "in"))
+    run()
+    rows(30).write.mode("append").parquet(str(tmp_path / "in"))
+    run()
+    assert (tmp_path / "ckpt" / "misa-local").is_dir()
+    assert {r["k"]: r["n"] for r in outputs[max(outputs)].to_pylist()} == {0: 20, 1: 20, 2: 20}

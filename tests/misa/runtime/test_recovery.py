@@ -1,0 +1,257 @@
+"""Reconciling the state store with Spark's offsets and commits logs (DESIGN section 5)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from misa.runtime.recovery import RecoveryError, reconcile
+from misa.state.store import EMPTY_VERSION, StateStore
+from state_helpers import fill
+
+
+def spark_log(ckpt: Path, committed: int, offsets: int) -> None:
+    """A Spark checkpoint whose commits log ends at ``committed`` and offsets log at ``offsets``."""
+    for folder, last in (("commits", committed), ("offsets", offsets)):
+        (ckpt / folder).mkdir(parents=True, exist_ok=True)
+        for batch_id in range(last + 1):
+            (ckpt / folder / str(batch_id)).write_text("v1\n{}")
+            (ckpt / folder / f".{batch_id}.crc").write_text("crc")
+
+
+def entries(ckpt: Path, folder: str) -> list[int]:
+    return sorted(int(p.name) for p in (ckpt / folder).iterdir() if p.name.isdigit())
+
+
+@pytest.fixture
+def store(config, tmp_path):
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as s:
+        for version in range(3):
+            fill(s, 100, seed=version, start=version * 100)
+            s.checkpoint(version)
+            s.upload(version)
+        yield s
+
+
+def test_fresh_start(config, tmp_path):
+    with StateStore(config, tmp_path / "s", f"file://{tmp_path / 'd'}") as s:
+        assert reconcile(s, str(tmp_path / "ckpt")) == EMPTY_VERSION
+
+
+def test_resume_when_spark_and_state_agree(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    assert reconcile(store, str(tmp_path / "ckpt")) == 2
+
+
+def test_state_ahead_of_spark_rolls_back(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=1, offsets=2)
+    assert reconcile(store, str(tmp_path / "ckpt")) == 1
+    assert store.checkpoints.dfs.committed_versions() == [0, 1]  # version 2 is rebuilt by the replay
+    assert store.checkpoints.local.versions() == [0, 1]
+
+
+def test_batch_in_flight_is_replayed_by_spark(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=3, offsets=4)
+    assert reconcile(store, str(tmp_path / "ckpt")) == 2
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2]
+    assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2, 3]  # Spark replays batch 3 from its offsets
+    assert not (tmp_path / "ckpt" / "commits" / ".3.crc").exists()
+
+
+def test_locally_committed_version_is_uploaded_first(store, tmp_path):
+    fill(store, 100, seed=9, start=300)
+    store.checkpoint(3)  # ack 1 only: the process died before the upload
+    spark_log(tmp_path / "ckpt", committed=3, offsets=3)
+    assert reconcile(store, str(tmp_path / "ckpt")) == 3
+    assert store.checkpoints.newest_durable() == 3
+
+
+def test_impossible_gap_fails_loudly(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=5, offsets=5)
+    with pytest.raises(RecoveryError, match=r"last committed batch is 5 .* but the state is at version 2 .*batches 3..4 is missing"):
+        reconcile(store, str(tmp_path / "ckpt"))
+
+
+# ---------------------------------------------------------------- locations Spark accepts
+@pytest.mark.parametrize("form", ["file:{path}", "file://{path}", "{path}"])
+def test_every_local_form_of_the_location_reads_the_same_spark_log(store, tmp_path, form):
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    assert reconcile(store, form.format(path=tmp_path / "ckpt")) == 2
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]  # nothing forgotten
+
+
+def test_spark_log_on_an_object_store_is_read_through_fsspec(store, s3_url):
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(s3_url)
+    for folder in ("commits", "offsets"):
+        for batch_id in range(3):
+            fs.pipe_file(f"{root}/ckpt/{folder}/{batch_id}", b"v1\n{}")
+    fs.pipe_file(f"{root}/ckpt/offsets/3", b"v1\n{}")
+    location = s3_url.replace("s3://", "s3a://") + "/ckpt"  # Hadoop's spelling, as Spark is given it
+    assert reconcile(store, location) == 2
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- never destroy what cannot be replaced
+def test_spark_far_behind_the_state_fails_and_touches_nothing(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=0, offsets=1)
+    with pytest.raises(RecoveryError, match=r"Spark's last committed batch is 0 \(checkpoint at .*\) but the state is at version 2"):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+    assert store.checkpoints.local.versions() == [0, 1, 2]
+
+
+def test_a_fresh_spark_checkpoint_beside_existing_state_fails_and_touches_nothing(store, tmp_path):
+    with pytest.raises(RecoveryError, match="no committed batch"):
+        reconcile(store, str(tmp_path / "another-ckpt"))
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+
+
+def test_a_rollback_to_a_version_that_cannot_be_restored_keeps_the_newer_one(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=1, offsets=2)
+    for level in (store.checkpoints.local, store.checkpoints.dfs):  # version 1 damaged on both levels
+        for path in [p for p in Path(level.root).glob("shard-*/manifest/1.json")]:
+            path.write_text("{")
+    with pytest.raises(RecoveryError, match="version 1 cannot be restored"):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert 2 in store.checkpoints.dfs.committed_versions() and 2 in store.checkpoints.local.versions()
+
+
+# ---------------------------------------------------------------- a crash inside recovery
+def consistent(ckpt: Path, version: int) -> None:
+    """Spark resumes exactly after ``version``: commits end there and offsets at most one further."""
+    assert max(entries(ckpt, "commits")) <= version + 1
+    assert max(entries(ckpt, "offsets")) <= max(entries(ckpt, "commits")) + 1
+
+
+def test_a_failed_offsets_removal_never_leaves_the_commit_entry_gone(store, tmp_path, monkeypatch):
+    import os
+
+    spark_log(tmp_path / "ckpt", committed=3, offsets=4)
+    real_unlink, real_remove = os.unlink, os.remove
+
+    def refuse_offsets(path, *args, **kwargs):
+        if Path(path).parent.name == "offsets":
+            raise PermissionError(f"cannot remove {path}")
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refuse_offsets)
+    monkeypatch.setattr(os, "remove", refuse_offsets)
+    with pytest.raises(PermissionError):
+        reconcile(store, str(tmp_path / "ckpt"))
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    monkeypatch.setattr(os, "remove", real_remove)
+    # batch 3 must still be replayed: its commit entry stays until the later offsets are gone
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2, 3]
+    assert reconcile(store, str(tmp_path / "ckpt")) == 2
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2]
+    assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("point", ["recovery.after_offset_removed", "recovery.after_commit_removed"])
+def test_a_crash_at_each_replay_step_is_handled_by_the_next_recovery(store, tmp_path, point):
+    from checkpoint import failpoints
+
+    spark_log(tmp_path / "ckpt", committed=3, offsets=4)
+    failpoints.configure(f"{point}=raise")
+    with pytest.raises(failpoints.FailpointError):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert failpoints.hits(point) == 1
+    consistent(tmp_path / "ckpt", 2)
+    failpoints.configure("")
+    assert reconcile(store, str(tmp_path / "ckpt")) == 2
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2]
+    assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2, 3]
+
+
+def test_a_crash_before_a_rollback_forgets_anything_is_handled_by_the_next_recovery(store, tmp_path):
+    from checkpoint import failpoints
+
+    spark_log(tmp_path / "ckpt", committed=1, offsets=2)
+    failpoints.configure("recovery.before_rollback=raise")
+    with pytest.raises(failpoints.FailpointError):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert failpoints.hits("recovery.before_rollback") == 1
+    assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
+    failpoints.configure("")
+    assert reconcile(store, str(tmp_path / "ckpt")) == 1
+    assert store.checkpoints.dfs.committed_versions() == [0, 1]
+
+
+# ---------------------------------------------------------------- the file source's own log
+def file_source_log(ckpt: Path, last: int, compact_at: int | None = None) -> None:
+    """A file source log (``sources/0``) with one file per batch 0..last; offsets name its logOffset."""
+    folder = ckpt / "sources" / "0"
+    folder.mkdir(parents=True)
+    record = lambda b: f'{{"path":"file:///in/f{b}.json","timestamp":1,"batchId":{b}}}'  # noqa: E731
+    for b in range(last + 1):
+        if b == compact_at:
+            (folder / f"{b}.compact").write_text("v1\n" + "\n".join(record(x) for x in range(b + 1)))
+            (folder / f".{b}.compact.crc").write_text("crc")
+        else:
+            (folder / str(b)).write_text(f"v1\n{record(b)}")
+            (folder / f".{b}.crc").write_text("crc")
+    for b in entries(ckpt, "offsets"):
+        (ckpt / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{b}}}')
+
+
+@pytest.mark.parametrize("compact_at", [None, 4])
+def test_a_replay_trims_the_file_source_log_so_later_batches_are_planned_as_before(store, tmp_path, compact_at):
+    """Left in place, source entry 4 would make Spark's next batch span source batches 4 and 5."""
+    ckpt = tmp_path / "ckpt"
+    spark_log(ckpt, committed=3, offsets=4)
+    file_source_log(ckpt, last=4, compact_at=compact_at)
+    assert reconcile(store, str(ckpt)) == 2
+    names = sorted(p.name for p in (ckpt / "sources" / "0").iterdir())
+    if compact_at is None:
+        assert names == [".0.crc", ".1.crc", ".2.crc", ".3.crc", "0", "1", "2", "3"]
+    else:  # the compacted entry stays (Spark's log needs it) but without batch 4's file, and without its old checksum
+        assert "4.compact" in names and ".4.compact.crc" not in names
+        lines = (ckpt / "sources" / "0" / "4.compact").read_text().splitlines()
+        assert lines[0] == "v1" and [json.loads(r)["batchId"] for r in lines[1:]] == [0, 1, 2, 3]
+    assert entries(ckpt, "offsets") == [0, 1, 2, 3] and entries(ckpt, "commits") == [0, 1, 2]
+
+
+def damage(store: StateStore, version: int) -> None:
+    for root in (store.checkpoints.local.root, Path(store.checkpoints.dfs.root)):
+        for path in Path(root).glob(f"shard-*/manifest/{version}.json"):
+            path.write_text('{"files": 3}')
+
+
+def test_a_newest_version_restorable_from_neither_level_stops_recovery_and_names_the_option(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    damage(store, 2)
+    with pytest.raises(RecoveryError, match=r"version 2 cannot be restored from either level.*Version 1 can be "
+                                            r"restored: set spark\.misa\.recovery\.allowPreviousVersion=true"):
+        reconcile(store, str(tmp_path / "ckpt"))
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2] and 2 in store.checkpoints.dfs.committed_versions()
+
+
+def test_with_the_option_recovery_starts_from_the_previous_version_and_spark_replays_the_rest(store, tmp_path):
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    damage(store, 2)
+    store.config = store.config.with_values(recovery_allow_previous=True)
+    assert reconcile(store, str(tmp_path / "ckpt")) == 1
+    assert entries(tmp_path / "ckpt", "commits") == [0, 1]
+    assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2]  # Spark replays batch 2 from its offsets
+    assert store.checkpoints.dfs.committed_versions() == [0, 1] and store.checkpoints.local.versions() == [0, 1]
+    store.load(1)
+
+
+def test_a_source_entry_no_offsets_entry_planned_is_forgotten_on_resume(store, tmp_path):
+    """A crash between Spark's file-source log entry 3 and offsets/3: the resumed query must plan batch 3
+    from the files alone, not from entry 3 plus the next files."""
+    ckpt = tmp_path / "ckpt"
+    spark_log(ckpt, committed=2, offsets=2)
+    file_source_log(ckpt, last=3)
+    assert reconcile(store, str(ckpt)) == 2
+    assert sorted(p.name for p in (ckpt / "sources" / "0").iterdir() if not p.name.startswith(".")) == ["0", "1", "2"]
+
+
+def test_a_source_log_that_is_not_a_file_sources_is_never_touched(store, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    spark_log(ckpt, committed=2, offsets=2)
+    (ckpt / "sources" / "0").mkdir(parents=True)
+    (ckpt / "sources" / "0" / "0").write_text('v1\n{"topic":{"0":12}}')  # Kafka's initial offsets
+    assert reconcile(store, str(ckpt)) == 2
+    assert (ckpt / "sources" / "0" / "0").exists()
