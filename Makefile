@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test bench-ckpt clean
+.PHONY: run test lint format bench-ckpt clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,17 @@ run: $(STAMP)
 		--max-files-per-trigger 2 --metrics $(RUN)/metrics.jsonl
 	$(BIN)/misa report $(RUN)/metrics.jsonl --out $(RUN)/report
 
-test: $(TEST_STAMP)
+test: lint
 	$(BIN)/python -m pytest
+
+# ruff (settings in pyproject.toml): lint and the format check; `make format` rewrites the files.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(TEST_STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 bench-ckpt: $(TEST_STAMP)
 	$(BIN)/misa bench ckpt

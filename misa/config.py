@@ -242,7 +242,7 @@ class MisaConfig:
                 continue
             if key not in by_key:
                 close = difflib.get_close_matches(key, by_key, n=1)
-                hint = f"; did you mean {close[0]}?" if close else f"; known keys are listed in conf/misa-defaults.conf"
+                hint = f"; did you mean {close[0]}?" if close else "; known keys are listed in conf/misa-defaults.conf"
                 raise ConfigError(f"unknown configuration key {key}{hint}")
             spec = by_key[key]
             try:

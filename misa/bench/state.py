@@ -123,7 +123,7 @@ def open_stores(config: MisaConfig, scratch: Path, policies: Sequence[str], work
     dfs = f"file://{scratch / 'dfs'}"
     first = stack.enter_context(StateStore(config, scratch / f"state-{policies[0]}", dfs))
     state_keys = preload(first, workload)
-    first.upload(0)
+    first.upload_and_retain(0)
     first.load(0)  # reopened from the checkpoint, as the others are
     stores = {policies[0]: first}
     for policy in policies[1:]:

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
@@ -32,7 +33,21 @@ from misa.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
-APPLY, UPLOAD, DONE = "apply", "upload", "done"
+
+
+class Stage(str, Enum):
+    """Where a version's commit stands. Apply ends with ack 1 (the local marker), upload with ack 2 (the DFS
+    marker; the batch after it may finish)."""
+
+    APPLY = "apply"  # write the commit buffer to RocksDB, flush, checkpoint locally, local marker
+    UPLOAD = "upload"  # copy the checkpoint to the DFS, DFS marker, retention
+    DONE = "done"  # durable
+
+    def __str__(self) -> str:
+        return self.value
+
+
+APPLY, UPLOAD, DONE = Stage.APPLY, Stage.UPLOAD, Stage.DONE
 FINAL_ERRORS = (DfsUnavailableError, CorruptCheckpointError)  # already retried: redoing the stage cannot help
 
 
@@ -49,7 +64,7 @@ class _Task:
     buffer: CommitBuffer
     metadata: dict[str, Any]
     record: CommitRecord
-    stage: str = APPLY
+    stage: Stage = APPLY
     error: CommitFailedError | None = None
     raised: bool = False  # the error reached a caller (close raises only errors nobody has seen)
     reported: bool = False
@@ -61,7 +76,7 @@ class _Task:
 
 @dataclass
 class _Worker:
-    stage: str
+    stage: Stage
     thread: threading.Thread | None = None
     generation: int = 0
     beat: float = field(default_factory=time.monotonic)
@@ -153,7 +168,7 @@ class CommitController:
                 raise task.error
 
     # ------------------------------------------------------------------ stages
-    def _run_inline(self, task: _Task, stage: str) -> None:
+    def _run_inline(self, task: _Task, stage: Stage) -> None:
         try:
             (self._run_apply if stage == APPLY else self._run_upload)(task, no_fence)
         except Exception as exc:
@@ -176,19 +191,19 @@ class CommitController:
         self._advance(task, APPLY, UPLOAD, fence)
 
     def _run_upload(self, task: _Task, fence: Fence) -> None:
-        stats = self.store.upload(task.version, fence)  # DFS marker (ack 2), then GC: every file step fenced
+        stats = self.store.upload_and_retain(task.version, fence)  # DFS marker (ack 2), then GC; each file step fenced
         task.record.upload_s = stats.seconds
         task.record.bytes_uploaded, task.record.bytes_reused = stats.bytes_uploaded, stats.bytes_reused
         self._advance(task, UPLOAD, DONE, fence)
 
-    def _advance(self, task: _Task, expected: str, to: str, fence: Fence) -> None:
+    def _advance(self, task: _Task, expected: Stage, to: Stage, fence: Fence) -> None:
         with self._cv:
             fence()  # under the lock: a replaced worker never moves a task its successor redoes
             if task.stage == expected:
                 task.stage = to
             self._cv.notify_all()
 
-    def _fail(self, task: _Task, stage: str, cause: BaseException) -> CommitFailedError:
+    def _fail(self, task: _Task, stage: Stage, cause: BaseException) -> CommitFailedError:
         """Record the error that ends ``task``'s commit, for its waiters; the caller holds the lock."""
         restarts = task.record.restarts
         after = f" after {restarts} restart(s) (spark.misa.commit.maxRestarts)" if restarts else ""
@@ -202,7 +217,7 @@ class CommitController:
         return task.error
 
     # ------------------------------------------------------------------ worker threads
-    def _next_task(self, stage: str) -> _Task | None:
+    def _next_task(self, stage: Stage) -> _Task | None:
         """Lowest version waiting in ``stage``; apply of v only once every older version is durable."""
         for version in sorted(self._tasks):
             task = self._tasks[version]
@@ -235,7 +250,7 @@ class CommitController:
             except _Superseded:
                 log.warning("%s thread of generation %d stopped: it was replaced", worker.stage, generation)
                 return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- kept for _retire, which logs it with its traceback
                 with self._cv:
                     if worker.generation == generation:  # a heartbeat check logs it, then redoes or fails the task
                         worker.error = exc
@@ -282,7 +297,7 @@ class CommitController:
         log.log(logging.ERROR if died else logging.WARNING, "%s thread %s: %s: %s; %s", worker.stage,
                 "died" if died else "replaced", type(cause).__name__, redact(str(cause)), outcome, exc_info=died)
 
-    def _redo(self, task: _Task, stage: str, cause: BaseException, can_restart: bool) -> str:
+    def _redo(self, task: _Task, stage: Stage, cause: BaseException, can_restart: bool) -> str:
         """Hand ``task`` to a new thread, or fail it when the cause is final or its restarts are used up."""
         if task.stage != stage:
             return f"version {task.version} had already left its {stage} stage"
@@ -291,7 +306,7 @@ class CommitController:
             return f"the commit of version {task.version} fails"
         task.record.restarts += 1
         redo = f"(restart {task.record.restarts} of {self.max_restarts})"
-        if stage == APPLY and not self.store.checkpoints.local.problems(task.version):
+        if stage == APPLY and self.store.ack1_holds(task.version):
             task.stage = UPLOAD  # ack 1 holds: only the upload is redone
             return f"ack 1 of version {task.version} holds: redoing its upload {redo}"
         return f"redoing the {stage} of version {task.version} {redo}"

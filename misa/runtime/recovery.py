@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 
 from checkpoint import failpoints
-from checkpoint.location import Location, parse, redact
+from checkpoint.location import Location, parse
 
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION, StateStore
@@ -26,9 +26,9 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     location = parse(checkpoint_location)
     spark = SparkCheckpointLog(location)
     c = spark.last_committed()
-    durable = store.checkpoints.newest_durable()
+    durable = store.newest_durable()
     v = EMPTY_VERSION if durable is None else durable
-    newer_local = [n for n in store.checkpoints.local.versions() if n > v and not store.checkpoints.local.problems(n)]
+    newer_local = store.locally_committed_after(v)
     v = max(newer_local, default=v)
     if not v - 1 <= c <= v + 1:
         raise RecoveryError(_gap_message(c, v, location, store))
@@ -36,7 +36,7 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     for local in newer_local:
         if local <= target:
             log.info("uploading locally committed version %d before recovery", local)
-            store.upload(local)
+            store.upload_and_retain(local)
     if c > target:
         log.warning("Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c,
                     target)
@@ -56,7 +56,7 @@ def _restorable_target(store: StateStore, wanted: int, c: int, v: int) -> int:
     problems = store.restore_problems(wanted)
     if not problems:
         return wanted
-    older = [n for n in reversed(store.checkpoints.retained_versions()) if n < wanted and not store.restore_problems(n)]
+    older = [n for n in reversed(store.retained_versions()) if n < wanted and not store.restore_problems(n)]
     if store.config.recovery_allow_previous and older:
         log.warning("version %d cannot be restored (%s); starting from version %d as "
                     "spark.misa.recovery.allowPreviousVersion allows", wanted, "; ".join(problems), older[0])
@@ -67,7 +67,7 @@ def _restorable_target(store: StateStore, wanted: int, c: int, v: int) -> int:
     raise RecoveryError(
         f"Spark's last committed batch is {c} and the state's newest version is {v}, so recovery needs version "
         f"{wanted}, but version {wanted} cannot be restored from either level: {'; '.join(problems)}. Nothing was "
-        f"changed. {option}; or check the DFS copy (misa ckpt verify {redact(store.checkpoints.dfs.url)}).")
+        f"changed. {option}; or check the DFS copy (misa ckpt verify {store.dfs_url}).")
 
 
 def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
@@ -75,7 +75,7 @@ def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
         spark_side = f"Spark's checkpoint at {location} has no committed batch"
     else:
         spark_side = f"Spark's last committed batch is {c} (checkpoint at {location})"
-    state = f"local {store.root}, DFS {redact(store.checkpoints.dfs.url)}"
+    state = f"local {store.root}, DFS {store.dfs_url}"
     if c > v + 1:
         cause = f"state for batches {v + 1}..{c - 1} is missing"
     else:

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import rocksdict
 
 from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, UploadStats, failpoints, no_fence
+from checkpoint.location import redact
 
 from misa.config import ConfigError, MisaConfig
 from misa.state.rocksdb_options import shard_options, unlogged_writes
@@ -186,6 +187,27 @@ class StateStore:
         self.version = version
         return commit
 
+    def ack1_holds(self, version: int) -> bool:
+        """Whether the local checkpoint of ``version`` is complete and valid (its local marker counts)."""
+        return not self.checkpoints.local.problems(version)
+
+    def newest_durable(self) -> int | None:
+        """The newest version with ack 2 (its DFS marker), or None."""
+        return self.checkpoints.newest_durable()
+
+    def locally_committed_after(self, version: int) -> list[int]:
+        """Versions newer than ``version`` whose ack 1 holds (not yet durable: recovery uploads them)."""
+        return [v for v in self.checkpoints.local.versions() if v > version and self.ack1_holds(v)]
+
+    def retained_versions(self) -> list[int]:
+        """Versions retained on either level, oldest first."""
+        return self.checkpoints.retained_versions()
+
+    @property
+    def dfs_url(self) -> str:
+        """The DFS location of the durable checkpoints, credentials redacted (for messages)."""
+        return redact(self.checkpoints.dfs.url)
+
     def restore_problems(self, version: int) -> list[str]:
         """Why ``version`` cannot be loaded (empty when it can; the empty version always can)."""
         return [] if version == EMPTY_VERSION else self.checkpoints.problems(version)
@@ -195,9 +217,10 @@ class StateStore:
         longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
         self.checkpoints.forget_after(version)
 
-    def upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
+    def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
         """Copy local ``version`` to the DFS (ack 2 when its marker is written), then apply retention
-        as a step of its own. ``fence`` is called before each file step of both."""
+        (GC of versions past ``spark.misa.checkpoint.retainVersions``) as a step of its own. ``fence`` is
+        called before each file step of both."""
         stats = self.checkpoints.upload(version, fence)
         self.checkpoints.gc(newest_durable=version, fence=fence)
         return stats

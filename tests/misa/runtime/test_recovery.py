@@ -28,7 +28,7 @@ def store(config, tmp_path):
         for version in range(3):
             fill(s, 100, seed=version, start=version * 100)
             s.checkpoint(version)
-            s.upload(version)
+            s.upload_and_retain(version)
         yield s
 
 
