@@ -11,16 +11,24 @@ first, so no key is fetched twice. Keys nobody hinted are fetched at once (the f
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .cache import MISSING, StateCache
 
+log = logging.getLogger(__name__)
+
 Fetch = Callable[[Sequence[bytes]], list]
 """Reads keys below the cache (pending commit buffers, then RocksDB); None for an absent key."""
+
+
+class PrefetchFailedError(RuntimeError):
+    """A chunk's fetch failed (logged with its cause where it happened); its readers fetch the keys themselves."""
 
 
 @dataclass
@@ -38,6 +46,7 @@ class PrefetchStats:
     slack_s_sum: float = 0.0     # hint-to-read time, summed over prefetch hits
     slack_s_min: float | None = None
     fetch_s: float = 0.0         # time spent fetching hinted chunks (the pool's fetches and the reads')
+    failed_prefetches: int = 0   # hinted keys whose chunk's fetch failed (each failure is logged)
 
     def as_dict(self) -> dict[str, float | int | None]:
         """The batch's record, with the mean slack instead of the sum."""
@@ -72,6 +81,14 @@ class _Claim:
     chunks: list[_Chunk]
     keys: list[bytes]
     hints: list[_Hint]
+
+
+@dataclass
+class _Misses:
+    """A read's keys not found cached: positions to wait for (with their chunk) and to fetch at once."""
+
+    waits: dict[int, _Chunk] = field(default_factory=dict)
+    fallback: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -193,13 +210,13 @@ class PrefetchManager:
         started = time.monotonic()
         try:
             values = fetch(keys)
-        except BaseException as exc:  # the readers waiting on these chunks fetch their keys themselves
-            with self._lock:
-                for key in keys:
-                    self._buffer.in_flight.pop(key, None)
-            for chunk in claim.chunks:
-                chunk.future.set_exception(exc)
+        except Exception as exc:
+            log.warning("prefetch of %d key(s) failed; their reads fetch them themselves", len(keys), exc_info=True)
+            self._abandon(claim, exc)
             return
+        except BaseException as exc:  # interrupted: release the readers waiting on these chunks, then go on
+            self._abandon(claim, exc)
+            raise
         stamps = [hint.ts for hint in hints]
         self.cache.fill(keys, values, stamps, prefetched=True)
         with self._lock:
@@ -217,6 +234,17 @@ class PrefetchManager:
         for chunk in claim.chunks:
             chunk.future.set_result(found)
 
+    def _abandon(self, claim: _Claim, cause: BaseException) -> None:
+        """Give up the claimed chunks: their keys leave the buffer and their waiters get a PrefetchFailedError."""
+        with self._lock:
+            for key in claim.keys:
+                self._buffer.in_flight.pop(key, None)
+            self.stats.failed_prefetches += len(claim.keys)
+        error = PrefetchFailedError(f"prefetch of {len(claim.keys)} key(s) failed: {type(cause).__name__}: {cause}")
+        error.__cause__ = cause
+        for chunk in claim.chunks:
+            chunk.future.set_exception(error)
+
     # ------------------------------------------------------------------ reads
     def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
         """Values of ``keys`` as the batch sees them: cache, then the hints' chunks, then a fetch.
@@ -229,17 +257,37 @@ class PrefetchManager:
         since) and fetched if still missing.
         """
         now = time.monotonic()
+        claim = self._claim_unstarted(keys)
+        own_fetch = self._reader.submit(self._fetch_claimed, claim, self.read_fetch) if claim.chunks else None
+        out = self._read_cache(keys, ts)
+        misses = self._sort_misses(keys, ts, out, set(claim.keys), now)
+        hinted_since = self._fetch_chunks(list(dict.fromkeys(misses.waits.values())), self.read_fetch)
+        self._fetch_into(out, keys, ts, misses.fallback)  # while the pool and the read's thread finish their chunks
+        if own_fetch is not None:
+            own_fetch.result()
+        failed = self._collect_waited(out, keys, misses.waits, set(claim.chunks) | set(hinted_since.chunks))
+        self._fetch_into(out, keys, ts, failed)
+        return out  # type: ignore[return-value]
+
+    def _claim_unstarted(self, keys: Sequence[bytes]) -> _Claim:
+        """Claim the chunks of ``keys`` that no thread has started: the read fetches them itself."""
         with self._lock:
             unprocessed = self._buffer.unprocessed
-            claim = self._claim(list(dict.fromkeys(unprocessed[k].chunk for k in keys if k in unprocessed)))
-        own_fetch = self._reader.submit(self._fetch_claimed, claim, self.read_fetch) if claim.chunks else None
-        own = set(claim.keys)
+            return self._claim(list(dict.fromkeys(unprocessed[k].chunk for k in keys if k in unprocessed)))
+
+    def _read_cache(self, keys: Sequence[bytes], ts: Sequence[int] | int) -> list:
+        """The cached values of ``keys`` (MISSING where absent), in slices so the pool's fills get in between."""
         out: list = []
         for begin in range(0, len(keys), self.READ_SLICE):
             end = begin + self.READ_SLICE
             out += self.cache.get_many(keys[begin:end], ts if isinstance(ts, int) else ts[begin:end])
-        waits: dict[int, _Chunk] = {}
-        fallback: list[int] = []
+        return out
+
+    def _sort_misses(self, keys: Sequence[bytes], ts: Sequence[int] | int, out: list, own: set[bytes],
+                     now: float) -> _Misses:
+        """Under the lock: count the hits, and sort each key still missing into a chunk to wait for, a
+        value that landed since the slice was read (filled into ``out``), or a fallback fetch."""
+        misses = _Misses()
         with self._lock:
             buf = self._buffer
             again: list[int] = []
@@ -247,37 +295,37 @@ class PrefetchManager:
                 if out[i] is MISSING:
                     hint = buf.in_flight.get(key) or buf.unprocessed.get(key)  # unprocessed: hinted since
                     if hint is not None:
-                        waits[i] = hint.chunk
+                        misses.waits[i] = hint.chunk
                     else:
                         again.append(i)  # not hinted, or its prefetch landed after the slice was read
                     continue
                 self._count_cached(key, own, now)
-            self.stats.late_hints += len(waits)
+            self.stats.late_hints += len(misses.waits)
             for i, value in zip(again, self.cache.get_many([keys[i] for i in again], _pick(ts, again))):
                 if value is MISSING:
-                    fallback.append(i)
+                    misses.fallback.append(i)
                     continue
                 out[i] = value
                 self._count_cached(keys[i], own, now)
-            self.stats.fallback_fetches += len(fallback)
-        hinted_since = self._fetch_chunks(list(dict.fromkeys(waits.values())), self.read_fetch)
-        self._fetch_into(out, keys, ts, fallback)  # while the pool and the read's thread finish their chunks
-        if own_fetch is not None:
-            own_fetch.result()
-        fetched_here = set(claim.chunks) | set(hinted_since.chunks)
+            self.stats.fallback_fetches += len(misses.fallback)
+        return misses
+
+    def _collect_waited(self, out: list, keys: Sequence[bytes], waits: dict[int, _Chunk],
+                        fetched_here: set[_Chunk]) -> list[int]:
+        """Fill ``out`` from the chunks the read waited for, counting the pool's as hits; the positions
+        whose prefetch failed (the read fetches them itself)."""
         failed: list[int] = []
         for i, chunk in waits.items():
             try:
                 out[i] = chunk.future.result()[keys[i]]
-            except Exception:  # the prefetch failed: read it here (the error, if real, shows again)
+            except PrefetchFailedError:  # logged where it failed
                 failed.append(i)
                 continue
             with self._lock:
                 hinted_at = self._buffer.fetched.pop(keys[i], None)
                 if chunk not in fetched_here:
                     self._hit(time.monotonic() - hinted_at if hinted_at is not None else 0.0)
-        self._fetch_into(out, keys, ts, failed)
-        return out  # type: ignore[return-value]
+        return failed
 
     def _count_cached(self, key: bytes, own: set[bytes], now: float) -> None:
         """A read found ``key`` cached: a prefetch hit if the pool fetched it, a late hint if the read's
@@ -322,10 +370,8 @@ class PrefetchManager:
         for chunk in dropped:
             chunk.future.set_result({})
         for chunk in running:
-            try:
+            with suppress(PrefetchFailedError):  # logged where it failed; a read will fetch again
                 chunk.future.result()
-            except Exception:  # a failed prefetch has nothing to fill; a read will fetch again
-                pass
 
     def take_stats(self) -> PrefetchStats:
         """End of batch: the batch's counters (prefetched keys never read count as wasted); resets them."""

@@ -29,7 +29,8 @@ from misa.operators.base import MAX_EVENT, ROWS, WINDOW_END, WINDOW_START, Opera
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.view import StateView
 from misa.config import parse_seconds
-from misa.state.codec import AGG_FIELDS, KeyCodec, decode_aggs, encode_aggs, merge_aggs, window_prefix
+from misa.state.codec import AGG_FIELDS, KeyCodec, decode_aggs, encode_aggs, merge_aggs
+from misa.state.keys import window_prefix
 
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
 

@@ -43,7 +43,8 @@ from misa.state.view import StateView
 from misa.config import parse_seconds
 from misa.operators.base import OperatorResult
 from misa.operators.watermark import EventTimeWatermark
-from misa.state.codec import KeyCodec, window_prefix
+from misa.state.codec import KeyCodec
+from misa.state.keys import window_prefix
 
 EVENT_US = "_event_us"
 PREV = "prev_"

@@ -6,7 +6,7 @@ batch and kind of key (through the state cache) and one ``put_many``.
 
 Values are lists of records packed by :class:`misa.state.records.RecordCodec`; keys are
 :class:`misa.state.codec.KeyCodec` group keys, behind a one-byte prefix naming the kind of entry
-(``s``, ``r``, ``l``; none for :class:`TopN`). Rows an operator cannot use (each operator says which) are dropped, counted in
+(``s``, ``r``, ``l``; none for :class:`TopN`; see :mod:`misa.state.keys`). Rows an operator cannot use (each operator says which) are dropped, counted in
 the batch's result (``dropped_rows``, in the metrics) and over all versions in the metadata, and
 logged: never silently lost. Event times (``time_column``, epoch milliseconds) become the cache
 timestamps of the keys a batch touches.
@@ -31,6 +31,7 @@ from misa.state.view import StateView
 from misa.operators.base import OperatorResult
 from misa.state.records import RecordCodec
 from misa.state.codec import KeyCodec
+from misa.state.keys import RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
 
 log = logging.getLogger(__name__)
 ORDERS = ("ascending", "descending")
@@ -59,10 +60,6 @@ def _group_max(group: np.ndarray, groups: int, values: np.ndarray) -> list[int]:
     out = np.zeros(groups, np.int64)
     np.maximum.at(out, group, values)
     return out.tolist()
-
-
-def _prefixed(prefix: bytes, keys: Sequence[bytes]) -> list[bytes]:
-    return [prefix + k for k in keys]
 
 
 def _count_dropped(operator: str, rows: int, reason: str, total: int) -> int:
@@ -124,7 +121,7 @@ class LookupJoin:
         side = np.fmod(keys.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), self.side_rows)
         groups, group = _group(self._codec, [pa.array(side, mask=nulls)])  # SQL's %: the sign of the key
         ts = _group_max(group, len(groups), _times_us(rows, self.time_column))
-        found, owner = self._values.decode(state.get_many(_prefixed(b"s", groups), ts))
+        found, owner = self._values.decode(state.get_many(prefixed(SIDE_ROW, groups), ts))
         position = np.full(len(groups), -1, np.int64)
         position[owner] = np.arange(len(owner))
         matched = position[group] >= 0
@@ -147,7 +144,7 @@ class LookupJoin:
         if keys.null_count or len(pc.unique(keys)) != len(keys) or not len(keys):
             raise ValueError(f"side table {path}: {self.side_key} must be present and unique in each of its "
                              f"rows, and there must be rows ({len(keys)} rows, {keys.null_count} without a key)")
-        state.put_many(_prefixed(b"s", self._codec.encode(None, [keys])),
+        state.put_many(prefixed(SIDE_ROW, self._codec.encode(None, [keys])),
                        self._values.encode(table.select([self.side_value]), np.ones(len(keys), np.int64)))
         self.side_rows = len(keys)
 
@@ -248,6 +245,16 @@ class TopN:
 
 
 # ---------------------------------------------------------------------------------------------- Q20
+@dataclass(frozen=True)
+class _JoinKeys:
+    """A batch's distinct join keys with their cache timestamps, and each right and left row's index into them."""
+
+    keys: list[bytes]
+    ts: list[int]
+    right_group: np.ndarray
+    left_group: np.ndarray
+
+
 @dataclass
 class KeyedJoin:
     """Rows of a left input joined with the right input's row of the same key where that row passes a filter
@@ -281,40 +288,64 @@ class KeyedJoin:
         return batch.where(F.col(self.left).isNotNull() | F.col(self.right).isNotNull()).select(self.left, self.right)
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        """Find each key's right row, join the left rows that have one, keep the others waiting."""
+        left, right, null_keys = self._inputs(deltas)
+        result = OperatorResult(self._pairs(left.slice(0, 0), right.slice(0, 0)))
+        keys = self._join_keys(left, right)
+        catalogue, position, new_right, new_group = self._right_rows(right, keys, state)
+        self._count(right.num_rows - len(new_group), null_keys, result)
+        matched = position[keys.left_group] >= 0
+        joined = self._pairs(left.filter(pa.array(matched, pa.bool_())),
+                             catalogue.take(pa.array(position[keys.left_group][matched], pa.int64())))
+        waiting_rows, waiting_groups = self._waiting(new_group, left.filter(pa.array(~matched, pa.bool_())),
+                                                     keys.left_group[~matched], keys.keys, keys.ts, state)
+        released = self._pairs(waiting_rows, catalogue.take(pa.array(position[waiting_groups], pa.int64())))
+        result.output = pa.concat_tables([joined, released])
+        self._store_right(new_right, new_group, keys, state)
+        result.state_reads = len(keys.keys) + len(new_group) + len(np.unique(keys.left_group[~matched]))
+        return result
+
+    def _inputs(self, deltas: pa.Table) -> tuple[pa.Table, pa.Table, int]:
+        """The batch's left and right rows with a join key, and how many rows had none."""
         left, right = _struct_rows(deltas[self.left]), _struct_rows(deltas[self.right])
         if self._codec is None or self._left_records is None or self._right_records is None:
             self._left_records, self._right_records = RecordCodec(left.schema), RecordCodec(right.schema)
             self._codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
-        result = OperatorResult(self._pairs(left.slice(0, 0), right.slice(0, 0)))
         null_keys = left[self.left_key].null_count + right[self.right_key].null_count
-        left = left.filter(pc.is_valid(left[self.left_key]))
-        right = right.filter(pc.is_valid(right[self.right_key]))
+        return (left.filter(pc.is_valid(left[self.left_key])), right.filter(pc.is_valid(right[self.right_key])),
+                null_keys)
+
+    def _join_keys(self, left: pa.Table, right: pa.Table) -> _JoinKeys:
+        """The batch's distinct join keys, their cache timestamps, and each right and left row's key."""
+        assert self._codec is not None
         both = right[self.right_key].cast(pa.int64()).chunks + left[self.left_key].cast(pa.int64()).chunks
         keys, group = _group(self._codec, [pa.chunked_array(both, pa.int64())])
         ts = _group_max(group, len(keys), np.concatenate([_times_us(right, self.time_column),
                                                           _times_us(left, self.time_column)]))
-        right_group, left_group = group[:right.num_rows], group[right.num_rows:]
-        # the right row of each key: stored, or new (not stored, and the first of its key in the batch)
-        known, owner = self._right_records.decode(state.get_many(_prefixed(b"r", keys), ts))
-        firsts = np.unique(right_group, return_index=True)[1]
-        firsts = firsts[np.isin(right_group[firsts], owner, invert=True)]
-        new_right, new_group = right.take(pa.array(firsts, pa.int64())), right_group[firsts]
-        self._count(right.num_rows - len(firsts), null_keys, result)
+        return _JoinKeys(keys, ts, group[:right.num_rows], group[right.num_rows:])
+
+    def _right_rows(self, right: pa.Table, keys: _JoinKeys,
+                    state: StateView) -> tuple[pa.Table, np.ndarray, pa.Table, np.ndarray]:
+        """The right row of each key: stored, or new (not stored, and the first of its key in the batch).
+
+        Returns the catalogue of those rows, each key's position in it (-1: none), and the new right
+        rows with their keys' groups."""
+        assert self._right_records is not None
+        known, owner = self._right_records.decode(state.get_many(prefixed(RIGHT_ROW, keys.keys), keys.ts))
+        firsts = np.unique(keys.right_group, return_index=True)[1]
+        firsts = firsts[np.isin(keys.right_group[firsts], owner, invert=True)]
+        new_right, new_group = right.take(pa.array(firsts, pa.int64())), keys.right_group[firsts]
         catalogue = pa.concat_tables([known, new_right.cast(known.schema)])
-        position = np.full(len(keys), -1, np.int64)  # each key's row in the catalogue
+        position = np.full(len(keys.keys), -1, np.int64)
         position[np.concatenate([owner, new_group])] = np.arange(catalogue.num_rows)
-        matched = position[left_group] >= 0
-        joined = self._pairs(left.filter(pa.array(matched, pa.bool_())),
-                             catalogue.take(pa.array(position[left_group][matched], pa.int64())))
-        waiting_rows, waiting_groups = self._waiting(new_group, left.filter(pa.array(~matched, pa.bool_())),
-                                                     left_group[~matched], keys, ts, state)
-        released = self._pairs(waiting_rows, catalogue.take(pa.array(position[waiting_groups], pa.int64())))
-        result.output = pa.concat_tables([joined, released])
-        state.put_many(_prefixed(b"r", [keys[g] for g in new_group]),
+        return catalogue, position, new_right, new_group
+
+    def _store_right(self, new_right: pa.Table, new_group: np.ndarray, keys: _JoinKeys, state: StateView) -> None:
+        """Write the batch's new right rows (in their stored form) under their keys."""
+        assert self._right_records is not None
+        state.put_many(prefixed(RIGHT_ROW, [keys.keys[g] for g in new_group]),
                        self._right_records.encode(self._stored_form(new_right), np.ones(len(new_group), np.int64)),
-                       [ts[g] for g in new_group])
-        result.state_reads = len(keys) + len(new_group) + len(np.unique(left_group[~matched]))
-        return result
+                       [keys.ts[g] for g in new_group])
 
     def _count(self, repeated: int, null_keys: int, result: OperatorResult) -> None:
         self.dropped_rows = _count_dropped("keyed join", repeated, f"{self.right} {self.right_key} seen before",
@@ -327,7 +358,7 @@ class KeyedJoin:
         """Release the left rows waiting for the new right rows (returned with their keys' groups) and
         delete their lists; append the batch's unmatched left rows to their keys' lists."""
         groups = np.concatenate([new_group, np.unique(unmatched_group)])
-        waiting_keys, waiting_ts = _prefixed(b"l", [keys[g] for g in groups]), [ts[g] for g in groups]
+        waiting_keys, waiting_ts = prefixed(WAITING_LEFT, [keys[g] for g in groups]), [ts[g] for g in groups]
         waiting = state.get_many(waiting_keys, waiting_ts)
         rows, owner = self._left_records.decode(waiting)
         released = owner < len(new_group)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
+from misa.state.keys import lookup_prefix
 from misa.state.view import StateView
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import MAX_EVENT, ROWS, WINDOW_END, WINDOW_START, OperatorResult
@@ -50,7 +51,7 @@ class LookupAggregation:
             raise ValueError(f"the aggregation must group by exactly one column (the looked-up value), "
                              f"not {list(self.aggregation.group_by)}")
         self.value_column = self.aggregation.group_by[0]
-        self._prefix = b"\xfflookup:" + self.key_column.encode() + b"\x00"
+        self._prefix = lookup_prefix(self.key_column)
         self._by_key = dataclasses.replace(self.aggregation, group_by=[self.key_column])
 
     # ------------------------------------------------------------------ Spark side

@@ -1,7 +1,8 @@
 """Byte layouts of keyed and window state (DESIGN section 6), encoded and decoded with NumPy.
 
-Keys: for window state ``window_end (8 B big-endian) ++ group key``, so all windows ending by a
-time form one key range; for keyed state, the group key alone. A group key is, per column, a null
+Keys (the whole key space: :mod:`misa.state.keys`): for window state ``window_end (8 B
+big-endian) ++ group key``, so all windows ending by a time form one key range; for keyed state,
+the group key alone. A group key is, per column, a null
 flag byte and then 8 bytes big-endian for integers, or a 4-byte length and UTF-8 for strings.
 Values of incremental aggregates are ``float64[sum, count, min, max]`` per aggregated column.
 """
@@ -13,14 +14,11 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from misa.state.keys import window_prefix
+
 WINDOW_END = np.dtype(">u8")
 AGG_FIELDS = 4  # sum, count, min, max
 IDENTITY = np.array([0.0, 0.0, np.inf, -np.inf])
-
-
-def window_prefix(window_end_us: int) -> bytes:
-    """The key prefix shared by every key of windows ending at ``window_end_us``."""
-    return int(window_end_us).to_bytes(8, "big")
 
 
 class KeyCodec:

@@ -270,3 +270,31 @@ def test_lookahead_moves_to_a_later_stage_when_prefetches_are_wasted():
         assert calm.observe(prefetched=100, wasted=20) == 0
     with pytest.raises(ValueError, match="wasted_threshold"):
         LookaheadSelector(stages=2, wasted_threshold=1.5)
+
+
+def test_a_failed_prefetch_is_logged_with_its_cause_and_the_read_fetches_the_keys_itself(caplog):
+    """The pool's fetch fails once: the failure is logged with its traceback and counted, and the read that
+    needed those keys fetches them itself and returns the right values."""
+    calls = Counter()
+
+    def flaky(batch):
+        calls["pool"] += 1
+        if calls["pool"] == 1:
+            raise OSError("disk on fire")
+        return [STORE.get(k) for k in batch]
+
+    m = PrefetchManager(StateCache(1 << 20, "tac"), flaky, lambda key: 0, threads=1, chunk_keys=8,
+                        read_fetch=lambda batch: [STORE.get(k) for k in batch])
+    try:
+        with caplog.at_level("WARNING", logger="prefetch.manager"):
+            m.hint(keys(1, 2, 3), [1, 1, 1])
+            deadline = time.monotonic() + 10
+            while not m.stats.failed_prefetches and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert m.read(keys(1, 2, 3, 4), 1) == [STORE[k] for k in keys(1, 2, 3, 4)]
+        failures = [r for r in caplog.records if "prefetch of 3 key(s) failed" in r.getMessage()]
+        assert len(failures) == 1 and failures[0].exc_info is not None
+        assert "disk on fire" in str(failures[0].exc_info[1])
+        assert m.take_stats().failed_prefetches == 3
+    finally:
+        m.close()
