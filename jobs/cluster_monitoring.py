@@ -19,7 +19,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from misa.operators.aggregation import Agg, Aggregation
 
-from jobs.submit import job_arguments, native_aggregation, run_query, spark_session
+from jobs.submit import job_arguments, native_aggregation, run_query, run_job
 
 TASK_EVENTS = StructType([
     StructField("time", LongType()),
@@ -91,11 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    spark = spark_session(f"cluster-monitoring-{args.query}-{args.mode}")
-    try:
-        run(spark, args)
-    finally:
-        spark.stop()  # drains the listener bus while Python still answers it
+    run_job(f"cluster-monitoring-{args.query}-{args.mode}", args, run)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from jobs import soak
 from jobs.bench import cm as bench_cm
 
 from jobs.bench import queries as bench_jobs
-from jobs.gen.bad_records import UNITS
+from jobs.gen.parts import UNITS
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from misa.operators.interval_join import IntervalJoin
 from misa.operators.aggregation import Agg, Aggregation
 
-from jobs.submit import job_arguments, native_aggregation, native_interval_join, run_query, spark_session
+from jobs.submit import job_arguments, native_aggregation, native_interval_join, run_query, run_job
 from jobs.schemas import LR_REPORTS
 
 REQUIRED = tuple(LR_REPORTS.names)  # a position report lacking any field is bad
@@ -107,11 +107,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    spark = spark_session(f"linear-road-{args.query}-{args.mode}")
-    try:
-        run(spark, args)
-    finally:
-        spark.stop()  # drains the listener bus while Python still answers it
+    run_job(f"linear-road-{args.query}-{args.mode}", args, run)
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ from misa.operators.base import StatefulOperator
 from misa.io.quarantine import BAD_COLUMN, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 
-from jobs.gen.bad_records import SIDE_DIR
-from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, run_native, spark_session
+from jobs.gen.parts import SIDE_DIR
+from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, run_native, run_job
 from jobs.gen.nexmark import SIDE_INPUT
 from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
 
@@ -213,11 +213,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    spark = spark_session(f"nexmark-{args.query}-{args.mode}")
-    try:
-        run(spark, args)
-    finally:
-        spark.stop()  # drains the listener bus while Python still answers it
+    run_job(f"nexmark-{args.query}-{args.mode}", args, run)
 
 
 if __name__ == "__main__":

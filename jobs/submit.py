@@ -66,6 +66,15 @@ def spark_session(app_name: str) -> SparkSession:
     return spark
 
 
+def run_job(app_name: str, args: argparse.Namespace, run: Callable[[SparkSession, argparse.Namespace], None]) -> None:
+    """A job script's main: the session named ``app_name``, ``run`` with the parsed command line, then stop."""
+    spark = spark_session(app_name)
+    try:
+        run(spark, args)
+    finally:
+        spark.stop()  # drains the listener bus while Python still answers it
+
+
 def trigger(args: argparse.Namespace) -> dict[str, Any]:
     if args.available_now:
         return {"availableNow": True}

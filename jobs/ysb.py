@@ -35,8 +35,8 @@ from misa.io.quarantine import good_records, parse_json_lines
 from misa.io.redis_server import RedisLookup, RedisServer, store_mapping
 from misa.io.sink import ParquetBatchSink
 
-from jobs.gen.bad_records import SIDE_DIR
-from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, spark_session
+from jobs.gen.parts import SIDE_DIR
+from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, run_job
 from jobs.gen.ysb import CAMPAIGNS_FILE
 from jobs.schemas import YSB_EVENTS
 
@@ -113,11 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    spark = spark_session(f"ysb-{args.mode}")
-    try:
-        run(spark, args)
-    finally:
-        spark.stop()  # drains the listener bus while Python still answers it
+    run_job(f"ysb-{args.mode}", args, run)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-import socket
 from pathlib import Path
 from typing import Iterator
 
@@ -11,6 +10,7 @@ import pytest
 
 from checkpoint import failpoints
 from misa.config import MisaConfig
+from misa.io.ports import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -36,18 +36,12 @@ def config() -> MisaConfig:
     })
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A real S3 API server (moto's server mode) on loopback, with credentials in the environment."""
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

@@ -23,15 +23,15 @@ from jobs.gen.ysb import generate_ysb
 
 
 @dataclass(frozen=True)
-class Workload:
+class JobInput:
     """A generator and the job script whose queries read its data."""
 
     script: str
     generate: Callable[..., dict]
 
 
-WORKLOADS = {"lr": Workload("linear_road.py", generate_lr), "nexmark": Workload("nexmark.py", generate_nexmark),
-             "ysb": Workload("ysb.py", generate_ysb)}
+WORKLOADS = {"lr": JobInput("linear_road.py", generate_lr), "nexmark": JobInput("nexmark.py", generate_nexmark),
+             "ysb": JobInput("ysb.py", generate_ysb)}
 QUERIES = {"lr2": "lr", "lr4": "lr", "q13": "nexmark", "q18": "nexmark", "q19": "nexmark", "q20": "nexmark",
            "ysb": "ysb"}
 

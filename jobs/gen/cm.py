@@ -2,23 +2,21 @@
 
 Records per second of event time are normally distributed around the rate (std 10 %); each
 second's events are spread uniformly over it and sorted, so the whole output is in event-time
-order. Job ids come from a pool in which a few jobs are hot. Files are JSON lines named
-``part-<8 digits>.json`` in time order, each covering ``1 / files_per_second`` seconds; they are
-written under a dot name (which Spark's file source ignores), given strictly increasing
-modification times (the order in which Spark's file source picks up new files) and renamed
-into place. Generation runs in chunks of about a million records, so memory stays bounded.
+order. Job ids come from a pool in which a few jobs are hot. The part files, each covering
+``1 / files_per_second`` seconds, are written by :class:`jobs.gen.parts.PartWriter` (strictly
+increasing modification times: the order in which Spark's file source picks up new files).
+Generation runs in chunks of about a million records, so memory stays bounded.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
-import math
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from jobs.gen.parts import PartWriter
 
 COLUMNS = ("time", "missing_info", "job_id", "task_index", "machine_id", "event_type", "user", "scheduling_class",
            "priority", "cpu_request", "memory_request", "disk_request", "different_machines")
@@ -30,8 +28,7 @@ JOB_ID_BASE = 6_000_000_000  # job ids in the trace are around 6e9: they need a 
 USERS = 100
 HOT_SHARE = 0.2  # share of events that go to the hot jobs
 HOT_FRACTION = 0.01  # share of the jobs that are hot
-MTIME_BASE = 1_700_000_000  # modification time of the first file (s); file i gets MTIME_BASE + i
-CHUNK_RECORDS = 1 << 20
+CHUNK_RECORDS = 1 << 20  # more than the other generators: CM's rows are cheap to draw
 WRITE_ROWS = 100_000
 US = 1_000_000
 
@@ -51,41 +48,20 @@ def generate_cm(out_dir: str | Path, rate: float, seconds: int, seed: int = 0, f
     """
     if rate < 0 or seconds <= 0 or files_per_second <= 0 or jobs <= 0:
         raise ValueError("rate >= 0, seconds > 0, files_per_second > 0 and jobs > 0 are required")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     per_second = np.clip(np.rint(rng.normal(rate, rate * 0.1, seconds)), 0, None).astype(np.int64)
-    span_us = US / files_per_second
-    files = max(1, math.ceil(seconds * files_per_second - 1e-9))
+    writer = PartWriter(out_dir, "cm", seconds, files_per_second, unit="us", start=start_time_us, progress=progress)
     users = user_tokens()
-    total, first, last, done = int(per_second.sum()), None, None, 0
-    started: set[int] = set()  # files with a staging file of this run
     cumulative = np.concatenate(([0], np.cumsum(per_second)))
     begin = 0
     while begin < seconds:
         end = int(np.searchsorted(cumulative, cumulative[begin] + CHUNK_RECORDS, side="right")) - 1
         end = min(seconds, max(end, begin + 1))
         table = _events(rng, per_second[begin:end], begin, jobs, users)
-        offsets = table["time"].to_numpy()
-        file_of = np.minimum((offsets // span_us).astype(np.int64), files - 1)
         table["time"] += start_time_us
-        if len(table):
-            first = int(table["time"].iat[0]) if first is None else first
-            last = int(table["time"].iat[-1])
-        indices = np.unique(file_of)
-        lows, highs = np.searchsorted(file_of, indices, "left"), np.searchsorted(file_of, indices, "right")
-        for index, low, high in zip(indices.tolist(), lows, highs):
-            _write(_staging(out, index), table.iloc[low:high], append=index in started)
-            started.add(index)
-        complete = files if end == seconds else min(files, int(end * US // span_us))
-        for index in range(done, complete):
-            if index not in started:  # no event fell in this file
-                _write(_staging(out, index), table.iloc[:0], append=False)
-            _finish(out, index)
-            if progress and seconds >= 60 and (index + 1) % max(1, files // 10) == 0:
-                print(f"gen cm: {index + 1}/{files} files", file=sys.stderr, flush=True)
-        done, begin = complete, end
-    return {"files": files, "records": total, "first_time_us": first, "last_time_us": last}
+        writer.write(table["time"].to_numpy(), _lines(table))
+        begin = end
+    return writer.close()
 
 
 def _events(rng: np.random.Generator, counts: np.ndarray, first_second: int, jobs: int,
@@ -119,21 +95,10 @@ def _nullable(missing: np.ndarray, values: np.ndarray) -> pd.arrays.IntegerArray
     return pd.arrays.IntegerArray(values.astype(np.int64), missing)
 
 
-def _staging(out: Path, index: int) -> Path:
-    return out / f".part-{index:08d}.json.tmp"  # Spark's file source ignores names starting with a dot
-
-
-def _write(path: Path, rows: pd.DataFrame, append: bool) -> None:
-    """Append ``rows`` as JSON lines to ``path``, or start it afresh (dropping a stale staging file)."""
-    with open(path, "ab" if append else "wb") as f:
-        for start in range(0, len(rows), WRITE_ROWS):  # to_json slows down on very large frames
-            text = rows.iloc[start:start + WRITE_ROWS].to_json(orient="records", double_precision=6)
-            f.write((text[1:-1].replace("},{", "}\n{") + "\n").encode())  # no value holds braces
-
-
-def _finish(out: Path, index: int) -> None:
-    """Give file ``index`` its modification time and move it into place."""
-    staging = _staging(out, index)
-    mtime = MTIME_BASE + index
-    os.utime(staging, (mtime, mtime))
-    os.replace(staging, out / f"part-{index:08d}.json")
+def _lines(rows: pd.DataFrame) -> list[str]:
+    """The rows as JSON lines (6 significant decimals), written in blocks: to_json slows down on very large frames."""
+    lines: list[str] = []
+    for start in range(0, len(rows), WRITE_ROWS):
+        text = rows.iloc[start:start + WRITE_ROWS].to_json(orient="records", double_precision=6)
+        lines += text[1:-1].replace("},{", "}\n{").split("\n")  # no value holds braces
+    return lines

@@ -11,7 +11,7 @@ so about ``rate`` reports are made every second. Each trip is a new ``vid`` unle
 bounds the fleet: then a trip takes the id that has been off the expressway longest, so
 ``vehicles`` ids (at least the ``30 * rate`` on the road at once) come back trip after trip.
 ``time`` is the event time in seconds since the start. Output files and bad records as in
-:mod:`jobs.gen.bad_records`.
+:mod:`jobs.gen.parts` and :mod:`jobs.gen.bad_records`.
 """
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.gen import bad_records
-from jobs.gen.bad_records import BadRecordInjector, PartWriter, Target, json_lines, validate
+from jobs.gen import parts
+from jobs.gen.bad_records import BadRecordInjector, Target
+from jobs.gen.parts import PartWriter, json_lines, validate
 
 REPORT_INTERVAL = 30  # seconds between a vehicle's reports
 SEGMENT_LENGTH = 5280
@@ -38,7 +39,7 @@ def generate_lr(out: str | Path, rate: float, seconds: int, seed: int = 0, files
                 xways: int = 1, bad_fraction: float = 0.0, vehicles: int = 0, *, progress: bool = True) -> dict:
     """Write ``seconds`` of position reports at about ``rate`` reports/s into ``out``.
 
-    Deterministic for given arguments. Returns the :class:`~jobs.gen.bad_records.PartWriter` stats
+    Deterministic for given arguments. Returns the :class:`~jobs.gen.parts.PartWriter` stats
     (``files``, ``records``, ``bad``, ``bad_by_kind``, ``first_time_s``, ``last_time_s``) and
     ``vehicles`` (how many distinct vehicles reported). ``vehicles`` > 0 bounds the fleet (see the module).
     """
@@ -52,8 +53,8 @@ def generate_lr(out: str | Path, rate: float, seconds: int, seed: int = 0, files
     traffic = Traffic(np.random.default_rng(seed), slots, xways, vehicles)
     for period_start in range(0, seconds, REPORT_INTERVAL):
         reporting = int(np.searchsorted(traffic.phase, seconds - period_start))  # slots due before the end
-        for low in range(0, reporting, bad_records.CHUNK_RECORDS):
-            high = min(reporting, low + bad_records.CHUNK_RECORDS)
+        for low in range(0, reporting, parts.CHUNK_RECORDS):
+            high = min(reporting, low + parts.CHUNK_RECORDS)
             frame = traffic.report(low, high, period_start)
             writer.write(frame["time"].to_numpy(), json_lines(frame))
     return {**writer.close(), "vehicles": traffic.distinct_vehicles}

@@ -21,7 +21,7 @@ it twice). Random draws are vectorized with NumPy (seeded), not the reference's 
 
 The bounded Q13 side table goes to ``OUT/_side/side_input.jsonl`` (``{"key": k, "value": "k"}``
 for ``k < side_rows``, as the reference's ``SideInputGenerator``). Output files and bad records
-as in :mod:`jobs.gen.bad_records`.
+as in :mod:`jobs.gen.parts` and :mod:`jobs.gen.bad_records`.
 """
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.gen.bad_records import (BASE_TIME_MS, BadRecordInjector, PartWriter, Target, event_times_ms, json_lines, number_chunks,
-                          record_count, validate, write_side)
+from jobs.gen.bad_records import BadRecordInjector, Target
+from jobs.gen.parts import (BASE_TIME_MS, PartWriter, event_times_ms, json_lines, number_chunks, record_count, validate,
+                            write_side)
 
 PERSON_PROPORTION, AUCTION_PROPORTION, BID_PROPORTION = 1, 3, 46
 TOTAL_PROPORTION = PERSON_PROPORTION + AUCTION_PROPORTION + BID_PROPORTION
@@ -61,7 +62,7 @@ def generate_nexmark(out: str | Path, rate: float, seconds: int, seed: int = 0, 
                      bad_fraction: float = 0.0, side_rows: int = 10_000, *, progress: bool = True) -> dict:
     """Write ``seconds`` of NEXMark events at ``rate`` events/s into ``out``, and the Q13 side table.
 
-    Deterministic for given arguments. Returns the :class:`~jobs.gen.bad_records.PartWriter` stats
+    Deterministic for given arguments. Returns the :class:`~jobs.gen.parts.PartWriter` stats
     (``files``, ``records``, ``bad``, ``bad_by_kind``, ``first_time_ms``, ``last_time_ms``), the
     events of each kind drawn (``persons``, ``auctions``, ``bids``, good or bad) and ``side_rows``.
     """

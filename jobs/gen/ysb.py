@@ -5,7 +5,7 @@ the seeded generator); the ad-to-campaign mapping goes to ``OUT/_side/campaigns.
 object ``{"<ad_id>": "<campaign_id>", ...}``. Each event picks uniformly a user and a page (pools of
 100 UUIDs each), an ad, an ad type and an event type; ``ip_address`` is always ``1.2.3.4``. Events
 are evenly spaced at ``rate`` per second: ``event_time = start + floor(n * 1e6 / rate) // 1000``
-ms. Output files and bad records as in :mod:`jobs.gen.bad_records`.
+ms. Output files and bad records as in :mod:`jobs.gen.parts` and :mod:`jobs.gen.bad_records`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.gen.bad_records import (BASE_TIME_MS, BadRecordInjector, PartWriter, Target, event_times_ms, json_lines, number_chunks,
-                          record_count, validate, write_side)
+from jobs.gen.bad_records import BadRecordInjector, Target
+from jobs.gen.parts import (BASE_TIME_MS, PartWriter, event_times_ms, json_lines, number_chunks, record_count, validate,
+                            write_side)
 
 AD_TYPES = np.array(["banner", "modal", "sponsored-search", "mail", "mobile"], dtype=object)
 EVENT_TYPES = np.array(["view", "click", "purchase"], dtype=object)
@@ -32,7 +33,7 @@ def generate_ysb(out: str | Path, rate: float, seconds: int, seed: int = 0, file
                  progress: bool = True) -> dict:
     """Write ``seconds`` of ad events at ``rate`` events/s into ``out``, and the ad-to-campaign mapping.
 
-    Deterministic for given arguments. Returns the :class:`~jobs.gen.bad_records.PartWriter` stats
+    Deterministic for given arguments. Returns the :class:`~jobs.gen.parts.PartWriter` stats
     (``files``, ``records``, ``bad``, ``bad_by_kind``, ``first_time_ms``, ``last_time_ms``),
     ``campaigns`` and ``ads``.
     """

@@ -38,7 +38,7 @@ from misa.state.view import StateView
 from misa.config import ConfigError, MisaConfig, parse_bytes
 from misa.runtime.process import gc_paused
 from misa.state.store import StateStore
-from misa.bench.state_workloads import DISTRIBUTIONS, WORKLOADS, BatchAccesses, KeyStream, Workload
+from misa.bench.state_workloads import DISTRIBUTIONS, WORKLOADS, BatchAccesses, KeyStream, StateWorkload
 from misa.runtime.process import switch_interval
 
 POLICIES = ("tac", "lru", "clock", "async")
@@ -105,16 +105,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_workload(args: argparse.Namespace) -> Workload:
+def build_workload(args: argparse.Namespace) -> StateWorkload:
     """The workload the command line describes (the same batches every time for one seed)."""
     rng = np.random.default_rng(args.seed)
     key_space = int(args.key_space)
     keys = KeyStream(args.keys, key_space, rng, skew=args.skew)
-    return Workload(args.workload, keys, key_space, args.batch_records, args.seconds_per_batch, rng,
+    return StateWorkload(args.workload, keys, key_space, args.batch_records, args.seconds_per_batch, rng,
                     args.window_s, args.slide_s)
 
 
-def open_stores(config: MisaConfig, scratch: Path, policies: Sequence[str], workload: Workload,
+def open_stores(config: MisaConfig, scratch: Path, policies: Sequence[str], workload: StateWorkload,
                 stack: ExitStack) -> tuple[dict[str, StateStore], int]:
     """One store per policy, each holding the preloaded state (version 0); closed with ``stack``.
 
@@ -132,7 +132,7 @@ def open_stores(config: MisaConfig, scratch: Path, policies: Sequence[str], work
     return stores, state_keys
 
 
-def preload(store: StateStore, workload: Workload) -> int:
+def preload(store: StateStore, workload: StateWorkload) -> int:
     """Write the initial state, compact it and checkpoint it as version 0; returns its key count."""
     count = 0
     value = bytes(VALUE_BYTES)
@@ -145,7 +145,7 @@ def preload(store: StateStore, workload: Workload) -> int:
     return count
 
 
-def replay(stores: dict[str, StateStore], workload: Workload, args: argparse.Namespace, state_keys: int,
+def replay(stores: dict[str, StateStore], workload: StateWorkload, args: argparse.Namespace, state_keys: int,
            cache_bytes: int) -> list[dict]:
     """Replay ``workload`` behind each policy on its store; returns one JSON record per policy.
 
@@ -221,7 +221,7 @@ class PolicyReplay:
         """Stop the view's prefetching; the store stays open."""
         self.view.close()
 
-    def record(self, args: argparse.Namespace, workload: Workload, state_keys: int) -> dict:
+    def record(self, args: argparse.Namespace, workload: StateWorkload, state_keys: int) -> dict:
         """The policy's JSON record: per-batch state-read percentiles, throughput, hit ratio, state size."""
         latencies = np.array(self.read_s) * 1000
         entry_bytes = workload.key_bytes + VALUE_BYTES + ENTRY_OVERHEAD  # as the cache counts an entry

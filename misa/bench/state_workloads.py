@@ -62,7 +62,7 @@ class KeyStream:
         return self.ids[np.minimum(ranks, len(self.ids) - 1)]
 
 
-class Workload:
+class StateWorkload:
     """Generates the preloaded state and the per-batch accesses of one workload."""
 
     def __init__(self, name: str, keys: KeyStream, key_space: int, batch_records: int, seconds_per_batch: float,

