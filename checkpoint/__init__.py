@@ -1,4 +1,5 @@
 """Local-then-DFS checkpoints of RocksDB state: manifests, upload, restore, verification, retention."""
+
 from .dfs import DfsCheckpoints, GcStats, UploadStats, VersionInfo
 from .fence import Fence, no_fence
 from .local import LocalCheckpoints
@@ -7,7 +8,20 @@ from .retry import CorruptCheckpointError, DfsUnavailableError, RetryPolicy
 from .store import CheckpointStore, LocalCommit, Restored
 
 __all__ = [
-    "CheckpointStore", "CommitMarker", "CorruptCheckpointError", "DfsCheckpoints", "DfsUnavailableError",
-    "Fence", "FileEntry", "GcStats", "LocalCheckpoints", "LocalCommit", "Restored", "RetryPolicy", "ShardManifest",
-    "UploadStats", "VersionInfo", "no_fence",
+    "CheckpointStore",
+    "CommitMarker",
+    "CorruptCheckpointError",
+    "DfsCheckpoints",
+    "DfsUnavailableError",
+    "Fence",
+    "FileEntry",
+    "GcStats",
+    "LocalCheckpoints",
+    "LocalCommit",
+    "Restored",
+    "RetryPolicy",
+    "ShardManifest",
+    "UploadStats",
+    "VersionInfo",
+    "no_fence",
 ]

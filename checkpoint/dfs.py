@@ -1,4 +1,5 @@
 """The DFS (second) level of the checkpoint hierarchy, over any fsspec URL."""
+
 from __future__ import annotations
 
 import logging
@@ -16,8 +17,8 @@ import fsspec
 from . import failpoints
 from .digest import copy_and_digest
 from .fence import Fence, no_fence
-from .manifest import COMMITS_DIR, CommitMarker, FileEntry, ShardManifest, inside, manifest_path, marker_path
 from .location import redact
+from .manifest import COMMITS_DIR, CommitMarker, FileEntry, ShardManifest, inside, manifest_path, marker_path
 from .retry import CorruptCheckpointError, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ class DfsCheckpoints:
             if (manifest.version, manifest.shard) != (version, shard):
                 raise CorruptCheckpointError(
                     f"manifest {manifest_path(shard, version)} on {self.shown} names version {manifest.version}, "
-                    f"shard {manifest.shard}: it is damaged or was tampered with")
+                    f"shard {manifest.shard}: it is damaged or was tampered with"
+                )
         if CommitMarker.for_manifests(version, manifests).manifest_sha256 != marker.manifest_sha256:
             raise CorruptCheckpointError(f"manifests of version {version} on {self.shown} do not match its marker")
         self._committed[version] = manifests
@@ -263,7 +265,9 @@ class DfsCheckpoints:
             fresh = [(s, f) for s, f in entries if f.remote_path(s) not in checked]
             for (s, f), problem in zip(fresh, self._parallel(lambda sf: self._check_file(*sf), fresh)):
                 checked[f.remote_path(s)] = problem
-            problems += [f"version {version}: {checked[f.remote_path(s)]}" for s, f in entries if checked[f.remote_path(s)]]
+            problems += [
+                f"version {version}: {checked[f.remote_path(s)]}" for s, f in entries if checked[f.remote_path(s)]
+            ]
         return problems
 
     def _check_file(self, shard: int, entry: FileEntry) -> str | None:

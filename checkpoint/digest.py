@@ -1,4 +1,5 @@
 """Content digests of checkpoint files, computed while the bytes stream past."""
+
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +8,7 @@ from typing import BinaryIO
 CHUNK = 4 << 20
 
 
-def new_hasher() -> "hashlib._Hash":
+def new_hasher() -> hashlib._Hash:
     """The hash every checkpoint file is named and verified by."""
     return hashlib.sha256()
 

@@ -9,6 +9,7 @@ Actions: ``raise`` (every time), ``raise(N)`` (the first N times), ``sleep(MS)``
 no cleanup), ``kill(N)`` (SIGKILL at the N-th hit) and ``off``. Code marks a point with :func:`hit`; an unknown name
 in the variable fails at the first hit with the list of known names.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,7 +75,8 @@ def parse(spec: str) -> dict[str, _Action]:
         match = _ACTION_RE.match(action)
         if not match or (match.group(1) == "sleep" and match.group(2) is None):
             raise ValueError(
-                f"{ENV_VAR}: bad action {action!r} for {name}; expected raise, raise(N), sleep(MS), kill, kill(N) or off"
+                f"{ENV_VAR}: bad action {action!r} for {name}; "
+                "expected raise, raise(N), sleep(MS), kill, kill(N) or off"
             )
         actions[name] = _Action(match.group(1), int(match.group(2)) if match.group(2) else None)
     return actions

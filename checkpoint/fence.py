@@ -4,6 +4,7 @@ A commit worker that was replaced (it stayed silent past its heartbeat timeout) 
 the store again: its fence raises, which ends the step. Calling the fence also counts as a
 heartbeat of the worker. Code that cannot be superseded passes :func:`no_fence`.
 """
+
 from __future__ import annotations
 
 from typing import Callable

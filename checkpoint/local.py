@@ -1,4 +1,5 @@
 """Versioned local checkpoints of rocksdict DBs: hard-linked RocksDB checkpoints, manifests, markers."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ A location is anything Spark or fsspec accepts: a plain path (``/x``, ``x``), Ha
 ``sftp://``). :func:`parse` turns it into a :class:`Location` with one canonical fsspec URL, the
 local path when it is on this machine, and a form safe to print (:func:`redact`).
 """
+
 from __future__ import annotations
 
 import re
@@ -40,7 +41,7 @@ class Location:
     def is_local(self) -> bool:
         return self.local is not None
 
-    def child(self, *parts: str) -> "Location":
+    def child(self, *parts: str) -> Location:
         """The location of ``parts`` below this one."""
         if self.local is not None:
             return local_location(self.local.joinpath(*parts))
@@ -87,7 +88,7 @@ def parse(location: str | Path | Location) -> Location:
             raise LocationError(f"{redact(text)} names host {parts.netloc!r}: a file: location must be on this machine")
         resolved = local_location(parts.path)
         return Location(text, resolved.url, resolved.local)
-    url = _FSSPEC_SCHEMES.get(scheme, scheme) + text[len(scheme):]
+    url = _FSSPEC_SCHEMES.get(scheme, scheme) + text[len(scheme) :]
     return Location(text, url, None)
 
 
@@ -106,12 +107,15 @@ def spark_location(location: str | Path | Location) -> str:
     return str(parsed.local) if parsed.local is not None else parsed.given
 
 
-_QUERY_SECRET = re.compile(r"(?i)(?:(?<=^)|(?<=&))(sig|signature|token|secret|password|pwd|key|credential|x-amz-[a-z-]+)=[^&\s]*")
+_QUERY_SECRET = re.compile(
+    r"(?i)(?:(?<=^)|(?<=&))(sig|signature|token|secret|password|pwd|key|credential|x-amz-[a-z-]+)=[^&\s]*"
+)
 
 
 def redact(text: str) -> str:
     """``text`` with the credentials a URL may carry masked: ``user:pass@`` and secret query values
     (SAS tokens, signatures). Works on a bare URL and on a message that contains URLs."""
+
     def one(url: str) -> str:
         try:
             parts = urlsplit(url)

@@ -8,6 +8,7 @@ The layout is the same on local disk and on the DFS (relative to a root)::
     shard-<s>/manifest/<v>.json             files, sizes, digests, operator metadata
     _commits/<v>                            commit marker, written last
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,10 @@ class ManifestError(ValueError):
 
 def check_file_name(name: object) -> str:
     """``name`` when it is a plain file name (it stays inside the folder it is joined to); else ManifestError."""
-    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name):
-        raise ManifestError(f"file name {name!r} is not a plain file name: the manifest is damaged or was tampered with")
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ManifestError(
+            f"file name {name!r} is not a plain file name: the manifest is damaged or was tampered with"
+        )
     return name
 
 
@@ -98,7 +101,7 @@ class ShardManifest:
         ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "ShardManifest":
+    def from_json(cls, data: bytes) -> ShardManifest:
         """Parse and check a manifest; a torn one, one of the wrong shape or one naming a file outside
         its folder raises :class:`ManifestError` (a ValueError, so restore falls back or fails cleanly)."""
         try:
@@ -132,7 +135,7 @@ class CommitMarker:
         return len(self.manifest_sha256)
 
     @classmethod
-    def for_manifests(cls, version: int, manifests: list[ShardManifest]) -> "CommitMarker":
+    def for_manifests(cls, version: int, manifests: list[ShardManifest]) -> CommitMarker:
         return cls(version, tuple(hashlib.sha256(m.to_json()).hexdigest() for m in manifests))
 
     def to_json(self) -> bytes:
@@ -141,7 +144,7 @@ class CommitMarker:
         ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "CommitMarker":
+    def from_json(cls, data: bytes) -> CommitMarker:
         """Parse a marker; a torn or foreign file raises ValueError."""
         try:
             raw = json.loads(data)

@@ -1,4 +1,5 @@
 """Bounded retries with exponential backoff and jitter (tenacity) for DFS operations."""
+
 from __future__ import annotations
 
 import logging
@@ -42,7 +43,10 @@ class RetryPolicy:
             retry=tenacity.retry_if_exception(is_transient),
             before_sleep=lambda state: log.warning(
                 "%s failed (attempt %d/%d): %s; retrying",
-                redact(what), state.attempt_number, self.max_attempts, redact(str(state.outcome.exception())),
+                redact(what),
+                state.attempt_number,
+                self.max_attempts,
+                redact(str(state.outcome.exception())),
             ),
             reraise=False,
         )
@@ -50,11 +54,13 @@ class RetryPolicy:
             return retrying(fn)
         except tenacity.RetryError as exc:
             cause = exc.last_attempt.exception()
-            raise DfsUnavailableError(redact(
-                f"{what} failed after {self.max_attempts} attempts in {time.monotonic() - started:.1f}s: "
-                f"{type(cause).__name__}: {cause}. Check that the DFS is reachable and writable; raise "
-                f"spark.misa.checkpoint.retry.maxAttempts to wait longer."
-            )) from None
+            raise DfsUnavailableError(
+                redact(
+                    f"{what} failed after {self.max_attempts} attempts in {time.monotonic() - started:.1f}s: "
+                    f"{type(cause).__name__}: {cause}. Check that the DFS is reachable and writable; raise "
+                    f"spark.misa.checkpoint.retry.maxAttempts to wait longer."
+                )
+            ) from None
 
 
 def is_transient(exc: BaseException) -> bool:

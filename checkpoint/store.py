@@ -1,4 +1,5 @@
 """Hierarchical checkpoints: every version on local disk first (ack 1), then on the DFS (ack 2)."""
+
 from __future__ import annotations
 
 import logging
@@ -151,12 +152,16 @@ class CheckpointStore:
             if isinstance(exc, ShardCountError):
                 raise
             older = [v for v in self.retained_versions() if v < version]
-            previous = (f"the previous retained version is {older[-1]}: recovery starts from it when "
-                        f"spark.misa.recovery.allowPreviousVersion is true (Spark then replays the batches after it)"
-                        if older else "no older version is retained")
+            previous = (
+                f"the previous retained version is {older[-1]}: recovery starts from it when "
+                f"spark.misa.recovery.allowPreviousVersion is true (Spark then replays the batches after it)"
+                if older
+                else "no older version is retained"
+            )
             raise CorruptCheckpointError(
                 f"version {version} cannot be restored from either level. local: {local_problem}; DFS: {exc}. "
-                f"{previous}.") from exc
+                f"{previous}."
+            ) from exc
         return Restored(version, "dfs", manifests[0].metadata)
 
     def retained_versions(self) -> list[int]:
@@ -168,4 +173,5 @@ class CheckpointStore:
             raise ShardCountError(
                 f"version {version} was written with {shards} shards, but spark.misa.state.shards is {self.shards} "
                 f"now: the state would be split differently and keys would be lost. Run with "
-                f"spark.misa.state.shards={shards}, or start from a new checkpoint location and state locations.")
+                f"spark.misa.state.shards={shards}, or start from a new checkpoint location and state locations."
+            )

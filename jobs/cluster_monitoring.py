@@ -7,6 +7,7 @@
 CM1: SUM(cpu_request) by scheduling_class over a 60 s window sliding 10 s, ordered by the sum.
 CM2: AVG(cpu_request) by job_id over a 30 s window sliding 1 s, where event_type = 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,25 +18,26 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from jobs.submit import job_arguments, native_aggregation, run_job, run_query
 from misa.operators.aggregation import Agg, Aggregation
 
-from jobs.submit import job_arguments, native_aggregation, run_query, run_job
-
-TASK_EVENTS = StructType([
-    StructField("time", LongType()),
-    StructField("missing_info", IntegerType()),
-    StructField("job_id", LongType()),
-    StructField("task_index", LongType()),
-    StructField("machine_id", LongType()),
-    StructField("event_type", IntegerType()),
-    StructField("user", StringType()),
-    StructField("scheduling_class", IntegerType()),
-    StructField("priority", IntegerType()),
-    StructField("cpu_request", DoubleType()),
-    StructField("memory_request", DoubleType()),
-    StructField("disk_request", DoubleType()),
-    StructField("different_machines", IntegerType()),
-])
+TASK_EVENTS = StructType(
+    [
+        StructField("time", LongType()),
+        StructField("missing_info", IntegerType()),
+        StructField("job_id", LongType()),
+        StructField("task_index", LongType()),
+        StructField("machine_id", LongType()),
+        StructField("event_type", IntegerType()),
+        StructField("user", StringType()),
+        StructField("scheduling_class", IntegerType()),
+        StructField("priority", IntegerType()),
+        StructField("cpu_request", DoubleType()),
+        StructField("memory_request", DoubleType()),
+        StructField("disk_request", DoubleType()),
+        StructField("different_machines", IntegerType()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -63,21 +65,45 @@ class CmQuery:
         return [self.timed, self.upstream] if self.where else [self.upstream]
 
     def operator(self, args: argparse.Namespace) -> Aggregation:
-        return Aggregation([self.group_by], [self.agg], event_time="event_time", window=self.window,
-                           slide=self.slide, watermark_delay=args.watermark_delay, output_mode=args.output_mode)
+        return Aggregation(
+            [self.group_by],
+            [self.agg],
+            event_time="event_time",
+            window=self.window,
+            slide=self.slide,
+            watermark_delay=args.watermark_delay,
+            output_mode=args.output_mode,
+        )
 
     def native(self, events: DataFrame, args: argparse.Namespace) -> DataFrame:
         return native_aggregation(self.operator(args), self.upstream(events))
 
 
 QUERIES = {
-    "cm1": CmQuery("cm1", "scheduling_class", Agg("total_cpu", "sum", "cpu_request"), "60 seconds", "10 seconds",
-                   None, (("total_cpu", "descending"), ("window_start", "ascending"), ("scheduling_class", "ascending"))),
-    "cm2": CmQuery("cm2", "job_id", Agg("avg_cpu", "avg", "cpu_request"), "30 seconds", "1 second",
-                   "event_type = 1", (("window_start", "ascending"), ("job_id", "ascending"))),
+    "cm1": CmQuery(
+        "cm1",
+        "scheduling_class",
+        Agg("total_cpu", "sum", "cpu_request"),
+        "60 seconds",
+        "10 seconds",
+        None,
+        (("total_cpu", "descending"), ("window_start", "ascending"), ("scheduling_class", "ascending")),
+    ),
+    "cm2": CmQuery(
+        "cm2",
+        "job_id",
+        Agg("avg_cpu", "avg", "cpu_request"),
+        "30 seconds",
+        "1 second",
+        "event_type = 1",
+        (("window_start", "ascending"), ("job_id", "ascending")),
+    ),
 }
 REQUIRED = ("time", "job_id", "event_type", "scheduling_class", "cpu_request")  # a record lacking one is bad
-KEY_COLUMNS = {"cm1": ("window_start", "window_end", "scheduling_class"), "cm2": ("window_start", "window_end", "job_id")}
+KEY_COLUMNS = {
+    "cm1": ("window_start", "window_end", "scheduling_class"),
+    "cm2": ("window_start", "window_end", "job_id"),
+}
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:

@@ -1,6 +1,7 @@
 """The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``) and
 the job benchmarks (``misa bench cm``, ``misa bench jobs``), registered through the ``misa.commands``
 entry point group."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,20 +11,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 from jobs import soak
-
 from jobs.bench import cm as bench_cm
-
 from jobs.bench import queries as bench_jobs
-from jobs.gen.parts import UNITS
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
+from jobs.gen.parts import UNITS
 from jobs.gen.ysb import generate_ysb
 
 Option = tuple[str, type, Any, str]  # flag, type, default, help
-BAD_FRACTION: Option = ("--bad-fraction", float, 0.0,
-                        "share of records replaced by malformed ones (bad JSON, missing key, wrong type), "
-                        "also listed in OUT/_bad_records.txt")
+BAD_FRACTION: Option = (
+    "--bad-fraction",
+    float,
+    0.0,
+    "share of records replaced by malformed ones (bad JSON, missing key, wrong type), "
+    "also listed in OUT/_bad_records.txt",
+)
 
 
 @dataclass(frozen=True)
@@ -41,28 +44,52 @@ class GenCommand:
 
 
 GENERATORS = {
-    "cm": GenCommand(generate_cm, "Cluster Monitoring task events (JSON lines)", "us",
-                    (("--jobs", int, 10_000, "distinct job ids"),
-                     ("--start-time-us", int, 0, "event time of the start, in microseconds"))),
-    "lr": GenCommand(generate_lr, "Linear Road position reports (JSON lines)", "s",
-                    (("--xways", int, 1, "expressways"),
-                     ("--vehicles", int, 0, "distinct vehicle ids, at least 30 x rate; a trip reuses the id "
-                                            "longest off the road (default 0: a new id per trip)"),
-                     BAD_FRACTION)),
-    "nexmark": GenCommand(generate_nexmark, "NEXMark person, auction and bid events (JSON lines)", "ms",
-                         (("--side-rows", int, 10_000, "rows of the Q13 side table OUT/_side/side_input.jsonl"),
-                          BAD_FRACTION)),
-    "ysb": GenCommand(generate_ysb, "Yahoo Streaming Benchmark ad events (JSON lines)", "ms",
-                     (("--campaigns", int, 100, "campaigns"), ("--ads-per-campaign", int, 10, "ads per campaign"),
-                      BAD_FRACTION)),
+    "cm": GenCommand(
+        generate_cm,
+        "Cluster Monitoring task events (JSON lines)",
+        "us",
+        (
+            ("--jobs", int, 10_000, "distinct job ids"),
+            ("--start-time-us", int, 0, "event time of the start, in microseconds"),
+        ),
+    ),
+    "lr": GenCommand(
+        generate_lr,
+        "Linear Road position reports (JSON lines)",
+        "s",
+        (
+            ("--xways", int, 1, "expressways"),
+            (
+                "--vehicles",
+                int,
+                0,
+                "distinct vehicle ids, at least 30 x rate; a trip reuses the id "
+                "longest off the road (default 0: a new id per trip)",
+            ),
+            BAD_FRACTION,
+        ),
+    ),
+    "nexmark": GenCommand(
+        generate_nexmark,
+        "NEXMark person, auction and bid events (JSON lines)",
+        "ms",
+        (("--side-rows", int, 10_000, "rows of the Q13 side table OUT/_side/side_input.jsonl"), BAD_FRACTION),
+    ),
+    "ysb": GenCommand(
+        generate_ysb,
+        "Yahoo Streaming Benchmark ad events (JSON lines)",
+        "ms",
+        (("--campaigns", int, 100, "campaigns"), ("--ads-per-campaign", int, 10, "ads per campaign"), BAD_FRACTION),
+    ),
 }
 
 
 def _generate(args: argparse.Namespace) -> int:
     generator = GENERATORS[args.gen_command]
     try:
-        stats = generator.generate(args.out, args.rate, args.seconds, args.seed, args.files_per_second,
-                                   **generator.keywords(args))
+        stats = generator.generate(
+            args.out, args.rate, args.seconds, args.seed, args.files_per_second, **generator.keywords(args)
+        )
     except ValueError as exc:
         print(f"misa: error: {exc}", file=sys.stderr)
         return 2
@@ -73,8 +100,9 @@ def _generate(args: argparse.Namespace) -> int:
 def summary(name: str, stats: dict, out: Path, unit: str) -> str:
     """One line: records (and bad ones, for generators that inject them), files and the event-time span."""
     first, last = stats[f"first_time_{unit}"], stats[f"last_time_{unit}"]
-    span = "no events" if first is None else \
-        f"event time {first} .. {last} {unit} ({(last - first) / UNITS[unit]:.1f} s)"
+    span = (
+        "no events" if first is None else f"event time {first} .. {last} {unit} ({(last - first) / UNITS[unit]:.1f} s)"
+    )
     bad = ""
     if "bad" in stats:
         kinds = ", ".join(f"{kind} {count}" for kind, count in stats["bad_by_kind"].items())
@@ -104,4 +132,3 @@ def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubP
     soak.add_parser(commands)
     bench_cm.add_parser(bench)
     bench_jobs.add_parser(bench)
-

@@ -15,6 +15,7 @@ self-join, ``prev.time >= time - 30 s AND prev.time < time``), append output; co
 earlier one's). LR4: COUNT(vid) by xway, dir, seg over a 20 s window sliding 5 s; columns
 ``window_start, window_end, xway, dir, seg, num_vehicles``; update output by default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,10 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from misa.operators.interval_join import IntervalJoin
-from misa.operators.aggregation import Agg, Aggregation
-
-from jobs.submit import job_arguments, native_aggregation, native_interval_join, run_query, run_job
 from jobs.schemas import LR_REPORTS
+from jobs.submit import job_arguments, native_aggregation, native_interval_join, run_job, run_query
+from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.interval_join import IntervalJoin
 
 REQUIRED = tuple(LR_REPORTS.names)  # a position report lacking any field is bad
 
@@ -53,8 +53,9 @@ class Lr2:
         return [reports]
 
     def operator(self, args: argparse.Namespace) -> IntervalJoin:
-        return IntervalJoin(["vid"], "event_time", ["time", "spd", "seg"], interval="30 seconds",
-                            watermark_delay=args.watermark_delay)
+        return IntervalJoin(
+            ["vid"], "event_time", ["time", "spd", "seg"], interval="30 seconds", watermark_delay=args.watermark_delay
+        )
 
     def native(self, events: DataFrame, args: argparse.Namespace) -> DataFrame:
         return native_interval_join(self.operator(args), reports(events))
@@ -64,8 +65,12 @@ class Lr2:
 class Lr4:
     """Vehicles per segment: COUNT(vid) by xway, dir, seg over a 20 s window sliding 5 s."""
 
-    sort_by: tuple[tuple[str, str], ...] = (("window_start", "ascending"), ("xway", "ascending"),
-                                            ("dir", "ascending"), ("seg", "ascending"))
+    sort_by: tuple[tuple[str, str], ...] = (
+        ("window_start", "ascending"),
+        ("xway", "ascending"),
+        ("dir", "ascending"),
+        ("seg", "ascending"),
+    )
     key_columns: tuple[str, ...] = ("window_start", "window_end", "xway", "dir", "seg")
     output_modes: tuple[str, ...] = ("update", "append")
 
@@ -76,9 +81,15 @@ class Lr4:
         return [reports]
 
     def operator(self, args: argparse.Namespace) -> Aggregation:
-        return Aggregation(["xway", "dir", "seg"], [Agg("num_vehicles", "count", "vid")], event_time="event_time",
-                           window="20 seconds", slide="5 seconds", watermark_delay=args.watermark_delay,
-                           output_mode=args.output_mode)
+        return Aggregation(
+            ["xway", "dir", "seg"],
+            [Agg("num_vehicles", "count", "vid")],
+            event_time="event_time",
+            window="20 seconds",
+            slide="5 seconds",
+            watermark_delay=args.watermark_delay,
+            output_mode=args.output_mode,
+        )
 
     def native(self, events: DataFrame, args: argparse.Namespace) -> DataFrame:
         return native_aggregation(self.operator(args), reports(events))

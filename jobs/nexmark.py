@@ -36,6 +36,7 @@ table (a DataFrame join), written as batch 0; Q18 and Q19 streaming aggregations
 (``max(struct(...))``; ``slice(sort_array(collect_list(struct(...))), 1, 10)`` exploded into
 ranks); Q20 Spark's stream-stream inner join in append mode.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,21 +48,22 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checkpoint.location import local_path
-from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
-from misa.operators.base import StatefulOperator
+from jobs.gen.nexmark import SIDE_INPUT
+from jobs.gen.parts import SIDE_DIR
+from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
+from jobs.submit import job_arguments, read_stream, run_batch_reference, run_job, run_misa, run_native
 from misa.io.quarantine import BAD_COLUMN, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
-
-from jobs.gen.parts import SIDE_DIR
-from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, run_native, run_job
-from jobs.gen.nexmark import SIDE_INPUT
-from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
+from misa.operators.base import StatefulOperator
+from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
 
 PERSON, AUCTION, BID = 0, 1, 2
 # per event type: its object and the fields without which the record is bad
-REQUIRED_FIELDS = {PERSON: ("person", ("id", "date_time")),
-                   AUCTION: ("auction", ("id", "seller", "category", "date_time")),
-                   BID: ("bid", ("auction", "bidder", "price", "date_time"))}
+REQUIRED_FIELDS = {
+    PERSON: ("person", ("id", "date_time")),
+    AUCTION: ("auction", ("id", "seller", "category", "date_time")),
+    BID: ("bid", ("auction", "bidder", "price", "date_time")),
+}
 TOP_N = 10
 BID_KEY = ("auction", "bidder", "price", "date_time")  # the bid columns of Q13, and a bid's identity in Q13 and Q20
 Q18_COLUMNS = ("price", "channel", "url", "date_time", "extra")  # compared in this order, after date_time
@@ -71,9 +73,14 @@ AUCTION_PREFIX = "auction_"  # Q20: the auction's columns whose names a bid's co
 
 def complete_event() -> Column:
     """True for a record whose event object and that object's required fields are present (never null)."""
-    complete = [reduce(lambda a, b: a & b, [F.col(f"{name}.{f}").isNotNull() for f in fields],
-                       (F.col("event_type") == kind) & F.col(name).isNotNull())
-                for kind, (name, fields) in REQUIRED_FIELDS.items()]
+    complete = [
+        reduce(
+            lambda a, b: a & b,
+            [F.col(f"{name}.{f}").isNotNull() for f in fields],
+            (F.col("event_type") == kind) & F.col(name).isNotNull(),
+        )
+        for kind, (name, fields) in REQUIRED_FIELDS.items()
+    ]
     return F.coalesce(reduce(lambda a, b: a | b, complete), F.lit(False))
 
 
@@ -118,44 +125,79 @@ def q13_native(events: DataFrame, args: argparse.Namespace) -> DataFrame:
 
 # ---------------------------------------------------------------------------------------------- Q18
 def q18_operator(args: argparse.Namespace) -> TopN:
-    return TopN(["bidder", "auction"], Q18_COLUMNS, [("date_time", "descending"), ("price", "descending"),
-                ("channel", "descending"), ("url", "descending"), ("extra", "descending")], time_column="date_time")
+    return TopN(
+        ["bidder", "auction"],
+        Q18_COLUMNS,
+        [
+            ("date_time", "descending"),
+            ("price", "descending"),
+            ("channel", "descending"),
+            ("url", "descending"),
+            ("extra", "descending"),
+        ],
+        time_column="date_time",
+    )
 
 
 def q18_native(events: DataFrame, args: argparse.Namespace) -> DataFrame:
-    latest = bids(events).groupBy("bidder", "auction").agg(
-        F.max(F.struct("date_time", "price", "channel", "url", "extra")).alias("latest"))
+    latest = (
+        bids(events)
+        .groupBy("bidder", "auction")
+        .agg(F.max(F.struct("date_time", "price", "channel", "url", "extra")).alias("latest"))
+    )
     return latest.select("bidder", "auction", *[F.col(f"latest.{c}").alias(c) for c in Q18_COLUMNS])
 
 
 # ---------------------------------------------------------------------------------------------- Q19
 def q19_operator(args: argparse.Namespace) -> TopN:
-    return TopN(["auction"], ["price", "bidder", "date_time"],
-                [("price", "descending"), ("date_time", "ascending"), ("bidder", "ascending")],
-                n=TOP_N, rank_column="rank", time_column="date_time")
+    return TopN(
+        ["auction"],
+        ["price", "bidder", "date_time"],
+        [("price", "descending"), ("date_time", "ascending"), ("bidder", "ascending")],
+        n=TOP_N,
+        rank_column="rank",
+        time_column="date_time",
+    )
 
 
 def q19_native(events: DataFrame, args: argparse.Namespace) -> DataFrame:
     """Descending (price, -date_time, -bidder): the highest price first, then the earlier, then the smaller bidder."""
     ranked = F.struct("price", (-F.col("date_time")).alias("t"), (-F.col("bidder")).alias("b"))
-    top = bids(events).groupBy("auction").agg(
-        F.slice(F.sort_array(F.collect_list(ranked), asc=False), 1, TOP_N).alias("top"))
+    top = (
+        bids(events)
+        .groupBy("auction")
+        .agg(F.slice(F.sort_array(F.collect_list(ranked), asc=False), 1, TOP_N).alias("top"))
+    )
     exploded = top.select("auction", F.posexplode("top").alias("pos", "bid"))
-    return exploded.select("auction", (F.col("pos") + 1).cast("int").alias("rank"), F.col("bid.price").alias("price"),
-                           (-F.col("bid.b")).alias("bidder"), (-F.col("bid.t")).alias("date_time"))
+    return exploded.select(
+        "auction",
+        (F.col("pos") + 1).cast("int").alias("rank"),
+        F.col("bid.price").alias("price"),
+        (-F.col("bid.b")).alias("bidder"),
+        (-F.col("bid.t")).alias("date_time"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- Q20
 def q20_operator(args: argparse.Namespace) -> KeyedJoin:
-    return KeyedJoin("bid", "auction", "auction", "id", ("category", Q20_CATEGORY), right_prefix=AUCTION_PREFIX,
-                     time_column="date_time")
+    return KeyedJoin(
+        "bid",
+        "auction",
+        "auction",
+        "id",
+        ("category", Q20_CATEGORY),
+        right_prefix=AUCTION_PREFIX,
+        time_column="date_time",
+    )
 
 
 def q20_native(events: DataFrame, args: argparse.Namespace) -> DataFrame:
     auctions = events.where((F.col("event_type") == AUCTION) & (F.col("auction.category") == Q20_CATEGORY))
     fields = [f for f in auctions.schema["auction"].dataType.names if f != "id"]
-    auctions = auctions.select(F.col("auction.id").alias("_id"), *[
-        F.col(f"auction.{f}").alias(AUCTION_PREFIX + f if f in NEXMARK_BID.names else f) for f in fields])
+    auctions = auctions.select(
+        F.col("auction.id").alias("_id"),
+        *[F.col(f"auction.{f}").alias(AUCTION_PREFIX + f if f in NEXMARK_BID.names else f) for f in fields],
+    )
     return bids(events).join(auctions, F.col("auction") == F.col("_id")).drop("_id")
 
 
@@ -176,10 +218,17 @@ class NexmarkQuery:
 BID_ORDER = (("date_time", "ascending"), ("auction", "ascending"), ("bidder", "ascending"), ("price", "ascending"))
 QUERIES = {
     "q13": NexmarkQuery("append", BID_KEY, BID_ORDER, bids, q13_operator, q13_native, batch_reference=True),
-    "q18": NexmarkQuery("update", ("bidder", "auction"), (("bidder", "ascending"), ("auction", "ascending")),
-                        bids, q18_operator, q18_native),
-    "q19": NexmarkQuery("update", ("auction", "rank"), (("auction", "ascending"), ("rank", "ascending")),
-                        bids, q19_operator, q19_native),
+    "q18": NexmarkQuery(
+        "update",
+        ("bidder", "auction"),
+        (("bidder", "ascending"), ("auction", "ascending")),
+        bids,
+        q18_operator,
+        q18_native,
+    ),
+    "q19": NexmarkQuery(
+        "update", ("auction", "rank"), (("auction", "ascending"), ("rank", "ascending")), bids, q19_operator, q19_native
+    ),
     "q20": NexmarkQuery("append", BID_KEY, BID_ORDER, bids_and_auctions, q20_operator, q20_native),
 }
 KEY_COLUMNS = {name: query.key_columns for name, query in QUERIES.items()}
@@ -200,8 +249,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; ``--output-mode`` is the query's own (q13, q20: append; q18, q19: update)."""
     parser = job_arguments("NEXMark Q13, Q18, Q19, Q20", tuple(QUERIES), output_mode=None)
-    parser.add_argument("--side", help="Q13's side table, JSON lines {key, value} "
-                                       "(default: INPUT/_side/side_input.jsonl)")
+    parser.add_argument(
+        "--side", help="Q13's side table, JSON lines {key, value} (default: INPUT/_side/side_input.jsonl)"
+    )
     args = parser.parse_args(argv)
     mode = QUERIES[args.query].output_mode
     if args.output_mode is None:

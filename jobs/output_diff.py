@@ -6,6 +6,7 @@ other values are equal and their floats close (a rounding that fell on both side
 The output of a replayed batch replaces its earlier attempt (:class:`misa.io.sink.ParquetBatchSink`),
 so a run that was killed and restarted must give exactly the reference's multiset.
 """
+
 from __future__ import annotations
 
 import math
@@ -95,9 +96,10 @@ class RowDiff:
         if self.ok:
             return "the same rows as the reference"
         names = tuple(columns)
-        lines = [f"{self.lost} reference rows missing, {self.extra_rows} extra rows "
-                 f"({self.doubled} of them copies of reference rows)"
-                 + (f"; columns {', '.join(names)}" if names else "")]
+        lines = [
+            f"{self.lost} reference rows missing, {self.extra_rows} extra rows "
+            f"({self.doubled} of them copies of reference rows)" + (f"; columns {', '.join(names)}" if names else "")
+        ]
         for title, rows in (("missing", self.missing), ("extra", self.extra)):
             shown = sorted(rows.items(), key=lambda item: repr(item[0]))[:limit]
             lines += [f"  {title}: {_show(row)}" + (f" x{n}" if n > 1 else "") for row, n in shown]
@@ -112,8 +114,10 @@ def _show(row: Row) -> str:
 
 
 def _close(a: Row, b: Row) -> bool:
-    return all(x == y or (isinstance(x, float) and isinstance(y, float) and math.isclose(x, y, rel_tol=REL_TOL))
-               for x, y in zip(a, b, strict=True))
+    return all(
+        x == y or (isinstance(x, float) and isinstance(y, float) and math.isclose(x, y, rel_tol=REL_TOL))
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _shape(row: Row) -> Row:

@@ -10,6 +10,7 @@ One small input per job is generated once per soak; its native reference and a c
 mode (which must equal the reference, and whose wall time bounds the random delays) come first.
 Every run is its own spark-submit, one at a time, with Spark's checkpoint on local disk.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from checkpoint.failpoints import ENV_VAR, FAILPOINTS
-
 from jobs.bench.queries import name_list
 from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm
@@ -73,10 +73,18 @@ class SoakJob:
 
 
 JOBS = {
-    "cm2": SoakJob("cluster_monitoring.py", "cm2", partial(generate_cm, rate=100, seconds=40, files_per_second=0.25,
-                                                         jobs=100, progress=False), CM_KEYS["cm2"]),
-    "lr2": SoakJob("linear_road.py", "lr2", partial(generate_lr, rate=2, seconds=150, files_per_second=1 / 15,
-                                                    progress=False), None),
+    "cm2": SoakJob(
+        "cluster_monitoring.py",
+        "cm2",
+        partial(generate_cm, rate=100, seconds=40, files_per_second=0.25, jobs=100, progress=False),
+        CM_KEYS["cm2"],
+    ),
+    "lr2": SoakJob(
+        "linear_road.py",
+        "lr2",
+        partial(generate_lr, rate=2, seconds=150, files_per_second=1 / 15, progress=False),
+        None,
+    ),
 }
 
 
@@ -126,8 +134,14 @@ def sample_kill(rng: random.Random, versions: int, clean_s: float) -> Kill:
     return Kill(point, rng.randint(1, max_hits(point, versions)))
 
 
-def sample_plan(rng: random.Random, jobs: Sequence[str], modes: Sequence[str], dfs_kinds: Sequence[str],
-                versions: dict[str, int], clean_s: dict[str, float]) -> Plan:
+def sample_plan(
+    rng: random.Random,
+    jobs: Sequence[str],
+    modes: Sequence[str],
+    dfs_kinds: Sequence[str],
+    versions: dict[str, int],
+    clean_s: dict[str, float],
+) -> Plan:
     """One iteration's plan; ``versions`` and ``clean_s``: per job, the batches of its input and a clean run's time."""
     job = rng.choice(list(jobs))
     mode, dfs = rng.choice(list(modes)), rng.choice(list(dfs_kinds))
@@ -171,8 +185,13 @@ def run_attempt(cmd: list[str], env: dict[str, str], log: Path, deadline: float,
     timed = kill is not None and kill.point is None
     until = min(deadline, started + kill.delay_s) if timed else deadline
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env={**env, ENV_VAR: kill.failpoints if kill else ""}, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env={**env, ENV_VAR: kill.failpoints if kill else ""},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             code: int | None = proc.wait(timeout=max(0.0, until - time.monotonic()))
             stopped = False
@@ -210,17 +229,21 @@ class Record:
     run_dir: str = ""
 
     def add(self, attempt: Attempt) -> None:
-        self.attempts.append({"kill": attempt.kill, "fired": attempt.fired, "exit": attempt.exit,
-                              "seconds": round(attempt.seconds, 1)})
+        self.attempts.append(
+            {"kill": attempt.kill, "fired": attempt.fired, "exit": attempt.exit, "seconds": round(attempt.seconds, 1)}
+        )
         if attempt.fired:
             self.kills.append(attempt.kill)
 
     def line(self, last: int) -> str:
         """The progress line: plan, the kills that fired, result and time."""
         result = {"ok": "ok", "relayout": "RELAYOUT", "hang": "HANG", "error": "ERROR"}.get(
-            self.result, f"MISMATCH: lost {self.lost}, extra {self.extra} (doubled {self.doubled})")
-        return (f"[{self.iteration:4d}/{last}] {self.job} {self.mode:10} {self.dfs:4} kill {' + '.join(self.plan)}; "
-                f"fired: {', '.join(self.kills) or 'none'} | {result} {self.seconds:.0f}s")
+            self.result, f"MISMATCH: lost {self.lost}, extra {self.extra} (doubled {self.doubled})"
+        )
+        return (
+            f"[{self.iteration:4d}/{last}] {self.job} {self.mode:10} {self.dfs:4} kill {' + '.join(self.plan)}; "
+            f"fired: {', '.join(self.kills) or 'none'} | {result} {self.seconds:.0f}s"
+        )
 
 
 def _failure(attempt: Attempt, final: bool) -> tuple[str, str] | None:
@@ -261,9 +284,11 @@ def batch_layout(checkpoint: Path) -> Layout:
 def describe_relayout(layout: Layout, expected: Layout) -> str:
     """Where a run's batches read other files than the reference's."""
     first = min(b for b in set(layout) | set(expected) if layout.get(b) != expected.get(b))
-    return (f"the input was cut into other batches than in the reference ({len(layout)} batches, reference "
-            f"{len(expected)}): batch {first} read {', '.join(layout.get(first, ())) or 'nothing'}, in the "
-            f"reference {', '.join(expected.get(first, ())) or 'nothing'}")
+    return (
+        f"the input was cut into other batches than in the reference ({len(layout)} batches, reference "
+        f"{len(expected)}): batch {first} read {', '.join(layout.get(first, ())) or 'nothing'}, in the "
+        f"reference {', '.join(expected.get(first, ())) or 'nothing'}"
+    )
 
 
 def settled_rows(spec: SoakJob, out: Path) -> Counter:
@@ -298,8 +323,11 @@ def judge(spec: SoakJob, reference: Reference, run_dir: Path) -> tuple[str, RowD
         return ("ok", diff, "") if diff.ok else ("mismatch", diff, diff.describe(reference.output.columns))
     diff = diff_rows(settled_rows(spec, run_dir / "out"), reference.settled)
     settled = "rows without batch ids" if spec.keys is None else "last row per key"
-    return ("relayout" if diff.ok else "mismatch", diff,
-            f"{describe_relayout(layout, reference.layout)}\n{settled}: {diff.describe()}")
+    return (
+        "relayout" if diff.ok else "mismatch",
+        diff,
+        f"{describe_relayout(layout, reference.layout)}\n{settled}: {diff.describe()}",
+    )
 
 
 class Soak:
@@ -309,8 +337,12 @@ class Soak:
         self.args = args
         self.work: Path = args.work
         self.conf = {**CONF, **dict(item.split("=", 1) for item in args.conf)}
-        self.env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        self.env = dict(
+            os.environ,
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        )
         self.inputs: dict[str, Path] = {}
         self.versions: dict[str, int] = {}
         self.reference: dict[str, Reference] = {}
@@ -337,22 +369,33 @@ class Soak:
         try:
             from moto.server import ThreadedMotoServer
         except ImportError as exc:
-            raise SystemExit("misa soak: --dfs s3 needs moto's server (pip install 'moto[server]', in the test "
-                             "extra), or choose --dfs file") from exc
+            raise SystemExit(
+                "misa soak: --dfs s3 needs moto's server (pip install 'moto[server]', in the test "
+                "extra), or choose --dfs file"
+            ) from exc
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per S3 request
         self.s3_server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.s3_server.start()
         host, port = self.s3_server.get_host_and_port()
-        self.env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                        AWS_ENDPOINT_URL=f"http://{host}:{port}")
+        self.env.update(
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_ENDPOINT_URL=f"http://{host}:{port}",
+        )
         self._s3().create_bucket(Bucket=BUCKET)
 
     def _s3(self) -> Any:
         """A boto3 S3 client of the soak's server."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def prepare(self, job: str) -> None:
         """Generate ``job``'s input, run its native reference and a clean misa run (which must equal it)."""
@@ -369,20 +412,31 @@ class Soak:
         clean = self._run_clean(job, "misa", clean_dir)
         self.clean_s[job] = clean.seconds
         result, _, detail = judge(spec, reference, clean_dir)
-        print(f"{job}: {stats['records']} records in {stats['files']} files, {self.versions[job]} batches; native "
-              f"reference {reference.output.size} rows ({native.seconds:.1f}s); clean misa run {result} "
-              f"({clean.seconds:.1f}s)", flush=True)
+        print(
+            f"{job}: {stats['records']} records in {stats['files']} files, {self.versions[job]} batches; native "
+            f"reference {reference.output.size} rows ({native.seconds:.1f}s); clean misa run {result} "
+            f"({clean.seconds:.1f}s)",
+            flush=True,
+        )
         if result != "ok":
-            raise SystemExit(f"misa soak: a clean {job} run in misa mode differs from the native reference, so kills "
-                             f"cannot be judged:\n{detail}")
+            raise SystemExit(
+                f"misa soak: a clean {job} run in misa mode differs from the native reference, so kills "
+                f"cannot be judged:\n{detail}"
+            )
 
     def _run_clean(self, job: str, mode: str, run_dir: Path) -> Attempt:
         run_dir.mkdir(parents=True)
-        attempt = run_attempt(self.command(job, mode, run_dir, f"file://{run_dir / 'dfs'}"), self.env,
-                              run_dir / "run.log", time.monotonic() + self.args.iteration_timeout, None)
+        attempt = run_attempt(
+            self.command(job, mode, run_dir, f"file://{run_dir / 'dfs'}"),
+            self.env,
+            run_dir / "run.log",
+            time.monotonic() + self.args.iteration_timeout,
+            None,
+        )
         if attempt.exit != 0:
-            raise SystemExit(f"misa soak: the clean {mode} run of {job} failed (exit {attempt.exit}):\n"
-                             f"{attempt.tail()}")
+            raise SystemExit(
+                f"misa soak: the clean {mode} run of {job} failed (exit {attempt.exit}):\n{attempt.tail()}"
+            )
         return attempt
 
     def java_options(self) -> str:
@@ -403,10 +457,27 @@ class Soak:
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"]
         for key, value in {**self.conf, "spark.driver.extraJavaOptions": self.java_options()}.items():
             cmd += ["--conf", f"{key}={value}"]
-        return cmd + [str(ROOT / "jobs" / spec.script), "--query", spec.query, "--mode", mode,
-                      "--input", str(self.inputs[job]), "--output", str(run_dir / "out"),
-                      "--checkpoint", str(run_dir / "ckpt"), "--dfs", dfs, "--available-now",
-                      "--max-files-per-trigger", str(FILES_PER_BATCH), "--watermark-delay", "5s", "--quiet"]
+        return cmd + [
+            str(ROOT / "jobs" / spec.script),
+            "--query",
+            spec.query,
+            "--mode",
+            mode,
+            "--input",
+            str(self.inputs[job]),
+            "--output",
+            str(run_dir / "out"),
+            "--checkpoint",
+            str(run_dir / "ckpt"),
+            "--dfs",
+            dfs,
+            "--available-now",
+            "--max-files-per-trigger",
+            str(FILES_PER_BATCH),
+            "--watermark-delay",
+            "5s",
+            "--quiet",
+        ]
 
     # ------------------------------------------------------------------ iterations
     def iteration(self, index: int, plan: Plan) -> Record:
@@ -415,8 +486,9 @@ class Soak:
         run_dir.mkdir()
         dfs = f"file://{run_dir / 'dfs'}" if plan.dfs == "file" else f"s3://{BUCKET}/{index:04d}"
         cmd = self.command(plan.job, plan.mode, run_dir, dfs)
-        record = Record(index, self.args.seed, plan.job, plan.mode, plan.dfs, [str(k) for k in plan.kills],
-                        run_dir=str(run_dir))
+        record = Record(
+            index, self.args.seed, plan.job, plan.mode, plan.dfs, [str(k) for k in plan.kills], run_dir=str(run_dir)
+        )
         started = time.monotonic()
         deadline = started + self.args.iteration_timeout
         runs: list[Kill | None] = [*plan.kills, None]
@@ -467,21 +539,26 @@ def summarize(records: Sequence[Record]) -> dict:
 
 def summary_text(summary: dict) -> str:
     kills = ", ".join(f"{point} {n}" for point, n in summary["kills_by_point"].items()) or "none"
-    return "\n".join([
-        f"soak: {summary['iterations']} iterations ({summary['mean_iteration_s']}s each on average): "
-        + ", ".join(f"{n} {result}" for result, n in summary["results"].items()),
-        f"kills that fired: {kills}; iterations where no kill fired: {summary['no_kill_iterations']}",
-        f"lost rows {summary['lost_rows']}, extra rows {summary['extra_rows']} (doubled {summary['doubled_rows']}), "
-        f"relayouts {summary['relayouts']}, hangs {summary['hangs']}, errors {summary['errors']}",
-        f"failed iterations: {summary['failed'] or 'none'}",
-    ])
+    return "\n".join(
+        [
+            f"soak: {summary['iterations']} iterations ({summary['mean_iteration_s']}s each on average): "
+            + ", ".join(f"{n} {result}" for result, n in summary["results"].items()),
+            f"kills that fired: {kills}; iterations where no kill fired: {summary['no_kill_iterations']}",
+            f"lost rows {summary['lost_rows']}, extra rows {summary['extra_rows']} "
+            f"(doubled {summary['doubled_rows']}), "
+            f"relayouts {summary['relayouts']}, hangs {summary['hangs']}, errors {summary['errors']}",
+            f"failed iterations: {summary['failed'] or 'none'}",
+        ]
+    )
 
 
 def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan]]:
     """Each iteration's number and plan."""
     for index in range(args.first, args.first + args.iterations):
-        yield index, sample_plan(iteration_rng(args.seed, index), args.jobs, args.modes, args.dfs, soak.versions,
-                                 soak.clean_s)
+        yield (
+            index,
+            sample_plan(iteration_rng(args.seed, index), args.jobs, args.modes, args.dfs, soak.versions, soak.clean_s),
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -511,21 +588,47 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("soak", help="randomized crash soak: kill the jobs anywhere, compare with plain Spark")
     p.add_argument("--iterations", type=int, default=200)
     p.add_argument("--seed", type=int, default=0, help="draws the plans and the inputs")
-    p.add_argument("--first", type=int, default=1, help="number of the first iteration (re-run one: --first N "
-                   "--iterations 1 with the same seed)")
-    p.add_argument("--iteration-timeout", type=float, default=300.0,
-                   help="seconds an iteration (all its runs) may take; then it is a hang, its processes killed")
+    p.add_argument(
+        "--first",
+        type=int,
+        default=1,
+        help="number of the first iteration (re-run one: --first N --iterations 1 with the same seed)",
+    )
+    p.add_argument(
+        "--iteration-timeout",
+        type=float,
+        default=300.0,
+        help="seconds an iteration (all its runs) may take; then it is a hang, its processes killed",
+    )
     p.add_argument("--jobs", type=lambda t: name_list(t, tuple(JOBS)), default=list(JOBS), help="default: cm2,lr2")
-    p.add_argument("--modes", type=lambda t: name_list(t, MODES), default=list(MODES),
-                   help="default: misa,sync,async-ckpt")
-    p.add_argument("--dfs", type=lambda t: name_list(t, DFS_KINDS), default=list(DFS_KINDS),
-                   help="file (under the run's folder) and/or s3 (moto's server on loopback); default: file,s3")
-    p.add_argument("--work", type=Path, default=Path("soak-out"),
-                   help="inputs, references and runs (a failed run's folder is kept)")
+    p.add_argument(
+        "--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help="default: misa,sync,async-ckpt"
+    )
+    p.add_argument(
+        "--dfs",
+        type=lambda t: name_list(t, DFS_KINDS),
+        default=list(DFS_KINDS),
+        help="file (under the run's folder) and/or s3 (moto's server on loopback); default: file,s3",
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=Path("soak-out"),
+        help="inputs, references and runs (a failed run's folder is kept)",
+    )
     p.add_argument("--out", type=Path, help="JSON line per iteration, then the summary (default: WORK/soak.jsonl)")
     p.add_argument("--keep-runs", action="store_true", help="keep every run's folder, not only failed ones")
-    p.add_argument("--no-cds", dest="cds", action="store_false",
-                   help="no JVM class data sharing archive (WORK/spark.jsa, written by the first run, ~175 MB)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="Spark conf for every run, over the soak's defaults")
+    p.add_argument(
+        "--no-cds",
+        dest="cds",
+        action="store_false",
+        help="no JVM class data sharing archive (WORK/spark.jsa, written by the first run, ~175 MB)",
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark conf for every run, over the soak's defaults",
+    )
     p.set_defaults(func=run)

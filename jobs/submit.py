@@ -1,5 +1,6 @@
 """What every spark-submit job shares: the command line, the Spark session, triggers, reading the input
 with bad records quarantined, runs on the MiSA runtime and the plain-Spark references."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,21 +16,22 @@ from pyspark.sql.types import StructType
 
 from checkpoint.location import parse, spark_location
 from misa.config import MisaConfig, parse_seconds
-from misa.operators.interval_join import PREV, IntervalJoin
-from misa.runtime.job import StatefulJob
-from misa.runtime.process import switch_interval
+from misa.io.quarantine import Quarantine, good_records, parse_json_lines
+from misa.io.sink import ParquetBatchSink
 from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator
-from misa.io.quarantine import Quarantine, good_records, parse_json_lines
-from misa.io.sink import ParquetBatchSink
+from misa.operators.interval_join import PREV, IntervalJoin
+from misa.runtime.job import StatefulJob
+from misa.runtime.process import switch_interval
 
 MODES = ("sync", "async-ckpt", "misa", "native")
 _PARTNER = "_partner_"  # prefix of the older row's columns in the native self-join
 
 
-def job_arguments(description: str, queries: tuple[str, ...], output_mode: str | None = "update"
-                  ) -> argparse.ArgumentParser:
+def job_arguments(
+    description: str, queries: tuple[str, ...], output_mode: str | None = "update"
+) -> argparse.ArgumentParser:
     """The command line shared by the jobs; ``output_mode`` is the default (None: the job chooses per query)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--query", required=True, choices=queries)
@@ -42,12 +44,19 @@ def job_arguments(description: str, queries: tuple[str, ...], output_mode: str |
     p.add_argument("--trigger", default="3s", help="processing-time trigger interval")
     p.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
-    p.add_argument("--output-mode", choices=("update", "append"), default=output_mode,
-                   help=f"default: {output_mode or 'per query'}")
+    p.add_argument(
+        "--output-mode",
+        choices=("update", "append"),
+        default=output_mode,
+        help=f"default: {output_mode or 'per query'}",
+    )
     p.add_argument("--watermark-delay", default="10s", help="allowed lateness of event time")
     p.add_argument("--metrics", help="append one JSON record per batch to this file")
-    p.add_argument("--quarantine", help="where the runtime writes bad input records, one folder per batch id "
-                   "(default: CHECKPOINT/quarantine); native mode skips them")
+    p.add_argument(
+        "--quarantine",
+        help="where the runtime writes bad input records, one folder per batch id "
+        "(default: CHECKPOINT/quarantine); native mode skips them",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-batch summary")
     return p
 
@@ -57,8 +66,7 @@ def spark_session(app_name: str) -> SparkSession:
 
     The runtime's warnings (retries, thread restarts, recovery decisions) go to stderr.
     """
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        force=True)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     conf = spark.sparkContext.getConf()
     if not conf.contains("spark.sql.shuffle.partitions"):
@@ -81,8 +89,9 @@ def trigger(args: argparse.Namespace) -> dict[str, Any]:
     return {"processingTime": f"{parse_seconds(args.trigger)} seconds"}
 
 
-def read_stream(spark: SparkSession, args: argparse.Namespace, schema: StructType,
-                required: Sequence[str] = ()) -> DataFrame:
+def read_stream(
+    spark: SparkSession, args: argparse.Namespace, schema: StructType, required: Sequence[str] = ()
+) -> DataFrame:
     """The input's JSON lines as a stream of ``schema``'s columns (see :mod:`misa.io.quarantine` for bad records).
 
     In native mode the stream holds the good records only (the reference); otherwise it also has the
@@ -110,12 +119,17 @@ def native_aggregation(operator: Aggregation, events: DataFrame) -> DataFrame:
     if not operator.window:
         raise ValueError("native_aggregation covers windowed aggregations only")
     functions = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}
-    grouped = (events.withWatermark(operator.event_time, f"{operator.delay_ms} milliseconds")
-               .groupBy(F.window(operator.event_time, operator.window, operator.slide or operator.window),
-                        *operator.group_by)
-               .agg(*[functions[a.function](a.column).alias(a.name) for a in operator.aggs]))
-    return grouped.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          *operator.group_by, *[a.name for a in operator.aggs])
+    grouped = (
+        events.withWatermark(operator.event_time, f"{operator.delay_ms} milliseconds")
+        .groupBy(F.window(operator.event_time, operator.window, operator.slide or operator.window), *operator.group_by)
+        .agg(*[functions[a.function](a.column).alias(a.name) for a in operator.aggs])
+    )
+    return grouped.select(
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        *operator.group_by,
+        *[a.name for a in operator.aggs],
+    )
 
 
 def native_interval_join(operator: IntervalJoin, events: DataFrame) -> DataFrame:
@@ -131,23 +145,41 @@ def native_interval_join(operator: IntervalJoin, events: DataFrame) -> DataFrame
     condition = [F.col(k) == F.col(_PARTNER + k) for k in operator.keys]
     condition += [F.col(_PARTNER + t) >= F.col(t) - interval, F.col(_PARTNER + t) < F.col(t)]
     joined = r.join(p, reduce(lambda a, b: a & b, condition), "inner")
-    return joined.select(*operator.keys, *[column for c in operator.payload
-                                           for column in (F.col(c), F.col(_PARTNER + c).alias(PREV + c))])
+    return joined.select(
+        *operator.keys,
+        *[column for c in operator.payload for column in (F.col(c), F.col(_PARTNER + c).alias(PREV + c))],
+    )
 
 
-def run_misa(spark: SparkSession, args: argparse.Namespace, stream: DataFrame, operator: StatefulOperator,
-             upstream: Callable[[DataFrame], DataFrame], sink: ParquetBatchSink,
-             hint_stages: Sequence[Callable[[DataFrame], DataFrame]] | None = None) -> None:
+def run_misa(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    stream: DataFrame,
+    operator: StatefulOperator,
+    upstream: Callable[[DataFrame], DataFrame],
+    sink: ParquetBatchSink,
+    hint_stages: Sequence[Callable[[DataFrame], DataFrame]] | None = None,
+) -> None:
     """Run the query through the MiSA runtime until it ends (available-now) or is stopped.
 
     ``stream`` comes from :func:`read_stream`; each batch's bad records go to :func:`quarantine_dir`.
     ``hint_stages``: candidate stages for prefetch hints, earliest first (default: ``upstream``).
     """
     config = MisaConfig.from_session(spark).with_values(commit_mode=args.mode)
-    job = StatefulJob(operator, sink, args.checkpoint, upstream=upstream, hint_stages=hint_stages,
-                      bad_records=Quarantine(quarantine_dir(args)), config=config, state_dir=args.state_dir,
-                      dfs_url=args.dfs, metrics_path=args.metrics, echo=None if args.quiet else print,
-                      pause_gc=True)
+    job = StatefulJob(
+        operator,
+        sink,
+        args.checkpoint,
+        upstream=upstream,
+        hint_stages=hint_stages,
+        bad_records=Quarantine(quarantine_dir(args)),
+        config=config,
+        state_dir=args.state_dir,
+        dfs_url=args.dfs,
+        metrics_path=args.metrics,
+        echo=None if args.quiet else print,
+        pause_gc=True,
+    )
     with switch_interval(config.python_switch_interval_s):  # this process is the job's: tune it for the runtime
         try:
             job.start(spark, stream, trigger(args), query_name=f"{args.query}-{args.mode}").awaitTermination()
@@ -173,8 +205,9 @@ class JobQuery(Protocol):
         """The whole query in plain Spark Structured Streaming (the reference)."""
 
 
-def run_query(spark: SparkSession, args: argparse.Namespace, query: JobQuery, schema: StructType,
-              required: Sequence[str]) -> None:
+def run_query(
+    spark: SparkSession, args: argparse.Namespace, query: JobQuery, schema: StructType, required: Sequence[str]
+) -> None:
     """Run ``query`` over the input in the mode of the command line, writing Parquet per batch id."""
     sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
     stream = read_stream(spark, args, schema, required)
@@ -186,16 +219,22 @@ def run_query(spark: SparkSession, args: argparse.Namespace, query: JobQuery, sc
 
 def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: ParquetBatchSink) -> None:
     """Run the same query in plain Spark Structured Streaming with Spark's RocksDB state store."""
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
-                   "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    spark.conf.set(
+        "spark.sql.streaming.stateStore.providerClass",
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    )
     metrics = BatchMetrics(args.metrics, "native", None if args.quiet else (lambda r: print(summary_line(r))))
     listener = metrics.listener()
     spark.streams.addListener(listener)
     try:
-        query = (result.writeStream.outputMode(args.output_mode)
-                 .foreachBatch(lambda df, batch_id: (metrics.add(batch_id), sink(batch_id, df.toArrow())))
-                 .option("checkpointLocation", spark_location(args.checkpoint))
-                 .queryName(f"{args.query}-native").trigger(**trigger(args)).start())
+        query = (
+            result.writeStream.outputMode(args.output_mode)
+            .foreachBatch(lambda df, batch_id: (metrics.add(batch_id), sink(batch_id, df.toArrow())))
+            .option("checkpointLocation", spark_location(args.checkpoint))
+            .queryName(f"{args.query}-native")
+            .trigger(**trigger(args))
+            .start()
+        )
         query.awaitTermination()
     finally:
         metrics.wait_reported()
@@ -209,7 +248,12 @@ def run_batch_reference(reference: DataFrame, args: argparse.Namespace, sink: Pa
     table = reference.toArrow()
     sink(0, table)
     if args.metrics:
-        record = {"batch_id": 0, "mode": "native-batch", "started": started, "latency_s": time.time() - started,
-                  "output_rows": table.num_rows}
+        record = {
+            "batch_id": 0,
+            "mode": "native-batch",
+            "started": started,
+            "latency_s": time.time() - started,
+            "output_rows": table.num_rows,
+        }
         with open(args.metrics, "a") as out:
             out.write(json.dumps(record) + "\n")

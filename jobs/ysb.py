@@ -18,6 +18,7 @@ does not hold yet is looked up in Redis (one MGET per batch) and stored in the s
 ``--mode native`` is the reference: one plain Spark batch job over the same files, joined with
 ``campaigns.json``, written as batch 0 in the same Parquet layout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checkpoint.location import local_path
-from misa.operators.lookup_aggregation import LookupAggregation
-from misa.operators.aggregation import Agg, Aggregation
+from jobs.gen.parts import SIDE_DIR
+from jobs.gen.ysb import CAMPAIGNS_FILE
+from jobs.schemas import YSB_EVENTS
+from jobs.submit import job_arguments, read_stream, run_batch_reference, run_job, run_misa
 from misa.io.quarantine import good_records, parse_json_lines
 from misa.io.redis_server import RedisLookup, RedisServer, store_mapping
 from misa.io.sink import ParquetBatchSink
-
-from jobs.gen.parts import SIDE_DIR
-from jobs.submit import job_arguments, read_stream, run_batch_reference, run_misa, run_job
-from jobs.gen.ysb import CAMPAIGNS_FILE
-from jobs.schemas import YSB_EVENTS
+from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.lookup_aggregation import LookupAggregation
 
 WINDOW = "10 seconds"
 REQUIRED = ("ad_id", "event_type", "event_time")  # a record lacking one is bad
@@ -48,22 +48,31 @@ SORT_BY = (("window_start", "ascending"), ("campaign_id", "ascending"))
 
 def views(events: DataFrame) -> DataFrame:
     """The view events' ad, event time (epoch ms) and event timestamp ``event_ts``."""
-    return (events.where(F.col("event_type") == "view")
-            .select("ad_id", "event_time", F.timestamp_millis("event_time").alias("event_ts")))
+    return events.where(F.col("event_type") == "view").select(
+        "ad_id", "event_time", F.timestamp_millis("event_time").alias("event_ts")
+    )
 
 
 def campaign_views(args: argparse.Namespace) -> Aggregation:
     """COUNT of views per campaign over 10 s tumbling windows of ``event_ts``."""
-    return Aggregation(["campaign_id"], [Agg("views", "count", "event_time")], event_time="event_ts", window=WINDOW,
-                       watermark_delay=args.watermark_delay, output_mode=args.output_mode)
+    return Aggregation(
+        ["campaign_id"],
+        [Agg("views", "count", "event_time")],
+        event_time="event_ts",
+        window=WINDOW,
+        watermark_delay=args.watermark_delay,
+        output_mode=args.output_mode,
+    )
 
 
 def read_campaigns(input_dir: str) -> dict[str, str]:
     """The ad -> campaign mapping of the input (``INPUT/_side/campaigns.json``)."""
     path = local_path(input_dir) / SIDE_DIR / CAMPAIGNS_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the input needs the ad -> campaign mapping "
-                                "(misa gen ysb writes it), or give --redis URL of a server that holds it")
+        raise FileNotFoundError(
+            f"{path} is missing: the input needs the ad -> campaign mapping "
+            "(misa gen ysb writes it), or give --redis URL of a server that holds it"
+        )
     return json.loads(path.read_text())
 
 
@@ -83,10 +92,15 @@ def reference(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     """The whole query as one plain Spark batch job over the input files and campaigns.json."""
     events = good_records(parse_json_lines(spark.read.text(args.input), YSB_EVENTS, REQUIRED))
     campaigns = spark.createDataFrame(list(read_campaigns(args.input).items()), "ad_id string, campaign_id string")
-    counts = (views(events).join(F.broadcast(campaigns), "ad_id")
-              .groupBy(F.window("event_ts", WINDOW), "campaign_id").agg(F.count("event_time").alias("views")))
-    return counts.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                         "campaign_id", "views")
+    counts = (
+        views(events)
+        .join(F.broadcast(campaigns), "ad_id")
+        .groupBy(F.window("event_ts", WINDOW), "campaign_id")
+        .agg(F.count("event_time").alias("views"))
+    )
+    return counts.select(
+        F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "campaign_id", "views"
+    )
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
@@ -98,16 +112,25 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     with redis_url(args) as url:
         lookup = RedisLookup(url)
         try:
-            run_misa(spark, args, read_stream(spark, args, YSB_EVENTS, REQUIRED),
-                     LookupAggregation("ad_id", campaign_views(args), lookup), views, sink)
+            run_misa(
+                spark,
+                args,
+                read_stream(spark, args, YSB_EVENTS, REQUIRED),
+                LookupAggregation("ad_id", campaign_views(args), lookup),
+                views,
+                sink,
+            )
         finally:
             lookup.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = job_arguments("Yahoo Streaming Benchmark: views per campaign in 10 s windows", ("ysb",))
-    parser.add_argument("--redis", help="URL of a Redis holding ad_id -> campaign_id keys (default: start a "
-                                        "private redis-server and load INPUT/_side/campaigns.json into it)")
+    parser.add_argument(
+        "--redis",
+        help="URL of a Redis holding ad_id -> campaign_id keys (default: start a "
+        "private redis-server and load INPUT/_side/campaigns.json into it)",
+    )
     return parser.parse_args(argv)
 
 

@@ -10,6 +10,7 @@ controller, recovery), :mod:`misa.state` (the store, the batch's view, codecs, t
 report), :mod:`misa.cli` (the ``misa`` command) and :mod:`misa.bench`. Names are loaded on first
 use, so ``import misa.config`` stays light.
 """
+
 from __future__ import annotations
 
 from importlib import import_module

@@ -4,6 +4,7 @@ Sources: a SparkConf (``--conf`` / ``--properties-file``), a plain mapping, or a
 file. An unknown or malformed ``spark.misa.*`` key raises :class:`ConfigError` naming the key and
 the expected form. ``conf/misa-defaults.conf`` is :func:`defaults_file_text` written out.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,8 +60,20 @@ def _bool(text: str) -> bool:
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
 _TIME_UNITS = {
-    "": 1.0, "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0,
-    "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hour": 3600.0,
+    "": 1.0,
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
     "hours": 3600.0,
 }
 
@@ -104,6 +117,8 @@ def _positive_seconds(text: str) -> float:
 
 def _positive_duration(examples: str) -> Kind:
     return Kind(f"a duration above zero such as {examples}", _positive_seconds)
+
+
 TEXT = Kind("any text", str.strip)
 
 
@@ -117,123 +132,206 @@ class MisaConfig:
     """Every MiSA setting, typed. Build with :meth:`from_mapping`, :meth:`from_spark_conf` or :meth:`from_file`."""
 
     state_dir: str = setting(
-        "spark.misa.state.dir", "", TEXT,
-        "Local directory for the working RocksDB shards and local checkpoints (jobs: --state-dir).")
+        "spark.misa.state.dir",
+        "",
+        TEXT,
+        "Local directory for the working RocksDB shards and local checkpoints (jobs: --state-dir).",
+    )
     state_shards: int = setting(
-        "spark.misa.state.shards", "4", _int(1),
-        "Number of RocksDB instances the state is split into (flush, checkpoint, upload run per shard).")
+        "spark.misa.state.shards",
+        "4",
+        _int(1),
+        "Number of RocksDB instances the state is split into (flush, checkpoint, upload run per shard).",
+    )
     state_retain_versions: int = setting(
-        "spark.misa.state.retainVersions", "10", _int(2),
+        "spark.misa.state.retainVersions",
+        "10",
+        _int(2),
         "Committed versions kept on local disk and on the DFS; older ones are garbage-collected "
-        "(at least 2: recovery may roll back one version).")
+        "(at least 2: recovery may roll back one version).",
+    )
     state_write_chunk: int = setting(
-        "spark.misa.state.writeChunkSize", "5000", _int(1),
-        "Operations per RocksDB WriteBatch (rocksdict holds the GIL while it writes one).")
+        "spark.misa.state.writeChunkSize",
+        "5000",
+        _int(1),
+        "Operations per RocksDB WriteBatch (rocksdict holds the GIL while it writes one).",
+    )
     commit_mode: str = setting(
-        "spark.misa.commit.mode", "misa", _choice("sync", "async-ckpt", "misa"),
-        "sync: whole commit inline; async-ckpt: only the DFS copy in the background; misa: all in the background.")
+        "spark.misa.commit.mode",
+        "misa",
+        _choice("sync", "async-ckpt", "misa"),
+        "sync: whole commit inline; async-ckpt: only the DFS copy in the background; misa: all in the background.",
+    )
     commit_wait_for_compaction: bool = setting(
-        "spark.misa.commit.waitForCompaction", "false", BOOL,
-        "Wait for running compactions before the local checkpoint (checkpoints are consistent without it).")
+        "spark.misa.commit.waitForCompaction",
+        "false",
+        BOOL,
+        "Wait for running compactions before the local checkpoint (checkpoints are consistent without it).",
+    )
     commit_heartbeat_timeout_s: float = setting(
-        "spark.misa.commit.heartbeatTimeout", "5min", _positive_duration("30s, 5min or 1h"),
-        "A commit or upload thread silent this long (no file step) is presumed dead and its work is redone.")
+        "spark.misa.commit.heartbeatTimeout",
+        "5min",
+        _positive_duration("30s, 5min or 1h"),
+        "A commit or upload thread silent this long (no file step) is presumed dead and its work is redone.",
+    )
     commit_max_restarts: int = setting(
-        "spark.misa.commit.maxRestarts", "3", _int(0),
+        "spark.misa.commit.maxRestarts",
+        "3",
+        _int(0),
         "Times the commit of one version is redone after its thread died or went silent; one more failure "
-        "fails the batch with the cause (DFS errors that outlast their retries fail it at once).")
+        "fails the batch with the cause (DFS errors that outlast their retries fail it at once).",
+    )
     recovery_allow_previous: bool = setting(
-        "spark.misa.recovery.allowPreviousVersion", "false", BOOL,
+        "spark.misa.recovery.allowPreviousVersion",
+        "false",
+        BOOL,
         "When the version recovery needs cannot be restored from either level, start from the newest older "
-        "retained version that can, and make Spark replay the batches after it (its source must still hold them).")
+        "retained version that can, and make Spark replay the batches after it (its source must still hold them).",
+    )
     dfs_url: str = setting(
-        "spark.misa.checkpoint.dfsUrl", "", TEXT,
-        "fsspec URL that durable versions are uploaded to: file://, s3://, gs://, abfs://, hdfs:// (jobs: --dfs).")
+        "spark.misa.checkpoint.dfsUrl",
+        "",
+        TEXT,
+        "fsspec URL that durable versions are uploaded to: file://, s3://, gs://, abfs://, hdfs:// (jobs: --dfs).",
+    )
     upload_threads: int = setting(
-        "spark.misa.checkpoint.uploadThreads", "4", _int(1),
-        "Files uploaded or downloaded in parallel.")
+        "spark.misa.checkpoint.uploadThreads", "4", _int(1), "Files uploaded or downloaded in parallel."
+    )
     verify_reads: bool = setting(
-        "spark.misa.checkpoint.verifyReads", "false", BOOL,
-        "Read every uploaded file back and compare its SHA-256 (the size is always checked).")
+        "spark.misa.checkpoint.verifyReads",
+        "false",
+        BOOL,
+        "Read every uploaded file back and compare its SHA-256 (the size is always checked).",
+    )
     retry_max_attempts: int = setting(
-        "spark.misa.checkpoint.retry.maxAttempts", "5", _int(1),
-        "Attempts per DFS operation before the commit fails with DfsUnavailableError.")
+        "spark.misa.checkpoint.retry.maxAttempts",
+        "5",
+        _int(1),
+        "Attempts per DFS operation before the commit fails with DfsUnavailableError.",
+    )
     retry_initial_backoff_s: float = setting(
-        "spark.misa.checkpoint.retry.initialBackoff", "200ms", DURATION,
-        "First wait between DFS attempts; doubles each attempt.")
+        "spark.misa.checkpoint.retry.initialBackoff",
+        "200ms",
+        DURATION,
+        "First wait between DFS attempts; doubles each attempt.",
+    )
     retry_max_backoff_s: float = setting(
-        "spark.misa.checkpoint.retry.maxBackoff", "10s", DURATION,
-        "Longest wait between two DFS attempts.")
+        "spark.misa.checkpoint.retry.maxBackoff", "10s", DURATION, "Longest wait between two DFS attempts."
+    )
     retry_jitter_s: float = setting(
-        "spark.misa.checkpoint.retry.jitter", "200ms", DURATION,
-        "Random extra wait added to each backoff, up to this much.")
+        "spark.misa.checkpoint.retry.jitter",
+        "200ms",
+        DURATION,
+        "Random extra wait added to each backoff, up to this much.",
+    )
     rocksdb_write_buffer_bytes: int = setting(
-        "spark.misa.rocksdb.writeBufferSize", "64m", BYTES,
-        "Memtable size per shard before RocksDB flushes it to an L0 file.")
+        "spark.misa.rocksdb.writeBufferSize",
+        "64m",
+        BYTES,
+        "Memtable size per shard before RocksDB flushes it to an L0 file.",
+    )
     rocksdb_max_write_buffers: int = setting(
-        "spark.misa.rocksdb.maxWriteBufferNumber", "3", _int(2),
-        "Memtables per shard (one active, the rest flushing).")
+        "spark.misa.rocksdb.maxWriteBufferNumber", "3", _int(2), "Memtables per shard (one active, the rest flushing)."
+    )
     rocksdb_l0_compaction_trigger: int = setting(
-        "spark.misa.rocksdb.level0FileNumCompactionTrigger", "4", _int(1),
-        "Number of L0 files that starts a compaction.")
+        "spark.misa.rocksdb.level0FileNumCompactionTrigger",
+        "4",
+        _int(1),
+        "Number of L0 files that starts a compaction.",
+    )
     rocksdb_compression: str = setting(
-        "spark.misa.rocksdb.compression", "lz4", _choice("none", "snappy", "lz4", "zstd", "zlib"),
-        "Block compression of SST files.")
+        "spark.misa.rocksdb.compression",
+        "lz4",
+        _choice("none", "snappy", "lz4", "zstd", "zlib"),
+        "Block compression of SST files.",
+    )
     rocksdb_block_cache_bytes: int = setting(
-        "spark.misa.rocksdb.blockCacheSize", "64m", BYTES,
-        "Block cache shared by all shards.")
-    rocksdb_block_bytes: int = setting(
-        "spark.misa.rocksdb.blockSize", "4k", BYTES,
-        "Data block size of SST files.")
+        "spark.misa.rocksdb.blockCacheSize", "64m", BYTES, "Block cache shared by all shards."
+    )
+    rocksdb_block_bytes: int = setting("spark.misa.rocksdb.blockSize", "4k", BYTES, "Data block size of SST files.")
     rocksdb_bloom_bits: int = setting(
-        "spark.misa.rocksdb.bloomFilterBitsPerKey", "10", _int(0),
-        "Bloom filter bits per key for point lookups; 0 disables the filter.")
+        "spark.misa.rocksdb.bloomFilterBitsPerKey",
+        "10",
+        _int(0),
+        "Bloom filter bits per key for point lookups; 0 disables the filter.",
+    )
     rocksdb_direct_reads: bool = setting(
-        "spark.misa.rocksdb.useDirectReads", "false", BOOL,
-        "Read SST files with O_DIRECT, bypassing the OS page cache (for honest cache benchmarks).")
+        "spark.misa.rocksdb.useDirectReads",
+        "false",
+        BOOL,
+        "Read SST files with O_DIRECT, bypassing the OS page cache (for honest cache benchmarks).",
+    )
     rocksdb_background_jobs: int = setting(
-        "spark.misa.rocksdb.maxBackgroundJobs", "2", _int(1),
-        "Background flush and compaction threads per shard.")
+        "spark.misa.rocksdb.maxBackgroundJobs", "2", _int(1), "Background flush and compaction threads per shard."
+    )
     cache_policy: str = setting(
-        "spark.misa.cache.policy", "tac", _choice("tac", "lru", "clock"),
-        "State cache eviction order: tac (timestamp-aware: smallest event time first), lru or clock.")
+        "spark.misa.cache.policy",
+        "tac",
+        _choice("tac", "lru", "clock"),
+        "State cache eviction order: tac (timestamp-aware: smallest event time first), lru or clock.",
+    )
     cache_max_bytes: int = setting(
-        "spark.misa.cache.maxBytes", "256m", BYTES,
-        "State cache capacity; dirty entries evicted before their commit wait in an eviction buffer.")
+        "spark.misa.cache.maxBytes",
+        "256m",
+        BYTES,
+        "State cache capacity; dirty entries evicted before their commit wait in an eviction buffer.",
+    )
     prefetch_enabled: bool = setting(
-        "spark.misa.prefetch.enabled", "false", BOOL,
+        "spark.misa.prefetch.enabled",
+        "false",
+        BOOL,
         "Extract each batch's state keys one stage early and prefetch them (a hint job per batch); "
-        "false: fetch misses when read.")
+        "false: fetch misses when read.",
+    )
     prefetch_threads: int = setting(
-        "spark.misa.prefetch.threads", "2", _int(1),
-        "Threads fetching hinted keys from RocksDB (one multi-get per shard and chunk).")
+        "spark.misa.prefetch.threads",
+        "2",
+        _int(1),
+        "Threads fetching hinted keys from RocksDB (one multi-get per shard and chunk).",
+    )
     prefetch_chunk_keys: int = setting(
-        "spark.misa.prefetch.chunkKeys", "2048", _int(1),
-        "Hinted keys per prefetch multi-get.")
+        "spark.misa.prefetch.chunkKeys", "2048", _int(1), "Hinted keys per prefetch multi-get."
+    )
     prefetch_sketch_depth: int = setting(
-        "spark.misa.prefetch.sketch.depth", "4", _int(1),
-        "Rows of the Count-Min sketch that finds hot keys (hot keys are cached anyway and not hinted).")
+        "spark.misa.prefetch.sketch.depth",
+        "4",
+        _int(1),
+        "Rows of the Count-Min sketch that finds hot keys (hot keys are cached anyway and not hinted).",
+    )
     prefetch_sketch_width: int = setting(
-        "spark.misa.prefetch.sketch.width", "65536", _int(16),
-        "Counters per row of the Count-Min sketch.")
+        "spark.misa.prefetch.sketch.width", "65536", _int(16), "Counters per row of the Count-Min sketch."
+    )
     prefetch_hot_threshold: int = setting(
-        "spark.misa.prefetch.sketch.hotThreshold", "64", _int(1),
-        "A key is hot when all its sketch counters exceed this (counters saturate at 255).")
+        "spark.misa.prefetch.sketch.hotThreshold",
+        "64",
+        _int(1),
+        "A key is hot when all its sketch counters exceed this (counters saturate at 255).",
+    )
     prefetch_aging_records: int = setting(
-        "spark.misa.prefetch.sketch.agingRecords", "100000", _int(1),
-        "The sketch halves its counters after this many records, so keys cool down.")
+        "spark.misa.prefetch.sketch.agingRecords",
+        "100000",
+        _int(1),
+        "The sketch halves its counters after this many records, so keys cool down.",
+    )
     prefetch_wasted_ratio: float = setting(
-        "spark.misa.prefetch.wastedRatioThreshold", "0.5", FRACTION,
-        "Adaptive lookahead: move hint extraction to the next declared stage when this share of prefetches is never read.")
+        "spark.misa.prefetch.wastedRatioThreshold",
+        "0.5",
+        FRACTION,
+        "Adaptive lookahead: move hint extraction to the next declared stage when this share of prefetches "
+        "is never read.",
+    )
 
     python_switch_interval_s: float = setting(
-        "spark.misa.python.switchInterval", "0.2ms", _positive_duration("0.2ms, 5ms or 1s"),
+        "spark.misa.python.switchInterval",
+        "0.2ms",
+        _positive_duration("0.2ms, 5ms or 1s"),
         "The driver's Python thread switch interval while a job runs (Python's default is 5ms): how long "
-        "a prefetch or commit thread whose I/O returned may wait for the GIL behind the batch's own Python work.")
+        "a prefetch or commit thread whose I/O returned may wait for the GIL behind the batch's own Python work.",
+    )
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "MisaConfig":
+    def from_mapping(cls, values: Mapping[str, Any]) -> MisaConfig:
         """Build from ``{key: text}``; keys outside ``spark.misa.`` are ignored."""
         by_key = {f.metadata["key"]: f for f in dataclasses.fields(cls)}
         parsed: dict[str, Any] = {}
@@ -252,23 +350,23 @@ class MisaConfig:
         return cls(**parsed)
 
     @classmethod
-    def from_spark_conf(cls, conf: Any) -> "MisaConfig":
+    def from_spark_conf(cls, conf: Any) -> MisaConfig:
         """Build from a ``pyspark.SparkConf`` (or anything with ``getAll()``)."""
         return cls.from_mapping(dict(conf.getAll()))
 
     @classmethod
-    def from_session(cls, spark: Any) -> "MisaConfig":
+    def from_session(cls, spark: Any) -> MisaConfig:
         """Build from a SparkSession: its launch conf, overridden by ``spark.conf.set`` in the session."""
         values = dict(spark.sparkContext.getConf().getAll())
         values.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)})
         return cls.from_mapping(values)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "MisaConfig":
+    def from_file(cls, path: str | Path) -> MisaConfig:
         """Build from a Spark properties file (``key value`` or ``key=value`` lines, ``#`` comments)."""
         return cls.from_mapping(read_properties(Path(path).read_text()))
 
-    def with_values(self, **values: Any) -> "MisaConfig":
+    def with_values(self, **values: Any) -> MisaConfig:
         """A copy with some typed fields replaced (for command-line overrides)."""
         return dataclasses.replace(self, **values)
 
@@ -277,7 +375,6 @@ class MisaConfig:
         return RetryPolicy(
             self.retry_max_attempts, self.retry_initial_backoff_s, self.retry_max_backoff_s, self.retry_jitter_s
         )
-
 
 
 def read_properties(text: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
 """Human-readable sizes and durations for command-line output."""
+
 from __future__ import annotations
 
 

@@ -18,6 +18,7 @@ its dirty entries, and the commit applies the ranges first, then the entries (as
 ``misa.state.commit_buffer.CommitBuffer`` and ``StateStore.apply`` do). A put *before* the range delete
 is dropped by it.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -45,13 +46,13 @@ ENTRY_OVERHEAD: Final = 64  # bytes counted per entry besides its key and value
 class CacheStats:
     """Counters of a cache's activity since the last :meth:`take`."""
 
-    hits: int = 0                # reads answered by the cache (a negative entry or a deleted range too)
-    misses: int = 0              # reads that returned MISSING
+    hits: int = 0  # reads answered by the cache (a negative entry or a deleted range too)
+    misses: int = 0  # reads that returned MISSING
     evictions: int = 0
-    dirty_evictions: int = 0     # evictions into the eviction buffer
-    prefetched: int = 0          # entries filled by prefetching
-    prefetch_hits: int = 0       # first reads of prefetched entries
-    wasted_prefetches: int = 0   # prefetched entries evicted or dropped before any read
+    dirty_evictions: int = 0  # evictions into the eviction buffer
+    prefetched: int = 0  # entries filled by prefetching
+    prefetch_hits: int = 0  # first reads of prefetched entries
+    wasted_prefetches: int = 0  # prefetched entries evicted or dropped before any read
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Guards the counters; a :class:`StateCache` shares its own lock, so a take sees whole operations."""
 
@@ -81,8 +82,8 @@ class _Ranges:
 
     def add(self, begin: bytes, end: bytes) -> None:
         """Add [begin, end), merged with the ranges it overlaps or touches."""
-        first = bisect_left(self._ends, begin)     # the first range ending at or after begin
-        last = bisect_right(self._begins, end)     # past the last range starting at or before end
+        first = bisect_left(self._ends, begin)  # the first range ending at or after begin
+        last = bisect_right(self._begins, end)  # past the last range starting at or before end
         if first < last:
             begin, end = min(begin, self._begins[first]), max(end, self._ends[last - 1])
         self._begins[first:last] = [begin]
@@ -184,8 +185,14 @@ class StateCache:
             return [key in values or key in evicted or key in deleted for key in keys]
 
     # ------------------------------------------------------------------ clean entries, hints
-    def fill(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int],
-             *, prefetched: bool = False) -> int:
+    def fill(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        ts: int | Sequence[int],
+        *,
+        prefetched: bool = False,
+    ) -> int:
         """Add clean entries fetched below the cache; returns how many were inserted.
 
         A key the cache already holds (clean, dirty or in the eviction buffer) keeps its entry,

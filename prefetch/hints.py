@@ -6,6 +6,7 @@ with their latest event time, row count, key hash and whether a Count-Min sketch
 key hot. The driver collects these rows, counts them into the sketch and prefetches the keys that
 are not hot.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,10 +22,10 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType, Ti
 from .sketch import CountMinSketch, hash_keys
 
 HINT_WINDOW_END = "_window_end_us"  # int64: end of the key's window (windowed specs only)
-HINT_TS = "_hint_ts_us"             # int64: max event time (us) of the key's rows in the partition
-HINT_COUNT = "_hint_count"          # int64: rows of the key in the partition
-HINT_HASH = "_hint_hash"            # int64 view of the uint64 hash of the key columns (window excluded)
-HINT_HOT = "_hint_hot"              # bool: hot in the sketch snapshot (emitted, but not to be prefetched)
+HINT_TS = "_hint_ts_us"  # int64: max event time (us) of the key's rows in the partition
+HINT_COUNT = "_hint_count"  # int64: rows of the key in the partition
+HINT_HASH = "_hint_hash"  # int64 view of the uint64 hash of the key columns (window excluded)
+HINT_HOT = "_hint_hot"  # bool: hot in the sketch snapshot (emitted, but not to be prefetched)
 
 MAX_ROWS_PER_BATCH = 65536
 _BUCKET, _SHORT = "_hint_bucket_us", "_hint_short"  # internal pre-aggregation columns
@@ -36,8 +37,8 @@ class HintSpec:
 
     key_columns: tuple[str, ...]
     event_time: str | None = None  # a timestamp column; None: no event time (ts 0)
-    window_us: int | None = None   # window size; None: unwindowed state
-    slide_us: int | None = None    # None: tumbling windows
+    window_us: int | None = None  # window size; None: unwindowed state
+    slide_us: int | None = None  # None: tumbling windows
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))
@@ -76,29 +77,38 @@ def validate(spec: HintSpec, df_schema: StructType) -> None:
         if column not in names:
             raise ValueError(f"hint column {column!r} is not in the DataFrame (columns: {sorted(names)})")
     if spec.event_time and not isinstance(df_schema[spec.event_time].dataType, (TimestampType, TimestampNTZType)):
-        raise ValueError(f"event_time column {spec.event_time!r} must be a timestamp, "
-                         f"not {df_schema[spec.event_time].dataType.simpleString()}")
+        raise ValueError(
+            f"event_time column {spec.event_time!r} must be a timestamp, "
+            f"not {df_schema[spec.event_time].dataType.simpleString()}"
+        )
 
 
 def hint_schema(df_schema: StructType, spec: HintSpec) -> StructType:
     """The schema of the hint rows: [window end], key columns (types of ``df_schema``), ts, count, hash, hot."""
     window = [StructField(HINT_WINDOW_END, LongType())] if spec.windowed else []
     keys = [df_schema[c] for c in spec.key_columns]
-    measures = [StructField(HINT_TS, LongType()), StructField(HINT_COUNT, LongType()),
-                StructField(HINT_HASH, LongType()), StructField(HINT_HOT, BooleanType())]
+    measures = [
+        StructField(HINT_TS, LongType()),
+        StructField(HINT_COUNT, LongType()),
+        StructField(HINT_HASH, LongType()),
+        StructField(HINT_HOT, BooleanType()),
+    ]
     return StructType(window + keys + measures)
 
 
 def hint_frame(df: DataFrame, spec: HintSpec, sketch: CountMinSketch | None) -> DataFrame:
-    """The hint rows of ``df``, one per partition and distinct key, with hot keys flagged by a snapshot of ``sketch``."""
+    """The hint rows of ``df``, one per partition and distinct key, with hot keys flagged by a snapshot of
+    ``sketch``."""
     validate(spec, df.schema)
     snapshot = sketch.copy() if sketch is not None else None
-    return df.select(*spec.input_columns).mapInArrow(partial(extract_partition, spec=spec, sketch=snapshot),
-                                                     hint_schema(df.schema, spec))
+    return df.select(*spec.input_columns).mapInArrow(
+        partial(extract_partition, spec=spec, sketch=snapshot), hint_schema(df.schema, spec)
+    )
 
 
-def extract_partition(batches: Iterator[pa.RecordBatch], spec: HintSpec,
-                      sketch: CountMinSketch | None) -> Iterator[pa.RecordBatch]:
+def extract_partition(
+    batches: Iterator[pa.RecordBatch], spec: HintSpec, sketch: CountMinSketch | None
+) -> Iterator[pa.RecordBatch]:
     """The distinct keys of one partition's ``batches`` (the ``mapInArrow`` function of :func:`hint_frame`).
 
     Each batch is pre-aggregated on its own; the partials are merged once all batches are read.
@@ -115,8 +125,12 @@ def extract_partition(batches: Iterator[pa.RecordBatch], spec: HintSpec,
     hashes = hash_keys([table[c] for c in keys])
     hot = sketch.is_hot(hashes) if sketch is not None else np.zeros(len(hashes), bool)
     out = table.select(([HINT_WINDOW_END] if spec.windowed else []) + keys)
-    for name, column in ((HINT_TS, table[HINT_TS].fill_null(0)), (HINT_COUNT, table[HINT_COUNT]),
-                         (HINT_HASH, pa.array(hashes.view(np.int64))), (HINT_HOT, pa.array(hot))):
+    for name, column in (
+        (HINT_TS, table[HINT_TS].fill_null(0)),
+        (HINT_COUNT, table[HINT_COUNT]),
+        (HINT_HASH, pa.array(hashes.view(np.int64))),
+        (HINT_HOT, pa.array(hot)),
+    ):
         out = out.append_column(name, column)
     yield from out.to_batches(max_chunksize=MAX_ROWS_PER_BATCH)
 
@@ -137,7 +151,8 @@ def _rows(batch: pa.RecordBatch, spec: HintSpec) -> pa.Table:
     t = table[HINT_TS].to_numpy()
     bucket = t // spec.slide * spec.slide
     return table.append_column(_BUCKET, pa.array(bucket)).append_column(
-        _SHORT, pa.array(t - bucket < spec.window_us % spec.slide))
+        _SHORT, pa.array(t - bucket < spec.window_us % spec.slide)
+    )
 
 
 def _aggregate(table: pa.Table, groups: list[str]) -> pa.Table:

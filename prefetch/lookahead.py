@@ -5,6 +5,7 @@ gives hints sooner (more slack) but may name keys the stateful stage never reads
 filter drops), which are wasted prefetches. The selector starts with the earliest stage and moves
 to the next one when the wasted share of prefetches stays above a threshold.
 """
+
 from __future__ import annotations
 
 

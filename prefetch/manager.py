@@ -9,6 +9,7 @@ the runtime) on its own thread while it looks up the cache; a key whose chunk th
 flight it waits for (a *late hint* either way); a chunk is fetched once, by whoever starts it
 first, so no key is fetched twice. Keys nobody hinted are fetched at once (the fallback).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,18 +36,18 @@ class PrefetchFailedError(RuntimeError):
 class PrefetchStats:
     """Counters of one batch."""
 
-    hints: int = 0              # hinted keys received
+    hints: int = 0  # hinted keys received
     hints_deduplicated: int = 0  # already waiting or in flight
-    hints_renewed: int = 0       # already cached: timestamp renewed, nothing fetched
-    prefetched: int = 0          # hinted keys fetched (by the pool, or by a read that reached their chunk first)
-    prefetch_hits: int = 0       # reads served by the pool's prefetch (done or in flight)
-    wasted_prefetches: int = 0   # prefetched and not read in the batch
-    late_hints: int = 0          # read before their prefetch had finished
-    fallback_fetches: int = 0    # keys read without a hint (or evicted before their read)
-    slack_s_sum: float = 0.0     # hint-to-read time, summed over prefetch hits
+    hints_renewed: int = 0  # already cached: timestamp renewed, nothing fetched
+    prefetched: int = 0  # hinted keys fetched (by the pool, or by a read that reached their chunk first)
+    prefetch_hits: int = 0  # reads served by the pool's prefetch (done or in flight)
+    wasted_prefetches: int = 0  # prefetched and not read in the batch
+    late_hints: int = 0  # read before their prefetch had finished
+    fallback_fetches: int = 0  # keys read without a hint (or evicted before their read)
+    slack_s_sum: float = 0.0  # hint-to-read time, summed over prefetch hits
     slack_s_min: float | None = None
-    fetch_s: float = 0.0         # time spent fetching hinted chunks (the pool's fetches and the reads')
-    failed_prefetches: int = 0   # hinted keys whose chunk's fetch failed (each failure is logged)
+    fetch_s: float = 0.0  # time spent fetching hinted chunks (the pool's fetches and the reads')
+    failed_prefetches: int = 0  # hinted keys whose chunk's fetch failed (each failure is logged)
 
     def as_dict(self) -> dict[str, float | int | None]:
         """The batch's record, with the mean slack instead of the sum."""
@@ -111,8 +112,15 @@ class PrefetchManager:
     HINT_SLICE = 1024
     """Hinted keys sorted (and their chunks queued) under one hold of the manager's lock."""
 
-    def __init__(self, cache: StateCache, fetch: Fetch, shard_of: Callable[[bytes], int],
-                 threads: int = 2, chunk_keys: int = 2048, read_fetch: Fetch | None = None):
+    def __init__(
+        self,
+        cache: StateCache,
+        fetch: Fetch,
+        shard_of: Callable[[bytes], int],
+        threads: int = 2,
+        chunk_keys: int = 2048,
+        read_fetch: Fetch | None = None,
+    ):
         """``fetch`` serves the pool's chunks; ``read_fetch`` (default ``fetch``) what a read fetches
         itself: the chunks nobody started and the keys nobody hinted, e.g. with the shards in parallel."""
         if threads < 1 or chunk_keys < 1:
@@ -177,8 +185,11 @@ class PrefetchManager:
         groups: dict[int, list[bytes]] = {}
         for key in keys:
             groups.setdefault(self.shard_of(key), []).append(key)
-        return [_Chunk(group[i:i + self.chunk_keys]) for group in groups.values()
-                for i in range(0, len(group), self.chunk_keys)]
+        return [
+            _Chunk(group[i : i + self.chunk_keys])
+            for group in groups.values()
+            for i in range(0, len(group), self.chunk_keys)
+        ]
 
     def _fetch_chunks(self, chunks: Sequence[_Chunk], fetch: Fetch) -> _Claim:
         """Fetch those of ``chunks`` no thread has started yet; returns what this call fetched."""
@@ -283,8 +294,9 @@ class PrefetchManager:
             out += self.cache.get_many(keys[begin:end], ts if isinstance(ts, int) else ts[begin:end])
         return out
 
-    def _sort_misses(self, keys: Sequence[bytes], ts: Sequence[int] | int, out: list, own: set[bytes],
-                     now: float) -> _Misses:
+    def _sort_misses(
+        self, keys: Sequence[bytes], ts: Sequence[int] | int, out: list, own: set[bytes], now: float
+    ) -> _Misses:
         """Under the lock: count the hits, and sort each key still missing into a chunk to wait for, a
         value that landed since the slice was read (filled into ``out``), or a fallback fetch."""
         misses = _Misses()
@@ -310,8 +322,9 @@ class PrefetchManager:
             self.stats.fallback_fetches += len(misses.fallback)
         return misses
 
-    def _collect_waited(self, out: list, keys: Sequence[bytes], waits: dict[int, _Chunk],
-                        fetched_here: set[_Chunk]) -> list[int]:
+    def _collect_waited(
+        self, out: list, keys: Sequence[bytes], waits: dict[int, _Chunk], fetched_here: set[_Chunk]
+    ) -> list[int]:
         """Fill ``out`` from the chunks the read waited for, counting the pool's as hits; the positions
         whose prefetch failed (the read fetches them itself)."""
         failed: list[int] = []

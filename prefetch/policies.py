@@ -6,6 +6,7 @@ the key to evict next. The cache inserts an operation's new entries first and th
 is over capacity, so new entries are candidates like any other. Every operation is O(1) (LRU,
 Clock, amortized) or O(log n) (TAC, amortized).
 """
+
 from __future__ import annotations
 
 import heapq

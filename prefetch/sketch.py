@@ -6,6 +6,7 @@ extractor does not prefetch them (as the SaturatingCMS of Keyed Prefetching). It
 the maximum of their dtype (never wrap) and are halved after every ``aging_records`` records, so
 keys that stop arriving cool down.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-_HASH_KEY = "misa-prefetch-01"   # 16 characters: pandas' SipHash key, fixed so hashes agree across processes
+_HASH_KEY = "misa-prefetch-01"  # 16 characters: pandas' SipHash key, fixed so hashes agree across processes
 _SEED = np.uint64(0x243F6A8885A308D3)
 _NULL = np.uint64(0x9E3779B97F4A7C15)  # the hash of a null value
 _PRIME = np.uint64(0x100000001B3)
@@ -24,8 +25,15 @@ _PRIME = np.uint64(0x100000001B3)
 class CountMinSketch:
     """``depth`` rows of ``width`` saturating counters; a key is hot when all its counters exceed ``threshold``."""
 
-    def __init__(self, depth: int = 4, width: int = 65536, *, threshold: int = 64,
-                 aging_records: int = 100_000, dtype: type | np.dtype = np.uint8):
+    def __init__(
+        self,
+        depth: int = 4,
+        width: int = 65536,
+        *,
+        threshold: int = 64,
+        aging_records: int = 100_000,
+        dtype: type | np.dtype = np.uint8,
+    ):
         dtype = np.dtype(dtype)
         if dtype.kind != "u":
             raise ValueError(f"dtype must be an unsigned integer type, not {dtype}")
@@ -82,7 +90,7 @@ class CountMinSketch:
         """True for key hashes whose counters all exceed the threshold."""
         return self.estimate(hashes) > self.threshold
 
-    def copy(self) -> "CountMinSketch":
+    def copy(self) -> CountMinSketch:
         """An independent snapshot."""
         clone = copy.copy(self)
         clone.table = self.table.copy()
@@ -114,8 +122,9 @@ def _hash_column(column: pa.Array) -> np.ndarray:
         return np.where(nulls, _NULL, _mix64(values))
     # Other types (strings, binary, floats, ...): hash each distinct value once, then gather.
     encoded = column.dictionary_encode()
-    distinct = pd.util.hash_array(encoded.dictionary.to_numpy(zero_copy_only=False),
-                                  hash_key=_HASH_KEY, categorize=False)
+    distinct = pd.util.hash_array(
+        encoded.dictionary.to_numpy(zero_copy_only=False), hash_key=_HASH_KEY, categorize=False
+    )
     indices = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
     return np.append(distinct.astype(np.uint64), _NULL)[indices]
 

@@ -1,4 +1,5 @@
 """The job test helpers (job_helpers) bound to the Cluster Monitoring job."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import job_helpers
 from job_helpers import assert_same_output, assert_same_results, output  # noqa: F401  (re-exported for the CM tests)
+
 from jobs import cluster_monitoring
 
 

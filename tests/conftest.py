@@ -1,4 +1,5 @@
 """Shared fixtures: small configurations, a file:// DFS and an S3 server on loopback (moto)."""
+
 from __future__ import annotations
 
 import os
@@ -24,16 +25,18 @@ def _no_failpoints() -> Iterator[None]:
 @pytest.fixture
 def config() -> MisaConfig:
     """Small shards and fast retries, so that tests run quickly."""
-    return MisaConfig.from_mapping({
-        "spark.misa.state.shards": "3",
-        "spark.misa.state.retainVersions": "3",
-        "spark.misa.state.writeChunkSize": "100",
-        "spark.misa.checkpoint.retry.maxAttempts": "3",
-        "spark.misa.checkpoint.retry.initialBackoff": "10ms",
-        "spark.misa.checkpoint.retry.maxBackoff": "50ms",
-        "spark.misa.checkpoint.retry.jitter": "5ms",
-        "spark.misa.rocksdb.writeBufferSize": "1m",
-    })
+    return MisaConfig.from_mapping(
+        {
+            "spark.misa.state.shards": "3",
+            "spark.misa.state.retainVersions": "3",
+            "spark.misa.state.writeChunkSize": "100",
+            "spark.misa.checkpoint.retry.maxAttempts": "3",
+            "spark.misa.checkpoint.retry.initialBackoff": "10ms",
+            "spark.misa.checkpoint.retry.maxBackoff": "50ms",
+            "spark.misa.checkpoint.retry.jitter": "5ms",
+            "spark.misa.rocksdb.writeBufferSize": "1m",
+        }
+    )
 
 
 @pytest.fixture(scope="session")
@@ -45,10 +48,16 @@ def s3_endpoint() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL",
-                                             "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_ENDPOINT_URL=endpoint,
-                      AWS_DEFAULT_REGION="us-east-1")
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     yield endpoint
     server.stop()
     for key, value in saved.items():
@@ -85,12 +94,15 @@ def spark():
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this venv (pyarrow)
-    session = (SparkSession.builder.master("local[2]").appName("misa-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "2g")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("misa-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -1,4 +1,5 @@
 """Running any job module (``run``, ``parse_args``, ``KEY_COLUMNS``) in tests and comparing with plain Spark."""
+
 from __future__ import annotations
 
 import json
@@ -18,30 +19,61 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def job_args(query: str, mode: str, data: Path, run_dir: Path, output_mode: str | None = None) -> list[str]:
     """The command line of a small test run: every file available now, two files per batch."""
-    args = ["--query", query, "--mode", mode, "--input", str(data), "--output", str(run_dir / "out"),
-            "--checkpoint", str(run_dir / "ckpt"), "--available-now", "--max-files-per-trigger", "2",
-            "--watermark-delay", "5s", "--metrics", str(run_dir / "metrics.jsonl"), "--quiet"]
+    args = [
+        "--query",
+        query,
+        "--mode",
+        mode,
+        "--input",
+        str(data),
+        "--output",
+        str(run_dir / "out"),
+        "--checkpoint",
+        str(run_dir / "ckpt"),
+        "--available-now",
+        "--max-files-per-trigger",
+        "2",
+        "--watermark-delay",
+        "5s",
+        "--metrics",
+        str(run_dir / "metrics.jsonl"),
+        "--quiet",
+    ]
     return args + (["--output-mode", output_mode] if output_mode else [])
 
 
-def run_in_process(spark, job: ModuleType, query: str, mode: str, data: Path, run_dir: Path,
-                   output_mode: str | None = None) -> dict:
+def run_in_process(
+    spark, job: ModuleType, query: str, mode: str, data: Path, run_dir: Path, output_mode: str | None = None
+) -> dict:
     """Run ``job``'s query in this process's Spark session; its final results."""
     job.run(spark, job.parse_args(job_args(query, mode, data, run_dir, output_mode)))
     return results(job, query, run_dir)
 
 
-def spark_submit(job: ModuleType, query: str, mode: str, data: Path, run_dir: Path, failpoints: str = "",
-                 conf: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def spark_submit(
+    job: ModuleType,
+    query: str,
+    mode: str,
+    data: Path,
+    run_dir: Path,
+    failpoints: str = "",
+    conf: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """The job exactly as a user runs it: spark-submit in its own process."""
-    confs = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.misa.state.shards": "2",
-             "spark.sql.session.timeZone": "UTC", **(conf or {})}
+    confs = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.misa.state.shards": "2",
+        "spark.sql.session.timeZone": "UTC",
+        **(conf or {}),
+    }
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"]
     for key, value in confs.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += [str(Path(job.__file__).resolve())] + job_args(query, mode, data, run_dir)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               MISA_FAILPOINTS=failpoints)
+    env = dict(
+        os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, MISA_FAILPOINTS=failpoints
+    )
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -75,7 +107,8 @@ def assert_same_results(got: dict, expected: dict) -> None:
     """Same windows and keys; values equal up to float summation order (relative 1e-9)."""
     assert expected, "the reference produced no rows: the test data is too small"
     assert set(got) == set(expected), (
-        f"missing {sorted(set(expected) - set(got))[:3]}, extra {sorted(set(got) - set(expected))[:3]}")
+        f"missing {sorted(set(expected) - set(got))[:3]}, extra {sorted(set(got) - set(expected))[:3]}"
+    )
     for key, row in expected.items():
         for column, value in row.items():
             other = got[key][column]

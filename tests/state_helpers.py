@@ -1,4 +1,5 @@
 """Small helpers shared by the state and checkpoint tests."""
+
 from __future__ import annotations
 
 import random

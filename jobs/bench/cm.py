@@ -6,6 +6,7 @@ Each run is its own spark-submit; state and Spark's checkpoint go to the target 
 disk or the remote DFS mount). Latency is Spark's ``triggerExecution`` time of each batch, the
 first ``--warmup`` batches excluded in every mode alike.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--files-per-batch", type=int, default=3, help="seconds of event time per batch")
     p.add_argument("--warmup", type=int, default=3, help="first batches left out of the statistics")
     p.add_argument("--modes", default="sync,async-ckpt,misa,native")
-    p.add_argument("--target", action="append", default=[], metavar="NAME=DIR",
-                   help="where state and Spark checkpoints go, repeatable (default: local=<work>/local)")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="where state and Spark checkpoints go, repeatable (default: local=<work>/local)",
+    )
     p.add_argument("--work", type=Path, default=Path("bench-out/cm"), help="input, outputs, metrics")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
     p.set_defaults(func=run)
@@ -36,8 +42,14 @@ def run(args: argparse.Namespace) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     data = args.work / "input"
     if not data.exists():
-        stats = generate_cm(data, args.rate, args.batches * args.files_per_batch + args.files_per_batch,
-                            seed=1, files_per_second=1.0, jobs=args.jobs)
+        stats = generate_cm(
+            data,
+            args.rate,
+            args.batches * args.files_per_batch + args.files_per_batch,
+            seed=1,
+            files_per_second=1.0,
+            jobs=args.jobs,
+        )
         print(f"generated {stats['records']} records in {stats['files']} files", flush=True)
     targets = dict(t.split("=", 1) for t in args.target) or {"local": str(args.work / "local")}
     batch_rows = rows_per_batch(data, args.files_per_batch)
@@ -51,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(args: argparse.Namespace, data: Path, target: str, folder: Path, mode: str,
-             batch_rows: list[int]) -> dict:
+def _run_one(args: argparse.Namespace, data: Path, target: str, folder: Path, mode: str, batch_rows: list[int]) -> dict:
     """One spark-submit run of CM2 in ``mode`` with state and Spark's checkpoint under ``folder``."""
     run_dir = folder / f"cm2-{mode}"
     local_state = args.work / "state" / f"{target}-{mode}"
@@ -60,14 +71,32 @@ def _run_one(args: argparse.Namespace, data: Path, target: str, folder: Path, mo
         shutil.rmtree(stale, ignore_errors=True)
     metrics = args.work / f"metrics-{target}-{mode}.jsonl"
     metrics.unlink(missing_ok=True)
-    job_args = ["--query", "cm2", "--mode", mode, "--input", str(data),
-                "--output", str(args.work / "out" / f"{target}-{mode}"),
-                "--checkpoint", str(run_dir / "spark"), "--state-dir", str(local_state),
-                "--dfs", f"file://{run_dir / 'state'}", "--available-now",
-                "--max-files-per-trigger", str(args.files_per_batch), "--metrics", str(metrics)]
+    job_args = [
+        "--query",
+        "cm2",
+        "--mode",
+        mode,
+        "--input",
+        str(data),
+        "--output",
+        str(args.work / "out" / f"{target}-{mode}"),
+        "--checkpoint",
+        str(run_dir / "spark"),
+        "--state-dir",
+        str(local_state),
+        "--dfs",
+        f"file://{run_dir / 'state'}",
+        "--available-now",
+        "--max-files-per-trigger",
+        str(args.files_per_batch),
+        "--metrics",
+        str(metrics),
+    ]
     print(f"[{target}/{mode}] running {args.batches} batches ...", flush=True)
     wall = submit("cluster_monitoring.py", job_args, args.conf, f"{target}/{mode}")
     row = {"target": target, "mode": mode, **batch_stats(metrics, args.warmup, batch_rows), "wall_s": wall}
-    print(f"[{target}/{mode}] p50 {row['p50']:.2f}s p99 {row['p99']:.2f}s {row['rows_per_s']:,.0f} rows/s "
-          f"({wall:.0f}s)", flush=True)
+    print(
+        f"[{target}/{mode}] p50 {row['p50']:.2f}s p99 {row['p99']:.2f}s {row['rows_per_s']:,.0f} rows/s ({wall:.0f}s)",
+        flush=True,
+    )
     return row

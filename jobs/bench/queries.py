@@ -7,6 +7,7 @@ every mode. Each run is its own spark-submit with state and Spark's checkpoint o
 native reference of Q13 and YSB is one Spark batch job over the whole input (the issue's
 reference); its row has one batch, its latency is that job's time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,20 @@ class JobInput:
     generate: Callable[..., dict]
 
 
-WORKLOADS = {"lr": JobInput("linear_road.py", generate_lr), "nexmark": JobInput("nexmark.py", generate_nexmark),
-             "ysb": JobInput("ysb.py", generate_ysb)}
-QUERIES = {"lr2": "lr", "lr4": "lr", "q13": "nexmark", "q18": "nexmark", "q19": "nexmark", "q20": "nexmark",
-           "ysb": "ysb"}
+WORKLOADS = {
+    "lr": JobInput("linear_road.py", generate_lr),
+    "nexmark": JobInput("nexmark.py", generate_nexmark),
+    "ysb": JobInput("ysb.py", generate_ysb),
+}
+QUERIES = {
+    "lr2": "lr",
+    "lr4": "lr",
+    "q13": "nexmark",
+    "q18": "nexmark",
+    "q19": "nexmark",
+    "q20": "nexmark",
+    "ysb": "ysb",
+}
 
 
 def name_list(text: str, known: Collection[str]) -> list[str]:
@@ -47,12 +58,23 @@ def name_list(text: str, known: Collection[str]) -> list[str]:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("jobs", help="Linear Road, NEXMark and YSB latency and throughput per mode and rate")
-    p.add_argument("--queries", type=lambda t: name_list(t, QUERIES), default=list(QUERIES),
-                   help=f"comma-separated, of {','.join(QUERIES)} (default: all)")
-    p.add_argument("--rates", type=lambda t: [float(r) for r in t.split(",")], default=[1500.0, 2500.0],
-                   help="records per second of event time, comma-separated (default: 1500,2500)")
-    p.add_argument("--modes", type=lambda t: name_list(t, {"sync": 0, "async-ckpt": 0, "misa": 0, "native": 0}),
-                   default=["sync", "misa", "native"])
+    p.add_argument(
+        "--queries",
+        type=lambda t: name_list(t, QUERIES),
+        default=list(QUERIES),
+        help=f"comma-separated, of {','.join(QUERIES)} (default: all)",
+    )
+    p.add_argument(
+        "--rates",
+        type=lambda t: [float(r) for r in t.split(",")],
+        default=[1500.0, 2500.0],
+        help="records per second of event time, comma-separated (default: 1500,2500)",
+    )
+    p.add_argument(
+        "--modes",
+        type=lambda t: name_list(t, {"sync": 0, "async-ckpt": 0, "misa": 0, "native": 0}),
+        default=["sync", "misa", "native"],
+    )
     p.add_argument("--batches", type=int, default=20, help="data batches per run, warm-up included")
     p.add_argument("--files-per-batch", type=int, default=3, help="seconds of event time per batch")
     p.add_argument("--warmup", type=int, default=3, help="first batches left out of the statistics")
@@ -88,21 +110,41 @@ def _input(args: argparse.Namespace, workload: str, rate: float) -> Path:
     return data
 
 
-def _run_one(args: argparse.Namespace, query: str, rate: float, mode: str, data: Path,
-             batch_rows: list[int]) -> dict:
+def _run_one(args: argparse.Namespace, query: str, rate: float, mode: str, data: Path, batch_rows: list[int]) -> dict:
     """One spark-submit run of ``query`` in ``mode``."""
     label = f"{query}/{rate:g}/{mode}"
     run_dir = args.work / "runs" / label.replace("/", "-")
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     metrics = run_dir / "metrics.jsonl"
-    job_args = ["--query", query, "--mode", mode, "--input", str(data), "--output", str(run_dir / "out"),
-                "--checkpoint", str(run_dir / "ckpt"), "--available-now",
-                "--max-files-per-trigger", str(args.files_per_batch), "--metrics", str(metrics)]
+    job_args = [
+        "--query",
+        query,
+        "--mode",
+        mode,
+        "--input",
+        str(data),
+        "--output",
+        str(run_dir / "out"),
+        "--checkpoint",
+        str(run_dir / "ckpt"),
+        "--available-now",
+        "--max-files-per-trigger",
+        str(args.files_per_batch),
+        "--metrics",
+        str(metrics),
+    ]
     print(f"[{label}] running ...", flush=True)
     wall = submit(WORKLOADS[QUERIES[query]].script, job_args, args.conf, label)
-    row = {"query": query, "rate": f"{rate:g}", "mode": mode, **batch_stats(metrics, args.warmup, batch_rows),
-           "wall_s": wall}
-    print(f"[{label}] p50 {row['p50']:.2f}s p99 {row['p99']:.2f}s {row['rows_per_s']:,.0f} rows/s ({wall:.0f}s)",
-          flush=True)
+    row = {
+        "query": query,
+        "rate": f"{rate:g}",
+        "mode": mode,
+        **batch_stats(metrics, args.warmup, batch_rows),
+        "wall_s": wall,
+    }
+    print(
+        f"[{label}] p50 {row['p50']:.2f}s p99 {row['p99']:.2f}s {row['rows_per_s']:,.0f} rows/s ({wall:.0f}s)",
+        flush=True,
+    )
     return row

@@ -5,6 +5,7 @@ records), the first ``warmup`` batches left out. Throughput counts the records o
 input files (``batch_rows``), because Spark's numInputRows is taken after filter pushdown in
 native mode and before it otherwise.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,17 @@ def rows_per_batch(data: Path, files_per_batch: int) -> list[int]:
 
 def submit(script: str, job_args: Sequence[str], conf: Sequence[str] = (), label: str = "") -> float:
     """Run ``jobs/<script>`` with spark-submit (local[2], 4 GB driver); its wall time in seconds."""
-    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", "--driver-memory", "4g",
-           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"]
+    cmd = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "4g",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=4",
+    ]
     for extra in conf:
         cmd += ["--conf", extra]
     cmd += [str(ROOT / "jobs" / script), *job_args, "--quiet"]
@@ -51,11 +61,18 @@ def batch_stats(metrics: Path, warmup: int, batch_rows: Sequence[int]) -> dict:
     if not kept:
         raise RuntimeError(f"{metrics}: no batches after the {warmup} warm-up batches")
     latency = summarize(kept)["latency_s"]
-    input_rows = sum(batch_rows) if len(records) == 1 else \
-        sum(batch_rows[r["batch_id"]] for r in kept if r["batch_id"] < len(batch_rows))
-    return {"batches": len(kept), "p50": latency["p50"], "p99": latency["p99"],
-            "rows_per_s": input_rows / sum(r["latency_s"] for r in kept),
-            "state_keys": max((r.get("state_keys") or 0 for r in kept), default=0) or None}
+    input_rows = (
+        sum(batch_rows)
+        if len(records) == 1
+        else sum(batch_rows[r["batch_id"]] for r in kept if r["batch_id"] < len(batch_rows))
+    )
+    return {
+        "batches": len(kept),
+        "p50": latency["p50"],
+        "p99": latency["p99"],
+        "rows_per_s": input_rows / sum(r["latency_s"] for r in kept),
+        "state_keys": max((r.get("state_keys") or 0 for r in kept), default=0) or None,
+    }
 
 
 def add_ratios(rows: list[dict], group: Sequence[str]) -> None:
@@ -71,16 +88,38 @@ def add_ratios(rows: list[dict], group: Sequence[str]) -> None:
 
 def markdown_table(rows: Sequence[dict], leading: Sequence[str]) -> str:
     """The rows as a Markdown table: the ``leading`` columns, then latency, throughput and ratios."""
+
     def ratio(row: dict, key: str) -> str:
         return f"{row[key]:.2f}" if key in row else "-"
 
-    lines = ["| " + " | ".join([*leading, "batches", "p50 (s)", "p99 (s)", "rows/s", "p99 / sync", "p99 / native",
-                                 "rows/s / sync", "max state keys"]) + " |",
-             "| " + " | ".join(["---"] * len(leading) + ["---:"] * 8) + " |"]
+    lines = [
+        "| "
+        + " | ".join(
+            [
+                *leading,
+                "batches",
+                "p50 (s)",
+                "p99 (s)",
+                "rows/s",
+                "p99 / sync",
+                "p99 / native",
+                "rows/s / sync",
+                "max state keys",
+            ]
+        )
+        + " |",
+        "| " + " | ".join(["---"] * len(leading) + ["---:"] * 8) + " |",
+    ]
     for r in rows:
         cells = [str(r[c]) for c in leading] + [
-            str(r["batches"]), f"{r['p50']:.2f}", f"{r['p99']:.2f}", f"{r['rows_per_s']:,.0f}",
-            ratio(r, "p99_vs_sync"), ratio(r, "p99_vs_native"), ratio(r, "tput_vs_sync"),
-            f"{r['state_keys']:,}" if r["state_keys"] else "n/a"]
+            str(r["batches"]),
+            f"{r['p50']:.2f}",
+            f"{r['p99']:.2f}",
+            f"{r['rows_per_s']:,.0f}",
+            ratio(r, "p99_vs_sync"),
+            ratio(r, "p99_vs_native"),
+            ratio(r, "tput_vs_sync"),
+            f"{r['state_keys']:,}" if r["state_keys"] else "n/a",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ kinds in rotation: ``bad-json`` (the line cut off in the middle, so it does not 
 string such as ``"x17"``). It draws from its own random stream, so the good lines are the same as
 with ``bad_fraction=0``.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,7 @@ class BadRecordInjector:
 
     def _spoil(self, kind: str, line: str) -> str:
         if kind == "bad-json":  # a proper prefix of a JSON object never parses
-            return line[:int(self.rng.integers(len(line) // 4, 3 * len(line) // 4 + 1))]
+            return line[: int(self.rng.integers(len(line) // 4, 3 * len(line) // 4 + 1))]
         record = json.loads(line)
         if kind == "missing-key":
             parent, name = _present(record, self.target.key)[0]

@@ -7,6 +7,7 @@ order. Job ids come from a pool in which a few jobs are hot. The part files, eac
 increasing modification times: the order in which Spark's file source picks up new files).
 Generation runs in chunks of about a million records, so memory stays bounded.
 """
+
 from __future__ import annotations
 
 import base64
@@ -18,8 +19,21 @@ import pandas as pd
 
 from jobs.gen.parts import PartWriter
 
-COLUMNS = ("time", "missing_info", "job_id", "task_index", "machine_id", "event_type", "user", "scheduling_class",
-           "priority", "cpu_request", "memory_request", "disk_request", "different_machines")
+COLUMNS = (
+    "time",
+    "missing_info",
+    "job_id",
+    "task_index",
+    "machine_id",
+    "event_type",
+    "user",
+    "scheduling_class",
+    "priority",
+    "cpu_request",
+    "memory_request",
+    "disk_request",
+    "different_machines",
+)
 NULLABLE = ("missing_info", "machine_id", "different_machines")
 # SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST, UPDATE_PENDING, UPDATE_RUNNING
 EVENT_TYPE_P = np.array([0.25, 0.40, 0.02, 0.03, 0.15, 0.08, 0.02, 0.03, 0.02])
@@ -39,8 +53,17 @@ def user_tokens(n: int = USERS) -> np.ndarray:
     return np.array([base64.urlsafe_b64encode(d).decode()[:12] for d in digests])
 
 
-def generate_cm(out_dir: str | Path, rate: float, seconds: int, seed: int = 0, files_per_second: float = 1.0,
-                start_time_us: int = 0, *, jobs: int = 10_000, progress: bool = True) -> dict:
+def generate_cm(
+    out_dir: str | Path,
+    rate: float,
+    seconds: int,
+    seed: int = 0,
+    files_per_second: float = 1.0,
+    start_time_us: int = 0,
+    *,
+    jobs: int = 10_000,
+    progress: bool = True,
+) -> dict:
     """Write ``seconds`` of task events at about ``rate`` records/s into ``out_dir``.
 
     Deterministic for given arguments. Returns ``files``, ``records``, ``first_time_us`` and
@@ -64,8 +87,9 @@ def generate_cm(out_dir: str | Path, rate: float, seconds: int, seed: int = 0, f
     return writer.close()
 
 
-def _events(rng: np.random.Generator, counts: np.ndarray, first_second: int, jobs: int,
-            users: np.ndarray) -> pd.DataFrame:
+def _events(
+    rng: np.random.Generator, counts: np.ndarray, first_second: int, jobs: int, users: np.ndarray
+) -> pd.DataFrame:
     """The events of consecutive seconds (``counts`` per second), sorted; ``time`` is the offset in µs."""
     n = int(counts.sum())
     seconds = np.repeat(np.arange(first_second, first_second + len(counts), dtype=np.int64), counts)
@@ -99,6 +123,6 @@ def _lines(rows: pd.DataFrame) -> list[str]:
     """The rows as JSON lines (6 significant decimals), written in blocks: to_json slows down on very large frames."""
     lines: list[str] = []
     for start in range(0, len(rows), WRITE_ROWS):
-        text = rows.iloc[start:start + WRITE_ROWS].to_json(orient="records", double_precision=6)
+        text = rows.iloc[start : start + WRITE_ROWS].to_json(orient="records", double_precision=6)
         lines += text[1:-1].replace("},{", "}\n{").split("\n")  # no value holds braces
     return lines

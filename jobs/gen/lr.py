@@ -13,6 +13,7 @@ bounds the fleet: then a trip takes the id that has been off the expressway long
 ``time`` is the event time in seconds since the start. Output files and bad records as in
 :mod:`jobs.gen.parts` and :mod:`jobs.gen.bad_records`.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -35,8 +36,18 @@ ENTRY_LANE, EXIT_LANE = 0, 4
 TARGET = Target(key=("vid",), numeric=("spd", "vid"))
 
 
-def generate_lr(out: str | Path, rate: float, seconds: int, seed: int = 0, files_per_second: float = 1.0,
-                xways: int = 1, bad_fraction: float = 0.0, vehicles: int = 0, *, progress: bool = True) -> dict:
+def generate_lr(
+    out: str | Path,
+    rate: float,
+    seconds: int,
+    seed: int = 0,
+    files_per_second: float = 1.0,
+    xways: int = 1,
+    bad_fraction: float = 0.0,
+    vehicles: int = 0,
+    *,
+    progress: bool = True,
+) -> dict:
     """Write ``seconds`` of position reports at about ``rate`` reports/s into ``out``.
 
     Deterministic for given arguments. Returns the :class:`~jobs.gen.parts.PartWriter` stats
@@ -46,10 +57,13 @@ def generate_lr(out: str | Path, rate: float, seconds: int, seed: int = 0, files
     validate(rate, seconds, files_per_second, bad_fraction, xways=xways)
     slots = round(rate * REPORT_INTERVAL)
     if vehicles < 0 or 0 < vehicles < slots:
-        raise ValueError(f"vehicles must be 0 (a new vehicle per trip) or at least the {slots} on the expressways "
-                         f"at once (30 s x rate); got {vehicles}")
-    writer = PartWriter(out, "lr", seconds, files_per_second, BadRecordInjector(bad_fraction, seed, TARGET), "s",
-                        progress=progress)
+        raise ValueError(
+            f"vehicles must be 0 (a new vehicle per trip) or at least the {slots} on the expressways "
+            f"at once (30 s x rate); got {vehicles}"
+        )
+    writer = PartWriter(
+        out, "lr", seconds, files_per_second, BadRecordInjector(bad_fraction, seed, TARGET), "s", progress=progress
+    )
     traffic = Traffic(np.random.default_rng(seed), slots, xways, vehicles)
     for period_start in range(0, seconds, REPORT_INTERVAL):
         reporting = int(np.searchsorted(traffic.phase, seconds - period_start))  # slots due before the end
@@ -83,11 +97,19 @@ class Traffic:
         next_pos = pos + np.where(direction == 0, step, -step)
         last = (self.left[s] == 1) | (next_pos < 0) | (next_pos >= LENGTH)
         lane = np.where(self.first[s], ENTRY_LANE, self.rng.integers(1, EXIT_LANE, high - low))
-        frame = pd.DataFrame({
-            "type": np.zeros(high - low, dtype=np.int64), "time": period_start + self.phase[s], "vid": self.vid[s],
-            "spd": spd, "xway": self.xway[s], "lane": np.where(last, EXIT_LANE, lane), "dir": direction,
-            "seg": pos // SEGMENT_LENGTH, "pos": pos,
-        })
+        frame = pd.DataFrame(
+            {
+                "type": np.zeros(high - low, dtype=np.int64),
+                "time": period_start + self.phase[s],
+                "vid": self.vid[s],
+                "spd": spd,
+                "xway": self.xway[s],
+                "lane": np.where(last, EXIT_LANE, lane),
+                "dir": direction,
+                "seg": pos // SEGMENT_LENGTH,
+                "pos": pos,
+            }
+        )
         self.pos[s], self.spd[s] = next_pos, next_spd
         if self.fleet:
             self.parked.extend(self.vid[s][last].tolist())

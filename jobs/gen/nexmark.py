@@ -23,6 +23,7 @@ The bounded Q13 side table goes to ``OUT/_side/side_input.jsonl`` (``{"key": k, 
 for ``k < side_rows``, as the reference's ``SideInputGenerator``). Output files and bad records
 as in :mod:`jobs.gen.parts` and :mod:`jobs.gen.bad_records`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,8 +32,16 @@ import numpy as np
 import pandas as pd
 
 from jobs.gen.bad_records import BadRecordInjector, Target
-from jobs.gen.parts import (BASE_TIME_MS, PartWriter, event_times_ms, json_lines, number_chunks, record_count, validate,
-                            write_side)
+from jobs.gen.parts import (
+    BASE_TIME_MS,
+    PartWriter,
+    event_times_ms,
+    json_lines,
+    number_chunks,
+    record_count,
+    validate,
+    write_side,
+)
 
 PERSON_PROPORTION, AUCTION_PROPORTION, BID_PROPORTION = 1, 3, 46
 TOTAL_PROPORTION = PERSON_PROPORTION + AUCTION_PROPORTION + BID_PROPORTION
@@ -43,23 +52,35 @@ HOT_BLOCK = 100  # the hot auction / seller / bidder is the first (bidder: secon
 NUM_IN_FLIGHT_AUCTIONS, NUM_ACTIVE_PEOPLE = 100, 1000
 AVG_PERSON_BYTES, AVG_AUCTION_BYTES, AVG_BID_BYTES = 200, 500, 100
 US_STATES = np.array("AZ,CA,ID,OR,WA,WY".split(","), dtype=object)
-US_CITIES = np.array("Phoenix,Los Angeles,San Francisco,Boise,Portland,Bend,Redmond,Seattle,Kent,Cheyenne".split(","),
-                     dtype=object)
+US_CITIES = np.array(
+    "Phoenix,Los Angeles,San Francisco,Boise,Portland,Bend,Redmond,Seattle,Kent,Cheyenne".split(","), dtype=object
+)
 FIRST_NAMES = np.array("Peter,Paul,Luke,John,Saul,Vicky,Kate,Julie,Sarah,Deiter,Walter".split(","), dtype=object)
 LAST_NAMES = np.array("Shultz,Abrams,Spencer,White,Bartels,Walton,Smith,Jones,Noris".split(","), dtype=object)
 HOT_CHANNELS = np.array(["Google", "Facebook", "Baidu", "Apple"], dtype=object)
 CHANNELS = 10_000
 EXTRA_POOL = 1 << 20  # the reusable random text that ``extra`` fields are cut from
 MIN_STRING_LENGTH = 3
-EVENT_TEMPLATES = ('{"event_type":0,"person":%s,"auction":null,"bid":null}',
-                   '{"event_type":1,"person":null,"auction":%s,"bid":null}',
-                   '{"event_type":2,"person":null,"auction":null,"bid":%s}')
+EVENT_TEMPLATES = (
+    '{"event_type":0,"person":%s,"auction":null,"bid":null}',
+    '{"event_type":1,"person":null,"auction":%s,"bid":null}',
+    '{"event_type":2,"person":null,"auction":null,"bid":%s}',
+)
 SIDE_INPUT = "side_input.jsonl"
 TARGET = Target(key=("person.id", "auction.id", "bid.auction"), numeric=("person.id", "auction.id", "bid.price"))
 
 
-def generate_nexmark(out: str | Path, rate: float, seconds: int, seed: int = 0, files_per_second: float = 1.0,
-                     bad_fraction: float = 0.0, side_rows: int = 10_000, *, progress: bool = True) -> dict:
+def generate_nexmark(
+    out: str | Path,
+    rate: float,
+    seconds: int,
+    seed: int = 0,
+    files_per_second: float = 1.0,
+    bad_fraction: float = 0.0,
+    side_rows: int = 10_000,
+    *,
+    progress: bool = True,
+) -> dict:
     """Write ``seconds`` of NEXMark events at ``rate`` events/s into ``out``, and the Q13 side table.
 
     Deterministic for given arguments. Returns the :class:`~jobs.gen.parts.PartWriter` stats
@@ -69,8 +90,16 @@ def generate_nexmark(out: str | Path, rate: float, seconds: int, seed: int = 0, 
     validate(rate, seconds, files_per_second, bad_fraction, side_rows=side_rows)
     out = Path(out)
     write_side(out, SIDE_INPUT, "".join(f'{{"key":{k},"value":"{k}"}}\n' for k in range(side_rows)))
-    writer = PartWriter(out, "nexmark", seconds, files_per_second, BadRecordInjector(bad_fraction, seed, TARGET), "ms",
-                        BASE_TIME_MS, progress)
+    writer = PartWriter(
+        out,
+        "nexmark",
+        seconds,
+        files_per_second,
+        BadRecordInjector(bad_fraction, seed, TARGET),
+        "ms",
+        BASE_TIME_MS,
+        progress,
+    )
     events = Events(np.random.default_rng(seed), rate)
     kinds = np.zeros(3, dtype=np.int64)
     for numbers in number_chunks(record_count(rate, seconds)):
@@ -109,8 +138,13 @@ class Events:
         self.hot_urls = self._urls(len(HOT_CHANNELS))
         urls = self._urls(CHANNELS)
         tagged = rng.integers(0, 10, CHANNELS) > 0
-        self.channel_urls = np.array([url + f"&channel_id={_reversed_bits(i)}" if tag else url
-                                      for i, (url, tag) in enumerate(zip(urls, tagged.tolist()))], dtype=object)
+        self.channel_urls = np.array(
+            [
+                url + f"&channel_id={_reversed_bits(i)}" if tag else url
+                for i, (url, tag) in enumerate(zip(urls, tagged.tolist()))
+            ],
+            dtype=object,
+        )
 
     def chunk(self, numbers: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
         """Event times (ms), JSON lines in event order and the count of each kind."""
@@ -120,8 +154,9 @@ class Events:
         for kind, draw in enumerate((self._persons, self._auctions, self._bids)):
             chosen = kinds == kind
             if chosen.any():
-                lines[chosen] = [EVENT_TEMPLATES[kind] % line for line in json_lines(draw(numbers[chosen],
-                                                                                          times[chosen]))]
+                lines[chosen] = [
+                    EVENT_TEMPLATES[kind] % line for line in json_lines(draw(numbers[chosen], times[chosen]))
+                ]
         return times, lines.tolist(), np.bincount(kinds, minlength=3)
 
     def _persons(self, numbers: np.ndarray, times: np.ndarray) -> pd.DataFrame:
@@ -131,15 +166,25 @@ class Events:
         card = [" ".join(f"{d:04d}" for d in row) for row in rng.integers(0, 10_000, (n, 4)).tolist()]
         city, state = US_CITIES[rng.integers(0, len(US_CITIES), n)], US_STATES[rng.integers(0, len(US_STATES), n)]
         size = 8 + sum(_lengths(column) for column in (name, email, card, city, state))
-        return pd.DataFrame({"id": last_person(numbers) + FIRST_PERSON_ID, "name": name, "email_address": email,
-                             "credit_card": card, "city": city, "state": state, "date_time": times,
-                             "extra": self._extra(size, AVG_PERSON_BYTES)})
+        return pd.DataFrame(
+            {
+                "id": last_person(numbers) + FIRST_PERSON_ID,
+                "name": name,
+                "email_address": email,
+                "credit_card": card,
+                "city": city,
+                "state": state,
+                "date_time": times,
+                "extra": self._extra(size, AVG_PERSON_BYTES),
+            }
+        )
 
     def _auctions(self, numbers: np.ndarray, times: np.ndarray) -> pd.DataFrame:
         n, rng = len(numbers), self.rng
         people = last_person(numbers)
-        seller = np.where(rng.integers(0, HOT_SELLERS_RATIO, n) > 0, people // HOT_BLOCK * HOT_BLOCK,
-                          self._active_person(people))
+        seller = np.where(
+            rng.integers(0, HOT_SELLERS_RATIO, n) > 0, people // HOT_BLOCK * HOT_BLOCK, self._active_person(people)
+        )
         category = FIRST_CATEGORY_ID + rng.integers(0, NUM_CATEGORIES, n)
         initial_bid = _prices(rng, n)
         # average length: the time until NUM_IN_FLIGHT_AUCTIONS more auctions have been drawn
@@ -149,17 +194,30 @@ class Events:
         name, description = _strings(rng, n, 20), _strings(rng, n, 100)
         reserve = initial_bid + _prices(rng, n)
         size = 8 + _lengths(name) + _lengths(description) + 40
-        return pd.DataFrame({"id": last_auction(numbers) + FIRST_AUCTION_ID, "item_name": name,
-                             "description": description, "initial_bid": initial_bid, "reserve": reserve,
-                             "date_time": times, "expires": expires, "seller": seller + FIRST_PERSON_ID,
-                             "category": category, "extra": self._extra(size, AVG_AUCTION_BYTES)})
+        return pd.DataFrame(
+            {
+                "id": last_auction(numbers) + FIRST_AUCTION_ID,
+                "item_name": name,
+                "description": description,
+                "initial_bid": initial_bid,
+                "reserve": reserve,
+                "date_time": times,
+                "expires": expires,
+                "seller": seller + FIRST_PERSON_ID,
+                "category": category,
+                "extra": self._extra(size, AVG_AUCTION_BYTES),
+            }
+        )
 
     def _bids(self, numbers: np.ndarray, times: np.ndarray) -> pd.DataFrame:
         n, rng = len(numbers), self.rng
         newest = last_auction(numbers)
         oldest = np.maximum(newest - NUM_IN_FLIGHT_AUCTIONS, 0)
-        auction = np.where(rng.integers(0, HOT_AUCTION_RATIO, n) > 0, newest // HOT_BLOCK * HOT_BLOCK,
-                           oldest + rng.integers(0, newest - oldest + 1))
+        auction = np.where(
+            rng.integers(0, HOT_AUCTION_RATIO, n) > 0,
+            newest // HOT_BLOCK * HOT_BLOCK,
+            oldest + rng.integers(0, newest - oldest + 1),
+        )
         people = last_person(numbers)
         hot_bidder = np.minimum(people // HOT_BLOCK * HOT_BLOCK + 1, people)
         bidder = np.where(rng.integers(0, HOT_BIDDERS_RATIO, n) > 0, hot_bidder, self._active_person(people))
@@ -168,9 +226,17 @@ class Events:
         hot_channel, other = rng.integers(0, len(HOT_CHANNELS), n), rng.integers(0, CHANNELS, n)
         channel = np.where(hot, HOT_CHANNELS[hot_channel], "channel-" + other.astype(str).astype(object))
         url = np.where(hot, self.hot_urls[hot_channel], self.channel_urls[other])
-        return pd.DataFrame({"auction": auction + FIRST_AUCTION_ID, "bidder": bidder + FIRST_PERSON_ID,
-                             "price": price, "channel": channel, "url": url, "date_time": times,
-                             "extra": self._extra(np.full(n, 32), AVG_BID_BYTES)})
+        return pd.DataFrame(
+            {
+                "auction": auction + FIRST_AUCTION_ID,
+                "bidder": bidder + FIRST_PERSON_ID,
+                "price": price,
+                "channel": channel,
+                "url": url,
+                "date_time": times,
+                "extra": self._extra(np.full(n, 32), AVG_BID_BYTES),
+            }
+        )
 
     def _active_person(self, people: np.ndarray) -> np.ndarray:
         """A random person among the ``NUM_ACTIVE_PEOPLE`` newest (``nextBase0PersonId`` without a lead)."""

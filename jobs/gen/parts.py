@@ -8,6 +8,7 @@ renamed into place once no later chunk can add to it. With a
 ``OUT/_bad_records.txt`` (Spark ignores names starting with ``_``). Generators work in chunks of at
 most :data:`CHUNK_RECORDS` records, so memory stays bounded.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,10 +32,13 @@ MTIME_BASE = 1_700_000_000  # modification time of the first file (s); file i ge
 
 def validate(rate: float, seconds: int, files_per_second: float, bad_fraction: float, **positive: float) -> None:
     """Raise ValueError naming every argument out of its range (``positive`` ones must be > 0)."""
-    rules = [("rate", rate, rate >= 0, ">= 0"), ("seconds", seconds, seconds > 0, "> 0"),
-             ("files_per_second", files_per_second, files_per_second > 0, "> 0"),
-             ("bad_fraction", bad_fraction, 0 <= bad_fraction < 1, ">= 0 and < 1"),
-             *((name, value, value > 0, "> 0") for name, value in positive.items())]
+    rules = [
+        ("rate", rate, rate >= 0, ">= 0"),
+        ("seconds", seconds, seconds > 0, "> 0"),
+        ("files_per_second", files_per_second, files_per_second > 0, "> 0"),
+        ("bad_fraction", bad_fraction, 0 <= bad_fraction < 1, ">= 0 and < 1"),
+        *((name, value, value > 0, "> 0") for name, value in positive.items()),
+    ]
     wrong = [f"{name} must be {rule} (got {value})" for name, value, ok, rule in rules if not ok]
     if wrong:
         raise ValueError("; ".join(wrong))
@@ -91,8 +95,17 @@ class PartWriter:
     """Event-time ordered JSON-lines part files (with bad records injected, given an injector);
     ``close`` returns the stats."""
 
-    def __init__(self, out_dir: str | Path, name: str, seconds: int, files_per_second: float,
-                 bad: BadRecordInjector | None = None, unit: str = "s", start: int = 0, progress: bool = True):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        name: str,
+        seconds: int,
+        files_per_second: float,
+        bad: BadRecordInjector | None = None,
+        unit: str = "s",
+        start: int = 0,
+        progress: bool = True,
+    ):
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         if bad is not None:
@@ -126,8 +139,12 @@ class PartWriter:
         """Finish the remaining files; return ``files``, ``records`` (good), ``first_time_<unit>`` /
         ``last_time_<unit>`` (``None`` without records) and, with an injector, ``bad`` and ``bad_by_kind``."""
         self._finish_before(self.files)
-        stats = {"files": self.files, "records": self.lines,
-                 f"first_time_{self.unit}": self.first, f"last_time_{self.unit}": self.last}
+        stats = {
+            "files": self.files,
+            "records": self.lines,
+            f"first_time_{self.unit}": self.first,
+            f"last_time_{self.unit}": self.last,
+        }
         if self.bad is not None:
             bad = sum(self.bad.by_kind.values())
             stats.update(records=self.lines - bad, bad=bad, bad_by_kind=dict(self.bad.by_kind))

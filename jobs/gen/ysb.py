@@ -7,6 +7,7 @@ object ``{"<ad_id>": "<campaign_id>", ...}``. Each event picks uniformly a user 
 are evenly spaced at ``rate`` per second: ``event_time = start + floor(n * 1e6 / rate) // 1000``
 ms. Output files and bad records as in :mod:`jobs.gen.parts` and :mod:`jobs.gen.bad_records`.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,16 @@ import numpy as np
 import pandas as pd
 
 from jobs.gen.bad_records import BadRecordInjector, Target
-from jobs.gen.parts import (BASE_TIME_MS, PartWriter, event_times_ms, json_lines, number_chunks, record_count, validate,
-                            write_side)
+from jobs.gen.parts import (
+    BASE_TIME_MS,
+    PartWriter,
+    event_times_ms,
+    json_lines,
+    number_chunks,
+    record_count,
+    validate,
+    write_side,
+)
 
 AD_TYPES = np.array(["banner", "modal", "sponsored-search", "mail", "mobile"], dtype=object)
 EVENT_TYPES = np.array(["view", "click", "purchase"], dtype=object)
@@ -28,9 +37,18 @@ CAMPAIGNS_FILE = "campaigns.json"
 TARGET = Target(key=("ad_id",), numeric=("event_time",))
 
 
-def generate_ysb(out: str | Path, rate: float, seconds: int, seed: int = 0, files_per_second: float = 1.0,
-                 campaigns: int = 100, ads_per_campaign: int = 10, bad_fraction: float = 0.0, *,
-                 progress: bool = True) -> dict:
+def generate_ysb(
+    out: str | Path,
+    rate: float,
+    seconds: int,
+    seed: int = 0,
+    files_per_second: float = 1.0,
+    campaigns: int = 100,
+    ads_per_campaign: int = 10,
+    bad_fraction: float = 0.0,
+    *,
+    progress: bool = True,
+) -> dict:
     """Write ``seconds`` of ad events at ``rate`` events/s into ``out``, and the ad-to-campaign mapping.
 
     Deterministic for given arguments. Returns the :class:`~jobs.gen.parts.PartWriter` stats
@@ -44,17 +62,30 @@ def generate_ysb(out: str | Path, rate: float, seconds: int, seed: int = 0, file
     ads = _uuids(rng, campaigns * ads_per_campaign)
     write_side(out, CAMPAIGNS_FILE, json.dumps(dict(zip(ads.tolist(), np.repeat(campaign_ids, ads_per_campaign)))))
     users, pages = _uuids(rng, USERS), _uuids(rng, PAGES)
-    writer = PartWriter(out, "ysb", seconds, files_per_second, BadRecordInjector(bad_fraction, seed, TARGET), "ms",
-                        BASE_TIME_MS, progress)
+    writer = PartWriter(
+        out,
+        "ysb",
+        seconds,
+        files_per_second,
+        BadRecordInjector(bad_fraction, seed, TARGET),
+        "ms",
+        BASE_TIME_MS,
+        progress,
+    )
     for numbers in number_chunks(record_count(rate, seconds)):
         n = len(numbers)
         times = event_times_ms(numbers, rate)
-        frame = pd.DataFrame({
-            "user_id": users[rng.integers(0, USERS, n)], "page_id": pages[rng.integers(0, PAGES, n)],
-            "ad_id": ads[rng.integers(0, len(ads), n)], "ad_type": AD_TYPES[rng.integers(0, len(AD_TYPES), n)],
-            "event_type": EVENT_TYPES[rng.integers(0, len(EVENT_TYPES), n)], "event_time": times,
-            "ip_address": IP_ADDRESS,
-        })
+        frame = pd.DataFrame(
+            {
+                "user_id": users[rng.integers(0, USERS, n)],
+                "page_id": pages[rng.integers(0, PAGES, n)],
+                "ad_id": ads[rng.integers(0, len(ads), n)],
+                "ad_type": AD_TYPES[rng.integers(0, len(AD_TYPES), n)],
+                "event_type": EVENT_TYPES[rng.integers(0, len(EVENT_TYPES), n)],
+                "event_time": times,
+                "ip_address": IP_ADDRESS,
+            }
+        )
         writer.write(times, json_lines(frame))
     return {**writer.close(), "campaigns": campaigns, "ads": len(ads)}
 

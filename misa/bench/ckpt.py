@@ -5,6 +5,7 @@ For each state size, one store is loaded with N keys (8-byte keys, 32-byte value
 version is checkpointed locally once and uploaded to each DFS target in the same run, so the
 targets are compared side by side on identical files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from checkpoint import DfsCheckpoints
-
 from misa.config import MisaConfig
 from misa.units import human_bytes
 
@@ -28,8 +28,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keys", default="1e5,1e6,5e6", help="comma-separated state sizes in keys")
     p.add_argument("--changes", default="0.01,0.1", help="comma-separated fractions of keys changed per version")
     p.add_argument("--versions", type=int, default=3, help="versions measured per change fraction")
-    p.add_argument("--dfs", action="append", default=[], metavar="NAME=URL",
-                   help="upload target, repeatable (default: local=file://<tmp>)")
+    p.add_argument(
+        "--dfs",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="upload target, repeatable (default: local=file://<tmp>)",
+    )
     p.add_argument("--work", type=Path, default=None, help="local state directory (default: a temp dir)")
     p.add_argument("--out", type=Path, default=None, help="also write the rows as JSON lines here")
     p.set_defaults(func=run)
@@ -48,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
     targets = _targets(args.dfs, scratch)
     config = MisaConfig()
     rows = []
-    print(f"{'keys':>9} {'change':>7} {'target':>8} {'local ckpt':>11} {'upload':>9} {'uploaded':>11} "
-          f"{'state':>11} {'uploaded/state':>15}")
+    print(
+        f"{'keys':>9} {'change':>7} {'target':>8} {'local ckpt':>11} {'upload':>9} {'uploaded':>11} "
+        f"{'state':>11} {'uploaded/state':>15}"
+    )
     for n in sizes:
         rows += _bench_size(config, n, changes, args.versions, scratch / f"state-{n}", targets)
     if args.out:
@@ -59,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_size(config: MisaConfig, n: int, changes: list[float], versions: int, state_dir: Path,
-                targets: dict[str, str]) -> list[dict]:
+def _bench_size(
+    config: MisaConfig, n: int, changes: list[float], versions: int, state_dir: Path, targets: dict[str, str]
+) -> list[dict]:
     from misa.state.store import StateStore  # noqa: PLC0415  (keeps `misa --help` fast)
 
     rng = np.random.default_rng(n)
@@ -95,17 +103,23 @@ def _bench_size(config: MisaConfig, n: int, changes: list[float], versions: int,
                 version += 1
             for name, got in samples.items():
                 row = {
-                    "keys": n, "change": change, "target": name, "versions": repeat,
+                    "keys": n,
+                    "change": change,
+                    "target": name,
+                    "versions": repeat,
                     "local_ckpt_s": statistics.mean(local_s),
                     "upload_s": statistics.mean(s for s, _ in got),
                     "bytes_uploaded": statistics.mean(b for _, b in got),
                     "state_bytes": state_bytes,
                 }
                 rows.append(row)
-                print(f"{n:>9} {'full' if not change else f'{change:.0%}':>7} {name:>8} "
-                      f"{row['local_ckpt_s'] * 1000:>8.0f} ms {row['upload_s'] * 1000:>6.0f} ms "
-                      f"{human_bytes(row['bytes_uploaded']):>11} {human_bytes(state_bytes):>11} "
-                      f"{row['bytes_uploaded'] / state_bytes:>15.3f}", flush=True)
+                print(
+                    f"{n:>9} {'full' if not change else f'{change:.0%}':>7} {name:>8} "
+                    f"{row['local_ckpt_s'] * 1000:>8.0f} ms {row['upload_s'] * 1000:>6.0f} ms "
+                    f"{human_bytes(row['bytes_uploaded']):>11} {human_bytes(state_bytes):>11} "
+                    f"{row['bytes_uploaded'] / state_bytes:>15.3f}",
+                    flush=True,
+                )
     return rows
 
 

@@ -18,6 +18,7 @@ on miss, shards one after another on the batch's thread), ``async`` (LRU, misses
 shards in parallel on the pool, no hints). RocksDB reads bypass the OS page cache (direct reads) and its
 block cache is small, so a miss costs real I/O.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,14 +33,12 @@ from typing import Sequence
 
 import numpy as np
 
-from prefetch.cache import ENTRY_OVERHEAD, StateCache
-
-from misa.state.view import StateView
-from misa.config import ConfigError, MisaConfig, parse_bytes
-from misa.runtime.process import gc_paused
-from misa.state.store import StateStore
 from misa.bench.state_workloads import DISTRIBUTIONS, WORKLOADS, BatchAccesses, KeyStream, StateWorkload
-from misa.runtime.process import switch_interval
+from misa.config import ConfigError, MisaConfig, parse_bytes
+from misa.runtime.process import gc_paused, switch_interval
+from misa.state.store import StateStore
+from misa.state.view import StateView
+from prefetch.cache import ENTRY_OVERHEAD, StateCache
 
 POLICIES = ("tac", "lru", "clock", "async")
 VALUE_BYTES = 32
@@ -58,11 +57,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compute-ms", type=float, default=20.0, help="the batch's Spark time, while hints prefetch")
     p.add_argument("--cache-bytes", default="1m")
     p.add_argument("--skew", type=float, default=1.0, help="Zipf exponent")
-    p.add_argument("--window-s", type=int, default=None,
-                   help="tumbling/sliding window length in seconds (default: tumbling 600, sliding 300)")
+    p.add_argument(
+        "--window-s",
+        type=int,
+        default=None,
+        help="tumbling/sliding window length in seconds (default: tumbling 600, sliding 300)",
+    )
     p.add_argument("--slide-s", type=int, default=None, help="sliding windows' slide in seconds (default 100)")
-    p.add_argument("--switch-interval", default=None,
-                   help="Python's thread switch interval for every policy (default: spark.misa.python.switchInterval)")
+    p.add_argument(
+        "--switch-interval",
+        default=None,
+        help="Python's thread switch interval for every policy (default: spark.misa.python.switchInterval)",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--work", type=Path, default=None, help="state directory (default: a temp dir)")
     p.set_defaults(func=run)
@@ -82,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         cache_bytes = parse_bytes(args.cache_bytes)
     except ValueError:
-        print(f"misa: error: --cache-bytes {args.cache_bytes!r}: use a size such as 1m, 512k or 1048576", file=sys.stderr)
+        print(
+            f"misa: error: --cache-bytes {args.cache_bytes!r}: use a size such as 1m, 512k or 1048576", file=sys.stderr
+        )
         return 2
     settings = {"spark.misa.rocksdb.useDirectReads": "true", "spark.misa.rocksdb.blockCacheSize": "1m"}
     if args.switch_interval is not None:
@@ -110,12 +118,14 @@ def build_workload(args: argparse.Namespace) -> StateWorkload:
     rng = np.random.default_rng(args.seed)
     key_space = int(args.key_space)
     keys = KeyStream(args.keys, key_space, rng, skew=args.skew)
-    return StateWorkload(args.workload, keys, key_space, args.batch_records, args.seconds_per_batch, rng,
-                    args.window_s, args.slide_s)
+    return StateWorkload(
+        args.workload, keys, key_space, args.batch_records, args.seconds_per_batch, rng, args.window_s, args.slide_s
+    )
 
 
-def open_stores(config: MisaConfig, scratch: Path, policies: Sequence[str], workload: StateWorkload,
-                stack: ExitStack) -> tuple[dict[str, StateStore], int]:
+def open_stores(
+    config: MisaConfig, scratch: Path, policies: Sequence[str], workload: StateWorkload, stack: ExitStack
+) -> tuple[dict[str, StateStore], int]:
     """One store per policy, each holding the preloaded state (version 0); closed with ``stack``.
 
     Returns the stores by policy and the preloaded key count.
@@ -145,8 +155,9 @@ def preload(store: StateStore, workload: StateWorkload) -> int:
     return count
 
 
-def replay(stores: dict[str, StateStore], workload: StateWorkload, args: argparse.Namespace, state_keys: int,
-           cache_bytes: int) -> list[dict]:
+def replay(
+    stores: dict[str, StateStore], workload: StateWorkload, args: argparse.Namespace, state_keys: int, cache_bytes: int
+) -> list[dict]:
     """Replay ``workload`` behind each policy on its store; returns one JSON record per policy.
 
     The policies take turns batch by batch (in an order that rotates), so a slow spell of this
@@ -228,14 +239,21 @@ class PolicyReplay:
         live_keys = self.live_keys or [self.store.count_keys()]
         cache_bytes = self.cache.max_bytes
         return {
-            "workload": args.workload, "keys": args.keys, "policy": self.policy, "batches": len(self.read_s),
-            "batch_records": args.batch_records, "key_space": workload.key_space, "preloaded_keys": state_keys,
-            "state_keys_mean": round(float(np.mean(live_keys))), "state_keys_min": min(live_keys),
+            "workload": args.workload,
+            "keys": args.keys,
+            "policy": self.policy,
+            "batches": len(self.read_s),
+            "batch_records": args.batch_records,
+            "key_space": workload.key_space,
+            "preloaded_keys": state_keys,
+            "state_keys_mean": round(float(np.mean(live_keys))),
+            "state_keys_min": min(live_keys),
             "cache_bytes": cache_bytes,
             "state_to_cache": round(float(np.mean(live_keys)) * entry_bytes / cache_bytes, 1),
             "state_to_cache_min": round(min(live_keys) * entry_bytes / cache_bytes, 1),
-            "read_ms": {q: round(float(np.percentile(latencies, p)), 3)
-                        for q, p in (("p50", 50), ("p99", 99), ("p99.9", 99.9))},
+            "read_ms": {
+                q: round(float(np.percentile(latencies, p)), 3) for q, p in (("p50", 50), ("p99", 99), ("p99.9", 99.9))
+            },
             "read_ms_mean": round(float(latencies.mean()), 3),
             "throughput_rps": round(self.records / sum(self.batch_s), 1),
             "state_rps": round(self.records / sum(b - args.compute_ms / 1000 for b in self.batch_s), 1),

@@ -5,6 +5,7 @@ its state per micro-batch: which state keys it reads (with the event time of the
 and which key range it deletes when windows close. Key ids follow a Zipf or a hot-spot
 distribution over a fixed key space; event time advances by ``seconds_per_batch`` per batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,21 +35,28 @@ class BatchAccesses:
 
 
 def _split(raw: bytes, width: int) -> list[bytes]:
-    return [raw[i:i + width] for i in range(0, len(raw), width)]
+    return [raw[i : i + width] for i in range(0, len(raw), width)]
 
 
 class KeyStream:
     """Key ids drawn from a Zipf (exponent ``skew``) or hot-spot distribution over ``key_space`` ids."""
 
-    def __init__(self, distribution: str, key_space: int, rng: np.random.Generator, skew: float = 1.0,
-                 hot_fraction: float = 0.01, hot_probability: float = 0.8):
+    def __init__(
+        self,
+        distribution: str,
+        key_space: int,
+        rng: np.random.Generator,
+        skew: float = 1.0,
+        hot_fraction: float = 0.01,
+        hot_probability: float = 0.8,
+    ):
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"key distribution {distribution!r}: use one of {DISTRIBUTIONS}")
         self.distribution = distribution
         self.rng = rng
         self.ids = rng.permutation(key_space).astype(np.uint64)  # rank -> id, so hot ids are spread out
         ranks = np.arange(1, key_space + 1, dtype=np.float64)
-        self.cdf = np.cumsum(ranks ** -skew)
+        self.cdf = np.cumsum(ranks**-skew)
         self.cdf /= self.cdf[-1]
         self.hot = max(1, int(key_space * hot_fraction))
         self.hot_probability = hot_probability
@@ -65,8 +73,17 @@ class KeyStream:
 class StateWorkload:
     """Generates the preloaded state and the per-batch accesses of one workload."""
 
-    def __init__(self, name: str, keys: KeyStream, key_space: int, batch_records: int, seconds_per_batch: float,
-                 rng: np.random.Generator, window_s: int | None = None, slide_s: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        keys: KeyStream,
+        key_space: int,
+        batch_records: int,
+        seconds_per_batch: float,
+        rng: np.random.Generator,
+        window_s: int | None = None,
+        slide_s: int | None = None,
+    ):
         if name not in WORKLOADS:
             raise ValueError(f"workload {name!r}: use one of {WORKLOADS}")
         default_window, default_slide = WINDOWS.get(name, (0, 0))
@@ -91,7 +108,7 @@ class StateWorkload:
         """The state as a long-running job would hold it at the start: every id in every open structure."""
         ids = np.arange(self.key_space, dtype=np.uint64)
         for begin in range(0, self.key_space, chunk):
-            part = ids[begin:begin + chunk]
+            part = ids[begin : begin + chunk]
             yield self._encode(part, np.full(len(part), self.start_us, np.int64))
 
     def batches(self, count: int) -> Iterator[BatchAccesses]:
@@ -106,8 +123,9 @@ class StateWorkload:
             closing = None
             if self.name in ("tumbling", "sliding"):  # the watermark reaches the batch's end: earlier windows close
                 closing = int(start + self.batch_us + 1).to_bytes(8, "big")
-            yield BatchAccesses(list(latest), np.fromiter(latest.values(), np.int64, len(latest)),
-                                self.batch_records, closing)
+            yield BatchAccesses(
+                list(latest), np.fromiter(latest.values(), np.int64, len(latest)), self.batch_records, closing
+            )
 
     def _encode(self, ids: np.ndarray, ts: np.ndarray) -> list[bytes]:
         """State keys of records (per record, in order; several per record for sliding windows and joins)."""

@@ -1,4 +1,5 @@
 """``misa ckpt``: list, verify, restore and garbage-collect checkpoints on a DFS."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,6 @@ import datetime as dt
 from pathlib import Path
 
 from checkpoint import CorruptCheckpointError, DfsCheckpoints
-
 from misa.config import MisaConfig
 from misa.units import human_bytes
 
@@ -41,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'version':>8} {'shards':>6} {'files':>6} {'size':>11} {'new':>11}  created")
         for i in infos:
             created = dt.datetime.fromtimestamp(i.created).isoformat(timespec="seconds")
-            print(f"{i.version:>8} {i.shards:>6} {i.files:>6} {human_bytes(i.total_bytes):>11} "
-                  f"{human_bytes(i.new_bytes):>11}  {created}")
+            print(
+                f"{i.version:>8} {i.shards:>6} {i.files:>6} {human_bytes(i.total_bytes):>11} "
+                f"{human_bytes(i.new_bytes):>11}  {created}"
+            )
         if not infos:
             print(f"no committed versions under {dfs.shown}")
         return 0
@@ -51,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
         problems = dfs.verify(versions)
         for problem in problems:
             print(f"DAMAGED {problem}")
-        print(f"verified {len(versions)} version(s) on {dfs.shown}: "
-              + ("OK" if not problems else f"{len(problems)} problem(s)"))
+        print(
+            f"verified {len(versions)} version(s) on {dfs.shown}: "
+            + ("OK" if not problems else f"{len(problems)} problem(s)")
+        )
         return 1 if problems else 0
     if args.ckpt_command == "restore":
         try:
@@ -69,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.ckpt_command == "gc":
         stats = dfs.gc(args.retain)
-        print(f"deleted versions {stats.deleted_versions or 'none'}; "
-              f"{stats.deleted_files} unreferenced files ({human_bytes(stats.deleted_bytes)})")
+        print(
+            f"deleted versions {stats.deleted_versions or 'none'}; "
+            f"{stats.deleted_files} unreferenced files ({human_bytes(stats.deleted_bytes)})"
+        )
         return 0
     raise AssertionError(args.ckpt_command)
-

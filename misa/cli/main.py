@@ -4,6 +4,7 @@ The runtime's own commands are here; packages above ``misa`` (the jobs: ``gen``,
 cm``, ``bench jobs``) add theirs through the ``misa.commands`` entry point group, so ``misa`` never
 imports them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,22 +14,19 @@ from importlib.metadata import entry_points
 from typing import Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
-
-
 from misa.bench import ckpt as bench_ckpt
-
 from misa.bench import state as bench_state
-
 from misa.cli import ckpt as ckpt_cli
-
-from misa.obs import report
 from misa.config import ConfigError, defaults_file_text
+from misa.obs import report
 
 
 def _failpoints(_: argparse.Namespace) -> int:
     for name, where in failpoints.FAILPOINTS.items():
         print(f"{name:30} {where}")
-    print(f"\nenable with {failpoints.ENV_VAR}='name=action;...'; actions: raise, raise(N), sleep(MS), kill, kill(N), off")
+    print(
+        f"\nenable with {failpoints.ENV_VAR}='name=action;...'; actions: raise, raise(N), sleep(MS), kill, kill(N), off"
+    )
     return 0
 
 
@@ -42,7 +40,9 @@ Extension = Callable[[argparse._SubParsersAction, argparse._SubParsersAction], N
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line, with the sub-commands every installed ``misa.commands`` entry point adds."""
-    parser = argparse.ArgumentParser(prog="misa", description="MiSA for PySpark: RocksDB state with asynchronous commit")
+    parser = argparse.ArgumentParser(
+        prog="misa", description="MiSA for PySpark: RocksDB state with asynchronous commit"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log retries and progress")
     sub = parser.add_subparsers(dest="command", required=True)
     ckpt_cli.add_parser(sub)

@@ -13,6 +13,7 @@ Files of other attempts are removed after the pointer moves (best effort; reader
 Spark's readers skip names starting with ``_``, but they would read every attempt's files: read
 these folders with :meth:`BatchFolders.committed` (``misa.io.sink.read_batches``).
 """
+
 from __future__ import annotations
 
 import json

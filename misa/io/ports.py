@@ -1,4 +1,5 @@
 """Loopback ports for the servers the runtime and its tests start on this machine."""
+
 from __future__ import annotations
 
 import socket

@@ -15,6 +15,7 @@ its own lines whole; a batch without bad records has no committed lines (a repla
 none removes an earlier attempt's). It passes the good rows on without the two
 extra columns; :func:`good_records` is the same filter for plain Spark.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,11 +45,16 @@ def parse_json_lines(lines: DataFrame, schema: StructType, required: Sequence[st
     bad = parsed.isNull() | parsed.getField(_CORRUPT).isNotNull()
     for column in required:
         bad = bad | parsed.getField(column).isNull()
-    return (lines.where(F.trim(F.col("value")) != "")
-            .select(F.col("value").alias(RAW_COLUMN),
-                    F.from_json("value", StructType([*schema.fields, StructField(_CORRUPT, StringType())]),
-                                options).alias(_PARSED))
-            .select(*[parsed.getField(f.name).alias(f.name) for f in schema.fields], RAW_COLUMN, bad.alias(BAD_COLUMN)))
+    return (
+        lines.where(F.trim(F.col("value")) != "")
+        .select(
+            F.col("value").alias(RAW_COLUMN),
+            F.from_json("value", StructType([*schema.fields, StructField(_CORRUPT, StringType())]), options).alias(
+                _PARSED
+            ),
+        )
+        .select(*[parsed.getField(f.name).alias(f.name) for f in schema.fields], RAW_COLUMN, bad.alias(BAD_COLUMN))
+    )
 
 
 def good_records(parsed: DataFrame) -> DataFrame:
@@ -66,10 +72,14 @@ class Quarantine:
         """The batch's good rows, how many bad records were written aside (idempotent per batch id) and
         how many records the batch has: one Spark job counts them and collects the bad lines."""
         if BAD_COLUMN not in batch.columns or RAW_COLUMN not in batch.columns:
-            raise ValueError(f"the batch has no {BAD_COLUMN}/{RAW_COLUMN} columns: read the input with "
-                             "misa.io.quarantine.parse_json_lines to quarantine bad records")
-        summary = batch.agg(F.count(F.lit(1)).alias("records"),
-                            F.collect_list(F.when(F.col(BAD_COLUMN), F.col(RAW_COLUMN))).alias("bad")).first()
+            raise ValueError(
+                f"the batch has no {BAD_COLUMN}/{RAW_COLUMN} columns: read the input with "
+                "misa.io.quarantine.parse_json_lines to quarantine bad records"
+            )
+        summary = batch.agg(
+            F.count(F.lit(1)).alias("records"),
+            F.collect_list(F.when(F.col(BAD_COLUMN), F.col(RAW_COLUMN))).alias("bad"),
+        ).first()
         lines = list(summary["bad"])
         self._write(batch_id, lines)
         return good_records(batch), len(lines), int(summary["records"])
@@ -84,5 +94,6 @@ class Quarantine:
 def read_quarantine(root: str | Path) -> list[str]:
     """Every quarantined line under ``root``, in batch id order."""
     folders = BatchFolders(root)
-    return [line for _, paths in folders.committed() for p in paths
-            for line in folders.read(p).decode().split("\n")[:-1]]
+    return [
+        line for _, paths in folders.committed() for p in paths for line in folders.read(p).decode().split("\n")[:-1]
+    ]

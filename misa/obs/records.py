@@ -3,6 +3,7 @@
 They are written as one JSON object per batch (:class:`misa.obs.metrics.BatchMetrics`) and read
 back by ``misa report``, whose phase lists come from the fields here, so a phase is named once.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -4,6 +4,7 @@ Every key of a record may be missing or null; malformed lines are counted, repor
 skipped. Percentiles are NumPy's, method ``linear``. Plots use matplotlib's Agg canvas, imported
 only when plots are written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,16 @@ MAX_REPORTED_LINES = 5
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``misa report METRICS... [--out DIR]``."""
     p = subparsers.add_parser("report", help="summarise (and plot) the per-batch metrics of a streaming job")
-    p.add_argument("metrics", nargs="+", type=Path, metavar="METRICS", help="metrics file(s), one JSON record per batch")
-    p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="write latency_timeline.png and latency_cdf.png here (no plots without it)")
+    p.add_argument(
+        "metrics", nargs="+", type=Path, metavar="METRICS", help="metrics file(s), one JSON record per batch"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write latency_timeline.png and latency_cdf.png here (no plots without it)",
+    )
     p.set_defaults(func=run)
 
 
@@ -63,8 +71,7 @@ def _total(values: list[int | float]) -> int | float | None:
     return sum(values) if values else None
 
 
-def _ordered_keys(records: Iterable[dict[str, Any]], section: str, known: Sequence[str],
-                  suffix: str = "") -> list[str]:
+def _ordered_keys(records: Iterable[dict[str, Any]], section: str, known: Sequence[str], suffix: str = "") -> list[str]:
     """Keys with a numeric value in ``record[section]`` of any record: the known ones first, in their order."""
     seen: dict[str, None] = {}
     for record in records:
@@ -118,17 +125,27 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     latency = None
     if latencies:
         p50, p95, p99 = _percentiles(latencies, (50, 95, 99))
-        latency = {"count": len(latencies), "p50": p50, "p95": p95, "p99": p99,
-                   "max": float(max(latencies)), "mean": float(np.mean(latencies))}
+        latency = {
+            "count": len(latencies),
+            "p50": p50,
+            "p95": p95,
+            "p99": p99,
+            "max": float(max(latencies)),
+            "mean": float(np.mean(latencies)),
+        }
 
-    busy = [(rows, lat) for rows, lat in ((_num(r.get("input_rows")), _num(r.get("latency_s"))) for r in records)
-            if rows is not None and lat is not None]
+    busy = [
+        (rows, lat)
+        for rows, lat in ((_num(r.get("input_rows")), _num(r.get("latency_s"))) for r in records)
+        if rows is not None and lat is not None
+    ]
     busy_rows, busy_s = sum(rows for rows, _ in busy), float(sum(lat for _, lat in busy))
     timed = [r for r in records if _num(r.get("started")) is not None]
     wall_s = None
     if timed:
-        wall_s = float(max(r["started"] + (_num(r.get("latency_s")) or 0) for r in timed)
-                       - min(r["started"] for r in timed))
+        wall_s = float(
+            max(r["started"] + (_num(r.get("latency_s")) or 0) for r in timed) - min(r["started"] for r in timed)
+        )
     wall_rows = _total(_values(timed, "input_rows"))
     throughput = {
         "input_rows": _total(_values(records, "input_rows")),
@@ -168,8 +185,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """Lines of a table: first column left-aligned, the others right-aligned, two spaces apart."""
     rows = [list(header)] + [list(r) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return ["  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip()
-            for r in rows]
+    return ["  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip() for r in rows]
 
 
 def _s(seconds: float | None) -> str:
@@ -186,27 +202,36 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"batches: {summary['batches']}    mode: {modes}"]
     latency = summary["latency_s"]
     if latency:
-        lines += _table(["batch latency (s)", "p50", "p95", "p99", "max", "mean", "batches"],
-                        [["", *(_s(latency[k]) for k in ("p50", "p95", "p99", "max", "mean")),
-                          str(latency["count"])]])
+        lines += _table(
+            ["batch latency (s)", "p50", "p95", "p99", "max", "mean", "batches"],
+            [["", *(_s(latency[k]) for k in ("p50", "p95", "p99", "max", "mean")), str(latency["count"])]],
+        )
         lines.append(f"percentiles: numpy, method {summary['percentile_method']!r}")
     else:
         lines.append("batch latency: n/a (no latency_s)")
     t = summary["throughput"]
-    lines.append(f"throughput: {_count(t['rows_per_s'])} rows/s busy ({_count(t['input_rows'])} input rows, "
-                 f"{_s(t['busy_s'])} s in batches); {_count(t['rows_per_wall_s'])} rows/s over "
-                 f"{_s(t['wall_s'])} s wall time")
+    lines.append(
+        f"throughput: {_count(t['rows_per_s'])} rows/s busy ({_count(t['input_rows'])} input rows, "
+        f"{_s(t['busy_s'])} s in batches); {_count(t['rows_per_wall_s'])} rows/s over "
+        f"{_s(t['wall_s'])} s wall time"
+    )
     if summary["phases_s"]:
-        lines += _table(["batch phase (s)", "mean", "p99", "batches"],
-                        [[k, _s(v["mean"]), _s(v["p99"]), str(v["count"])] for k, v in summary["phases_s"].items()])
+        lines += _table(
+            ["batch phase (s)", "mean", "p99", "batches"],
+            [[k, _s(v["mean"]), _s(v["p99"]), str(v["count"])] for k, v in summary["phases_s"].items()],
+        )
     if summary["commit_s"]:
-        lines += _table(["commit phase (s)", "mean", "batches"],
-                        [[k, _s(v["mean"]), str(v["count"])] for k, v in summary["commit_s"].items()])
+        lines += _table(
+            ["commit phase (s)", "mean", "batches"],
+            [[k, _s(v["mean"]), str(v["count"])] for k, v in summary["commit_s"].items()],
+        )
     else:
         lines.append("commit: n/a")
     uploaded, reused = summary["bytes_uploaded"], summary["bytes_reused"]
-    lines.append(f"bytes uploaded: {'n/a' if uploaded is None else human_bytes(uploaded)}, "
-                 f"reused: {'n/a' if reused is None else human_bytes(reused)}")
+    lines.append(
+        f"bytes uploaded: {'n/a' if uploaded is None else human_bytes(uploaded)}, "
+        f"reused: {'n/a' if reused is None else human_bytes(reused)}"
+    )
     cache = dict(summary["cache"])
     if "hits" in cache and "misses" in cache and cache["hits"] + cache["misses"]:
         cache["hit rate"] = f"{100 * cache['hits'] / (cache['hits'] + cache['misses']):.1f}%"
@@ -242,8 +267,9 @@ def _batch_axis(records: Sequence[dict[str, Any]]) -> list[float]:
     return [float(b) if (b := _num(r.get("batch_id"))) is not None else float(i) for i, r in enumerate(records)]
 
 
-def plot(records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]],
-         out_dir: str | os.PathLike[str]) -> list[Path]:
+def plot(
+    records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]], out_dir: str | os.PathLike[str]
+) -> list[Path]:
     """Write ``latency_timeline.png`` and ``latency_cdf.png`` into ``out_dir``; return the files written.
 
     ``records`` is one file's records (a series per mode) or a mapping of series name to records. The
@@ -260,8 +286,9 @@ def plot(records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]]
 
     lines = {}
     for name, recs in series.items():
-        points = sorted((x, lat) for x, r in zip(_batch_axis(recs), recs)
-                        if (lat := _num(r.get("latency_s"))) is not None)
+        points = sorted(
+            (x, lat) for x, r in zip(_batch_axis(recs), recs) if (lat := _num(r.get("latency_s"))) is not None
+        )
         if points:
             lines[name] = points
     stacked = {name: recs for name, recs in series.items() if _ordered_keys(recs, "phases", BATCH_PHASES)}
@@ -277,12 +304,19 @@ def plot(records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]]
             axes[0].plot(xs, ys, marker="." if len(xs) <= 200 else None, linewidth=1, label=name)
         axes[0].set_title("batch latency")
         for ax, (name, recs) in zip(axes[1:], stacked.items()):
-            table = sorted(((x, [_num(_get(r, "phases", p)) for p in phase_names])
-                            for x, r in zip(_batch_axis(recs), recs)), key=lambda row: row[0])
+            table = sorted(
+                ((x, [_num(_get(r, "phases", p)) for p in phase_names]) for x, r in zip(_batch_axis(recs), recs)),
+                key=lambda row: row[0],
+            )
             table = [(x, v) for x, v in table if any(n is not None for n in v)]
             used = [i for i in range(len(phase_names)) if any(v[i] is not None for _, v in table)]
-            ax.stackplot([x for x, _ in table], [[v[i] or 0 for _, v in table] for i in used],
-                         labels=[phase_names[i] for i in used], colors=[f"C{i % 10}" for i in used], alpha=0.8)
+            ax.stackplot(
+                [x for x, _ in table],
+                [[v[i] or 0 for _, v in table] for i in used],
+                labels=[phase_names[i] for i in used],
+                colors=[f"C{i % 10}" for i in used],
+                alpha=0.8,
+            )
             if name in lines:
                 ax.plot(*zip(*lines[name]), color="black", linewidth=1, label="batch latency")
             ax.set_title(f"{name}: batch phases (stacked)")
@@ -304,16 +338,25 @@ def plot(records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]]
             latencies = np.sort([lat for _, lat in points])
             p50, p99 = _percentiles(latencies, (50, 99))
             color = f"C{i % 10}"
-            ax.step(latencies, np.arange(1, len(latencies) + 1) / len(latencies), where="post", color=color,
-                    label=f"{name}: p50 {p50:.3f} s, p99 {p99:.3f} s (n={len(latencies)})")
+            ax.step(
+                latencies,
+                np.arange(1, len(latencies) + 1) / len(latencies),
+                where="post",
+                color=color,
+                label=f"{name}: p50 {p50:.3f} s, p99 {p99:.3f} s (n={len(latencies)})",
+            )
             ax.plot([p50], [0.5], "o", color=color)
             ax.plot([p99], [0.99], "D", color=color)
             for q in (p50, p99):
                 ax.axvline(q, color=color, linestyle=":", linewidth=1)
         for level in (0.5, 0.99):
             ax.axhline(level, color="gray", linewidth=0.5)
-        ax.set(xlabel="batch latency (s)", ylabel="fraction of batches", ylim=(0, 1.02),
-               title=f"batch latency CDF (o p50, \u25c6 p99; numpy {PERCENTILE_METHOD})")
+        ax.set(
+            xlabel="batch latency (s)",
+            ylabel="fraction of batches",
+            ylim=(0, 1.02),
+            title=f"batch latency CDF (o p50, \u25c6 p99; numpy {PERCENTILE_METHOD})",
+        )
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize="small")
         written.append(out / "latency_cdf.png")

@@ -12,6 +12,7 @@ streaming aggregation, so that ``--mode native`` is an exact reference:
 Windows are closed at the end of the batch that advances the watermark, which is when Spark's
 next (possibly no-data) batch would close them: the results are the same.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,16 +24,16 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
-
+from misa.config import parse_seconds
 from misa.operators.base import MAX_EVENT, ROWS, WINDOW_END, WINDOW_START, OperatorResult, micros
 from misa.operators.watermark import EventTimeWatermark
-from misa.state.view import StateView
-from misa.config import parse_seconds
 from misa.state.codec import AGG_FIELDS, KeyCodec, decode_aggs, encode_aggs, merge_aggs
 from misa.state.keys import window_prefix
+from misa.state.view import StateView
+from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
 
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
+
 
 @dataclass(frozen=True)
 class Agg:
@@ -80,14 +81,22 @@ class Aggregation:
         for i, agg in enumerate(self.aggs):
             column = F.col(agg.column)  # count takes any column type; the others cast to double
             value = F.when(column.isNotNull(), F.lit(1.0)) if agg.function == "count" else column.cast("double")
-            measures += [F.sum(value).alias(f"_s{i}"), F.count(value).cast("double").alias(f"_c{i}"),
-                         F.min(value).alias(f"_n{i}"), F.max(value).alias(f"_x{i}")]
+            measures += [
+                F.sum(value).alias(f"_s{i}"),
+                F.count(value).cast("double").alias(f"_c{i}"),
+                F.min(value).alias(f"_n{i}"),
+                F.max(value).alias(f"_x{i}"),
+            ]
         if not self.window:
             return batch.groupBy(*groups).agg(*measures)
         window = F.window(F.col(self.event_time), self.window, self.slide or self.window).alias("_w")
         grouped = batch.groupBy(window, *groups).agg(*measures)
-        return grouped.select(F.unix_micros("_w.start").alias(WINDOW_START),
-                              F.unix_micros("_w.end").alias(WINDOW_END), *self.group_by, *grouped.columns[1 + len(groups):])
+        return grouped.select(
+            F.unix_micros("_w.start").alias(WINDOW_START),
+            F.unix_micros("_w.end").alias(WINDOW_END),
+            *self.group_by,
+            *grouped.columns[1 + len(groups) :],
+        )
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
@@ -134,8 +143,12 @@ class Aggregation:
     def _delta_states(self, deltas: pa.Table) -> np.ndarray:
         cols = []
         for i in range(len(self.aggs)):
-            cols += [deltas[f"_s{i}"].fill_null(0.0), deltas[f"_c{i}"],
-                     deltas[f"_n{i}"].fill_null(np.inf), deltas[f"_x{i}"].fill_null(-np.inf)]
+            cols += [
+                deltas[f"_s{i}"].fill_null(0.0),
+                deltas[f"_c{i}"],
+                deltas[f"_n{i}"].fill_null(np.inf),
+                deltas[f"_x{i}"].fill_null(-np.inf),
+            ]
         return np.column_stack([c.to_numpy() for c in cols]).astype(np.float64)
 
     def _close_windows(self, state: StateView, result: OperatorResult) -> None:

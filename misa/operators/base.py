@@ -5,6 +5,7 @@ An operator has a Spark part (:meth:`StatefulOperator.deltas`, on the executors)
 carry the columns named here: the rows folded into each delta row, their latest event time and,
 for windows, the window's bounds (all times in microseconds).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -26,6 +26,7 @@ joined nor stored), as Spark drops it; so is a row without event time, which can
 After each batch, buckets whose rows are all at or before ``watermark - interval`` are deleted with
 one range delete: no row that is not late can join them any more.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,14 +38,13 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
-
-from misa.state.view import StateView
 from misa.config import parse_seconds
 from misa.operators.base import OperatorResult
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec
 from misa.state.keys import window_prefix
+from misa.state.view import StateView
+from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
 
 EVENT_US = "_event_us"
 PREV = "prev_"
@@ -76,8 +76,11 @@ class IntervalJoin:
         clashes = sorted({n for n in names if names.count(n) > 1})
         if clashes:
             raise ValueError(f"interval join: output column names {clashes} clash; rename key or payload columns")
-        self._record = np.dtype([("t", "<i8")] + [(f"v{i}", "<i8") for i in range(len(self.payload))]
-                                + [(f"n{i}", "u1") for i in range(len(self.payload))])
+        self._record = np.dtype(
+            [("t", "<i8")]
+            + [(f"v{i}", "<i8") for i in range(len(self.payload))]
+            + [(f"n{i}", "u1") for i in range(len(self.payload))]
+        )
 
     def output_payload_columns(self) -> list[str]:
         """The output's columns after the keys: ``c, prev_c`` for each payload column ``c``."""
@@ -113,8 +116,10 @@ class IntervalJoin:
             raise KeyError(f"interval join: deltas lack columns {missing}")
         for c in self.payload:
             if not pa.types.is_integer(schema.field(c).type):
-                raise TypeError(f"interval join: payload column {c} has type {schema.field(c).type}; "
-                                "only integer columns are supported")
+                raise TypeError(
+                    f"interval join: payload column {c} has type {schema.field(c).type}; "
+                    "only integer columns are supported"
+                )
 
     # ------------------------------------------------------------------ prefetch hints
     def hint_spec(self) -> HintSpec:
@@ -147,8 +152,11 @@ class IntervalJoin:
             newer = rows.filter(pa.array(later))
             reads += self._bucket_keys(own_end[later] + self.interval_us, newer)
             read_ts.append(t[later])
-        distinct = (pa.table({"k": pa.array(reads, pa.binary()), "ts": np.concatenate(read_ts)})
-                    .group_by("k").aggregate([("ts", "max")]))
+        distinct = (
+            pa.table({"k": pa.array(reads, pa.binary()), "ts": np.concatenate(read_ts)})
+            .group_by("k")
+            .aggregate([("ts", "max")])
+        )
         keys, ts = distinct["k"].to_pylist(), distinct["ts_max"].to_numpy().tolist()
         values = state.get_many(keys, ts)
         stored = self._decode_rows([(k, v) for k, v in zip(keys, values) if v])
@@ -172,18 +180,25 @@ class IntervalJoin:
     def _pairs(self, rows: pa.Table, stored: pa.Table) -> pa.Table:
         """Every joining pair between the batch's rows and (stored rows + the batch's rows)."""
         stored = stored.cast(rows.schema) if stored.num_rows else rows.schema.empty_table()
-        others = pa.concat_tables([stored.append_column(_STORED, pa.array(np.ones(stored.num_rows, bool))),
-                                   rows.append_column(_STORED, pa.array(np.zeros(rows.num_rows, bool)))])
+        others = pa.concat_tables(
+            [
+                stored.append_column(_STORED, pa.array(np.ones(stored.num_rows, bool))),
+                rows.append_column(_STORED, pa.array(np.zeros(rows.num_rows, bool))),
+            ]
+        )
         others = others.rename_columns([c if c in self.keys else _OTHER + c for c in others.column_names])
         candidates = rows.join(others, keys=list(self.keys), join_type="inner")
         t, other_t = candidates[EVENT_US], candidates[_OTHER + EVENT_US]
         # the batch's row is r and the other row (stored or of this batch) is p
         as_r = pc.and_(pc.greater_equal(other_t, pc.subtract(t, self.interval_us)), pc.less(other_t, t))
         # a stored row is r and the batch's row is p (the stored row arrived first but is newer)
-        as_p = pc.and_(candidates[_OTHER + _STORED],
-                       pc.and_(pc.greater_equal(t, pc.subtract(other_t, self.interval_us)), pc.less(t, other_t)))
-        return pa.concat_tables([self._output(candidates.filter(as_r), "", _OTHER),
-                                 self._output(candidates.filter(as_p), _OTHER, "")])
+        as_p = pc.and_(
+            candidates[_OTHER + _STORED],
+            pc.and_(pc.greater_equal(t, pc.subtract(other_t, self.interval_us)), pc.less(t, other_t)),
+        )
+        return pa.concat_tables(
+            [self._output(candidates.filter(as_r), "", _OTHER), self._output(candidates.filter(as_p), _OTHER, "")]
+        )
 
     def _output(self, pairs: pa.Table, r: str, p: str) -> pa.Table:
         columns = {c: pairs[c] for c in self.keys}
@@ -205,7 +220,9 @@ class IntervalJoin:
         starts = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=len(buckets)))])
         records = self._pack(rows.take(pa.array(order))).tobytes()
         width = self._record.itemsize
-        values = [(old[key] or b"") + records[starts[i] * width:starts[i + 1] * width] for i, key in enumerate(buckets)]
+        values = [
+            (old[key] or b"") + records[starts[i] * width : starts[i + 1] * width] for i, key in enumerate(buckets)
+        ]
         ts = np.maximum.reduceat(rows[EVENT_US].to_numpy()[order], starts[:-1]).tolist()
         state.put_many(buckets, values, ts)
 

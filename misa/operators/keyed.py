@@ -1,16 +1,18 @@
 """Keyed stateful operators (the NEXMark queries): a lookup join with a bounded side table kept in the
 state (Q13), the first n rows per key (Q18's latest bid, Q19's top bids) and a two-input keyed join
-(Q20). They follow :class:`misa.operators.aggregation.StatefulOperator`: Spark selects (and for :class:`TopN`
+(Q20). They follow :class:`misa.operators.base.StatefulOperator`: Spark selects (and for :class:`TopN`
 pre-reduces) the batch's rows, and the driver merges them into the state with one ``get_many`` per
 batch and kind of key (through the state cache) and one ``put_many``.
 
 Values are lists of records packed by :class:`misa.state.records.RecordCodec`; keys are
 :class:`misa.state.codec.KeyCodec` group keys, behind a one-byte prefix naming the kind of entry
-(``s``, ``r``, ``l``; none for :class:`TopN`; see :mod:`misa.state.keys`). Rows an operator cannot use (each operator says which) are dropped, counted in
+(``s``, ``r``, ``l``; none for :class:`TopN`; see :mod:`misa.state.keys`). Rows an operator cannot use
+(each operator says which) are dropped, counted in
 the batch's result (``dropped_rows``, in the metrics) and over all versions in the metadata, and
 logged: never silently lost. Event times (``time_column``, epoch milliseconds) become the cache
 timestamps of the keys a batch touches.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,15 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import json as pa_json
 from pyspark.sql import DataFrame, Window
-
-from checkpoint.location import local_path
 from pyspark.sql import functions as F
 
-from misa.state.view import StateView
+from checkpoint.location import local_path
 from misa.operators.base import OperatorResult
-from misa.state.records import RecordCodec
 from misa.state.codec import KeyCodec
 from misa.state.keys import RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
+from misa.state.records import RecordCodec
+from misa.state.view import StateView
 
 log = logging.getLogger(__name__)
 ORDERS = ("ascending", "descending")
@@ -101,8 +102,9 @@ class LookupJoin:
 
     def __post_init__(self) -> None:
         if self.key_column not in self.columns:
-            raise ValueError(f"lookup join: key column {self.key_column!r} must be one of the columns "
-                             f"{list(self.columns)}")
+            raise ValueError(
+                f"lookup join: key column {self.key_column!r} must be one of the columns {list(self.columns)}"
+            )
         if self.side_value in self.columns:
             raise ValueError(f"lookup join: the side value column {self.side_value!r} clashes with an input column")
         self._codec = KeyCodec([pa.field(self.side_key, pa.int64())], windowed=False)
@@ -126,10 +128,12 @@ class LookupJoin:
         position[owner] = np.arange(len(owner))
         matched = position[group] >= 0
         output = rows.filter(pa.array(matched)).append_column(
-            self.side_value, found[self.side_value].take(pa.array(position[group][matched])))
+            self.side_value, found[self.side_value].take(pa.array(position[group][matched]))
+        )
         dropped = rows.num_rows - output.num_rows
-        self.dropped_rows = _count_dropped("lookup join", dropped, f"{self.key_column} null or not in the side table",
-                                           self.dropped_rows)
+        self.dropped_rows = _count_dropped(
+            "lookup join", dropped, f"{self.key_column} null or not in the side table", self.dropped_rows
+        )
         return OperatorResult(output, state_reads=len(groups), dropped_rows=dropped)
 
     def _load(self, state: StateView) -> None:
@@ -138,14 +142,19 @@ class LookupJoin:
         if not path.is_file():
             raise FileNotFoundError(f"side table {path} is missing: a fresh state loads it in its first batch")
         schema = pa.schema([(self.side_key, pa.int64()), (self.side_value, pa.string())])
-        table = pa_json.read_json(path, parse_options=pa_json.ParseOptions(explicit_schema=schema,
-                                                                           unexpected_field_behavior="ignore"))
+        table = pa_json.read_json(
+            path, parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+        )
         keys = table[self.side_key].combine_chunks()
         if keys.null_count or len(pc.unique(keys)) != len(keys) or not len(keys):
-            raise ValueError(f"side table {path}: {self.side_key} must be present and unique in each of its "
-                             f"rows, and there must be rows ({len(keys)} rows, {keys.null_count} without a key)")
-        state.put_many(prefixed(SIDE_ROW, self._codec.encode(None, [keys])),
-                       self._values.encode(table.select([self.side_value]), np.ones(len(keys), np.int64)))
+            raise ValueError(
+                f"side table {path}: {self.side_key} must be present and unique in each of its "
+                f"rows, and there must be rows ({len(keys)} rows, {keys.null_count} without a key)"
+            )
+        state.put_many(
+            prefixed(SIDE_ROW, self._codec.encode(None, [keys])),
+            self._values.encode(table.select([self.side_value]), np.ones(len(keys), np.int64)),
+        )
         self.side_rows = len(keys)
 
     def metadata(self) -> dict[str, Any]:
@@ -184,16 +193,23 @@ class TopN:
         named = [c for c, _ in self.order]
         wrong = [d for _, d in self.order if d not in ORDERS]
         if wrong or sorted(named) != sorted(self.columns):
-            raise ValueError(f"top n: order {list(self.order)} must name each of the columns {list(self.columns)} "
-                             f"once, each {' or '.join(ORDERS)}")
+            raise ValueError(
+                f"top n: order {list(self.order)} must name each of the columns {list(self.columns)} "
+                f"once, each {' or '.join(ORDERS)}"
+            )
 
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The batch's first ``n`` rows per key (a window over the batch, in the same order)."""
-        spark_order = [F.col(c).asc_nulls_last() if d == "ascending" else F.col(c).desc_nulls_last()
-                       for c, d in self.order]
+        spark_order = [
+            F.col(c).asc_nulls_last() if d == "ascending" else F.col(c).desc_nulls_last() for c, d in self.order
+        ]
         window = Window.partitionBy(*self.keys).orderBy(*spark_order)
-        return (batch.select(*self.keys, *self.columns).withColumn(_RANK, F.row_number().over(window))
-                .where(F.col(_RANK) <= self.n).drop(_RANK))
+        return (
+            batch.select(*self.keys, *self.columns)
+            .withColumn(_RANK, F.row_number().over(window))
+            .where(F.col(_RANK) <= self.n)
+            .drop(_RANK)
+        )
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         rows = deltas.select([*self.keys, *self.columns])
@@ -295,10 +311,13 @@ class KeyedJoin:
         catalogue, position, new_right, new_group = self._right_rows(right, keys, state)
         self._count(right.num_rows - len(new_group), null_keys, result)
         matched = position[keys.left_group] >= 0
-        joined = self._pairs(left.filter(pa.array(matched, pa.bool_())),
-                             catalogue.take(pa.array(position[keys.left_group][matched], pa.int64())))
-        waiting_rows, waiting_groups = self._waiting(new_group, left.filter(pa.array(~matched, pa.bool_())),
-                                                     keys.left_group[~matched], keys.keys, keys.ts, state)
+        joined = self._pairs(
+            left.filter(pa.array(matched, pa.bool_())),
+            catalogue.take(pa.array(position[keys.left_group][matched], pa.int64())),
+        )
+        waiting_rows, waiting_groups = self._waiting(
+            new_group, left.filter(pa.array(~matched, pa.bool_())), keys.left_group[~matched], keys.keys, keys.ts, state
+        )
         released = self._pairs(waiting_rows, catalogue.take(pa.array(position[waiting_groups], pa.int64())))
         result.output = pa.concat_tables([joined, released])
         self._store_right(new_right, new_group, keys, state)
@@ -312,20 +331,25 @@ class KeyedJoin:
             self._left_records, self._right_records = RecordCodec(left.schema), RecordCodec(right.schema)
             self._codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
         null_keys = left[self.left_key].null_count + right[self.right_key].null_count
-        return (left.filter(pc.is_valid(left[self.left_key])), right.filter(pc.is_valid(right[self.right_key])),
-                null_keys)
+        return (
+            left.filter(pc.is_valid(left[self.left_key])),
+            right.filter(pc.is_valid(right[self.right_key])),
+            null_keys,
+        )
 
     def _join_keys(self, left: pa.Table, right: pa.Table) -> _JoinKeys:
         """The batch's distinct join keys, their cache timestamps, and each right and left row's key."""
         assert self._codec is not None
         both = right[self.right_key].cast(pa.int64()).chunks + left[self.left_key].cast(pa.int64()).chunks
         keys, group = _group(self._codec, [pa.chunked_array(both, pa.int64())])
-        ts = _group_max(group, len(keys), np.concatenate([_times_us(right, self.time_column),
-                                                          _times_us(left, self.time_column)]))
-        return _JoinKeys(keys, ts, group[:right.num_rows], group[right.num_rows:])
+        ts = _group_max(
+            group, len(keys), np.concatenate([_times_us(right, self.time_column), _times_us(left, self.time_column)])
+        )
+        return _JoinKeys(keys, ts, group[: right.num_rows], group[right.num_rows :])
 
-    def _right_rows(self, right: pa.Table, keys: _JoinKeys,
-                    state: StateView) -> tuple[pa.Table, np.ndarray, pa.Table, np.ndarray]:
+    def _right_rows(
+        self, right: pa.Table, keys: _JoinKeys, state: StateView
+    ) -> tuple[pa.Table, np.ndarray, pa.Table, np.ndarray]:
         """The right row of each key: stored, or new (not stored, and the first of its key in the batch).
 
         Returns the catalogue of those rows, each key's position in it (-1: none), and the new right
@@ -343,18 +367,28 @@ class KeyedJoin:
     def _store_right(self, new_right: pa.Table, new_group: np.ndarray, keys: _JoinKeys, state: StateView) -> None:
         """Write the batch's new right rows (in their stored form) under their keys."""
         assert self._right_records is not None
-        state.put_many(prefixed(RIGHT_ROW, [keys.keys[g] for g in new_group]),
-                       self._right_records.encode(self._stored_form(new_right), np.ones(len(new_group), np.int64)),
-                       [keys.ts[g] for g in new_group])
+        state.put_many(
+            prefixed(RIGHT_ROW, [keys.keys[g] for g in new_group]),
+            self._right_records.encode(self._stored_form(new_right), np.ones(len(new_group), np.int64)),
+            [keys.ts[g] for g in new_group],
+        )
 
     def _count(self, repeated: int, null_keys: int, result: OperatorResult) -> None:
-        self.dropped_rows = _count_dropped("keyed join", repeated, f"{self.right} {self.right_key} seen before",
-                                           self.dropped_rows)
+        self.dropped_rows = _count_dropped(
+            "keyed join", repeated, f"{self.right} {self.right_key} seen before", self.dropped_rows
+        )
         self.dropped_rows = _count_dropped("keyed join", null_keys, "null join key", self.dropped_rows)
         result.dropped_rows = repeated + null_keys
 
-    def _waiting(self, new_group: np.ndarray, unmatched: pa.Table, unmatched_group: np.ndarray, keys: list[bytes],
-                 ts: list[int], state: StateView) -> tuple[pa.Table, np.ndarray]:
+    def _waiting(
+        self,
+        new_group: np.ndarray,
+        unmatched: pa.Table,
+        unmatched_group: np.ndarray,
+        keys: list[bytes],
+        ts: list[int],
+        state: StateView,
+    ) -> tuple[pa.Table, np.ndarray]:
         """Release the left rows waiting for the new right rows (returned with their keys' groups) and
         delete their lists; append the batch's unmatched left rows to their keys' lists."""
         groups = np.concatenate([new_group, np.unique(unmatched_group)])
@@ -371,17 +405,24 @@ class KeyedJoin:
         appended = pa.concat_tables([rows.filter(pa.array(~released, pa.bool_())), unmatched.cast(rows.schema)])
         counts = np.bincount(owners, minlength=len(groups))
         touched = np.flatnonzero(counts)
-        state.put_many([waiting_keys[i] for i in touched],
-                       self._left_records.encode(appended.take(pa.array(order, pa.int64())), counts[touched]),
-                       [waiting_ts[i] for i in touched])
+        state.put_many(
+            [waiting_keys[i] for i in touched],
+            self._left_records.encode(appended.take(pa.array(order, pa.int64())), counts[touched]),
+            [waiting_ts[i] for i in touched],
+        )
         return rows.filter(pa.array(released, pa.bool_())), groups[owner[released]]
 
     def _stored_form(self, right: pa.Table) -> pa.Table:
         """Right rows as stored: rows failing ``where`` keep only their key and the filter column."""
         column, value = self.where
         passes = pc.fill_null(pc.equal(right[column], value), False)
-        return pa.table([c if name in (self.right_key, column) else pc.if_else(passes, c, pa.scalar(None, c.type))
-                         for name, c in zip(right.column_names, right.columns)], schema=right.schema)
+        return pa.table(
+            [
+                c if name in (self.right_key, column) else pc.if_else(passes, c, pa.scalar(None, c.type))
+                for name, c in zip(right.column_names, right.columns)
+            ],
+            schema=right.schema,
+        )
 
     def _pairs(self, left: pa.Table, right: pa.Table) -> pa.Table:
         """The output rows of aligned left and right rows whose right row passes ``where``."""

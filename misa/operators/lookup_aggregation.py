@@ -12,6 +12,7 @@ the :class:`~misa.operators.aggregation.Aggregation`, which merges them into its
 Mapping entries are stored under ``0xff "lookup:" key_column 0x00 key``: window keys begin with an
 8-byte big-endian window end below 2**63, so window scans and range deletes never reach them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,10 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
-from misa.state.keys import lookup_prefix
-from misa.state.view import StateView
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import MAX_EVENT, ROWS, WINDOW_END, WINDOW_START, OperatorResult
+from misa.state.keys import lookup_prefix
+from misa.state.view import StateView
 
 log = logging.getLogger(__name__)
 Lookup = Callable[[Sequence[str]], Sequence[str | None]]
@@ -44,12 +45,14 @@ class LookupAggregation:
     aggregation: Aggregation
     lookup: Lookup
     missing_rows: int = field(default=0, init=False)  # input rows dropped for an unknown key, over all versions
-    lookups: int = field(default=0, init=False)       # keys sent to ``lookup`` by this process
+    lookups: int = field(default=0, init=False)  # keys sent to ``lookup`` by this process
 
     def __post_init__(self) -> None:
         if len(self.aggregation.group_by) != 1:
-            raise ValueError(f"the aggregation must group by exactly one column (the looked-up value), "
-                             f"not {list(self.aggregation.group_by)}")
+            raise ValueError(
+                f"the aggregation must group by exactly one column (the looked-up value), "
+                f"not {list(self.aggregation.group_by)}"
+            )
         self.value_column = self.aggregation.group_by[0]
         self._prefix = lookup_prefix(self.key_column)
         self._by_key = dataclasses.replace(self.aggregation, group_by=[self.key_column])
@@ -102,9 +105,15 @@ class LookupAggregation:
         rows = int(pc.sum(missing[ROWS]).as_py())
         self.missing_rows += rows
         unknown = pc.unique(missing[self.key_column]).to_pylist()
-        log.warning("%d input row(s) dropped: %d %s value(s) unknown to the state and the lookup (e.g. %s); "
-                    "%d rows dropped so far", rows, len(unknown), self.key_column, unknown[:MISSING_EXAMPLES],
-                    self.missing_rows)
+        log.warning(
+            "%d input row(s) dropped: %d %s value(s) unknown to the state and the lookup (e.g. %s); "
+            "%d rows dropped so far",
+            rows,
+            len(unknown),
+            self.key_column,
+            unknown[:MISSING_EXAMPLES],
+            self.missing_rows,
+        )
         return rows
 
     def _combine(self, deltas: pa.Table) -> pa.Table:

@@ -1,4 +1,5 @@
 """Spark's event-time watermark, kept by every windowed operator and stored with each version."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

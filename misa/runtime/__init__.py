@@ -1,1 +1,1 @@
-"""The job and its per-batch phases, the commit controller, recovery against Spark's logs, hint wiring, process settings."""
+"""The job and its per-batch phases, the commit controller, recovery, hint wiring, process settings."""

@@ -7,6 +7,7 @@ hinted (they stay cached anyway). The rest go to the prefetch manager. After the
 :meth:`BatchHints.end_batch` lets the adaptive lookahead move to a later stage when too many
 prefetches were never read.
 """
+
 from __future__ import annotations
 
 import time
@@ -18,12 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
+from misa.config import MisaConfig
 from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_WINDOW_END, HintSpec, hint_frame
 from prefetch.lookahead import LookaheadSelector
 from prefetch.manager import PrefetchManager, PrefetchStats
 from prefetch.sketch import CountMinSketch
-
-from misa.config import MisaConfig
 
 Stage = Callable[[DataFrame], DataFrame]
 
@@ -51,9 +51,12 @@ class BatchHints:
         self.operator = operator
         self.stages = list(stages)
         self.manager = manager
-        self.sketch = CountMinSketch(config.prefetch_sketch_depth, config.prefetch_sketch_width,
-                                     threshold=config.prefetch_hot_threshold,
-                                     aging_records=config.prefetch_aging_records)
+        self.sketch = CountMinSketch(
+            config.prefetch_sketch_depth,
+            config.prefetch_sketch_width,
+            threshold=config.prefetch_hot_threshold,
+            aging_records=config.prefetch_aging_records,
+        )
         self.selector = LookaheadSelector(len(stages), config.prefetch_wasted_ratio)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="misa-hints")
 
@@ -71,8 +74,13 @@ class BatchHints:
         hints = table.filter(pc.invert(hot))
         keys, ts = self.operator.hint_keys(hints)
         self.manager.hint(keys, ts)
-        return {"stage": stage, "rows": table.num_rows, "hot_skipped": int(pc.sum(hot).as_py() or 0),
-                "hinted": len(keys), "extract_s": time.monotonic() - started}
+        return {
+            "stage": stage,
+            "rows": table.num_rows,
+            "hot_skipped": int(pc.sum(hot).as_py() or 0),
+            "hinted": len(keys),
+            "extract_s": time.monotonic() - started,
+        }
 
     def _count(self, table: pa.Table) -> None:
         """Add the batch's records per key to the sketch (a key's windows overlap: take the largest)."""
@@ -90,4 +98,3 @@ class BatchHints:
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
-

@@ -14,6 +14,7 @@ that thread stops before it touches the store again. A version is redone at most
 a DFS error that outlasted its retries, its commit fails: the batch's waiters, ``drain`` and
 ``close`` raise :class:`CommitFailedError`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,14 +26,12 @@ from typing import Any, Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
 from checkpoint.location import redact
-
 from misa.obs.records import CommitRecord
 from misa.state.commit_buffer import CommitBuffer
-from misa.state.view import StateView
 from misa.state.store import StateStore
+from misa.state.view import StateView
 
 log = logging.getLogger(__name__)
-
 
 
 class Stage(str, Enum):
@@ -207,11 +206,13 @@ class CommitController:
         """Record the error that ends ``task``'s commit, for its waiters; the caller holds the lock."""
         restarts = task.record.restarts
         after = f" after {restarts} restart(s) (spark.misa.commit.maxRestarts)" if restarts else ""
-        task.error = CommitFailedError(redact(
-            f"the commit of version {task.version} failed in its {stage} stage{after}: "
-            f"{type(cause).__name__}: {cause}. Fix the cause and restart the query: it resumes from the "
-            f"newest durable version."
-        ))
+        task.error = CommitFailedError(
+            redact(
+                f"the commit of version {task.version} failed in its {stage} stage{after}: "
+                f"{type(cause).__name__}: {cause}. Fix the cause and restart the query: it resumes from the "
+                f"newest durable version."
+            )
+        )
         task.error.__cause__ = cause
         self._cv.notify_all()
         return task.error
@@ -236,6 +237,7 @@ class CommitController:
             if worker.generation != generation:
                 raise _Superseded()
             worker.beat = time.monotonic()
+
         while True:
             with self._cv:
                 worker.beat = time.monotonic()
@@ -256,8 +258,13 @@ class CommitController:
                         worker.error = exc
                         self._cv.notify_all()
                         return
-                log.warning("replaced %s thread of generation %d ended with %s: %s",
-                            worker.stage, generation, type(exc).__name__, redact(str(exc)))
+                log.warning(
+                    "replaced %s thread of generation %d ended with %s: %s",
+                    worker.stage,
+                    generation,
+                    type(exc).__name__,
+                    redact(str(exc)),
+                )
                 return
 
     def _start(self, worker: _Worker) -> None:
@@ -287,15 +294,25 @@ class CommitController:
         if died is not None:
             cause: BaseException = died
         elif worker.thread is not None and worker.thread.is_alive():
-            cause = TimeoutError(f"the {worker.stage} thread was silent for {silent:.1f}s "
-                                 f"(spark.misa.commit.heartbeatTimeout is {self.timeout_s:g}s)")
+            cause = TimeoutError(
+                f"the {worker.stage} thread was silent for {silent:.1f}s "
+                f"(spark.misa.commit.heartbeatTimeout is {self.timeout_s:g}s)"
+            )
         else:
             cause = RuntimeError(f"the {worker.stage} thread ended unexpectedly")
         worker.generation += 1
         worker.task = worker.error = None
         outcome = "it was idle" if task is None else self._redo(task, worker.stage, cause, can_restart)
-        log.log(logging.ERROR if died else logging.WARNING, "%s thread %s: %s: %s; %s", worker.stage,
-                "died" if died else "replaced", type(cause).__name__, redact(str(cause)), outcome, exc_info=died)
+        log.log(
+            logging.ERROR if died else logging.WARNING,
+            "%s thread %s: %s: %s; %s",
+            worker.stage,
+            "died" if died else "replaced",
+            type(cause).__name__,
+            redact(str(cause)),
+            outcome,
+            exc_info=died,
+        )
 
     def _redo(self, task: _Task, stage: Stage, cause: BaseException, can_restart: bool) -> str:
         """Hand ``task`` to a new thread, or fail it when the cause is final or its restarts are used up."""

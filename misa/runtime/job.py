@@ -15,6 +15,7 @@ default is ``upstream``), ``bad_records`` (sets malformed input records aside pe
 ``pause_gc`` (pause Python's collector in the state phase: a process-wide setting, see
 :mod:`misa.runtime.process`, so it is off unless the entry point asks for it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,17 +29,16 @@ from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
 from checkpoint.location import parse, spark_location
-
-from misa.runtime.commit import CommitController
-from misa.state.view import StateView
 from misa.config import ConfigError, MisaConfig
 from misa.obs.metrics import BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord
 from misa.operators.base import OperatorResult, StatefulOperator
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
+from misa.runtime.commit import CommitController
+from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import reconcile
 from misa.state.store import StateStore
-from misa.runtime.process import gc_paused, nothing_paused
+from misa.state.view import StateView
 
 log = logging.getLogger(__name__)
 Sink = Callable[[int, pa.Table], None]
@@ -89,8 +89,9 @@ class StatefulJob:
             stages = list(hint_stages or [upstream or (lambda df: df)])
             self.hints = BatchHints(self.config, operator, stages, manager)  # type: ignore[arg-type]
         self.controller = CommitController(self.store, self.view)
-        self.metrics = BatchMetrics(metrics_path, self.controller.mode,
-                                    (lambda r: echo(summary_line(r))) if echo else None)
+        self.metrics = BatchMetrics(
+            metrics_path, self.controller.mode, (lambda r: echo(summary_line(r))) if echo else None
+        )
         self.version = self.store.version
         self._listener: Any = None
         self._state_phase = gc_paused if pause_gc else nothing_paused
@@ -100,17 +101,20 @@ class StatefulJob:
         if self.checkpoint_location.local is None:
             raise ConfigError(
                 f"spark.misa.state.dir is not set and the checkpoint location {self.checkpoint_location} is not on "
-                f"this machine: give a local directory for the working state (spark.misa.state.dir or --state-dir)")
+                f"this machine: give a local directory for the working state (spark.misa.state.dir or --state-dir)"
+            )
         return self.checkpoint_location.local / "misa-local"
 
-    def start(self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any],
-              query_name: str | None = None) -> StreamingQuery:
+    def start(
+        self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any], query_name: str | None = None
+    ) -> StreamingQuery:
         """Recover, then start the streaming query with this job as its foreachBatch function."""
         self._load(reconcile(self.store, self.checkpoint_location))
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
         writer = stream.writeStream.foreachBatch(self.run_batch).option(
-            "checkpointLocation", spark_location(self.checkpoint_location))
+            "checkpointLocation", spark_location(self.checkpoint_location)
+        )
         if query_name:
             writer = writer.queryName(query_name)
         return writer.trigger(**trigger).start()
@@ -128,8 +132,9 @@ class StatefulJob:
         self.controller.drain()
         problems = self.store.restore_problems(version)
         if problems:
-            raise CorruptCheckpointError(f"batch {version + 1} is replayed but version {version} cannot be "
-                                         f"restored: {'; '.join(problems)}")
+            raise CorruptCheckpointError(
+                f"batch {version + 1} is replayed but version {version} cannot be restored: {'; '.join(problems)}"
+            )
         self.store.forget_after(version)
         failpoints.hit("replay.after_forget")
         self._load(version)

@@ -16,6 +16,7 @@
 Both change the whole interpreter, so the library leaves them alone unless an entry point (a
 spark-submit job, a benchmark) asks for them; a shared Spark session keeps its own settings.
 """
+
 from __future__ import annotations
 
 import gc

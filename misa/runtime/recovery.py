@@ -1,11 +1,11 @@
 """Reconcile the state store with Spark's checkpoint before the query starts (DESIGN section 5)."""
+
 from __future__ import annotations
 
 import logging
 
 from checkpoint import failpoints
 from checkpoint.location import Location, parse
-
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION, StateStore
 
@@ -38,8 +38,9 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
             log.info("uploading locally committed version %d before recovery", local)
             store.upload_and_retain(local)
     if c > target:
-        log.warning("Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c,
-                    target)
+        log.warning(
+            "Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c, target
+        )
         spark.make_spark_replay(target + 1)
     else:
         spark.forget_unplanned_source_entries()
@@ -58,16 +59,25 @@ def _restorable_target(store: StateStore, wanted: int, c: int, v: int) -> int:
         return wanted
     older = [n for n in reversed(store.retained_versions()) if n < wanted and not store.restore_problems(n)]
     if store.config.recovery_allow_previous and older:
-        log.warning("version %d cannot be restored (%s); starting from version %d as "
-                    "spark.misa.recovery.allowPreviousVersion allows", wanted, "; ".join(problems), older[0])
+        log.warning(
+            "version %d cannot be restored (%s); starting from version %d as "
+            "spark.misa.recovery.allowPreviousVersion allows",
+            wanted,
+            "; ".join(problems),
+            older[0],
+        )
         return older[0]
-    option = (f"Version {older[0]} can be restored: set spark.misa.recovery.allowPreviousVersion=true to start from "
-              f"it (Spark then replays batches {older[0] + 1}..{c} from its source, which must still hold them)"
-              if older else "No older retained version can be restored either")
+    option = (
+        f"Version {older[0]} can be restored: set spark.misa.recovery.allowPreviousVersion=true to start from "
+        f"it (Spark then replays batches {older[0] + 1}..{c} from its source, which must still hold them)"
+        if older
+        else "No older retained version can be restored either"
+    )
     raise RecoveryError(
         f"Spark's last committed batch is {c} and the state's newest version is {v}, so recovery needs version "
         f"{wanted}, but version {wanted} cannot be restored from either level: {'; '.join(problems)}. Nothing was "
-        f"changed. {option}; or check the DFS copy (misa ckpt verify {store.dfs_url}).")
+        f"changed. {option}; or check the DFS copy (misa ckpt verify {store.dfs_url})."
+    )
 
 
 def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:

@@ -1,6 +1,7 @@
 """Spark's own checkpoint logs (``offsets/``, ``commits/`` and the file sources' ``sources/<i>/``),
 read and trimmed through fsspec, so recovery works for every location Spark accepts (a path,
 ``file:/x``, ``s3a://``, ``hdfs://``)."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,10 @@ class SparkCheckpointLog:
         between any two steps leaves logs that the next recovery handles the same way (commits never
         end before the offsets that follow them)."""
         if batch_id not in self.batch_ids("offsets"):
-            raise FileNotFoundError(f"Spark's offsets log at {self.location} has no entry for batch {batch_id}, "
-                                    f"so Spark cannot replay it (spark.sql.streaming.minBatchesToRetain)")
+            raise FileNotFoundError(
+                f"Spark's offsets log at {self.location} has no entry for batch {batch_id}, "
+                f"so Spark cannot replay it (spark.sql.streaming.minBatchesToRetain)"
+            )
         self.forget_unplanned_source_entries(batch_id)
         for later in reversed([b for b in self.batch_ids("offsets") if b > batch_id]):
             self._remove("offsets", later)

@@ -6,6 +6,7 @@ the group key alone. A group key is, per column, a null
 flag byte and then 8 bytes big-endian for integers, or a 4-byte length and UTF-8 for strings.
 Values of incremental aggregates are ``float64[sum, count, min, max]`` per aggregated column.
 """
+
 from __future__ import annotations
 
 import struct
@@ -29,7 +30,9 @@ class KeyCodec:
         self.windowed = windowed
         for f in self.fields:
             if not (pa.types.is_integer(f.type) or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
-                raise TypeError(f"group column {f.name} has type {f.type}; only integer and string columns are supported")
+                raise TypeError(
+                    f"group column {f.name} has type {f.type}; only integer and string columns are supported"
+                )
         self.fixed = all(pa.types.is_integer(f.type) for f in self.fields)
         parts = [("we", WINDOW_END)] if windowed else []
         for i, _ in enumerate(self.fields):
@@ -56,8 +59,10 @@ class KeyCodec:
         """Window ends (or None) and the group columns of ``keys``."""
         if self.fixed:
             rows = np.frombuffer(b"".join(keys), dtype=self._dtype)
-            cols = [pa.array(rows[f"v{i}"].astype(np.int64), mask=rows[f"n{i}"].astype(bool)).cast(f.type)
-                    for i, f in enumerate(self.fields)]
+            cols = [
+                pa.array(rows[f"v{i}"].astype(np.int64), mask=rows[f"n{i}"].astype(bool)).cast(f.type)
+                for i, f in enumerate(self.fields)
+            ]
             return (rows["we"].astype(np.int64) if self.windowed else None), cols
         ends, values = [], [[] for _ in self.fields]
         for key in keys:

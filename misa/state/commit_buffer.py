@@ -1,4 +1,5 @@
 """One version's changes, frozen at the end of its batch and owned by its commit until RocksDB has them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -19,6 +19,7 @@ aggregation's window or group keys, which never start with 0xFF (a window end wo
 past the year 584,000; a group key starts with its null flag), so the aggregation's range deletes
 of closed windows never reach them.
 """
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -9,6 +9,7 @@ string column | the strings' UTF-8 bytes, in column order``; all numbers little-
 lengths up front let :meth:`RecordCodec.decode` find every record of every value at once (no walk
 from record to record), and encoding is deterministic, so equal records give equal bytes.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -46,7 +47,7 @@ def _strings(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray
     array = array.cast(pa.large_string())
     nulls = array.is_null().to_numpy(zero_copy_only=False)
     _, offsets, data = array.buffers()
-    offsets = np.frombuffer(offsets, dtype=np.int64)[array.offset:array.offset + len(array) + 1]
+    offsets = np.frombuffer(offsets, dtype=np.int64)[array.offset : array.offset + len(array) + 1]
     chars = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
     return chars, offsets[:-1], np.where(nulls, 0, np.diff(offsets)), nulls
 
@@ -62,9 +63,11 @@ class RecordCodec:
         self.names = [f.name for f in self.fields]
         self._ints = [f for f in self.fields if pa.types.is_integer(f.type)]
         self._strs = [f for f in self.fields if not pa.types.is_integer(f.type)]
-        self._fixed = np.dtype([(f"i{i}", "<i8") for i in range(len(self._ints))]
-                               + [(f"n{i}", "u1") for i in range(len(self.fields))]
-                               + [(f"l{i}", "<u4") for i in range(len(self._strs))])
+        self._fixed = np.dtype(
+            [(f"i{i}", "<i8") for i in range(len(self._ints))]
+            + [(f"n{i}", "u1") for i in range(len(self.fields))]
+            + [(f"l{i}", "<u4") for i in range(len(self._strs))]
+        )
         self.schema = pa.schema(self.fields)
 
     def encode(self, rows: pa.Table, counts: np.ndarray) -> list[bytes]:
@@ -101,8 +104,9 @@ class RecordCodec:
             buffer[_ranges(position, lengths)] = chars[source]
             position = position + lengths
         offsets = np.concatenate([[0], np.cumsum(value_bytes)]).astype(np.int64)
-        values = pa.Array.from_buffers(pa.large_binary(), len(counts), [None, pa.py_buffer(offsets),
-                                                                        pa.py_buffer(buffer)])
+        values = pa.Array.from_buffers(
+            pa.large_binary(), len(counts), [None, pa.py_buffer(offsets), pa.py_buffer(buffer)]
+        )
         return values.to_pylist()
 
     def decode(self, values: Sequence[bytes | None]) -> tuple[pa.Table, np.ndarray]:
@@ -133,7 +137,9 @@ class RecordCodec:
             string_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
             validity = np.packbits(~nulls, bitorder="little")
             columns[f.name] = pa.Array.from_buffers(
-                pa.large_string(), len(owner),
-                [pa.py_buffer(validity), pa.py_buffer(string_offsets), pa.py_buffer(chars)]).cast(f.type)
+                pa.large_string(),
+                len(owner),
+                [pa.py_buffer(validity), pa.py_buffer(string_offsets), pa.py_buffer(chars)],
+            ).cast(f.type)
             position = position + lengths
         return pa.table([columns[name] for name in self.names], schema=self.schema), owner

@@ -1,4 +1,5 @@
 """RocksDB options for state shards, from the MiSA configuration."""
+
 from __future__ import annotations
 
 import rocksdict

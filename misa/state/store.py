@@ -1,4 +1,5 @@
 """The sharded RocksDB state store: N rocksdict DBs, versioned by checkpoints."""
+
 from __future__ import annotations
 
 import heapq
@@ -13,7 +14,6 @@ import rocksdict
 
 from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, UploadStats, failpoints, no_fence
 from checkpoint.location import redact
-
 from misa.config import ConfigError, MisaConfig
 from misa.state.rocksdb_options import shard_options, unlogged_writes
 
@@ -42,7 +42,12 @@ class StateStore:
         self.root = Path(state_dir)
         self.shards = config.state_shards
         self.checkpoints = CheckpointStore(
-            self.root, dfs_url, self.shards, config.retry_policy(), config.upload_threads, config.verify_reads,
+            self.root,
+            dfs_url,
+            self.shards,
+            config.retry_policy(),
+            config.upload_threads,
+            config.verify_reads,
             config.state_retain_versions,
         )
         self._cache = rocksdict.Cache(config.rocksdb_block_cache_bytes)
@@ -100,6 +105,7 @@ class StateStore:
 
     def scan(self, begin: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """All (key, value) with begin <= key < end in key order, merged across shards."""
+
         def shard_items(db: rocksdict.Rdict) -> Iterator[tuple[bytes, bytes]]:
             options = rocksdict.ReadOptions()
             if end is not None:
@@ -236,7 +242,7 @@ class StateStore:
         self._close_dbs()
         self._pool.shutdown(wait=True)
 
-    def __enter__(self) -> "StateStore":
+    def __enter__(self) -> StateStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

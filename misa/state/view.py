@@ -6,17 +6,18 @@ dirty entry per key. When the batch ends they are drained into a
 commit has applied it to RocksDB, reads consult it before RocksDB, so batch v+1 always sees
 version v and never waits for its commit.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from typing import Sequence
 
+from misa.state.commit_buffer import CommitBuffer
+from misa.state.store import StateStore, shard_of
 from prefetch.cache import MISSING, StateCache
 from prefetch.manager import PrefetchManager
 
-from misa.state.commit_buffer import CommitBuffer
-from misa.state.store import StateStore, shard_of
 
 class StateView:
     """Reads and writes of the running batch: the state cache, then pending commit buffers, then RocksDB.
@@ -28,8 +29,7 @@ class StateView:
 
     def __init__(self, store: StateStore, cache: StateCache | None = None, parallel_misses: bool = True):
         self.store = store
-        self.cache = cache if cache is not None else StateCache(store.config.cache_max_bytes,
-                                                                store.config.cache_policy)
+        self.cache = cache if cache is not None else StateCache(store.config.cache_max_bytes, store.config.cache_policy)
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
         self.prefetcher: PrefetchManager | None = None
         self.read_s = 0.0  # time spent in get_many since the last take_read_s
@@ -42,9 +42,14 @@ class StateView:
         The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks
         no thread started yet, keys nobody hinted) it fetches with the shards in parallel.
         """
-        self.prefetcher = PrefetchManager(self.cache, lambda keys: self.fetch_below(keys, parallel=False),
-                                          lambda key: shard_of(key, self.store.shards), threads, chunk_keys,
-                                          read_fetch=lambda keys: self.fetch_below(keys, parallel=True))
+        self.prefetcher = PrefetchManager(
+            self.cache,
+            lambda keys: self.fetch_below(keys, parallel=False),
+            lambda key: shard_of(key, self.store.shards),
+            threads,
+            chunk_keys,
+            read_fetch=lambda keys: self.fetch_below(keys, parallel=True),
+        )
         return self.prefetcher
 
     # -- commit buffers, registered by the controller until they are in RocksDB

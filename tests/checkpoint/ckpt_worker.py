@@ -3,11 +3,13 @@
 usage: PYTHONPATH=ROOT:ROOT/tests python ckpt_worker.py STATE_DIR DFS_URL FIRST_VERSION LAST_VERSION
 Version v writes keys [1000*v, 1000*v+1000) and is checkpointed and uploaded.
 """
+
 import sys
+
+from state_helpers import fill
 
 from misa.config import MisaConfig
 from misa.state.store import StateStore
-from state_helpers import fill
 
 
 def main() -> None:

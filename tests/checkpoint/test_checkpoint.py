@@ -1,15 +1,16 @@
 """Local-then-DFS checkpoints on a file:// DFS and on the loopback S3 server."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import fsspec
 import pytest
+from state_helpers import contents, fill, key
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
 from misa.cli import main as misa
 from misa.state.store import StateStore
-from state_helpers import contents, fill, key
 
 HERE = Path(__file__).parent
 # the repository first (its packages, not the test folders named like them), then tests/ for state_helpers
@@ -72,7 +73,9 @@ def test_permanent_errors_are_clear_and_keep_earlier_versions(store):
     fill(store, 1000, seed=7, start=1000)
     store.checkpoint(1)
     failpoints.configure("dfs.put=raise")
-    with pytest.raises(DfsUnavailableError, match=r"failed after 3 attempts.*spark\.misa\.checkpoint\.retry\.maxAttempts"):
+    with pytest.raises(
+        DfsUnavailableError, match=r"failed after 3 attempts.*spark\.misa\.checkpoint\.retry\.maxAttempts"
+    ):
         store.upload_and_retain(1)
     failpoints.configure("")
     assert store.checkpoints.newest_durable() == 0
@@ -84,24 +87,30 @@ def test_permanent_errors_are_clear_and_keep_earlier_versions(store):
 def test_kill_before_the_marker_keeps_previous_version_and_gc_removes_orphans(tmp_path, point, config):
     dfs_url = f"file://{tmp_path / 'dfs'}"
     worker = [sys.executable, str(HERE / "ckpt_worker.py"), str(tmp_path / "state"), dfs_url]
-    ok = subprocess.run(worker + ["0", "1"], capture_output=True, text=True, cwd=HERE,
-                        env={"PYTHONPATH": WORKER_PATH, "PATH": ""})
+    ok = subprocess.run(
+        worker + ["0", "1"], capture_output=True, text=True, cwd=HERE, env={"PYTHONPATH": WORKER_PATH, "PATH": ""}
+    )
     assert ok.returncode == 0, ok.stderr
     spec = f"{point}=kill" if point != "dfs.put" else "dfs.put=kill"
-    killed = subprocess.run(worker + ["2", "2"], capture_output=True, text=True, cwd=HERE,
-                            env={"MISA_FAILPOINTS": spec, "PYTHONPATH": WORKER_PATH, "PATH": ""})
+    killed = subprocess.run(
+        worker + ["2", "2"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env={"MISA_FAILPOINTS": spec, "PYTHONPATH": WORKER_PATH, "PATH": ""},
+    )
     assert killed.returncode == -9
     store = StateStore(config.with_values(state_shards=2), tmp_path / "fresh", dfs_url)
     dfs = store.checkpoints.dfs
     fs, root = fsspec.core.url_to_fs(dfs_url)
     assert dfs.newest_durable() == 1 and dfs.committed_versions() == [0, 1]
     referenced = {f.remote_path(m.shard) for v in (0, 1) for m in dfs.manifests(v) for f in m.files}
-    on_dfs = {p[len(root) + 1:] for p in fs.find(root) if "/sst/" in p or "/meta/" in p or "/manifest/" in p}
+    on_dfs = {p[len(root) + 1 :] for p in fs.find(root) if "/sst/" in p or "/meta/" in p or "/manifest/" in p}
     orphans = on_dfs - referenced - {f"shard-{s}/manifest/{v}.json" for s in (0, 1) for v in (0, 1)}
     if point != "dfs.put":
         assert orphans, "the killed upload left files behind"
     stats = dfs.gc(retain=3)
-    after = {p[len(root) + 1:] for p in fs.find(root) if "/sst/" in p or "/meta/" in p or "/manifest/" in p}
+    after = {p[len(root) + 1 :] for p in fs.find(root) if "/sst/" in p or "/meta/" in p or "/manifest/" in p}
     assert not (after & orphans) and referenced <= after
     assert dfs.verify() == []
     store.load(1)

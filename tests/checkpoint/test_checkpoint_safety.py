@@ -1,5 +1,6 @@
 """A tampered or damaged checkpoint never writes outside its folder, credentials never reach a
 message, markers count only once on disk, and a restore that cannot succeed says so plainly."""
+
 import hashlib
 import json
 import logging
@@ -7,13 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from state_helpers import contents, fill
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, RetryPolicy
-from checkpoint.manifest import CommitMarker, ShardManifest, manifest_path, marker_path
+from checkpoint.manifest import ShardManifest, manifest_path, marker_path
 from misa.cli import main as misa
-from misa.config import MisaConfig
 from misa.state.store import StateStore
-from state_helpers import contents, fill
 
 
 @pytest.fixture
@@ -129,8 +129,11 @@ def test_a_dfs_marker_of_the_wrong_shape_is_not_a_commit(store, tmp_path):
 def test_a_newest_version_restorable_from_neither_level_is_named_with_the_previous_one(store, tmp_path):
     (store.checkpoints.local.root / manifest_path(0, 2)).write_text('{"files": 3}')
     (tmp_path / "dfs" / manifest_path(0, 2)).write_text("[]")
-    with pytest.raises(CorruptCheckpointError, match=r"version 2 cannot be restored from either level.*"
-                                                      r"local:.*DFS:.*previous retained version is 1"):
+    with pytest.raises(
+        CorruptCheckpointError,
+        match=r"version 2 cannot be restored from either level.*"
+        r"local:.*DFS:.*previous retained version is 1",
+    ):
         store.load(2)
 
 

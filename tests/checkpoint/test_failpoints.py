@@ -31,11 +31,14 @@ def test_sleep():
     assert time.monotonic() - started >= 0.14
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("nope.point=raise", "unknown failpoint 'nope.point'"),
-    ("dfs.put=explode", "bad action 'explode'"),
-    ("dfs.put=sleep", "bad action 'sleep'"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("nope.point=raise", "unknown failpoint 'nope.point'"),
+        ("dfs.put=explode", "bad action 'explode'"),
+        ("dfs.put=sleep", "bad action 'sleep'"),
+    ],
+)
 def test_bad_specs_are_named(spec, message):
     with pytest.raises(ValueError, match=message):
         failpoints.configure(spec)
@@ -48,14 +51,15 @@ def test_undeclared_point_is_a_programming_error():
 
 def test_kill_ends_the_process_from_the_environment():
     code = "from checkpoint import failpoints; failpoints.hit('ckpt.after_upload'); print('survived')"
-    done = subprocess.run([sys.executable, "-c", code], env={"MISA_FAILPOINTS": "ckpt.after_upload=kill"},
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={"MISA_FAILPOINTS": "ckpt.after_upload=kill"}, capture_output=True, text=True
+    )
     assert done.returncode == -9 and "survived" not in done.stdout
 
 
 def test_kill_at_the_nth_hit():
-    code = ("from checkpoint import failpoints\n"
-            "for i in range(5):\n    print(i, flush=True); failpoints.hit('dfs.put')")
-    done = subprocess.run([sys.executable, "-c", code], env={"MISA_FAILPOINTS": "dfs.put=kill(3)"},
-                          capture_output=True, text=True)
+    code = "from checkpoint import failpoints\nfor i in range(5):\n    print(i, flush=True); failpoints.hit('dfs.put')"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={"MISA_FAILPOINTS": "dfs.put=kill(3)"}, capture_output=True, text=True
+    )
     assert done.returncode == -9 and done.stdout.split() == ["0", "1", "2"]

@@ -1,5 +1,4 @@
 """One helper for every storage location: local forms, object-store URLs, redaction."""
-from pathlib import Path
 
 import pytest
 
@@ -41,12 +40,18 @@ def test_a_location_without_a_usable_file_system_names_the_location_and_the_fix(
         parse(url).filesystem()
 
 
-@pytest.mark.parametrize("url,shown", [
-    ("sftp://alice:s3cret@host/x", "sftp://alice:***@host/x"),
-    ("https://acct.blob.core.windows.net/c?sv=2024&sig=ABCDEF&se=1", "https://acct.blob.core.windows.net/c?sv=2024&sig=***&se=1"),
-    ("abfs://container@acct.dfs.core.windows.net/x", "abfs://container@acct.dfs.core.windows.net/x"),
-    ("s3://bucket/x", "s3://bucket/x"),
-])
+@pytest.mark.parametrize(
+    "url,shown",
+    [
+        ("sftp://alice:s3cret@host/x", "sftp://alice:***@host/x"),
+        (
+            "https://acct.blob.core.windows.net/c?sv=2024&sig=ABCDEF&se=1",
+            "https://acct.blob.core.windows.net/c?sv=2024&sig=***&se=1",
+        ),
+        ("abfs://container@acct.dfs.core.windows.net/x", "abfs://container@acct.dfs.core.windows.net/x"),
+        ("s3://bucket/x", "s3://bucket/x"),
+    ],
+)
 def test_credentials_are_redacted(url, shown):
     assert redact(url) == shown
     assert redact(f"upload to {url} failed") == f"upload to {shown} failed"

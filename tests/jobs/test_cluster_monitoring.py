@@ -1,9 +1,10 @@
 """Differential tests: CM1 and CM2 through the runtime in each mode equal plain Spark's results."""
+
 from pathlib import Path
 
 import pytest
-
 from cm_helpers import assert_same_results, run_in_process
+
 from jobs.gen.cm import generate_cm
 
 MODES = ["sync", "async-ckpt", "misa"]

@@ -5,18 +5,24 @@ commit step, so every restart also recovers from the kill before it. The last ru
 command, must end with exactly the reference's output, every row of every batch compared as a multiset: nothing
 lost, nothing counted twice, no stale row written again.
 """
+
 from pathlib import Path
 
 import pytest
-
 from cm_helpers import assert_same_output, output, run_in_process, spark_submit
+
 from jobs.gen.cm import generate_cm
 from jobs.output_diff import Output
 
 # One restart chain over one input: each run is killed at the next point (its hit counted in that run;
 # 2 shards, so per-shard points are hit twice per version), the run after it recovers and goes on.
-CHAIN = [("commit.after_apply", 1), ("ckpt.after_flush", 2), ("ckpt.after_local_checkpoint", 3),
-         ("dfs.put", 12), ("ckpt.after_dfs_marker", 1)]
+CHAIN = [
+    ("commit.after_apply", 1),
+    ("ckpt.after_flush", 2),
+    ("ckpt.after_local_checkpoint", 3),
+    ("dfs.put", 12),
+    ("ckpt.after_dfs_marker", 1),
+]
 DFS_DOWN = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoint.retry.initialBackoff": "10ms"}
 
 
@@ -58,8 +64,9 @@ def test_kill_after_the_next_batch_was_planned_then_restart_replays_the_same_bat
     not those of source log entries 2 and 3 together. No failpoint marks the start of a batch, so the
     flush's sleep is what lets batch 2 be planned first; the test checks that it was.
     """
-    killed = spark_submit("cm2", "misa", data, tmp_path,
-                          failpoints="ckpt.before_flush=sleep(4000);ckpt.after_local_checkpoint=kill(3)")
+    killed = spark_submit(
+        "cm2", "misa", data, tmp_path, failpoints="ckpt.before_flush=sleep(4000);ckpt.after_local_checkpoint=kill(3)"
+    )
     assert killed.returncode == 128 + 9, killed.stderr[-3000:]
     assert (tmp_path / "ckpt" / "offsets" / "2").exists() and not (tmp_path / "ckpt" / "commits" / "2").exists()
     done = spark_submit("cm2", "misa", data, tmp_path)
@@ -72,11 +79,15 @@ def test_kills_at_each_step_of_recovery_in_a_row_then_restart_is_exactly_once(da
     """Batch 1's commit dies after Spark planned batch 2, so recovery has work at each of its steps
     (trim the file source's entry 2, remove offsets/2, remove commits/1); each restart is killed at
     the next step and the one after it picks up where it stopped."""
-    killed = spark_submit("cm2", "misa", data, tmp_path,
-                          failpoints="ckpt.before_flush=sleep(4000);ckpt.after_local_checkpoint=kill(3)")
+    killed = spark_submit(
+        "cm2", "misa", data, tmp_path, failpoints="ckpt.before_flush=sleep(4000);ckpt.after_local_checkpoint=kill(3)"
+    )
     assert killed.returncode == 128 + 9, killed.stderr[-3000:]
-    for point in ("recovery.after_source_entry_trimmed", "recovery.after_offset_removed",
-                  "recovery.after_commit_removed"):
+    for point in (
+        "recovery.after_source_entry_trimmed",
+        "recovery.after_offset_removed",
+        "recovery.after_commit_removed",
+    ):
         again = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill(1)")
         assert again.returncode == 128 + 9, (point, again.stderr[-3000:])
         assert f"failpoint {point}: killing process" in again.stdout, point

@@ -5,16 +5,17 @@ failure-injection test kills the driver (spark-submit in a subprocess) during th
 second version of LR2, restarts it with the same command and expects exactly the reference's
 output and quarantine: nothing lost, nothing twice.
 """
+
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from job_helpers import assert_same_output, metrics, output, run_in_process, spark_submit
 
 from jobs import linear_road
-from jobs.gen.parts import BAD_RECORDS_FILE
 from jobs.gen.lr import generate_lr
+from jobs.gen.parts import BAD_RECORDS_FILE
 from jobs.output_diff import Output
-from job_helpers import assert_same_output, metrics, output, run_in_process, spark_submit
 from misa.io.quarantine import read_quarantine
 
 QUERIES = ["lr2", "lr4"]
@@ -22,8 +23,7 @@ QUERIES = ["lr2", "lr4"]
 
 def generate(folder: Path, bad_fraction: float) -> Path:
     """About 60 vehicles over 150 s of reports, in 10 files (5 batches of two files)."""
-    generate_lr(folder, rate=2, seconds=150, seed=7, files_per_second=1 / 15, bad_fraction=bad_fraction,
-                progress=False)
+    generate_lr(folder, rate=2, seconds=150, seed=7, files_per_second=1 / 15, bad_fraction=bad_fraction, progress=False)
     return folder
 
 
@@ -84,15 +84,19 @@ def test_bad_records_are_quarantined_and_the_rest_equals_native(spark, bad_data,
 
 def test_lr2_output_mode_must_be_append():
     with pytest.raises(SystemExit):
-        linear_road.parse_args(["--query", "lr2", "--input", "i", "--output", "o", "--checkpoint", "c",
-                                "--output-mode", "update"])
-    assert linear_road.parse_args(["--query", "lr4", "--input", "i", "--output", "o", "--checkpoint", "c"]
-                                  ).output_mode == "update"
+        linear_road.parse_args(
+            ["--query", "lr2", "--input", "i", "--output", "o", "--checkpoint", "c", "--output-mode", "update"]
+        )
+    assert (
+        linear_road.parse_args(["--query", "lr4", "--input", "i", "--output", "o", "--checkpoint", "c"]).output_mode
+        == "update"
+    )
 
 
 def test_kill_during_commit_then_restart_is_exactly_once(bad_data, reference, tmp_path):
-    killed = spark_submit(linear_road, "lr2", "misa", bad_data, tmp_path,
-                          failpoints="ckpt.after_local_checkpoint=kill(3)")
+    killed = spark_submit(
+        linear_road, "lr2", "misa", bad_data, tmp_path, failpoints="ckpt.after_local_checkpoint=kill(3)"
+    )
     assert killed.returncode == 128 + 9, killed.stderr[-3000:]
     assert "failpoint ckpt.after_local_checkpoint: killing process" in killed.stdout
     done = spark_submit(linear_road, "lr2", "misa", bad_data, tmp_path)

@@ -3,15 +3,16 @@
 One generated input (20 s at 200 events/s in 10 files, so 5 batches of two files, 2% bad records)
 serves every run; each query's reference (``--mode native``) runs once.
 """
+
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from job_helpers import assert_same_results, metrics, output_rows, run_in_process
 
 from jobs import nexmark
-from jobs.gen.parts import BAD_RECORDS_FILE
 from jobs.gen.nexmark import generate_nexmark
-from job_helpers import assert_same_results, metrics, output_rows, run_in_process
+from jobs.gen.parts import BAD_RECORDS_FILE
 from misa.io.quarantine import read_quarantine
 
 QUERIES = ["q13", "q18", "q19", "q20"]
@@ -21,8 +22,9 @@ APPEND_QUERIES = {"q13", "q20"}  # each output row exactly once
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("nexmark-input")
-    generate_nexmark(folder, rate=200, seconds=20, seed=3, files_per_second=0.5, bad_fraction=0.02,
-                     side_rows=1000, progress=False)
+    generate_nexmark(
+        folder, rate=200, seconds=20, seed=3, files_per_second=0.5, bad_fraction=0.02, side_rows=1000, progress=False
+    )
     return folder
 
 
@@ -63,8 +65,11 @@ def test_reference_is_not_trivial(reference):
 
 def test_output_mode_is_the_query_own(capsys):
     with pytest.raises(SystemExit):
-        nexmark.parse_args(["--query", "q19", "--output-mode", "append", "--input", "i", "--output", "o",
-                            "--checkpoint", "c"])
+        nexmark.parse_args(
+            ["--query", "q19", "--output-mode", "append", "--input", "i", "--output", "o", "--checkpoint", "c"]
+        )
     assert "supports --output-mode update only" in capsys.readouterr().err
-    assert nexmark.parse_args(["--query", "q20", "--input", "i", "--output", "o", "--checkpoint", "c"]).output_mode \
+    assert (
+        nexmark.parse_args(["--query", "q20", "--input", "i", "--output", "o", "--checkpoint", "c"]).output_mode
         == "append"
+    )

@@ -1,4 +1,5 @@
 """The whole-output comparison (jobs.output_diff) that the kill tests and the crash soak rely on."""
+
 from collections import Counter
 from datetime import datetime
 

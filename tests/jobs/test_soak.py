@@ -3,6 +3,7 @@
 The fast tests cover the plan sampler, the runner's kills (with small real processes) and the
 summary; the slow one runs three soak iterations of the jobs with spark-submit.
 """
+
 import json
 import os
 import sys
@@ -19,8 +20,10 @@ from misa.io.sink import ParquetBatchSink
 
 def draw(count: int, seed: int = 3) -> list[soak.Plan]:
     versions, clean_s = {"cm2": 5, "lr2": 5}, {"cm2": 20.0, "lr2": 30.0}
-    return [soak.sample_plan(soak.iteration_rng(seed, i), list(soak.JOBS), soak.MODES, soak.DFS_KINDS, versions,
-                             clean_s) for i in range(count)]
+    return [
+        soak.sample_plan(soak.iteration_rng(seed, i), list(soak.JOBS), soak.MODES, soak.DFS_KINDS, versions, clean_s)
+        for i in range(count)
+    ]
 
 
 def test_plans_are_seeded_and_cover_every_failpoint_job_mode_and_dfs():
@@ -47,20 +50,24 @@ def python(code: str) -> list[str]:
 def test_failpoint_kill_is_seen_in_the_log(tmp_path):
     kill = soak.Kill("dfs.put", 2)
     code = "from checkpoint import failpoints\nfor _ in range(3): failpoints.hit('dfs.put')"
-    attempt = soak.run_attempt(python(code), {"PYTHONPATH": str(soak.ROOT)}, tmp_path / "log", time.monotonic() + 60,
-                               kill)
+    attempt = soak.run_attempt(
+        python(code), {"PYTHONPATH": str(soak.ROOT)}, tmp_path / "log", time.monotonic() + 60, kill
+    )
     assert (attempt.fired, attempt.exit) == (True, -9)
     assert "failpoint dfs.put: killing process" in attempt.tail()
-    missed = soak.run_attempt(python(code), {"PYTHONPATH": str(soak.ROOT)}, tmp_path / "log2",
-                              time.monotonic() + 60, soak.Kill("dfs.put", 4))
+    missed = soak.run_attempt(
+        python(code), {"PYTHONPATH": str(soak.ROOT)}, tmp_path / "log2", time.monotonic() + 60, soak.Kill("dfs.put", 4)
+    )
     assert (missed.fired, missed.exit) == (False, 0)  # a no-kill run
 
 
 def test_timed_kill_and_hang_kill_the_whole_process_group(tmp_path):
     pid_file = tmp_path / "child.pid"
-    code = ("import subprocess, sys, time\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(60)")
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(60)"
+    )
     timed = soak.run_attempt(python(code), {}, tmp_path / "log", time.monotonic() + 60, soak.Kill(delay_s=1.0))
     assert (timed.fired, timed.exit) == (True, -9) and timed.seconds < 10
     assert_dead(int(pid_file.read_text()))
@@ -81,10 +88,23 @@ def assert_dead(pid: int) -> None:
 
 
 def test_summary_counts_kills_lost_and_doubled_rows():
-    records = [soak.Record(1, 0, "cm2", "misa", "s3", ["dfs.put#3"], kills=["dfs.put#3"]),
-               soak.Record(2, 0, "lr2", "sync", "file", ["after 3.0s"], kills=["after 3.0s"], result="mismatch",
-                           lost=2, extra=3, doubled=1),
-               soak.Record(3, 0, "cm2", "misa", "file", ["recovery.before_rollback#1"], result="hang")]
+    records = [
+        soak.Record(1, 0, "cm2", "misa", "s3", ["dfs.put#3"], kills=["dfs.put#3"]),
+        soak.Record(
+            2,
+            0,
+            "lr2",
+            "sync",
+            "file",
+            ["after 3.0s"],
+            kills=["after 3.0s"],
+            result="mismatch",
+            lost=2,
+            extra=3,
+            doubled=1,
+        ),
+        soak.Record(3, 0, "cm2", "misa", "file", ["recovery.before_rollback#1"], result="hang"),
+    ]
     summary = soak.summarize(records)
     assert summary["kills_by_point"] == {"dfs.put": 1, "timed": 1}
     assert (summary["lost_rows"], summary["doubled_rows"], summary["hangs"], summary["failed"]) == (2, 1, 1, [2, 3])
@@ -107,24 +127,33 @@ def fake_run(run_dir, log_offsets, rows_by_batch):
     (run_dir / "ckpt" / "offsets").mkdir(parents=True)
     (run_dir / "ckpt" / "sources" / "0").mkdir(parents=True)
     for entry in range(max(log_offsets) + 1):
-        lines = [json.dumps({"path": f"file:///in/part-{2 * entry + i:08d}.json", "timestamp": 0, "batchId": entry})
-                 for i in range(2)]
+        lines = [
+            json.dumps({"path": f"file:///in/part-{2 * entry + i:08d}.json", "timestamp": 0, "batchId": entry})
+            for i in range(2)
+        ]
         (run_dir / "ckpt" / "sources" / "0" / str(entry)).write_text("\n".join(["v1", *lines]))
     for batch, offset in enumerate(log_offsets):
         offsets = f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{offset}}}'
         (run_dir / "ckpt" / "offsets" / str(batch)).write_text(offsets)
     sink = ParquetBatchSink(run_dir / "out")
     for batch, rows in enumerate(rows_by_batch):
-        sink(batch, pa.table({"vid": [r[0] for r in rows], "spd": [r[1] for r in rows]},
-                             schema=pa.schema([("vid", pa.int64()), ("spd", pa.float64())])))
+        sink(
+            batch,
+            pa.table(
+                {"vid": [r[0] for r in rows], "spd": [r[1] for r in rows]},
+                schema=pa.schema([("vid", pa.int64()), ("spd", pa.float64())]),
+            ),
+        )
     return run_dir
 
 
 def test_batch_layout_lists_the_files_each_batch_read(tmp_path):
     run = fake_run(tmp_path, [0, 1, 3, 3], [[], [], [], []])  # batch 2 read two log entries, batch 3 nothing
-    assert soak.batch_layout(run / "ckpt") == {0: ("part-00000000.json", "part-00000001.json"),
-                                               1: ("part-00000002.json", "part-00000003.json"),
-                                               2: tuple(f"part-{i:08d}.json" for i in range(4, 8))}
+    assert soak.batch_layout(run / "ckpt") == {
+        0: ("part-00000000.json", "part-00000001.json"),
+        1: ("part-00000002.json", "part-00000003.json"),
+        2: tuple(f"part-{i:08d}.json" for i in range(4, 8)),
+    }
 
 
 def test_judge_tells_relayout_from_lost_rows(tmp_path):

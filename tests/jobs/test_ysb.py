@@ -4,6 +4,7 @@ Redis is a real ``redis-server`` on loopback (one per module). Redis's own count
 it was asked: ``INFO commandstats`` (MGET calls) and ``INFO stats`` (keyspace hits + misses: one
 per key an MGET reads), reset before each test.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,18 +14,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from job_helpers import assert_same_results, job_args, metrics, results, run_in_process
 
 from jobs import ysb
 from jobs.gen.parts import BAD_RECORDS_FILE, SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE, generate_ysb
-from job_helpers import assert_same_results, job_args, metrics, results, run_in_process
-from misa.runtime.commit import CommitController
-from misa.state.view import StateView
-from misa.operators.lookup_aggregation import LookupAggregation
-from misa.operators.aggregation import Agg, Aggregation
 from misa.io.quarantine import read_quarantine
 from misa.io.redis_server import RedisLookup, RedisServer, RedisServerError, connect, store_mapping
+from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.lookup_aggregation import LookupAggregation
+from misa.runtime.commit import CommitController
 from misa.state.store import StateStore
+from misa.state.view import StateView
 
 S = 1_000_000  # one second in microseconds
 CAMPAIGNS = {"a1": "c1", "a2": "c1", "a3": "c2", "a4": "c2"}
@@ -67,15 +68,19 @@ def test_private_server_stops_and_missing_binary_is_named(tmp_path):
 # ---------------------------------------------------------------------------- the operator (no Spark)
 def deltas(rows: list[tuple[int, str | None, int, int]]) -> pa.Table:
     """Per (window, ad) deltas as Spark sends them; rows: (window_end_s, ad_id, views, max_event_s)."""
-    return pa.table({
-        "_window_start_us": pa.array([(r[0] - 10) * S for r in rows], pa.int64()),
-        "_window_end_us": pa.array([r[0] * S for r in rows], pa.int64()),
-        "ad_id": pa.array([r[1] for r in rows], pa.string()),
-        "_rows": pa.array([r[2] for r in rows], pa.int64()),
-        "_max_event_us": pa.array([r[3] * S for r in rows], pa.int64()),
-        "_s0": pa.array([0.0] * len(rows)), "_c0": pa.array([float(r[2]) for r in rows]),
-        "_n0": pa.array([0.0] * len(rows)), "_x0": pa.array([0.0] * len(rows)),
-    })
+    return pa.table(
+        {
+            "_window_start_us": pa.array([(r[0] - 10) * S for r in rows], pa.int64()),
+            "_window_end_us": pa.array([r[0] * S for r in rows], pa.int64()),
+            "ad_id": pa.array([r[1] for r in rows], pa.string()),
+            "_rows": pa.array([r[2] for r in rows], pa.int64()),
+            "_max_event_us": pa.array([r[3] * S for r in rows], pa.int64()),
+            "_s0": pa.array([0.0] * len(rows)),
+            "_c0": pa.array([float(r[2]) for r in rows]),
+            "_n0": pa.array([0.0] * len(rows)),
+            "_x0": pa.array([0.0] * len(rows)),
+        }
+    )
 
 
 class Runtime:
@@ -86,9 +91,17 @@ class Runtime:
         self.view = StateView(self.store)
         self.controller = CommitController(self.store, self.view, mode="sync")
         self.lookup = RedisLookup(redis_url)
-        self.operator = LookupAggregation("ad_id", Aggregation(
-            ["campaign_id"], [Agg("views", "count", "event_time")], event_time="event_ts", window="10 seconds",
-            watermark_delay="5s"), self.lookup)
+        self.operator = LookupAggregation(
+            "ad_id",
+            Aggregation(
+                ["campaign_id"],
+                [Agg("views", "count", "event_time")],
+                event_time="event_ts",
+                window="10 seconds",
+                watermark_delay="5s",
+            ),
+            self.lookup,
+        )
         if version is not None:  # a restart: the state and the operator's metadata of a committed version
             self.operator.restore(self.store.load(version).metadata)
         self.version = self.store.version
@@ -120,7 +133,9 @@ def test_each_ad_is_looked_up_in_redis_once_then_read_from_the_state(config, tmp
         assert run.batch([(10, "a1", 1, 9), (20, "a4", 2, 12), (20, "a3", 1, 13)]) == {(10, "c1"): 4, (20, "c2"): 3}
         assert redis_reads(redis_client) == (2, 4)  # a4 only
         assert run.batch([(20, "a1", 1, 15), (20, "a2", 1, 16), (20, "a3", 1, 17), (20, "a4", 1, 18)]) == {
-            (20, "c1"): 2, (20, "c2"): 5}
+            (20, "c1"): 2,
+            (20, "c2"): 5,
+        }
         assert redis_reads(redis_client) == (2, 4)
         assert run.operator.aggregation.watermark.at_us == 13 * S  # the window ending at 10 s is evicted ...
         assert run.store.get(b"\xfflookup:ad_id\x00a4") == b"c2"  # ... the mapping is committed and stays
@@ -162,8 +177,17 @@ def test_an_ad_missing_in_redis_is_counted_and_asked_again(config, tmp_path, red
 def ysb_data(tmp_path_factory) -> tuple[Path, dict]:
     """60 s of events at 40/s with 2% bad records in 12 files (6 batches of two), 200 ads in 20 campaigns."""
     data = tmp_path_factory.mktemp("ysb-input")
-    stats = generate_ysb(data, rate=40, seconds=60, seed=3, files_per_second=0.2, campaigns=20, ads_per_campaign=10,
-                         bad_fraction=0.02, progress=False)
+    stats = generate_ysb(
+        data,
+        rate=40,
+        seconds=60,
+        seed=3,
+        files_per_second=0.2,
+        campaigns=20,
+        ads_per_campaign=10,
+        bad_fraction=0.02,
+        progress=False,
+    )
     return data, stats
 
 
@@ -176,8 +200,11 @@ def good_views(files: list[Path]) -> list[str]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if (isinstance(record.get("ad_id"), str) and isinstance(record.get("event_time"), int)
-                    and record.get("event_type") == "view"):
+            if (
+                isinstance(record.get("ad_id"), str)
+                and isinstance(record.get("event_time"), int)
+                and record.get("event_type") == "view"
+            ):
                 ads.append(record["ad_id"])
     return ads
 
@@ -201,8 +228,7 @@ def test_equals_the_batch_reference(spark, ysb_data, reference, tmp_path, mode):
     assert sorted(read_quarantine(tmp_path / "ckpt" / "quarantine")) == sorted(bad)  # exactly the bad lines
 
 
-def test_restart_reads_known_ads_from_the_checkpoint(spark, ysb_data, reference, tmp_path, redis_server,
-                                                     redis_client):
+def test_restart_reads_known_ads_from_the_checkpoint(spark, ysb_data, reference, tmp_path, redis_server, redis_client):
     data, _ = ysb_data
     store_mapping(redis_client, json.loads((data / SIDE_DIR / CAMPAIGNS_FILE).read_text()))
     redis_client.config_resetstat()

@@ -1,6 +1,5 @@
-from pathlib import Path
-
 import dataclasses
+from pathlib import Path
 
 import pytest
 from pyspark import SparkConf
@@ -17,14 +16,16 @@ def test_defaults_file_lists_every_key_with_its_default():
 
 
 def test_values_are_typed():
-    cfg = MisaConfig.from_mapping({
-        "spark.misa.rocksdb.writeBufferSize": "8m",
-        "spark.misa.checkpoint.retry.initialBackoff": "250ms",
-        "spark.misa.checkpoint.retry.maxBackoff": "2min",
-        "spark.misa.rocksdb.useDirectReads": "TRUE",
-        "spark.misa.state.shards": "7",
-        "spark.sql.shuffle.partitions": "3",  # not ours: ignored
-    })
+    cfg = MisaConfig.from_mapping(
+        {
+            "spark.misa.rocksdb.writeBufferSize": "8m",
+            "spark.misa.checkpoint.retry.initialBackoff": "250ms",
+            "spark.misa.checkpoint.retry.maxBackoff": "2min",
+            "spark.misa.rocksdb.useDirectReads": "TRUE",
+            "spark.misa.state.shards": "7",
+            "spark.sql.shuffle.partitions": "3",  # not ours: ignored
+        }
+    )
     assert cfg.rocksdb_write_buffer_bytes == 8 << 20
     assert cfg.retry_initial_backoff_s == pytest.approx(0.25)
     assert cfg.retry_max_backoff_s == 120
@@ -39,18 +40,21 @@ def test_unknown_key_is_named_with_a_suggestion():
         MisaConfig.from_mapping({"spark.misa.state.shard": "2"})
 
 
-@pytest.mark.parametrize("key,value,form", [
-    ("spark.misa.state.shards", "0", "integer >= 1"),
-    ("spark.misa.state.shards", "four", "integer >= 1"),
-    ("spark.misa.state.retainVersions", "1", "integer >= 2"),  # a rollback by one version needs the one before
-    ("spark.misa.rocksdb.compression", "brotli", "one of none, snappy, lz4, zstd, zlib"),
-    ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size such as"),
-    ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration such as"),
-    ("spark.misa.checkpoint.verifyReads", "yes", "true or false"),
-    ("spark.misa.commit.heartbeatTimeout", "0", "a duration above zero"),  # 0: every thread would be "silent"
-    ("spark.misa.commit.heartbeatTimeout", "0ms", "a duration above zero"),
-    ("spark.misa.commit.maxRestarts", "-1", "integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "key,value,form",
+    [
+        ("spark.misa.state.shards", "0", "integer >= 1"),
+        ("spark.misa.state.shards", "four", "integer >= 1"),
+        ("spark.misa.state.retainVersions", "1", "integer >= 2"),  # a rollback by one version needs the one before
+        ("spark.misa.rocksdb.compression", "brotli", "one of none, snappy, lz4, zstd, zlib"),
+        ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size such as"),
+        ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration such as"),
+        ("spark.misa.checkpoint.verifyReads", "yes", "true or false"),
+        ("spark.misa.commit.heartbeatTimeout", "0", "a duration above zero"),  # 0: every thread would be "silent"
+        ("spark.misa.commit.heartbeatTimeout", "0ms", "a duration above zero"),
+        ("spark.misa.commit.maxRestarts", "-1", "integer >= 0"),
+    ],
+)
 def test_malformed_value_names_key_and_form(key, value, form):
     with pytest.raises(ConfigError) as err:
         MisaConfig.from_mapping({key: value})

@@ -1,4 +1,5 @@
 """The state cache: TAC, LRU and Clock eviction, byte capacity, the eviction buffer, drain, statistics."""
+
 from __future__ import annotations
 
 import random
@@ -35,19 +36,19 @@ def fill(c: StateCache, *ids: int) -> None:
 
 def test_tac_evicts_the_smallest_timestamps_with_accessed_and_prefetched_entries_mixed():
     c = cache(4)
-    c.fill([k(1), k(2)], [V, V], [10, 20])                   # read at event times 10 and 20
+    c.fill([k(1), k(2)], [V, V], [10, 20])  # read at event times 10 and 20
     c.fill([k(3), k(4)], [V, V], [50, 60], prefetched=True)  # hinted for future times 50 and 60
-    c.get_many([k(1)], 30)                                   # read again at 30: now 2 is the oldest
+    c.get_many([k(1)], 30)  # read again at 30: now 2 is the oldest
     c.fill([k(5)], [V], 40)
     assert held(c, range(1, 6)) == {1, 3, 4, 5}
-    c.fill([k(6)], [V], 45)                                  # 1 (30) goes next, the prefetched ones stay
+    c.fill([k(6)], [V], 45)  # 1 (30) goes next, the prefetched ones stay
     assert held(c, range(1, 7)) == {3, 4, 5, 6}
-    c.get_many([k(3)], 42)                                   # read early: the read sets its time (50 -> 42)
-    c.fill([k(7)], [V], 55)                                  # 5 (40) goes; 4 (60) is still in the future
+    c.get_many([k(3)], 42)  # read early: the read sets its time (50 -> 42)
+    c.fill([k(7)], [V], 55)  # 5 (40) goes; 4 (60) is still in the future
     assert held(c, range(1, 8)) == {3, 4, 6, 7}
-    c.fill([k(8)], [V], 44)                                  # 3 (42) goes
+    c.fill([k(8)], [V], 44)  # 3 (42) goes
     assert held(c, range(1, 9)) == {4, 6, 7, 8}
-    c.fill([k(9)], [V], 1)                                   # older than everything: evicted at once
+    c.fill([k(9)], [V], 1)  # older than everything: evicted at once
     assert held(c, range(1, 10)) == {4, 6, 7, 8}
     assert c.stats.evictions == 5 and c.stats.wasted_prefetches == 0
 
@@ -57,7 +58,7 @@ def test_tac_keeps_the_largest_timestamps_of_many_entries():
     c = StateCache(50 * (2 + ENTRY_OVERHEAD), "tac")
     keys = [i.to_bytes(2, "big") for i in range(400)]
     stamps = np.array(rng.sample(range(10_000), len(keys)), dtype=np.int64)  # numpy stamps are accepted
-    for start in range(0, len(keys), 37):                   # in chunks, as prefetch threads fill
+    for start in range(0, len(keys), 37):  # in chunks, as prefetch threads fill
         chunk = slice(start, start + 37)
         c.fill(keys[chunk], [b""] * len(keys[chunk]), stamps[chunk])
     newest = sorted(range(len(keys)), key=lambda i: stamps[i])[-50:]
@@ -67,10 +68,10 @@ def test_tac_keeps_the_largest_timestamps_of_many_entries():
 def test_tac_evicts_equal_timestamps_oldest_stamp_first():
     order = TimestampOrder()
     for key in (1, 2, 3, 4):
-        order.insert(k(key), 7)        # one event time (e.g. a job without event times stamps 0)
-    order.touch(k(1), 7)               # re-stamped with the same time: now the newest of the four
+        order.insert(k(key), 7)  # one event time (e.g. a job without event times stamps 0)
+    order.touch(k(1), 7)  # re-stamped with the same time: now the newest of the four
     order.touch(k(3), 9)
-    order.renew(k(2), 5)               # a hint never lowers a timestamp, nor re-stamps
+    order.renew(k(2), 5)  # a hint never lowers a timestamp, nor re-stamps
     order.insert(k(5), 7)
     assert [order.victim() for _ in range(5)] == [k(2), k(4), k(1), k(5), k(3)]
 
@@ -78,11 +79,11 @@ def test_tac_evicts_equal_timestamps_oldest_stamp_first():
 def test_a_renewed_hint_saves_an_entry_and_a_read_sets_its_time():
     c = cache(3)
     c.fill([k(1), k(2), k(3)], [V, V, V], [10, 20, 30])
-    assert c.renew([k(1), k(9)], [100, 100]) == 1           # only 1 is held
+    assert c.renew([k(1), k(9)], [100, 100]) == 1  # only 1 is held
     c.fill([k(4)], [V], 40)
-    assert held(c, range(1, 5)) == {1, 3, 4}                 # 2 (20) went instead of 1 (100)
-    c.renew([k(3)], 5)                                       # a hint never lowers a timestamp
-    c.get_many([k(1)], 25)                                   # a read sets it to the access time (100 -> 25)
+    assert held(c, range(1, 5)) == {1, 3, 4}  # 2 (20) went instead of 1 (100)
+    c.renew([k(3)], 5)  # a hint never lowers a timestamp
+    c.get_many([k(1)], 25)  # a read sets it to the access time (100 -> 25)
     c.fill([k(5)], [V], 50)
     assert held(c, range(1, 6)) == {3, 4, 5}
 
@@ -92,9 +93,9 @@ def test_lru_evicts_the_least_recently_used():
     fill(c, 1, 2, 3)
     c.get_many([k(1)])
     fill(c, 4)
-    assert held(c, range(1, 5)) == {1, 3, 4}                 # 2 was least recently used
+    assert held(c, range(1, 5)) == {1, 3, 4}  # 2 was least recently used
     c.get_many([k(3)])
-    c.renew([k(4)], 0)                                       # so is a hint
+    c.renew([k(4)], 0)  # so is a hint
     fill(c, 5)
     assert held(c, range(1, 6)) == {3, 4, 5}
     fill(c, 6, 7)
@@ -105,29 +106,29 @@ def test_clock_gives_a_used_entry_one_second_chance():
     # Frames 1 2 3, hand at 1, every reference bit set (new entries are set: they enter on a use).
     c = cache(3, "clock")
     fill(c, 1, 2, 3)
-    fill(c, 4)                      # the hand clears 1, 2, 3 and comes round to 1: evicted
+    fill(c, 4)  # the hand clears 1, 2, 3 and comes round to 1: evicted
     assert held(c, range(1, 5)) == {2, 3, 4}
-    c.get_many([k(4), k(2)])        # bits on 4 and 2; the hand is at 2
-    fill(c, 5)                      # 2 loses its bit, 3 has none: 3 goes; the hand is at 4
+    c.get_many([k(4), k(2)])  # bits on 4 and 2; the hand is at 2
+    fill(c, 5)  # 2 loses its bit, 3 has none: 3 goes; the hand is at 4
     assert held(c, range(1, 6)) == {2, 4, 5}
-    fill(c, 6)                      # 4 loses its bit; 2's was cleared by the last sweep: 2 goes
+    fill(c, 6)  # 4 loses its bit; 2's was cleared by the last sweep: 2 goes
     assert held(c, range(1, 7)) == {4, 5, 6}
-    assert len(c) == 3 and c.stats.evictions == 3            # LRU would have taken 1, 3, 4; FIFO 1, 2, 3
+    assert len(c) == 3 and c.stats.evictions == 3  # LRU would have taken 1, 3, 4; FIFO 1, 2, 3
 
 
 def test_dirty_entries_evicted_before_the_commit_stay_readable_and_are_drained_once():
     c = cache(2)
-    small = 1 + 1 + ENTRY_OVERHEAD                           # the entry of k(1): a 1-byte value
+    small = 1 + 1 + ENTRY_OVERHEAD  # the entry of k(1): a 1-byte value
     c.put_many([k(1)], [b"a"], 1)
-    c.put_many([k(1)], [b"b"], 2)                            # one write per key per batch: the last wins
+    c.put_many([k(1)], [b"b"], 2)  # one write per key per batch: the last wins
     c.put_many([k(2), k(3), k(4)], [V, V, None], [3, 4, 5])  # over capacity: 1 and 2 (oldest) are buffered
     assert c.stats.dirty_evictions == 2 and held(c, range(1, 5)) == {1, 2, 3, 4}
     assert c.eviction_buffer_bytes == small + ENTRY and c.dirty_count == 4
     assert c.get_many([k(1), k(4)], [6, 7]) == [b"b", None]  # read your writes through the eviction buffer
-    assert c.eviction_buffer_bytes == 2 * ENTRY              # the read moved 1 back (at 6); 3 (4) made room
-    assert c.renew([k(2)], 8) == 1                           # a hint moves 2 back too; 1 (6) makes room
+    assert c.eviction_buffer_bytes == 2 * ENTRY  # the read moved 1 back (at 6); 3 (4) made room
+    assert c.renew([k(2)], 8) == 1  # a hint moves 2 back too; 1 (6) makes room
     assert c.eviction_buffer_bytes == ENTRY + small and len(c) == 2
-    c.put_many([k(3)], [b"c"], 9)                            # a write supersedes a buffered entry
+    c.put_many([k(3)], [b"c"], 9)  # a write supersedes a buffered entry
     changes, ranges = c.drain()
     assert changes == {k(1): b"b", k(2): V, k(3): b"c", k(4): None} and ranges == []
     assert c.dirty_count == 0 and c.eviction_buffer_bytes == 0 and len(c) == 2
@@ -147,7 +148,7 @@ def test_reads_see_the_batch_and_the_commit_applies_it_exactly(policy: str):
     rng = random.Random(policy)
     c = StateCache(8 * (1 + 20 + ENTRY_OVERHEAD), policy)
     universe = [k(i) for i in range(30)]
-    store: dict[bytes, bytes] = {}                  # what is below the cache (the commit applies drains here)
+    store: dict[bytes, bytes] = {}  # what is below the cache (the commit applies drains here)
     for batch in range(30):
         view: dict[bytes, bytes | None] = dict(store)  # what the batch must see
         for step in range(40):
@@ -174,12 +175,17 @@ def test_reads_see_the_batch_and_the_commit_applies_it_exactly(policy: str):
                 view.update((k(i), None) for i in range(begin, end))
             assert c.bytes_cached <= c.max_bytes
         changes, ranges = c.drain()
-        kept = {key: value for key, value in store.items()  # as StateStore.apply: the ranges, then the changes
-                if not any(begin <= key < end for begin, end in ranges)}
+        kept = {
+            key: value
+            for key, value in store.items()  # as StateStore.apply: the ranges, then the changes
+            if not any(begin <= key < end for begin, end in ranges)
+        }
         store = {key: value for key, value in {**kept, **changes}.items() if value is not None}
         assert store == {key: value for key, value in view.items() if value is not None}
-        assert c.bytes_cached == sum(len(key) + len(value or b"") + ENTRY_OVERHEAD
-                                     for key, value in c.items(b"", b"\xff")) and c.dirty_count == 0
+        assert (
+            c.bytes_cached == sum(len(key) + len(value or b"") + ENTRY_OVERHEAD for key, value in c.items(b"", b"\xff"))
+            and c.dirty_count == 0
+        )
         assert all(store.get(key) == value for key, value in c.items(b"", b"\xff"))  # clean entries are current
 
 
@@ -187,46 +193,53 @@ def test_fill_never_overwrites_what_the_cache_holds():
     c = cache(2)
     c.put_many([k(1)], [b"new"], 1)
     assert c.fill([k(1), k(2)], [b"old", b"disk"], 1) == 1  # dirty 1 stays
-    assert c.fill([k(2)], [b"older"], 2) == 0               # clean 2 was fetched earlier: as new or newer
-    c.put_many([k(3)], [V], 3)                               # 1 (ts 1) goes to the eviction buffer
+    assert c.fill([k(2)], [b"older"], 2) == 0  # clean 2 was fetched earlier: as new or newer
+    c.put_many([k(3)], [V], 3)  # 1 (ts 1) goes to the eviction buffer
     assert c.eviction_buffer_bytes > 0 and c.fill([k(1)], [b"old"], 4) == 0
     assert c.get_many([k(1), k(2)]) == [b"new", b"disk"]
     c.delete_range(k(2), k(3))
-    assert c.fill([k(2)], [b"stale"], 5) == 0                # deleted this batch: a late fetch must not revive it
+    assert c.fill([k(2)], [b"stale"], 5) == 0  # deleted this batch: a late fetch must not revive it
     assert c.get_many([k(2)]) == [None]
 
 
 def test_range_deletes_hide_cached_dirty_and_buffered_keys_and_later_puts_survive():
     c = cache(2)
     c.fill([k(1)], [V], 1)
-    c.put_many([k(2), k(3), k(4)], [V, V, V], [2, 3, 4])     # 1 dropped, 2 in the eviction buffer
+    c.put_many([k(2), k(3), k(4)], [V, V, V], [2, 3, 4])  # 1 dropped, 2 in the eviction buffer
     assert c.eviction_buffer_bytes == ENTRY
     c.delete_range(k(1), k(4))
     assert c.eviction_buffer_bytes == 0 and c.contains(k(2))  # a read of 2 is answered: None
     assert c.get_many([k(1), k(2), k(3), k(4), k(9)]) == [None, None, None, V, MISSING]
-    c.put_many([k(2)], [b"again"], 5)                        # a put after the range delete
+    c.put_many([k(2)], [b"again"], 5)  # a put after the range delete
     c.delete_range(k(6), k(8))
-    c.delete_range(k(4), k(6))                               # touches both: merged
-    c.delete_range(k(9), k(9))                               # empty: nothing
+    c.delete_range(k(4), k(6))  # touches both: merged
+    c.delete_range(k(9), k(9))  # empty: nothing
     assert c.deleted_ranges == [(k(1), k(8))]
     changes, ranges = c.drain()
-    assert ranges == [(k(1), k(8))]                          # the commit applies the ranges first, then these
-    assert changes == {k(2): b"again"}                       # 4 was put before its range was deleted: gone
-    assert c.get_many([k(3), k(2)]) == [MISSING, b"again"]   # after the drain the range is the store's business
+    assert ranges == [(k(1), k(8))]  # the commit applies the ranges first, then these
+    assert changes == {k(2): b"again"}  # 4 was put before its range was deleted: gone
+    assert c.get_many([k(3), k(2)]) == [MISSING, b"again"]  # after the drain the range is the store's business
 
 
 def test_statistics_count_hits_misses_prefetches_and_evictions():
     c = cache(2)
     c.fill([k(1), k(2)], [V, V], 10, prefetched=True)
     assert c.get_many([k(1), k(1), k(7)], 11) == [V, V, MISSING]  # one prefetch hit, read twice
-    c.fill([k(3), k(4)], [V, None], 12)                      # 2 is evicted without ever being read, and 1
-    assert c.get_many([k(4)]) == [None]                      # a negative entry is a hit
-    assert c.stats.as_dict() == {"hits": 3, "misses": 1, "evictions": 2, "dirty_evictions": 0, "prefetched": 2,
-                                 "prefetch_hits": 1, "wasted_prefetches": 1}
+    c.fill([k(3), k(4)], [V, None], 12)  # 2 is evicted without ever being read, and 1
+    assert c.get_many([k(4)]) == [None]  # a negative entry is a hit
+    assert c.stats.as_dict() == {
+        "hits": 3,
+        "misses": 1,
+        "evictions": 2,
+        "dirty_evictions": 0,
+        "prefetched": 2,
+        "prefetch_hits": 1,
+        "wasted_prefetches": 1,
+    }
     c.fill([k(5)], [V], 13, prefetched=True)
     c.fill([k(6)], [V], 14, prefetched=True)
-    c.delete_range(k(5), k(6))                               # dropped before any read
-    c.clear()                                                # 6 too
+    c.delete_range(k(5), k(6))  # dropped before any read
+    c.clear()  # 6 too
     stats = c.stats.take()
     assert stats["wasted_prefetches"] == 3 and stats["prefetched"] == 4 and stats["evictions"] == 4
     assert set(c.stats.take().values()) == {0} and len(c) == 0 and c.bytes_cached == 0
@@ -236,7 +249,7 @@ def test_negative_entries_are_hits():
     c = cache(2)
     assert c.fill([k(1)], [None], 1) == 1
     assert c.get_many([k(1), k(2)], 2) == [None, MISSING]
-    c.put_many([k(2)], [None], 3)                            # a delete is a dirty negative entry
+    c.put_many([k(2)], [None], 3)  # a delete is a dirty negative entry
     assert c.get_many([k(2)], 4) == [None] and c.drain() == ({k(2): None}, [])
     assert c.stats.hits == 2 and c.stats.misses == 1
 
@@ -267,12 +280,12 @@ def test_concurrent_fills_lose_no_dirty_write():
             c = StateCache(200 * (2 + 4 + ENTRY_OVERHEAD), "tac")
             start = threading.Barrier(3)
 
-            def filler() -> None:
+            def filler(c: StateCache = c, start: threading.Barrier = start) -> None:
                 start.wait()
                 for i, key in enumerate(keys):
                     c.fill([key], [b"disk"], i, prefetched=True)
 
-            def writer() -> None:
+            def writer(c: StateCache = c, start: threading.Barrier = start) -> None:
                 start.wait()
                 for i, key in enumerate(keys):
                     c.put_many([key], [b"mine"], i)
@@ -283,7 +296,7 @@ def test_concurrent_fills_lose_no_dirty_write():
             assert c.bytes_cached <= c.max_bytes and c.stats.dirty_evictions > 0
             changes, _ = c.drain()
             assert changes == dict.fromkeys(keys, b"mine")
-            assert b"disk" not in c.get_many(keys)           # no fill overwrote a written key
+            assert b"disk" not in c.get_many(keys)  # no fill overwrote a written key
     finally:
         sys.setswitchinterval(interval)
 

@@ -1,4 +1,5 @@
 """Hint extraction: extract_partition on Arrow batches, and hint_frame against Spark's own window()."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +8,19 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from prefetch.hints import (HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END, MAX_ROWS_PER_BATCH,
-                            HintSpec, extract_partition, hint_frame, hint_schema, validate)
+from prefetch.hints import (
+    HINT_COUNT,
+    HINT_HASH,
+    HINT_HOT,
+    HINT_TS,
+    HINT_WINDOW_END,
+    MAX_ROWS_PER_BATCH,
+    HintSpec,
+    extract_partition,
+    hint_frame,
+    hint_schema,
+    validate,
+)
 from prefetch.sketch import CountMinSketch, hash_keys
 
 S = 1_000_000
@@ -57,12 +69,16 @@ def test_windowed_rows_go_to_every_window_containing_them() -> None:
     b = batch([7, 7, 8, 8], [2_500_000, 3 * S, None, 4 * S])
     out = extract([b], HintSpec(("k",), "t", 3 * S, 1 * S))
     assert by_key(out, [HINT_WINDOW_END, "k"]) == {
-        (3 * S, 7): (2_500_000, 1), (4 * S, 7): (3 * S, 2), (5 * S, 7): (3 * S, 2), (6 * S, 7): (3 * S, 1),
-        (5 * S, 8): (4 * S, 1), (6 * S, 8): (4 * S, 1), (7 * S, 8): (4 * S, 1),  # the null event time is dropped
+        (3 * S, 7): (2_500_000, 1),
+        (4 * S, 7): (3 * S, 2),
+        (5 * S, 7): (3 * S, 2),
+        (6 * S, 7): (3 * S, 1),
+        (5 * S, 8): (4 * S, 1),
+        (6 * S, 8): (4 * S, 1),
+        (7 * S, 8): (4 * S, 1),  # the null event time is dropped
     }
     tumbling = extract([b], HintSpec(("k",), "t", 2 * S))
-    assert by_key(tumbling, [HINT_WINDOW_END, "k"]) == {
-        (4 * S, 7): (3 * S, 2), (6 * S, 8): (4 * S, 1)}
+    assert by_key(tumbling, [HINT_WINDOW_END, "k"]) == {(4 * S, 7): (3 * S, 2), (6 * S, 8): (4 * S, 1)}
 
 
 def test_multi_batch_partitions_merge_to_the_same_result() -> None:
@@ -123,13 +139,20 @@ def test_spec_and_schema_validation() -> None:
 
 # ---------------------------------------------------------------------------- against Spark
 
+
 def _events(spark):
     rng = np.random.default_rng(11)
     n = 400
     times = rng.integers(-3 * S, 12 * S, n)
     times[:20] = np.arange(-2, 18) * 500_000  # exactly on window and slide boundaries
-    rows = [(None if i % 37 == 0 else int(t), None if i % 23 == 0 else int(rng.integers(0, 6)),
-             None if i % 29 == 0 else f"s{rng.integers(0, 3)}") for i, t in enumerate(times)]
+    rows = [
+        (
+            None if i % 37 == 0 else int(t),
+            None if i % 23 == 0 else int(rng.integers(0, 6)),
+            None if i % 29 == 0 else f"s{rng.integers(0, 3)}",
+        )
+        for i, t in enumerate(times)
+    ]
     df = spark.createDataFrame(rows, "t long, k long, s string").repartition(3)
     return df.withColumn("event_time", F.timestamp_micros("t"))
 
@@ -140,11 +163,18 @@ def _driver_merge(table: pa.Table, key: list[str]) -> dict[tuple, tuple[int, int
     return {tuple(r[c] for c in key): (r[f"{HINT_TS}_max"], r[f"{HINT_COUNT}_sum"]) for r in merged.to_pylist()}
 
 
-@pytest.mark.parametrize("window, window_us, slide, slide_us", [
-    ("3 seconds", 3 * S, None, None), ("3 seconds", 3 * S, "1 second", S),
-    ("2500 milliseconds", 2_500_000, "1 second", S), ("30 seconds", 30 * S, "1 second", S)])
-def test_windowed_hints_match_spark_window(spark, window: str, window_us: int, slide: str | None,
-                                           slide_us: int | None) -> None:
+@pytest.mark.parametrize(
+    "window, window_us, slide, slide_us",
+    [
+        ("3 seconds", 3 * S, None, None),
+        ("3 seconds", 3 * S, "1 second", S),
+        ("2500 milliseconds", 2_500_000, "1 second", S),
+        ("30 seconds", 30 * S, "1 second", S),
+    ],
+)
+def test_windowed_hints_match_spark_window(
+    spark, window: str, window_us: int, slide: str | None, slide_us: int | None
+) -> None:
     df = _events(spark)
     spec = HintSpec(("k", "s"), "event_time", window_us, slide_us)
 
@@ -153,9 +183,12 @@ def test_windowed_hints_match_spark_window(spark, window: str, window_us: int, s
     ours = _driver_merge(hints, [HINT_WINDOW_END, "k", "s"])
 
     w = F.window("event_time", window, slide) if slide else F.window("event_time", window)
-    reference = (df.groupBy(w.alias("w"), "k", "s")
-                 .agg(F.max(F.unix_micros("event_time")).alias("ts"), F.count("*").alias("n"))
-                 .select(F.unix_micros("w.end").alias("end"), "k", "s", "ts", "n").collect())
+    reference = (
+        df.groupBy(w.alias("w"), "k", "s")
+        .agg(F.max(F.unix_micros("event_time")).alias("ts"), F.count("*").alias("n"))
+        .select(F.unix_micros("w.end").alias("end"), "k", "s", "ts", "n")
+        .collect()
+    )
     assert ours == {(r.end, r.k, r.s): (r.ts, r.n) for r in reference}
 
 
@@ -166,8 +199,11 @@ def test_unwindowed_hints_match_spark_group_by(spark) -> None:
     sketch.add(hash_keys([pa.array([1, 2], pa.int64())]), np.array([200, 200]))  # after the snapshot: no effect
     hints = frame.toArrow()
     assert not any(hints[HINT_HOT].to_pylist())
-    reference = (df.groupBy("k").agg(F.coalesce(F.max(F.unix_micros("event_time")), F.lit(0)).alias("ts"),
-                                     F.count("*").alias("n")).collect())
+    reference = (
+        df.groupBy("k")
+        .agg(F.coalesce(F.max(F.unix_micros("event_time")), F.lit(0)).alias("ts"), F.count("*").alias("n"))
+        .collect()
+    )
     assert _driver_merge(hints, ["k"]) == {(r.k,): (r.ts, r.n) for r in reference}
 
     hot = hint_frame(df, HintSpec(("k",), "event_time"), sketch).toArrow()

@@ -1,4 +1,5 @@
 """The prefetch manager over a real cache: dedup, no key fetched twice, statistics; the lookahead selector."""
+
 from __future__ import annotations
 
 import threading
@@ -283,8 +284,14 @@ def test_a_failed_prefetch_is_logged_with_its_cause_and_the_read_fetches_the_key
             raise OSError("disk on fire")
         return [STORE.get(k) for k in batch]
 
-    m = PrefetchManager(StateCache(1 << 20, "tac"), flaky, lambda key: 0, threads=1, chunk_keys=8,
-                        read_fetch=lambda batch: [STORE.get(k) for k in batch])
+    m = PrefetchManager(
+        StateCache(1 << 20, "tac"),
+        flaky,
+        lambda key: 0,
+        threads=1,
+        chunk_keys=8,
+        read_fetch=lambda batch: [STORE.get(k) for k in batch],
+    )
     try:
         with caplog.at_level("WARNING", logger="prefetch.manager"):
             m.hint(keys(1, 2, 3), [1, 1, 1])

@@ -1,4 +1,5 @@
 """The Count-Min sketch (saturation, aging, hot keys) and the key hash."""
+
 from __future__ import annotations
 
 import os
@@ -91,8 +92,10 @@ def test_hash_keys_is_deterministic_within_and_across_processes() -> None:
     assert first.dtype == np.uint64
     assert np.array_equal(first, hash_keys(columns))
 
-    script = ("import pyarrow as pa; from prefetch.sketch import hash_keys; "
-              "print(*hash_keys([pa.array([1, 2, None, 2**40]), pa.array(['a', None, 'é', 'a'])]))")
+    script = (
+        "import pyarrow as pa; from prefetch.sketch import hash_keys; "
+        "print(*hash_keys([pa.array([1, 2, None, 2**40]), pa.array(['a', None, 'é', 'a'])]))"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
     other = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert [int(h) for h in other.stdout.split()] == first.tolist()
@@ -124,8 +127,13 @@ def test_pickle_round_trip_and_copy_keep_counters_independently() -> None:
     sketch.add(ids(np.arange(40)), np.arange(40))
     restored = pickle.loads(pickle.dumps(sketch))
     assert np.array_equal(restored.table, sketch.table)
-    assert (restored.depth, restored.width, restored.threshold, restored.aging_records, restored.records) == \
-        (sketch.depth, sketch.width, sketch.threshold, sketch.aging_records, sketch.records)
+    assert (restored.depth, restored.width, restored.threshold, restored.aging_records, restored.records) == (
+        sketch.depth,
+        sketch.width,
+        sketch.threshold,
+        sketch.aging_records,
+        sketch.records,
+    )
     assert np.array_equal(restored.is_hot(ids(np.arange(40))), sketch.is_hot(ids(np.arange(40))))
 
     snapshot = sketch.copy()
@@ -138,14 +146,17 @@ def test_width_is_rounded_up_to_a_power_of_two() -> None:
     assert CountMinSketch(2, 1024).table.shape == (2, 1024)
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"depth": 0}, "depth"),
-    ({"width": 0}, "width"),
-    ({"threshold": -1}, "threshold"),
-    ({"threshold": 255}, "threshold"),
-    ({"aging_records": 0}, "aging_records"),
-    ({"dtype": np.int8}, "dtype"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"depth": 0}, "depth"),
+        ({"width": 0}, "width"),
+        ({"threshold": -1}, "threshold"),
+        ({"threshold": 255}, "threshold"),
+        ({"aging_records": 0}, "aging_records"),
+        ({"dtype": np.int8}, "dtype"),
+    ],
+)
 def test_bad_arguments_raise_naming_the_argument(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         CountMinSketch(**kwargs)

@@ -1,4 +1,5 @@
 """The job benchmarks' statistics: input records per batch, warm-up, single-batch references, ratios."""
+
 import json
 
 import pytest
@@ -43,9 +44,15 @@ def test_batch_stats_fail_when_warmup_leaves_nothing(tmp_path):
 
 
 def test_ratios_compare_within_a_group_and_show_in_the_table():
-    rows = [{"query": q, "mode": m, "batches": 1, "p50": p99, "p99": p99, "rows_per_s": tput, "state_keys": None}
-            for q, m, p99, tput in [("a", "sync", 2.0, 100.0), ("a", "misa", 1.0, 150.0), ("a", "native", 4.0, 50.0),
-                                    ("b", "misa", 3.0, 10.0)]]
+    rows = [
+        {"query": q, "mode": m, "batches": 1, "p50": p99, "p99": p99, "rows_per_s": tput, "state_keys": None}
+        for q, m, p99, tput in [
+            ("a", "sync", 2.0, 100.0),
+            ("a", "misa", 1.0, 150.0),
+            ("a", "native", 4.0, 50.0),
+            ("b", "misa", 3.0, 10.0),
+        ]
+    ]
     add_ratios(rows, ["query"])
     assert rows[1]["p99_vs_sync"] == 0.5 and rows[1]["p99_vs_native"] == 0.25 and rows[1]["tput_vs_sync"] == 1.5
     assert "p99_vs_sync" not in rows[3] and "p99_vs_native" not in rows[3]

@@ -1,21 +1,33 @@
 """The Cluster Monitoring generator (``jobs.gen.cm``) and ``misa gen cm``; no Spark needed."""
+
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from misa.cli import main as misa
 from jobs.gen.cm import COLUMNS, JOB_ID_BASE, generate_cm
+from misa.cli import main as misa
 
 INT, NULLABLE_INT, FLOAT = (int,), (int, type(None)), (float,)
-TYPES = {"time": INT, "missing_info": NULLABLE_INT, "job_id": INT, "task_index": INT, "machine_id": NULLABLE_INT,
-         "event_type": INT, "user": (str,), "scheduling_class": INT, "priority": INT, "cpu_request": FLOAT,
-         "memory_request": FLOAT, "disk_request": FLOAT, "different_machines": NULLABLE_INT}
+TYPES = {
+    "time": INT,
+    "missing_info": NULLABLE_INT,
+    "job_id": INT,
+    "task_index": INT,
+    "machine_id": NULLABLE_INT,
+    "event_type": INT,
+    "user": (str,),
+    "scheduling_class": INT,
+    "priority": INT,
+    "cpu_request": FLOAT,
+    "memory_request": FLOAT,
+    "disk_request": FLOAT,
+    "different_machines": NULLABLE_INT,
+}
 
 
 def parts(folder: Path) -> list[Path]:
@@ -30,8 +42,9 @@ def read(folder: Path) -> list[dict]:
 def minute(tmp_path_factory) -> tuple[Path, dict, list[dict]]:
     """60 s at 1000 records/s, two files per second."""
     folder = tmp_path_factory.mktemp("cm")
-    stats = generate_cm(folder, rate=1000, seconds=60, seed=3, files_per_second=2, start_time_us=5_000_000,
-                        progress=False)
+    stats = generate_cm(
+        folder, rate=1000, seconds=60, seed=3, files_per_second=2, start_time_us=5_000_000, progress=False
+    )
     return folder, stats, read(folder)
 
 
@@ -70,8 +83,9 @@ def test_event_time_order_within_and_across_files(minute):
     assert stats["first_time_us"] == times[0] >= 5_000_000 and stats["last_time_us"] == times[-1] < 65_000_000
     for index, path in enumerate(parts(folder)):  # file i covers [i / F, (i + 1) / F) s after the start
         file_times = [json.loads(line)["time"] for line in path.read_text().splitlines()]
-        assert file_times and all(5_000_000 + index * 500_000 <= t < 5_000_000 + (index + 1) * 500_000
-                                  for t in file_times)
+        assert file_times and all(
+            5_000_000 + index * 500_000 <= t < 5_000_000 + (index + 1) * 500_000 for t in file_times
+        )
 
 
 def test_records_per_second_are_around_the_rate(minute):
@@ -138,15 +152,35 @@ def test_stale_staging_files_are_replaced_and_no_events_gives_empty_files(tmp_pa
 
 
 def test_invalid_arguments(tmp_path):
-    for kwargs in ({"rate": -1, "seconds": 1}, {"rate": 1, "seconds": 0}, {"rate": 1, "seconds": 1, "files_per_second": 0}):
+    for kwargs in (
+        {"rate": -1, "seconds": 1},
+        {"rate": 1, "seconds": 0},
+        {"rate": 1, "seconds": 1, "files_per_second": 0},
+    ):
         with pytest.raises(ValueError):
             generate_cm(tmp_path, **kwargs)
 
 
 def test_misa_gen_cm_command(tmp_path, capsys):
     out = tmp_path / "cm"
-    args = ["gen", "cm", "--out", str(out), "--rate", "100", "--seconds", "4", "--seed", "9",
-            "--files-per-second", "0.5", "--jobs", "20", "--start-time-us", "1000000000"]
+    args = [
+        "gen",
+        "cm",
+        "--out",
+        str(out),
+        "--rate",
+        "100",
+        "--seconds",
+        "4",
+        "--seed",
+        "9",
+        "--files-per-second",
+        "0.5",
+        "--jobs",
+        "20",
+        "--start-time-us",
+        "1000000000",
+    ]
     assert misa(args) == 0
     summary = capsys.readouterr().out.strip()
     assert len(summary.splitlines()) == 1 and "2 files" in summary and str(out) in summary

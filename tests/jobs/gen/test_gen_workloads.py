@@ -1,5 +1,6 @@
 """The Linear Road, NEXMark and YSB generators (``jobs.gen.lr``, ``jobs.gen.nexmark``, ``jobs.gen.ysb``), their
 bad records (``jobs.gen.bad_records``) and ``misa gen lr|nexmark|ysb``; no Spark session needed."""
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,12 @@ import pytest
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructType
 
 import jobs.gen.parts as part_files
-from jobs.gen.parts import BASE_TIME_MS
-from misa.cli import main as misa
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
+from jobs.gen.parts import BASE_TIME_MS
 from jobs.gen.ysb import generate_ysb
 from jobs.schemas import LR_REPORTS, NEXMARK_EVENTS, YSB_EVENTS
+from misa.cli import main as misa
 
 RATE, SECONDS, FPS, SEED, BAD_FRACTION = 200, 60, 2, 5, 0.1
 KINDS = {"bad-json", "missing-key", "wrong-type"}
@@ -42,11 +43,22 @@ class GeneratorCase:
 
 WORKLOADS = {
     "lr": GeneratorCase(generate_lr, LR_REPORTS, {"xways": 3}, lambda r: r["time"] * 1000, {"vid"}, {"spd", "vid"}),
-    "nexmark": GeneratorCase(generate_nexmark, NEXMARK_EVENTS, {"side_rows": 50},
-                        lambda r: _nexmark_event(r)["date_time"] - BASE_TIME_MS,
-                        {"person.id", "auction.id", "bid.auction"}, {"person.id", "auction.id", "bid.price"}),
-    "ysb": GeneratorCase(generate_ysb, YSB_EVENTS, {"campaigns": 7, "ads_per_campaign": 4},
-                    lambda r: r["event_time"] - BASE_TIME_MS, {"ad_id"}, {"event_time"}),
+    "nexmark": GeneratorCase(
+        generate_nexmark,
+        NEXMARK_EVENTS,
+        {"side_rows": 50},
+        lambda r: _nexmark_event(r)["date_time"] - BASE_TIME_MS,
+        {"person.id", "auction.id", "bid.auction"},
+        {"person.id", "auction.id", "bid.price"},
+    ),
+    "ysb": GeneratorCase(
+        generate_ysb,
+        YSB_EVENTS,
+        {"campaigns": 7, "ads_per_campaign": 4},
+        lambda r: r["event_time"] - BASE_TIME_MS,
+        {"ad_id"},
+        {"event_time"},
+    ),
 }
 
 
@@ -78,9 +90,14 @@ def conforms(value: object, data_type: DataType) -> bool:
     """Whether a parsed JSON value has exactly the Spark type's shape: struct fields in order, no nulls but
     whole nested structs, ints within the type's range (a bool is no int)."""
     if isinstance(data_type, StructType):
-        return type(value) is dict and list(value) == data_type.names and all(
-            conforms(value[f.name], f.dataType) or (value[f.name] is None and isinstance(f.dataType, StructType))
-            for f in data_type.fields)
+        return (
+            type(value) is dict
+            and list(value) == data_type.names
+            and all(
+                conforms(value[f.name], f.dataType) or (value[f.name] is None and isinstance(f.dataType, StructType))
+                for f in data_type.fields
+            )
+        )
     if isinstance(data_type, StringType):
         return type(value) is str
     low, high = RANGES[type(data_type)]
@@ -106,8 +123,16 @@ def generated(tmp_path_factory) -> Callable[[str, float], Run]:
         if (name, bad_fraction) not in runs:
             folder = tmp_path_factory.mktemp(f"{name}-{bad_fraction}")
             workload = WORKLOADS[name]
-            stats = workload.generate(folder, RATE, SECONDS, seed=SEED, files_per_second=FPS,
-                                      bad_fraction=bad_fraction, progress=False, **workload.options)
+            stats = workload.generate(
+                folder,
+                RATE,
+                SECONDS,
+                seed=SEED,
+                files_per_second=FPS,
+                bad_fraction=bad_fraction,
+                progress=False,
+                **workload.options,
+            )
             runs[name, bad_fraction] = Run(folder, stats, read_lines(folder))
         return runs[name, bad_fraction]
 
@@ -210,8 +235,9 @@ def test_same_seed_same_output_other_seed_other_output(tmp_path, name):
 
     def contents(folder: str, seed: int) -> dict[str, bytes]:
         workload.generate(tmp_path / folder, 50, 35, seed=seed, bad_fraction=0.2, progress=False, **workload.options)
-        return {str(p.relative_to(tmp_path / folder)): p.read_bytes() for p in (tmp_path / folder).rglob("*")
-                if p.is_file()}
+        return {
+            str(p.relative_to(tmp_path / folder)): p.read_bytes() for p in (tmp_path / folder).rglob("*") if p.is_file()
+        }
 
     first = contents("a", 7)
     assert contents("b", 7) == first
@@ -224,8 +250,9 @@ def test_same_seed_same_output_other_seed_other_output(tmp_path, name):
 def test_small_chunks_keep_the_order_and_the_counts(tmp_path, monkeypatch, name):
     workload = WORKLOADS[name]
     monkeypatch.setattr(part_files, "CHUNK_RECORDS", 170)  # several chunks per file and files across chunks
-    stats = workload.generate(tmp_path, 100, 40, seed=1, files_per_second=0.3, bad_fraction=0.05, progress=False,
-                              **workload.options)
+    stats = workload.generate(
+        tmp_path, 100, 40, seed=1, files_per_second=0.3, bad_fraction=0.05, progress=False, **workload.options
+    )
     lines, bad = read_lines(tmp_path), set((tmp_path / "_bad_records.txt").read_text().splitlines())
     records = [json.loads(line) for line in lines if line not in bad]
     assert stats["files"] == 12 and len(lines) == 4000 and len(records) == stats["records"]
@@ -246,8 +273,14 @@ def test_no_records_gives_empty_files_and_stale_staging_files_are_replaced(tmp_p
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_invalid_arguments_are_named(tmp_path, name):
     generate, own = WORKLOADS[name].generate, next(iter(WORKLOADS[name].options))
-    cases = [({"bad_fraction": 1.0}, "bad_fraction"), ({"bad_fraction": -0.1}, "bad_fraction"), ({"rate": -1}, "rate"),
-             ({"seconds": 0}, "seconds"), ({"files_per_second": 0}, "files_per_second"), ({own: 0}, own)]
+    cases = [
+        ({"bad_fraction": 1.0}, "bad_fraction"),
+        ({"bad_fraction": -0.1}, "bad_fraction"),
+        ({"rate": -1}, "rate"),
+        ({"seconds": 0}, "seconds"),
+        ({"files_per_second": 0}, "files_per_second"),
+        ({own: 0}, own),
+    ]
     for change, named in cases:
         with pytest.raises(ValueError, match=named):
             generate(**{"out": tmp_path / "out", "rate": 10, "seconds": 5, **change})
@@ -309,12 +342,14 @@ def test_nexmark_proportions_hot_auctions_and_references(generated):
     events = run.records()
     assert len(events) == RATE * SECONDS
     expected = [0] + [1] * 3 + [2] * 46
-    assert all([e["event_type"] for e in events[b:b + 50]] == expected for b in range(0, len(events), 50))
+    assert all([e["event_type"] for e in events[b : b + 50]] == expected for b in range(0, len(events), 50))
     total = len(events)
-    assert (run.stats["persons"], run.stats["auctions"], run.stats["bids"]) == (total // 50, 3 * total // 50,
-                                                                               46 * total // 50)
-    assert [_nexmark_event(e)["date_time"] for e in events] == [BASE_TIME_MS + n * 1000 // RATE
-                                                                for n in range(total)]
+    assert (run.stats["persons"], run.stats["auctions"], run.stats["bids"]) == (
+        total // 50,
+        3 * total // 50,
+        46 * total // 50,
+    )
+    assert [_nexmark_event(e)["date_time"] for e in events] == [BASE_TIME_MS + n * 1000 // RATE for n in range(total)]
     persons, auctions, newest, hot_bids, hot_bidders = set(), set(), 0, 0, 0
     bids_per_auction = Counter()
     for event in events:
@@ -326,11 +361,11 @@ def test_nexmark_proportions_hot_auctions_and_references(generated):
         elif auction:
             assert auction["id"] == 1000 + len(auctions) and 10 <= auction["category"] <= 14
             assert auction["seller"] in persons and auction["expires"] > auction["date_time"]
-            assert 100 <= auction["initial_bid"] < auction["reserve"] <= 2 * 10 ** 8
+            assert 100 <= auction["initial_bid"] < auction["reserve"] <= 2 * 10**8
             auctions.add(auction["id"])
             newest = auction["id"]
         else:
-            assert bid["auction"] in auctions and bid["bidder"] in persons and 100 <= bid["price"] <= 10 ** 8
+            assert bid["auction"] in auctions and bid["bidder"] in persons and 100 <= bid["price"] <= 10**8
             assert bid["auction"] >= newest - 100  # among the in-flight auctions
             bids_per_auction[bid["auction"]] += 1
             hot_bids += (bid["auction"] - 1000) % 100 == 0
@@ -359,12 +394,33 @@ def test_ysb_ads_belong_to_the_campaigns(generated):
     assert [e["event_time"] for e in events] == [BASE_TIME_MS + n * 1000 // RATE for n in range(len(events))]
 
 
-@pytest.mark.parametrize("name, options", [("lr", ["--xways", "2", "--vehicles", "1300"]), ("nexmark", ["--side-rows", "30"]),
-                                           ("ysb", ["--campaigns", "3", "--ads-per-campaign", "2"])])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("lr", ["--xways", "2", "--vehicles", "1300"]),
+        ("nexmark", ["--side-rows", "30"]),
+        ("ysb", ["--campaigns", "3", "--ads-per-campaign", "2"]),
+    ],
+)
 def test_misa_gen_command(tmp_path, capsys, name, options):
     out = tmp_path / name
-    args = ["gen", name, "--out", str(out), "--rate", "40", "--seconds", "6", "--seed", "9",
-            "--files-per-second", "0.5", "--bad-fraction", "0.2", *options]
+    args = [
+        "gen",
+        name,
+        "--out",
+        str(out),
+        "--rate",
+        "40",
+        "--seconds",
+        "6",
+        "--seed",
+        "9",
+        "--files-per-second",
+        "0.5",
+        "--bad-fraction",
+        "0.2",
+        *options,
+    ]
     assert misa(args) == 0
     summary = capsys.readouterr().out.strip()
     lines, bad = read_lines(out), (out / "_bad_records.txt").read_text().splitlines()

@@ -1,4 +1,5 @@
 """The state-access harness: workloads, and every cache policy leaving exactly the same state."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,17 +10,29 @@ from contextlib import ExitStack
 import numpy as np
 import pytest
 
+from misa.bench import state as bench_state
 from misa.bench.state import POLICIES, replay
+from misa.bench.state_workloads import KeyStream, StateWorkload
 from misa.cli import main
 from misa.config import MisaConfig
-from misa.bench.state_workloads import KeyStream, StateWorkload
-
-from misa.bench import state as bench_state
 
 
 def args(**overrides) -> argparse.Namespace:
-    values = dict(workload="tumbling", keys="zipf", key_space=3000, batches=25, warmup=3, batch_records=400,
-                  seconds_per_batch=5.0, compute_ms=1.0, cache_bytes="12k", skew=1.0, seed=3, window_s=60, slide_s=20)
+    values = dict(
+        workload="tumbling",
+        keys="zipf",
+        key_space=3000,
+        batches=25,
+        warmup=3,
+        batch_records=400,
+        seconds_per_batch=5.0,
+        compute_ms=1.0,
+        cache_bytes="12k",
+        skew=1.0,
+        seed=3,
+        window_s=60,
+        slide_s=20,
+    )
     values.update(overrides)
     return argparse.Namespace(**values)
 
@@ -70,9 +83,32 @@ def test_every_policy_leaves_the_same_state(tmp_path, workload):
 
 def test_cli_prints_one_json_object_per_policy(tmp_path, capsys):
     interval = sys.getswitchinterval()
-    code = main(["bench", "state", "--workload", "aggregation", "--keys", "hotspot", "--policy", "tac,async",
-                 "--key-space", "2000", "--batches", "5", "--batch-records", "100", "--compute-ms", "1",
-                 "--cache-bytes", "16k", "--switch-interval", "1ms", "--work", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "state",
+            "--workload",
+            "aggregation",
+            "--keys",
+            "hotspot",
+            "--policy",
+            "tac,async",
+            "--key-space",
+            "2000",
+            "--batches",
+            "5",
+            "--batch-records",
+            "100",
+            "--compute-ms",
+            "1",
+            "--cache-bytes",
+            "16k",
+            "--switch-interval",
+            "1ms",
+            "--work",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["policy"] for r in rows] == ["tac", "async"]

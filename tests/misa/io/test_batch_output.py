@@ -1,4 +1,5 @@
 """Per-batch output folders: attempt files, a pointer written last, any location."""
+
 from pathlib import Path
 
 import pyarrow as pa

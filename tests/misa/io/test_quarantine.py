@@ -1,19 +1,26 @@
 """Bad input records: the rule, the per-batch quarantine files, and Cluster Monitoring with bad input."""
+
 import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from job_helpers import assert_same_results, metrics, run_in_process
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from jobs import cluster_monitoring
 from jobs.gen.cm import generate_cm
-from job_helpers import assert_same_results, metrics, run_in_process
 from misa.io.quarantine import BAD_COLUMN, RAW_COLUMN, Quarantine, good_records, parse_json_lines, read_quarantine
 
-SCHEMA = StructType([StructField("time", LongType()), StructField("vid", LongType()),
-                     StructField("spd", IntegerType()), StructField("note", StringType())])
+SCHEMA = StructType(
+    [
+        StructField("time", LongType()),
+        StructField("vid", LongType()),
+        StructField("spd", IntegerType()),
+        StructField("note", StringType()),
+    ]
+)
 LINES = {  # line -> bad?
     '{"time": 1, "vid": 5, "spd": 10, "note": "ok"}': False,
     '{"time": 2, "vid": 6, "spd": 10, "extra": [1, 2]}': False,  # unknown fields are ignored; note is optional
@@ -25,8 +32,8 @@ LINES = {  # line -> bad?
     '{"time": 8, "vid": 9, "spd": 2.5}': True,  # a fraction for an integer
     '{"time": 9, "vid": 9, "spd": 10, "note": 3}': False,  # a number where a string is due: Spark reads it as "3"
     '{"time": 99999999999999999999, "vid": 9, "spd": 1}': True,  # out of range
-    '[1, 2]': True,
-    '17': True,
+    "[1, 2]": True,
+    "17": True,
 }
 REQUIRED = ("time", "vid", "spd")
 
@@ -69,9 +76,11 @@ def test_misuse_is_explained(lines_df, tmp_path):
         Quarantine(tmp_path).split(lines_df, 0)
 
 
-BAD_CM_LINES = ['{"time": 12000000, "job_id": 6000000001, "event_type": 1, "scheduling', '{"time": 12000001}',
-                '{"time": 12000002, "job_id": 6000000001, "event_type": 1, "scheduling_class": 1, '
-                '"cpu_request": "x0.5"}']
+BAD_CM_LINES = [
+    '{"time": 12000000, "job_id": 6000000001, "event_type": 1, "scheduling',
+    '{"time": 12000001}',
+    '{"time": 12000002, "job_id": 6000000001, "event_type": 1, "scheduling_class": 1, "cpu_request": "x0.5"}',
+]
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +96,7 @@ def cm_data(tmp_path_factory) -> Path:
     return data
 
 
-def test_cluster_monitoring_quarantines_bad_input_and_equals_the_reference_over_good_records(spark, cm_data,
-                                                                                                tmp_path):
+def test_cluster_monitoring_quarantines_bad_input_and_equals_the_reference_over_good_records(spark, cm_data, tmp_path):
     expected = run_in_process(spark, cluster_monitoring, "cm2", "native", cm_data, tmp_path / "native")
     got = run_in_process(spark, cluster_monitoring, "cm2", "misa", cm_data, tmp_path / "misa")
     assert_same_results(got, expected)

@@ -1,4 +1,5 @@
 """``misa report``: summary statistics, tolerance to incomplete records, plots and the command."""
+
 from __future__ import annotations
 
 import json
@@ -17,13 +18,21 @@ LATENCIES = [0.3, 0.1, 1.0, 0.5, 0.2, 0.9, 0.4, 0.7, 0.6, 0.8]  # shuffled 0.1 .
 
 def _records(mode: str = "misa", scale: float = 1.0) -> list[dict]:
     """Ten batches, one second apart, 100 input rows each; batch i has latency LATENCIES[i] * scale."""
-    return [{"batch_id": i, "mode": mode, "input_rows": 100, "late_rows": i % 2, "started": 1000.0 + i,
-             "latency_s": lat * scale,
-             "phases": {"compute_s": lat * scale / 2, "sink_s": 0.01},
-             "commit": {"apply_s": 0.05, "upload_s": 0.2 + i / 100, "bytes_uploaded": 1000, "bytes_reused": 10},
-             "cache": {"hits": 3, "misses": 1},
-             "state_keys": 50 + i}
-            for i, lat in enumerate(LATENCIES)]
+    return [
+        {
+            "batch_id": i,
+            "mode": mode,
+            "input_rows": 100,
+            "late_rows": i % 2,
+            "started": 1000.0 + i,
+            "latency_s": lat * scale,
+            "phases": {"compute_s": lat * scale / 2, "sink_s": 0.01},
+            "commit": {"apply_s": 0.05, "upload_s": 0.2 + i / 100, "bytes_uploaded": 1000, "bytes_reused": 10},
+            "cache": {"hits": 3, "misses": 1},
+            "state_keys": 50 + i,
+        }
+        for i, lat in enumerate(LATENCIES)
+    ]
 
 
 def _write(path: Path, records: list, extra_lines: tuple[str, ...] = ()) -> Path:
@@ -44,8 +53,9 @@ def test_percentiles_throughput_and_totals_match_hand_computed_values():
     s = summarize(_records())
     assert s["batches"] == 10 and s["modes"] == {"misa": 10} and s["percentile_method"] == "linear"
     # sorted 0.1 .. 1.0, linear interpolation at rank q/100 * 9: p50 between 0.5 and 0.6, p95 at 8.55, p99 at 8.91
-    assert s["latency_s"] == pytest.approx({"count": 10, "p50": 0.55, "p95": 0.955, "p99": 0.991, "max": 1.0,
-                                           "mean": 0.55})
+    assert s["latency_s"] == pytest.approx(
+        {"count": 10, "p50": 0.55, "p95": 0.955, "p99": 0.991, "max": 1.0, "mean": 0.55}
+    )
     t = s["throughput"]
     assert t["input_rows"] == 1000
     assert t["busy_s"] == pytest.approx(5.5) and t["rows_per_s"] == pytest.approx(1000 / 5.5)
@@ -65,8 +75,14 @@ def test_missing_keys_and_null_commit_are_tolerated(tmp_path):
     records = [
         {},
         {"batch_id": 1, "latency_s": None, "commit": None, "phases": None, "cache": None, "mode": None},
-        {"batch_id": 2, "latency_s": 2.0, "input_rows": 10, "commit": {"upload_s": None, "flush_s": 0.3},
-         "phases": {"compute_s": "fast"}, "state_keys": 7},
+        {
+            "batch_id": 2,
+            "latency_s": 2.0,
+            "input_rows": 10,
+            "commit": {"upload_s": None, "flush_s": 0.3},
+            "phases": {"compute_s": "fast"},
+            "state_keys": 7,
+        },
         {"batch_id": 3, "latency_s": 4.0, "started": 50.0, "late_rows": True, "commit": "oops", "cache": [1]},
     ]
     s = summarize(records)
@@ -86,8 +102,11 @@ def test_missing_keys_and_null_commit_are_tolerated(tmp_path):
 
 
 def test_malformed_lines_are_counted_reported_and_skipped(tmp_path, capsys):
-    path = _write(tmp_path / "m.jsonl", _records()[:3],
-                  ("{not json", "", "[1, 2]", "42", '{"batch_id": 9, "latency_s": 0.5}', '{"batch_id": 10, "lat'))
+    path = _write(
+        tmp_path / "m.jsonl",
+        _records()[:3],
+        ("{not json", "", "[1, 2]", "42", '{"batch_id": 9, "latency_s": 0.5}', '{"batch_id": 10, "lat'),
+    )
     records, malformed = load_metrics(path)
     assert malformed == 4
     assert [r["batch_id"] for r in records] == [0, 1, 2, 9]

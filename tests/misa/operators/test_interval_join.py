@@ -1,12 +1,13 @@
 """The interval join's driver side with hand-made deltas and a real state store (no Spark)."""
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from misa.state.view import StateView
 from misa.operators.interval_join import EVENT_US, IntervalJoin
 from misa.state.codec import KeyCodec
 from misa.state.store import StateStore
+from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
 
 S = 1_000_000  # one second in microseconds
@@ -24,12 +25,14 @@ def join(delay: str = "1h") -> IntervalJoin:
 
 def reports(*rows: tuple) -> pa.Table:
     """rows: (vid, time_s, spd); deltas as IntervalJoin.deltas makes them."""
-    return pa.table({
-        "vid": pa.array([r[0] for r in rows], pa.int64()),
-        EVENT_US: pa.array([None if r[1] is None else r[1] * S for r in rows], pa.int64()),
-        "time": pa.array([r[1] for r in rows], pa.int64()),
-        "spd": pa.array([r[2] for r in rows], pa.int32()),
-    })
+    return pa.table(
+        {
+            "vid": pa.array([r[0] for r in rows], pa.int64()),
+            EVENT_US: pa.array([None if r[1] is None else r[1] * S for r in rows], pa.int64()),
+            "time": pa.array([r[1] for r in rows], pa.int64()),
+            "spd": pa.array([r[2] for r in rows], pa.int32()),
+        }
+    )
 
 
 def pairs(table: pa.Table) -> set[tuple]:
@@ -59,7 +62,12 @@ def test_pairs_within_the_interval_are_found_and_outside_not(view):
 def test_rows_of_one_batch_join_each_other_and_equal_times_do_not(view):
     out = join().apply(reports((7, 21, 1), (7, 1, 2), (7, 11, 3), (7, 11, 4), (8, 11, 5)), view).output
     assert sorted((r["time"], r["prev_time"], r["spd"], r["prev_spd"]) for r in out.to_pylist()) == [
-        (11, 1, 3, 2), (11, 1, 4, 2), (21, 1, 1, 2), (21, 11, 1, 3), (21, 11, 1, 4)]
+        (11, 1, 3, 2),
+        (11, 1, 4, 2),
+        (21, 1, 1, 2),
+        (21, 11, 1, 3),
+        (21, 11, 1, 4),
+    ]
 
 
 def test_an_older_row_arriving_later_still_pairs_with_the_stored_newer_one(view):

@@ -3,6 +3,7 @@
 Each batch is committed (sync) like the runtime does, so a restart can load a version and the
 operator's metadata, and go on.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,16 +13,32 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from misa.runtime.commit import CommitController
-from misa.state.view import StateView
 from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
+from misa.runtime.commit import CommitController
 from misa.state.records import RecordCodec
 from misa.state.store import StateStore
+from misa.state.view import StateView
 
-BID = pa.struct([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()), ("channel", pa.string()),
-                 ("url", pa.string()), ("date_time", pa.int64()), ("extra", pa.string())])
-AUCTION = pa.struct([("id", pa.int64()), ("item_name", pa.string()), ("date_time", pa.int64()),
-                     ("category", pa.int64()), ("extra", pa.string())])
+BID = pa.struct(
+    [
+        ("auction", pa.int64()),
+        ("bidder", pa.int64()),
+        ("price", pa.int64()),
+        ("channel", pa.string()),
+        ("url", pa.string()),
+        ("date_time", pa.int64()),
+        ("extra", pa.string()),
+    ]
+)
+AUCTION = pa.struct(
+    [
+        ("id", pa.int64()),
+        ("item_name", pa.string()),
+        ("date_time", pa.int64()),
+        ("category", pa.int64()),
+        ("extra", pa.string()),
+    ]
+)
 
 
 class Runner:
@@ -71,16 +88,30 @@ def bids(*rows: tuple) -> pa.Table:
     """rows: (auction, bidder, price, date_time[, channel[, url[, extra]]]); channel, url, extra default to c, u, x."""
     records = []
     for auction, bidder, price, date_time, *text in rows:
-        channel, url, extra = [*text, *("c", "u", "x")[len(text):]]
-        records.append({"auction": auction, "bidder": bidder, "price": price, "channel": channel, "url": url,
-                        "date_time": date_time, "extra": extra})
+        channel, url, extra = [*text, *("c", "u", "x")[len(text) :]]
+        records.append(
+            {
+                "auction": auction,
+                "bidder": bidder,
+                "price": price,
+                "channel": channel,
+                "url": url,
+                "date_time": date_time,
+                "extra": extra,
+            }
+        )
     return pa.Table.from_pylist(records, schema=pa.schema(list(BID)))
 
 
 # ------------------------------------------------------------------------------------- record codec
 def test_record_codec_round_trips_lists_of_records():
-    table = pa.table({"a": pa.array([1, None, -3, 2**62], pa.int64()), "s": ["x", None, "ü long", ""],
-                      "b": pa.array([5, 6, None, 8], pa.int32())})
+    table = pa.table(
+        {
+            "a": pa.array([1, None, -3, 2**62], pa.int64()),
+            "s": ["x", None, "ü long", ""],
+            "b": pa.array([5, 6, None, 8], pa.int32()),
+        }
+    )
     codec = RecordCodec(table.schema)
     values = codec.encode(table, np.array([2, 0, 1, 1]))
     assert values == codec.encode(table, np.array([2, 0, 1, 1]))  # deterministic
@@ -127,12 +158,14 @@ def test_side_table_is_loaded_once_and_restored_with_the_state(run, side):
     runner.batch(bids((1, 1, 1, 1)).select(["auction", "bidder", "price", "date_time"]))
     side.write_text('{"key": 1, "value": "changed"}\n')  # neither a later batch nor a restart rereads it
     assert enriched(runner.batch(bids((11, 2, 1, 2)).select(["auction", "bidder", "price", "date_time"]))) == [
-        (11, 2, "v1")]
+        (11, 2, "v1")
+    ]
     side.unlink()
     resumed = run(q13(side), version=1)
     assert resumed.operator.side_rows == 10
     assert enriched(resumed.batch(bids((21, 3, 1, 3)).select(["auction", "bidder", "price", "date_time"]))) == [
-        (21, 3, "v1")]
+        (21, 3, "v1")
+    ]
     with pytest.raises(FileNotFoundError, match="side.jsonl is missing: a fresh state loads it"):
         q13(side).apply(bids((1, 1, 1, 1)), StateView(resumed.store))
 
@@ -145,14 +178,25 @@ def test_side_table_keys_must_be_unique(run, side):
 
 # ---------------------------------------------------------------------------------------------- Q18
 def q18() -> TopN:
-    return TopN(["bidder", "auction"], ["price", "channel", "url", "date_time", "extra"],
-                [("date_time", "descending"), ("price", "descending"), ("channel", "descending"),
-                 ("url", "descending"), ("extra", "descending")], time_column="date_time")
+    return TopN(
+        ["bidder", "auction"],
+        ["price", "channel", "url", "date_time", "extra"],
+        [
+            ("date_time", "descending"),
+            ("price", "descending"),
+            ("channel", "descending"),
+            ("url", "descending"),
+            ("extra", "descending"),
+        ],
+        time_column="date_time",
+    )
 
 
 def latest(result) -> dict[tuple, tuple]:
-    return {(r["bidder"], r["auction"]): (r["date_time"], r["price"], r["channel"], r["extra"])
-            for r in result.output.to_pylist()}
+    return {
+        (r["bidder"], r["auction"]): (r["date_time"], r["price"], r["channel"], r["extra"])
+        for r in result.output.to_pylist()
+    }
 
 
 def q18_rows(table: pa.Table) -> pa.Table:
@@ -165,8 +209,10 @@ def test_latest_bid_wins_across_batches_and_only_changes_are_written(run):
     assert latest(first) == {(7, 1): (5, 10, "c", "x"), (7, 2): (1, 1, "c", "x")}
     assert first.output.column_names == ["bidder", "auction", "price", "channel", "url", "date_time", "extra"]
     assert latest(runner.batch(q18_rows(bids((1, 7, 50, 4))))) == {}  # older than the stored bid: no change
-    assert latest(runner.batch(q18_rows(bids((1, 7, 20, 9), (2, 8, 2, 2))))) == {(7, 1): (9, 20, "c", "x"),
-                                                                                 (8, 2): (2, 2, "c", "x")}
+    assert latest(runner.batch(q18_rows(bids((1, 7, 20, 9), (2, 8, 2, 2))))) == {
+        (7, 1): (9, 20, "c", "x"),
+        (8, 2): (2, 2, "c", "x"),
+    }
     assert len(runner.keys()) == 3
 
 
@@ -184,9 +230,14 @@ def test_latest_bid_ties_are_broken_by_the_whole_record_whatever_the_arrival_ord
 
 # ---------------------------------------------------------------------------------------------- Q19
 def q19() -> TopN:
-    return TopN(["auction"], ["price", "bidder", "date_time"],
-                [("price", "descending"), ("date_time", "ascending"), ("bidder", "ascending")],
-                n=10, rank_column="rank", time_column="date_time")
+    return TopN(
+        ["auction"],
+        ["price", "bidder", "date_time"],
+        [("price", "descending"), ("date_time", "ascending"), ("bidder", "ascending")],
+        n=10,
+        rank_column="rank",
+        time_column="date_time",
+    )
 
 
 def q19_rows(table: pa.Table) -> pa.Table:
@@ -230,15 +281,20 @@ def test_top_n_order_must_cover_every_column():
 
 # ---------------------------------------------------------------------------------------------- Q20
 def q20() -> KeyedJoin:
-    return KeyedJoin("bid", "auction", "auction", "id", ("category", 10), right_prefix="auction_",
-                     time_column="date_time")
+    return KeyedJoin(
+        "bid", "auction", "auction", "id", ("category", 10), right_prefix="auction_", time_column="date_time"
+    )
 
 
 def events(*rows: tuple) -> pa.Table:
     """rows: ("a", id, category) or ("b", auction, bidder): each event in its struct column."""
     bid_rows = [dict(zip(BID.names, (r[1], r[2], 1, "c", "u", r[2], "x"))) if r[0] == "b" else None for r in rows]
-    auction_rows = [{"id": r[1], "item_name": f"item{r[1]}", "date_time": 1, "category": r[2], "extra": "e"}
-                    if r[0] == "a" else None for r in rows]
+    auction_rows = [
+        {"id": r[1], "item_name": f"item{r[1]}", "date_time": 1, "category": r[2], "extra": "e"}
+        if r[0] == "a"
+        else None
+        for r in rows
+    ]
     return pa.table({"bid": pa.array(bid_rows, BID), "auction": pa.array(auction_rows, AUCTION)})
 
 
@@ -250,8 +306,19 @@ def test_bids_join_their_auction_whether_before_after_or_in_the_same_batch(run):
     runner = run(q20())
     first = runner.batch(events(("b", 1, 100), ("a", 2, 10), ("b", 2, 101), ("b", 3, 102)))
     assert pairs(first) == [(2, 101, "item2")]
-    assert first.output.column_names == ["auction", "bidder", "price", "channel", "url", "date_time", "extra",
-                                         "item_name", "auction_date_time", "category", "auction_extra"]
+    assert first.output.column_names == [
+        "auction",
+        "bidder",
+        "price",
+        "channel",
+        "url",
+        "date_time",
+        "extra",
+        "item_name",
+        "auction_date_time",
+        "category",
+        "auction_extra",
+    ]
     assert len(runner.keys(b"l")) == 2  # bids on auctions 1 and 3 wait
     second = runner.batch(events(("b", 1, 103), ("a", 1, 10), ("b", 2, 104)))
     assert pairs(second) == [(1, 100, "item1"), (1, 103, "item1"), (2, 104, "item2")]
@@ -306,8 +373,11 @@ def test_metadata_round_trips(side):
 
 
 def test_empty_batches_give_typed_empty_output(run, side):
-    for operator, table, columns in [(q13(side), bids().select(["auction", "bidder", "price", "date_time"]), 5),
-                                     (q18(), q18_rows(bids()), 7), (q19(), q19_rows(bids()), 5),
-                                     (q20(), events(), 11)]:
+    for operator, table, columns in [
+        (q13(side), bids().select(["auction", "bidder", "price", "date_time"]), 5),
+        (q18(), q18_rows(bids()), 7),
+        (q19(), q19_rows(bids()), 5),
+        (q20(), events(), 11),
+    ]:
         result = run(operator).batch(table)
         assert result.output.num_rows == 0 and len(result.output.column_names) == columns

@@ -1,12 +1,13 @@
 """The aggregation operator's driver side and the state codec, with hand-made deltas (no Spark)."""
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from misa.state.view import StateView
 from misa.operators.aggregation import Agg, Aggregation
 from misa.state.codec import KeyCodec, decode_aggs, encode_aggs, merge_aggs
 from misa.state.store import StateStore
+from misa.state.view import StateView
 
 S = 1_000_000  # one second in microseconds
 
@@ -38,7 +39,10 @@ def rows_of(table: pa.Table) -> list[dict]:
 
 def test_codec_round_trips_ints_strings_and_nulls():
     for fields, cols in [
-        ([pa.field("a", pa.int64()), pa.field("b", pa.int32())], [pa.array([1, None, -5]), pa.array([7, 8, None], pa.int32())]),
+        (
+            [pa.field("a", pa.int64()), pa.field("b", pa.int32())],
+            [pa.array([1, None, -5]), pa.array([7, 8, None], pa.int32())],
+        ),
         ([pa.field("u", pa.string()), pa.field("a", pa.int64())], [pa.array(["x", None, "ü"]), pa.array([1, 2, 3])]),
     ]:
         codec = KeyCodec(fields, windowed=True)
@@ -63,7 +67,13 @@ def test_update_mode_outputs_changed_windows_with_current_values(view):
 
 
 def test_every_aggregate_function(view):
-    aggs = [Agg("s", "sum", "x"), Agg("a", "avg", "x"), Agg("n", "count", "x"), Agg("lo", "min", "x"), Agg("hi", "max", "x")]
+    aggs = [
+        Agg("s", "sum", "x"),
+        Agg("a", "avg", "x"),
+        Agg("n", "count", "x"),
+        Agg("lo", "min", "x"),
+        Agg("hi", "max", "x"),
+    ]
     op = Aggregation(["g"], aggs)
     table = deltas([(None, "k", 2, 6.0, 1.0, 5.0, 1)], window_s=None)
     for i in range(1, 5):  # every aggregate reads the same input column
@@ -85,8 +95,9 @@ def test_watermark_drops_late_updates_and_evicts_closed_windows(view):
 
 
 def test_append_mode_emits_each_window_once_when_it_closes(view):
-    op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="0s",
-                     output_mode="append")
+    op = Aggregation(
+        ["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="0s", output_mode="append"
+    )
     first = op.apply(deltas([(10, 1, 1, 1.0, 1.0, 1.0, 5), (10, 2, 1, 2.0, 2.0, 2.0, 6)]), view)
     assert first.output.num_rows == 0
     second = op.apply(deltas([(10, 1, 1, 4.0, 4.0, 4.0, 9), (20, 1, 1, 1.0, 1.0, 1.0, 10)]), view)
@@ -103,11 +114,14 @@ def test_metadata_round_trip():
     assert (other.watermark.at_us, other.watermark.max_event_us) == (5, 9)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"window": "10s"}, "needs event_time"),
-    ({"output_mode": "complete"}, "use update or append"),
-    ({"output_mode": "append"}, "append output needs windows"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"window": "10s"}, "needs event_time"),
+        ({"output_mode": "complete"}, "use update or append"),
+        ({"output_mode": "append"}, "append output needs windows"),
+    ],
+)
 def test_bad_operator_definitions_are_explained(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Aggregation(["g"], [Agg("s", "sum", "x")], **kwargs)

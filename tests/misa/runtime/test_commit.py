@@ -1,16 +1,17 @@
 """Commit buffers, layered reads and the commit controller in its three modes (no Spark)."""
+
 import threading
 import time
 from typing import Callable
 
 import pytest
+from state_helpers import contents, key
 
 from checkpoint import DfsUnavailableError, failpoints
 from misa.runtime.commit import CommitController, CommitFailedError
 from misa.state.commit_buffer import CommitBuffer
-from misa.state.view import StateView
 from misa.state.store import StateStore
-from state_helpers import contents, key
+from misa.state.view import StateView
 
 MODES = ["sync", "async-ckpt", "misa"]
 
@@ -67,7 +68,13 @@ def test_reads_see_own_writes_then_pending_buffers_then_rocksdb(store):
     view.add_pending(pending)
     view.put_many([key(3)], [b"mine"])
     assert view.get_many([key(1), key(2), key(3), key(4), key(50), key(9)]) == [
-        b"disk", b"pending", b"mine", None, None, None]
+        b"disk",
+        b"pending",
+        b"mine",
+        None,
+        None,
+        None,
+    ]
     assert view.scan(key(0), key(100)) == [(key(1), b"disk"), (key(2), b"pending"), (key(3), b"mine")]
     view.delete_range(key(0), key(3))
     assert view.get_many([key(1), key(3)]) == [None, b"mine"]

@@ -1,12 +1,13 @@
 """The job API on static DataFrames: a replayed batch id reloads the state before it."""
+
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from misa.config import MisaConfig
+from misa.operators.aggregation import Agg, Aggregation
 from misa.runtime.job import StatefulJob
 from misa.runtime.process import switch_interval
-from misa.operators.aggregation import Agg, Aggregation
 
 
 @pytest.mark.parametrize("mode", ["sync", "misa"])
@@ -26,8 +27,9 @@ def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode):
     finally:
         job.close()
     final = {row["k"]: (row["total"], row["n"]) for row in outputs[2].to_pylist()}
-    per_batch = {k: (sum(x for x in range(100) if x % 3 == k), len([x for x in range(100) if x % 3 == k]))
-                 for k in range(3)}
+    per_batch = {
+        k: (sum(x for x in range(100) if x % 3 == k), len([x for x in range(100) if x % 3 == k])) for k in range(3)
+    }
     assert final == {k: (3 * s, 3 * n) for k, (s, n) in per_batch.items()}
 
 
@@ -37,8 +39,9 @@ def test_the_library_leaves_process_settings_to_the_entry_point(spark, tmp_path)
     import gc
     import sys
 
-    spark.range(10).select((F.col("id") % 2).alias("k"), F.col("id").cast("double").alias("x")) \
-        .write.parquet(str(tmp_path / "in"))
+    spark.range(10).select((F.col("id") % 2).alias("k"), F.col("id").cast("double").alias("x")).write.parquet(
+        str(tmp_path / "in")
+    )
     seen: list[tuple[float, bool]] = []
 
     def run(name: str) -> None:
@@ -67,8 +70,11 @@ def test_the_library_leaves_process_settings_to_the_entry_point(spark, tmp_path)
 def test_a_replayed_version_is_forgotten_before_it_is_rebuilt(spark, tmp_path, mode):
     """A replay must not overwrite ckpt/v and the DFS manifest of v while v's markers still count."""
     job = StatefulJob(
-        Aggregation(["k"], [Agg("n", "count", "x")]), lambda batch_id, table: None, str(tmp_path / "ckpt"),
-        config=MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode}), echo=None,
+        Aggregation(["k"], [Agg("n", "count", "x")]),
+        lambda batch_id, table: None,
+        str(tmp_path / "ckpt"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode}),
+        echo=None,
     )
     store = job.store
     rebuilt_while_committed: list[int] = []
@@ -93,13 +99,18 @@ def test_a_replayed_version_is_forgotten_before_it_is_rebuilt(spark, tmp_path, m
 def test_a_hadoop_style_file_location_keeps_the_state_across_restarts(spark, tmp_path):
     """``file:/x`` is how Hadoop writes local paths; a restart must find Spark's logs and the state there."""
     rows = lambda start: spark.range(start, start + 30).select(  # noqa: E731
-        (F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x"))
+        (F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x")
+    )
     outputs: dict[int, pa.Table] = {}
 
     def run() -> None:
-        job = StatefulJob(Aggregation(["k"], [Agg("n", "count", "x")]),
-                          lambda batch_id, table: outputs.__setitem__(batch_id, table), f"file:{tmp_path / 'ckpt'}",
-                          config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}), echo=None)
+        job = StatefulJob(
+            Aggregation(["k"], [Agg("n", "count", "x")]),
+            lambda batch_id, table: outputs.__setitem__(batch_id, table),
+            f"file:{tmp_path / 'ckpt'}",
+            config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+            echo=None,
+        )
         stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
         try:
             job.start(spark, stream, {"availableNow": True}).awaitTermination()

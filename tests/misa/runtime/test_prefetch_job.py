@@ -3,14 +3,15 @@
 Two runs of the same input may sum floats in a different order (Spark's partial aggregation), so
 values are compared with a relative tolerance of 1e-9; keys and counts exactly.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from cm_helpers import assert_same_results, run_in_process
 from job_helpers import metrics
+
 from jobs.gen.cm import generate_cm
 
 
@@ -46,10 +47,10 @@ def without_prefetch(spark, cm_data, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("policy", ["tac", "lru", "clock"])
-def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, session_conf, without_prefetch,
-                                                      policy):
-    session_conf({"spark.misa.prefetch.enabled": "true", "spark.misa.cache.policy": policy,
-                  "spark.misa.cache.maxBytes": "64k"})
+def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, session_conf, without_prefetch, policy):
+    session_conf(
+        {"spark.misa.prefetch.enabled": "true", "spark.misa.cache.policy": policy, "spark.misa.cache.maxBytes": "64k"}
+    )
     assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
     records = metrics(tmp_path)
     assert sum(r["prefetch"]["prefetch_hits"] for r in records) > 0

@@ -1,12 +1,13 @@
 """Reconciling the state store with Spark's offsets and commits logs (DESIGN section 5)."""
+
 import json
 from pathlib import Path
 
 import pytest
+from state_helpers import fill
 
 from misa.runtime.recovery import RecoveryError, reconcile
 from misa.state.store import EMPTY_VERSION, StateStore
-from state_helpers import fill
 
 
 def spark_log(ckpt: Path, committed: int, offsets: int) -> None:
@@ -67,7 +68,9 @@ def test_locally_committed_version_is_uploaded_first(store, tmp_path):
 
 def test_impossible_gap_fails_loudly(store, tmp_path):
     spark_log(tmp_path / "ckpt", committed=5, offsets=5)
-    with pytest.raises(RecoveryError, match=r"last committed batch is 5 .* but the state is at version 2 .*batches 3..4 is missing"):
+    with pytest.raises(
+        RecoveryError, match=r"last committed batch is 5 .* but the state is at version 2 .*batches 3..4 is missing"
+    ):
         reconcile(store, str(tmp_path / "ckpt"))
 
 
@@ -95,7 +98,9 @@ def test_spark_log_on_an_object_store_is_read_through_fsspec(store, s3_url):
 # ---------------------------------------------------------------- never destroy what cannot be replaced
 def test_spark_far_behind_the_state_fails_and_touches_nothing(store, tmp_path):
     spark_log(tmp_path / "ckpt", committed=0, offsets=1)
-    with pytest.raises(RecoveryError, match=r"Spark's last committed batch is 0 \(checkpoint at .*\) but the state is at version 2"):
+    with pytest.raises(
+        RecoveryError, match=r"Spark's last committed batch is 0 \(checkpoint at .*\) but the state is at version 2"
+    ):
         reconcile(store, str(tmp_path / "ckpt"))
     assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
     assert store.checkpoints.local.versions() == [0, 1, 2]
@@ -221,8 +226,11 @@ def damage(store: StateStore, version: int) -> None:
 def test_a_newest_version_restorable_from_neither_level_stops_recovery_and_names_the_option(store, tmp_path):
     spark_log(tmp_path / "ckpt", committed=2, offsets=2)
     damage(store, 2)
-    with pytest.raises(RecoveryError, match=r"version 2 cannot be restored from either level.*Version 1 can be "
-                                            r"restored: set spark\.misa\.recovery\.allowPreviousVersion=true"):
+    with pytest.raises(
+        RecoveryError,
+        match=r"version 2 cannot be restored from either level.*Version 1 can be "
+        r"restored: set spark\.misa\.recovery\.allowPreviousVersion=true",
+    ):
         reconcile(store, str(tmp_path / "ckpt"))
     assert entries(tmp_path / "ckpt", "commits") == [0, 1, 2] and 2 in store.checkpoints.dfs.committed_versions()
 

@@ -1,4 +1,5 @@
 """The key space: kinds that share a store never collide, and range deletes of windows never reach lookups."""
+
 import pyarrow as pa
 
 from misa.state.codec import KeyCodec

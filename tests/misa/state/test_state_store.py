@@ -1,8 +1,8 @@
 import pytest
+from state_helpers import contents, fill, key
 
 from misa.config import ConfigError, MisaConfig
 from misa.state.store import EMPTY_VERSION, StateStore
-from state_helpers import contents, fill, key
 
 
 @pytest.fixture
@@ -57,17 +57,25 @@ def test_load_rolls_back_and_forward(store):
 
 
 def test_rocksdb_options_come_from_the_config(tmp_path):
-    cfg = MisaConfig.from_mapping({
-        "spark.misa.state.shards": "2", "spark.misa.rocksdb.compression": "zstd",
-        "spark.misa.rocksdb.useDirectReads": "true", "spark.misa.rocksdb.writeBufferSize": "3m",
-        "spark.misa.rocksdb.level0FileNumCompactionTrigger": "7",
-    })
+    cfg = MisaConfig.from_mapping(
+        {
+            "spark.misa.state.shards": "2",
+            "spark.misa.rocksdb.compression": "zstd",
+            "spark.misa.rocksdb.useDirectReads": "true",
+            "spark.misa.rocksdb.writeBufferSize": "3m",
+            "spark.misa.rocksdb.level0FileNumCompactionTrigger": "7",
+        }
+    )
     with StateStore(cfg, tmp_path / "s", f"file://{tmp_path / 'd'}") as s:
         fill(s, 10, seed=1)
         s.flush()
     options = sorted((tmp_path / "s" / "shard-1" / "db").glob("OPTIONS-*"))[-1].read_text()
-    for expected in ("use_direct_reads=true", "write_buffer_size=3145728", "level0_file_num_compaction_trigger=7",
-                     "compression=kZSTD"):
+    for expected in (
+        "use_direct_reads=true",
+        "write_buffer_size=3145728",
+        "level0_file_num_compaction_trigger=7",
+        "compression=kZSTD",
+    ):
         assert expected in options
 
 
