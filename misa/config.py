@@ -325,8 +325,9 @@ class MisaConfig:
         "spark.misa.python.switchInterval",
         "0.2ms",
         _positive_duration("0.2ms, 5ms or 1s"),
-        "The driver's Python thread switch interval while a job runs (Python's default is 5ms): how long "
-        "a prefetch or commit thread whose I/O returned may wait for the GIL behind the batch's own Python work.",
+        "The driver's Python thread switch interval while a spark-submit job of jobs/ runs (Python's default is "
+        "5ms; set by the entry point, not the library): how long a prefetch or commit thread whose I/O returned "
+        "may wait for the GIL behind the batch's own Python work.",
     )
 
     # ------------------------------------------------------------------ building

@@ -1,1 +1,1 @@
-"""prefetch package."""
+"""Keyed prefetching: Count-Min sketch, hint extraction, the state cache (TAC, LRU, Clock), the prefetch manager."""
