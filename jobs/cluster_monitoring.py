@@ -1,7 +1,7 @@
 """Cluster Monitoring (Google cluster trace task events) on the MiSA runtime or plain Spark.
 
     spark-submit jobs/cluster_monitoring.py --query cm1|cm2 --input DIR --output DIR --checkpoint DIR
-        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|native] [--trigger 3s]
+        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|nocommit|native|native-default] [--trigger 3s]
         [--available-now] [--max-files-per-trigger K] [--output-mode update|append] [--metrics FILE]
 
 CM1: SUM(cpu_request) by scheduling_class over a 60 s window sliding 10 s, ordered by the sum.

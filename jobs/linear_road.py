@@ -1,7 +1,7 @@
 """Linear Road (position reports) on the MiSA runtime or plain Spark.
 
     spark-submit jobs/linear_road.py --query lr2|lr4 --input DIR --output DIR --checkpoint DIR
-        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|native] [--trigger 3s]
+        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|nocommit|native|native-default] [--trigger 3s]
         [--available-now] [--max-files-per-trigger K] [--output-mode update|append]
         [--watermark-delay 10s] [--quarantine DIR] [--metrics FILE]
 

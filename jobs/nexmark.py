@@ -1,7 +1,7 @@
 """NEXMark Q13, Q18, Q19 and Q20 on the MiSA runtime or plain Spark.
 
     spark-submit jobs/nexmark.py --query q13|q18|q19|q20 --input DIR --output DIR --checkpoint DIR
-        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|native] [--trigger 3s]
+        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|nocommit|native|native-default] [--trigger 3s]
         [--available-now] [--max-files-per-trigger K] [--output-mode update|append]
         [--quarantine DIR] [--metrics FILE] [--side PATH]
 
@@ -51,7 +51,7 @@ from checkpoint.location import local_path
 from jobs.gen.nexmark import SIDE_INPUT
 from jobs.gen.parts import SIDE_DIR
 from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
-from jobs.submit import job_arguments, read_stream, run_batch_reference, run_job, run_misa, run_native
+from jobs.submit import is_native, job_arguments, read_stream, run_batch_reference, run_job, run_misa, run_native
 from misa.io.quarantine import BAD_COLUMN, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.operators.base import StatefulOperator
@@ -87,7 +87,7 @@ def complete_event() -> Column:
 def read_events(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     """The input as a stream of events; incomplete events are bad records (native mode: left out)."""
     stream = read_stream(spark, args, NEXMARK_EVENTS, ("event_type",))
-    if args.mode == "native":
+    if is_native(args.mode):
         return stream.where(complete_event())
     return stream.withColumn(BAD_COLUMN, F.col(BAD_COLUMN) | ~complete_event())
 
@@ -238,7 +238,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run one query with the parsed command line (also used in-process by the tests)."""
     query = QUERIES[args.query]
     sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
-    if args.mode != "native":
+    if not is_native(args.mode):
         run_misa(spark, args, read_events(spark, args), query.operator(args), query.upstream, sink)
     elif query.batch_reference:
         run_batch_reference(query.native(read_events_batch(spark, args), args), args, sink)

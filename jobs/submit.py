@@ -25,7 +25,42 @@ from misa.operators.interval_join import PREV, IntervalJoin
 from misa.runtime.job import StatefulJob
 from misa.runtime.process import switch_interval
 
-MODES = ("sync", "async-ckpt", "misa", "native")
+RUNTIME_MODES = ("sync", "async-ckpt", "misa", "nocommit")
+NATIVE_MODES = ("native", "native-default")
+MODES = RUNTIME_MODES + NATIVE_MODES
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_ROCKSDB = "spark.sql.streaming.stateStore.rocksdb."
+
+
+def is_native(mode: str) -> bool:
+    """Whether ``mode`` runs the query in plain Spark (the reference) rather than on the runtime."""
+    return mode in NATIVE_MODES
+
+
+def native_state_store_conf(mode: str, config: MisaConfig) -> dict[str, str]:
+    """Spark's RocksDB state store for a native mode.
+
+    ``native`` is Spark 4 tuned as its documentation advises for stateful streaming: changelog
+    checkpointing (only the changed rows go to the checkpoint per batch), checkpoint format v2,
+    no row counting, and RocksDB memory bounded to the runtime's own budget (block cache plus every
+    shard's write buffers, one memory pool for all instances). ``native-default`` is the provider
+    with Spark's defaults.
+    """
+    conf = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER}
+    if mode == "native":
+        mb = 1 << 20
+        write_buffers = config.state_shards * config.rocksdb_max_write_buffers * config.rocksdb_write_buffer_bytes
+        conf.update({
+            _ROCKSDB + "changelogCheckpointing.enabled": "true",
+            "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+            _ROCKSDB + "trackTotalNumberOfRows": "false",
+            _ROCKSDB + "boundedMemoryUsage": "true",
+            _ROCKSDB + "maxMemoryUsageMB": str((config.rocksdb_block_cache_bytes + write_buffers) // mb),
+            _ROCKSDB + "writeBufferSizeMB": str(config.rocksdb_write_buffer_bytes // mb),
+            _ROCKSDB + "maxWriteBufferNumber": str(config.rocksdb_max_write_buffers),
+            _ROCKSDB + "blockCacheSizeMB": str(config.rocksdb_block_cache_bytes // mb),
+        })
+    return conf
 _PARTNER = "_partner_"  # prefix of the older row's columns in the native self-join
 
 
@@ -102,7 +137,7 @@ def read_stream(
     if args.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
     parsed = parse_json_lines(reader.text(args.input), schema, required)
-    return good_records(parsed) if args.mode == "native" else parsed
+    return good_records(parsed) if is_native(args.mode) else parsed
 
 
 def quarantine_dir(args: argparse.Namespace) -> str:
@@ -211,19 +246,21 @@ def run_query(
     """Run ``query`` over the input in the mode of the command line, writing Parquet per batch id."""
     sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
     stream = read_stream(spark, args, schema, required)
-    if args.mode == "native":
+    if is_native(args.mode):
         run_native(spark, args, query.native(stream, args), sink)
     else:
         run_misa(spark, args, stream, query.operator(args), query.upstream, sink, hint_stages=query.hint_stages())
 
 
 def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: ParquetBatchSink) -> None:
-    """Run the same query in plain Spark Structured Streaming with Spark's RocksDB state store."""
-    spark.conf.set(
-        "spark.sql.streaming.stateStore.providerClass",
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    )
-    metrics = BatchMetrics(args.metrics, "native", None if args.quiet else (lambda r: print(summary_line(r))))
+    """Run the same query in plain Spark Structured Streaming with Spark's RocksDB state store, configured for
+    ``args.mode`` (:func:`native_state_store_conf`; every setting is printed)."""
+    conf = native_state_store_conf(args.mode, MisaConfig.from_session(spark))
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+        print(f"{args.mode}: {key}={value}", flush=True)
+    metrics = BatchMetrics(args.metrics, args.mode, None if args.quiet else (lambda r: print(summary_line(r))))
     listener = metrics.listener()
     spark.streams.addListener(listener)
     try:
@@ -231,7 +268,7 @@ def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame,
             result.writeStream.outputMode(args.output_mode)
             .foreachBatch(lambda df, batch_id: (metrics.add(batch_id), sink(batch_id, df.toArrow())))
             .option("checkpointLocation", spark_location(args.checkpoint))
-            .queryName(f"{args.query}-native")
+            .queryName(f"{args.query}-{args.mode}")
             .trigger(**trigger(args))
             .start()
         )
@@ -239,6 +276,8 @@ def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame,
     finally:
         metrics.wait_reported()
         spark.streams.removeListener(listener)
+        for key, value in previous.items():  # a shared session keeps its own settings
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
 def run_batch_reference(reference: DataFrame, args: argparse.Namespace, sink: ParquetBatchSink) -> None:

@@ -1,7 +1,7 @@
 """Yahoo Streaming Benchmark on the MiSA runtime, with Redis as the ad -> campaign store; or plain Spark (batch).
 
     spark-submit jobs/ysb.py --query ysb --input DIR --output DIR --checkpoint DIR
-        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|native] [--trigger 3s]
+        [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|nocommit|native|native-default] [--trigger 3s]
         [--available-now] [--max-files-per-trigger K] [--output-mode update|append]
         [--watermark-delay 10s] [--quarantine DIR] [--metrics FILE] [--redis URL]
 
@@ -33,7 +33,7 @@ from checkpoint.location import local_path
 from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE
 from jobs.schemas import YSB_EVENTS
-from jobs.submit import job_arguments, read_stream, run_batch_reference, run_job, run_misa
+from jobs.submit import is_native, job_arguments, read_stream, run_batch_reference, run_job, run_misa
 from misa.io.quarantine import good_records, parse_json_lines
 from misa.io.redis_server import RedisLookup, RedisServer, store_mapping
 from misa.io.sink import ParquetBatchSink
@@ -106,7 +106,7 @@ def reference(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run the query with the parsed command line (also used in-process by the tests)."""
     sink = ParquetBatchSink(args.output, sort_by=SORT_BY)
-    if args.mode == "native":
+    if is_native(args.mode):
         run_batch_reference(reference(spark, args), args, sink)
         return
     with redis_url(args) as url:

@@ -159,8 +159,10 @@ class MisaConfig:
     commit_mode: str = setting(
         "spark.misa.commit.mode",
         "misa",
-        _choice("sync", "async-ckpt", "misa"),
-        "sync: whole commit inline; async-ckpt: only the DFS copy in the background; misa: all in the background.",
+        _choice("sync", "async-ckpt", "misa", "nocommit"),
+        "sync: whole commit inline; async-ckpt: only the DFS copy in the background; misa: all in the background; "
+        "nocommit (benchmarks only): changes applied to RocksDB in the background, never flushed, checkpointed or "
+        "uploaded, and no recovery.",
     )
     commit_wait_for_compaction: bool = setting(
         "spark.misa.commit.waitForCompaction",

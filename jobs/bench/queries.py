@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Collection
 
+from jobs.submit import MODES
 from jobs.bench.runs import add_ratios, batch_stats, markdown_table, rows_per_batch, submit
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
@@ -72,7 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--modes",
-        type=lambda t: name_list(t, {"sync": 0, "async-ckpt": 0, "misa": 0, "native": 0}),
+        type=lambda t: name_list(t, MODES),
         default=["sync", "misa", "native"],
     )
     p.add_argument("--batches", type=int, default=20, help="data batches per run, warm-up included")

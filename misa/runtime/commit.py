@@ -1,5 +1,8 @@
 """The commit controller: one code path for the modes sync, async-ckpt and misa (DESIGN section 4).
 
+``nocommit`` is the benchmarks' floor: the apply thread writes each version's buffer to RocksDB and
+the version counts as done; nothing is flushed, checkpointed or uploaded, so nothing survives.
+
 A commit of version v has two stages. *apply*: write the commit buffer to RocksDB, flush,
 checkpoint locally, local marker (ack 1). *upload*: copy to the DFS, DFS marker (ack 2), GC.
 ``sync`` runs both inline; ``async-ckpt`` runs apply inline and upload in the upload thread;
@@ -95,7 +98,7 @@ class CommitController:
         self._tasks: dict[int, _Task] = {}
         self._cv = threading.Condition()
         self._closed = False
-        threaded = {"sync": (), "async-ckpt": (UPLOAD,), "misa": (APPLY, UPLOAD)}[self.mode]
+        threaded = {"sync": (), "async-ckpt": (UPLOAD,), "misa": (APPLY, UPLOAD), "nocommit": (APPLY,)}[self.mode]
         self._workers = {stage: _Worker(stage) for stage in threaded}
         for worker in self._workers.values():
             self._start(worker)
@@ -109,7 +112,7 @@ class CommitController:
         with self._cv:
             self._tasks[task.version] = task
             self._cv.notify_all()
-        for stage in (APPLY, UPLOAD):
+        for stage in (APPLY,) if self.mode == "nocommit" else (APPLY, UPLOAD):
             if stage not in self._workers:
                 self._run_inline(task, stage)
 
@@ -184,6 +187,9 @@ class CommitController:
         failpoints.hit("commit.after_apply")
         fence()
         self.view.drop_pending(task.version)
+        if self.mode == "nocommit":  # the floor: the state is in RocksDB, nothing more
+            self._advance(task, APPLY, DONE, fence)
+            return
         record.compaction_running = self.store.running_compactions()
         local = self.store.checkpoint(task.version, task.metadata, fence)  # flush, checkpoint, local marker
         record.flush_s, record.checkpoint_s = local.flush_s, local.seconds - local.flush_s

@@ -36,7 +36,7 @@ from misa.operators.base import OperatorResult, StatefulOperator
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
 from misa.runtime.commit import CommitController
 from misa.runtime.process import gc_paused, nothing_paused
-from misa.runtime.recovery import reconcile
+from misa.runtime.recovery import reconcile, require_fresh
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -109,6 +109,8 @@ class StatefulJob:
         self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any], query_name: str | None = None
     ) -> StreamingQuery:
         """Recover, then start the streaming query with this job as its foreachBatch function."""
+        if self.controller.mode == "nocommit":
+            require_fresh(self.store, self.checkpoint_location)
         self._load(reconcile(self.store, self.checkpoint_location))
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)

@@ -16,6 +16,20 @@ class RecoveryError(RuntimeError):
     """Spark's checkpoint and the state store disagree in a way the protocol rules out."""
 
 
+def require_fresh(store: StateStore, checkpoint_location: str | Location) -> None:
+    """For ``nocommit``, which keeps nothing durable: refuse to start over a query or state that has history."""
+    location = parse(checkpoint_location)
+    c = SparkCheckpointLog(location).last_committed()
+    versions = store.retained_versions() + store.locally_committed_after(EMPTY_VERSION)
+    if c != EMPTY_VERSION or versions:
+        raise RecoveryError(
+            f"spark.misa.commit.mode=nocommit keeps no durable state, so it cannot recover, but Spark's checkpoint at "
+            f"{location} has committed batch {c} and the state (local {store.root}, DFS {store.dfs_url}) has "
+            f"versions {sorted(set(versions))}. Use a new checkpoint location and new state locations for a "
+            f"nocommit run."
+        )
+
+
 def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     """The state version that Spark will continue from (the caller loads it).
 

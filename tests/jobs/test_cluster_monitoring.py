@@ -7,7 +7,7 @@ from cm_helpers import assert_same_results, run_in_process
 
 from jobs.gen.cm import generate_cm
 
-MODES = ["sync", "async-ckpt", "misa"]
+MODES = ["sync", "async-ckpt", "misa", "nocommit"]
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +34,11 @@ def reference(spark, cm_data, tmp_path_factory):
 @pytest.mark.parametrize("query", ["cm1", "cm2"])
 def test_update_mode_equals_native(spark, cm_data, reference, tmp_path, query, mode):
     assert_same_results(run_in_process(spark, query, mode, cm_data, tmp_path), reference(query))
+
+
+def test_spark_with_its_defaults_equals_spark_tuned(spark, cm_data, reference, tmp_path):
+    """native (changelog checkpointing, format v2, bounded memory) and native-default give the same results."""
+    assert_same_results(run_in_process(spark, "cm2", "native-default", cm_data, tmp_path), reference("cm2"))
 
 
 @pytest.mark.parametrize("mode", ["sync", "misa"])

@@ -300,3 +300,21 @@ def test_close_raises_a_commit_error_nobody_has_seen(config, tmp_path, hooks):
         failing.wait(30)  # the apply thread is about to die; close() joins it
         with pytest.raises(CommitFailedError, match=r"version 0 failed in its apply stage.*ckpt\.after_flush"):
             controller.close()
+
+
+def test_nocommit_writes_rocksdb_in_the_background_and_never_checkpoints(store, tmp_path):
+    """The benchmarks' floor: versions count as done once applied; no flush, no checkpoint, no upload."""
+    view = StateView(store)
+    controller = CommitController(store, view, mode="nocommit")
+    try:
+        written = {}
+        for version in range(3):
+            written.update(batch(view, version, version * 10, 10))
+            controller.commit(view.freeze(version), {"v": version})
+        controller.drain()
+        assert controller.wait_durable(2) < 5 and [r.version for r in controller.finished()] == [0, 1, 2]
+        assert contents(store) == written
+        assert store.newest_durable() is None and store.locally_committed_after(-1) == []
+        assert not (tmp_path / "dfs").exists() or not any((tmp_path / "dfs").rglob("*"))
+    finally:
+        controller.close()

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from state_helpers import fill
 
-from misa.runtime.recovery import RecoveryError, reconcile
+from misa.runtime.recovery import RecoveryError, reconcile, require_fresh
 from misa.state.store import EMPTY_VERSION, StateStore
 
 
@@ -263,3 +263,14 @@ def test_a_source_log_that_is_not_a_file_sources_is_never_touched(store, tmp_pat
     (ckpt / "sources" / "0" / "0").write_text('v1\n{"topic":{"0":12}}')  # Kafka's initial offsets
     assert reconcile(store, str(ckpt)) == 2
     assert (ckpt / "sources" / "0" / "0").exists()
+
+
+def test_nocommit_starts_only_fresh(config, tmp_path, store):
+    """A nocommit run keeps nothing durable: over a Spark log or state with history it refuses to start."""
+    with StateStore(config, tmp_path / "fresh", f"file://{tmp_path / 'fresh-dfs'}") as fresh:
+        require_fresh(fresh, str(tmp_path / "new-ckpt"))
+        spark_log(tmp_path / "old-ckpt", committed=0, offsets=0)
+        with pytest.raises(RecoveryError, match="nocommit keeps no durable state.*committed batch 0"):
+            require_fresh(fresh, str(tmp_path / "old-ckpt"))
+    with pytest.raises(RecoveryError, match=r"versions \[0, 1, 2\]"):
+        require_fresh(store, str(tmp_path / "new-ckpt"))

@@ -1,0 +1,32 @@
+"""What the jobs share: the native modes' state store configuration."""
+
+from jobs.submit import ROCKSDB_PROVIDER, native_state_store_conf
+from misa.config import MisaConfig
+
+R = "spark.sql.streaming.stateStore.rocksdb."
+
+
+def test_native_is_spark_tuned_as_its_docs_advise_with_the_runtimes_memory_budget():
+    config = MisaConfig.from_mapping({
+        "spark.misa.state.shards": "4",
+        "spark.misa.rocksdb.writeBufferSize": "32m",
+        "spark.misa.rocksdb.maxWriteBufferNumber": "3",
+        "spark.misa.rocksdb.blockCacheSize": "64m",
+    })
+    conf = native_state_store_conf("native", config)
+    assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    assert conf[R + "changelogCheckpointing.enabled"] == "true"
+    assert conf["spark.sql.streaming.stateStore.checkpointFormatVersion"] == "2"
+    assert conf[R + "trackTotalNumberOfRows"] == "false"
+    assert conf[R + "boundedMemoryUsage"] == "true"
+    assert conf[R + "maxMemoryUsageMB"] == str(64 + 4 * 3 * 32)  # block cache + every shard's write buffers
+    assert (conf[R + "writeBufferSizeMB"], conf[R + "maxWriteBufferNumber"], conf[R + "blockCacheSizeMB"]) == (
+        "32",
+        "3",
+        "64",
+    )
+
+
+def test_native_default_is_the_provider_alone():
+    conf = native_state_store_conf("native-default", MisaConfig())
+    assert conf == {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER}
