@@ -50,17 +50,21 @@ def native_state_store_conf(mode: str, config: MisaConfig) -> dict[str, str]:
     if mode == "native":
         mb = 1 << 20
         write_buffers = config.state_shards * config.rocksdb_max_write_buffers * config.rocksdb_write_buffer_bytes
-        conf.update({
-            _ROCKSDB + "changelogCheckpointing.enabled": "true",
-            "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
-            _ROCKSDB + "trackTotalNumberOfRows": "false",
-            _ROCKSDB + "boundedMemoryUsage": "true",
-            _ROCKSDB + "maxMemoryUsageMB": str((config.rocksdb_block_cache_bytes + write_buffers) // mb),
-            _ROCKSDB + "writeBufferSizeMB": str(config.rocksdb_write_buffer_bytes // mb),
-            _ROCKSDB + "maxWriteBufferNumber": str(config.rocksdb_max_write_buffers),
-            _ROCKSDB + "blockCacheSizeMB": str(config.rocksdb_block_cache_bytes // mb),
-        })
+        conf.update(
+            {
+                _ROCKSDB + "changelogCheckpointing.enabled": "true",
+                "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+                _ROCKSDB + "trackTotalNumberOfRows": "false",
+                _ROCKSDB + "boundedMemoryUsage": "true",
+                _ROCKSDB + "maxMemoryUsageMB": str((config.rocksdb_block_cache_bytes + write_buffers) // mb),
+                _ROCKSDB + "writeBufferSizeMB": str(config.rocksdb_write_buffer_bytes // mb),
+                _ROCKSDB + "maxWriteBufferNumber": str(config.rocksdb_max_write_buffers),
+                _ROCKSDB + "blockCacheSizeMB": str(config.rocksdb_block_cache_bytes // mb),
+            }
+        )
     return conf
+
+
 _PARTNER = "_partner_"  # prefix of the older row's columns in the native self-join
 
 

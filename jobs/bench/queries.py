@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Collection
 
-from jobs.submit import MODES
 from jobs.bench.runs import add_ratios, batch_stats, markdown_table, rows_per_batch, submit
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.ysb import generate_ysb
+from jobs.submit import MODES
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,14 @@ R = "spark.sql.streaming.stateStore.rocksdb."
 
 
 def test_native_is_spark_tuned_as_its_docs_advise_with_the_runtimes_memory_budget():
-    config = MisaConfig.from_mapping({
-        "spark.misa.state.shards": "4",
-        "spark.misa.rocksdb.writeBufferSize": "32m",
-        "spark.misa.rocksdb.maxWriteBufferNumber": "3",
-        "spark.misa.rocksdb.blockCacheSize": "64m",
-    })
+    config = MisaConfig.from_mapping(
+        {
+            "spark.misa.state.shards": "4",
+            "spark.misa.rocksdb.writeBufferSize": "32m",
+            "spark.misa.rocksdb.maxWriteBufferNumber": "3",
+            "spark.misa.rocksdb.blockCacheSize": "64m",
+        }
+    )
     conf = native_state_store_conf("native", config)
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert conf[R + "changelogCheckpointing.enabled"] == "true"
