@@ -1,6 +1,6 @@
 """The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``) and
-the job benchmarks (``misa bench cm``, ``misa bench jobs``), registered through the ``misa.commands``
-entry point group."""
+the job benchmarks (``misa bench cm``, ``misa bench jobs``, ``misa bench live``), registered through
+the ``misa.commands`` entry point group."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from jobs import soak
 from jobs.bench import cm as bench_cm
+from jobs.bench import live as bench_live
 from jobs.bench import queries as bench_jobs
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
@@ -127,8 +128,9 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...``, ``misa soak``, ``misa bench cm`` and ``misa bench jobs``."""
+    """``misa gen ...``, ``misa soak``, ``misa bench cm``, ``misa bench jobs`` and ``misa bench live``."""
     add_gen_parser(commands)
     soak.add_parser(commands)
     bench_cm.add_parser(bench)
     bench_jobs.add_parser(bench)
+    bench_live.add_parser(bench)

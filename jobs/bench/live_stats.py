@@ -1,0 +1,102 @@
+"""What a live run measured: batch latency, end-to-end latency per record, the backlog, and whether the rate held.
+
+Inputs are the run's own records: the arrival time of each input file (the feeder's), Spark's file
+source log (``CHECKPOINT/sources/0/``: which batch read which file), and the per-batch metrics
+(``started`` + ``latency_s`` = the end of the batch). A record's end-to-end latency is the end of
+the batch that processed its file minus the file's arrival; a file no batch finished counts with
+the time it waited until the run stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from misa.obs.report import load_metrics
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One input file as the feeder delivered it."""
+
+    name: str
+    at: float  # wall-clock time of the rename into the input folder
+    records: int
+
+
+def file_batches(checkpoint: Path) -> dict[str, int]:
+    """File name -> the batch that read it, from Spark's file source log (plain and ``.compact`` entries)."""
+    folder = checkpoint / "sources" / "0"
+    batches: dict[str, int] = {}
+    if not folder.is_dir():
+        return batches
+    for entry in folder.iterdir():
+        if entry.name.startswith("."):
+            continue
+        for line in entry.read_text().splitlines()[1:]:  # the first line is the log's version
+            if line.strip():
+                item = json.loads(line)
+                batches[Path(item["path"]).name] = int(item["batchId"])
+    return batches
+
+
+def batch_ends(metrics: Path) -> dict[int, float]:
+    """Batch id -> wall-clock end of the batch (Spark's trigger start plus its triggerExecution)."""
+    records, _ = load_metrics(metrics) if metrics.exists() else ([], 0)
+    return {int(r["batch_id"]): float(r["started"]) + float(r["latency_s"]) for r in records}
+
+
+def end_to_end(
+    arrivals: Sequence[Arrival], batch_of: dict[str, int], ends: dict[int, float], stopped: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each file's end-to-end latency (s) and its record count; unfinished files count until ``stopped``."""
+    latency = [ends.get(batch_of.get(a.name, -1), stopped) - a.at for a in arrivals]
+    return np.array(latency, float), np.array([a.records for a in arrivals], float)
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """The ``q``-th percentile of ``values`` with each value counted ``weights`` times."""
+    keep = weights > 0
+    if not keep.any():
+        return None
+    order = np.argsort(values[keep])
+    sorted_values, cumulative = values[keep][order], np.cumsum(weights[keep][order])
+    return float(sorted_values[np.searchsorted(cumulative, q / 100 * cumulative[-1])])
+
+
+def backlog_at(
+    arrivals: Sequence[Arrival], batch_of: dict[str, int], ends: dict[int, float], when: float
+) -> tuple[int, int]:
+    """Files and records that had arrived by ``when`` and that no batch had finished by then."""
+    waiting = [a for a in arrivals if a.at <= when and ends.get(batch_of.get(a.name, -1), float("inf")) > when]
+    return len(waiting), sum(a.records for a in waiting)
+
+
+def batch_latency(metrics: Path, warmup: int) -> dict[str, float | int | None]:
+    """p50 and p99 of Spark's batch latency, the first ``warmup`` batches left out, and the mean phases."""
+    records, _ = load_metrics(metrics) if metrics.exists() else ([], 0)
+    kept = [r for r in records if r["batch_id"] >= warmup]
+    latency = np.array([r["latency_s"] for r in kept], float)
+    phases: dict[str, float] = {}
+    for record in kept:
+        for name, value in (record.get("phases") or {}).items():
+            phases[name] = phases.get(name, 0.0) + value / len(kept)
+    outside = [r["latency_s"] - r["batch_s"] for r in kept if r.get("batch_s") is not None]
+    if outside:
+        phases["outside_foreach_batch_s"] = float(np.mean(outside))
+    commits = [r["commit"] for r in kept if r.get("commit")]
+    if commits:
+        phases["commit_background_s"] = float(
+            np.mean([c["apply_s"] + c["flush_s"] + c["checkpoint_s"] + c["upload_s"] for c in commits])
+        )
+    return {
+        "batches": len(kept),
+        "batch_p50": float(np.percentile(latency, 50)) if len(latency) else None,
+        "batch_p99": float(np.percentile(latency, 99)) if len(latency) else None,
+        "state_keys": max((r.get("state_keys") or 0 for r in kept), default=0) or None,
+        "phases": phases,
+    }
