@@ -268,9 +268,10 @@ class MisaConfig:
     )
     cache_policy: str = setting(
         "spark.misa.cache.policy",
-        "tac",
-        _choice("tac", "lru", "clock"),
-        "State cache eviction order: tac (timestamp-aware: smallest event time first), lru or clock.",
+        "auto",
+        _choice("auto", "tac", "lru", "clock", "none"),
+        "State cache: tac (timestamp-aware: smallest event time first), lru or clock keep read entries across "
+        "batches; none keeps only the batch's writes (reads go to RocksDB); auto is tac with prefetching, else none.",
     )
     cache_max_bytes: int = setting(
         "spark.misa.cache.maxBytes",
@@ -331,6 +332,20 @@ class MisaConfig:
         "5ms; set by the entry point, not the library): how long a prefetch or commit thread whose I/O returned "
         "may wait for the GIL behind the batch's own Python work.",
     )
+
+    def __post_init__(self) -> None:
+        if self.prefetch_enabled and self.cache_policy == "none":
+            raise ConfigError(
+                "spark.misa.prefetch.enabled=true needs a state cache to prefetch into, but spark.misa.cache.policy "
+                "is none: set the policy to auto, tac, lru or clock"
+            )
+
+    @property
+    def effective_cache_policy(self) -> str:
+        """The cache policy ``auto`` stands for: tac with prefetching, none without."""
+        if self.cache_policy != "auto":
+            return self.cache_policy
+        return "tac" if self.prefetch_enabled else "none"
 
     # ------------------------------------------------------------------ building
     @classmethod

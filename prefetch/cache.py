@@ -73,7 +73,7 @@ class CacheStats:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
 
 
-class _Ranges:
+class DeletedRanges:
     """Disjoint key ranges [begin, end) in key order: membership in O(log n)."""
 
     def __init__(self) -> None:
@@ -140,7 +140,7 @@ class StateCache:
         self._dirty: set[bytes] = set()
         self._prefetched: set[bytes] = set()  # filled by prefetching, not read yet
         self._evicted: dict[bytes, bytes | None] = {}  # the eviction buffer: dirty victims
-        self._deleted = _Ranges()  # ranges deleted since the last drain
+        self._deleted = DeletedRanges()  # ranges deleted since the last drain
         self._bytes = 0
         self._evicted_bytes = 0
 
@@ -271,7 +271,7 @@ class StateCache:
             changes = self._evicted
             changes.update((key, self._values[key]) for key in self._dirty)
             ranges = self._deleted.items()
-            self._dirty, self._evicted, self._deleted = set(), {}, _Ranges()
+            self._dirty, self._evicted, self._deleted = set(), {}, DeletedRanges()
             self._evicted_bytes = 0
             self._order.tidy()
         return changes, ranges
@@ -282,7 +282,7 @@ class StateCache:
             self.stats.wasted_prefetches += len(self._prefetched)
             self._order = eviction_order(self.policy)
             self._values, self._dirty, self._prefetched, self._evicted = {}, set(), set(), {}
-            self._deleted = _Ranges()
+            self._deleted = DeletedRanges()
             self._bytes = self._evicted_bytes = 0
 
     # ------------------------------------------------------------------ inspection

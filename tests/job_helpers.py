@@ -58,8 +58,9 @@ def spark_submit(
     run_dir: Path,
     failpoints: str = "",
     conf: dict[str, str] | None = None,
+    master: str = "local[2]",
 ) -> subprocess.CompletedProcess:
-    """The job exactly as a user runs it: spark-submit in its own process."""
+    """The job exactly as a user runs it: spark-submit in its own process (``master``: where it runs)."""
     confs = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
@@ -67,7 +68,7 @@ def spark_submit(
         "spark.sql.session.timeZone": "UTC",
         **(conf or {}),
     }
-    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"]
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
     for key, value in confs.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += [str(Path(job.__file__).resolve())] + job_args(query, mode, data, run_dir)

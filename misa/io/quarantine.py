@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -68,21 +68,26 @@ class Quarantine:
     def __init__(self, root: str | Path):
         self.folders = BatchFolders(root)
 
-    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int, int]:
-        """The batch's good rows, how many bad records were written aside (idempotent per batch id) and
-        how many records the batch has: one Spark job counts them and collects the bad lines."""
+    def good(self, batch: DataFrame) -> DataFrame:
+        """The batch's good rows, without the raw line and the bad flag."""
         if BAD_COLUMN not in batch.columns or RAW_COLUMN not in batch.columns:
             raise ValueError(
                 f"the batch has no {BAD_COLUMN}/{RAW_COLUMN} columns: read the input with "
                 "misa.io.quarantine.parse_json_lines to quarantine bad records"
             )
-        summary = batch.agg(
-            F.count(F.lit(1)).alias("records"),
-            F.collect_list(F.when(F.col(BAD_COLUMN), F.col(RAW_COLUMN))).alias("bad"),
-        ).first()
-        lines = list(summary["bad"])
+        return good_records(batch)
+
+    def bad_count(self) -> Column:
+        """The number of bad records, as an aggregate over the batch."""
+        return F.count(F.when(F.col(BAD_COLUMN), F.lit(1)))
+
+    def write_aside(self, batch: DataFrame, batch_id: int, bad: int) -> None:
+        """Write the batch's bad lines under ``batch_id`` (a Spark job only when ``bad`` > 0); with none,
+        remove what an earlier attempt of the batch wrote."""
+        lines = [row[0] for row in batch.where(F.col(BAD_COLUMN)).select(RAW_COLUMN).collect()] if bad else []
+        if len(lines) != bad:
+            raise RuntimeError(f"batch {batch_id}: {bad} bad records were counted but {len(lines)} were read back")
         self._write(batch_id, lines)
-        return good_records(batch), len(lines), int(summary["records"])
 
     def _write(self, batch_id: int, lines: list[str]) -> None:
         if lines:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
@@ -42,14 +43,20 @@ from misa.state.view import StateView
 
 log = logging.getLogger(__name__)
 Sink = Callable[[int, pa.Table], None]
+_INPUT_ROWS, _BAD_ROWS = "input_rows", "bad_records"
 
 
 class BadRecordFilter(Protocol):
-    """Splits a batch's malformed records off: writes them aside for ``batch_id``, returns the good rows."""
+    """Sets a batch's malformed records aside: counted while the batch's delta job runs, written only when present."""
 
-    def split(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, int, int]:
-        """The batch's good rows, how many bad records were set aside (idempotent per batch id), and how
-        many records the batch has (Spark's own count repeats for every job that reads the batch)."""
+    def good(self, batch: DataFrame) -> DataFrame:
+        """The batch's good rows."""
+
+    def bad_count(self) -> Column:
+        """An aggregate expression counting the batch's bad records (observed during the delta job)."""
+
+    def write_aside(self, batch: DataFrame, batch_id: int, bad: int) -> None:
+        """Write the batch's ``bad`` bad records aside, idempotent per batch id (none: clear an earlier attempt's)."""
 
 
 class StatefulJob:
@@ -144,9 +151,13 @@ class StatefulJob:
     def run_batch(self, batch: DataFrame, batch_id: int) -> None:
         """The foreachBatch function: returns only after ack 2 of batch_id - 1.
 
-        The batch is cached for the batch's Spark jobs (the count or quarantine, the hint job and the
-        deltas), so its input is read and parsed once.
+        The batch's input is read by one Spark job, the delta job, which also counts the records and
+        the bad ones (Spark's ``observe``); a second job reads it only to write bad records aside, when
+        there are some. With hints, the hint job reads the batch too, so it is cached for both.
         """
+        if self.hints is None:
+            self._run_batch(batch, batch_id)
+            return
         cached = batch.persist()
         try:
             self._run_batch(cached, batch_id)
@@ -160,9 +171,11 @@ class StatefulJob:
             self._rewind(batch_id - 1)
         phases = BatchPhases()
         clock = _PhaseClock(started)
-        batch, record = self._count_input(batch, batch_id)
-        hint_job = self.hints.start(batch) if self.hints else None
-        deltas = self.operator.deltas(self.upstream(batch) if self.upstream else batch).toArrow()
+        counted, observation = self._observed(batch, batch_id)
+        good = self.bad_records.good(counted) if self.bad_records else counted
+        hint_job = self.hints.start(good) if self.hints else None
+        deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
+        record = self._input_record(batch, batch_id, observation)
         phases.compute_s = clock.lap()
         hints = hint_job.result() if hint_job else None
         phases.hint_wait_s = clock.lap()
@@ -183,12 +196,22 @@ class StatefulJob:
         record.phases, record.batch_s = phases, time.monotonic() - started
         self.metrics.add(batch_id, record, self.controller.finished())
 
-    def _count_input(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, BatchRecord]:
-        """The batch's good rows and its record, started with the input count (the job that fills the cache)."""
+    def _observed(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, Observation]:
+        """The batch with its record count (and bad-record count) observed by whichever job reads it first."""
+        observation = Observation(f"misa_input_{batch_id}_{time.monotonic_ns()}")
+        counts = [F.count(F.lit(1)).alias(_INPUT_ROWS)]
+        if self.bad_records is not None:
+            counts.append(self.bad_records.bad_count().alias(_BAD_ROWS))
+        return batch.observe(observation, *counts), observation
+
+    def _input_record(self, batch: DataFrame, batch_id: int, observation: Observation) -> BatchRecord:
+        """The batch's record, started with its observed counts; bad records are written aside here."""
+        counts = observation.get  # filled by the delta job
         if self.bad_records is None:
-            return batch, BatchRecord(input_rows=batch.count())
-        good, bad, total = self.bad_records.split(batch, batch_id)
-        return good, BatchRecord(input_rows=total, bad_records=bad)
+            return BatchRecord(input_rows=int(counts[_INPUT_ROWS]))
+        bad = int(counts.get(_BAD_ROWS) or 0)
+        self.bad_records.write_aside(batch, batch_id, bad)
+        return BatchRecord(input_rows=int(counts[_INPUT_ROWS]), bad_records=bad)
 
     def _merge(self, deltas: pa.Table) -> OperatorResult:
         """The driver's state phase: the operator merges the deltas into the state."""

@@ -14,9 +14,17 @@ import time
 from typing import Sequence
 
 from misa.state.commit_buffer import CommitBuffer
+from misa.config import MisaConfig
 from misa.state.store import StateStore, shard_of
+from misa.state.write_buffer import WriteBuffer
 from prefetch.cache import MISSING, StateCache
 from prefetch.manager import PrefetchManager
+
+
+def new_cache(config: MisaConfig) -> StateCache | WriteBuffer:
+    """The batch's cache as configured: a :class:`StateCache` with an eviction order, or only a write buffer."""
+    policy = config.effective_cache_policy
+    return WriteBuffer() if policy == "none" else StateCache(config.cache_max_bytes, policy)
 
 
 class StateView:
@@ -27,9 +35,9 @@ class StateView:
     :meth:`freeze` drains them into the version's commit buffer.
     """
 
-    def __init__(self, store: StateStore, cache: StateCache | None = None, parallel_misses: bool = True):
+    def __init__(self, store: StateStore, cache: StateCache | WriteBuffer | None = None, parallel_misses: bool = True):
         self.store = store
-        self.cache = cache if cache is not None else StateCache(store.config.cache_max_bytes, store.config.cache_policy)
+        self.cache = cache if cache is not None else new_cache(store.config)
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
         self.prefetcher: PrefetchManager | None = None
         self.read_s = 0.0  # time spent in get_many since the last take_read_s

@@ -18,8 +18,12 @@ def source_log(checkpoint, batches: dict[int, list[str]], compact_through: int |
             continue
         (folder / str(batch)).write_text("\n".join(lines))
     if compact_through is not None:
-        lines = ["v1"] + [json.dumps({"path": f"file:///in/{n}", "timestamp": 0, "batchId": b})
-                          for b, names in batches.items() if b <= compact_through for n in names]
+        lines = ["v1"] + [
+            json.dumps({"path": f"file:///in/{n}", "timestamp": 0, "batchId": b})
+            for b, names in batches.items()
+            if b <= compact_through
+            for n in names
+        ]
         (folder / f"{compact_through}.compact").write_text("\n".join(lines))
     (folder / ".0.crc").write_text("ignored")
 
@@ -32,8 +36,11 @@ def test_each_file_gets_the_batch_that_read_it_from_plain_and_compact_entries(tm
 
 def test_end_to_end_runs_from_arrival_to_the_end_of_the_batch_and_unfinished_files_count_until_the_stop(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("\n".join(json.dumps({"batch_id": b, "started": s, "latency_s": d})
-                                 for b, s, d in [(0, 100.0, 1.0), (1, 103.0, 2.5)]))
+    metrics.write_text(
+        "\n".join(
+            json.dumps({"batch_id": b, "started": s, "latency_s": d}) for b, s, d in [(0, 100.0, 1.0), (1, 103.0, 2.5)]
+        )
+    )
     ends = batch_ends(metrics)
     assert ends == {0: 101.0, 1: 105.5}
     arrivals = [Arrival("a", 99.0, 10), Arrival("b", 100.5, 30), Arrival("c", 104.0, 60)]

@@ -53,19 +53,26 @@ def test_the_bad_record_rule(lines_df):
     assert good.columns == SCHEMA.names and sorted(r["time"] for r in good.collect()) == [1, 2, 3, 9]
 
 
+def split(quarantine: Quarantine, batch, batch_id: int):
+    """What the runtime does with a batch: count records and bad ones, write the bad ones aside, keep the good."""
+    counts = batch.agg(F.count(F.lit(1)).alias("records"), quarantine.bad_count().alias("bad")).first()
+    quarantine.write_aside(batch, batch_id, counts["bad"])
+    return quarantine.good(batch), counts["bad"], counts["records"]
+
+
 def test_quarantine_writes_the_exact_lines_per_batch_and_a_replay_replaces_them(lines_df, tmp_path):
     parsed = parse_json_lines(lines_df, SCHEMA, REQUIRED)
     quarantine = Quarantine(f"file://{tmp_path / 'q'}")
-    good, bad, records = quarantine.split(parsed, 3)
+    good, bad, records = split(quarantine, parsed, 3)
     expected = [line for line, is_bad in LINES.items() if is_bad]
     assert bad == len(expected) and good.count() == 4 and records == 4 + len(expected)
     assert Counter(read_quarantine(tmp_path / "q")) == Counter(expected)
     [text] = [p for p in (tmp_path / "q" / "batch_id=3").iterdir() if p.suffix == ".txt"]  # one attempt left
     assert text.read_bytes().decode().endswith("\n")
     replay = parsed.where(F.col(RAW_COLUMN).startswith('{"time": 5') | F.col(RAW_COLUMN).startswith('{"time": 6'))
-    assert quarantine.split(replay, 3)[1] == 2  # a replay of batch 3 that saw fewer lines
+    assert split(quarantine, replay, 3)[1] == 2  # a replay of batch 3 that saw fewer lines
     assert Counter(read_quarantine(tmp_path / "q")) == Counter(expected[1:3])
-    assert quarantine.split(parsed.where(F.col(RAW_COLUMN).startswith('{"time": 1,')), 3)[1] == 0
+    assert split(quarantine, parsed.where(F.col(RAW_COLUMN).startswith('{"time": 1,')), 3)[1] == 0
     assert not (tmp_path / "q" / "batch_id=3").exists() and read_quarantine(tmp_path / "q") == []
 
 
@@ -73,7 +80,7 @@ def test_misuse_is_explained(lines_df, tmp_path):
     with pytest.raises(ValueError, match=r"required columns \['lane'\] are not in the input schema"):
         parse_json_lines(lines_df, SCHEMA, ["lane"])
     with pytest.raises(ValueError, match="read the input with misa.io.quarantine.parse_json_lines"):
-        Quarantine(tmp_path).split(lines_df, 0)
+        Quarantine(tmp_path).good(lines_df)
 
 
 BAD_CM_LINES = [
