@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Sequence
 
-from misa.state.commit_buffer import CommitBuffer
 from misa.config import MisaConfig
+from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore, shard_of
 from misa.state.write_buffer import WriteBuffer
 from prefetch.cache import MISSING, StateCache
