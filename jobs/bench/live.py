@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ from jobs.bench.live_stats import (
     weighted_percentile,
 )
 from jobs.bench.queries import name_list
-from jobs.bench.runs import ROOT
+from jobs.bench.runs import submit_command, submit_env
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.submit import MODES, RUNTIME_MODES
@@ -192,47 +191,15 @@ def _input(args: argparse.Namespace, query: str, rate: float) -> list[Path]:
 
 
 def _submit(args: argparse.Namespace, live: LiveRun, feed: Path) -> subprocess.Popen:
-    checkpoint = live.folder / "checkpoint"
-    cmd = [
-        str(Path(sys.executable).parent / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--driver-memory",
-        "4g",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.shuffle.partitions=4",
-        "--conf",
-        "spark.ui.showConsoleProgress=false",
-        "--driver-java-options",
-        f"-Dlog4j2.configurationFile=file:{ROOT / 'conf' / 'log4j2.properties'}",
-    ]
-    for extra in args.conf:
-        cmd += ["--conf", extra]
-    cmd += [
-        str(ROOT / "jobs" / QUERIES[live.query]),
-        "--query",
-        live.query,
-        "--mode",
-        live.mode,
-        "--input",
-        str(feed),
-        "--output",
-        str(live.folder / "output"),
-        "--checkpoint",
-        str(checkpoint),
-        "--trigger",
-        args.trigger,
-        "--metrics",
-        str(live.work / "metrics.jsonl"),
-        "--quiet",
-    ]
+    """Start the run's job in its own process group (the feed and the stop are the caller's)."""
+    job_args = ["--query", live.query, "--mode", live.mode, "--input", str(feed), "--output",
+                str(live.folder / "output"), "--checkpoint", str(live.folder / "checkpoint"), "--trigger", args.trigger,
+                "--metrics", str(live.work / "metrics.jsonl")]  # fmt: skip
     if live.mode in RUNTIME_MODES:
-        cmd += ["--state-dir", str(live.work / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        job_args += ["--state-dir", str(live.work / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
     log = (live.work / "run.log").open("w")
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(submit_command(QUERIES[live.query], job_args, args.conf), env=submit_env(), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
 
 def _wait_started(checkpoint: Path, process: subprocess.Popen, timeout_s: float = 180) -> None:

@@ -26,8 +26,9 @@ def rows_per_batch(data: Path, files_per_batch: int) -> list[int]:
     return [sum(per_file[i : i + files_per_batch]) for i in range(0, len(per_file), files_per_batch)]
 
 
-def submit(script: str, job_args: Sequence[str], conf: Sequence[str] = (), label: str = "") -> float:
-    """Run ``jobs/<script>`` with spark-submit (local[2], 4 GB driver); its wall time in seconds."""
+def submit_command(script: str, job_args: Sequence[str], conf: Sequence[str] = ()) -> list[str]:
+    """The spark-submit command line of ``jobs/<script>`` for a benchmark run: local[2], a 4 GB driver,
+    4 shuffle partitions, no UI, the project's log settings, then ``conf`` (KEY=VALUE)."""
     cmd = [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
@@ -38,13 +39,25 @@ def submit(script: str, job_args: Sequence[str], conf: Sequence[str] = (), label
         "spark.ui.enabled=false",
         "--conf",
         "spark.sql.shuffle.partitions=4",
+        "--conf",
+        "spark.ui.showConsoleProgress=false",
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile=file:{ROOT / 'conf' / 'log4j2.properties'}",
     ]
     for extra in conf:
         cmd += ["--conf", extra]
-    cmd += [str(ROOT / "jobs" / script), *job_args, "--quiet"]
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    return cmd + [str(ROOT / "jobs" / script), *job_args, "--quiet"]
+
+
+def submit_env() -> dict[str, str]:
+    """The environment of a benchmark run: this virtualenv's Python for the driver and the executors."""
+    return dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+
+
+def submit(script: str, job_args: Sequence[str], conf: Sequence[str] = (), label: str = "") -> float:
+    """Run ``jobs/<script>`` with :func:`submit_command`; its wall time in seconds."""
     started = time.monotonic()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(submit_command(script, job_args, conf), env=submit_env(), capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{label or script} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return time.monotonic() - started
