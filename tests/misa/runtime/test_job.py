@@ -33,6 +33,22 @@ def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode):
     assert final == {k: (3 * s, 3 * n) for k, (s, n) in per_batch.items()}
 
 
+def run_count_job(spark, sink, checkpoint_location: str, input_dir) -> None:
+    """Count rows per ``k`` of the Parquet files in ``input_dir`` with one available-now run of a job."""
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("n", "count", "x")]),
+        sink,
+        checkpoint_location,
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+        echo=None,
+    )
+    stream = spark.readStream.schema("k long, x double").parquet(str(input_dir))
+    try:
+        job.start(spark, stream, {"availableNow": True}).awaitTermination()
+    finally:
+        job.close(spark)
+
+
 def test_the_library_leaves_process_settings_to_the_entry_point(spark, tmp_path):
     """A job in a shared session changes neither the switch interval nor the collector; an entry point's
     ``switch_interval`` block sets the interval for the batches and restores it."""
@@ -44,24 +60,13 @@ def test_the_library_leaves_process_settings_to_the_entry_point(spark, tmp_path)
     )
     seen: list[tuple[float, bool]] = []
 
-    def run(name: str) -> None:
-        job = StatefulJob(
-            Aggregation(["k"], [Agg("n", "count", "x")]),
-            lambda batch_id, table: seen.append((sys.getswitchinterval(), gc.isenabled())),
-            str(tmp_path / name),
-            config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
-            echo=None,
-        )
-        stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
-        try:
-            job.start(spark, stream, {"availableNow": True}).awaitTermination()
-        finally:
-            job.close(spark)
+    def sink(batch_id: int, table: pa.Table) -> None:
+        seen.append((sys.getswitchinterval(), gc.isenabled()))
 
     before = sys.getswitchinterval()
-    run("library")
+    run_count_job(spark, sink, str(tmp_path / "library"), tmp_path / "in")
     with switch_interval(0.001):
-        run("entry-point")
+        run_count_job(spark, sink, str(tmp_path / "entry-point"), tmp_path / "in")
     assert seen == [(pytest.approx(before), True), (pytest.approx(0.001), True)]
     assert sys.getswitchinterval() == before
 
@@ -104,18 +109,7 @@ def test_a_hadoop_style_file_location_keeps_the_state_across_restarts(spark, tmp
     outputs: dict[int, pa.Table] = {}
 
     def run() -> None:
-        job = StatefulJob(
-            Aggregation(["k"], [Agg("n", "count", "x")]),
-            lambda batch_id, table: outputs.__setitem__(batch_id, table),
-            f"file:{tmp_path / 'ckpt'}",
-            config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
-            echo=None,
-        )
-        stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
-        try:
-            job.start(spark, stream, {"availableNow": True}).awaitTermination()
-        finally:
-            job.close(spark)
+        run_count_job(spark, outputs.__setitem__, f"file:{tmp_path / 'ckpt'}", tmp_path / "in")
 
     rows(0).write.mode("append").parquet(str(tmp_path / "in"))
     run()
