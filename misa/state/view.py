@@ -77,15 +77,10 @@ class StateView:
     def fetch_below(self, keys: Sequence[bytes], parallel: bool | None = None) -> list[bytes | None]:
         """Values of ``keys`` below the cache: pending commit buffers, then RocksDB (with the shards
         in parallel when ``parallel``, by default ``parallel_misses``)."""
-        layers = self._layers()
         out: list[object] = [MISSING] * len(keys)
-        for i, key in enumerate(keys):
-            for layer in layers:
-                found = layer.lookup(key)
-                if found is not MISSING:
-                    out[i] = found
-                    break
-        missing = [i for i, v in enumerate(out) if v is MISSING]
+        missing = list(range(len(keys)))
+        for layer in self._layers():  # newest first: the first buffer that decides a key wins
+            missing = layer.resolve(keys, missing, out)
         if missing:
             parallel = self.parallel_misses if parallel is None else parallel
             for i, value in zip(missing, self.store.get_many([keys[i] for i in missing], parallel)):

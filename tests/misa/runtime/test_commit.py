@@ -318,3 +318,24 @@ def test_nocommit_writes_rocksdb_in_the_background_and_never_checkpoints(store, 
         assert not (tmp_path / "dfs").exists() or not any((tmp_path / "dfs").rglob("*"))
     finally:
         controller.close()
+
+
+def test_reads_below_the_cache_take_each_key_from_the_newest_buffer_that_decides_it(store):
+    """Two pending versions: the newer one's value or range delete wins, the older one answers the rest,
+    RocksDB the keys neither buffer mentions."""
+    view = StateView(store)
+    store.write([(key(i), b"disk") for i in range(10)])
+    view.add_pending(CommitBuffer(0, {key(1): b"v0", key(2): b"v0", key(6): b"v0"}, ((key(4), key(6)),)))
+    view.add_pending(CommitBuffer(1, {key(2): b"v1", key(5): b"v1"}, ((key(6), key(8)),)))
+    assert view.fetch_below([key(i) for i in range(10)]) == [
+        b"disk",  # in no buffer
+        b"v0",
+        b"v1",  # the newer buffer wins
+        b"disk",
+        None,  # deleted by version 0's range
+        b"v1",  # written after version 0's range delete, by version 1
+        None,  # version 1's range delete hides version 0's put
+        None,
+        b"disk",
+        b"disk",
+    ]
