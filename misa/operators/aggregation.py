@@ -11,6 +11,10 @@ streaming aggregation, so that ``--mode native`` is an exact reference:
 
 Windows are closed at the end of the batch that advances the watermark, which is when Spark's
 next (possibly no-data) batch would close them: the results are the same.
+
+Tumbling windows are stored per (window, key); sliding windows as panes of one slide
+(:mod:`misa.operators.sliding`): Spark pre-aggregates each event into its one pane, and a window's
+value is combined from its panes when it is emitted.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from misa.config import parse_seconds
-from misa.operators.base import MAX_EVENT, ROWS, WINDOW_END, WINDOW_START, OperatorResult, micros
+from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START, OperatorResult, micros
+from misa.operators.panes import PaneWindows, record_keys
+from misa.operators.sliding import PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import AGG_FIELDS, KeyCodec, decode_aggs, encode_aggs, merge_aggs
 from misa.state.keys import window_prefix
@@ -33,6 +39,7 @@ from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
 
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
+PANE_LAYOUT = "panes-v1"  # stored with each version of a sliding aggregation
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class Aggregation:
     output_mode: str = "update"
     watermark: EventTimeWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _panes: PaneState | None = field(default=None, init=False, repr=False)  # sliding windows only
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("update", "append"):
@@ -71,6 +79,18 @@ class Aggregation:
             raise ValueError("append output needs windows with a watermark (rows must be final when emitted)")
         self.delay_ms = int(parse_seconds(self.watermark_delay) * 1000)
         self.watermark = EventTimeWatermark(self.delay_ms)
+        size, slide = micros(self.window), micros(self.slide)
+        if size and slide and slide != size:
+            if not 0 < slide < size:
+                raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
+            self._panes = PaneState(PaneWindows(size, slide), len(self.aggs), append=self.output_mode == "append")
+
+    @property
+    def time_columns(self) -> list[str]:
+        """The time columns of the deltas: the pane end (sliding), the window bounds (tumbling), or none."""
+        if self._panes is not None:
+            return [PANE_END]
+        return [WINDOW_START, WINDOW_END] if self.window else []
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:
@@ -89,29 +109,36 @@ class Aggregation:
             ]
         if not self.window:
             return batch.groupBy(*groups).agg(*measures)
-        window = F.window(F.col(self.event_time), self.window, self.slide or self.window).alias("_w")
-        grouped = batch.groupBy(window, *groups).agg(*measures)
-        return grouped.select(
-            F.unix_micros("_w.start").alias(WINDOW_START),
-            F.unix_micros("_w.end").alias(WINDOW_END),
-            *self.group_by,
-            *grouped.columns[1 + len(groups) :],
-        )
+        if self._panes is not None:  # each event into its one pane
+            pane = f"{self._panes.windows.pane_us} microseconds"
+            grouped = batch.groupBy(F.window(F.col(self.event_time), pane).alias("_w"), *groups).agg(*measures)
+            times = [F.unix_micros("_w.end").alias(PANE_END)]
+        else:
+            grouped = batch.groupBy(F.window(F.col(self.event_time), self.window).alias("_w"), *groups).agg(*measures)
+            times = [F.unix_micros("_w.start").alias(WINDOW_START), F.unix_micros("_w.end").alias(WINDOW_END)]
+        return grouped.select(*times, *self.group_by, *grouped.columns[1 + len(groups) :])
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
-        if self._codec is None:
-            self._codec = KeyCodec([deltas.schema.field(c) for c in self.group_by], windowed=bool(self.window))
         result = OperatorResult(self._empty_output(deltas.schema))
         if deltas.num_rows and self.event_time:
             self.watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
+        if self._panes is not None:
+            self._apply_panes(self._panes, deltas, state, result)
+        else:
+            self._apply_keys(deltas, state, result)
+        return result
+
+    def _apply_keys(self, deltas: pa.Table, state: StateView, result: OperatorResult) -> None:
+        """Unwindowed and tumbling state: one entry per (window, key), merged with its delta."""
+        codec = self._key_codec(deltas.schema)
         if self.window and deltas.num_rows:
             late = pc.less_equal(deltas[WINDOW_END], self.watermark.at_us)
             result.late_rows = int(pc.sum(pc.filter(deltas[ROWS], late)).as_py() or 0)
             deltas = deltas.filter(pc.invert(late))
         if deltas.num_rows:
             ends = deltas[WINDOW_END].to_numpy() if self.window else None
-            keys = self._codec.encode(ends, [deltas[c].combine_chunks() for c in self.group_by])
+            keys = codec.encode(ends, [deltas[c].combine_chunks() for c in self.group_by])
             ts = deltas[MAX_EVENT].to_numpy().tolist() if self.event_time else 0
             old = decode_aggs(state.get_many(keys, ts), len(self.aggs))
             merged = merge_aggs(old, self._delta_states(deltas))
@@ -121,24 +148,68 @@ class Aggregation:
                 result.output = self._output(deltas.select(self._key_columns()), merged)
         if self.window:
             self._close_windows(state, result)
-        return result
+
+    def _apply_panes(self, panes: PaneState, deltas: pa.Table, state: StateView, result: OperatorResult) -> None:
+        """Sliding windows: drop pane deltas whose windows all closed (counting each late window's rows),
+        fold the rest into the pane records, emit changed windows (update) or closed ones (append)."""
+        codec = self._key_codec(deltas.schema)
+        watermark = self.watermark.at_us
+        if deltas.num_rows:
+            ends = deltas[PANE_END].to_numpy()
+            late = panes.windows.late_windows(ends, watermark)
+            result.late_rows = int((deltas[ROWS].to_numpy() * late).sum())
+            deltas = deltas.filter(pa.array(panes.windows.last_window_end(ends) > watermark))
+        if deltas.num_rows:
+            group_keys = codec.encode(None, [deltas[c].combine_chunks() for c in self.group_by])
+            events = deltas[MAX_EVENT].to_numpy()
+            changed = panes.merge(
+                group_keys, deltas[PANE_END].to_numpy(), self._delta_states(deltas), events, watermark, state
+            )
+            result.state_reads = len(changed.group_keys)
+            if self.output_mode == "update":
+                result.output = self._window_output(changed)
+        advanced = self.watermark.advance()
+        if advanced is not None:
+            closed = panes.close(watermark, advanced, state)
+            if self.output_mode == "append" and len(closed.keys):
+                result.output, result.closed_windows = self._window_output(closed), len(closed.keys)
+
+    def _window_output(self, windows: Windows) -> pa.Table:
+        assert self._codec is not None
+        _, columns = self._codec.decode(windows.group_keys)
+        picked = [pc.take(c, pa.array(windows.keys)) for c in columns]
+        keys = pa.table(dict(zip(self._key_columns(), self._window_columns(windows.ends) + picked)))
+        return self._output(keys, windows.states)
+
+    def _key_codec(self, schema: pa.Schema) -> KeyCodec:
+        if self._codec is None:
+            windowed = bool(self.window) and self._panes is None  # pane records are keyed by the group alone
+            self._codec = KeyCodec([schema.field(c) for c in self.group_by], windowed=windowed)
+        return self._codec
 
     # ------------------------------------------------------------------ prefetch hints
     def hint_spec(self) -> HintSpec:
-        """The state key's columns and windows, for hint extraction one stage early."""
+        """The state key's columns and windows (sliding: their panes), for hint extraction one stage early."""
+        if self._panes is not None:
+            pane = self._panes.windows.pane_us
+            return HintSpec(tuple(self.group_by), self.event_time, pane, pane)
         return HintSpec(tuple(self.group_by), self.event_time, micros(self.window), micros(self.slide or self.window))
 
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
-        """State keys of hint rows, leaving out windows already closed (their rows will be late)."""
+        """State keys of hint rows, leaving out windows (panes) already closed (their rows will be late)."""
         if self.window and hints.num_rows:
-            hints = hints.filter(pc.greater(hints[HINT_WINDOW_END], self.watermark.at_us))
+            ends = hints[HINT_WINDOW_END]
+            if self._panes is not None:
+                ends = pa.array(self._panes.windows.last_window_end(ends.to_numpy()))
+            hints = hints.filter(pc.greater(ends, self.watermark.at_us))
         if not hints.num_rows:
             return [], np.zeros(0, np.int64)
-        if self._codec is None:
-            self._codec = KeyCodec([hints.schema.field(c) for c in self.group_by], windowed=bool(self.window))
+        codec = self._key_codec(hints.schema)
+        columns = [hints[c].combine_chunks() for c in self.group_by]
+        if self._panes is not None:
+            return record_keys(codec.encode(None, columns)), hints[HINT_TS].to_numpy()
         ends = hints[HINT_WINDOW_END].to_numpy() if self.window else None
-        keys = self._codec.encode(ends, [hints[c].combine_chunks() for c in self.group_by])
-        return keys, hints[HINT_TS].to_numpy()
+        return codec.encode(ends, columns), hints[HINT_TS].to_numpy()
 
     def _delta_states(self, deltas: pa.Table) -> np.ndarray:
         cols = []
@@ -191,11 +262,17 @@ class Aggregation:
         return pa.table(columns)
 
     def _empty_output(self, schema: pa.Schema) -> pa.Table:
-        keys = pa.table({c: pa.array([], schema.field(c).type) for c in self._key_columns()})
+        types = {WINDOW_START: pa.int64(), WINDOW_END: pa.int64()} | {c: schema.field(c).type for c in self.group_by}
+        keys = pa.table({c: pa.array([], types[c]) for c in self._key_columns()})
         return self._output(keys, np.zeros((0, len(self.aggs) * AGG_FIELDS)))
 
     def metadata(self) -> dict[str, Any]:
-        return self.watermark.metadata()
+        return {**self.watermark.metadata(), **({"layout": PANE_LAYOUT} if self._panes is not None else {})}
 
     def restore(self, metadata: dict[str, Any]) -> None:
+        if self._panes is not None and metadata and metadata.get("layout") != PANE_LAYOUT:
+            raise ValueError(
+                "this version's sliding-window state was written per (window, key) by an earlier release, "
+                f"not as panes ({PANE_LAYOUT}): run the query from a new checkpoint location and state dir"
+            )
         self.watermark.restore(metadata)

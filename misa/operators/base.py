@@ -3,7 +3,7 @@
 An operator has a Spark part (:meth:`StatefulOperator.deltas`, on the executors) and a driver part
 (:meth:`StatefulOperator.apply`, merging the deltas into the state). Aggregating operators' deltas
 carry the columns named here: the rows folded into each delta row, their latest event time and,
-for windows, the window's bounds (all times in microseconds).
+for windows, the window's bounds or, for sliding windows, the pane's end (all times in microseconds).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from misa.config import parse_seconds
 from misa.state.view import StateView
 
 ROWS, MAX_EVENT, WINDOW_START, WINDOW_END = "_rows", "_max_event_us", "_window_start_us", "_window_end_us"
+PANE_END = "_pane_end_us"  # sliding windows: the end of the delta's pane
 
 
 def micros(duration: str | None) -> int | None:

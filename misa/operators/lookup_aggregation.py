@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from misa.operators.aggregation import Aggregation
-from misa.operators.base import MAX_EVENT, ROWS, WINDOW_END, WINDOW_START, OperatorResult
+from misa.operators.base import MAX_EVENT, ROWS, OperatorResult
 from misa.state.keys import lookup_prefix
 from misa.state.view import StateView
 
@@ -118,7 +118,7 @@ class LookupAggregation:
 
     def _combine(self, deltas: pa.Table) -> pa.Table:
         """One delta row per (window, value): rows of keys with the same value folded together."""
-        group = ([WINDOW_START, WINDOW_END] if self.aggregation.window else []) + [self.value_column]
+        group = self.aggregation.time_columns + [self.value_column]
         folds = {ROWS: "sum", MAX_EVENT: "max"}
         for i in range(len(self.aggregation.aggs)):
             folds.update({f"_s{i}": "sum", f"_c{i}": "sum", f"_n{i}": "min", f"_x{i}": "max"})

@@ -6,6 +6,8 @@ keys                   layout                                              writt
 window state           window end (8 B big-endian, µs) ++ group key        Aggregation (windowed),
                                                                            IntervalJoin (bucket end)
 group state            group key                                           Aggregation (unwindowed), TopN
+sliding-window panes   0xFE ``p`` ++ group key                             Aggregation (sliding windows)
+pane timers            0xFE ``t`` ++ time (8 B big-endian, µs) ++ key      Aggregation (sliding windows)
 side table             ``s`` ++ side key                                   LookupJoin
 right rows             ``r`` ++ key                                        KeyedJoin
 waiting left rows      ``l`` ++ key                                        KeyedJoin
@@ -17,7 +19,8 @@ A group key is, per column, a null flag byte (0x00 or 0x01) and the value
 kinds one operator writes share a store: LookupAggregation's looked-up values sit beside its
 aggregation's window or group keys, which never start with 0xFF (a window end would have to be
 past the year 584,000; a group key starts with its null flag), so the aggregation's range deletes
-of closed windows never reach them.
+of closed windows never reach them. Sliding windows keep one pane record per group key and a timer
+per record (:mod:`misa.operators.panes`), both behind 0xFE, so they meet neither.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ SIDE_ROW = b"s"
 RIGHT_ROW = b"r"
 WAITING_LEFT = b"l"
 LOOKUP = b"\xfflookup:"
+PANE_RECORD = b"\xfep"
+PANE_TIMER = b"\xfet"
 
 
 def window_prefix(window_end_us: int) -> bytes:

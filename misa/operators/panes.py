@@ -1,0 +1,192 @@
+"""Sliding windows stored as panes (DESIGN section 6; FlowKV's window-aware layout).
+
+A sliding window of ``size`` every ``slide`` is cut into panes of ``gcd(size, slide)``: an event
+updates the one pane it falls in, not the ``size/slide`` windows that contain it, and a window's
+value is combined from its panes when it is emitted. Spark's window semantics are kept: windows
+start at multiples of ``slide`` (start time 0) and ``[start, start + size)`` holds an event time
+``t`` when ``start <= t < start + size``.
+
+State layout per group key (:mod:`misa.state.keys`):
+
+* the pane record ``PANE_RECORD ++ group key``: an int64 timer, then one row per live pane
+  (pane end, aggregate state); read and written once per touched key and batch;
+* the timer ``PANE_TIMER ++ timer (8 B big-endian) ++ group key``: when the key must be visited
+  at a watermark (update mode: when its last window closes and the record can go; append mode:
+  the end of its next window to emit). Closing windows scans the timers up to the watermark and
+  range-deletes them.
+
+Arrays here are NumPy: ``keys`` are indices into the batch's distinct group keys, ``ends`` pane
+ends in microseconds, ``states`` aggregate states (:mod:`misa.state.codec`, 4 fields per aggregate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from misa.state.codec import AGG_FIELDS
+from misa.state.keys import PANE_RECORD, PANE_TIMER, window_prefix
+
+TIMER = np.dtype("<i8")
+
+
+@dataclass(frozen=True)
+class PaneWindows:
+    """The geometry of sliding windows of ``size_us`` every ``slide_us`` over panes of their gcd."""
+
+    size_us: int
+    slide_us: int
+
+    @property
+    def pane_us(self) -> int:
+        return math.gcd(self.size_us, self.slide_us)
+
+    def first_window_end(self, pane_ends: np.ndarray) -> np.ndarray:
+        """End of the earliest window holding each pane (its start: the first multiple of slide >= end - size)."""
+        return -((self.size_us - pane_ends) // self.slide_us) * self.slide_us + self.size_us
+
+    def last_window_end(self, pane_ends: np.ndarray) -> np.ndarray:
+        """End of the latest window holding each pane (its start is the last multiple of slide <= pane start)."""
+        return (pane_ends - self.pane_us) // self.slide_us * self.slide_us + self.size_us
+
+    def last_closed_end(self, watermark_us: int) -> int:
+        """The end of the latest window closed at ``watermark_us`` (ending at or before it)."""
+        remainder = self.size_us % self.slide_us
+        return (watermark_us - remainder) // self.slide_us * self.slide_us + remainder
+
+    def next_window_end(self, watermark_us: int) -> int:
+        """The end of the earliest window still open at ``watermark_us`` (ending after it)."""
+        return self.last_closed_end(watermark_us) + self.slide_us
+
+    def open_window_ends(self, pane_ends: np.ndarray, watermark_us: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first and last end of each pane's windows that end after ``watermark_us`` (first > last: none)."""
+        first = np.maximum(self.first_window_end(pane_ends), self.next_window_end(watermark_us))
+        return first, self.last_window_end(pane_ends)
+
+    def late_windows(self, pane_ends: np.ndarray, watermark_us: int) -> np.ndarray:
+        """How many of each pane's windows end at or before ``watermark_us``."""
+        first = self.first_window_end(pane_ends)
+        closed_last = np.minimum(self.last_window_end(pane_ends), self.last_closed_end(watermark_us))
+        return np.maximum(0, (closed_last - first) // self.slide_us + 1)
+
+    def windows_of(
+        self, keys: np.ndarray, first: np.ndarray, last: np.ndarray, through: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct (key, window end) pairs of windows ``first..last`` of each row (ends at most ``through``)."""
+        if through is not None:
+            last = np.minimum(last, self.last_closed_end(through))
+        counts = np.maximum(0, (last - first) // self.slide_us + 1)
+        rows = np.repeat(np.arange(len(keys)), counts)
+        step = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        ends = first[rows] + step * self.slide_us
+        pairs = np.unique(np.stack([keys[rows], ends], axis=1), axis=0) if len(rows) else np.zeros((0, 2), np.int64)
+        return pairs[:, 0], pairs[:, 1]
+
+
+def record_keys(group_keys: Sequence[bytes]) -> list[bytes]:
+    return [PANE_RECORD + k for k in group_keys]
+
+
+def timer_key(timer_us: int, group_key: bytes) -> bytes:
+    return PANE_TIMER + window_prefix(timer_us) + group_key
+
+
+def timer_range(watermark_us: int) -> tuple[bytes, bytes]:
+    """The timer keys due at ``watermark_us`` (timers at or before it)."""
+    return PANE_TIMER + window_prefix(0), PANE_TIMER + window_prefix(watermark_us + 1)
+
+
+def group_key_of_timer(key: bytes) -> bytes:
+    return key[len(PANE_TIMER) + 8 :]
+
+
+@dataclass
+class Panes:
+    """Pane rows sorted by (key, end): ``keys`` index the batch's distinct group keys."""
+
+    keys: np.ndarray
+    ends: np.ndarray
+    states: np.ndarray
+
+    @classmethod
+    def empty(cls, fields: int) -> Panes:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, fields)))
+
+    def take(self, rows: np.ndarray) -> Panes:
+        return Panes(self.keys[rows], self.ends[rows], self.states[rows])
+
+
+class PaneRecords:
+    """Encodes and decodes pane records: an int64 timer, then rows of (pane end, aggregate state)."""
+
+    def __init__(self, aggregates: int):
+        self.fields = aggregates * AGG_FIELDS
+        self.row = np.dtype([("end", "<i8"), ("state", "<f8", (self.fields,))])
+
+    def decode(self, values: Sequence[bytes | None]) -> tuple[np.ndarray, Panes]:
+        """The timers (-1 where there is no record) and the pane rows of ``values``, in key order."""
+        present = [v for v in values if v is not None]
+        timers = np.full(len(values), -1, np.int64)
+        if not present:
+            return timers, Panes.empty(self.fields)
+        timers[[i for i, v in enumerate(values) if v is not None]] = [
+            int.from_bytes(v[:8], "little", signed=True) for v in present
+        ]
+        counts = [(len(v) - 8) // self.row.itemsize if v is not None else 0 for v in values]
+        rows = np.frombuffer(b"".join(v[8:] for v in present), self.row)
+        keys = np.repeat(np.arange(len(values)), counts)
+        return timers, Panes(keys, rows["end"].astype(np.int64), rows["state"].reshape(len(rows), self.fields))
+
+    def encode(self, keys: int, timers: np.ndarray, panes: Panes) -> list[bytes | None]:
+        """One record per key index below ``keys`` (None for a key without panes: delete it)."""
+        rows = np.empty(len(panes.ends), self.row)
+        rows["end"], rows["state"] = panes.ends, panes.states
+        raw = rows.tobytes()
+        bounds = np.searchsorted(panes.keys, np.arange(keys + 1)) * self.row.itemsize
+        out: list[bytes | None] = []
+        for k in range(keys):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            out.append(TIMER.type(timers[k]).tobytes() + raw[lo:hi] if hi > lo else None)
+        return out
+
+
+def fold(panes: Panes) -> Panes:
+    """Panes sorted by (key, end) with the rows of one (key, end) merged into one."""
+    order = np.lexsort((panes.ends, panes.keys))
+    panes = panes.take(order)
+    if not len(order):
+        return panes
+    new = np.ones(len(order), bool)
+    new[1:] = (panes.keys[1:] != panes.keys[:-1]) | (panes.ends[1:] != panes.ends[:-1])
+    starts = np.flatnonzero(new)
+    return Panes(panes.keys[starts], panes.ends[starts], reduce_states(panes.states, starts))
+
+
+def reduce_states(states: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """States of the row segments beginning at ``starts``: sums and counts add, mins and maxes fold."""
+    out = np.add.reduceat(states, starts, axis=0)
+    out[:, 2::AGG_FIELDS] = np.minimum.reduceat(states[:, 2::AGG_FIELDS], starts, axis=0)
+    out[:, 3::AGG_FIELDS] = np.maximum.reduceat(states[:, 3::AGG_FIELDS], starts, axis=0)
+    return out
+
+
+def window_states(panes: Panes, windows: PaneWindows, keys: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The aggregate state of each window (``keys[i]``, ending at ``ends[i]``): its panes combined.
+
+    ``panes`` are sorted by (key, end) and every window holds at least one of them.
+    """
+    if not len(keys):
+        return np.zeros((0, panes.states.shape[1]))
+    pane = windows.pane_us
+    base = min(int(panes.ends.min()), int(ends.min())) - windows.size_us
+    span = (max(int(panes.ends.max()), int(ends.max())) - base) // pane + 1
+    position = panes.keys * span + (panes.ends - base) // pane
+    lo = np.searchsorted(position, keys * span + (ends - windows.size_us + pane - base) // pane, "left")
+    hi = np.searchsorted(position, keys * span + (ends - base) // pane, "right")
+    counts = hi - lo
+    starts = np.cumsum(counts) - counts
+    rows = np.arange(int(counts.sum())) - np.repeat(starts - lo, counts)
+    return reduce_states(panes.states[rows], starts)

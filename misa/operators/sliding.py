@@ -1,0 +1,137 @@
+"""A sliding-window aggregation's state kept as panes: one read and one write per touched group key and batch.
+
+:class:`PaneState` merges a batch's pane deltas into the pane records (:mod:`misa.operators.panes`),
+keeps each record's timer, and at a new watermark visits the due records: append mode emits their
+windows that closed, both modes drop panes no open window holds and delete records left empty.
+It returns windows as (distinct group key index, window end, aggregate state); the
+:class:`~misa.operators.aggregation.Aggregation` turns them into output rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from misa.operators.panes import (
+    PaneRecords,
+    Panes,
+    PaneWindows,
+    fold,
+    group_key_of_timer,
+    record_keys,
+    timer_key,
+    timer_range,
+    window_states,
+)
+from misa.state.view import StateView
+
+
+@dataclass
+class Windows:
+    """Windows to emit: ``keys`` index ``group_keys``; ``states`` are their combined aggregate states."""
+
+    group_keys: list[bytes]
+    keys: np.ndarray
+    ends: np.ndarray
+    states: np.ndarray
+
+
+class PaneState:
+    """The pane records and timers of one sliding aggregation (``append``: emit windows when they close)."""
+
+    def __init__(self, windows: PaneWindows, aggregates: int, append: bool):
+        self.windows = windows
+        self.records = PaneRecords(aggregates)
+        self.append = append
+
+    def merge(
+        self,
+        group_keys: list[bytes],
+        pane_ends: np.ndarray,
+        states: np.ndarray,
+        event_us: np.ndarray,
+        watermark_us: int,
+        state: StateView,
+    ) -> Windows:
+        """Fold the batch's pane deltas (rows of ``group_keys`` with no window closed at ``watermark_us``
+        only) into their records; the windows they changed, with their new states."""
+        distinct, key_of_row = _distinct(group_keys)
+        ts = np.full(len(distinct), np.iinfo(np.int64).min)
+        np.maximum.at(ts, key_of_row, event_us)
+        keys = record_keys(distinct)
+        old_timers, old = self.records.decode(state.get_many(keys, ts.tolist()))
+        delta = Panes(key_of_row, pane_ends, states)
+        merged = fold(_concat(old, delta))
+        merged = merged.take(np.flatnonzero(self.windows.last_window_end(merged.ends) > watermark_us))
+        self._write(state, distinct, old_timers, merged, watermark_us, ts)
+        first, last = self.windows.open_window_ends(pane_ends, watermark_us)
+        out_keys, out_ends = self.windows.windows_of(key_of_row, first, last)
+        return Windows(distinct, out_keys, out_ends, window_states(merged, self.windows, out_keys, out_ends))
+
+    def close(self, previous_us: int, watermark_us: int, state: StateView) -> Windows:
+        """Visit the records due at ``watermark_us`` (the watermark moved from ``previous_us``): in append
+        mode the windows that closed in between, with their states; drop dead panes and empty records."""
+        begin, end = timer_range(watermark_us)
+        distinct = list(dict.fromkeys(group_key_of_timer(k) for k, _ in state.scan(begin, end)))
+        state.delete_range(begin, end)
+        none = Windows(distinct, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, self.records.fields)))
+        if not distinct:
+            return none
+        _, panes = self.records.decode(state.get_many(record_keys(distinct)))
+        emitted = none
+        if self.append:
+            first, last = self.windows.open_window_ends(panes.ends, previous_us)
+            out_keys, out_ends = self.windows.windows_of(panes.keys, first, last, through=watermark_us)
+            emitted = Windows(distinct, out_keys, out_ends, window_states(panes, self.windows, out_keys, out_ends))
+        live = panes.take(np.flatnonzero(self.windows.last_window_end(panes.ends) > watermark_us))
+        self._write(state, distinct, np.full(len(distinct), -1), live, watermark_us, 0)
+        return emitted
+
+    def _write(
+        self,
+        state: StateView,
+        distinct: list[bytes],
+        old_timers: np.ndarray,
+        panes: Panes,
+        watermark_us: int,
+        ts: np.ndarray | int,
+    ) -> None:
+        """Write the records of ``distinct`` keys (deleting those without panes) and move changed timers."""
+        timers = self._timers(len(distinct), panes, watermark_us)
+        keys: list[bytes] = record_keys(distinct)
+        values: list[bytes | None] = self.records.encode(len(distinct), timers, panes)
+        for k in np.flatnonzero(timers != old_timers):
+            if old_timers[k] >= 0:
+                keys.append(timer_key(int(old_timers[k]), distinct[k]))
+                values.append(None)
+            if timers[k] >= 0:
+                keys.append(timer_key(int(timers[k]), distinct[k]))
+                values.append(b"")
+        key_ts = ts if isinstance(ts, int) else ts.tolist() + [int(ts.max())] * (len(keys) - len(distinct))
+        state.put_many(keys, values, key_ts)
+
+    def _timers(self, count: int, panes: Panes, watermark_us: int) -> np.ndarray:
+        """Each key's timer (-1: no panes): when its last window closes (update mode), or the end of
+        its next window to emit (append mode)."""
+        timers = np.full(count, -1, np.int64)
+        if not len(panes.keys):
+            return timers
+        starts = np.flatnonzero(np.r_[True, panes.keys[1:] != panes.keys[:-1]])
+        if self.append:
+            due = np.maximum(self.windows.first_window_end(panes.ends), self.windows.next_window_end(watermark_us))
+            timers[panes.keys[starts]] = np.minimum.reduceat(due, starts)
+        else:
+            timers[panes.keys[starts]] = np.maximum.reduceat(self.windows.last_window_end(panes.ends), starts)
+        return timers
+
+
+def _distinct(group_keys: list[bytes]) -> tuple[list[bytes], np.ndarray]:
+    """The distinct keys in first-seen order, and each row's index among them."""
+    index: dict[bytes, int] = {}
+    rows = np.fromiter((index.setdefault(k, len(index)) for k in group_keys), np.int64, len(group_keys))
+    return list(index), rows
+
+
+def _concat(a: Panes, b: Panes) -> Panes:
+    return Panes(np.r_[a.keys, b.keys], np.r_[a.ends, b.ends], np.vstack([a.states, b.states]))

@@ -1,0 +1,174 @@
+"""Sliding windows stored as panes: the same output as one state entry per (window, key), one entry per pane."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.panes import PaneWindows
+from misa.state.store import StateStore
+from misa.state.view import StateView
+
+S = 1_000_000
+
+
+@pytest.fixture
+def view(config, tmp_path):
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        yield StateView(store)
+
+
+def pane_deltas(events: list[tuple[int, int, float]], pane_us: int) -> pa.Table:
+    """What Aggregation.deltas computes on Spark for sliding windows: one row per (pane, key)."""
+    groups: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+    for t, g, x in events:
+        groups[(t // pane_us * pane_us + pane_us, g)].append((t, x))
+    cols: dict[str, list] = defaultdict(list)
+    for (end, g), values in groups.items():
+        xs = [x for _, x in values]
+        cols["_pane_end_us"].append(end)
+        cols["g"].append(g)
+        cols["_rows"].append(len(values))
+        cols["_max_event_us"].append(max(t for t, _ in values))
+        for i in range(4):  # the four aggregates all read x
+            cols[f"_s{i}"].append(sum(xs))
+            cols[f"_c{i}"].append(float(len(xs)))
+            cols[f"_n{i}"].append(min(xs))
+            cols[f"_x{i}"].append(max(xs))
+    ints = ("_pane_end_us", "g", "_rows", "_max_event_us")
+    names = [*ints, *(f"_{f}{i}" for i in range(4) for f in "scnx")]
+    return pa.table({k: pa.array(cols[k], pa.int64() if k in ints else pa.float64()) for k in names})
+
+
+class PerWindowReference:
+    """Spark's semantics with one state entry per (window, key), the layout panes replace."""
+
+    def __init__(self, size: int, slide: int, delay_ms: int, append: bool):
+        self.size, self.slide, self.delay_ms, self.append = size, slide, delay_ms, append
+        self.state: dict[tuple[int, int], list[float]] = {}
+        self.watermark, self.max_event = 0, None
+
+    def batch(self, events: list[tuple[int, int, float]]) -> tuple[set, int]:
+        out, late, changed = set(), 0, set()
+        for t, g, x in events:
+            self.max_event = t if self.max_event is None else max(self.max_event, t)
+            start = t // self.slide * self.slide
+            while start > t - self.size:
+                end = start + self.size
+                if end <= self.watermark:
+                    late += 1
+                else:
+                    s, c, n, m = self.state.get((end, g), [0.0, 0.0, float("inf"), float("-inf")])
+                    self.state[(end, g)] = [s + x, c + 1, min(n, x), max(m, x)]
+                    changed.add((end, g))
+                start -= self.slide
+        if not self.append:
+            out = {self.row(e, g, self.state[(e, g)]) for e, g in changed}
+        if self.max_event is not None:
+            candidate = (self.max_event // 1000 - self.delay_ms) * 1000
+            if candidate > self.watermark:
+                self.watermark = candidate
+                for e, g in sorted(k for k in self.state if k[0] <= candidate):
+                    value = self.state.pop((e, g))
+                    if self.append:
+                        out.add(self.row(e, g, value))
+        return out, late
+
+    @staticmethod
+    def row(end: int, g: int, value: list[float]) -> tuple:
+        s, c, n, m = value
+        return end, g, round(s, 9), c, n, m
+
+
+def rows(table: pa.Table) -> set:
+    """(window end, key, sum, count, min, max) of an output, floats rounded."""
+    return {
+        (int(r["window_end"].timestamp() * S), r["g"], round(r["s"], 9), float(r["n"]), r["lo"], r["hi"])
+        for r in table.to_pylist()
+    }
+
+
+@pytest.mark.parametrize(
+    ("size_s", "slide_s", "delay_s", "mode"),
+    [(30, 1, 5, "update"), (20, 5, 3, "append"), (10, 4, 2, "update"), (10, 4, 0, "append"), (60, 10, 20, "update")],
+)
+def test_panes_give_the_per_window_layouts_output_on_random_streams_with_late_events(
+    view, size_s, slide_s, delay_s, mode
+):
+    size, slide = size_s * S, slide_s * S
+    aggs = [Agg("s", "sum", "x"), Agg("n", "count", "x"), Agg("lo", "min", "x"), Agg("hi", "max", "x")]
+    op = Aggregation(
+        ["g"],
+        aggs,
+        event_time="t",
+        window=f"{size_s}s",
+        slide=f"{slide_s}s",
+        watermark_delay=f"{delay_s}s",
+        output_mode=mode,
+    )
+    reference = PerWindowReference(size, slide, delay_s * 1000, mode == "append")
+    rng = random.Random(size_s * 100 + slide_s + delay_s)
+    pane = PaneWindows(size, slide).pane_us
+    now, late_total = 0, 0
+    for batch in range(25):
+        events = []
+        for _ in range(rng.randint(0, 40)):
+            jitter = rng.randint(0, (delay_s + 4) * S)  # some events arrive behind the watermark
+            events.append((max(0, now - jitter + rng.randint(0, 3 * S)), rng.randint(0, 6), rng.uniform(-5, 5)))
+        now += 3 * S
+        expected, late = reference.batch(events)
+        deltas = pane_deltas(events, pane)
+        result = op.apply(deltas, view)
+        view.add_pending(view.freeze(batch))  # the next batch reads this one's changes below the cache
+        assert rows(result.output) == expected
+        assert result.late_rows == late
+        late_total += late
+    assert late_total > 0  # the streams did exercise late windows
+
+
+def test_an_event_writes_its_one_pane_not_every_window_that_holds_it(view):
+    op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="30s", slide="1s", watermark_delay="10s")
+    events = [(100 * S + i, g, 1.0) for i, g in enumerate(range(50))]
+    result = op.apply(pane_deltas(events, S), view)
+    assert result.output.num_rows == 50 * 30  # every window of every key is emitted
+    changes = view.freeze(0).changes
+    assert len(changes) == 50 * 2  # one pane record and one timer per key, not 30 window entries
+    assert result.state_reads == 50
+
+
+def test_closed_panes_and_their_records_leave_the_state(view):
+    op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", slide="5s", watermark_delay="0s")
+    op.apply(pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
+    view.add_pending(view.freeze(0))
+    op.apply(pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # the watermark passes every window of keys 1, 2
+    view.add_pending(view.freeze(1))
+    assert op.watermark.at_us == 40 * S
+    records, timers = view.scan(b"\xfep", b"\xfeq"), view.scan(b"\xfet", b"\xfeu")
+    assert [k[-8:] for k, _ in records] == [(3).to_bytes(8, "big")]  # keys 1 and 2 are gone
+    assert len(timers) == 1 and timers[0][0].endswith((3).to_bytes(8, "big"))
+
+
+def test_a_version_written_per_window_is_refused_by_the_pane_layout():
+    op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="30s", slide="1s")
+    with pytest.raises(ValueError, match="new checkpoint location"):
+        op.restore({"watermark_us": 5, "max_event_us": 10})
+    op.restore(op.metadata())
+
+
+@pytest.mark.parametrize(("size", "slide"), [(30, 1), (20, 5), (10, 4), (60, 10), (7, 3)])
+def test_pane_geometry_matches_sparks_window_assignment(size, slide):
+    windows = PaneWindows(size, slide)
+    for pane_end in range(windows.pane_us, 5 * size, windows.pane_us):
+        t = pane_end - windows.pane_us  # any event time in the pane gives the same windows
+        spark = sorted(start + size for start in range(t // slide * slide, t - size, -slide))
+        first, last = windows.first_window_end(np.array([pane_end])), windows.last_window_end(np.array([pane_end]))
+        assert list(range(int(first[0]), int(last[0]) + 1, slide)) == spark
+        for watermark in range(0, 6 * size, 1):
+            late = int(windows.late_windows(np.array([pane_end]), watermark)[0])
+            assert late == sum(1 for e in spark if e <= watermark)
+            assert windows.next_window_end(watermark) > watermark >= windows.last_closed_end(watermark)
