@@ -274,9 +274,9 @@ def markdown(rows: list[dict], capacity: bool) -> str:
     """The runs as Markdown: figures per run, the runtime's phases, and each mode's capacity if searched."""
     head = (
         "| query | target | mode | rate | batches | batch p50 (s) | batch p99 (s) | e2e p50 (s) | e2e p99 (s) | "
-        "backlog (files) | sustained | max state keys |"
+        "backlog (files) | sustained | max state keys | max Spark state rows |"
     )
-    lines = [head, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    lines = [head, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
 
     def s(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -286,7 +286,7 @@ def markdown(rows: list[dict], capacity: bool) -> str:
             f"| {r['query']} | {r['target']} | {r['mode']} | {r['rate']:.0f} | {r['batches']} | "
             f"{s(r['batch_p50'])} | {s(r['batch_p99'])} | {s(r['e2e_p50'])} | {s(r['e2e_p99'])} | "
             f"{r['backlog_files']} | {'yes' if r['sustained'] else 'no'} | "
-            f"{r['state_keys'] or 'n/a'} |"
+            f"{r['state_keys'] or 'n/a'} | {r.get('spark_state_rows') or 'n/a'} |"
         )
     lines += [
         "",

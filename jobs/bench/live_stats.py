@@ -98,5 +98,6 @@ def batch_latency(metrics: Path, warmup: int) -> dict[str, float | int | None]:
         "batch_p50": float(np.percentile(latency, 50)) if len(latency) else None,
         "batch_p99": float(np.percentile(latency, 99)) if len(latency) else None,
         "state_keys": max((r.get("state_keys") or 0 for r in kept), default=0) or None,
+        "spark_state_rows": max((r.get("spark_state_rows") or 0 for r in kept), default=0) or None,
         "phases": phases,
     }

@@ -42,7 +42,8 @@ class BatchMetrics:
             self._reported.wait_for(lambda: not self._pending, timeout_s)
 
     def on_progress(self, progress: Any) -> None:
-        """Spark's side: input rows and the batch's wall time (``triggerExecution``).
+        """Spark's side: input rows, the batch's wall time (``triggerExecution``) and, in native modes, the
+        rows of Spark's state store (``spark_state_rows``, when Spark counts them).
 
         Spark's ``numInputRows`` counts the input once per Spark job that reads the batch (the hint
         job and the quarantine add jobs); when the runtime counted the batch's records itself, that
@@ -65,6 +66,9 @@ class BatchMetrics:
             }
         )
         record.setdefault("input_rows", progress.numInputRows)  # the runtime's own count when it has one
+        state_rows = sum(op.numRowsTotal for op in (getattr(progress, "stateOperators", None) or []))
+        if state_rows > 0:  # Spark's own state store, when it counts its rows (not with trackTotalNumberOfRows off)
+            record["spark_state_rows"] = state_rows
         if self.path:
             with self._lock, self.path.open("a") as out:
                 out.write(json.dumps(record, default=float) + "\n")

@@ -5,7 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from jobs.bench.live_stats import Arrival, backlog_at, batch_ends, end_to_end, file_batches, weighted_percentile
+from jobs.bench.live_stats import (
+    Arrival,
+    backlog_at,
+    batch_ends,
+    batch_latency,
+    end_to_end,
+    file_batches,
+    weighted_percentile,
+)
 
 
 def source_log(checkpoint, batches: dict[int, list[str]], compact_through: int | None = None) -> None:
@@ -55,3 +63,17 @@ def test_end_to_end_runs_from_arrival_to_the_end_of_the_batch_and_unfinished_fil
 def test_weighted_percentile_of_nothing_is_none():
     assert weighted_percentile(np.array([]), np.array([]), 99) is None
     assert weighted_percentile(np.array([1.0, 3.0]), np.array([1.0, 1.0]), 99) == pytest.approx(3.0)
+
+
+def test_batch_latency_leaves_out_the_warmup_and_takes_the_largest_state_of_either_store(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    records = [
+        {"batch_id": 0, "latency_s": 9.0, "state_keys": 99, "spark_state_rows": 999},
+        {"batch_id": 1, "latency_s": 1.0, "spark_state_rows": 1_200_000},
+        {"batch_id": 2, "latency_s": 3.0, "state_keys": 40, "phases": {"compute_s": 0.5}},
+    ]
+    metrics.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    stats = batch_latency(metrics, warmup=1)
+    assert stats["batches"] == 2 and stats["batch_p50"] == pytest.approx(2.0)
+    assert stats["state_keys"] == 40 and stats["spark_state_rows"] == 1_200_000
+    assert stats["phases"]["compute_s"] == pytest.approx(0.25)

@@ -58,9 +58,13 @@ def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, 
     assert all(r["phases"]["state_read_s"] >= 0 for r in records)
 
 
-def test_lookahead_moves_to_the_filtered_stage(spark, cm_data, tmp_path, session_conf, without_prefetch):
-    """CM2's first hint stage has every event type; keys only other event types touch are wasted (~15% here)."""
+def test_lookahead_moves_to_the_filtered_stage(spark, tmp_path_factory, tmp_path, session_conf):
+    """CM2's first hint stage has every event type; with many jobs, each batch's jobs that only other
+    event types touch (most of them here) are wasted prefetches, so the lookahead moves to the filter."""
+    data = tmp_path_factory.mktemp("cm-many-jobs")
+    generate_cm(data, rate=250, seconds=40, seed=6, files_per_second=0.125, jobs=20_000)
+    reference = run_in_process(spark, "cm2", "misa", data, tmp_path / "no-prefetch")
     session_conf({"spark.misa.prefetch.enabled": "true", "spark.misa.prefetch.wastedRatioThreshold": "0.1"})
-    assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
+    assert_same_results(run_in_process(spark, "cm2", "misa", data, tmp_path), reference)
     stages = [r["prefetch"]["stage"] for r in metrics(tmp_path) if r["prefetch"]]
     assert stages[0] == 0 and stages[-1] == 1, stages
