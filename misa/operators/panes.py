@@ -82,8 +82,12 @@ class PaneWindows:
         rows = np.repeat(np.arange(len(keys)), counts)
         step = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
         ends = first[rows] + step * self.slide_us
-        pairs = np.unique(np.stack([keys[rows], ends], axis=1), axis=0) if len(rows) else np.zeros((0, 2), np.int64)
-        return pairs[:, 0], pairs[:, 1]
+        if not len(rows):
+            return np.zeros(0, np.int64), ends
+        base = int(ends.min())
+        span = (int(ends.max()) - base) // self.slide_us + 1
+        pairs = np.unique(keys[rows] * span + (ends - base) // self.slide_us)  # sorted by (key, end)
+        return pairs // span, pairs % span * self.slide_us + base
 
 
 def record_keys(group_keys: Sequence[bytes]) -> list[bytes]:
