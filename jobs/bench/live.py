@@ -110,6 +110,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trigger", default="3s")
     p.add_argument("--warmup", type=int, default=3, help="first batches left out of the batch latency")
     p.add_argument("--jobs", type=int, default=50_000, help="CM job ids (CM2 state grows with them)")
+    p.add_argument("--watermark-delay", help="the jobs' allowed lateness (default theirs: 10s); state grows with it")
     p.add_argument(
         "--target",
         action="append",
@@ -195,6 +196,8 @@ def _submit(args: argparse.Namespace, live: LiveRun, feed: Path) -> subprocess.P
     job_args = ["--query", live.query, "--mode", live.mode, "--input", str(feed), "--output",
                 str(live.folder / "output"), "--checkpoint", str(live.folder / "checkpoint"), "--trigger", args.trigger,
                 "--metrics", str(live.work / "metrics.jsonl")]  # fmt: skip
+    if args.watermark_delay:
+        job_args += ["--watermark-delay", args.watermark_delay]
     if live.mode in RUNTIME_MODES:
         job_args += ["--state-dir", str(live.work / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
     log = (live.work / "run.log").open("w")
