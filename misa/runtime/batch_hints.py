@@ -35,7 +35,10 @@ class HintSource(Protocol):
         """Which columns make the state key (and the windows, if any)."""
 
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
-        """State keys and hint timestamps of hint rows; keys the operator will not read are left out."""
+        """State keys and hint timestamps of hint rows; keys the operator will not read are left out.
+
+        An operator whose key is not a column of the upstream rows also has ``hint_input(rows)``: the
+        rows projected to the columns its :meth:`hint_spec` names."""
 
 
 def supports_hints(operator: object) -> bool:
@@ -63,7 +66,9 @@ class BatchHints:
     def start(self, batch: DataFrame) -> Future:
         """Start extracting the hints of ``batch``; the future gives the hint phase's record."""
         stage = self.selector.current
-        frame = hint_frame(self.stages[stage](batch), self.operator.hint_spec(), self.sketch.copy())
+        rows = self.stages[stage](batch)
+        hint_input = getattr(self.operator, "hint_input", None)
+        frame = hint_frame(hint_input(rows) if hint_input else rows, self.operator.hint_spec(), self.sketch.copy())
         return self._thread.submit(self._extract, frame, stage)
 
     def _extract(self, frame: DataFrame, stage: int) -> dict[str, Any]:
