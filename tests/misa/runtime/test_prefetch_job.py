@@ -22,21 +22,6 @@ def cm_data(tmp_path_factory) -> Path:
     return data
 
 
-@pytest.fixture
-def session_conf(spark):
-    """Set spark.misa.* keys in the session for one test (the jobs read them at start)."""
-    keys: list[str] = []
-
-    def set_conf(values: dict[str, str]) -> None:
-        for key, value in values.items():
-            spark.conf.set(key, value)
-            keys.append(key)
-
-    yield set_conf
-    for key in keys:
-        spark.conf.unset(key)
-
-
 @pytest.fixture(scope="module")
 def without_prefetch(spark, cm_data, tmp_path_factory) -> dict:
     spark.conf.set("spark.misa.prefetch.enabled", "false")
