@@ -65,7 +65,8 @@ def test_query_with_prefetching_equals_native(spark, data, reference, tmp_path, 
         assert output_rows(tmp_path) == rows
     prefetch = [r["prefetch"] for r in metrics(tmp_path)]
     assert all(p is not None for p in prefetch) and sum(p["hinted"] for p in prefetch) > 0
-    assert sum(p["prefetch_hits"] for p in prefetch) > 0
+    # each hinted key was fetched ahead of its read or found cached already (Q13's side table stays cached)
+    assert sum(p["prefetch_hits"] + p["hints_renewed"] for p in prefetch) > 0
 
 
 def test_reference_is_not_trivial(reference):
