@@ -51,7 +51,16 @@ from checkpoint.location import local_path
 from jobs.gen.nexmark import SIDE_INPUT
 from jobs.gen.parts import SIDE_DIR
 from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
-from jobs.submit import is_native, job_arguments, read_stream, run_batch_reference, run_job, run_misa, run_native
+from jobs.submit import (
+    is_native,
+    job_arguments,
+    peek_input,
+    read_stream,
+    run_batch_reference,
+    run_job,
+    run_misa,
+    run_native,
+)
 from misa.io.quarantine import BAD_COLUMN, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.operators.base import StatefulOperator
@@ -89,7 +98,12 @@ def read_events(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     stream = read_stream(spark, args, NEXMARK_EVENTS, ("event_type",))
     if is_native(args.mode):
         return stream.where(complete_event())
-    return stream.withColumn(BAD_COLUMN, F.col(BAD_COLUMN) | ~complete_event())
+    return mark_incomplete(stream)
+
+
+def mark_incomplete(events: DataFrame) -> DataFrame:
+    """Parsed events with the incomplete ones marked bad."""
+    return events.withColumn(BAD_COLUMN, F.col(BAD_COLUMN) | ~complete_event())
 
 
 def read_events_batch(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
@@ -239,7 +253,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     query = QUERIES[args.query]
     sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
     if not is_native(args.mode):
-        run_misa(spark, args, read_events(spark, args), query.operator(args), query.upstream, sink)
+        peek = peek_input(spark, args, NEXMARK_EVENTS, ("event_type",), mark_incomplete)
+        run_misa(spark, args, read_events(spark, args), query.operator(args), query.upstream, sink, next_input=peek)
     elif query.batch_reference:
         run_batch_reference(query.native(read_events_batch(spark, args), args), args, sink)
     else:

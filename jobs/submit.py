@@ -23,6 +23,7 @@ from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator
 from misa.operators.interval_join import PREV, IntervalJoin
 from misa.runtime.job import StatefulJob
+from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
 
 RUNTIME_MODES = ("sync", "async-ckpt", "misa", "nocommit")
@@ -144,6 +145,23 @@ def read_stream(
     return good_records(parsed) if is_native(args.mode) else parsed
 
 
+def peek_input(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    schema: StructType,
+    required: Sequence[str] = (),
+    shape: Callable[[DataFrame], DataFrame] | None = None,
+) -> FileSourcePeek:
+    """The input files that arrived and no batch read yet, read as :func:`read_stream` reads a batch of them
+    (``shape``: what the job adds to the stream, applied to them too)."""
+
+    def read(files: list[str]) -> DataFrame:
+        rows = parse_json_lines(spark.read.text(files), schema, required)
+        return shape(rows) if shape else rows
+
+    return FileSourcePeek(args.input, args.checkpoint, read, args.max_files_per_trigger)
+
+
 def quarantine_dir(args: argparse.Namespace) -> str:
     """Where bad input records go (any location): ``--quarantine``, by default ``CHECKPOINT/quarantine``."""
     return args.quarantine or parse(args.checkpoint).child("quarantine").url
@@ -198,11 +216,13 @@ def run_misa(
     upstream: Callable[[DataFrame], DataFrame],
     sink: ParquetBatchSink,
     hint_stages: Sequence[Callable[[DataFrame], DataFrame]] | None = None,
+    next_input: NextInput | None = None,
 ) -> None:
     """Run the query through the MiSA runtime until it ends (available-now) or is stopped.
 
     ``stream`` comes from :func:`read_stream`; each batch's bad records go to :func:`quarantine_dir`.
-    ``hint_stages``: candidate stages for prefetch hints, earliest first (default: ``upstream``).
+    ``hint_stages``: candidate stages for prefetch hints, earliest first (default: ``upstream``);
+    ``next_input``: the input read ahead (:func:`peek_input`), for hints between batches.
     """
     config = MisaConfig.from_session(spark).with_values(commit_mode=args.mode)
     job = StatefulJob(
@@ -211,6 +231,7 @@ def run_misa(
         args.checkpoint,
         upstream=upstream,
         hint_stages=hint_stages,
+        next_input=next_input,
         bad_records=Quarantine(quarantine_dir(args)),
         config=config,
         state_dir=args.state_dir,
@@ -253,7 +274,8 @@ def run_query(
     if is_native(args.mode):
         run_native(spark, args, query.native(stream, args), sink)
     else:
-        run_misa(spark, args, stream, query.operator(args), query.upstream, sink, hint_stages=query.hint_stages())
+        peek = peek_input(spark, args, schema, required)
+        run_misa(spark, args, stream, query.operator(args), query.upstream, sink, query.hint_stages(), peek)
 
 
 def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: ParquetBatchSink) -> None:

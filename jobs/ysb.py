@@ -33,7 +33,7 @@ from checkpoint.location import local_path
 from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE
 from jobs.schemas import YSB_EVENTS
-from jobs.submit import is_native, job_arguments, read_stream, run_batch_reference, run_job, run_misa
+from jobs.submit import is_native, job_arguments, peek_input, read_stream, run_batch_reference, run_job, run_misa
 from misa.io.quarantine import good_records, parse_json_lines
 from misa.io.redis_server import RedisLookup, RedisServer, store_mapping
 from misa.io.sink import ParquetBatchSink
@@ -119,6 +119,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
                 LookupAggregation("ad_id", campaign_views(args), lookup),
                 views,
                 sink,
+                next_input=peek_input(spark, args, YSB_EVENTS, REQUIRED),
             )
         finally:
             lookup.close()

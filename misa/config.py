@@ -286,6 +286,14 @@ class MisaConfig:
         "Extract each batch's state keys one stage early and prefetch them (a hint job per batch); "
         "false: fetch misses when read.",
     )
+    prefetch_next_batch: bool = setting(
+        "spark.misa.prefetch.nextBatch",
+        "true",
+        BOOL,
+        "With prefetching, when the job can read its source's arrived input ahead (a file source): extract "
+        "the next batch's keys between batches, while the driver waits for the trigger, and skip that batch's "
+        "own hint job; when nothing has arrived yet, the batch extracts its own hints.",
+    )
     prefetch_threads: int = setting(
         "spark.misa.prefetch.threads",
         "2",

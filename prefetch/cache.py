@@ -50,9 +50,9 @@ class CacheStats:
     misses: int = 0  # reads that returned MISSING
     evictions: int = 0
     dirty_evictions: int = 0  # evictions into the eviction buffer
-    prefetched: int = 0  # entries filled by prefetching
-    prefetch_hits: int = 0  # first reads of prefetched entries
-    wasted_prefetches: int = 0  # prefetched entries evicted or dropped before any read
+    prefetched_entries: int = 0  # entries filled by prefetching
+    prefetched_entries_read: int = 0  # first reads of prefetched entries
+    prefetched_entries_unread: int = 0  # prefetched entries evicted or dropped before any read
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Guards the counters; a :class:`StateCache` shares its own lock, so a take sees whole operations."""
 
@@ -159,7 +159,7 @@ class StateCache:
                     self._order.touch(key, t)
                     if key in self._prefetched:
                         self._prefetched.discard(key)
-                        self.stats.prefetch_hits += 1
+                        self.stats.prefetched_entries_read += 1
                 elif key in self._evicted:
                     value = self._revive(key, t)
                 elif key in self._deleted:
@@ -214,7 +214,7 @@ class StateCache:
                     if prefetched:
                         self._prefetched.add(key)
             if prefetched:
-                self.stats.prefetched += inserted
+                self.stats.prefetched_entries += inserted
             self._evict()
         return inserted
 
@@ -279,7 +279,7 @@ class StateCache:
     def clear(self) -> None:
         """Forget everything, dirty entries too (the state was reloaded)."""
         with self._lock:
-            self.stats.wasted_prefetches += len(self._prefetched)
+            self.stats.prefetched_entries_unread += len(self._prefetched)
             self._order = eviction_order(self.policy)
             self._values, self._dirty, self._prefetched, self._evicted = {}, set(), set(), {}
             self._deleted = DeletedRanges()
@@ -334,7 +334,7 @@ class StateCache:
         self._dirty.discard(key)
         if key in self._prefetched:
             self._prefetched.discard(key)
-            self.stats.wasted_prefetches += 1
+            self.stats.prefetched_entries_unread += 1
         return value
 
     def _unbuffer(self, key: bytes) -> bytes | None:

@@ -17,7 +17,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql.types import BooleanType, LongType, StructField, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from .sketch import CountMinSketch, hash_keys
 
@@ -36,7 +44,7 @@ class HintSpec:
     """The state key: ``key_columns``, and for windowed state the event time and window sizes."""
 
     key_columns: tuple[str, ...]
-    event_time: str | None = None  # a timestamp column; None: no event time (ts 0)
+    event_time: str | None = None  # a timestamp column, or integers of epoch ms; None: no event time (ts 0)
     window_us: int | None = None  # window size; None: unwindowed state
     slide_us: int | None = None  # None: tumbling windows
 
@@ -71,14 +79,16 @@ class HintSpec:
 
 
 def validate(spec: HintSpec, df_schema: StructType) -> None:
-    """Raise ValueError if a column of ``spec`` is missing from ``df_schema`` or the event time is no timestamp."""
+    """Raise ValueError if a column of ``spec`` is missing from ``df_schema`` or the event time is neither a
+    timestamp nor an integer (epoch milliseconds)."""
     names = set(df_schema.fieldNames())
     for column in spec.input_columns:
         if column not in names:
             raise ValueError(f"hint column {column!r} is not in the DataFrame (columns: {sorted(names)})")
-    if spec.event_time and not isinstance(df_schema[spec.event_time].dataType, (TimestampType, TimestampNTZType)):
+    times = (TimestampType, TimestampNTZType, LongType, IntegerType)
+    if spec.event_time and not isinstance(df_schema[spec.event_time].dataType, times):
         raise ValueError(
-            f"event_time column {spec.event_time!r} must be a timestamp, "
+            f"event_time column {spec.event_time!r} must be a timestamp or an integer of epoch milliseconds, "
             f"not {df_schema[spec.event_time].dataType.simpleString()}"
         )
 
@@ -143,7 +153,10 @@ def _rows(batch: pa.RecordBatch, spec: HintSpec) -> pa.Table:
         ts = pa.nulls(batch.num_rows, pa.int64())
     else:
         column = batch.column(spec.event_time)
-        ts = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.int64())
+        if pa.types.is_integer(column.type):  # epoch milliseconds
+            ts = pc.multiply(column.cast(pa.int64()), 1000)
+        else:
+            ts = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.int64())
     table = table.append_column(HINT_TS, ts).append_column(HINT_COUNT, pa.array(np.ones(batch.num_rows, np.int64)))
     if not spec.windowed:
         return table

@@ -106,3 +106,18 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def session_conf(spark):
+    """Set spark.misa.* keys in the session for one test (the jobs read them at start)."""
+    keys: list[str] = []
+
+    def set_conf(values: dict[str, str]) -> None:
+        for key, value in values.items():
+            spark.conf.set(key, value)
+            keys.append(key)
+
+    yield set_conf
+    for key in keys:
+        spark.conf.unset(key)

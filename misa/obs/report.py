@@ -22,7 +22,15 @@ from misa.obs.records import BATCH_PHASES, COMMIT_PHASES
 from misa.units import human_bytes
 
 PERCENTILE_METHOD = "linear"
-CACHE_COUNTERS = ("hits", "misses", "prefetch_hits", "wasted_prefetches", "evictions")
+CACHE_COUNTERS = (
+    "hits",
+    "misses",
+    "evictions",
+    "prefetched_entries",
+    "prefetched_entries_read",
+    "prefetched_entries_unread",
+)
+PREFETCH_COUNTERS = ("hints", "prefetched", "prefetch_hits", "wasted_prefetches", "late_hints", "fallback_fetches")
 MAX_REPORTED_LINES = 5
 
 
@@ -177,8 +185,26 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "bytes_reused": _total(_values(records, "commit", "bytes_reused")),
         "late_rows": _total(_values(records, "late_rows")),
         "cache": {k: sum(_values(records, "cache", k)) for k in _ordered_keys(records, "cache", CACHE_COUNTERS)},
+        "prefetch": _prefetch_summary(records),
         "state_keys": state_keys[-1] if state_keys else None,
     }
+
+
+def _prefetch_summary(records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """The prefetch manager's counters summed over the batches, and the slack (hint to read, s): the
+    mean over all prefetch hits and the smallest; empty when no batch prefetched."""
+    counters = [k for k in PREFETCH_COUNTERS if _values(records, "prefetch", k)]
+    if not counters:
+        return {}
+    out: dict[str, float | None] = {k: sum(_values(records, "prefetch", k)) for k in counters}
+    hits = [(r["prefetch"].get("prefetch_hits") or 0, r["prefetch"].get("slack_s_mean")) for r in records
+            if isinstance(r.get("prefetch"), dict)]  # fmt: skip
+    weighted = [(n, mean) for n, mean in hits if n and _num(mean) is not None]
+    total = sum(n for n, _ in weighted)
+    out["slack_s_mean"] = sum(n * mean for n, mean in weighted) / total if total else None
+    minima = _values(records, "prefetch", "slack_s_min")
+    out["slack_s_min"] = min(minima) if minima else None
+    return out
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -237,6 +263,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         cache["hit rate"] = f"{100 * cache['hits'] / (cache['hits'] + cache['misses']):.1f}%"
     if cache:
         lines += _table(["cache", *cache], [["", *(v if isinstance(v, str) else _count(v) for v in cache.values())]])
+    prefetch = summary.get("prefetch") or {}
+    if prefetch:
+        cells = [_s(v) if k.startswith("slack") else _count(v) for k, v in prefetch.items()]
+        lines += _table(["prefetch", *prefetch], [["", *cells]])
     lines.append(f"late rows: {_count(summary['late_rows'])}    state keys (last): {_count(summary['state_keys'])}")
     return "\n".join(lines)
 

@@ -33,9 +33,11 @@ from misa.state.codec import KeyCodec
 from misa.state.keys import RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
 from misa.state.records import RecordCodec
 from misa.state.view import StateView
+from prefetch.hints import HINT_TS, HintSpec
 
 log = logging.getLogger(__name__)
 ORDERS = ("ascending", "descending")
+_JOIN_KEY, _IS_RIGHT, _HINT_TIME = "_hint_join_key", "_hint_is_right", "_hint_time"  # KeyedJoin's hint input
 _RANK = "_rank"
 _GROUP = "_group"
 
@@ -69,6 +71,10 @@ def _count_dropped(operator: str, rows: int, reason: str, total: int) -> int:
         total += rows
         log.warning("%s: %d input row(s) dropped: %s; %d dropped so far", operator, rows, reason, total)
     return total
+
+
+def _no_hints() -> tuple[list[bytes], np.ndarray]:
+    return [], np.zeros(0, np.int64)
 
 
 def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
@@ -118,10 +124,7 @@ class LookupJoin:
         if self.side_rows is None:
             self._load(state)
         rows = deltas.select(list(self.columns))
-        keys = rows[self.key_column].combine_chunks()
-        nulls = keys.is_null().to_numpy(zero_copy_only=False)
-        side = np.fmod(keys.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), self.side_rows)
-        groups, group = _group(self._codec, [pa.array(side, mask=nulls)])  # SQL's %: the sign of the key
+        groups, group = _group(self._codec, [self._side_of(rows[self.key_column].combine_chunks())])
         ts = _group_max(group, len(groups), _times_us(rows, self.time_column))
         found, owner = self._values.decode(state.get_many(prefixed(SIDE_ROW, groups), ts))
         position = np.full(len(groups), -1, np.int64)
@@ -135,6 +138,23 @@ class LookupJoin:
             "lookup join", dropped, f"{self.key_column} null or not in the side table", self.dropped_rows
         )
         return OperatorResult(output, state_reads=len(groups), dropped_rows=dropped)
+
+    def hint_spec(self) -> HintSpec:
+        """A row names its side row by ``key_column`` (its event time: ``time_column``)."""
+        return HintSpec((self.key_column,), self.time_column)
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """The side rows the hinted keys will look up (none before the side table is in the state)."""
+        if self.side_rows is None or not hints.num_rows:
+            return _no_hints()
+        keys = self._codec.encode(None, [self._side_of(hints[self.key_column].combine_chunks())])
+        return prefixed(SIDE_ROW, keys), hints[HINT_TS].to_numpy()
+
+    def _side_of(self, keys: pa.Array) -> pa.Array:
+        """Each row's side key (SQL's %: the sign of the key; a null key stays null and finds no side row)."""
+        assert self.side_rows is not None
+        side = np.fmod(keys.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), self.side_rows)
+        return pa.array(side, mask=keys.is_null().to_numpy(zero_copy_only=False))
 
     def _load(self, state: StateView) -> None:
         """Write the side table into the (fresh) state."""
@@ -232,6 +252,16 @@ class TopN:
         output = self._output(rows, first_row[kept_group[out]], rank[out], firsts.filter(pa.array(out, pa.bool_())))
         return OperatorResult(output, state_reads=len(keys))
 
+    def hint_spec(self) -> HintSpec:
+        """A row names its key's first rows by ``keys`` (its event time: ``time_column``)."""
+        return HintSpec(tuple(self.keys), self.time_column)
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        if not hints.num_rows:
+            return _no_hints()
+        codec = self._codec or KeyCodec([hints.schema.field(k) for k in self.keys], windowed=False)
+        return codec.encode(None, [hints[k].combine_chunks() for k in self.keys]), hints[HINT_TS].to_numpy()
+
     def _first_rows(self, candidates: pa.Table, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first ``n`` candidates of each group in ``order``: their indices, groups and ranks (from 1)."""
         sort_keys, table = [(_GROUP, "ascending")], {_GROUP: pa.array(group, pa.int64())}
@@ -323,6 +353,32 @@ class KeyedJoin:
         self._store_right(new_right, new_group, keys, state)
         result.state_reads = len(keys.keys) + len(new_group) + len(np.unique(keys.left_group[~matched]))
         return result
+
+    def hint_input(self, rows: DataFrame) -> DataFrame:
+        """Upstream rows as hint input: the join key of either side, whether the row is a right row, its time."""
+        right = F.col(self.right).isNotNull()
+        key = F.when(right, F.col(f"{self.right}.{self.right_key}")).otherwise(F.col(f"{self.left}.{self.left_key}"))
+        columns = [key.cast("long").alias(_JOIN_KEY), right.cast("int").alias(_IS_RIGHT)]
+        if self.time_column:
+            time = F.when(right, F.col(f"{self.right}.{self.time_column}"))
+            columns.append(time.otherwise(F.col(f"{self.left}.{self.time_column}")).alias(_HINT_TIME))
+        return rows.where(F.col(self.left).isNotNull() | right).select(*columns)
+
+    def hint_spec(self) -> HintSpec:
+        """The columns of :meth:`hint_input`."""
+        return HintSpec((_JOIN_KEY, _IS_RIGHT), _HINT_TIME if self.time_column else None)
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """Every key's right row; a right row's key also its waiting left rows (read when it arrives)."""
+        if not hints.num_rows:
+            return _no_hints()
+        hints = hints.filter(pc.is_valid(hints[_JOIN_KEY]))
+        codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
+        keys = codec.encode(None, [hints[_JOIN_KEY].combine_chunks()])
+        right = hints[_IS_RIGHT].to_numpy(zero_copy_only=False).astype(bool)
+        ts = hints[HINT_TS].to_numpy()
+        waiting = [k for k, r in zip(keys, right) if r]
+        return prefixed(RIGHT_ROW, keys) + prefixed(WAITING_LEFT, waiting), np.concatenate([ts, ts[right]])
 
     def _inputs(self, deltas: pa.Table) -> tuple[pa.Table, pa.Table, int]:
         """The batch's left and right rows with a join key, and how many rows had none."""

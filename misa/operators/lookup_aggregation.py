@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -28,6 +29,7 @@ from misa.operators.aggregation import Aggregation
 from misa.operators.base import MAX_EVENT, ROWS, OperatorResult
 from misa.state.keys import lookup_prefix
 from misa.state.view import StateView
+from prefetch.hints import HINT_TS, HintSpec
 
 log = logging.getLogger(__name__)
 Lookup = Callable[[Sequence[str]], Sequence[str | None]]
@@ -76,6 +78,19 @@ class LookupAggregation:
         result.state_reads += len(distinct)
         result.dropped_rows += self._count_missing(missing) if missing.num_rows else 0
         return result
+
+    # ------------------------------------------------------------------ prefetch hints
+    def hint_spec(self) -> HintSpec:
+        """A row names its looked-up value by ``key_column`` (its event time: the aggregation's)."""
+        return HintSpec((self.key_column,), self.aggregation.event_time)
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """The state entries of the hinted keys' values (the aggregation's keys need the values first)."""
+        hints = hints.filter(pc.is_valid(hints[self.key_column])) if hints.num_rows else hints
+        if not hints.num_rows:
+            return [], np.zeros(0, np.int64)
+        keys = [self._prefix + str(k).encode() for k in hints[self.key_column].to_pylist()]
+        return keys, hints[HINT_TS].to_numpy()
 
     def _values(self, keys: list[str], ts: list[int], state: StateView) -> list[str | None]:
         """The values of ``keys`` (event times ``ts``): from the state, else from the lookup, then stored."""

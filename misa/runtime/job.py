@@ -11,9 +11,11 @@
 runtime supplies the foreachBatch function.
 
 Optional parts: ``hint_stages`` (candidate stages for keyed-prefetch hints, earliest first; the
-default is ``upstream``), ``bad_records`` (sets malformed input records aside per batch) and
-``pause_gc`` (pause Python's collector in the state phase: a process-wide setting, see
-:mod:`misa.runtime.process`, so it is off unless the entry point asks for it).
+default is ``upstream``), ``next_input`` (the source's input read ahead, :mod:`misa.runtime.next_input`:
+with prefetching the next batch's keys are prefetched between batches), ``bad_records`` (sets
+malformed input records aside per batch) and ``pause_gc`` (pause Python's collector in the state
+phase: a process-wide setting, see :mod:`misa.runtime.process`, so it is off unless the entry
+point asks for it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from misa.obs.records import BatchPhases, BatchRecord
 from misa.operators.base import OperatorResult, StatefulOperator
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
 from misa.runtime.commit import CommitController
+from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import reconcile, require_fresh
 from misa.state.store import StateStore
@@ -70,6 +73,7 @@ class StatefulJob:
         *,
         upstream: Callable[[DataFrame], DataFrame] | None = None,
         hint_stages: Sequence[Stage] | None = None,
+        next_input: NextInput | None = None,
         bad_records: BadRecordFilter | None = None,
         config: MisaConfig | None = None,
         state_dir: str | None = None,
@@ -95,6 +99,7 @@ class StatefulJob:
             manager = self.view.enable_prefetch(self.config.prefetch_threads, self.config.prefetch_chunk_keys)
             stages = list(hint_stages or [upstream or (lambda df: df)])
             self.hints = BatchHints(self.config, operator, stages, manager)  # type: ignore[arg-type]
+        self.next_input = next_input if self.hints is not None and self.config.prefetch_next_batch else None
         self.controller = CommitController(self.store, self.view)
         self.metrics = BatchMetrics(
             metrics_path, self.controller.mode, (lambda r: echo(summary_line(r))) if echo else None
@@ -131,6 +136,8 @@ class StatefulJob:
     def _load(self, version: int) -> None:
         restored = self.store.load(version)
         self.operator.restore(restored.metadata if restored else {})
+        if self.hints is not None:
+            self.hints.drop_ahead()
         self.view.reset()  # discard anything a failed attempt left behind
         self.version = version
 
@@ -172,7 +179,7 @@ class StatefulJob:
         phases = BatchPhases()
         clock = _PhaseClock(started)
         counted, observation = self._observed(batch, batch_id)
-        good = self.bad_records.good(counted) if self.bad_records else counted
+        good = self._good(counted)
         hint_job = self.hints.start(good) if self.hints else None
         deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
         record = self._input_record(batch, batch_id, observation)
@@ -195,6 +202,12 @@ class StatefulJob:
         record.prefetch = self._prefetch_record(hints)
         record.phases, record.batch_s = phases, time.monotonic() - started
         self.metrics.add(batch_id, record, self.controller.finished())
+        if self.hints is not None and self.next_input is not None:  # the driver now waits for the trigger
+            self.hints.start_next(self.next_input, self._good)
+
+    def _good(self, rows: DataFrame) -> DataFrame:
+        """``rows`` without their bad records."""
+        return self.bad_records.good(rows) if self.bad_records else rows
 
     def _observed(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, Observation]:
         """The batch with its record count (and bad-record count) observed by whichever job reads it first."""

@@ -55,6 +55,20 @@ def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
     assert len(records) == 5 and sum(r["bad_records"] for r in records) == len(bad)
 
 
+@pytest.mark.parametrize("query", QUERIES)
+def test_query_with_prefetching_equals_native(spark, data, reference, tmp_path, session_conf, query):
+    """Every query's operator names its keys one stage early; prefetching them changes no result."""
+    session_conf({"spark.misa.prefetch.enabled": "true"})
+    final, rows = reference(query)
+    assert_same_results(run_in_process(spark, nexmark, query, "misa", data, tmp_path), final)
+    if query in APPEND_QUERIES:
+        assert output_rows(tmp_path) == rows
+    prefetch = [r["prefetch"] for r in metrics(tmp_path)]
+    assert all(p is not None for p in prefetch) and sum(p["hinted"] for p in prefetch) > 0
+    # each hinted key was fetched ahead of its read or found cached already (Q13's side table stays cached)
+    assert sum(p["prefetch_hits"] + p["hints_renewed"] for p in prefetch) > 0
+
+
 def test_reference_is_not_trivial(reference):
     """Each query's reference has enough rows and (q19) full top 10s to make the comparison meaningful."""
     sizes = {query: len(reference(query)[0]) for query in QUERIES}

@@ -228,6 +228,13 @@ def test_equals_the_batch_reference(spark, ysb_data, reference, tmp_path, mode):
     assert sorted(read_quarantine(tmp_path / "ckpt" / "quarantine")) == sorted(bad)  # exactly the bad lines
 
 
+def test_prefetching_the_looked_up_values_changes_no_result(spark, ysb_data, reference, tmp_path, session_conf):
+    session_conf({"spark.misa.prefetch.enabled": "true"})
+    assert_same_results(run_in_process(spark, ysb, "ysb", "misa", ysb_data[0], tmp_path), reference)
+    prefetch = [r["prefetch"] for r in metrics(tmp_path)]
+    assert all(p is not None for p in prefetch) and sum(p["hinted"] for p in prefetch) > 0
+
+
 def test_restart_reads_known_ads_from_the_checkpoint(spark, ysb_data, reference, tmp_path, redis_server, redis_client):
     data, _ = ysb_data
     store_mapping(redis_client, json.loads((data / SIDE_DIR / CAMPAIGNS_FILE).read_text()))

@@ -50,7 +50,7 @@ def test_tac_evicts_the_smallest_timestamps_with_accessed_and_prefetched_entries
     assert held(c, range(1, 9)) == {4, 6, 7, 8}
     c.fill([k(9)], [V], 1)  # older than everything: evicted at once
     assert held(c, range(1, 10)) == {4, 6, 7, 8}
-    assert c.stats.evictions == 5 and c.stats.wasted_prefetches == 0
+    assert c.stats.evictions == 5 and c.stats.prefetched_entries_unread == 0
 
 
 def test_tac_keeps_the_largest_timestamps_of_many_entries():
@@ -232,16 +232,16 @@ def test_statistics_count_hits_misses_prefetches_and_evictions():
         "misses": 1,
         "evictions": 2,
         "dirty_evictions": 0,
-        "prefetched": 2,
-        "prefetch_hits": 1,
-        "wasted_prefetches": 1,
+        "prefetched_entries": 2,
+        "prefetched_entries_read": 1,
+        "prefetched_entries_unread": 1,
     }
     c.fill([k(5)], [V], 13, prefetched=True)
     c.fill([k(6)], [V], 14, prefetched=True)
     c.delete_range(k(5), k(6))  # dropped before any read
     c.clear()  # 6 too
     stats = c.stats.take()
-    assert stats["wasted_prefetches"] == 3 and stats["prefetched"] == 4 and stats["evictions"] == 4
+    assert stats["prefetched_entries_unread"] == 3 and stats["prefetched_entries"] == 4 and stats["evictions"] == 4
     assert set(c.stats.take().values()) == {0} and len(c) == 0 and c.bytes_cached == 0
 
 

@@ -48,6 +48,11 @@ def by_key(table: pa.Table, key: list[str]) -> dict[tuple, tuple[int, int]]:
     return result
 
 
+def test_an_integer_event_time_is_epoch_milliseconds() -> None:
+    b = pa.record_batch({"k": pa.array([1, 1, 2]), "ms": pa.array([5, 9, 7], pa.int64())})
+    assert by_key(extract([b], HintSpec(("k",), "ms")), ["k"]) == {(1,): (9000, 2), (2,): (7000, 1)}
+
+
 def test_distinct_keys_with_max_event_time_and_counts() -> None:
     b = batch([1, 2, 1, None, 1, None], [5, 9, 7, 3, 6, 4], ["a", "b", "a", None, "z", None])
     out = extract([b], HintSpec(("k", "s"), "t"))
@@ -132,8 +137,9 @@ def test_spec_and_schema_validation() -> None:
     validate(HintSpec(("k", "s")), schema)
     with pytest.raises(ValueError, match="'missing'"):
         validate(HintSpec(("k", "missing")), schema)
-    with pytest.raises(ValueError, match="'s' must be a timestamp"):
+    with pytest.raises(ValueError, match="'s' must be a timestamp or an integer of epoch milliseconds"):
         validate(HintSpec(("k",), "s"), schema)
+    validate(HintSpec(("s",), "k"), schema)  # an integer event time: epoch milliseconds
     assert hint_schema(schema, HintSpec(("s",))).fieldNames() == ["s", HINT_TS, HINT_COUNT, HINT_HASH, HINT_HOT]
 
 

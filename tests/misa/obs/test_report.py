@@ -194,3 +194,27 @@ def test_cli_returns_1_for_a_file_without_valid_records(tmp_path, capsys):
 def test_importing_the_report_module_does_not_import_matplotlib():
     code = "import sys, misa.cli.main, misa.obs.report; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+def test_cache_and_prefetch_manager_counters_keep_their_own_names_and_the_slack_is_weighted_by_hits():
+    records = _records()
+    for i, record in enumerate(records):
+        record["cache"] = {"hits": 3, "misses": 1, "prefetched_entries": 4, "prefetched_entries_read": 2}
+        record["prefetch"] = {
+            "hints": 10,
+            "prefetched": 4,
+            "prefetch_hits": 3 if i < 5 else 1,
+            "wasted_prefetches": 1,
+            "late_hints": 2,
+            "slack_s_mean": 0.2 if i < 5 else 1.0,
+            "slack_s_min": 0.05 + i / 100,
+        }
+    s = summarize(records)
+    assert s["cache"]["prefetched_entries_read"] == 20 and "prefetch_hits" not in s["cache"]
+    assert s["prefetch"]["prefetch_hits"] == 20 and s["prefetch"]["wasted_prefetches"] == 10
+    assert s["prefetch"]["late_hints"] == 20
+    assert s["prefetch"]["slack_s_mean"] == pytest.approx((15 * 0.2 + 5 * 1.0) / 20)
+    assert s["prefetch"]["slack_s_min"] == pytest.approx(0.05)
+    text = format_summary(s)
+    assert "prefetched_entries_read" in text and "wasted_prefetches" in text and "slack_s_mean" in text
+    assert summarize(_records())["prefetch"] == {}

@@ -6,7 +6,6 @@ operator's metadata, and go on.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -127,13 +126,6 @@ def test_record_codec_round_trips_lists_of_records():
 
 
 # ---------------------------------------------------------------------------------------------- Q13
-@pytest.fixture
-def side(tmp_path) -> Path:
-    path = tmp_path / "side.jsonl"
-    path.write_text("".join(json.dumps({"key": k, "value": f"v{k}"}) + "\n" for k in range(10)))
-    return path
-
-
 def q13(side: Path) -> LookupJoin:
     return LookupJoin("auction", ["auction", "bidder", "price", "date_time"], side, time_column="date_time")
 

@@ -22,21 +22,6 @@ def cm_data(tmp_path_factory) -> Path:
     return data
 
 
-@pytest.fixture
-def session_conf(spark):
-    """Set spark.misa.* keys in the session for one test (the jobs read them at start)."""
-    keys: list[str] = []
-
-    def set_conf(values: dict[str, str]) -> None:
-        for key, value in values.items():
-            spark.conf.set(key, value)
-            keys.append(key)
-
-    yield set_conf
-    for key in keys:
-        spark.conf.unset(key)
-
-
 @pytest.fixture(scope="module")
 def without_prefetch(spark, cm_data, tmp_path_factory) -> dict:
     spark.conf.set("spark.misa.prefetch.enabled", "false")
@@ -68,3 +53,17 @@ def test_lookahead_moves_to_the_filtered_stage(spark, tmp_path_factory, tmp_path
     assert_same_results(run_in_process(spark, "cm2", "misa", data, tmp_path), reference)
     stages = [r["prefetch"]["stage"] for r in metrics(tmp_path) if r["prefetch"]]
     assert stages[0] == 0 and stages[-1] == 1, stages
+
+
+def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_path, session_conf, without_prefetch):
+    """After the first batch, each batch's keys were prefetched before it started, from its files read
+    ahead (two per batch here); with nextBatch off every batch extracts its own."""
+    session_conf({"spark.misa.prefetch.enabled": "true"})
+    assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
+    prefetch = [r["prefetch"] for r in metrics(tmp_path)]
+    assert len(prefetch) >= 3 and "next_files" not in prefetch[0]
+    assert [p.get("next_files") for p in prefetch[1:]] == [2] * (len(prefetch) - 1)
+    assert sum(p["prefetch_hits"] for p in prefetch[1:]) > 0
+    session_conf({"spark.misa.prefetch.nextBatch": "false"})
+    run_in_process(spark, "cm2", "misa", cm_data, tmp_path / "same-batch")
+    assert not any("next_files" in r["prefetch"] for r in metrics(tmp_path / "same-batch"))

@@ -1,0 +1,95 @@
+"""The next batch's input before Spark plans it: files that arrived in a file source's folder and no batch read yet.
+
+Under a processing-time trigger the driver idles between the end of a batch and the next trigger,
+while the next batch's files are often already there. :class:`FileSourcePeek` names them: it lists
+the source folder (as Spark's file source does: names starting with ``_`` or ``.`` are not input)
+and leaves out every file Spark's source log (``CHECKPOINT/sources/<i>/``) assigned to a batch,
+read incrementally. With ``maxFilesPerTrigger`` the next batch takes the oldest files (by
+modification time, then name), so only those are named. The runtime extracts their keys and
+prefetches them while the driver would idle (:mod:`misa.runtime.batch_hints`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from pyspark.sql import DataFrame
+
+from checkpoint.location import parse
+
+log = logging.getLogger(__name__)
+Reader = Callable[[list[str]], DataFrame]  # files -> the rows a batch of them gives the foreachBatch function
+
+
+@dataclass(frozen=True)
+class Peek:
+    """What a peek found: the next batch's files and their rows, or why it cannot tell (``reason``)."""
+
+    files: tuple[str, ...] = ()
+    frame: DataFrame | None = None
+    reason: str = ""  # empty when files were found
+
+
+class NextInput(Protocol):
+    """A source whose next batch's input can be read before Spark plans the batch."""
+
+    def peek(self) -> Peek:
+        """The input the next batch will read, as far as it has arrived."""
+
+
+class FileSourcePeek:
+    """The arrived, unassigned files of a file source reading ``input_location`` (source ``source`` of the query)."""
+
+    def __init__(
+        self,
+        input_location: str,
+        checkpoint_location: str,
+        read: Reader,
+        max_files: int | None = None,
+        source: int = 0,
+    ):
+        self.fs, self.input = parse(input_location).filesystem()
+        log_fs, root = parse(checkpoint_location).filesystem()
+        self._log_fs, self._log = log_fs, posixpath.join(root, "sources", str(source))
+        self.read = read
+        self.max_files = max_files
+        self._assigned: set[str] = set()  # base names of files some batch read
+        self._read_through = -1  # the newest log entry read
+
+    def peek(self) -> Peek:
+        try:
+            self._read_log()
+            arrived = self.fs.ls(self.input, detail=True)
+        except OSError as error:  # a log or folder that cannot be read now: no hints, the batch reads as usual
+            log.warning("the next batch's input cannot be listed (%s); no hints ahead for it", error)
+            return Peek(reason="unreadable")
+        new = [f for f in arrived if f.get("type") == "file" and self._is_new(posixpath.basename(f["name"]))]
+        if not new:
+            return Peek(reason="no new files")
+        new.sort(key=lambda f: (f.get("mtime") or f.get("created") or 0, f["name"]))
+        names = tuple(self.fs.unstrip_protocol(f["name"]) for f in new[: self.max_files or len(new)])
+        return Peek(names, self.read(list(names)))
+
+    def _is_new(self, name: str) -> bool:
+        return not name.startswith(("_", ".")) and name not in self._assigned
+
+    def _read_log(self) -> None:
+        """Add the files of the log entries not read yet (a ``N.compact`` entry repeats all entries to N)."""
+        self._log_fs.invalidate_cache(self._log)
+        try:
+            names = [posixpath.basename(p) for p in self._log_fs.ls(self._log, detail=False)]
+        except FileNotFoundError:
+            return  # no batch planned yet
+        entries = sorted((int(n.split(".")[0]), n) for n in names if n.split(".")[0].isdigit())
+        for batch, name in entries:
+            if batch <= self._read_through:
+                continue
+            text = self._log_fs.cat_file(posixpath.join(self._log, name)).decode()
+            for line in text.splitlines()[1:]:  # the first line is the log's version
+                if line.strip():
+                    self._assigned.add(posixpath.basename(json.loads(line)["path"]))
+            self._read_through = batch
