@@ -78,6 +78,11 @@ class HintSpec:
         return list(dict.fromkeys([*self.key_columns, *([self.event_time] if self.event_time else [])]))
 
 
+def no_hints() -> tuple[list[bytes], np.ndarray]:
+    """What an operator's ``hint_keys`` returns when the rows name no key it will read."""
+    return [], np.zeros(0, np.int64)
+
+
 def validate(spec: HintSpec, df_schema: StructType) -> None:
     """Raise ValueError if a column of ``spec`` is missing from ``df_schema`` or the event time is neither a
     timestamp nor an integer (epoch milliseconds)."""

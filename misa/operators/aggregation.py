@@ -36,7 +36,7 @@ from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import AGG_FIELDS, KeyCodec, decode_aggs, encode_aggs, merge_aggs
 from misa.state.keys import window_prefix
 from misa.state.view import StateView
-from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
+from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
 PANE_LAYOUT = "panes-v1"  # stored with each version of a sliding aggregation
@@ -203,7 +203,7 @@ class Aggregation:
                 ends = pa.array(self._panes.windows.last_window_end(ends.to_numpy()))
             hints = hints.filter(pc.greater(ends, self.watermark.at_us))
         if not hints.num_rows:
-            return [], np.zeros(0, np.int64)
+            return no_hints()
         codec = self._key_codec(hints.schema)
         columns = [hints[c].combine_chunks() for c in self.group_by]
         if self._panes is not None:

@@ -44,7 +44,7 @@ from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec
 from misa.state.keys import window_prefix
 from misa.state.view import StateView
-from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
+from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
 EVENT_US = "_event_us"
 PREV = "prev_"
@@ -130,7 +130,7 @@ class IntervalJoin:
         """The buckets hint rows will read (their own and the one before), leaving out late rows."""
         hints = hints.filter(pc.greater(hints[HINT_TS], self.watermark.at_us))
         if not hints.num_rows:
-            return [], np.zeros(0, np.int64)
+            return no_hints()
         if self._codec is None:
             self._codec = KeyCodec([hints.schema.field(c) for c in self.keys], windowed=True)
         ends, ts = hints[HINT_WINDOW_END].to_numpy(), hints[HINT_TS].to_numpy()

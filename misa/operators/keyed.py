@@ -33,7 +33,7 @@ from misa.state.codec import KeyCodec
 from misa.state.keys import RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
 from misa.state.records import RecordCodec
 from misa.state.view import StateView
-from prefetch.hints import HINT_TS, HintSpec
+from prefetch.hints import HINT_TS, HintSpec, no_hints
 
 log = logging.getLogger(__name__)
 ORDERS = ("ascending", "descending")
@@ -46,7 +46,7 @@ def _group(codec: KeyCodec, columns: Sequence[pa.Array | pa.ChunkedArray]) -> tu
     """The distinct group keys of the rows (in order of first appearance) and each row's index into them."""
     arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
     if not len(arrays[0]):
-        return [], np.zeros(0, np.int64)
+        return no_hints()
     encoded = pa.array(codec.encode(None, arrays), pa.binary()).dictionary_encode()
     return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -71,10 +71,6 @@ def _count_dropped(operator: str, rows: int, reason: str, total: int) -> int:
         total += rows
         log.warning("%s: %d input row(s) dropped: %s; %d dropped so far", operator, rows, reason, total)
     return total
-
-
-def _no_hints() -> tuple[list[bytes], np.ndarray]:
-    return [], np.zeros(0, np.int64)
 
 
 def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
@@ -146,7 +142,7 @@ class LookupJoin:
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """The side rows the hinted keys will look up (none before the side table is in the state)."""
         if self.side_rows is None or not hints.num_rows:
-            return _no_hints()
+            return no_hints()
         keys = self._codec.encode(None, [self._side_of(hints[self.key_column].combine_chunks())])
         return prefixed(SIDE_ROW, keys), hints[HINT_TS].to_numpy()
 
@@ -258,7 +254,7 @@ class TopN:
 
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         if not hints.num_rows:
-            return _no_hints()
+            return no_hints()
         codec = self._codec or KeyCodec([hints.schema.field(k) for k in self.keys], windowed=False)
         return codec.encode(None, [hints[k].combine_chunks() for k in self.keys]), hints[HINT_TS].to_numpy()
 
@@ -325,9 +321,12 @@ class KeyedJoin:
     right_prefix: str = ""
     time_column: str | None = None  # a field of both inputs
     dropped_rows: int = field(default=0, init=False)
-    _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _codec: KeyCodec = field(init=False, repr=False)  # the join key
     _left_records: RecordCodec | None = field(default=None, init=False, repr=False)
     _right_records: RecordCodec | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
 
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The batch's rows of either input."""
@@ -371,10 +370,9 @@ class KeyedJoin:
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """Every key's right row; a right row's key also its waiting left rows (read when it arrives)."""
         if not hints.num_rows:
-            return _no_hints()
+            return no_hints()
         hints = hints.filter(pc.is_valid(hints[_JOIN_KEY]))
-        codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
-        keys = codec.encode(None, [hints[_JOIN_KEY].combine_chunks()])
+        keys = self._codec.encode(None, [hints[_JOIN_KEY].combine_chunks()])
         right = hints[_IS_RIGHT].to_numpy(zero_copy_only=False).astype(bool)
         ts = hints[HINT_TS].to_numpy()
         waiting = [k for k, r in zip(keys, right) if r]
@@ -383,9 +381,8 @@ class KeyedJoin:
     def _inputs(self, deltas: pa.Table) -> tuple[pa.Table, pa.Table, int]:
         """The batch's left and right rows with a join key, and how many rows had none."""
         left, right = _struct_rows(deltas[self.left]), _struct_rows(deltas[self.right])
-        if self._codec is None or self._left_records is None or self._right_records is None:
+        if self._left_records is None or self._right_records is None:
             self._left_records, self._right_records = RecordCodec(left.schema), RecordCodec(right.schema)
-            self._codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
         null_keys = left[self.left_key].null_count + right[self.right_key].null_count
         return (
             left.filter(pc.is_valid(left[self.left_key])),
@@ -395,7 +392,6 @@ class KeyedJoin:
 
     def _join_keys(self, left: pa.Table, right: pa.Table) -> _JoinKeys:
         """The batch's distinct join keys, their cache timestamps, and each right and left row's key."""
-        assert self._codec is not None
         both = right[self.right_key].cast(pa.int64()).chunks + left[self.left_key].cast(pa.int64()).chunks
         keys, group = _group(self._codec, [pa.chunked_array(both, pa.int64())])
         ts = _group_max(

@@ -29,7 +29,7 @@ from misa.operators.aggregation import Aggregation
 from misa.operators.base import MAX_EVENT, ROWS, OperatorResult
 from misa.state.keys import lookup_prefix
 from misa.state.view import StateView
-from prefetch.hints import HINT_TS, HintSpec
+from prefetch.hints import HINT_TS, HintSpec, no_hints
 
 log = logging.getLogger(__name__)
 Lookup = Callable[[Sequence[str]], Sequence[str | None]]
@@ -88,7 +88,7 @@ class LookupAggregation:
         """The state entries of the hinted keys' values (the aggregation's keys need the values first)."""
         hints = hints.filter(pc.is_valid(hints[self.key_column])) if hints.num_rows else hints
         if not hints.num_rows:
-            return [], np.zeros(0, np.int64)
+            return no_hints()
         keys = [self._prefix + str(k).encode() for k in hints[self.key_column].to_pylist()]
         return keys, hints[HINT_TS].to_numpy()
 
