@@ -17,6 +17,7 @@ batch running and one trigger's arrivals).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from jobs.bench.live_stats import (
+    PREFETCH_COUNTS,
     Arrival,
     backlog_at,
     batch_ends,
@@ -40,6 +42,7 @@ from jobs.bench.queries import name_list
 from jobs.bench.runs import submit_command, submit_env
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
+from jobs.gen.nexmark import generate_nexmark
 from jobs.submit import MODES, RUNTIME_MODES
 
 
@@ -51,12 +54,35 @@ def _lr(out: Path, rate: float, seconds: int) -> dict:
     return generate_lr(out, rate, seconds, seed=1, progress=False)
 
 
+def _nexmark(out: Path, rate: float, seconds: int) -> dict:
+    return generate_nexmark(out, rate, seconds, seed=1, progress=False)
+
+
 QUERIES = {
     "cm1": "cluster_monitoring.py",
     "cm2": "cluster_monitoring.py",
     "lr2": "linear_road.py",
     "lr4": "linear_road.py",
+    "q20": "nexmark.py",
 }
+WORKLOADS = {"cluster_monitoring.py": "cm", "linear_road.py": "lr", "nexmark.py": "nexmark"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named set of extra Spark settings every mode runs with (``--variant``); the unnamed one adds none."""
+
+    name: str = ""
+    conf: tuple[str, ...] = ()
+
+    @staticmethod
+    def parse(text: str) -> Variant:
+        """``NAME:KEY=VALUE[,KEY=VALUE...]``, e.g. ``prefetch:spark.misa.prefetch.enabled=true``."""
+        name, sep, settings = text.partition(":")
+        conf = tuple(s for s in settings.split(",") if s)
+        if not sep or not name or not conf or any("=" not in s for s in conf):
+            raise argparse.ArgumentTypeError(f"{text!r}: use NAME:KEY=VALUE[,KEY=VALUE...]")
+        return Variant(name, conf)
 
 
 @dataclass
@@ -65,6 +91,7 @@ class LiveRun:
 
     query: str
     mode: str
+    variant: str
     rate: float
     target: str
     folder: Path  # the run's folder on the target: Spark's checkpoint, durable state, output
@@ -83,6 +110,7 @@ class LiveRun:
         row = {
             "query": self.query,
             "mode": self.mode,
+            "variant": self.variant,
             "rate": self.rate,
             "target": self.target,
             **batch_latency(metrics, warmup),
@@ -101,7 +129,7 @@ class LiveRun:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("live", help="every mode against a live source at a fixed rate, 3 s trigger")
-    p.add_argument("--queries", type=lambda t: name_list(t, QUERIES), default=["cm2"], help="cm1,cm2,lr2,lr4")
+    p.add_argument("--queries", type=lambda t: name_list(t, QUERIES), default=["cm2"], help="cm1,cm2,lr2,lr4,q20")
     p.add_argument(
         "--modes", type=lambda t: name_list(t, MODES), default=["misa", "sync", "nocommit", "native", "native-default"]
     )
@@ -123,6 +151,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-rate", type=float, default=40_000)
     p.add_argument("--work", type=Path, default=Path("bench-out/live"))
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
+    p.add_argument(
+        "--variant",
+        type=Variant.parse,
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="run every mode once per variant, with its settings added; repeatable (e.g. prefetch on and off)",
+    )
     p.set_defaults(func=run)
 
 
@@ -132,23 +168,17 @@ def run(args: argparse.Namespace) -> int:
     targets = dict(t.split("=", 1) for t in args.target) or {"local": str(args.work / "local")}
     out = args.work / "live.jsonl"
     rows = []
-    for query in args.queries:
-        for target, folder in targets.items():
-            for mode in args.modes:
-                rates = list(args.rates)
-                for rate in rates:
-                    row = _measure(args, query, mode, rate, target, Path(folder), trigger_s)
-                    rows.append(row)
-                    with out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
-                    print(_line(row), flush=True)
-                    if (
-                        args.find_capacity
-                        and rate == rates[-1]
-                        and row["sustained"]
-                        and rate * args.step <= args.max_rate
-                    ):
-                        rates.append(round(rate * args.step))
+    runs = itertools.product(args.queries, targets.items(), args.modes, args.variant or [Variant()])
+    for query, (target, folder), mode, variant in runs:
+        rates = list(args.rates)
+        for rate in rates:  # with --find-capacity, the next rate is appended while the last one held
+            row = _measure(args, query, mode, variant, rate, target, Path(folder), trigger_s)
+            rows.append(row)
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(_line(row), flush=True)
+            if args.find_capacity and rate == rates[-1] and row["sustained"] and rate * args.step <= args.max_rate:
+                rates.append(round(rate * args.step))
     table = markdown(rows, args.find_capacity)
     (args.work / "live.md").write_text(table + "\n")
     print("\n" + table)
@@ -156,17 +186,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(
-    args: argparse.Namespace, query: str, mode: str, rate: float, target: str, folder: Path, trigger_s: float
+    args: argparse.Namespace,
+    query: str,
+    mode: str,
+    variant: Variant,
+    rate: float,
+    target: str,
+    folder: Path,
+    trigger_s: float,
 ) -> dict:
-    name = f"{query}-{mode}-{int(rate)}"
-    live = LiveRun(query, mode, rate, target, folder / name, args.work / "runs" / f"{target}-{name}")
+    name = "-".join(filter(None, (query, mode, variant.name, str(int(rate)))))
+    live = LiveRun(query, mode, variant.name, rate, target, folder / name, args.work / "runs" / f"{target}-{name}")
     for stale in (live.folder, live.work):
         shutil.rmtree(stale, ignore_errors=True)
     live.work.mkdir(parents=True)
     files = _input(args, query, rate)
     feed = live.work / "input"
     feed.mkdir()
-    process = _submit(args, live, feed)
+    process = _submit(args, live, feed, variant.conf)
     try:
         _wait_started(live.folder / "checkpoint", process)
         _feed(files, feed, live)
@@ -180,18 +217,18 @@ def _measure(
 
 def _input(args: argparse.Namespace, query: str, rate: float) -> list[Path]:
     """The query's input at ``rate``: one file per second, generated once per workload and rate."""
-    workload = "cm" if query.startswith("cm") else "lr"
+    workload = WORKLOADS[QUERIES[query]]
     folder = args.work / "inputs" / f"{workload}-{int(rate)}-{args.seconds}"
     if not folder.exists():
         staging = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        generate = _cm(args.jobs) if workload == "cm" else _lr
+        generate = {"cm": _cm(args.jobs), "lr": _lr, "nexmark": _nexmark}[workload]
         generate(staging, rate, args.seconds)
         staging.rename(folder)
     return sorted(folder.glob("part-*.json"))
 
 
-def _submit(args: argparse.Namespace, live: LiveRun, feed: Path) -> subprocess.Popen:
+def _submit(args: argparse.Namespace, live: LiveRun, feed: Path, conf: tuple[str, ...]) -> subprocess.Popen:
     """Start the run's job in its own process group (the feed and the stop are the caller's)."""
     job_args = ["--query", live.query, "--mode", live.mode, "--input", str(feed), "--output",
                 str(live.folder / "output"), "--checkpoint", str(live.folder / "checkpoint"), "--trigger", args.trigger,
@@ -201,8 +238,8 @@ def _submit(args: argparse.Namespace, live: LiveRun, feed: Path) -> subprocess.P
     if live.mode in RUNTIME_MODES:
         job_args += ["--state-dir", str(live.work / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
     log = (live.work / "run.log").open("w")
-    return subprocess.Popen(submit_command(QUERIES[live.query], job_args, args.conf), env=submit_env(), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    command = submit_command(QUERIES[live.query], job_args, [*args.conf, *conf])
+    return subprocess.Popen(command, env=submit_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _wait_started(checkpoint: Path, process: subprocess.Popen, timeout_s: float = 180) -> None:
@@ -250,12 +287,17 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def _mode(row: dict) -> str:
+    """The run's mode with its variant, if any."""
+    return f"{row['mode']} {row['variant']}" if row.get("variant") else row["mode"]
+
+
 def _line(row: dict) -> str:
     def s(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
     return (
-        f"{row['query']} {row['target']} {row['mode']:>14} {row['rate']:>7.0f}/s: batch p50 {s(row['batch_p50'])} "
+        f"{row['query']} {row['target']} {_mode(row):>14} {row['rate']:>7.0f}/s: batch p50 {s(row['batch_p50'])} "
         f"p99 {s(row['batch_p99'])} s, e2e p50 {s(row['e2e_p50'])} p99 {s(row['e2e_p99'])} s, backlog "
         f"{row['backlog_files']} files, {'sustained' if row['sustained'] else 'NOT sustained'}"
     )
@@ -273,6 +315,15 @@ PHASES = (
 )
 
 
+PREFETCH_COLUMNS = (*PREFETCH_COUNTS, "slack_s_mean", "slack_s_min", "not_ahead")
+
+
+def _count(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 10 or float(value).is_integer() else f"{value:.3f}"
+
+
 def markdown(rows: list[dict], capacity: bool) -> str:
     """The runs as Markdown: figures per run, the runtime's phases, and each mode's capacity if searched."""
     head = (
@@ -286,7 +337,7 @@ def markdown(rows: list[dict], capacity: bool) -> str:
 
     for r in rows:
         lines.append(
-            f"| {r['query']} | {r['target']} | {r['mode']} | {r['rate']:.0f} | {r['batches']} | "
+            f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {r['batches']} | "
             f"{s(r['batch_p50'])} | {s(r['batch_p99'])} | {s(r['e2e_p50'])} | {s(r['e2e_p99'])} | "
             f"{r['backlog_files']} | {'yes' if r['sustained'] else 'no'} | "
             f"{r['state_keys'] or 'n/a'} | {r.get('spark_state_rows') or 'n/a'} |"
@@ -301,11 +352,24 @@ def markdown(rows: list[dict], capacity: bool) -> str:
     for r in rows:
         if r["phases"]:
             cells = " | ".join(s(r["phases"].get(p)) for p in PHASES)
-            lines.append(f"| {r['query']} | {r['target']} | {r['mode']} | {r['rate']:.0f} | {cells} |")
+            lines.append(f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {cells} |")
+    prefetching = [r for r in rows if r.get("prefetch")]
+    if prefetching:
+        lines += [
+            "",
+            "Prefetching, mean per batch (slack: hint to read, s; not ahead: batches whose hints were not extracted "
+            "between batches):",
+            "",
+            "| query | target | mode | rate | " + " | ".join(PREFETCH_COLUMNS) + " |",
+            "|" + " --- |" * 4 + " ---: |" * len(PREFETCH_COLUMNS),
+        ]
+        for r in prefetching:
+            cells = " | ".join(_count(r["prefetch"].get(c)) for c in PREFETCH_COLUMNS)
+            lines.append(f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {cells} |")
     if capacity:
         best: dict[tuple, float] = {}
         for r in rows:
-            key = (r["query"], r["target"], r["mode"])
+            key = (r["query"], r["target"], _mode(r))
             if r["sustained"]:
                 best[key] = max(best.get(key, 0.0), r["rate"])
             else:

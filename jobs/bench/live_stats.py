@@ -95,9 +95,28 @@ def batch_latency(metrics: Path, warmup: int) -> dict[str, float | int | None]:
         )
     return {
         "batches": len(kept),
+        "prefetch": prefetch_per_batch(kept),
         "batch_p50": float(np.percentile(latency, 50)) if len(latency) else None,
         "batch_p99": float(np.percentile(latency, 99)) if len(latency) else None,
         "state_keys": max((r.get("state_keys") or 0 for r in kept), default=0) or None,
         "spark_state_rows": max((r.get("spark_state_rows") or 0 for r in kept), default=0) or None,
         "phases": phases,
     }
+
+
+PREFETCH_COUNTS = ("hints", "prefetched", "prefetch_hits", "wasted_prefetches", "late_hints", "fallback_fetches")
+
+
+def prefetch_per_batch(records: Sequence[dict]) -> dict[str, float | int | None] | None:
+    """Mean prefetch counters per batch, the hit-weighted mean slack, the smallest slack, and the batches
+    whose hints could not be extracted ahead (None without prefetching)."""
+    stats = [r["prefetch"] for r in records if r.get("prefetch")]
+    if not stats:
+        return None
+    out: dict[str, float | int | None] = {k: float(np.mean([s.get(k) or 0 for s in stats])) for k in PREFETCH_COUNTS}
+    hits = sum(s.get("prefetch_hits") or 0 for s in stats)
+    weighted = sum((s.get("slack_s_mean") or 0.0) * (s.get("prefetch_hits") or 0) for s in stats)
+    out["slack_s_mean"] = weighted / hits if hits else None
+    out["slack_s_min"] = min((s["slack_s_min"] for s in stats if s.get("slack_s_min") is not None), default=None)
+    out["not_ahead"] = sum(1 for s in stats if s.get("next_unavailable"))
+    return out
