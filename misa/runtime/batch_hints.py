@@ -8,15 +8,19 @@ hinted (they stay cached anyway). The rest go to the prefetch manager. After the
 prefetches were never read.
 
 When the job can read its next batch's input ahead (:mod:`misa.runtime.next_input`),
-:meth:`BatchHints.start_next` runs the same extraction over it right after a batch, while the
-driver waits for the next trigger and the executors are idle; the next batch then finds its keys
-warm and skips its own hint job. When nothing has arrived yet the next batch extracts its own
-hints, and the record says why (``next_unavailable``).
+:meth:`BatchHints.start_next` runs the same extraction over it from the end of a batch until the
+next one starts, file by file as they arrive, while the driver waits for the trigger and the
+executors are idle; the next batch then finds its keys warm and skips its own hint job (files that
+arrive after the last look are read on a miss). When nothing arrived in time, the source cannot be
+peeked, or :class:`~prefetch.lookahead.HintTiming` chose in-batch hints (ahead's prefetches were
+mostly wasted or late), the batch extracts its own hints and the record says why
+(``next_unavailable``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Protocol, Sequence
@@ -29,7 +33,7 @@ from pyspark.sql import DataFrame
 from misa.config import MisaConfig
 from misa.runtime.next_input import NextInput
 from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_WINDOW_END, HintSpec, hint_frame
-from prefetch.lookahead import LookaheadSelector
+from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector
 from prefetch.manager import PrefetchManager, PrefetchStats
 from prefetch.sketch import CountMinSketch
 
@@ -55,14 +59,28 @@ def supports_hints(operator: object) -> bool:
 
 
 class BatchHints:
-    """Extracts each batch's hints from one of ``stages`` (earliest first) and hands them to ``manager``."""
+    """Extracts each batch's hints from one of ``stages`` (earliest first) and hands them to ``manager``;
+    with ``next_input`` (and ``spark.misa.prefetch.nextBatch``), ahead of the batch from its arrived input
+    while the driver waits for the trigger."""
 
-    def __init__(self, config: MisaConfig, operator: HintSource, stages: Sequence[Stage], manager: PrefetchManager):
+    POLL_S = 0.2
+    """Between batches: how often the next batch's input is looked at for newly arrived files."""
+
+    def __init__(
+        self,
+        config: MisaConfig,
+        operator: HintSource,
+        stages: Sequence[Stage],
+        manager: PrefetchManager,
+        next_input: NextInput | None = None,
+    ):
         if not stages:
             raise ValueError("at least one hint stage is needed")
         self.operator = operator
         self.stages = list(stages)
         self.manager = manager
+        self.next_input = next_input if config.prefetch_next_batch else None
+        self._never_ahead = "source not peekable" if next_input is None else "spark.misa.prefetch.nextBatch=false"
         self.sketch = CountMinSketch(
             config.prefetch_sketch_depth,
             config.prefetch_sketch_width,
@@ -70,42 +88,81 @@ class BatchHints:
             aging_records=config.prefetch_aging_records,
         )
         self.selector = LookaheadSelector(len(stages), config.prefetch_wasted_ratio)
+        self.timing = HintTiming(config.prefetch_wasted_ratio)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="misa-hints")
         self._ahead: Future | None = None  # the next batch's hints, extracted between batches
+        self._stop_ahead = threading.Event()
+        self._ahead_files = 0  # files of the next batch hinted so far
+
+    def ahead_found(self) -> bool:
+        """Whether the next batch's hints come from its input read ahead (so it needs no hint job)."""
+        return self._ahead is not None and self._ahead_files > 0
 
     def start(self, batch: DataFrame) -> Future:
-        """Start extracting the hints of ``batch``; the future gives the hint phase's record.
+        """Stop extracting ahead and start the hints of ``batch``; the future gives the hint phase's record.
 
-        If its hints were extracted ahead (:meth:`start_next`) and found its input, that extraction's
-        future is returned instead (it may still run): the batch's rows are not read twice."""
+        If hints were extracted ahead (:meth:`start_next`) and found input, the batch's rows are not
+        read again: the future gives the ahead extraction's record once it ends (it finishes the file
+        it is at). Otherwise a hint job over ``batch`` runs, and the record says why (``next_unavailable``)."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and not (ahead.done() and ahead.result().get("next_unavailable")):
-            return ahead
+        self._stop_ahead.set()
         stage = self.selector.current
         frame = self._frame(batch, stage)
-        record = {"next_unavailable": ahead.result()["next_unavailable"]} if ahead is not None else {}
-        return self._thread.submit(lambda: {**record, **self._extract(frame, stage)})
 
-    def start_next(self, source: NextInput, good: Stage) -> None:
-        """Between batches: extract the hints of the next batch's arrived input (``good`` drops its bad
-        records, as the batch will) and prefetch them."""
-        self._ahead = self._thread.submit(self._extract_ahead, source, good, self.selector.current)
+        def after_ahead() -> dict[str, Any]:
+            found = ahead.result() if ahead is not None else {"next_unavailable": self._not_ahead_reason()}
+            if not found.get("next_unavailable"):
+                return found
+            return {"source": IN_BATCH, "next_unavailable": found["next_unavailable"], **self._extract(frame, stage)}
+
+        return self._thread.submit(after_ahead)  # one thread: it runs when the ahead extraction has ended
+
+    def _not_ahead_reason(self) -> str:
+        if self.next_input is None:
+            return self._never_ahead
+        return "in-batch hints chosen" if self.timing.current == IN_BATCH else "no extraction ahead"
+
+    def start_next(self, good: Stage) -> None:
+        """Between batches, until :meth:`start`: extract the hints of the next batch's input as its files
+        arrive (``good`` drops their bad records, as the batch will) and prefetch them."""
+        if self.next_input is None or self.timing.current != AHEAD:
+            return
+        self._stop_ahead = threading.Event()
+        self._ahead_files = 0
+        self._ahead = self._thread.submit(self._extract_ahead, good, self.selector.current, self._stop_ahead)
 
     def drop_ahead(self) -> None:
-        """Forget the hints extracted ahead (the state was reloaded: the next batch is a replay)."""
+        """Stop and forget the hints extracted ahead (the state was reloaded: the next batch is a replay)."""
+        self._stop_ahead.set()
         self._ahead = None
 
-    def _extract_ahead(self, source: NextInput, good: Stage, stage: int) -> dict[str, Any]:
+    def _extract_ahead(self, good: Stage, stage: int, stop: threading.Event) -> dict[str, Any]:
+        """Extract each newly arrived file's hints until ``stop``; the sum of their records."""
+        assert self.next_input is not None
         started = time.monotonic()
-        peek = source.peek()
-        if peek.frame is None:
-            return {"stage": stage, "next_unavailable": peek.reason, "extract_s": time.monotonic() - started}
-        try:
-            record = self._extract(self._frame(good(peek.frame), stage), stage)
-        except Exception:  # noqa: BLE001 (a file gone or unreadable ahead: the batch then extracts its own hints)
-            log.warning("the next batch's hints could not be extracted ahead; it extracts its own", exc_info=True)
-            return {"stage": stage, "next_unavailable": "failed", "extract_s": time.monotonic() - started}
-        return {**record, "next_files": len(peek.files), "extract_s": time.monotonic() - started}
+        seen: set[str] = set()
+        total = {"source": AHEAD, "stage": stage, "rows": 0, "hot_skipped": 0, "hinted": 0}
+        reason = "no new files"
+        while True:  # at least one look, however soon the batch starts
+            peek = self.next_input.peek(frozenset(seen))
+            if peek.frame is not None:
+                try:
+                    found = self._extract(self._frame(good(peek.frame), stage), stage)
+                except Exception:  # noqa: BLE001 (a file gone or unreadable ahead: its keys are read on a miss)
+                    log.warning("the next batch's hints could not be extracted ahead", exc_info=True)
+                    reason = "failed"
+                    break
+                seen.update(peek.files)
+                self._ahead_files = len(seen)
+                for name in ("rows", "hot_skipped", "hinted"):
+                    total[name] += found[name]
+            elif not seen:
+                reason = peek.reason
+            if stop.wait(self.POLL_S):
+                break
+        if not seen:
+            return {"stage": stage, "next_unavailable": reason, "extract_s": time.monotonic() - started}
+        return {**total, "next_files": len(seen), "extract_s": time.monotonic() - started}
 
     def _frame(self, rows: DataFrame, stage: int) -> DataFrame:
         """The hint job of ``rows`` from hint stage ``stage``."""
@@ -122,6 +179,7 @@ class BatchHints:
         keys, ts = self.operator.hint_keys(hints)
         self.manager.hint(keys, ts)
         return {
+            "source": IN_BATCH,
             "stage": stage,
             "rows": table.num_rows,
             "hot_skipped": int(pc.sum(hot).as_py() or 0),
@@ -139,9 +197,14 @@ class BatchHints:
         hashes = per_key[HINT_HASH].to_numpy().view(np.uint64)
         self.sketch.add(hashes, per_key[f"{HINT_COUNT}_sum_max"].to_numpy())
 
-    def end_batch(self, stats: PrefetchStats) -> int:
-        """Feed the batch's prefetch outcome to the adaptive lookahead; returns the next batch's stage."""
-        return self.selector.observe(stats.prefetched, stats.wasted_prefetches)
+    def end_batch(self, source: str, stats: PrefetchStats) -> dict[str, Any]:
+        """Feed the outcome of the batch's hints (from ``source``) to the adaptive lookahead: the next batch's
+        stage and hint source."""
+        timing = self.timing.observe(
+            source, stats.prefetched, stats.wasted_prefetches, stats.prefetch_hits, stats.late_hints
+        )
+        return {"next_stage": self.selector.observe(stats.prefetched, stats.wasted_prefetches), "next_source": timing}
 
     def close(self) -> None:
+        self._stop_ahead.set()
         self._thread.shutdown(wait=True)

@@ -98,8 +98,7 @@ class StatefulJob:
         if self.config.prefetch_enabled and supports_hints(operator):
             manager = self.view.enable_prefetch(self.config.prefetch_threads, self.config.prefetch_chunk_keys)
             stages = list(hint_stages or [upstream or (lambda df: df)])
-            self.hints = BatchHints(self.config, operator, stages, manager)  # type: ignore[arg-type]
-        self.next_input = next_input if self.hints is not None and self.config.prefetch_next_batch else None
+            self.hints = BatchHints(self.config, operator, stages, manager, next_input)  # type: ignore[arg-type]
         self.controller = CommitController(self.store, self.view)
         self.metrics = BatchMetrics(
             metrics_path, self.controller.mode, (lambda r: echo(summary_line(r))) if echo else None
@@ -160,9 +159,10 @@ class StatefulJob:
 
         The batch's input is read by one Spark job, the delta job, which also counts the records and
         the bad ones (Spark's ``observe``); a second job reads it only to write bad records aside, when
-        there are some. With hints, the hint job reads the batch too, so it is cached for both.
+        there are some. With hints extracted in the batch (none found ahead), the hint job reads the batch
+        too, so it is cached for both.
         """
-        if self.hints is None:
+        if self.hints is None or self.hints.ahead_found():
             self._run_batch(batch, batch_id)
             return
         cached = batch.persist()
@@ -202,8 +202,8 @@ class StatefulJob:
         record.prefetch = self._prefetch_record(hints)
         record.phases, record.batch_s = phases, time.monotonic() - started
         self.metrics.add(batch_id, record, self.controller.finished())
-        if self.hints is not None and self.next_input is not None:  # the driver now waits for the trigger
-            self.hints.start_next(self.next_input, self._good)
+        if self.hints is not None:  # the driver now waits for the trigger
+            self.hints.start_next(self._good)
 
     def _good(self, rows: DataFrame) -> DataFrame:
         """``rows`` without their bad records."""
@@ -237,7 +237,8 @@ class StatefulJob:
         if self.hints is None or self.view.prefetcher is None:
             return None
         stats = self.view.prefetcher.take_stats()
-        return {**(hints or {}), **stats.as_dict(), "next_stage": self.hints.end_batch(stats)}
+        hints = hints or {}
+        return {**hints, **stats.as_dict(), **self.hints.end_batch(hints.get("source", ""), stats)}
 
     def close(self, spark: SparkSession | None = None) -> None:
         """Wait for every commit to be durable, then release the state (and the metrics listener)."""

@@ -4,9 +4,9 @@ Under a processing-time trigger the driver idles between the end of a batch and 
 while the next batch's files are often already there. :class:`FileSourcePeek` names them: it lists
 the source folder (as Spark's file source does: names starting with ``_`` or ``.`` are not input)
 and leaves out every file Spark's source log (``CHECKPOINT/sources/<i>/``) assigned to a batch,
-read incrementally. With ``maxFilesPerTrigger`` the next batch takes the oldest files (by
-modification time, then name), so only those are named. The runtime extracts their keys and
-prefetches them while the driver would idle (:mod:`misa.runtime.batch_hints`).
+read incrementally, and the files the caller has seen already. With ``maxFilesPerTrigger`` the next
+batch takes the oldest files (by modification time, then name), so only those are named. The runtime
+extracts their keys and prefetches them while the driver would idle (:mod:`misa.runtime.batch_hints`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class Peek:
 class NextInput(Protocol):
     """A source whose next batch's input can be read before Spark plans the batch."""
 
-    def peek(self) -> Peek:
-        """The input the next batch will read, as far as it has arrived."""
+    def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
+        """The input the next batch will read, as far as it has arrived, less the files in ``skip``."""
 
 
 class FileSourcePeek:
@@ -60,7 +60,7 @@ class FileSourcePeek:
         self._assigned: set[str] = set()  # base names of files some batch read
         self._read_through = -1  # the newest log entry read
 
-    def peek(self) -> Peek:
+    def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
         try:
             self._read_log()
             arrived = self.fs.ls(self.input, detail=True)
@@ -68,10 +68,11 @@ class FileSourcePeek:
             log.warning("the next batch's input cannot be listed (%s); no hints ahead for it", error)
             return Peek(reason="unreadable")
         new = [f for f in arrived if f.get("type") == "file" and self._is_new(posixpath.basename(f["name"]))]
-        if not new:
-            return Peek(reason="no new files")
         new.sort(key=lambda f: (f.get("mtime") or f.get("created") or 0, f["name"]))
-        names = tuple(self.fs.unstrip_protocol(f["name"]) for f in new[: self.max_files or len(new)])
+        next_batch = (self.fs.unstrip_protocol(f["name"]) for f in new[: self.max_files or len(new)])
+        names = tuple(name for name in next_batch if name not in skip)
+        if not names:
+            return Peek(reason="no new files")
         return Peek(names, self.read(list(names)))
 
     def _is_new(self, name: str) -> bool:

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from prefetch.cache import StateCache
-from prefetch.lookahead import LookaheadSelector
+from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector
 from prefetch.manager import PrefetchManager
 
 STORE = {f"k{i}".encode(): f"v{i}".encode() for i in range(100)}
@@ -271,6 +271,21 @@ def test_lookahead_moves_to_a_later_stage_when_prefetches_are_wasted():
         assert calm.observe(prefetched=100, wasted=20) == 0
     with pytest.raises(ValueError, match="wasted_threshold"):
         LookaheadSelector(stages=2, wasted_threshold=1.5)
+
+
+def test_hint_timing_leaves_ahead_while_its_prefetches_are_wasted_or_late_and_tries_it_again_later():
+    timing = HintTiming(wasted_threshold=0.5, late_threshold=0.5, patience=2, retry_after=3, min_prefetches=10)
+    assert timing.observe(AHEAD, prefetched=100, wasted=10, hits=90, late=5) == AHEAD  # a good batch
+    assert timing.observe(AHEAD, prefetched=100, wasted=60, hits=40, late=0) == AHEAD  # one poor batch
+    assert timing.observe(AHEAD, prefetched=5, wasted=5, hits=0, late=0) == AHEAD  # too few to judge
+    assert timing.observe(AHEAD, prefetched=100, wasted=0, hits=100, late=80) == IN_BATCH  # late: no slack
+    assert [timing.observe(IN_BATCH, 100, 0, 100, 0) for _ in range(3)] == [IN_BATCH, IN_BATCH, AHEAD]
+    assert timing.observe(AHEAD, prefetched=100, wasted=70, hits=30, late=0) == AHEAD
+    assert timing.observe(IN_BATCH, prefetched=100, wasted=70, hits=30, late=0) == AHEAD  # not ahead's outcome
+    assert timing.observe(AHEAD, prefetched=100, wasted=10, hits=90, late=0) == AHEAD  # a good batch resets
+    assert timing.observe(AHEAD, prefetched=100, wasted=70, hits=30, late=0) == AHEAD
+    with pytest.raises(ValueError, match="thresholds"):
+        HintTiming(wasted_threshold=0.5, late_threshold=2.0)
 
 
 def test_a_failed_prefetch_is_logged_with_its_cause_and_the_read_fetches_the_keys_itself(caplog):

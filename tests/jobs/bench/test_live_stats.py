@@ -1,10 +1,12 @@
 """The live benchmark's figures from a run's own records: Spark's file source log, the metrics, the arrivals."""
 
+import argparse
 import json
 
 import numpy as np
 import pytest
 
+from jobs.bench.live import Variant
 from jobs.bench.live_stats import (
     Arrival,
     backlog_at,
@@ -12,6 +14,7 @@ from jobs.bench.live_stats import (
     batch_latency,
     end_to_end,
     file_batches,
+    prefetch_per_batch,
     weighted_percentile,
 )
 
@@ -77,3 +80,26 @@ def test_batch_latency_leaves_out_the_warmup_and_takes_the_largest_state_of_eith
     assert stats["batches"] == 2 and stats["batch_p50"] == pytest.approx(2.0)
     assert stats["state_keys"] == 40 and stats["spark_state_rows"] == 1_200_000
     assert stats["phases"]["compute_s"] == pytest.approx(0.25)
+
+
+def test_prefetch_statistics_are_means_per_batch_with_the_hit_weighted_slack_and_the_batches_not_hinted_ahead():
+    records = [
+        {"prefetch": None},
+        {"prefetch": {"prefetched": 10, "prefetch_hits": 8, "late_hints": 2, "slack_s_mean": 1.0, "slack_s_min": 0.5}},
+        {"prefetch": {"prefetched": 30, "prefetch_hits": 2, "slack_s_mean": 3.0, "slack_s_min": 0.2,
+                      "next_unavailable": "no new files"}},
+    ]  # fmt: skip
+    stats = prefetch_per_batch(records)
+    assert stats["prefetched"] == 20 and stats["prefetch_hits"] == 5 and stats["late_hints"] == 1
+    assert stats["slack_s_mean"] == pytest.approx((8 * 1.0 + 2 * 3.0) / 10) and stats["slack_s_min"] == 0.2
+    assert stats["not_ahead"] == 1
+    assert prefetch_per_batch([{"prefetch": None}, {}]) is None
+
+
+def test_a_variant_is_a_name_and_its_settings_and_a_bad_one_says_the_form():
+    assert Variant.parse("pf:spark.misa.prefetch.enabled=true,spark.misa.cache.maxBytes=16m") == Variant(
+        "pf", ("spark.misa.prefetch.enabled=true", "spark.misa.cache.maxBytes=16m")
+    )
+    for bad in ("pf", "pf:", ":a=b", "pf:novalue"):
+        with pytest.raises(argparse.ArgumentTypeError, match="NAME:KEY=VALUE"):
+            Variant.parse(bad)

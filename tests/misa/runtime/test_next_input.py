@@ -66,3 +66,19 @@ def test_a_folder_that_cannot_be_listed_gives_no_hints_and_a_reason(tmp_path):
     peek = FileSourcePeek(str(tmp_path / "missing"), str(tmp_path / "ckpt"), lambda files: files)
     found = peek.peek()
     assert found.frame is None and found.files == () and found.reason == "unreadable"
+
+
+def test_files_already_seen_are_skipped_but_still_fill_the_next_batch(tmp_path):
+    """Between batches the peek is repeated as files arrive: files hinted already are not read again, and
+    with maxFilesPerTrigger they still take their place in the next batch."""
+    inp, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    inp.mkdir()
+    arrive(inp, "part-0.json", 100)
+    peek = FileSourcePeek(str(inp), str(ckpt), lambda files: files, max_files=2)
+    first = peek.peek()
+    arrive(inp, "part-1.json", 101)
+    arrive(inp, "part-2.json", 102)
+    second = peek.peek(frozenset(first.files))
+    assert names(first) == ["part-0.json"] and names(second) == ["part-1.json"]
+    assert second.frame == list(second.files)  # only the new file is read
+    assert peek.peek(frozenset(first.files + second.files)).reason == "no new files"  # part-2 is a later batch's

@@ -62,8 +62,14 @@ def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_
     assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
     prefetch = [r["prefetch"] for r in metrics(tmp_path)]
     assert len(prefetch) >= 3 and "next_files" not in prefetch[0]
+    assert prefetch[0]["source"] == "in-batch" and prefetch[0]["next_unavailable"] == "no extraction ahead"
     assert [p.get("next_files") for p in prefetch[1:]] == [2] * (len(prefetch) - 1)
+    assert {p["source"] for p in prefetch[1:]} == {"ahead"} and {p["next_source"] for p in prefetch} == {"ahead"}
     assert sum(p["prefetch_hits"] for p in prefetch[1:]) > 0
     session_conf({"spark.misa.prefetch.nextBatch": "false"})
     run_in_process(spark, "cm2", "misa", cm_data, tmp_path / "same-batch")
-    assert not any("next_files" in r["prefetch"] for r in metrics(tmp_path / "same-batch"))
+    in_batch = [r["prefetch"] for r in metrics(tmp_path / "same-batch")]
+    assert not any("next_files" in p for p in in_batch)
+    assert {(p["source"], p["next_unavailable"]) for p in in_batch} == {
+        ("in-batch", "spark.misa.prefetch.nextBatch=false")
+    }
