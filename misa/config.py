@@ -283,16 +283,17 @@ class MisaConfig:
         "spark.misa.prefetch.enabled",
         "false",
         BOOL,
-        "Extract each batch's state keys one stage early and prefetch them (a hint job per batch); "
-        "false: fetch misses when read.",
+        "Prefetch each batch's state keys into the state cache before the batch reads them: extracted ahead "
+        "from its input as it arrives (nextBatch) or by a hint job one stage before the stateful one; false: "
+        "fetch misses when read.",
     )
     prefetch_next_batch: bool = setting(
         "spark.misa.prefetch.nextBatch",
         "true",
         BOOL,
-        "With prefetching, when the job can read its source's arrived input ahead (a file source): extract "
-        "the next batch's keys between batches, while the driver waits for the trigger, and skip that batch's "
-        "own hint job; when nothing has arrived yet, the batch extracts its own hints.",
+        "With prefetching, when the job can read its source's arrived input ahead (a file source): between "
+        "batches, while the driver waits for the trigger, extract the next batch's keys file by file as they "
+        "arrive and skip that batch's own hint job; when nothing arrived in time, the batch extracts its own.",
     )
     prefetch_threads: int = setting(
         "spark.misa.prefetch.threads",
