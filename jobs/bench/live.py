@@ -351,7 +351,7 @@ def markdown(rows: list[dict], capacity: bool) -> str:
     ]
     for r in rows:
         if r["phases"]:
-            cells = " | ".join(s(r["phases"].get(p)) for p in PHASES)
+            cells = " | ".join("-" if r["phases"].get(p) is None else f"{r['phases'][p]:.3f}" for p in PHASES)
             lines.append(f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {cells} |")
     prefetching = [r for r in rows if r.get("prefetch")]
     if prefetching:
