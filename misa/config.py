@@ -275,9 +275,11 @@ class MisaConfig:
     )
     cache_max_bytes: int = setting(
         "spark.misa.cache.maxBytes",
-        "256m",
+        "16m",
         BYTES,
-        "State cache capacity; dirty entries evicted before their commit wait in an eviction buffer.",
+        "State cache capacity (with a tac, lru or clock cache); dirty entries evicted before their commit wait in "
+        "an eviction buffer. Size it to a few batches' keys: more costs Python bookkeeping and memory that "
+        "RocksDB's block cache serves faster.",
     )
     prefetch_enabled: bool = setting(
         "spark.misa.prefetch.enabled",
