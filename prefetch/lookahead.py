@@ -9,8 +9,8 @@ Hints have two sources in time: *ahead* (between batches, from the next batch's 
 arrives: free, as the driver and the executors idle) and *in the batch* (a hint job beside the
 batch's own compute: it costs the batch cores, but names exactly the batch's rows).
 :class:`HintTiming` prefers ahead, and goes back to in-batch hints while ahead's measured outcome is
-poor: too many of its prefetches never read (the arrived files were not the next batch's) or too
-many of its hits read before their fetch ended (no slack). It tries ahead again after a while.
+poor (too many of its prefetches never read, or too many of its hits read before their fetch ended)
+and in-batch hints were measured to do clearly better; it tries ahead again after a while.
 """
 
 from __future__ import annotations
@@ -52,7 +52,15 @@ AHEAD, IN_BATCH = "ahead", "in-batch"
 
 
 class HintTiming:
-    """Chooses the hint source of the next batch (:data:`AHEAD` or :data:`IN_BATCH`) from measured outcomes."""
+    """Chooses the hint source of the next batch (:data:`AHEAD` or :data:`IN_BATCH`) from measured outcomes.
+
+    A batch's *miss score* is the share of its prefetches never read (wasted) plus the share of its
+    prefetch hits read before their fetch ended (late). Ahead is used while its score stays within the
+    thresholds. After ``patience`` poor batches in a row, in-batch hints are tried for ``patience``
+    batches; they are kept (for ``retry_after`` batches) only if their mean score is lower than
+    ahead's by at least ``margin``, since they cost the batch a hint job. Otherwise (e.g. a cache too
+    small for a batch's keys wastes prefetches from either source) ahead is used again and not
+    questioned for ``retry_after`` batches."""
 
     def __init__(
         self,
@@ -60,6 +68,7 @@ class HintTiming:
         late_threshold: float = 0.5,
         patience: int = 2,
         retry_after: int = 20,
+        margin: float = 0.1,
         min_prefetches: int = 100,
     ):
         if not 0.0 <= wasted_threshold <= 1.0 or not 0.0 <= late_threshold <= 1.0:
@@ -68,26 +77,35 @@ class HintTiming:
         self.late_threshold = late_threshold
         self.patience = patience
         self.retry_after = retry_after
+        self.margin = margin
         self.min_prefetches = min_prefetches
         self.current = AHEAD
-        self._strikes = 0
-        self._in_batch = 0  # batches hinted in the batch since ahead was left
+        self._scores: dict[str, list[float]] = {AHEAD: [], IN_BATCH: []}  # the current run of each source
+        self._settled = 0  # batches left before the choice may change again
 
     def observe(self, source: str, prefetched: int, wasted: int, hits: int, late: int) -> str:
-        """Record one batch hinted from ``source``; returns the source for the next batch.
-
-        A batch is poor when more than the wasted threshold of its prefetches were never read, or more
-        than the late threshold of its prefetch hits were read before their fetch ended; batches with
-        fewer than ``min_prefetches`` prefetches say too little and are ignored."""
-        if self.current == IN_BATCH:
-            self._in_batch += 1
-            if self._in_batch >= self.retry_after:
-                self.current, self._in_batch, self._strikes = AHEAD, 0, 0
+        """Record one batch hinted from ``source``; returns the source for the next batch (batches with
+        fewer than ``min_prefetches`` prefetches, or from another source than the current, are ignored)."""
+        if self._settled:
+            self._settled -= 1
+            if not self._settled:
+                self.current = AHEAD
             return self.current
-        if source != AHEAD or prefetched < self.min_prefetches:
+        if source != self.current or prefetched < self.min_prefetches:
             return self.current
-        poor = wasted / prefetched > self.wasted_threshold or (hits and late / hits > self.late_threshold)
-        self._strikes = self._strikes + 1 if poor else 0
-        if self._strikes >= self.patience:
-            self.current, self._strikes = IN_BATCH, 0
+        wasted_share, late_share = wasted / prefetched, late / hits if hits else 0.0
+        scores = self._scores[source]
+        if source == AHEAD:
+            poor = wasted_share > self.wasted_threshold or late_share > self.late_threshold
+            scores[:] = [*scores, wasted_share + late_share] if poor else []
+            if len(scores) >= self.patience:
+                self.current = IN_BATCH
+            return self.current
+        scores.append(wasted_share + late_share)
+        if len(scores) >= self.patience:
+            ahead, in_batch = self._scores[AHEAD], scores
+            better = sum(in_batch) / len(in_batch) <= sum(ahead) / len(ahead) - self.margin
+            self.current = IN_BATCH if better else AHEAD
+            self._scores = {AHEAD: [], IN_BATCH: []}
+            self._settled = self.retry_after
         return self.current

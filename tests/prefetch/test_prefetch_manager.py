@@ -273,17 +273,22 @@ def test_lookahead_moves_to_a_later_stage_when_prefetches_are_wasted():
         LookaheadSelector(stages=2, wasted_threshold=1.5)
 
 
-def test_hint_timing_leaves_ahead_while_its_prefetches_are_wasted_or_late_and_tries_it_again_later():
+def test_hint_timing_tries_in_batch_hints_when_ahead_is_poor_and_keeps_them_only_if_clearly_better():
     timing = HintTiming(wasted_threshold=0.5, late_threshold=0.5, patience=2, retry_after=3, min_prefetches=10)
     assert timing.observe(AHEAD, prefetched=100, wasted=10, hits=90, late=5) == AHEAD  # a good batch
     assert timing.observe(AHEAD, prefetched=100, wasted=60, hits=40, late=0) == AHEAD  # one poor batch
     assert timing.observe(AHEAD, prefetched=5, wasted=5, hits=0, late=0) == AHEAD  # too few to judge
-    assert timing.observe(AHEAD, prefetched=100, wasted=0, hits=100, late=80) == IN_BATCH  # late: no slack
-    assert [timing.observe(IN_BATCH, 100, 0, 100, 0) for _ in range(3)] == [IN_BATCH, IN_BATCH, AHEAD]
-    assert timing.observe(AHEAD, prefetched=100, wasted=70, hits=30, late=0) == AHEAD
-    assert timing.observe(IN_BATCH, prefetched=100, wasted=70, hits=30, late=0) == AHEAD  # not ahead's outcome
-    assert timing.observe(AHEAD, prefetched=100, wasted=10, hits=90, late=0) == AHEAD  # a good batch resets
-    assert timing.observe(AHEAD, prefetched=100, wasted=70, hits=30, late=0) == AHEAD
+    assert timing.observe(AHEAD, prefetched=100, wasted=0, hits=100, late=80) == IN_BATCH  # late: try in-batch
+    # in-batch wastes as much (a cache too small for a batch, say): back to ahead, left alone for 3 batches
+    assert timing.observe(IN_BATCH, prefetched=100, wasted=60, hits=40, late=0) == IN_BATCH
+    assert timing.observe(IN_BATCH, prefetched=100, wasted=65, hits=35, late=0) == AHEAD
+    poor = {"prefetched": 100, "wasted": 90, "hits": 10, "late": 0}
+    assert [timing.observe(AHEAD, **poor) for _ in range(3)] == [AHEAD] * 3  # settled: not questioned
+    assert [timing.observe(AHEAD, **poor) for _ in range(2)] == [AHEAD, IN_BATCH]
+    # now in-batch is clearly better: kept for 3 batches, then ahead is tried again
+    assert timing.observe(IN_BATCH, prefetched=100, wasted=5, hits=95, late=0) == IN_BATCH
+    assert timing.observe(IN_BATCH, prefetched=100, wasted=5, hits=95, late=0) == IN_BATCH
+    assert [timing.observe(IN_BATCH, 100, 5, 95, 0) for _ in range(3)] == [IN_BATCH, IN_BATCH, AHEAD]
     with pytest.raises(ValueError, match="thresholds"):
         HintTiming(wasted_threshold=0.5, late_threshold=2.0)
 
