@@ -107,13 +107,13 @@ class BatchHints:
         ahead, self._ahead = self._ahead, None
         self._stop_ahead.set()
         stage = self.selector.current
-        frame = self._frame(batch, stage)
 
         def after_ahead() -> dict[str, Any]:
             found = ahead.result() if ahead is not None else {"next_unavailable": self._not_ahead_reason()}
             if not found.get("next_unavailable"):
                 return found
-            return {"source": IN_BATCH, "next_unavailable": found["next_unavailable"], **self._extract(frame, stage)}
+            in_batch = self._extract(self._frame(batch, stage), stage)
+            return {"source": IN_BATCH, "next_unavailable": found["next_unavailable"], **in_batch}
 
         return self._thread.submit(after_ahead)  # one thread: it runs when the ahead extraction has ended
 
