@@ -13,8 +13,8 @@ next one starts, file by file as they arrive, while the driver waits for the tri
 executors are idle; the next batch then finds its keys warm and skips its own hint job (files that
 arrive after the last look are read on a miss). When nothing arrived in time, the source cannot be
 peeked, or :class:`~prefetch.lookahead.HintTiming` chose in-batch hints (ahead's prefetches were
-mostly wasted or late and in-batch hints measured clearly better), the batch extracts its own hints and the record says why
-(``next_unavailable``).
+mostly wasted or late and in-batch hints measured clearly better), the batch extracts its own hints
+and the record says why (``next_unavailable``).
 """
 
 from __future__ import annotations
