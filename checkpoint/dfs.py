@@ -73,6 +73,7 @@ class DfsCheckpoints:
         self._committed: dict[int, list[ShardManifest]] = {}  # manifests this process committed or read for GC
         self._lock = threading.Lock()
         self._made_dirs: set[str] = set()
+        self.guard: Fence = no_fence  # the ownership check (checkpoint.owner): before the marker and GC
 
     # ------------------------------------------------------------------ paths and small objects
     def _abs(self, relative: str) -> str:
@@ -161,6 +162,7 @@ class DfsCheckpoints:
         """Upload the files of ``version`` not yet on the DFS, then its manifests, then its marker (ack 2).
         ``fence`` is called before each file, manifest and the marker are written."""
         started = time.monotonic()
+        self.guard()
         stats = UploadStats(version)
         present = self._present_files()
         todo: list[tuple[Path, FileEntry, str]] = []
@@ -181,6 +183,7 @@ class DfsCheckpoints:
             self._write_small(manifest_path(manifest.shard, version), manifest.to_json())
         failpoints.hit("ckpt.after_manifest")
         fence()
+        self.guard()
         self._write_small(marker_path(version), CommitMarker.for_manifests(version, manifests).to_json())
         self._committed[version] = list(manifests)
         failpoints.hit("ckpt.after_dfs_marker")
@@ -293,6 +296,7 @@ class DfsCheckpoints:
         rest: older versions, manifests without a marker, and orphans of interrupted uploads.
         ``fence`` is called before the first listing and before each delete."""
         fence()
+        self.guard()
         stats = GcStats()
         committed = self.committed_versions()
         keep = committed[-retain:] if retain > 0 else []

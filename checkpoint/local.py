@@ -48,6 +48,7 @@ class LocalCheckpoints:
         self.root = Path(root)
         # (device, inode, size, mtime) -> sha256: hard links share an inode, so each SST is hashed once.
         self._digests: dict[tuple[int, int, int], str] = {}
+        self.guard: Fence = no_fence  # the ownership check (checkpoint.owner): before each marker
 
     def checkpoint_dir(self, shard: int, version: int) -> Path:
         return self.root / local_checkpoint_dir(shard, version)
@@ -74,6 +75,7 @@ class LocalCheckpoints:
         """Write the local marker of ``version`` (ack 1): every shard's checkpoint is complete."""
         failpoints.hit("ckpt.after_local_manifest")
         fence()
+        self.guard()
         marker = CommitMarker.for_manifests(version, manifests)
         write_atomically(self.root / marker_path(version), marker.to_json())
         failpoints.hit("ckpt.after_local_marker")
