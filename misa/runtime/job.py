@@ -37,10 +37,11 @@ from misa.obs.metrics import BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord
 from misa.operators.base import OperatorResult, StatefulOperator
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
-from misa.runtime.commit import CommitController
+from misa.runtime.commit import CommitController, CommitFailedError
 from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
-from misa.runtime.recovery import reconcile, require_fresh
+from misa.runtime.recovery import RecoveryError, batch_gap_message, reconcile, require_fresh
+from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -105,6 +106,8 @@ class StatefulJob:
         )
         self.version = self.store.version
         self._listener: Any = None
+        self._started = False
+        self._awaiting_first_batch = False
         self._state_phase = gc_paused if pause_gc else nothing_paused
 
     def _default_state_dir(self) -> Path:
@@ -119,10 +122,17 @@ class StatefulJob:
     def start(
         self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any], query_name: str | None = None
     ) -> StreamingQuery:
-        """Recover, then start the streaming query with this job as its foreachBatch function."""
+        """Claim the state for this query, recover, then start the streaming query with this job as its
+        foreachBatch function. Calling it again (after the query failed) is a full restart: what the
+        failed run left in memory (commits, hints, the cache) is dropped first."""
+        if self._started:
+            self._drop_failed_run(spark)
+        self._started = True
+        self.store.claim(SparkCheckpointLog(self.checkpoint_location).query_id())
         if self.controller.mode == "nocommit":
             require_fresh(self.store, self.checkpoint_location)
         self._load(reconcile(self.store, self.checkpoint_location))
+        self._awaiting_first_batch = True
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
         writer = stream.writeStream.foreachBatch(self.run_batch).option(
@@ -131,6 +141,19 @@ class StatefulJob:
         if query_name:
             writer = writer.queryName(query_name)
         return writer.trigger(**trigger).start()
+
+    def _drop_failed_run(self, spark: SparkSession) -> None:
+        """Forget the previous run's in-memory work, as a new driver process would: its commit tasks (a
+        failed one included) and their pending buffers go; the state is reloaded by recovery."""
+        log.warning("start() called again: dropping the previous run's pending commits before recovery")
+        try:
+            self.controller.close()
+        except CommitFailedError as exc:
+            log.warning("the previous run's commit failed: %s", exc)
+        self.controller = CommitController(self.store, self.view)
+        if self._listener is not None:
+            spark.streams.removeListener(self._listener)
+            self._listener = None
 
     def _load(self, version: int) -> None:
         restored = self.store.load(version)
@@ -174,8 +197,7 @@ class StatefulJob:
     def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
         """The batch's phases in order: rewind on replay, compute, merge, sink, commit, wait for ack 2."""
         started = time.monotonic()
-        if batch_id <= self.version:  # a replay: rebuild from the version before it
-            self._rewind(batch_id - 1)
+        self._check_continuity(batch_id)
         phases = BatchPhases()
         clock = _PhaseClock(started)
         counted, observation = self._observed(batch, batch_id)
@@ -204,6 +226,26 @@ class StatefulJob:
         self.metrics.add(batch_id, record, self.controller.finished())
         if self.hints is not None:  # the driver now waits for the trigger
             self.hints.start_next(self._good)
+
+    def _check_continuity(self, batch_id: int) -> None:
+        """Batch ``batch_id`` must follow the state's version: a replay rebuilds from the version before it;
+        a gap fails the batch before anything is written. At the query's first batch this driver's claim
+        is checked again (a driver started after it supersedes it), and a version another driver made
+        durable since recovery is loaded when it is exactly the one this batch follows."""
+        first, self._awaiting_first_batch = self._awaiting_first_batch, False
+        if first:
+            self.store.check_owner()
+        if batch_id <= self.version:  # a replay: rebuild from the version before it
+            self._rewind(batch_id - 1)
+            return
+        if batch_id == self.version + 1:
+            return
+        durable = self.store.newest_durable()
+        if first and durable == batch_id - 1 and not self.store.restore_problems(durable):
+            log.warning("version %d became durable after recovery; continuing from it", durable)
+            self._load(durable)
+            return
+        raise RecoveryError(batch_gap_message(batch_id, self.version, self.checkpoint_location, self.store))
 
     def _good(self, rows: DataFrame) -> DataFrame:
         """``rows`` without their bad records."""

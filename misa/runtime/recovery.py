@@ -111,3 +111,15 @@ def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
         f"Point the query at its own checkpoint location and state locations, or start from a new checkpoint "
         f"location with new state locations."
     )
+
+
+def batch_gap_message(batch_id: int, version: int, location: Location, store: StateStore) -> str:
+    """Why Spark's batch ``batch_id`` cannot run on state ``version`` (not ``batch_id - 1``)."""
+    return (
+        f"Spark runs batch {batch_id} (checkpoint at {location}) but the state is at version {version} (local "
+        f"{store.root}, DFS {store.dfs_url}): the state of batches {version + 1}..{batch_id - 1} is not there. Nothing "
+        f"was written for batch {batch_id}. Usual causes: another driver of this query ran those batches after this "
+        f"one recovered (a standby started while the old driver still ran), or two queries share the state "
+        f"locations. Stop every other driver of this query, then restart it: recovery reconciles the state with "
+        f"Spark's checkpoint."
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import uuid
 from pathlib import Path
 
 from checkpoint import failpoints
@@ -34,6 +35,24 @@ class SparkCheckpointLog:
         except FileNotFoundError:
             return []
         return sorted(int(n) for n in (posixpath.basename(p.rstrip("/")) for p in names) if n.isdigit())
+
+    def query_id(self) -> str:
+        """Spark's id of the query that owns this checkpoint (its ``metadata`` file). A new checkpoint gets
+        one now, written as Spark writes it, so that the state can be claimed before the query starts
+        (Spark keeps an existing ``metadata``)."""
+        path = self._folder("metadata")
+        try:
+            return str(json.loads(self.fs.cat_file(path))["id"])
+        except FileNotFoundError:
+            pass
+        query_id = str(uuid.uuid4())
+        data = json.dumps({"id": query_id}).encode()
+        if self.location.local is None:
+            self.fs.makedirs(self.root, exist_ok=True)
+            self.fs.pipe_file(path, data)
+        else:
+            write_atomically(Path(path), data)
+        return query_id
 
     def last_committed(self) -> int:
         return max(self.batch_ids("commits"), default=EMPTY)

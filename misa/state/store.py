@@ -13,7 +13,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import rocksdict
 
 from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, UploadStats, failpoints, no_fence
-from checkpoint.location import redact
+from checkpoint.location import parse, redact
+from checkpoint.owner import Owner, OwnerRecord, StateDirLock
 from misa.config import ConfigError, MisaConfig
 from misa.state.rocksdb_options import shard_options, unlogged_writes
 
@@ -40,6 +41,8 @@ class StateStore:
             raise ConfigError("spark.misa.checkpoint.dfsUrl is not set: give an fsspec URL such as file:///data/ckpt")
         self.config = config
         self.root = Path(state_dir)
+        _refuse_nested(self.root, dfs_url)
+        self._lock = StateDirLock(self.root).acquire()  # before anything in the state dir changes
         self.shards = config.state_shards
         self.checkpoints = CheckpointStore(
             self.root,
@@ -57,6 +60,24 @@ class StateStore:
         self._dbs: list[rocksdict.Rdict] = []
         self.version = EMPTY_VERSION
         self.load(EMPTY_VERSION)
+
+    # ------------------------------------------------------------------ ownership
+    def claim(self, query_id: str) -> Owner:
+        """Make this driver the owner of the state for ``query_id`` (Spark's query id): the state dir and
+        the DFS location must not belong to another query, and the DFS epoch is incremented, which stops
+        a driver still running on it at its next marker, upload or GC. Nothing else is changed before."""
+        local = OwnerRecord(*parse(self.root).filesystem(), str(self.root), what="state dir")
+        local.refuse_foreign(query_id)
+        dfs = self.checkpoints.dfs
+        record = OwnerRecord(dfs.fs, dfs.root, dfs.shown)
+        owner = record.claim(query_id)
+        local.claim(query_id)
+        dfs.guard = self.checkpoints.local.guard = record.check
+        return owner
+
+    def check_owner(self) -> None:
+        """Raise :class:`checkpoint.owner.OwnershipError` when another driver or query claimed the state since."""
+        self.checkpoints.dfs.guard()
 
     # ------------------------------------------------------------------ versions
     def _db_dir(self, shard: int) -> Path:
@@ -241,9 +262,23 @@ class StateStore:
         """Close every shard; the working state is not checkpointed by closing."""
         self._close_dbs()
         self._pool.shutdown(wait=True)
+        self._lock.release()
 
     def __enter__(self) -> StateStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _refuse_nested(state_dir: Path, dfs_url: str) -> None:
+    """A DFS copy inside the state dir (or the reverse) is no second copy: ack 2 would count as ack 1."""
+    dfs = parse(dfs_url).local
+    if dfs is None:
+        return
+    state = state_dir.expanduser().resolve()
+    if dfs == state or state in dfs.parents or dfs in state.parents:
+        raise ConfigError(
+            f"spark.misa.checkpoint.dfsUrl ({dfs}) and spark.misa.state.dir ({state}) overlap: the DFS copy must "
+            f"be a second copy on other storage, outside the working state dir (and not containing it)"
+        )

@@ -144,10 +144,12 @@ class StateView:
         return CommitBuffer(version, changes, tuple(range_deletes))
 
     def reset(self) -> None:
-        """Forget the cache and any hints: the store was (re)loaded."""
+        """Forget the cache, any hints and pending commit buffers: the store was (re)loaded."""
         if self.prefetcher is not None:
             self.prefetcher.clear()
         self.cache.clear()
+        with self._lock:
+            self._pending = []
 
     def _quiesce(self) -> None:
         if self.prefetcher is not None:
