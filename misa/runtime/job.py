@@ -31,13 +31,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
-from checkpoint.location import parse, spark_location
+from checkpoint.location import spark_location
 from misa.config import ConfigError, MisaConfig
 from misa.obs.metrics import BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord
 from misa.operators.base import OperatorResult, StatefulOperator
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
 from misa.runtime.commit import CommitController, CommitFailedError
+from misa.runtime.hadoop_fs import resolve_location
 from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import RecoveryError, batch_gap_message, reconcile, require_fresh
@@ -88,7 +89,7 @@ class StatefulJob:
         self.sink = sink
         self.upstream = upstream
         self.bad_records = bad_records
-        self.checkpoint_location = parse(checkpoint_location)
+        self.checkpoint_location = resolve_location(checkpoint_location)  # where Spark puts it
         self.store = StateStore(
             self.config,
             state_dir or self.config.state_dir or self._default_state_dir(),

@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 
 from pyspark.sql import DataFrame
 
-from checkpoint.location import parse
+from misa.runtime.hadoop_fs import resolve_location
 
 log = logging.getLogger(__name__)
 Reader = Callable[[list[str]], DataFrame]  # files -> the rows a batch of them gives the foreachBatch function
@@ -52,8 +52,8 @@ class FileSourcePeek:
         max_files: int | None = None,
         source: int = 0,
     ):
-        self.fs, self.input = parse(input_location).filesystem()
-        log_fs, root = parse(checkpoint_location).filesystem()
+        self.fs, self.input = resolve_location(input_location).filesystem()  # both where Spark reads them
+        log_fs, root = resolve_location(checkpoint_location).filesystem()
         self._log_fs, self._log = log_fs, posixpath.join(root, "sources", str(source))
         self.read = read
         self.max_files = max_files
