@@ -107,14 +107,39 @@ def spark_location(location: str | Path | Location) -> str:
     return str(parsed.local) if parsed.local is not None else parsed.given
 
 
-_QUERY_SECRET = re.compile(
-    r"(?i)(?:(?<=^)|(?<=&))(sig|signature|token|secret|password|pwd|key|credential|x-amz-[a-z-]+)=[^&\s]*"
-)
+#: URL parameters that carry credentials, by the fsspec backend (or URL kind) that reads them; compared
+#: case-insensitively, a trailing ``*`` stands for any rest of the name.
+SECRET_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "s3fs": ("key", "secret", "token", "session_token", "aws_*", "x-amz-*"),
+    "gcsfs": ("token", "access_token", "refresh_token", "client_secret", "x-goog-*"),
+    "adlfs": ("account_key", "sas_token", "sig", "credential", "client_secret", "connection_string"),
+    "webhdfs/hdfs": ("delegation", "token"),
+    "sftp": ("password",),
+    "signed URLs and others": ("signature", "pwd"),
+}
+
+
+def _secret_parameter_pattern(table: dict[str, tuple[str, ...]]) -> re.Pattern[str]:
+    """A pattern matching ``name=value`` of every secret parameter in ``table``, at the start of a query
+    (or fragment) or after ``&`` or ``;``; the value runs to the next ``&`` (a connection string's ``;``
+    parts stay in it)."""
+    names = sorted({name.lower() for names in table.values() for name in names})
+    alternatives = "|".join(re.escape(n[:-1]) + r"[\w.-]+" if n.endswith("*") else re.escape(n) for n in names)
+    return re.compile(rf"(?i)(?:^|(?<=[&;]))({alternatives})=[^&\s]*")
+
+
+_URL_SECRET = _secret_parameter_pattern(SECRET_PARAMETERS)
+
+
+def _mask_parameters(part: str) -> str:
+    """A URL's query or fragment with the values of its secret parameters replaced by ``***``."""
+    return _URL_SECRET.sub(lambda m: f"{m.group(1)}=***", part)
 
 
 def redact(text: str) -> str:
-    """``text`` with the credentials a URL may carry masked: ``user:pass@`` and secret query values
-    (SAS tokens, signatures). Works on a bare URL and on a message that contains URLs."""
+    """``text`` with the credentials a URL may carry masked: ``user:pass@`` and the values of secret
+    parameters (:data:`SECRET_PARAMETERS`) in its query or fragment. Works on a bare URL and on a message
+    that contains URLs."""
 
     def one(url: str) -> str:
         try:
@@ -125,7 +150,8 @@ def redact(text: str) -> str:
         userinfo, at, host = netloc.rpartition("@")
         if at and ":" in userinfo:  # a password; a bare user name (abfs' container@account) is no secret
             netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-        query = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}=***", parts.query)
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        return urlunsplit(
+            (parts.scheme, netloc, parts.path, _mask_parameters(parts.query), _mask_parameters(parts.fragment))
+        )
 
     return re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+", lambda m: one(m.group(0)), text)
