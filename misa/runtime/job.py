@@ -132,7 +132,8 @@ class StatefulJob:
         self.store.claim(SparkCheckpointLog(self.checkpoint_location).query_id())
         if self.controller.mode == "nocommit":
             require_fresh(self.store, self.checkpoint_location)
-        self._load(reconcile(self.store, self.checkpoint_location))
+        reconcile(self.store, self.checkpoint_location)  # loads the version Spark continues from
+        self._adopt_loaded()
         self._awaiting_first_batch = True
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
@@ -157,12 +158,16 @@ class StatefulJob:
             self._listener = None
 
     def _load(self, version: int) -> None:
-        restored = self.store.load(version)
-        self.operator.restore(restored.metadata if restored else {})
+        self.store.load(version)
+        self._adopt_loaded()
+
+    def _adopt_loaded(self) -> None:
+        """Continue from the version just loaded into the store: its operator metadata, no stale cache or hints."""
+        self.operator.restore(self.store.metadata)
         if self.hints is not None:
             self.hints.drop_ahead()
         self.view.reset()  # discard anything a failed attempt left behind
-        self.version = version
+        self.version = self.store.version
 
     def _rewind(self, version: int) -> None:
         """Go back to ``version`` inside the running query: newer versions are forgotten (markers on

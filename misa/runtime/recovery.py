@@ -31,11 +31,13 @@ def require_fresh(store: StateStore, checkpoint_location: str | Location) -> Non
 
 
 def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
-    """The state version that Spark will continue from (the caller loads it).
+    """The state version that Spark will continue from, loaded into ``store`` (``store.metadata`` holds
+    its operator metadata).
 
     V = the newest version that is durable, or newer and valid locally (uploaded first); C = Spark's
     last committed batch. C == V: resume. C == V - 1: roll back to C (checked restorable first).
-    C == V + 1: make Spark replay C. Anything else fails before anything is changed.
+    C == V + 1: make Spark replay C. Anything else fails before anything is changed. The target is
+    restored before Spark's logs or any marker change, so a restore that fails changes nothing.
     """
     location = parse(checkpoint_location)
     spark = SparkCheckpointLog(location)
@@ -51,6 +53,7 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
         if local <= target:
             log.info("uploading locally committed version %d before recovery", local)
             store.upload_and_retain(local)
+    store.load(target)
     if c > target:
         log.warning(
             "Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c, target

@@ -59,6 +59,7 @@ class StateStore:
         self._pool = ThreadPoolExecutor(self.shards, thread_name_prefix="misa-shard")
         self._dbs: list[rocksdict.Rdict] = []
         self.version = EMPTY_VERSION
+        self.metadata: dict[str, Any] = {}  # the operator metadata stored with the loaded version
         self.load(EMPTY_VERSION)
 
     # ------------------------------------------------------------------ ownership
@@ -95,6 +96,7 @@ class StateStore:
             restored = self.checkpoints.restore(version, dests, prefer_local)
         self._dbs = [self._open(d) for d in dests]
         self.version = version
+        self.metadata = dict(restored.metadata) if restored else {}
         return restored
 
     def _open(self, path: Path) -> rocksdict.Rdict:

@@ -274,3 +274,21 @@ def test_nocommit_starts_only_fresh(config, tmp_path, store):
             require_fresh(fresh, str(tmp_path / "old-ckpt"))
     with pytest.raises(RecoveryError, match=r"versions \[0, 1, 2\]"):
         require_fresh(store, str(tmp_path / "new-ckpt"))
+
+
+def test_a_restore_that_fails_leaves_sparks_logs_and_the_markers_alone(store, config, tmp_path):
+    """On a new machine the target comes from the DFS; when that download fails, nothing may have changed."""
+    from checkpoint import failpoints
+
+    ckpt = tmp_path / "ckpt"
+    spark_log(ckpt, committed=3, offsets=4)  # batch 3 was in flight: recovery would make Spark replay it
+    store.close()
+    with StateStore(config, tmp_path / "new-machine", f"file://{tmp_path / 'dfs'}") as moved:
+        failpoints.configure("dfs.get=raise")
+        with pytest.raises(Exception, match="failpoint dfs.get"):
+            reconcile(moved, str(ckpt))
+        failpoints.configure("")
+        assert entries(ckpt, "commits") == [0, 1, 2, 3] and entries(ckpt, "offsets") == [0, 1, 2, 3, 4]
+        assert moved.checkpoints.dfs.committed_versions() == [0, 1, 2]
+        assert reconcile(moved, str(ckpt)) == 2
+        assert moved.version == 2 and moved.count_keys() == 300
