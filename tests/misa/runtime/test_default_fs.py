@@ -60,11 +60,11 @@ def test_a_scheme_less_checkpoint_is_read_where_spark_writes_it(spark, tmp_path)
         location = resolve_location(checkpoint, spark)
         assert location.url.startswith("viewfs://") and location.local is None
         for part in range(2):
-            rows.coalesce(1).write.parquet(str(cluster / "in" / f"part-{part}"))
+            rows.coalesce(1).write.parquet((cluster / "in" / f"part-{part}").as_uri())
         _run(spark, checkpoint, tmp_path / "node-a", f"{input_path}/part-*", outputs)
         assert (cluster / "ckpt" / "misa-state" / "_commits").is_dir()  # the DFS copy beside Spark's checkpoint
         shutil.rmtree(node_disk, ignore_errors=True)  # a new node: nothing of the old one's local disk
-        rows.coalesce(1).write.parquet(str(cluster / "in" / "part-2"))
+        rows.coalesce(1).write.parquet((cluster / "in" / "part-2").as_uri())
         _run(spark, checkpoint, tmp_path / "node-b", f"{input_path}/part-*", outputs)
     finally:
         _restore(spark, saved)
