@@ -13,8 +13,9 @@ The query: the view events, each ad joined with its campaign, COUNT per campaign
 event-time windows; columns ``window_start, window_end, campaign_id, views``. The campaign of an ad
 is read through the state (:class:`misa.operators.lookup_aggregation.LookupAggregation`); an ad the state
 does not hold yet is looked up in Redis (one MGET per batch) and stored in the state. Without
-``--redis`` the job starts a private ``redis-server`` and loads the mapping into it (plain keys
-``ad_id -> campaign_id``, as YSB does); with ``--redis URL`` the server must hold them already.
+``--redis`` the job starts a private ``redis-server`` with a random password and loads the mapping
+into it (plain keys ``ad_id -> campaign_id``, as YSB does); with ``--redis URL`` the server must hold
+them already (its password, if it has one, in the URL: ``redis://:PASSWORD@HOST:PORT/DB``).
 ``--mode native`` is the reference: one plain Spark batch job over the same files, joined with
 ``campaigns.json``, written as batch 0 in the same Parquet layout.
 """
@@ -78,7 +79,8 @@ def read_campaigns(input_dir: str) -> dict[str, str]:
 
 @contextmanager
 def redis_url(args: argparse.Namespace) -> Iterator[str]:
-    """``--redis``, or a private redis-server loaded with the input's campaigns for the duration of the run."""
+    """``--redis``, or a private redis-server loaded with the input's campaigns for the duration of the run
+    (its URL carries its password: show it only through ``checkpoint.location.redact``)."""
     if args.redis:
         yield args.redis
         return
@@ -129,8 +131,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = job_arguments("Yahoo Streaming Benchmark: views per campaign in 10 s windows", ("ysb",))
     parser.add_argument(
         "--redis",
-        help="URL of a Redis holding ad_id -> campaign_id keys (default: start a "
-        "private redis-server and load INPUT/_side/campaigns.json into it)",
+        help="URL of a Redis holding ad_id -> campaign_id keys, with its password if it has one "
+        "(redis://:PASSWORD@HOST:PORT/DB); default: start a private redis-server with a random password "
+        "and load INPUT/_side/campaigns.json into it",
     )
     return parser.parse_args(argv)
 

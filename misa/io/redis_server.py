@@ -10,11 +10,18 @@
 The server keeps nothing on disk (no RDB snapshots, no append-only file) and is stopped, and its
 directory removed, when the context ends. On Linux it also gets SIGTERM when the thread that started
 it dies, so a killed driver leaves no server behind.
+
+It requires a password (``requirepass``), random per server, so that no other local user can read or
+rewrite what a job keeps there: the password is in a config file only its owner can read (never on
+the command line, which any user can list) and in :attr:`RedisServer.url`, which its clients connect
+with. A URL is shown only through :func:`checkpoint.location.redact` (``redis://:***@...``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -26,6 +33,7 @@ from typing import Callable, Mapping, Sequence
 
 import redis
 
+from checkpoint.location import redact
 from misa.io.ports import free_port
 
 DEFAULT_BINARY = "redis-server"
@@ -35,6 +43,7 @@ PACKAGE_HINT = (
     "running server"
 )
 MSET_CHUNK = 10_000  # keys per MSET when loading a mapping
+PASSWORD_BYTES = 32  # of randomness in a private server's password
 _PR_SET_PDEATHSIG = 1
 
 
@@ -60,31 +69,38 @@ def server_binary(binary: str = DEFAULT_BINARY) -> str:
 
 
 class RedisServer:
-    """A private ``redis-server`` on a free loopback port in a temporary directory, without persistence."""
+    """A private ``redis-server`` on a free loopback port in a temporary directory, without persistence,
+    that requires a random password (see the module docstring)."""
 
     def __init__(self, binary: str = DEFAULT_BINARY, startup_timeout_s: float = 10.0, attempts: int = 3):
         self.binary = binary
         self.startup_timeout_s = startup_timeout_s
         self.attempts = attempts  # another process may take the chosen port before the server binds it
         self.port: int | None = None
+        self.password = secrets.token_urlsafe(PASSWORD_BYTES)  # URL-safe: it goes into url as it is
         self._process: subprocess.Popen | None = None
         self._dir: Path | None = None
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:PORT/0`` of the running server."""
+        """``redis://:PASSWORD@127.0.0.1:PORT/0`` of the running server (show it only through ``redact``)."""
         if self.port is None:
             raise RedisServerError("the redis-server is not running: use RedisServer as a context manager")
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+
+    def __repr__(self) -> str:
+        where = redact(self.url) if self.port is not None else "not running"
+        return f"RedisServer({where})"
 
     def client(self) -> redis.Redis:
-        """A client of this server that returns strings."""
+        """A client of this server that returns strings (authenticated with the server's password)."""
         return redis.Redis.from_url(self.url, decode_responses=True)
 
     def start(self) -> RedisServer:
         """Start the server and return once it answers PING."""
         path = server_binary(self.binary)
-        self._dir = Path(tempfile.mkdtemp(prefix="misa-redis-"))
+        self._dir = Path(tempfile.mkdtemp(prefix="misa-redis-"))  # mode 0700
+        config = write_private_config(self._dir / "redis.conf", {"requirepass": self.password})
         errors = []
         for _ in range(self.attempts):
             port = free_port()
@@ -92,6 +108,7 @@ class RedisServer:
             self._process = subprocess.Popen(
                 [
                     path,
+                    str(config),
                     "--port",
                     str(port),
                     "--bind",
@@ -122,14 +139,16 @@ class RedisServer:
     def _wait_ready(self, port: int) -> bool:
         """True once the server answers PING; False if it exits or stays silent past the timeout."""
         assert self._process is not None
-        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, socket_timeout=0.5)
+        client = redis.Redis(
+            host="127.0.0.1", port=port, password=self.password, socket_connect_timeout=0.5, socket_timeout=0.5
+        )
         deadline = time.monotonic() + self.startup_timeout_s
         try:
             while time.monotonic() < deadline and self._process.poll() is None:
                 try:
-                    if client.ping():
+                    if client.ping():  # only our server knows the password
                         return True
-                except redis.ConnectionError:
+                except redis.ConnectionError:  # also AuthenticationError: another server took the port
                     time.sleep(0.05)
             return False
         finally:
@@ -173,6 +192,19 @@ class RedisServer:
         self.stop()
 
 
+def write_private_config(path: Path, settings: Mapping[str, str]) -> Path:
+    """Write a redis.conf of ``settings`` (one ``name "value"`` line each) that only its owner can read."""
+    lines = [f'{name} "{_quoted(value)}"' for name, value in settings.items()]
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write("\n".join(lines) + "\n")
+    return path
+
+
+def _quoted(value: str) -> str:
+    """``value`` escaped for a double-quoted redis.conf argument."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _terminate_with_parent() -> Callable[[], None] | None:
     """On Linux, a pre-exec hook asking the kernel to SIGTERM the child when its parent thread dies."""
     if not sys.platform.startswith("linux"):
@@ -182,13 +214,20 @@ def _terminate_with_parent() -> Callable[[], None] | None:
 
 
 def connect(url: str) -> redis.Redis:
-    """A client of the server at ``url`` that returns strings; fails clearly if the server does not answer."""
+    """A client of the server at ``url`` that returns strings; fails clearly (the URL redacted) if the
+    server does not answer or refuses the URL's password."""
     client = redis.Redis.from_url(url, decode_responses=True)
     try:
         client.ping()
+    except redis.AuthenticationError as exc:
+        client.close()
+        raise RedisServerError(
+            f"Redis at {redact(url)} refused the connection ({exc}): give its password in the URL, "
+            "as redis://:PASSWORD@HOST:PORT/DB"
+        ) from exc
     except redis.RedisError as exc:
         client.close()
-        raise RedisServerError(f"cannot reach Redis at {url}: {exc}") from exc
+        raise RedisServerError(f"cannot reach Redis at {redact(url)}: {exc}") from exc
     return client
 
 
@@ -204,8 +243,11 @@ class RedisLookup:
     """Values of string keys from Redis, one MGET per call (None for a key Redis does not have)."""
 
     def __init__(self, url: str):
-        self.url = url
+        self.url = url  # with the password, if any: shown only through redact (see __repr__)
         self._client = connect(url)
+
+    def __repr__(self) -> str:
+        return f"RedisLookup({redact(self.url)})"
 
     def __call__(self, keys: Sequence[str]) -> list[str | None]:
         return self._client.mget(keys) if keys else []

@@ -7,14 +7,19 @@ per key an MGET reads), reset before each test.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import shutil
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pytest
+import redis
 from job_helpers import assert_same_results, job_args, metrics, results, run_in_process
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from jobs import ysb
 from jobs.gen.parts import BAD_RECORDS_FILE, SIDE_DIR
@@ -65,6 +70,21 @@ def test_private_server_stops_and_missing_binary_is_named(tmp_path):
         RedisServer(binary=str(tmp_path / "redis-server")).start()
 
 
+def test_the_jobs_private_server_refuses_other_clients_and_serves_its_own(tmp_path):
+    (tmp_path / SIDE_DIR).mkdir()
+    (tmp_path / SIDE_DIR / CAMPAIGNS_FILE).write_text(json.dumps(CAMPAIGNS))
+    with ysb.redis_url(argparse.Namespace(redis=None, input=str(tmp_path))) as url:
+        port = urlsplit(url).port
+        with pytest.raises(redis.AuthenticationError):  # another local user cannot read or rewrite the map
+            redis.Redis(host="127.0.0.1", port=port, retry=Retry(NoBackoff(), 0)).set("a1", "c-evil")
+        lookup = RedisLookup(url)  # the job's own client
+        try:
+            assert lookup(["a1", "a3", "zz"]) == ["c1", "c2", None]
+        finally:
+            lookup.close()
+        assert urlsplit(url).password not in repr(lookup)
+
+
 # ---------------------------------------------------------------------------- the operator (no Spark)
 def deltas(rows: list[tuple[int, str | None, int, int]]) -> pa.Table:
     """Per (window, ad) deltas as Spark sends them; rows: (window_end_s, ad_id, views, max_event_s)."""
@@ -75,10 +95,8 @@ def deltas(rows: list[tuple[int, str | None, int, int]]) -> pa.Table:
             "ad_id": pa.array([r[1] for r in rows], pa.string()),
             "_rows": pa.array([r[2] for r in rows], pa.int64()),
             "_max_event_us": pa.array([r[3] * S for r in rows], pa.int64()),
-            "_s0": pa.array([0.0] * len(rows)),
-            "_c0": pa.array([float(r[2]) for r in rows]),
-            "_n0": pa.array([0.0] * len(rows)),
-            "_x0": pa.array([0.0] * len(rows)),
+            "_v0": pa.array([r[2] for r in rows], pa.int64()),
+            "_c0": pa.array([r[2] for r in rows], pa.int64()),
         }
     )
 
