@@ -1,14 +1,17 @@
 """The one typed, validated, immutable configuration of MiSA, built from ``spark.misa.*`` keys.
 
 Sources: a SparkConf (``--conf`` / ``--properties-file``), a plain mapping, or a Spark properties
-file. An unknown or malformed ``spark.misa.*`` key raises :class:`ConfigError` naming the key and
-the expected form. ``conf/misa-defaults.conf`` is :func:`defaults_file_text` written out.
+file. An unknown ``spark.misa.*`` key, a malformed value, or a number outside its key's range raises
+:class:`ConfigError` naming the key, the value and the expected form with its range, when the
+configuration is built (also for typed values given to :meth:`MisaConfig.with_values`).
+``conf/misa-defaults.conf`` is :func:`defaults_file_text` written out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,35 +23,59 @@ PREFIX = "spark.misa."
 
 
 class ConfigError(ValueError):
-    """A ``spark.misa.*`` key is unknown or its value does not have the expected form."""
+    """A ``spark.misa.*`` key is unknown, or its value does not have the expected form or lies outside its range."""
+
+
+C_INT_MAX = 2**31 - 1  # the largest value of the RocksDB options that rocksdict takes as a C int
+MAX_WAIT_S = 1000 * 3600.0  # the longest duration: below every platform's threading.TIMEOUT_MAX (Windows: 1193 h)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The range a numeric setting must lie in: ``low`` to ``high`` (None: no upper limit), each end
+    included unless ``low_open`` / ``high_open``."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below  # NaN is neither
+
+    def describe(self, show: Callable[[Any], str]) -> str:
+        """The range in words, its ends written by ``show``: ``>= 1``, ``from 64k to 64g``, ``> 0s and <= 1000h``."""
+        low = f"{'>' if self.low_open else '>='} {show(self.low)}"
+        if self.high is None:
+            return low
+        if not (self.low_open or self.high_open):
+            return f"from {show(self.low)} to {show(self.high)}"
+        return f"{low} and {'<' if self.high_open else '<='} {show(self.high)}"
 
 
 @dataclass(frozen=True)
 class Kind:
-    """How a setting's text is parsed, and the form shown when it is wrong."""
+    """How a setting's text is parsed, the range a numeric value must lie in, and the form shown when it is wrong."""
 
-    form: str
-    parse: Callable[[str], Any]
+    noun: str  # "an integer", "a size", "true or false"
+    parse: Callable[[str], Any]  # raises ValueError for text that is not of the form
+    bounds: Bounds | None = None  # every numeric kind has one
+    show: Callable[[Any], str] = str  # a value written as a setting's text
+    examples: str = ""  # "such as 64m, 512k or 1g"
 
+    @property
+    def form(self) -> str:
+        """What a value must look like, its range included: ``an integer from 1 to 254``."""
+        text = self.noun if self.bounds is None else f"{self.noun} {self.bounds.describe(self.show)}"
+        return f"{text}, {self.examples}" if self.examples else text
 
-def _int(minimum: int) -> Kind:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise ValueError
-        return value
-
-    return Kind(f"an integer >= {minimum}", parse)
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError
-    return value
-
-
-FRACTION = Kind("a number from 0 to 1", _fraction)
+    def accepts(self, value: Any) -> bool:
+        """True when the parsed ``value`` lies in the range (always for a kind without one)."""
+        return self.bounds is None or value in self.bounds
 
 
 def _bool(text: str) -> bool:
@@ -94,6 +121,24 @@ def parse_seconds(text: str) -> float:
     return float(match.group(1)) * _TIME_UNITS[match.group(2).lower()]
 
 
+def _size_text(size: int) -> str:
+    """``size`` bytes as a setting's text: ``64m``, ``4g``, else the plain number."""
+    for unit in ("g", "m", "k"):
+        if size and size % _SIZE_UNITS[unit] == 0:
+            return f"{size // _SIZE_UNITS[unit]}{unit}"
+    return str(size)
+
+
+def _duration_text(seconds: float) -> str:
+    """``seconds`` as a setting's text: ``1000h``, ``5min``, ``10s``, ``0s``, else in ms (``0.001ms``)."""
+    if seconds == 0:
+        return "0s"
+    for unit in ("h", "min", "s"):
+        if seconds >= _TIME_UNITS[unit] and (seconds / _TIME_UNITS[unit]).is_integer():
+            return f"{seconds / _TIME_UNITS[unit]:.0f}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
 def _choice(*options: str) -> Kind:
     def parse(text: str) -> str:
         if text.strip() not in options:
@@ -103,22 +148,25 @@ def _choice(*options: str) -> Kind:
     return Kind("one of " + ", ".join(options), parse)
 
 
+def _int(low: int, high: int | None = None) -> Kind:
+    """An integer from ``low`` (to ``high``)."""
+    return Kind("an integer", int, Bounds(low, high))
+
+
+def _size(low: int, high: int | None = None, *, high_open: bool = False, examples: str = "64m, 512k or 1g") -> Kind:
+    """A number of bytes from ``low`` (to ``high``)."""
+    return Kind("a size", parse_bytes, Bounds(low, high, high_open=high_open), _size_text, f"such as {examples}")
+
+
+def _duration(low: float, *, low_open: bool = False, examples: str = "200ms, 10s or 2min") -> Kind:
+    """A number of seconds from ``low`` (excluded when ``low_open``) to :data:`MAX_WAIT_S`."""
+    return Kind(
+        "a duration", parse_seconds, Bounds(low, MAX_WAIT_S, low_open=low_open), _duration_text, f"such as {examples}"
+    )
+
+
 BOOL = Kind("true or false", _bool)
-BYTES = Kind("a size such as 64m, 512k or 1g", parse_bytes)
-DURATION = Kind("a duration such as 200ms, 10s or 2min", parse_seconds)
-
-
-def _positive_seconds(text: str) -> float:
-    value = parse_seconds(text)
-    if value <= 0:
-        raise ValueError
-    return value
-
-
-def _positive_duration(examples: str) -> Kind:
-    return Kind(f"a duration above zero such as {examples}", _positive_seconds)
-
-
+FRACTION = Kind("a number", float, Bounds(0.0, 1.0), lambda value: f"{value:g}")
 TEXT = Kind("any text", str.strip)
 
 
@@ -173,7 +221,7 @@ class MisaConfig:
     commit_heartbeat_timeout_s: float = setting(
         "spark.misa.commit.heartbeatTimeout",
         "5min",
-        _positive_duration("30s, 5min or 1h"),
+        _duration(0, low_open=True, examples="30s, 5min or 1h"),
         "A commit or upload thread silent this long (no file step) is presumed dead and its work is redone.",
     )
     commit_max_restarts: int = setting(
@@ -214,31 +262,37 @@ class MisaConfig:
     retry_initial_backoff_s: float = setting(
         "spark.misa.checkpoint.retry.initialBackoff",
         "200ms",
-        DURATION,
+        _duration(0),
         "First wait between DFS attempts; doubles each attempt.",
     )
     retry_max_backoff_s: float = setting(
-        "spark.misa.checkpoint.retry.maxBackoff", "10s", DURATION, "Longest wait between two DFS attempts."
+        "spark.misa.checkpoint.retry.maxBackoff",
+        "10s",
+        _duration(0),
+        "Longest wait between two DFS attempts (at least the initial backoff).",
     )
     retry_jitter_s: float = setting(
         "spark.misa.checkpoint.retry.jitter",
         "200ms",
-        DURATION,
+        _duration(0),
         "Random extra wait added to each backoff, up to this much.",
     )
     rocksdb_write_buffer_bytes: int = setting(
         "spark.misa.rocksdb.writeBufferSize",
         "64m",
-        BYTES,
-        "Memtable size per shard before RocksDB flushes it to an L0 file.",
+        _size(64 << 10, 64 << 30),
+        "Memtable size per shard before RocksDB flushes it to an L0 file (RocksDB would clip it to 64k..64g).",
     )
     rocksdb_max_write_buffers: int = setting(
-        "spark.misa.rocksdb.maxWriteBufferNumber", "3", _int(2), "Memtables per shard (one active, the rest flushing)."
+        "spark.misa.rocksdb.maxWriteBufferNumber",
+        "3",
+        _int(2, C_INT_MAX),
+        "Memtables per shard (one active, the rest flushing).",
     )
     rocksdb_l0_compaction_trigger: int = setting(
         "spark.misa.rocksdb.level0FileNumCompactionTrigger",
         "4",
-        _int(1),
+        _int(1, C_INT_MAX),
         "Number of L0 files that starts a compaction.",
     )
     rocksdb_compression: str = setting(
@@ -248,14 +302,19 @@ class MisaConfig:
         "Block compression of SST files.",
     )
     rocksdb_block_cache_bytes: int = setting(
-        "spark.misa.rocksdb.blockCacheSize", "64m", BYTES, "Block cache shared by all shards."
+        "spark.misa.rocksdb.blockCacheSize", "64m", _size(0), "Block cache shared by all shards (0: none)."
     )
-    rocksdb_block_bytes: int = setting("spark.misa.rocksdb.blockSize", "4k", BYTES, "Data block size of SST files.")
+    rocksdb_block_bytes: int = setting(
+        "spark.misa.rocksdb.blockSize",
+        "4k",
+        _size(1, 4 << 30, high_open=True, examples="4k, 16k or 64k"),
+        "Data block size of SST files (RocksDB refuses 4g and more).",
+    )
     rocksdb_bloom_bits: int = setting(
         "spark.misa.rocksdb.bloomFilterBitsPerKey",
         "10",
-        _int(0),
-        "Bloom filter bits per key for point lookups; 0 disables the filter.",
+        _int(0, 100),
+        "Bloom filter bits per key for point lookups; 0 disables the filter (RocksDB would cap it at 100).",
     )
     rocksdb_direct_reads: bool = setting(
         "spark.misa.rocksdb.useDirectReads",
@@ -264,7 +323,10 @@ class MisaConfig:
         "Read SST files with O_DIRECT, bypassing the OS page cache (for honest cache benchmarks).",
     )
     rocksdb_background_jobs: int = setting(
-        "spark.misa.rocksdb.maxBackgroundJobs", "2", _int(1), "Background flush and compaction threads per shard."
+        "spark.misa.rocksdb.maxBackgroundJobs",
+        "2",
+        _int(1, C_INT_MAX),
+        "Background flush and compaction threads per shard.",
     )
     cache_policy: str = setting(
         "spark.misa.cache.policy",
@@ -276,7 +338,7 @@ class MisaConfig:
     cache_max_bytes: int = setting(
         "spark.misa.cache.maxBytes",
         "16m",
-        BYTES,
+        _size(1),
         "State cache capacity (with a tac, lru or clock cache); dirty entries evicted before their commit wait in "
         "an eviction buffer. Size it to a few batches' keys: more costs Python bookkeeping and memory that "
         "RocksDB's block cache serves faster.",
@@ -313,12 +375,15 @@ class MisaConfig:
         "Rows of the Count-Min sketch that finds hot keys (hot keys are cached anyway and not hinted).",
     )
     prefetch_sketch_width: int = setting(
-        "spark.misa.prefetch.sketch.width", "65536", _int(16), "Counters per row of the Count-Min sketch."
+        "spark.misa.prefetch.sketch.width",
+        "65536",
+        _int(16, 1 << 32),
+        "Counters per row of the Count-Min sketch, rounded up to a power of two (a row is indexed by a 32-bit hash).",
     )
     prefetch_hot_threshold: int = setting(
         "spark.misa.prefetch.sketch.hotThreshold",
         "64",
-        _int(1),
+        _int(1, 254),
         "A key is hot when all its sketch counters exceed this (counters saturate at 255).",
     )
     prefetch_aging_records: int = setting(
@@ -338,13 +403,27 @@ class MisaConfig:
     python_switch_interval_s: float = setting(
         "spark.misa.python.switchInterval",
         "0.2ms",
-        _positive_duration("0.2ms, 5ms or 1s"),
+        _duration(1e-6, examples="0.2ms, 5ms or 1s"),
         "The driver's Python thread switch interval while a spark-submit job of jobs/ runs (Python's default is "
         "5ms; set by the entry point, not the library): how long a prefetch or commit thread whose I/O returned "
-        "may wait for the GIL behind the batch's own Python work.",
+        "may wait for the GIL behind the batch's own Python work (Python counts it in whole microseconds).",
     )
 
     def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            if not spec.metadata["kind"].accepts(value):
+                raise _out_of_range(spec, spec.metadata["kind"].show(value))
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        """Settings valid alone but not together."""
+        if self.retry_max_backoff_s < self.retry_initial_backoff_s:
+            raise ConfigError(
+                f"spark.misa.checkpoint.retry.maxBackoff={_duration_text(self.retry_max_backoff_s)!r} is below "
+                f"spark.misa.checkpoint.retry.initialBackoff={_duration_text(self.retry_initial_backoff_s)!r}: "
+                "the longest wait between two DFS attempts must be at least the first"
+            )
         if self.prefetch_enabled and self.cache_policy == "none":
             raise ConfigError(
                 "spark.misa.prefetch.enabled=true needs a state cache to prefetch into, but spark.misa.cache.policy "
@@ -371,11 +450,7 @@ class MisaConfig:
                 close = difflib.get_close_matches(key, by_key, n=1)
                 hint = f"; did you mean {close[0]}?" if close else "; known keys are listed in conf/misa-defaults.conf"
                 raise ConfigError(f"unknown configuration key {key}{hint}")
-            spec = by_key[key]
-            try:
-                parsed[spec.name] = spec.metadata["kind"].parse(str(raw))
-            except ValueError:
-                raise ConfigError(f"{key}={raw!r} is malformed: expected {spec.metadata['kind'].form}") from None
+            parsed[by_key[key].name] = _parse_setting(by_key[key], str(raw))
         return cls(**parsed)
 
     @classmethod
@@ -404,6 +479,24 @@ class MisaConfig:
         return RetryPolicy(
             self.retry_max_attempts, self.retry_initial_backoff_s, self.retry_max_backoff_s, self.retry_jitter_s
         )
+
+
+def _parse_setting(spec: dataclasses.Field, text: str) -> Any:
+    """The typed value of one setting's ``text``; a ConfigError naming the key, the text and the form when
+    it is malformed or out of range."""
+    kind: Kind = spec.metadata["kind"]
+    try:
+        value = kind.parse(text)
+    except ValueError:
+        raise ConfigError(f"{spec.metadata['key']}={text!r} is malformed: expected {kind.form}") from None
+    if not kind.accepts(value):
+        raise _out_of_range(spec, text)
+    return value
+
+
+def _out_of_range(spec: dataclasses.Field, shown: str) -> ConfigError:
+    """The error for a setting whose value (written as ``shown``) lies outside its range."""
+    return ConfigError(f"{spec.metadata['key']}={shown!r} is out of range: expected {spec.metadata['kind'].form}")
 
 
 def read_properties(text: str) -> dict[str, str]:

@@ -43,22 +43,103 @@ def test_unknown_key_is_named_with_a_suggestion():
 @pytest.mark.parametrize(
     "key,value,form",
     [
-        ("spark.misa.state.shards", "0", "integer >= 1"),
-        ("spark.misa.state.shards", "four", "integer >= 1"),
-        ("spark.misa.state.retainVersions", "1", "integer >= 2"),  # a rollback by one version needs the one before
+        ("spark.misa.state.shards", "four", "an integer >= 1"),
+        ("spark.misa.state.shards", "1.5", "an integer >= 1"),
         ("spark.misa.rocksdb.compression", "brotli", "one of none, snappy, lz4, zstd, zlib"),
-        ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size such as"),
-        ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration such as"),
+        ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size >= 0, such as"),
+        ("spark.misa.cache.maxBytes", "-1m", "a size >= 1, such as"),
+        ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration from 0s to 1000h, such as"),
         ("spark.misa.checkpoint.verifyReads", "yes", "true or false"),
-        ("spark.misa.commit.heartbeatTimeout", "0", "a duration above zero"),  # 0: every thread would be "silent"
-        ("spark.misa.commit.heartbeatTimeout", "0ms", "a duration above zero"),
-        ("spark.misa.commit.maxRestarts", "-1", "integer >= 0"),
+        ("spark.misa.prefetch.wastedRatioThreshold", "half", "a number from 0 to 1"),
     ],
 )
 def test_malformed_value_names_key_and_form(key, value, form):
     with pytest.raises(ConfigError) as err:
         MisaConfig.from_mapping({key: value})
-    assert key in str(err.value) and form in str(err.value)
+    assert f"{key}={value!r} is malformed" in str(err.value) and form in str(err.value)
+
+
+#: (key, a value outside its range, the value at that end of the range, the range as errors show it)
+RANGES = [
+    ("spark.misa.state.shards", "0", "1", ">= 1"),
+    ("spark.misa.state.retainVersions", "1", "2", ">= 2"),  # a rollback by one version needs the one before
+    ("spark.misa.state.writeChunkSize", "0", "1", ">= 1"),
+    ("spark.misa.commit.heartbeatTimeout", "0", "1ms", "> 0s and <= 1000h"),  # 0: every thread "silent"
+    ("spark.misa.commit.heartbeatTimeout", "0ms", "1ms", "> 0s and <= 1000h"),
+    ("spark.misa.commit.heartbeatTimeout", "1001h", "1000h", "> 0s and <= 1000h"),
+    ("spark.misa.commit.maxRestarts", "-1", "0", ">= 0"),
+    ("spark.misa.checkpoint.uploadThreads", "0", "1", ">= 1"),
+    ("spark.misa.checkpoint.retry.maxAttempts", "0", "1", ">= 1"),
+    ("spark.misa.checkpoint.retry.initialBackoff", "1001h", "10s", "from 0s to 1000h"),
+    ("spark.misa.checkpoint.retry.maxBackoff", "60001min", "1000h", "from 0s to 1000h"),
+    ("spark.misa.checkpoint.retry.jitter", "3600001s", "0", "from 0s to 1000h"),
+    ("spark.misa.rocksdb.writeBufferSize", "0", "64k", "from 64k to 64g"),  # RocksDB would clip it
+    ("spark.misa.rocksdb.writeBufferSize", "63k", "64k", "from 64k to 64g"),
+    ("spark.misa.rocksdb.writeBufferSize", "65g", "64g", "from 64k to 64g"),
+    ("spark.misa.rocksdb.maxWriteBufferNumber", "1", "2", "from 2 to 2147483647"),
+    ("spark.misa.rocksdb.maxWriteBufferNumber", "2147483648", "2147483647", "from 2 to 2147483647"),  # a C int
+    ("spark.misa.rocksdb.level0FileNumCompactionTrigger", "0", "1", "from 1 to 2147483647"),
+    ("spark.misa.rocksdb.level0FileNumCompactionTrigger", "2147483648", "2147483647", "from 1 to 2147483647"),
+    ("spark.misa.rocksdb.blockSize", "0", "1", ">= 1 and < 4g"),
+    ("spark.misa.rocksdb.blockSize", "4g", "4194303k", ">= 1 and < 4g"),  # RocksDB refuses 4 GiB
+    ("spark.misa.rocksdb.bloomFilterBitsPerKey", "-1", "0", "from 0 to 100"),
+    ("spark.misa.rocksdb.bloomFilterBitsPerKey", "101", "100", "from 0 to 100"),  # RocksDB would cap it
+    ("spark.misa.rocksdb.maxBackgroundJobs", "0", "1", "from 1 to 2147483647"),
+    ("spark.misa.rocksdb.maxBackgroundJobs", "2147483648", "2147483647", "from 1 to 2147483647"),
+    ("spark.misa.cache.maxBytes", "0", "1", ">= 1"),  # issue 24: it failed only when the cache was built
+    ("spark.misa.cache.maxBytes", "0k", "1", ">= 1"),
+    ("spark.misa.prefetch.threads", "0", "1", ">= 1"),
+    ("spark.misa.prefetch.chunkKeys", "0", "1", ">= 1"),
+    ("spark.misa.prefetch.sketch.depth", "0", "1", ">= 1"),
+    ("spark.misa.prefetch.sketch.width", "15", "16", "from 16 to 4294967296"),
+    ("spark.misa.prefetch.sketch.width", "4294967297", "4294967296", "from 16 to 4294967296"),  # 32-bit row index
+    ("spark.misa.prefetch.sketch.hotThreshold", "0", "1", "from 1 to 254"),
+    ("spark.misa.prefetch.sketch.hotThreshold", "255", "254", "from 1 to 254"),  # counters saturate at 255
+    ("spark.misa.prefetch.sketch.agingRecords", "0", "1", ">= 1"),
+    ("spark.misa.prefetch.wastedRatioThreshold", "1.5", "1", "from 0 to 1"),
+    ("spark.misa.prefetch.wastedRatioThreshold", "-0.1", "0", "from 0 to 1"),
+    ("spark.misa.prefetch.wastedRatioThreshold", "nan", "0.5", "from 0 to 1"),
+    ("spark.misa.python.switchInterval", "0ms", "0.001ms", "from 0.001ms to 1000h"),
+    ("spark.misa.python.switchInterval", "0.0005ms", "0.001ms", "from 0.001ms to 1000h"),  # Python: whole µs
+    ("spark.misa.python.switchInterval", "1001h", "1000h", "from 0.001ms to 1000h"),
+]
+
+
+@pytest.mark.parametrize("key,bad,edge,valid", RANGES)
+def test_a_number_outside_its_range_is_refused_when_the_config_is_built(key, bad, edge, valid):
+    with pytest.raises(ConfigError) as err:
+        MisaConfig.from_mapping({key: bad})
+    assert f"{key}={bad!r} is out of range: expected " in str(err.value) and valid in str(err.value)
+    MisaConfig.from_mapping({key: edge})  # the end of the range itself is valid
+
+
+def test_every_numeric_setting_has_a_range_and_a_test_of_it():
+    numeric = {f.metadata["key"]: f for f in dataclasses.fields(MisaConfig) if f.type in ("int", "float")}
+    assert len(numeric) > 20
+    assert all(f.metadata["kind"].bounds is not None for f in numeric.values())
+    untested = set(numeric) - {key for key, *_ in RANGES}
+    assert untested == {"spark.misa.rocksdb.blockCacheSize"}  # >= 0: no text that parses is outside it
+
+
+def test_typed_values_are_checked_too():
+    with pytest.raises(ConfigError, match=r"spark\.misa\.cache\.maxBytes='0' is out of range: expected a size >= 1"):
+        MisaConfig().with_values(cache_max_bytes=0)
+    with pytest.raises(ConfigError, match=r"spark\.misa\.commit\.heartbeatTimeout='0s' is out of range"):
+        MisaConfig(commit_heartbeat_timeout_s=0.0)
+    with pytest.raises(ConfigError, match=r"spark\.misa\.prefetch\.sketch\.width='8' is out of range.*from 16"):
+        MisaConfig().with_values(prefetch_sketch_width=8)
+    assert MisaConfig().with_values(commit_heartbeat_timeout_s=0.3).commit_heartbeat_timeout_s == 0.3
+
+
+def test_the_longest_backoff_is_at_least_the_first():
+    with pytest.raises(ConfigError) as err:
+        MisaConfig.from_mapping(
+            {"spark.misa.checkpoint.retry.initialBackoff": "2s", "spark.misa.checkpoint.retry.maxBackoff": "500ms"}
+        )
+    assert "spark.misa.checkpoint.retry.maxBackoff='500ms' is below" in str(err.value)
+    assert "spark.misa.checkpoint.retry.initialBackoff='2s'" in str(err.value)
+    same = {"spark.misa.checkpoint.retry.initialBackoff": "2s", "spark.misa.checkpoint.retry.maxBackoff": "2s"}
+    assert MisaConfig.from_mapping(same).retry_max_backoff_s == 2
 
 
 def test_from_spark_conf_and_properties_file(tmp_path):

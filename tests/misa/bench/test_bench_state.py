@@ -121,7 +121,7 @@ def test_cli_prints_one_json_object_per_policy(tmp_path, capsys):
     assert main(["bench", "state", "--cache-bytes", "lots"]) == 2
     assert "--cache-bytes 'lots': use a size such as 1m" in capsys.readouterr().err
     assert main(["bench", "state", "--switch-interval", "0ms"]) == 2
-    assert "--switch-interval: spark.misa.python.switchInterval='0ms' is malformed" in capsys.readouterr().err
+    assert "--switch-interval: spark.misa.python.switchInterval='0ms' is out of range" in capsys.readouterr().err
 
 
 def test_switch_interval_is_set_inside_the_block_and_restored_after():
