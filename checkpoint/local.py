@@ -24,6 +24,29 @@ from .manifest import (
 from .retry import CorruptCheckpointError
 
 
+class LinkedPathError(RuntimeError):
+    """A path below a root that a symbolic link leads elsewhere: refused, never followed."""
+
+
+def unlinked(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies below ``root`` with no symbolic link on the way (``path`` itself included), so
+    that whatever is done to it stays below ``root``. ``root`` itself may be a link; ``path`` need not exist."""
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return False
+    return os.path.realpath(path) == os.path.normpath(os.path.join(os.path.realpath(root), relative))
+
+
+def refuse_links(root: str | os.PathLike[str], path: str) -> str:
+    """``path`` when :func:`unlinked` holds for it; else :class:`LinkedPathError` naming it."""
+    if not unlinked(root, path):
+        raise LinkedPathError(
+            f"{path} is a symbolic link, or lies below one, under {root}: refusing to follow it (a planted link "
+            f"would make this read, write or delete files elsewhere). Remove the link."
+        )
+    return path
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so a crash leaves the old file or the new one, never half: the bytes
     are fsynced before the rename and the folder after it, so a marker never counts before it is on disk."""

@@ -12,6 +12,11 @@ half-written or half-replaced batch, and a crash at any moment leaves the previo
 Files of other attempts are removed after the pointer moves (best effort; readers ignore them).
 Spark's readers skip names starting with ``_``, but they would read every attempt's files: read
 these folders with :meth:`BatchFolders.committed` (``misa.io.sink.read_batches``).
+
+On a local file system a batch folder or pointer that is a symbolic link (or lies below one) is
+refused with :class:`checkpoint.local.LinkedPathError` naming it, never followed: a planted
+``batch_id=N`` link would otherwise make a replay delete the link target's files as an earlier
+attempt's and write its own there. Object stores have no links.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Mapping
 
-from checkpoint.local import write_atomically
+from checkpoint.local import refuse_links, write_atomically
 from checkpoint.location import Location, parse
 
 log = logging.getLogger(__name__)
@@ -38,7 +43,8 @@ class BatchFolders:
         self.fs, self.root = self.location.filesystem()
 
     def folder(self, batch_id: int) -> str:
-        return posixpath.join(self.root, f"batch_id={batch_id}")
+        """The folder of batch ``batch_id``; on local disk never one that a link leads elsewhere."""
+        return self._own(posixpath.join(self.root, f"batch_id={batch_id}"))
 
     def commit(self, batch_id: int, files: Mapping[str, bytes]) -> None:
         """Make ``files`` (name -> bytes) batch ``batch_id``'s output, replacing any earlier attempt's."""
@@ -73,14 +79,20 @@ class BatchFolders:
         """Every batch with a committed attempt, in batch id order, with the paths of its files."""
         found = []
         self.fs.invalidate_cache()  # another process (or attempt) may have committed since the last listing
-        for pointer in self.fs.glob(posixpath.join(self.root, "batch_id=*", POINTER)):
-            folder = posixpath.dirname(pointer)
-            raw = json.loads(self.fs.cat_file(pointer))
+        for folder in self.fs.glob(posixpath.join(self.root, "batch_id=*")):  # links too: they are refused
+            try:
+                raw = json.loads(self.fs.cat_file(self._own(posixpath.join(folder, POINTER))))
+            except (FileNotFoundError, NotADirectoryError):  # a crash before the pointer, a removed batch
+                continue
             found.append((int(raw["batch_id"]), [posixpath.join(folder, name) for name in raw["files"]]))
         return sorted(found)
 
     def read(self, path: str) -> bytes:
         return self.fs.cat_file(path)
+
+    def _own(self, path: str) -> str:
+        """``path`` (below the root); on local disk a :class:`LinkedPathError` when a link leads it elsewhere."""
+        return path if self.location.local is None else refuse_links(self.root, path)
 
     def _write(self, path: str, data: bytes) -> None:
         """Write ``path`` whole: on local disk through a temporary name, fsynced, then renamed (and the

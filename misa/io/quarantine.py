@@ -10,10 +10,11 @@ line (``_raw_record``) and flags it (``_bad_record``). A record is bad when
 
 Blank lines are not records (Spark's JSON source skips them too). :class:`Quarantine` writes each
 batch's bad records, the exact raw input lines in UTF-8, one per line, as a text file under
-``ROOT/batch_id=N/`` (any location; see :mod:`misa.io.batch_output`), so a replayed batch replaces
-its own lines whole; a batch without bad records has no committed lines (a replay that finds
-none removes an earlier attempt's). It passes the good rows on without the two
-extra columns; :func:`good_records` is the same filter for plain Spark.
+``ROOT/batch_id=N/`` (any location; see :mod:`misa.io.batch_output`, which also refuses a batch
+folder that a symbolic link leads elsewhere), so a replayed batch replaces its own lines whole; a
+batch without bad records has no committed lines (a replay that finds none removes an earlier
+attempt's). It passes the good rows on without the two extra columns; :func:`good_records` is the
+same filter for plain Spark.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from checkpoint.local import LinkedPathError
 from misa.io import batch_output
 from misa.io.batch_output import BatchFolders
 from misa.io.quarantine import Quarantine, read_quarantine
@@ -76,3 +77,29 @@ def test_a_quarantine_replay_with_fewer_or_no_bad_lines_shows_only_those(root):
 def test_a_local_batch_folder_holds_no_temporary_file_after_a_commit(tmp_path):
     ParquetBatchSink(tmp_path / "out")(0, pa.table({"x": [1]}))
     assert not [p for p in Path(tmp_path / "out").rglob("*.tmp")]
+
+
+# ---------------------------------------------------------------- links out of the root
+WRITERS = {
+    "sink": lambda root, batch_id: ParquetBatchSink(root)(batch_id, pa.table({"x": [1]})),
+    "quarantine": lambda root, batch_id: Quarantine(root)._write(batch_id, ["bad line"]),
+    "quarantine-none": lambda root, batch_id: Quarantine(root)._write(batch_id, []),  # removes the batch's output
+}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_batch_folder_that_is_a_link_is_refused_and_its_target_untouched(tmp_path, writer):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    (victim / batch_output.POINTER).write_text('{"batch_id": 3, "attempt": "x", "files": ["precious.txt"]}')
+    root = tmp_path / "out"
+    root.mkdir()
+    (root / "batch_id=3").symlink_to(victim)
+    with pytest.raises(LinkedPathError, match="batch_id=3"):
+        WRITERS[writer](root, 3)
+    assert sorted(p.name for p in victim.iterdir()) == [batch_output.POINTER, "precious.txt"]
+    assert (victim / "precious.txt").read_text() == "keep me"
+    with pytest.raises(LinkedPathError, match="batch_id=3"):
+        read_batches(root)  # a reader does not follow it either
+    WRITERS[writer](root, 4)  # other batches are written as before
