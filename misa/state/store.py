@@ -14,11 +14,12 @@ import rocksdict
 
 from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, UploadStats, failpoints, no_fence
 from checkpoint.location import parse, redact
-from checkpoint.owner import Owner, OwnerRecord, StateDirLock
+from checkpoint.owner import Owner, OwnerRecord, OwnershipError, StateDirLock
 from misa.config import ConfigError, MisaConfig
 from misa.state.rocksdb_options import shard_options, unlogged_writes
 
 EMPTY_VERSION = -1  # the version before Spark batch 0: no state
+OWNER_KEY = "misa.owner"  # the query and driver epoch that wrote a version, in its manifests' metadata
 
 
 def shard_of(key: bytes, shards: int) -> int:
@@ -60,6 +61,7 @@ class StateStore:
         self._dbs: list[rocksdict.Rdict] = []
         self.version = EMPTY_VERSION
         self.metadata: dict[str, Any] = {}  # the operator metadata stored with the loaded version
+        self.owner: Owner | None = None  # set by claim(); recorded in every version written after it
         self.load(EMPTY_VERSION)
 
     # ------------------------------------------------------------------ ownership
@@ -74,6 +76,7 @@ class StateStore:
         owner = record.claim(query_id)
         local.claim(query_id)
         dfs.guard = self.checkpoints.local.guard = record.check
+        self.owner = owner
         return owner
 
     def check_owner(self) -> None:
@@ -97,6 +100,13 @@ class StateStore:
         self._dbs = [self._open(d) for d in dests]
         self.version = version
         self.metadata = dict(restored.metadata) if restored else {}
+        written_by = self.metadata.pop(OWNER_KEY, {}).get("query_id")
+        if self.owner is not None and written_by not in (None, self.owner.query_id):
+            raise OwnershipError(
+                f"version {version} of the state (local {self.root}, DFS {self.dfs_url}) was written by query "
+                f"{written_by}, not by this query ({self.owner.query_id}): two queries share these state locations. "
+                f"Give this query its own spark.misa.state.dir and spark.misa.checkpoint.dfsUrl."
+            )
         return restored
 
     def _open(self, path: Path) -> rocksdict.Rdict:
@@ -210,7 +220,10 @@ class StateStore:
             while self.running_compactions():
                 fence()
                 time.sleep(0.01)
-        commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata or {}, fence)
+        metadata = dict(metadata or {})
+        if self.owner is not None:
+            metadata[OWNER_KEY] = {"query_id": self.owner.query_id, "epoch": self.owner.epoch}
+        commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata, fence)
         commit.flush_s = flush_s
         commit.seconds += flush_s
         self.version = version

@@ -184,3 +184,32 @@ def test_a_standby_started_while_the_old_driver_runs_never_continues_on_stale_st
         with contextlib.suppress(Exception):  # the old driver's commits were refused: that is the point
             old.close(spark)
     assert _counts(outputs) == {0: 32, 1: 32, 2: 32}  # 8 files of 12 rows
+
+
+def test_every_version_records_its_query_and_another_querys_version_is_refused(config, tmp_path):
+    dfs = (tmp_path / "dfs").as_uri()
+    with StateStore(config, tmp_path / "a", dfs) as first:
+        first.claim("query-1")
+        _commit(first, 0)
+        assert first.checkpoints.dfs.manifests(0)[0].metadata["misa.owner"] == {"query_id": "query-1", "epoch": 1}
+    (tmp_path / "dfs" / "_owner.json").unlink()  # an owner record lost (or a DFS copied without it)
+    with StateStore(config, tmp_path / "b", dfs) as second:
+        second.claim("query-2")
+        with pytest.raises(OwnershipError, match="version 0 .* written by query query-1"):
+            second.load(0)
+
+
+def test_two_queries_configured_with_one_dfs_url_the_second_is_refused_at_start(spark, tmp_path):
+    _write_input(spark, tmp_path / "in", 0, 1)
+    dfs = {"spark.misa.checkpoint.dfsUrl": (tmp_path / "shared-dfs").as_uri()}
+    first, first_out = _counting_job(str(tmp_path / "ckpt-1"), **dfs)
+    second, second_out = _counting_job(str(tmp_path / "ckpt-2"), **dfs)
+    try:
+        first_query = first.start(spark, _stream(spark, tmp_path / "in"), {"availableNow": True})
+        with pytest.raises(OwnershipError, match="belongs to query .* not to this query"):
+            second.start(spark, _stream(spark, tmp_path / "in"), {"availableNow": True})
+        first_query.awaitTermination()
+    finally:
+        first.close(spark)
+        second.close(spark)
+    assert _counts(first_out) == {0: 4, 1: 4, 2: 4} and second_out == {}
