@@ -1,14 +1,29 @@
 """``misa soak``: a randomized crash soak of the jobs on the MiSA runtime, compared with plain Spark.
 
-Each iteration draws a job (cm2 or lr2), a commit mode, a DFS (``file://`` under the run's folder,
-or a bucket on an S3 server on loopback, moto's, that the soak starts) and a kill plan: one or two
-SIGKILLs in a row, each at a random hit of a random failpoint (``MISA_FAILPOINTS``) or of the whole
-spark-submit process group after a random delay; then a run without kills that must finish. The
-whole output (every row of every batch, :mod:`jobs.output_diff`) must equal the native reference's.
+Each iteration draws a job (CM2, LR2 or NEXMark Q20), a commit mode, a DFS (``file://`` under the
+run's folder, or a bucket on an S3 server on loopback, moto's, that the soak starts) and a scenario:
+
+* ``kill``: one or two SIGKILLs in a row, each at a random hit of a random failpoint
+  (``MISA_FAILPOINTS``) or of the whole spark-submit process group after a random delay; then a
+  run without kills that must finish.
+* ``moved``: the same kills, but every run after a kill starts on "another machine": a new, empty
+  local state dir (``--state-dir``), so it recovers from the DFS.
+* ``damaged``: the same kills, then one byte of a random SST or meta file on the DFS flipped, or
+  the file deleted; the local state stays, so the final run must give the exact result (and leave
+  the DFS sound), or refuse with a message naming the damaged file and the fix.
+* ``retry``: possibly a kill, then a run whose first ``start()`` fails at a raising failpoint and
+  which calls ``start()`` again in the same driver (``--retry-start 1``): it must finish.
+* ``standby``: two drivers of the query on the same checkpoint and DFS, each with its own state dir,
+  the second started while the first runs (both slowed by a ``sleep`` failpoint); either may
+  refuse with a clear message (superseded, batch gap), neither may hang; then a clean run.
+
+The whole output (every row of every batch, :mod:`jobs.output_diff`) must equal the native
+reference's, and after it ``misa ckpt verify`` must find the DFS copy sound.
 
 One small input per job is generated once per soak; its native reference and a clean run in misa
 mode (which must equal the reference, and whose wall time bounds the random delays) come first.
-Every run is its own spark-submit, one at a time, with Spark's checkpoint on local disk.
+The runs are spark-submits (one at a time, but for standby's two drivers), with Spark's checkpoint
+on local disk.
 """
 
 from __future__ import annotations
@@ -19,23 +34,29 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import fsspec
 
 from checkpoint.failpoints import ENV_VAR, FAILPOINTS
 from jobs.bench.queries import name_list
 from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
+from jobs.gen.nexmark import generate_nexmark
 from jobs.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
+from jobs.submit import RETRY_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES_PER_BATCH = 2
@@ -44,6 +65,12 @@ MODES = ("misa", "sync", "async-ckpt")
 DFS_KINDS = ("file", "s3")
 TWICE = 0.3  # share of plans whose first restart is killed too
 TIMED = 0.25  # share of kills at a random moment rather than at a failpoint
+SCENARIOS = ("kill", "standby", "moved", "damaged", "retry")
+RETRY_KILLED = 0.5  # share of retry plans with a kill before the retried run
+RETRY_POINTS = ("commit.after_apply", "dfs.put")  # where a retried run's first start fails
+STANDBY_SLOW_MS = 1000  # standby: each commit of both drivers sleeps this long, so that they overlap
+STANDBY_START = (0.1, 0.7)  # standby: the second driver starts after this share of a clean run's time
+DAMAGE_KINDS = ("flip", "delete")
 BUCKET = "misa-soak"
 #: Spark settings of every run: small and quick to start (see README, "Crash soak"); --conf overrides them.
 CONF = {
@@ -85,6 +112,12 @@ JOBS = {
         partial(generate_lr, rate=2, seconds=150, files_per_second=1 / 15, progress=False),
         None,
     ),
+    "q20": SoakJob(
+        "nexmark.py",
+        "q20",
+        partial(generate_nexmark, rate=100, seconds=40, files_per_second=0.25, side_rows=10, progress=False),
+        None,
+    ),
 }
 
 
@@ -107,13 +140,31 @@ class Kill:
 
 
 @dataclass(frozen=True)
+class Damage:
+    """Damage done to the DFS between two runs: one byte of an SST or meta file flipped, or the file deleted;
+    ``seed`` picks the file (and the byte)."""
+
+    kind: str  # flip | delete
+    seed: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} a DFS file"
+
+
+@dataclass(frozen=True)
 class Plan:
-    """What one iteration runs: the job, the commit mode, the DFS kind and the kills before the final run."""
+    """What one iteration runs: the job, the commit mode, the DFS kind, the scenario and its draws: the kills
+    before the final run, the damage (damaged), the failpoint of the retried start (retry) and when the
+    second driver starts (standby)."""
 
     job: str
     mode: str
     dfs: str
     kills: tuple[Kill, ...]
+    scenario: str = "kill"
+    damage: Damage | None = None
+    retry: str | None = None
+    standby_s: float = 0.0
 
 
 def max_hits(point: str, versions: int) -> int:
@@ -134,6 +185,11 @@ def sample_kill(rng: random.Random, versions: int, clean_s: float) -> Kill:
     return Kill(point, rng.randint(1, max_hits(point, versions)))
 
 
+def sample_kills(rng: random.Random, versions: int, clean_s: float) -> tuple[Kill, ...]:
+    """One kill, or (share :data:`TWICE`) two in a row."""
+    return tuple(sample_kill(rng, versions, clean_s) for _ in range(2 if rng.random() < TWICE else 1))
+
+
 def sample_plan(
     rng: random.Random,
     jobs: Sequence[str],
@@ -141,12 +197,22 @@ def sample_plan(
     dfs_kinds: Sequence[str],
     versions: dict[str, int],
     clean_s: dict[str, float],
+    scenarios: Sequence[str] = SCENARIOS,
 ) -> Plan:
     """One iteration's plan; ``versions`` and ``clean_s``: per job, the batches of its input and a clean run's time."""
     job = rng.choice(list(jobs))
     mode, dfs = rng.choice(list(modes)), rng.choice(list(dfs_kinds))
-    kills = tuple(sample_kill(rng, versions[job], clean_s[job]) for _ in range(2 if rng.random() < TWICE else 1))
-    return Plan(job, mode, dfs, kills)
+    scenario = rng.choice(list(scenarios))
+    plan = Plan(job, mode, dfs, (), scenario)
+    if scenario == "standby":
+        return replace(plan, standby_s=round(rng.uniform(*STANDBY_START) * clean_s[job], 1))
+    if scenario == "retry":
+        kills = (sample_kill(rng, versions[job], clean_s[job]),) if rng.random() < RETRY_KILLED else ()
+        return replace(plan, kills=kills, retry=rng.choice(RETRY_POINTS))
+    plan = replace(plan, kills=sample_kills(rng, versions[job], clean_s[job]))
+    if scenario == "damaged":
+        return replace(plan, damage=Damage(rng.choice(DAMAGE_KINDS), rng.randrange(1 << 32)))
+    return plan
 
 
 def iteration_rng(seed: int, index: int) -> random.Random:
@@ -158,17 +224,95 @@ def iteration_rng(seed: int, index: int) -> random.Random:
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """One spark-submit of an iteration: its planned kill, whether it fired, exit code (None: hung), time, log."""
+class Run:
+    """One spark-submit of an iteration: its planned kill, its own state dir (a folder of the iteration's, as
+    if on another machine; None: the job's default under the checkpoint), failpoints and Spark conf besides the
+    soak's, ``--retry-start``, its delay after the other runs of its stage, whether it is the final run, and the
+    errors whose clear refusal is an accepted end of it."""
 
-    kill: str
+    label: str
+    kill: Kill | None = None
+    state_dir: str | None = None
+    failpoints: str = ""
+    conf: tuple[tuple[str, str], ...] = ()
+    retry_start: int = 0
+    delay_s: float = 0.0
+    final: bool = False
+    may_refuse: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.label
+
+
+Stage = tuple[Run, ...] | Damage  # runs started together (each after its delay), or damage to the DFS
+STANDBY_REFUSALS = ("OwnershipError", "RecoveryError", "ConcurrentModificationException")
+
+
+def retry_failure(point: str, conf: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The failpoints and Spark conf that make a run's first start fail once, at ``point``: ``commit.after_apply``
+    raises once and the commit is not redone; ``dfs.put`` raises as often as one file is tried, files being
+    uploaded one at a time."""
+    if point == "dfs.put":
+        return f"dfs.put=raise({conf['spark.misa.checkpoint.retry.maxAttempts']})", {
+            "spark.misa.checkpoint.uploadThreads": "1"
+        }
+    return f"{point}=raise(1)", {"spark.misa.commit.maxRestarts": "0"}
+
+
+def stages(plan: Plan, conf: Mapping[str, str]) -> list[Stage]:
+    """What an iteration of ``plan`` does, in order (``conf``: the soak's Spark conf)."""
+    if plan.scenario == "standby":
+        slow = f"commit.after_apply=sleep({STANDBY_SLOW_MS})"
+        first = Run("driver A", state_dir="state-a", failpoints=slow, may_refuse=STANDBY_REFUSALS)
+        second = replace(
+            first, label=f"driver B after {plan.standby_s:.1f}s", state_dir="state-b", delay_s=plan.standby_s
+        )
+        return [(first, second), (Run("final", state_dir="state-b", final=True),)]
+    moved = plan.scenario == "moved"
+    runs: list[Stage] = [
+        (Run(f"kill {kill}", kill, state_dir=f"state-{n}" if moved else None),) for n, kill in enumerate(plan.kills, 1)
+    ]
+    final = Run("final", state_dir=f"state-{len(plan.kills) + 1}" if moved else None, final=True)
+    if plan.retry:
+        failpoints, extra = retry_failure(plan.retry, conf)
+        final = replace(
+            final, label=f"retry {failpoints}", failpoints=failpoints, conf=tuple(extra.items()), retry_start=1
+        )
+    return [*runs, *([plan.damage] if plan.damage else []), (final,)]
+
+
+def describe(steps: list[Stage]) -> list[str]:
+    """The stages as the progress line shows them (a plain final run is left out)."""
+    shown = [str(s) if isinstance(s, Damage) else " & ".join(run.label for run in s) for s in steps]
+    return [text for text in shown if text != "final"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One spark-submit of an iteration: its label, whether its planned kill fired, exit code (None: hung),
+    time, log."""
+
+    label: str
     fired: bool
     exit: int | None
     seconds: float
     log: Path
 
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
     def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    @property
+    def retried(self) -> bool:
+        """Whether the driver called ``start()`` again after its query failed (``--retry-start``)."""
+        return RETRY_MESSAGE in self.text()
+
+    @property
+    def refusal(self) -> str | None:
+        """The last refusal in the log (see :func:`refusal`)."""
+        return refusal(self.text())
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -179,15 +323,18 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_attempt(cmd: list[str], env: dict[str, str], log: Path, deadline: float, kill: Kill | None) -> Attempt:
-    """Run ``cmd`` in its own process group until it exits, ``kill`` fires, or ``deadline`` (monotonic) passes."""
+def run_attempt(
+    cmd: list[str], env: dict[str, str], log: Path, deadline: float, kill: Kill | None, failpoints: str = ""
+) -> Attempt:
+    """Run ``cmd`` in its own process group until it exits, ``kill`` fires, or ``deadline`` (monotonic) passes;
+    ``failpoints``: more ``MISA_FAILPOINTS`` beside the kill's."""
     started = time.monotonic()
     timed = kill is not None and kill.point is None
     until = min(deadline, started + kill.delay_s) if timed else deadline
     with log.open("w") as out:
         proc = subprocess.Popen(
             cmd,
-            env={**env, ENV_VAR: kill.failpoints if kill else ""},
+            env={**env, ENV_VAR: ";".join(filter(None, [kill.failpoints if kill else "", failpoints]))},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -208,6 +355,53 @@ def run_attempt(cmd: list[str], env: dict[str, str], log: Path, deadline: float,
     return Attempt(str(kill) if kill else "-", fired, code, time.monotonic() - started, log)
 
 
+# the errors a run may refuse with; each message names its cause (and usually the fix)
+REFUSAL = re.compile(
+    r"\b(OwnershipError|RecoveryError|CorruptCheckpointError|CommitFailedError|DfsUnavailableError"
+    r"|ConcurrentModificationException|ShardCountError): "
+)
+FIX_HINTS = ("misa ckpt", "allowPreviousVersion", "delete", "start from", "restart", "stop ")
+
+
+def refusal(log_text: str) -> str | None:
+    """The last refusal in a run's log, ``Name: message``, or None. When an error's message names another (a
+    failed commit and its cause), the innermost one is kept: its message is the rest of the line."""
+    found = None
+    for line in log_text.splitlines():
+        names = list(REFUSAL.finditer(line))
+        if names:
+            found = f"{names[-1].group(1)}: {line[names[-1].end() :].strip()}"
+    return found[:1000] if found else None
+
+
+def damaged_names(relative: str) -> tuple[str, str]:
+    """A damaged DFS file's name and the local file it is a copy of (``000009-<sha16>.sst`` -> ``000009.sst``)."""
+    name = relative.rsplit("/", 1)[-1]
+    return name, re.sub(r"-[0-9a-f]{16}(\.sst)?$", r"\1", name)
+
+
+def names_damage(message: str, damaged: str) -> bool:
+    """Whether a refusal names the damaged file (its DFS or local name) and a fix."""
+    return any(name in message for name in damaged_names(damaged)) and any(h in message for h in FIX_HINTS)
+
+
+def outcome(run: Run, attempt: Attempt, damaged: str | None) -> tuple[str, str] | None:
+    """(result, detail) when the iteration ends at ``attempt`` (a hang, an error, or a clear refusal after the DFS
+    was damaged: ``refused``); None when the run ended as planned: exit 0, its kill fired, or an accepted refusal."""
+    if attempt.exit is None:
+        return "hang", f"{attempt.log.name} still running at the iteration timeout\n{attempt.tail()}"
+    if attempt.fired or attempt.exit == 0:
+        return None
+    message = attempt.refusal
+    if message and message.split(":", 1)[0] in run.may_refuse:
+        return None
+    if message and damaged and names_damage(message, damaged):
+        return "refused", message
+    what = "the final run" if run.final else f"the run {run}"
+    said = f"\n{message}" if message else ""
+    return "error", f"{what} exited with {attempt.exit} ({attempt.log.name}){said}\n{attempt.tail()}"
+
+
 @dataclass
 class Record:
     """The outcome of one iteration (one JSON line of ``--out``)."""
@@ -218,42 +412,71 @@ class Record:
     mode: str
     dfs: str
     plan: list[str]
+    scenario: str = "kill"
     kills: list[str] = field(default_factory=list)  # the planned kills that fired
     attempts: list[dict] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)  # "<run>: <message>" of runs that refused
+    damage: str = ""  # what was done to the DFS
+    retried: bool = False  # a run called start() again after its query failed
     seconds: float = 0.0
-    result: str = "ok"  # ok | relayout | mismatch | hang | error
+    result: str = "ok"  # ok | refused | relayout | mismatch | dfs-damaged | hang | error
     lost: int = 0
     extra: int = 0
     doubled: int = 0
     detail: str = ""
     run_dir: str = ""
 
-    def add(self, attempt: Attempt) -> None:
+    def add(self, run: Run, attempt: Attempt) -> None:
+        refused = attempt.refusal if attempt.exit not in (0, None) and not attempt.fired else None
         self.attempts.append(
-            {"kill": attempt.kill, "fired": attempt.fired, "exit": attempt.exit, "seconds": round(attempt.seconds, 1)}
+            {
+                "run": run.label,
+                "fired": attempt.fired,
+                "exit": attempt.exit,
+                "seconds": round(attempt.seconds, 1),
+                "retried": attempt.retried,
+                "refusal": refused,
+            }
         )
         if attempt.fired:
-            self.kills.append(attempt.kill)
+            self.kills.append(attempt.label)
+        if refused:
+            self.refusals.append(f"{run.label}: {refused}")
+        self.retried = self.retried or attempt.retried
 
     def line(self, last: int) -> str:
-        """The progress line: plan, the kills that fired, result and time."""
-        result = {"ok": "ok", "relayout": "RELAYOUT", "hang": "HANG", "error": "ERROR"}.get(
-            self.result, f"MISMATCH: lost {self.lost}, extra {self.extra} (doubled {self.doubled})"
+        """The progress line: scenario, plan, the kills that fired, result and time."""
+        result = {"ok": "ok", "refused": "REFUSED (clear)", "relayout": "RELAYOUT", "hang": "HANG"}.get(
+            self.result, self.result.upper()
         )
+        if self.result == "mismatch":
+            result = f"MISMATCH: lost {self.lost}, extra {self.extra} (doubled {self.doubled})"
+        events = [f"fired: {', '.join(self.kills) or 'none'}"]
+        events += [self.damage] if self.damage else []
+        events += ["start() retried"] if self.retried else []
+        events += [f"{len(self.refusals)} refusal(s)"] if self.refusals else []
         return (
-            f"[{self.iteration:4d}/{last}] {self.job} {self.mode:10} {self.dfs:4} kill {' + '.join(self.plan)}; "
-            f"fired: {', '.join(self.kills) or 'none'} | {result} {self.seconds:.0f}s"
+            f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} {self.mode:10} {self.dfs:4} "
+            f"{' + '.join(self.plan)}; {'; '.join(events)} | {result} {self.seconds:.0f}s"
         )
 
 
-def _failure(attempt: Attempt, final: bool) -> tuple[str, str] | None:
-    """(result, detail) when ``attempt`` hung or failed on its own; None when it ended as planned."""
-    if attempt.exit is None:
-        return "hang", f"{attempt.log.name} still running at the iteration timeout\n{attempt.tail()}"
-    if attempt.fired or attempt.exit == 0:
+def damage_dfs(fs: Any, root: str, damage: Damage) -> str | None:
+    """Do ``damage`` to one of the SST and meta files under ``root`` (an fsspec file system's path): the file's
+    path relative to ``root``, or None when there is none."""
+    root = root.rstrip("/")
+    files = sorted(p for p in fs.find(root) if re.search(r"/shard-\d+/(sst|meta)/[^/]+$", p))
+    if not files:
         return None
-    what = "the final run" if final else f"the run with kill {attempt.kill}"
-    return "error", f"{what} exited with {attempt.exit} ({attempt.log.name})\n{attempt.tail()}"
+    rng = random.Random(damage.seed)
+    path = rng.choice(files)
+    data = bytearray(fs.cat_file(path))
+    if damage.kind == "delete" or not data:
+        fs.rm_file(path)
+    else:
+        data[rng.randrange(len(data))] ^= 0xFF
+        fs.pipe_file(path, bytes(data))
+    return path[len(root) + 1 :]
 
 
 # ---------------------------------------------------------------------------------------------- judging
@@ -451,13 +674,15 @@ class Soak:
         share = "SharedArchiveFile" if self.archive.exists() else "ArchiveClassesAtExit"
         return f"{options} -XX:{share}={self.archive}".strip()
 
-    def command(self, job: str, mode: str, run_dir: Path, dfs: str) -> list[str]:
-        """The spark-submit command line of ``job`` in ``mode`` writing under ``run_dir``."""
+    def command(self, job: str, mode: str, run_dir: Path, dfs: str, run: Run | None = None) -> list[str]:
+        """The spark-submit command line of ``job`` in ``mode`` writing under ``run_dir`` (``run``: its own state
+        dir, Spark conf and ``--retry-start``)."""
         spec = JOBS[job]
+        conf = {**self.conf, **dict(run.conf if run else ()), "spark.driver.extraJavaOptions": self.java_options()}
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"]
-        for key, value in {**self.conf, "spark.driver.extraJavaOptions": self.java_options()}.items():
+        for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
-        return cmd + [
+        cmd += [
             str(ROOT / "jobs" / spec.script),
             "--query",
             spec.query,
@@ -478,34 +703,99 @@ class Soak:
             "5s",
             "--quiet",
         ]
+        if run and run.state_dir:
+            cmd += ["--state-dir", str(run_dir / run.state_dir)]
+        if run and run.retry_start:
+            cmd += ["--retry-start", str(run.retry_start)]
+        return cmd
 
     # ------------------------------------------------------------------ iterations
+    def dfs_url(self, plan: Plan, index: int, run_dir: Path) -> str:
+        """The DFS of an iteration: a folder of its own, or a prefix of its own in the bucket."""
+        return f"file://{run_dir / 'dfs'}" if plan.dfs == "file" else f"s3://{BUCKET}/{index:04d}"
+
+    def filesystem(self, url: str) -> tuple[Any, str]:
+        """An fsspec file system and path of ``url`` (the soak's S3 server for ``s3://``)."""
+        options: dict[str, Any] = {}
+        if url.startswith("s3://"):
+            options = dict(
+                endpoint_url=self.env["AWS_ENDPOINT_URL"], key="testing", secret="testing", skip_instance_cache=True
+            )
+        return fsspec.core.url_to_fs(url, **options)
+
     def iteration(self, index: int, plan: Plan) -> Record:
-        """Run ``plan``'s kills, then the final run, and compare the output with the reference."""
+        """Run ``plan``'s stages (runs, damage to the DFS), then compare the output with the reference and
+        verify the DFS copy."""
         run_dir = self.work / "runs" / f"{index:04d}"
         run_dir.mkdir()
-        dfs = f"file://{run_dir / 'dfs'}" if plan.dfs == "file" else f"s3://{BUCKET}/{index:04d}"
-        cmd = self.command(plan.job, plan.mode, run_dir, dfs)
+        dfs = self.dfs_url(plan, index, run_dir)
+        steps = stages(plan, self.conf)
         record = Record(
-            index, self.args.seed, plan.job, plan.mode, plan.dfs, [str(k) for k in plan.kills], run_dir=str(run_dir)
+            index,
+            self.args.seed,
+            plan.job,
+            plan.mode,
+            plan.dfs,
+            describe(steps),
+            plan.scenario,
+            run_dir=str(run_dir),
         )
         started = time.monotonic()
         deadline = started + self.args.iteration_timeout
-        runs: list[Kill | None] = [*plan.kills, None]
-        for number, kill in enumerate(runs, 1):
-            attempt = run_attempt(cmd, self.env, run_dir / f"run-{number}.log", deadline, kill)
-            record.add(attempt)
-            failure = _failure(attempt, final=kill is None)
-            if failure:
-                record.result, record.detail = failure
-                break
+        ended = self._run_stages(plan, steps, run_dir, dfs, deadline, record)
+        if ended:
+            record.result, record.detail = ended
         else:
             record.result, diff, record.detail = judge(JOBS[plan.job], self.reference[plan.job], run_dir)
             record.lost, record.extra, record.doubled = diff.lost, diff.extra_rows, diff.doubled
+            if record.result == "ok":
+                self._verify_dfs(dfs, record)
         record.seconds = round(time.monotonic() - started, 1)
-        if record.result == "ok" and not self.args.keep_runs:
+        if record.result in ("ok", "refused") and not self.args.keep_runs:
             self._remove(run_dir, f"{index:04d}/" if plan.dfs == "s3" else None)
         return record
+
+    def _run_stages(
+        self, plan: Plan, steps: list[Stage], run_dir: Path, dfs: str, deadline: float, record: Record
+    ) -> tuple[str, str] | None:
+        """Do ``steps`` in order until one ends the iteration: its (result, detail), or None when all ran."""
+        number = 0
+        damaged: str | None = None
+        for step in steps:
+            if isinstance(step, Damage):
+                damaged = damage_dfs(*self.filesystem(dfs), step)
+                record.damage = f"{'flipped a byte of' if step.kind == 'flip' else 'deleted'} {damaged or 'nothing'}"
+                continue
+            logs = [run_dir / f"run-{number + n}.log" for n in range(1, len(step) + 1)]
+            number += len(step)
+            with ThreadPoolExecutor(len(step)) as pool:
+                attempts = list(
+                    pool.map(lambda run, log: self._run(plan, run, run_dir, dfs, log, deadline), step, logs)
+                )
+            for run, attempt in zip(step, attempts):
+                record.add(run, attempt)
+            for run, attempt in zip(step, attempts):
+                ended = outcome(run, attempt, damaged)
+                if ended:
+                    return ended
+        return None
+
+    def _run(self, plan: Plan, run: Run, run_dir: Path, dfs: str, log: Path, deadline: float) -> Attempt:
+        """One spark-submit of ``run``, started after its delay."""
+        time.sleep(max(0.0, min(run.delay_s, deadline - time.monotonic())))
+        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run)
+        return run_attempt(cmd, self.env, log, deadline, run.kill, run.failpoints)
+
+    def _verify_dfs(self, dfs: str, record: Record) -> None:
+        """``misa ckpt verify`` of the iteration's DFS: damage it finds makes the result ``dfs-damaged``."""
+        cmd = [sys.executable, "-c", "import sys; from misa.cli import main; sys.exit(main())", "ckpt", "verify", dfs]
+        done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            record.result = "dfs-damaged"
+            record.detail = (
+                f"misa ckpt verify {dfs} after the final run (exit {done.returncode}):\n"
+                + (done.stdout + done.stderr).strip()
+            )
 
     def _remove(self, run_dir: Path, s3_prefix: str | None) -> None:
         """Delete a passed iteration's folder and its objects in the bucket."""
@@ -518,35 +808,54 @@ class Soak:
                     s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
 
 
+PASSED = ("ok", "refused")  # results that are not failures: exact output, or a clear refusal of a damaged DFS
+
+
 def summarize(records: Sequence[Record]) -> dict:
-    """Totals over the iterations: results, kills that fired per point, lost and doubled rows, failures."""
+    """Totals over the iterations: results (in all and per scenario), kills that fired per point, retried starts,
+    refusals with their messages, lost and doubled rows, failures."""
     fired = Counter(k.split("#")[0] if "#" in k else "timed" for r in records for k in r.kills)
+    scenarios: dict[str, Counter] = {}
+    for r in records:
+        scenarios.setdefault(r.scenario, Counter())[r.result] += 1
     return {
         "iterations": len(records),
         "results": dict(Counter(r.result for r in records)),
+        "by_scenario": {name: dict(results) for name, results in sorted(scenarios.items())},
         "no_kill_iterations": sum(1 for r in records if not r.kills),
         "kills_by_point": dict(sorted(fired.items())),
+        "retried_starts": sum(1 for r in records if r.retried),
+        "refusals": [f"{r.iteration} ({r.scenario}) {message}" for r in records for message in r.refusals],
         "lost_rows": sum(r.lost for r in records),
         "extra_rows": sum(r.extra for r in records),
         "doubled_rows": sum(r.doubled for r in records),
         "relayouts": sum(1 for r in records if r.result == "relayout"),
         "hangs": sum(1 for r in records if r.result == "hang"),
         "errors": sum(1 for r in records if r.result == "error"),
-        "failed": [r.iteration for r in records if r.result != "ok"],
+        "failed": [r.iteration for r in records if r.result not in PASSED],
         "mean_iteration_s": round(sum(r.seconds for r in records) / max(1, len(records)), 1),
     }
 
 
-def summary_text(summary: dict) -> str:
+def summary_text(summary: dict, refusal_chars: int = 300) -> str:
+    """The summary for people: totals, a line per scenario, then every refusal's message (cut)."""
     kills = ", ".join(f"{point} {n}" for point, n in summary["kills_by_point"].items()) or "none"
+
+    def results(counts: dict[str, int]) -> str:
+        return ", ".join(f"{n} {result}" for result, n in counts.items())
+
     return "\n".join(
         [
             f"soak: {summary['iterations']} iterations ({summary['mean_iteration_s']}s each on average): "
-            + ", ".join(f"{n} {result}" for result, n in summary["results"].items()),
-            f"kills that fired: {kills}; iterations where no kill fired: {summary['no_kill_iterations']}",
+            + results(summary["results"]),
+            *[f"  {name}: {results(counts)}" for name, counts in summary["by_scenario"].items()],
+            f"kills that fired: {kills}; iterations where no kill fired: {summary['no_kill_iterations']}; "
+            f"retried starts: {summary['retried_starts']}",
             f"lost rows {summary['lost_rows']}, extra rows {summary['extra_rows']} "
             f"(doubled {summary['doubled_rows']}), "
             f"relayouts {summary['relayouts']}, hangs {summary['hangs']}, errors {summary['errors']}",
+            f"refusals: {len(summary['refusals'])}",
+            *[f"  {message[:refusal_chars]}" for message in summary["refusals"]],
             f"failed iterations: {summary['failed'] or 'none'}",
         ]
     )
@@ -557,7 +866,15 @@ def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan
     for index in range(args.first, args.first + args.iterations):
         yield (
             index,
-            sample_plan(iteration_rng(args.seed, index), args.jobs, args.modes, args.dfs, soak.versions, soak.clean_s),
+            sample_plan(
+                iteration_rng(args.seed, index),
+                args.jobs,
+                args.modes,
+                args.dfs,
+                soak.versions,
+                soak.clean_s,
+                args.scenarios,
+            ),
         )
 
 
@@ -574,7 +891,7 @@ def run(args: argparse.Namespace) -> int:
                 record = soak.iteration(index, plan)
                 records.append(record)
                 print(record.line(args.first + args.iterations - 1), flush=True)
-                if record.result != "ok":
+                if record.detail:
                     print("    " + record.detail.replace("\n", "\n    "), flush=True)
                 lines.write(json.dumps(asdict(record)) + "\n")
                 lines.flush()
@@ -585,7 +902,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("soak", help="randomized crash soak: kill the jobs anywhere, compare with plain Spark")
+    p = subparsers.add_parser(
+        "soak",
+        help="randomized crash soak: kill the jobs anywhere, start standby drivers, move drivers, damage the DFS, "
+        "retry start(); compare with plain Spark",
+    )
     p.add_argument("--iterations", type=int, default=200)
     p.add_argument("--seed", type=int, default=0, help="draws the plans and the inputs")
     p.add_argument(
@@ -600,7 +921,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=300.0,
         help="seconds an iteration (all its runs) may take; then it is a hang, its processes killed",
     )
-    p.add_argument("--jobs", type=lambda t: name_list(t, tuple(JOBS)), default=list(JOBS), help="default: cm2,lr2")
+    p.add_argument("--jobs", type=lambda t: name_list(t, tuple(JOBS)), default=list(JOBS), help="default: cm2,lr2,q20")
+    p.add_argument(
+        "--scenarios",
+        type=lambda t: name_list(t, SCENARIOS),
+        default=list(SCENARIOS),
+        help=f"drawn among per iteration; default: {','.join(SCENARIOS)}",
+    )
     p.add_argument(
         "--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help="default: misa,sync,async-ckpt"
     )

@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from checkpoint.location import parse, spark_location
@@ -31,6 +32,8 @@ NATIVE_MODES = ("native", "native-default")
 MODES = RUNTIME_MODES + NATIVE_MODES
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _ROCKSDB = "spark.sql.streaming.stateStore.rocksdb."
+RETRY_MESSAGE = "calling start() again"  # logged by each --retry-start retry (the crash soak looks for it)
+log = logging.getLogger(__name__)
 
 
 def is_native(mode: str) -> bool:
@@ -98,6 +101,14 @@ def job_arguments(
         "(default: CHECKPOINT/quarantine); native mode skips them",
     )
     p.add_argument("--quiet", action="store_true", help="no per-batch summary")
+    p.add_argument(
+        "--retry-start",
+        type=int,
+        default=0,
+        metavar="N",
+        help="runtime modes: when the query fails (or its start does), log the error and call start() again in "
+        "this driver, at most N times (default 0)",
+    )
     return p
 
 
@@ -242,9 +253,32 @@ def run_misa(
     )
     with switch_interval(config.python_switch_interval_s):  # this process is the job's: tune it for the runtime
         try:
-            job.start(spark, stream, trigger(args), query_name=f"{args.query}-{args.mode}").awaitTermination()
+            run_with_retries(
+                lambda: job.start(spark, stream, trigger(args), query_name=f"{args.query}-{args.mode}"),
+                args.retry_start,
+            )
         finally:
             job.close(spark)
+
+
+def run_with_retries(start: Callable[[], StreamingQuery], retries: int) -> None:
+    """Start the query and wait for its end; when it fails (or ``start`` does), log the error and call ``start``
+    again (for :meth:`StatefulJob.start`, a full restart in this process), at most ``retries`` times."""
+    for attempt in range(1, retries + 2):
+        try:
+            start().awaitTermination()
+            return
+        except Exception as exc:
+            if attempt > retries:
+                raise
+            log.error(
+                "the query failed: %s: %s; %s (retry %d of %d)",
+                type(exc).__name__,
+                exc,
+                RETRY_MESSAGE,
+                attempt,
+                retries,
+            )
 
 
 class JobQuery(Protocol):

@@ -1,46 +1,145 @@
 """The crash soak (``misa soak``).
 
-The fast tests cover the plan sampler, the runner's kills (with small real processes) and the
-summary; the slow one runs three soak iterations of the jobs with spark-submit.
+The fast tests cover the plan sampler and each scenario's stages, the runner's kills and failpoints
+(with small real processes), refusals, damage to a DFS folder, the in-process retry of ``start()``
+and the summary; the slow ones run soak iterations of the jobs with spark-submit, one per scenario.
 """
 
+import argparse
 import json
+import logging
 import os
 import sys
 import time
+from collections import Counter
 
+import fsspec
 import pyarrow as pa
 import pytest
 
 from checkpoint import failpoints
 from jobs import soak
+from jobs.submit import RETRY_MESSAGE, run_with_retries
 from misa.cli import main as misa
 from misa.io.sink import ParquetBatchSink
 
+VERSIONS = {"cm2": 5, "lr2": 5, "q20": 5}
+CLEAN_S = {"cm2": 20.0, "lr2": 30.0, "q20": 25.0}
 
-def draw(count: int, seed: int = 3) -> list[soak.Plan]:
-    versions, clean_s = {"cm2": 5, "lr2": 5}, {"cm2": 20.0, "lr2": 30.0}
+
+def draw(count: int, seed: int = 3, scenarios=soak.SCENARIOS) -> list[soak.Plan]:
     return [
-        soak.sample_plan(soak.iteration_rng(seed, i), list(soak.JOBS), soak.MODES, soak.DFS_KINDS, versions, clean_s)
+        soak.sample_plan(
+            soak.iteration_rng(seed, i), list(soak.JOBS), soak.MODES, soak.DFS_KINDS, VERSIONS, CLEAN_S, scenarios
+        )
         for i in range(count)
     ]
 
 
-def test_plans_are_seeded_and_cover_every_failpoint_job_mode_and_dfs():
-    plans = draw(3000)
+def test_plans_are_seeded_and_cover_every_failpoint_job_mode_dfs_and_scenario():
+    plans = draw(5000)
     assert plans[:50] == draw(50) and plans[:50] != draw(50, seed=4)
     kills = [k for p in plans for k in p.kills]
     assert {k.point for k in kills if k.point} == set(failpoints.FAILPOINTS)
-    assert {p.job for p in plans} == set(soak.JOBS) and {p.mode for p in plans} == set(soak.MODES)
-    assert {p.dfs for p in plans} == set(soak.DFS_KINDS)
-    assert 0.25 < sum(len(p.kills) == 2 for p in plans) / len(plans) < 0.35
+    assert {p.job for p in plans} == set(soak.JOBS) == {"cm2", "lr2", "q20"}
+    assert {p.mode for p in plans} == set(soak.MODES) and {p.dfs for p in plans} == set(soak.DFS_KINDS)
+    assert {p.scenario for p in plans} == set(soak.SCENARIOS)
+    killed = [p for p in plans if p.scenario in ("kill", "moved", "damaged")]
+    assert all(len(p.kills) in (1, 2) for p in killed)
+    assert 0.25 < sum(len(p.kills) == 2 for p in killed) / len(killed) < 0.35
     timed = [k for k in kills if not k.point]
     assert 0.2 < len(timed) / len(kills) < 0.3
-    assert all(4.0 <= k.delay_s <= 30.0 for k in timed)
+    assert all(0.2 * CLEAN_S["cm2"] <= k.delay_s <= CLEAN_S["lr2"] for k in timed)
     assert all(1 <= k.hit <= soak.max_hits(k.point, 5) for k in kills if k.point)
     assert max(k.hit for k in kills if k.point == "dfs.put") == 4 * soak.SHARDS * 5
     for kill in kills:
         failpoints.parse(kill.failpoints)  # a valid MISA_FAILPOINTS value
+
+
+def test_each_scenario_draws_its_own_parts():
+    plans = draw(3000)
+    by = {name: [p for p in plans if p.scenario == name] for name in soak.SCENARIOS}
+    assert all(p.damage is None and p.retry is None and p.standby_s == 0 for p in by["kill"] + by["moved"])
+    assert {p.damage.kind for p in by["damaged"]} == set(soak.DAMAGE_KINDS)
+    assert len({p.damage.seed for p in by["damaged"]}) == len(by["damaged"])
+    assert {p.retry for p in by["retry"]} == set(soak.RETRY_POINTS)
+    assert 0.4 < sum(len(p.kills) == 1 for p in by["retry"]) / len(by["retry"]) < 0.6
+    assert all(len(p.kills) <= 1 and p.damage is None for p in by["retry"])
+    assert all(not p.kills and p.damage is None and p.retry is None for p in by["standby"])
+    low, high = soak.STANDBY_START
+    assert all(low * CLEAN_S[p.job] - 0.05 <= p.standby_s <= high * CLEAN_S[p.job] + 0.05 for p in by["standby"])
+    assert {p.scenario for p in draw(200, scenarios=["kill"])} == {"kill"}
+
+
+CONF = soak.CONF
+KILL = soak.Kill("dfs.put", 3)
+
+
+def runs(stages):
+    return [run for stage in stages if isinstance(stage, tuple) for run in stage]
+
+
+def test_kill_and_moved_stages_restart_after_each_kill_moved_ones_on_a_new_state_dir():
+    kills = (KILL, soak.Kill(delay_s=4.0))
+    plain = soak.stages(soak.Plan("cm2", "misa", "file", kills, "kill"), CONF)
+    assert [len(stage) for stage in plain] == [1, 1, 1]
+    assert [(r.kill, r.state_dir, r.final) for r in runs(plain)] == [
+        (KILL, None, False),
+        (kills[1], None, False),
+        (None, None, True),
+    ]
+    moved = runs(soak.stages(soak.Plan("cm2", "misa", "file", kills, "moved"), CONF))
+    assert [r.state_dir for r in moved] == ["state-1", "state-2", "state-3"]
+    assert soak.describe(plain) == ["kill dfs.put#3", "kill after 4.0s"]
+
+
+def test_damaged_stages_damage_the_dfs_before_the_final_run():
+    damage = soak.Damage("flip", 7)
+    stages = soak.stages(soak.Plan("cm2", "misa", "file", (KILL,), "damaged", damage=damage), CONF)
+    assert stages[1] == damage and runs(stages)[-1].final and runs(stages)[-1].state_dir is None
+    assert soak.describe(stages) == ["kill dfs.put#3", "flip a DFS file"]
+
+
+def test_retry_stage_fails_the_first_start_once_and_allows_one_retry():
+    stages = soak.stages(soak.Plan("lr2", "sync", "s3", (), "retry", retry="commit.after_apply"), CONF)
+    (final,) = runs(stages)
+    assert final.final and final.retry_start == 1
+    assert (final.failpoints, dict(final.conf)) == (
+        "commit.after_apply=raise(1)",
+        {"spark.misa.commit.maxRestarts": "0"},
+    )
+    put = soak.retry_failure("dfs.put", {**CONF, "spark.misa.checkpoint.retry.maxAttempts": "4"})
+    assert put == ("dfs.put=raise(4)", {"spark.misa.checkpoint.uploadThreads": "1"})  # one file, every attempt
+    for spec in (final.failpoints, put[0]):
+        failpoints.parse(spec)
+
+
+def test_standby_stage_runs_two_drivers_on_their_own_state_dirs_then_a_clean_run():
+    stages = soak.stages(soak.Plan("q20", "misa", "file", (), "standby", standby_s=6.5), CONF)
+    (first, second), (final,) = stages
+    assert (first.state_dir, second.state_dir, final.state_dir) == ("state-a", "state-b", "state-b")
+    assert (first.delay_s, second.delay_s) == (0.0, 6.5)
+    assert first.failpoints == second.failpoints == f"commit.after_apply=sleep({soak.STANDBY_SLOW_MS})"
+    assert first.may_refuse == second.may_refuse == soak.STANDBY_REFUSALS and not final.may_refuse
+    assert final.final and not final.failpoints
+
+
+def soak_args(tmp_path, **values) -> argparse.Namespace:
+    defaults = dict(work=tmp_path, seed=0, conf=[], cds=False, dfs=["file"], iteration_timeout=60.0, keep_runs=False)
+    return argparse.Namespace(**{**defaults, **values})
+
+
+def test_command_passes_the_run_state_dir_conf_and_retries(tmp_path):
+    s = soak.Soak(soak_args(tmp_path, conf=["spark.misa.commit.maxRestarts=5"]))
+    s.inputs["q20"] = tmp_path / "input"
+    plain = s.command("q20", "misa", tmp_path / "r", "file:///d")
+    assert "--state-dir" not in plain and "--retry-start" not in plain
+    assert "spark.misa.commit.maxRestarts=5" in plain and plain[plain.index("--query") + 1] == "q20"
+    run = soak.Run("x", state_dir="state-b", conf=(("spark.misa.commit.maxRestarts", "0"),), retry_start=1)
+    cmd = s.command("q20", "misa", tmp_path / "r", "file:///d", run)
+    assert cmd[cmd.index("--state-dir") + 1] == str(tmp_path / "r" / "state-b")
+    assert cmd[cmd.index("--retry-start") + 1] == "1"
+    assert "spark.misa.commit.maxRestarts=0" in cmd and "spark.misa.commit.maxRestarts=5" not in cmd
 
 
 def python(code: str) -> list[str]:
@@ -61,6 +160,16 @@ def test_failpoint_kill_is_seen_in_the_log(tmp_path):
     assert (missed.fired, missed.exit) == (False, 0)  # a no-kill run
 
 
+def test_run_failpoints_are_set_beside_the_kill(tmp_path):
+    code = f"import os; print('spec=' + os.environ[{failpoints.ENV_VAR!r}])"
+    attempt = soak.run_attempt(
+        python(code), {}, tmp_path / "log", time.monotonic() + 60, soak.Kill("dfs.put", 4), "dfs.get=raise(1)"
+    )
+    assert "spec=dfs.put=kill(4);dfs.get=raise(1)" in attempt.text()
+    alone = soak.run_attempt(python(code), {}, tmp_path / "log2", time.monotonic() + 60, None, "dfs.get=raise(1)")
+    assert "spec=dfs.get=raise(1)" in alone.text() and not alone.retried
+
+
 def test_timed_kill_and_hang_kill_the_whole_process_group(tmp_path):
     pid_file = tmp_path / "child.pid"
     code = (
@@ -74,7 +183,7 @@ def test_timed_kill_and_hang_kill_the_whole_process_group(tmp_path):
     hung = soak.run_attempt(python(code), {}, tmp_path / "log2", time.monotonic() + 1.0, None)
     assert (hung.fired, hung.exit) == (False, None)
     assert_dead(int(pid_file.read_text()))
-    assert soak._failure(hung, final=True)[0] == "hang"
+    assert soak.outcome(soak.Run("final", final=True), hung, None)[0] == "hang"
 
 
 def assert_dead(pid: int) -> None:
@@ -87,29 +196,145 @@ def assert_dead(pid: int) -> None:
     raise AssertionError(f"process {pid} survived the kill of its group")
 
 
-def test_summary_counts_kills_lost_and_doubled_rows():
+SUPERSEDED = (
+    "misa.runtime.commit.CommitFailedError: the commit of version 2 failed in its apply stage: OwnershipError: "
+    "this driver (epoch 1) was superseded by vm:7 (epoch 2): another driver took over this checkpoint. Fix it."
+)
+DAMAGED_FILE = "shard-1/sst/000009-0123456789abcdef.sst"
+CORRUPT = (
+    "checkpoint.retry.CorruptCheckpointError: file:///d/shard-1/sst/000009-0123456789abcdef.sst of version 3 is "
+    "damaged: 10 bytes. Restore an older version (misa ckpt list file:///d)."
+)
+
+
+def finished(tmp_path, text: str, exit: int | None = 1, fired: bool = False) -> soak.Attempt:
+    log = tmp_path / f"log-{abs(hash(text))}"
+    log.write_text(f"some line\nTraceback (most recent call last):\n  raise RecoveryError(message)\n{text}\n")
+    return soak.Attempt("-", fired, exit, 1.0, log)
+
+
+def test_refusal_is_the_innermost_named_error_of_the_last_such_line(tmp_path):
+    assert soak.refusal(SUPERSEDED).startswith("OwnershipError: this driver (epoch 1) was superseded")
+    assert soak.refusal(f"{CORRUPT}\nValueError: other") == f"CorruptCheckpointError: {CORRUPT.split(': ', 1)[1]}"
+    assert soak.refusal("  raise RecoveryError(batch_gap_message(...))\nValueError: x") is None
+    assert soak.damaged_names(DAMAGED_FILE) == ("000009-0123456789abcdef.sst", "000009.sst")
+    assert soak.damaged_names("shard-0/meta/MANIFEST-000005-0123456789abcdef") == (
+        "MANIFEST-000005-0123456789abcdef",
+        "MANIFEST-000005",
+    )
+
+
+def test_outcome_accepts_clear_refusals_only_where_the_scenario_allows(tmp_path):
+    standby = soak.Run("driver A", may_refuse=soak.STANDBY_REFUSALS)
+    final = soak.Run("final", final=True)
+    superseded = finished(tmp_path, SUPERSEDED)
+    assert soak.outcome(standby, superseded, None) is None
+    assert soak.outcome(final, superseded, None)[0] == "error"
+    assert soak.outcome(standby, finished(tmp_path, "ValueError: bug"), None)[0] == "error"
+    assert soak.outcome(final, finished(tmp_path, "", exit=0), None) is None
+    assert soak.outcome(final, finished(tmp_path, "", exit=-9, fired=True), None) is None
+    corrupt = finished(tmp_path, CORRUPT)
+    assert soak.outcome(final, corrupt, DAMAGED_FILE) == ("refused", soak.refusal(CORRUPT))
+    result, detail = soak.outcome(final, corrupt, "shard-0/sst/000011-0123456789abcdef.sst")  # another file
+    assert result == "error" and soak.refusal(CORRUPT) in detail
+    vague = finished(tmp_path, "checkpoint.retry.CorruptCheckpointError: shard-1/sst/000009.sst is damaged")
+    assert soak.outcome(final, vague, DAMAGED_FILE)[0] == "error"  # no fix named
+
+
+def test_damage_flips_one_byte_of_or_deletes_a_file_of_the_dfs(tmp_path):
+    root = tmp_path / "dfs"
+    files = {f"shard-{s}/{kind}/{n}": os.urandom(64) for s in (0, 1) for kind in ("sst", "meta") for n in ("a", "b")}
+    untouched = {"_commits/3": b"{}", "shard-0/manifest/3.json": b"{}", "_owner.json": b"{}"}
+    for relative, data in {**files, **untouched}.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(data)
+    fs, path = fsspec.core.url_to_fs(f"file://{root}")
+    flipped = soak.damage_dfs(fs, path, soak.Damage("flip", 1))
+    assert flipped in files
+    changed = (root / flipped).read_bytes()
+    assert len(changed) == 64 and sum(a != b for a, b in zip(changed, files[flipped])) == 1
+    assert all((root / r).read_bytes() == data for r, data in {**files, **untouched}.items() if r != flipped)
+    assert soak.damage_dfs(fs, path, soak.Damage("flip", 1)) == flipped  # seeded: the same byte, flipped back
+    assert (root / flipped).read_bytes() == files[flipped]
+    deleted = soak.damage_dfs(fs, path, soak.Damage("delete", 2))
+    assert deleted in files and not (root / deleted).exists()
+    assert all((root / r).exists() for r in set(files) - {deleted})
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert soak.damage_dfs(*fsspec.core.url_to_fs(f"file://{empty}"), soak.Damage("delete", 2)) is None
+
+
+def test_run_with_retries_calls_start_again_after_a_failure_at_most_n_times(caplog):
+    class Query:
+        def __init__(self, fails: bool):
+            self.fails = fails
+
+        def awaitTermination(self):
+            if self.fails:
+                raise RuntimeError("query failed")
+
+    outcomes = iter([True, False])
+    starts = Counter()
+
+    def start():
+        starts["n"] += 1
+        return Query(next(outcomes))
+
+    with caplog.at_level(logging.ERROR, logger="jobs.submit"):
+        run_with_retries(start, 1)
+    assert starts["n"] == 2 and RETRY_MESSAGE in caplog.text and "query failed" in caplog.text
+
+    def start_fails():
+        starts["n"] += 1
+        raise OSError("start failed")
+
+    starts.clear()
+    with pytest.raises(OSError, match="start failed"):
+        run_with_retries(start_fails, 2)
+    assert starts["n"] == 3
+    starts.clear()
+    with pytest.raises(OSError):
+        run_with_retries(start_fails, 0)
+    assert starts["n"] == 1
+
+
+def test_summary_counts_kills_lost_and_doubled_rows_and_refusals_per_scenario():
     records = [
-        soak.Record(1, 0, "cm2", "misa", "s3", ["dfs.put#3"], kills=["dfs.put#3"]),
+        soak.Record(1, 0, "cm2", "misa", "s3", ["kill dfs.put#3"], kills=["dfs.put#3"]),
         soak.Record(
             2,
             0,
             "lr2",
             "sync",
             "file",
-            ["after 3.0s"],
+            ["kill after 3.0s"],
             kills=["after 3.0s"],
             result="mismatch",
             lost=2,
             extra=3,
             doubled=1,
         ),
-        soak.Record(3, 0, "cm2", "misa", "file", ["recovery.before_rollback#1"], result="hang"),
+        soak.Record(3, 0, "cm2", "misa", "file", ["kill recovery.before_rollback#1"], result="hang"),
+        soak.Record(4, 0, "q20", "misa", "file", ["driver A & driver B after 3.0s"], "standby", refusals=["A: x"]),
+        soak.Record(5, 0, "q20", "misa", "file", ["flip a DFS file"], "damaged", result="refused", damage="flipped"),
+        soak.Record(6, 0, "cm2", "misa", "file", ["retry x"], "retry", retried=True, result="dfs-damaged"),
     ]
     summary = soak.summarize(records)
     assert summary["kills_by_point"] == {"dfs.put": 1, "timed": 1}
-    assert (summary["lost_rows"], summary["doubled_rows"], summary["hangs"], summary["failed"]) == (2, 1, 1, [2, 3])
-    assert summary["no_kill_iterations"] == 1
+    assert (summary["lost_rows"], summary["doubled_rows"], summary["hangs"]) == (2, 1, 1)
+    assert summary["failed"] == [2, 3, 6]  # a clear refusal of a damaged DFS is no failure
+    assert summary["no_kill_iterations"] == 4 and summary["retried_starts"] == 1
+    assert summary["by_scenario"] == {
+        "damaged": {"refused": 1},
+        "kill": {"ok": 1, "mismatch": 1, "hang": 1},
+        "retry": {"dfs-damaged": 1},
+        "standby": {"ok": 1},
+    }
+    assert summary["refusals"] == ["4 (standby) A: x"]
+    text = soak.summary_text(summary)
+    assert "  standby: 1 ok" in text and "  4 (standby) A: x" in text and "retried starts: 1" in text
     assert "MISMATCH: lost 2, extra 3 (doubled 1)" in records[1].line(3)
+    assert "standby" in records[3].line(6) and "1 refusal(s)" in records[3].line(6)
 
 
 @pytest.mark.slow
@@ -120,6 +345,24 @@ def test_three_soak_iterations_equal_the_reference(tmp_path, capsys):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 4 and lines[-1]["summary"]["iterations"] == 3, printed
     assert code == 0 and lines[-1]["summary"]["failed"] == [], printed
+
+
+@pytest.mark.slow
+def test_one_iteration_of_each_new_scenario_equals_the_reference(tmp_path):
+    """CM2 on a file:// DFS in misa mode, at the soak's smallest input: standby, moved, damaged and retry."""
+    plans = [
+        soak.Plan("cm2", "misa", "file", (), "standby", standby_s=4.0),
+        soak.Plan("cm2", "misa", "file", (soak.Kill("ckpt.after_dfs_marker", 3),), "moved"),
+        soak.Plan("cm2", "misa", "file", (soak.Kill("ckpt.after_dfs_marker", 2),), "damaged", soak.Damage("delete", 7)),
+        soak.Plan("cm2", "misa", "file", (), "retry", retry="commit.after_apply"),
+    ]
+    with soak.Soak(soak_args(tmp_path, iteration_timeout=400.0)) as s:
+        s.prepare("cm2")
+        records = [s.iteration(i, plan) for i, plan in enumerate(plans, 1)]
+    details = "\n".join(f"{r.line(4)}\n{r.detail}" for r in records)
+    assert [r.result for r in records] == ["ok"] * 4, details
+    assert records[2].damage.startswith("deleted shard-") and records[3].retried, details
+    assert all(len(r.attempts) == n for r, n in zip(records, (3, 2, 2, 1))), details
 
 
 def fake_run(run_dir, log_offsets, rows_by_batch):
