@@ -46,7 +46,7 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     v = EMPTY_VERSION if durable is None else durable
     newer_local = store.locally_committed_after(v)
     v = max(newer_local, default=v)
-    if not v - 1 <= c <= v + 1:
+    if not v - 1 <= c <= v + 1 or (v != EMPTY_VERSION and not spark.batch_ids("offsets")):
         raise RecoveryError(_gap_message(c, v, location, store))
     target = _restorable_target(store, min(c, v), c, v)
     for local in newer_local:
@@ -105,6 +105,8 @@ def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
     state = f"local {store.root}, DFS {store.dfs_url}"
     if c > v + 1:
         cause = f"state for batches {v + 1}..{c - 1} is missing"
+    elif c == EMPTY_VERSION and v != EMPTY_VERSION:
+        cause = "Spark's checkpoint is new (no batch was ever planned), so this state belongs to another query"
     else:
         cause = "the state is ahead of Spark by more than the one version the commit protocol allows"
     return (

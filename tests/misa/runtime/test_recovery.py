@@ -292,3 +292,24 @@ def test_a_restore_that_fails_leaves_sparks_logs_and_the_markers_alone(store, co
         assert moved.checkpoints.dfs.committed_versions() == [0, 1, 2]
         assert reconcile(moved, str(ckpt)) == 2
         assert moved.version == 2 and moved.count_keys() == 300
+
+
+def test_a_fresh_spark_checkpoint_beside_a_single_version_fails_and_touches_nothing(config, tmp_path):
+    """One version is as much another query's state as three: it is never rolled back to empty."""
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as one:
+        fill(one, 10, seed=1)
+        one.checkpoint(0)
+        one.upload_and_retain(0)
+        with pytest.raises(RecoveryError, match="Spark's checkpoint is new .* belongs to another query"):
+            reconcile(one, str(tmp_path / "new-ckpt"))
+        assert one.checkpoints.dfs.committed_versions() == [0] and one.checkpoints.local.versions() == [0]
+
+
+def test_version_0_committed_before_spark_logged_batch_0_is_rolled_back(config, tmp_path):
+    """Batch 0 planned (offsets/0) but not committed by Spark while version 0 is durable: Spark replays it."""
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as one:
+        fill(one, 10, seed=1)
+        one.checkpoint(0)
+        one.upload_and_retain(0)
+        spark_log(tmp_path / "ckpt", committed=-1, offsets=0)
+        assert reconcile(one, str(tmp_path / "ckpt")) == EMPTY_VERSION
