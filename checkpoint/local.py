@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -17,11 +18,14 @@ from .manifest import (
     FileEntry,
     ShardManifest,
     inside,
+    is_shard_dir,
     local_checkpoint_dir,
     manifest_path,
     marker_path,
 )
 from .retry import CorruptCheckpointError
+
+log = logging.getLogger(__name__)
 
 
 class LinkedPathError(RuntimeError):
@@ -179,15 +183,25 @@ class LocalCheckpoints:
             in_flight = newest is None or version > newest
             if version in keep or in_flight:
                 continue
-            (self.root / marker_path(version)).unlink(missing_ok=True)
-            for shard_root in self.root.glob("shard-*"):
-                shard = int(shard_root.name.split("-")[1])
-                (self.root / manifest_path(shard, version)).unlink(missing_ok=True)
-                shutil.rmtree(self.checkpoint_dir(shard, version), ignore_errors=True)
+            self._remove_version(version)
             removed.append(version)
         if removed:
             self._forget_deleted_files()
         return removed
+
+    def _remove_version(self, version: int) -> None:
+        """Delete the marker, manifests and checkpoint folders of ``version``; a path that a symbolic link
+        leads elsewhere is skipped and logged, never followed."""
+        shards = [int(p.name.split("-")[1]) for p in self.root.glob("shard-*") if is_shard_dir(p.name)]
+        paths = [self.root / marker_path(version)]
+        paths += [p for s in shards for p in (self.root / manifest_path(s, version), self.checkpoint_dir(s, version))]
+        for path in paths:
+            if not unlinked(self.root, path):
+                log.warning("not deleting %s: it is a symbolic link or lies below one", path)
+            elif path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
     def _all_versions(self) -> set[int]:
         found = set(self.versions())

@@ -21,6 +21,16 @@ from typing import Any
 
 COMMITS_DIR = "_commits"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHARD_DIR = re.compile(r"^shard-[0-9]+$")
+_VERSION = re.compile(r"^-?[0-9]+$")
+#: Names this layout writes in a shard's folders on the DFS (see :meth:`FileEntry.remote_path`): GC
+#: deletes nothing else.
+_OWN_NAMES = {
+    "sst": re.compile(r"^.+-[0-9a-f]{16}\.sst$"),
+    "meta": re.compile(r"^.+-[0-9a-f]{16}$"),
+    "manifest": re.compile(r"^-?[0-9]+\.json$"),
+}
+SHARD_FOLDERS = tuple(_OWN_NAMES)
 
 
 class ManifestError(ValueError):
@@ -38,6 +48,23 @@ def check_file_name(name: object) -> str:
 
 def shard_dir(shard: int) -> str:
     return f"shard-{shard}"
+
+
+def is_shard_dir(name: str) -> bool:
+    """Whether ``name`` is a shard folder's name (``shard-<s>``)."""
+    return bool(_SHARD_DIR.match(name))
+
+
+def is_own_name(folder: str, name: str) -> bool:
+    """Whether ``name`` in a shard's ``folder`` (one of :data:`SHARD_FOLDERS`) is a name this layout writes."""
+    return bool(_OWN_NAMES[folder].match(name))
+
+
+def version_of(name: str, suffix: str = "") -> int | None:
+    """The version that a marker's name (``<v>``) or, with ``suffix=".json"``, a manifest's name stands
+    for; None for any other name."""
+    stem = name[: len(name) - len(suffix)] if name.endswith(suffix) else ""
+    return int(stem) if _VERSION.match(stem) else None
 
 
 def manifest_path(shard: int, version: int) -> str:

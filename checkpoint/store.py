@@ -97,16 +97,15 @@ class CheckpointStore:
         self.dfs.forget([v for v in self.dfs.committed_versions() if v > version])
 
     def problems(self, version: int) -> list[str]:
-        """Why ``version`` cannot be restored from either level (empty when it can: a valid local copy,
-        or a DFS marker whose manifests are readable, match it and have this store's shard count)."""
+        """Why ``version`` cannot be restored (empty when it can), by what :meth:`restore` checks: a valid
+        local copy (marker, manifests, sizes and digests of its files) is enough; else the DFS copy needs
+        a whole marker, manifests that match it and every file present with its size and digest (a file
+        this process verified before and whose listing is unchanged since is not read again). Either copy
+        must have this store's shard count."""
         if version in self.local.versions():
             local = self.local.problems(version)
             if not local:
-                try:
-                    self._check_shard_count(version, self.local.read_marker(version).shards)
-                except ShardCountError as exc:
-                    return [str(exc)]
-                return []
+                return self._shard_count_problems(version, self.local.read_marker(version).shards)
         else:
             local = [f"version {version} has no local marker"]
         if version not in self.dfs.committed_versions():
@@ -115,11 +114,8 @@ class CheckpointStore:
             manifests = self.dfs.manifests(version)
         except (OSError, ValueError, CorruptCheckpointError) as exc:
             return [f"local: {local[0]}", f"DFS: {exc}"]
-        try:
-            self._check_shard_count(version, len(manifests))
-        except ShardCountError as exc:
-            return [str(exc)]
-        return []
+        damaged = self._shard_count_problems(version, len(manifests)) or self.dfs.file_problems(manifests)
+        return [f"local: {local[0]}", *(f"DFS: {problem}" for problem in damaged)] if damaged else []
 
     def newest_durable(self) -> int | None:
         return self.dfs.newest_durable()
@@ -167,6 +163,14 @@ class CheckpointStore:
     def retained_versions(self) -> list[int]:
         """Versions with a marker on either level, oldest first."""
         return sorted(set(self.local.versions()) | set(self.dfs.committed_versions()))
+
+    def _shard_count_problems(self, version: int, shards: int) -> list[str]:
+        """The shard count error of ``version`` as a problem (empty when it matches)."""
+        try:
+            self._check_shard_count(version, shards)
+        except ShardCountError as exc:
+            return [str(exc)]
+        return []
 
     def _check_shard_count(self, version: int, shards: int) -> None:
         if shards != self.shards:

@@ -7,6 +7,7 @@ import datetime as dt
 from pathlib import Path
 
 from checkpoint import CorruptCheckpointError, DfsCheckpoints
+from checkpoint.dfs import MIN_RETAIN, Check, check_retain
 from misa.config import MisaConfig
 from misa.units import human_bytes
 
@@ -16,17 +17,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub = ckpt.add_subparsers(dest="ckpt_command", required=True)
     p = sub.add_parser("list", help="committed versions with sizes and file counts")
     p.add_argument("url")
-    p = sub.add_parser("verify", help="check sizes and checksums; exit 1 on damage")
+    p = sub.add_parser(
+        "verify",
+        help="check committed versions (--deep: every SHA-256 too); exit 1 on damage",
+        description="Check each committed version's marker and manifests, and that every file they name is on "
+        "the DFS with its size (from a listing: no file is read). --deep also reads every file back and "
+        "compares its SHA-256, which finds damage that keeps the size (a flipped bit) but reads the whole "
+        "checkpoint. Exit 1 on damage, and when the location or the version does not exist.",
+    )
     p.add_argument("url")
-    p.add_argument("version", nargs="?", type=int)
+    p.add_argument("version", nargs="?", type=int, help="only this version (default: every committed one)")
+    p.add_argument("--deep", action="store_true", help="also read every file and compare its SHA-256")
     p = sub.add_parser("restore", help="download a version into DEST/shard-<s>/ (rocksdict raw-mode DBs)")
     p.add_argument("url")
     p.add_argument("version", type=int)
     p.add_argument("dest", type=Path)
     p = sub.add_parser("gc", help="delete versions beyond the retained ones and orphaned files (stop the job first)")
     p.add_argument("url")
-    p.add_argument("--retain", type=int, default=MisaConfig().state_retain_versions)
+    p.add_argument(
+        "--retain",
+        type=_retain,
+        default=MisaConfig().state_retain_versions,
+        help=f"newest readable versions to keep (at least {MIN_RETAIN}; default: spark.misa.state.retainVersions)",
+    )
     ckpt.set_defaults(func=run)
+
+
+def _retain(text: str) -> int:
+    """The ``--retain`` argument: an integer of at least :data:`checkpoint.dfs.MIN_RETAIN`."""
+    try:
+        return check_retain(int(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _dfs(url: str) -> DfsCheckpoints:
@@ -49,15 +71,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"no committed versions under {dfs.shown}")
         return 0
     if args.ckpt_command == "verify":
-        versions = [args.version] if args.version is not None else dfs.committed_versions()
-        problems = dfs.verify(versions)
-        for problem in problems:
-            print(f"DAMAGED {problem}")
-        print(
-            f"verified {len(versions)} version(s) on {dfs.shown}: "
-            + ("OK" if not problems else f"{len(problems)} problem(s)")
-        )
-        return 1 if problems else 0
+        return _verify(dfs, args.version, Check.DIGESTS if args.deep else Check.SIZES)
     if args.ckpt_command == "restore":
         try:
             manifests = dfs.manifests(args.version)
@@ -73,9 +87,34 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.ckpt_command == "gc":
         stats = dfs.gc(args.retain)
+        for version, why in stats.damaged.items():
+            print(f"DAMAGED version {version} kept, and every data file while it is retained: {why}")
         print(
             f"deleted versions {stats.deleted_versions or 'none'}; "
             f"{stats.deleted_files} unreferenced files ({human_bytes(stats.deleted_bytes)})"
         )
         return 0
     raise AssertionError(args.ckpt_command)
+
+
+def _verify(dfs: DfsCheckpoints, version: int | None, check: Check) -> int:
+    """``misa ckpt verify``: 0 when every version checked is sound; 1 on damage, and when there is nothing
+    to check (no such location, no committed version, no such version)."""
+    committed = dfs.committed_versions()
+    if not committed:
+        print(
+            f"nothing verified: {dfs.shown} "
+            + ("has no committed versions" if dfs.fs.exists(dfs.root) else "does not exist")
+        )
+        return 1
+    if version is not None and version not in committed:
+        print(f"version {version} does not exist on {dfs.shown}; committed versions: {committed}")
+        return 1
+    versions = committed if version is None else [version]
+    problems = dfs.verify(versions, check)
+    for problem in problems:
+        print(f"DAMAGED {problem}")
+    checked = "sizes and SHA-256" if check is Check.DIGESTS else "sizes"
+    outcome = "OK" if not problems else f"{len(problems)} problem(s)"
+    print(f"verified {len(versions)} version(s) on {dfs.shown} ({checked}): {outcome}")
+    return 1 if problems else 0
