@@ -787,8 +787,10 @@ class Soak:
         return run_attempt(cmd, self.env, log, deadline, run.kill, run.failpoints)
 
     def _verify_dfs(self, dfs: str, record: Record) -> None:
-        """``misa ckpt verify`` of the iteration's DFS: damage it finds makes the result ``dfs-damaged``."""
-        cmd = [sys.executable, "-c", "import sys; from misa.cli import main; sys.exit(main())", "ckpt", "verify", dfs]
+        """``misa ckpt verify --deep`` (every SHA-256) of the iteration's DFS: damage it finds makes the result
+        ``dfs-damaged``."""
+        misa = [sys.executable, "-c", "import sys; from misa.cli import main; sys.exit(main())"]
+        cmd = [*misa, "ckpt", "verify", "--deep", dfs]
         done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             record.result = "dfs-damaged"
