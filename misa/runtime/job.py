@@ -210,7 +210,7 @@ class StatefulJob:
         good = self._good(counted)
         hint_job = self.hints.start(good) if self.hints else None
         deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
-        record = self._input_record(batch, batch_id, observation)
+        record = self._input_record(batch, batch_id, observation, deltas.num_rows)
         phases.compute_s = clock.lap()
         hints = hint_job.result() if hint_job else None
         phases.hint_wait_s = clock.lap()
@@ -265,9 +265,14 @@ class StatefulJob:
             counts.append(self.bad_records.bad_count().alias(_BAD_ROWS))
         return batch.observe(observation, *counts), observation
 
-    def _input_record(self, batch: DataFrame, batch_id: int, observation: Observation) -> BatchRecord:
-        """The batch's record, started with its observed counts; bad records are written aside here."""
-        counts = observation.get  # filled by the delta job
+    def _input_record(self, batch: DataFrame, batch_id: int, observation: Observation, deltas: int) -> BatchRecord:
+        """The batch's record, started with its observed counts; bad records are written aside here.
+
+        Spark leaves the observation unfilled when the batch has no rows (its plan is pruned to an empty
+        relation, and reading the observation would wait for ever), so a batch that yielded no deltas is
+        first checked for rows: one more small Spark job, only for such batches."""
+        empty = deltas == 0 and batch.isEmpty()
+        counts = {_INPUT_ROWS: 0, _BAD_ROWS: 0} if empty else observation.get  # filled by the delta job
         if self.bad_records is None:
             return BatchRecord(input_rows=int(counts[_INPUT_ROWS]))
         bad = int(counts.get(_BAD_ROWS) or 0)
