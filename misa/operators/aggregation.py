@@ -12,6 +12,13 @@ streaming aggregation, so that ``--mode native`` is an exact reference:
 Windows are closed at the end of the batch that advances the watermark, which is when Spark's
 next (possibly no-data) batch would close them: the results are the same.
 
+So is Spark's arithmetic, whatever the batch boundaries: the output types are Spark's (sum of
+integers: bigint, of floats: double; avg: double; count: bigint; min and max: the input's type);
+integer sums, mins and maxes are kept exactly in int64, and integer sums wrap around on overflow
+or, under ``spark.sql.ansi.enabled`` (read from the batch's session), fail as Spark's do; NaN
+ranks above every double (min skips it unless all are NaN, max is NaN if one is). Inputs misa
+cannot aggregate exactly (decimals; strings for min and max) are refused at the first batch.
+
 Tumbling windows are stored per (window, key); sliding windows as panes of one slide
 (:mod:`misa.operators.sliding`): Spark pre-aggregates each event into its one pane, and a window's
 value is combined from its panes when it is emitted.
@@ -27,19 +34,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from misa.config import parse_seconds
 from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START, OperatorResult, micros
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.sliding import PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark
-from misa.state.codec import AGG_FIELDS, KeyCodec, decode_aggs, encode_aggs, merge_aggs
+from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys
 from misa.state.keys import window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
-PANE_LAYOUT = "panes-v1"  # stored with each version of a sliding aggregation
+OUTPUT_WINDOW = ("window_start", "window_end")  # the output's window columns
+NUMBERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType)
+ORDERED = (*NUMBERS, T.DateType, T.TimestampType, T.TimestampNTZType)
+INPUT_TYPES = {"sum": NUMBERS, "avg": NUMBERS, "min": ORDERED, "max": ORDERED}  # count takes any type
+# The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
+KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
+LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding windows as panes"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,86 @@ class Agg:
     def __post_init__(self) -> None:
         if self.function not in AGG_FUNCTIONS:
             raise ValueError(f"aggregate {self.name}: unknown function {self.function!r}; use one of {AGG_FUNCTIONS}")
+
+    def check_input(self, dtype: T.DataType) -> None:
+        """Refuse an input type whose aggregate misa cannot compute exactly as Spark does."""
+        supported = INPUT_TYPES.get(self.function)
+        if supported is not None and not isinstance(dtype, supported):
+            names = ", ".join(t().simpleString() for t in supported)
+            raise TypeError(
+                f"aggregate {self.name}: {self.function} of column {self.column} of type {dtype.simpleString()} "
+                f"is not supported; misa computes {self.function} exactly over {names} only: cast the column "
+                "to one of them in the upstream"
+            )
+
+    def partial(self) -> Column:
+        """This aggregate's partial value over a group of rows, in Spark's result type (avg: the double sum)."""
+        column = F.col(self.column)
+        if self.function == "avg":
+            return F.sum(column.cast("double"))
+        return {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}[self.function](column)
+
+    def fold(self, value_type: pa.DataType) -> Fold:
+        """How partial values of ``value_type`` (the Arrow type of :meth:`partial`) combine."""
+        op = self.function if self.function in ("min", "max") else "sum"
+        return Fold(self.name, op, pa.types.is_floating(value_type))
+
+
+@dataclass(frozen=True)
+class AggValues:
+    """The aggregates' partial values as the deltas carry them: their states and output types.
+
+    Delta column ``_v{i}`` holds aggregate i's partial value in Spark's result type, ``_c{i}`` its
+    count of non-null inputs.
+    """
+
+    aggs: Sequence[Agg]
+    types: tuple[pa.DataType, ...]
+    states: AggStates
+
+    @classmethod
+    def of(cls, aggs: Sequence[Agg], schema: pa.Schema, ansi: bool) -> AggValues:
+        types = tuple(schema.field(f"_v{i}").type for i in range(len(aggs)))
+        for agg, t in zip(aggs, types):
+            if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)):
+                raise TypeError(f"aggregate {agg.name}: partial values of type {t} cannot be kept exactly")
+        return cls(aggs, types, AggStates(tuple(a.fold(t) for a, t in zip(aggs, types)), ansi))
+
+    @property
+    def cells(self) -> list[str]:
+        """The kind of each aggregate's value cell, stored with each version."""
+        return ["float64" if f.floating else "int64" for f in self.states.folds]
+
+    def delta_states(self, deltas: pa.Table) -> np.ndarray:
+        """The deltas' states: per aggregate its partial value (null: the identity) and count."""
+        columns = []
+        for i, (fold, t) in enumerate(zip(self.states.folds, self.types)):
+            value = deltas[f"_v{i}"].combine_chunks()
+            if fold.floating:
+                cells = value.cast(pa.float64()).fill_null(fold.identity).to_numpy().view(np.int64)
+            else:
+                cells = value.view(_integers(t)).cast(pa.int64()).fill_null(fold.identity).to_numpy()
+            columns += [cells, deltas[f"_c{i}"].to_numpy().astype(np.int64)]
+        return np.column_stack(columns) if columns else self.states.identity(deltas.num_rows)
+
+    def columns(self, states: np.ndarray) -> dict[str, pa.Array]:
+        """The output columns of ``states``: null where an aggregate saw no non-null input (count: 0)."""
+        out = {}
+        for i, (agg, t) in enumerate(zip(self.aggs, self.types)):
+            value, count = self.states.value(states, i), self.states.count(states, i)
+            if agg.function == "avg":
+                value = value / np.maximum(count, 1)
+            empty = None if agg.function == "count" else count == 0
+            if pa.types.is_floating(t):
+                out[agg.name] = pa.array(value, mask=empty).cast(t)
+            else:
+                out[agg.name] = pa.array(value, mask=empty).cast(_integers(t)).view(t)
+        return out
+
+
+def _integers(t: pa.DataType) -> pa.DataType:
+    """The integer type with the bits of ``t`` (dates and timestamps count days or time units)."""
+    return {32: pa.int32(), 64: pa.int64()}[t.bit_width] if pa.types.is_temporal(t) else t
 
 
 @dataclass
@@ -69,6 +163,8 @@ class Aggregation:
     watermark: EventTimeWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _panes: PaneState | None = field(default=None, init=False, repr=False)  # sliding windows only
+    _ansi: bool = field(default=False, init=False, repr=False)  # the session's, read by deltas()
+    _cells: list[str] | None = field(default=None, init=False, repr=False)  # AggValues.cells of the state
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("update", "append"):
@@ -77,6 +173,10 @@ class Aggregation:
             raise ValueError("a windowed aggregation needs event_time (a timestamp column)")
         if self.output_mode == "append" and not self.window:
             raise ValueError("append output needs windows with a watermark (rows must be final when emitted)")
+        names = [*(OUTPUT_WINDOW if self.window else ()), *self.group_by, *(a.name for a in self.aggs)]
+        clashes = sorted({n for n in names if names.count(n) > 1})
+        if clashes:
+            raise ValueError(f"aggregation: output column names {clashes} clash; rename aggregates or group columns")
         self.delay_ms = int(parse_seconds(self.watermark_delay) * 1000)
         self.watermark = EventTimeWatermark(self.delay_ms)
         size, slide = micros(self.window), micros(self.slide)
@@ -85,28 +185,22 @@ class Aggregation:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
             self._panes = PaneState(PaneWindows(size, slide), len(self.aggs), append=self.output_mode == "append")
 
-    @property
-    def time_columns(self) -> list[str]:
-        """The time columns of the deltas: the pane end (sliding), the window bounds (tumbling), or none."""
-        if self._panes is not None:
-            return [PANE_END]
-        return [WINDOW_START, WINDOW_END] if self.window else []
-
     # ------------------------------------------------------------------ Spark side
-    def deltas(self, batch: DataFrame) -> DataFrame:
-        groups: list[Column] = [F.col(c) for c in self.group_by]
+    def deltas(self, batch: DataFrame, group_by: Sequence[str] | None = None) -> DataFrame:
+        """Per (window or pane, group) partial aggregates of the batch (columns: :class:`AggValues`).
+
+        ``group_by``: other group columns than the aggregation's (a lookup aggregation's key). The input
+        types are checked first, and the batch's session tells whether ANSI mode is on.
+        """
+        group_by = list(self.group_by if group_by is None else group_by)
+        self._check_inputs(batch.schema)
+        self._ansi = str(batch.sparkSession.conf.get("spark.sql.ansi.enabled")).lower() == "true"
         measures = [F.count(F.lit(1)).alias(ROWS)]
         if self.event_time:
             measures.append(F.max(F.unix_micros(F.col(self.event_time))).alias(MAX_EVENT))
         for i, agg in enumerate(self.aggs):
-            column = F.col(agg.column)  # count takes any column type; the others cast to double
-            value = F.when(column.isNotNull(), F.lit(1.0)) if agg.function == "count" else column.cast("double")
-            measures += [
-                F.sum(value).alias(f"_s{i}"),
-                F.count(value).cast("double").alias(f"_c{i}"),
-                F.min(value).alias(f"_n{i}"),
-                F.max(value).alias(f"_x{i}"),
-            ]
+            measures += [agg.partial().alias(f"_v{i}"), F.count(F.col(agg.column)).alias(f"_c{i}")]
+        groups: list[Column] = [F.col(c) for c in group_by]
         if not self.window:
             return batch.groupBy(*groups).agg(*measures)
         if self._panes is not None:  # each event into its one pane
@@ -116,21 +210,39 @@ class Aggregation:
         else:
             grouped = batch.groupBy(F.window(F.col(self.event_time), self.window).alias("_w"), *groups).agg(*measures)
             times = [F.unix_micros("_w.start").alias(WINDOW_START), F.unix_micros("_w.end").alias(WINDOW_END)]
-        return grouped.select(*times, *self.group_by, *grouped.columns[1 + len(groups) :])
+        return grouped.select(*times, *group_by, *grouped.columns[1 + len(groups) :])
+
+    def _check_inputs(self, schema: T.StructType) -> None:
+        types = {f.name: f.dataType for f in schema.fields}
+        for agg in self.aggs:
+            if agg.column in types:  # else Spark names the missing column
+                agg.check_input(types[agg.column])
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
-        result = OperatorResult(self._empty_output(deltas.schema))
+        values = self._values(deltas.schema)
+        result = OperatorResult(self._empty_output(deltas.schema, values))
         if deltas.num_rows and self.event_time:
             self.watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
         if self._panes is not None:
-            self._apply_panes(self._panes, deltas, state, result)
+            self._apply_panes(self._panes, deltas, state, result, values)
         else:
-            self._apply_keys(deltas, state, result)
+            self._apply_keys(deltas, state, result, values)
         return result
 
-    def _apply_keys(self, deltas: pa.Table, state: StateView, result: OperatorResult) -> None:
-        """Unwindowed and tumbling state: one entry per (window, key), merged with its delta."""
+    def _values(self, schema: pa.Schema) -> AggValues:
+        """The deltas' aggregate values; they must be kept as the state's are."""
+        values = AggValues.of(self.aggs, schema, self._ansi)
+        if self._cells is not None and values.cells != self._cells:
+            raise ValueError(
+                f"the state holds aggregate values as {self._cells}, this batch's inputs give {values.cells} "
+                "(an input column changed type): run the query from a new checkpoint location and state dir"
+            )
+        self._cells = values.cells
+        return values
+
+    def _apply_keys(self, deltas: pa.Table, state: StateView, result: OperatorResult, values: AggValues) -> None:
+        """Unwindowed and tumbling state: one entry per (window, key), merged with the key's deltas."""
         codec = self._key_codec(deltas.schema)
         if self.window and deltas.num_rows:
             late = pc.less_equal(deltas[WINDOW_END], self.watermark.at_us)
@@ -138,18 +250,24 @@ class Aggregation:
             deltas = deltas.filter(pc.invert(late))
         if deltas.num_rows:
             ends = deltas[WINDOW_END].to_numpy() if self.window else None
-            keys = codec.encode(ends, [deltas[c].combine_chunks() for c in self.group_by])
-            ts = deltas[MAX_EVENT].to_numpy().tolist() if self.event_time else 0
-            old = decode_aggs(state.get_many(keys, ts), len(self.aggs))
-            merged = merge_aggs(old, self._delta_states(deltas))
-            state.put_many(keys, encode_aggs(merged), ts)
+            keys, key_of_row = distinct_keys(codec.encode(ends, [deltas[c].combine_chunks() for c in self.group_by]))
+            delta, first_rows = values.states.per_key(values.delta_states(deltas), key_of_row, len(keys))
+            ts: list[int] | int = 0
+            if self.event_time:
+                latest = np.full(len(keys), np.iinfo(np.int64).min)
+                np.maximum.at(latest, key_of_row, deltas[MAX_EVENT].fill_null(0).to_numpy())
+                ts = latest.tolist()
+            merged = values.states.merge(values.states.decode(state.get_many(keys, ts)), delta)
+            state.put_many(keys, values.states.encode(merged), ts)
             result.state_reads = len(keys)
             if self.output_mode == "update":
-                result.output = self._output(deltas.select(self._key_columns()), merged)
+                result.output = self._output(deltas.select(self._key_columns()).take(first_rows), values, merged)
         if self.window:
-            self._close_windows(state, result)
+            self._close_windows(state, result, values)
 
-    def _apply_panes(self, panes: PaneState, deltas: pa.Table, state: StateView, result: OperatorResult) -> None:
+    def _apply_panes(
+        self, panes: PaneState, deltas: pa.Table, state: StateView, result: OperatorResult, values: AggValues
+    ) -> None:
         """Sliding windows: drop pane deltas whose windows all closed (counting each late window's rows),
         fold the rest into the pane records, emit changed windows (update) or closed ones (append)."""
         codec = self._key_codec(deltas.schema)
@@ -161,25 +279,24 @@ class Aggregation:
             deltas = deltas.filter(pa.array(panes.windows.last_window_end(ends) > watermark))
         if deltas.num_rows:
             group_keys = codec.encode(None, [deltas[c].combine_chunks() for c in self.group_by])
-            events = deltas[MAX_EVENT].to_numpy()
-            changed = panes.merge(
-                group_keys, deltas[PANE_END].to_numpy(), self._delta_states(deltas), events, watermark, state
-            )
+            pane_ends, events = deltas[PANE_END].to_numpy(), deltas[MAX_EVENT].to_numpy()
+            delta = values.delta_states(deltas)
+            changed = panes.merge(group_keys, pane_ends, delta, events, watermark, state, values.states)
             result.state_reads = len(changed.group_keys)
             if self.output_mode == "update":
-                result.output = self._window_output(changed)
+                result.output = self._window_output(changed, values)
         advanced = self.watermark.advance()
         if advanced is not None:
-            closed = panes.close(watermark, advanced, state)
+            closed = panes.close(watermark, advanced, state, values.states)
             if self.output_mode == "append" and len(closed.keys):
-                result.output, result.closed_windows = self._window_output(closed), len(closed.keys)
+                result.output, result.closed_windows = self._window_output(closed, values), len(closed.keys)
 
-    def _window_output(self, windows: Windows) -> pa.Table:
+    def _window_output(self, windows: Windows, values: AggValues) -> pa.Table:
         assert self._codec is not None
         _, columns = self._codec.decode(windows.group_keys)
         picked = [pc.take(c, pa.array(windows.keys)) for c in columns]
         keys = pa.table(dict(zip(self._key_columns(), self._window_columns(windows.ends) + picked)))
-        return self._output(keys, windows.states)
+        return self._output(keys, values, windows.states)
 
     def _key_codec(self, schema: pa.Schema) -> KeyCodec:
         if self._codec is None:
@@ -211,18 +328,7 @@ class Aggregation:
         ends = hints[HINT_WINDOW_END].to_numpy() if self.window else None
         return codec.encode(ends, columns), hints[HINT_TS].to_numpy()
 
-    def _delta_states(self, deltas: pa.Table) -> np.ndarray:
-        cols = []
-        for i in range(len(self.aggs)):
-            cols += [
-                deltas[f"_s{i}"].fill_null(0.0),
-                deltas[f"_c{i}"],
-                deltas[f"_n{i}"].fill_null(np.inf),
-                deltas[f"_x{i}"].fill_null(-np.inf),
-            ]
-        return np.column_stack([c.to_numpy() for c in cols]).astype(np.float64)
-
-    def _close_windows(self, state: StateView, result: OperatorResult) -> None:
+    def _close_windows(self, state: StateView, result: OperatorResult, values: AggValues) -> None:
         """Advance the watermark; emit (append) and evict windows ending at or before it."""
         watermark = self.watermark.advance()
         if watermark is None:
@@ -234,7 +340,7 @@ class Aggregation:
                 assert self._codec is not None
                 ends, cols = self._codec.decode([k for k, _ in closed])
                 keys = pa.table(dict(zip(self._key_columns(), self._window_columns(ends) + cols)))
-                result.output = self._output(keys, decode_aggs([v for _, v in closed], len(self.aggs)))
+                result.output = self._output(keys, values, values.states.decode([v for _, v in closed]))
                 result.closed_windows = len(closed)
         state.delete_range(begin, end)
 
@@ -245,34 +351,36 @@ class Aggregation:
     def _key_columns(self) -> list[str]:
         return ([WINDOW_START, WINDOW_END] if self.window else []) + list(self.group_by)
 
-    def _output(self, keys: pa.Table, states: np.ndarray) -> pa.Table:
+    def _output(self, keys: pa.Table, values: AggValues, states: np.ndarray) -> pa.Table:
         columns: dict[str, pa.Array] = {}
         if self.window:
-            columns["window_start"] = pc.cast(keys[WINDOW_START], pa.timestamp("us", tz="UTC"))
-            columns["window_end"] = pc.cast(keys[WINDOW_END], pa.timestamp("us", tz="UTC"))
+            for name, column in zip(OUTPUT_WINDOW, (WINDOW_START, WINDOW_END)):
+                columns[name] = pc.cast(keys[column], pa.timestamp("us", tz="UTC"))
         for c in self.group_by:
             columns[c] = keys[c]
-        for i, agg in enumerate(self.aggs):
-            s, n, lo, hi = (states[:, i * AGG_FIELDS + j] for j in range(AGG_FIELDS))
-            if agg.function == "count":
-                columns[agg.name] = pa.array(n.astype(np.int64))
-                continue
-            value = {"sum": s, "avg": s / np.where(n == 0, 1, n), "min": lo, "max": hi}[agg.function]
-            columns[agg.name] = pa.array(value, mask=(n == 0))
-        return pa.table(columns)
+        return pa.table(columns | values.columns(states))
 
-    def _empty_output(self, schema: pa.Schema) -> pa.Table:
+    def _empty_output(self, schema: pa.Schema, values: AggValues) -> pa.Table:
         types = {WINDOW_START: pa.int64(), WINDOW_END: pa.int64()} | {c: schema.field(c).type for c in self.group_by}
         keys = pa.table({c: pa.array([], types[c]) for c in self._key_columns()})
-        return self._output(keys, np.zeros((0, len(self.aggs) * AGG_FIELDS)))
+        return self._output(keys, values, values.states.identity(0))
+
+    # ------------------------------------------------------------------ versions
+    @property
+    def _layout(self) -> str:
+        return PANE_LAYOUT if self._panes is not None else KEY_LAYOUT
 
     def metadata(self) -> dict[str, Any]:
-        return {**self.watermark.metadata(), **({"layout": PANE_LAYOUT} if self._panes is not None else {})}
+        return {**self.watermark.metadata(), "layout": self._layout, "values": self._cells}
 
     def restore(self, metadata: dict[str, Any]) -> None:
-        if self._panes is not None and metadata and metadata.get("layout") != PANE_LAYOUT:
+        """Resume from a version's metadata; a version of another state layout is refused, never misread."""
+        if metadata and metadata.get("layout") != self._layout:
+            found = metadata.get("layout") or "of an earlier release (float64 values)"
             raise ValueError(
-                "this version's sliding-window state was written per (window, key) by an earlier release, "
-                f"not as panes ({PANE_LAYOUT}): run the query from a new checkpoint location and state dir"
+                f"this checkpoint's aggregation state has layout {found}, this release reads {self._layout} "
+                f"({LAYOUTS[self._layout]}, exact integer values): "
+                "run the query from a new checkpoint location and state dir"
             )
+        self._cells = metadata.get("values")
         self.watermark.restore(metadata)

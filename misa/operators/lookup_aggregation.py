@@ -6,8 +6,9 @@ the cache, pending commit buffers, RocksDB); only keys the state does not hold y
 external ``lookup`` (for Redis one MGET per batch), and its answers are written into the state, so
 from then on they come from the cache, and after a restart from the checkpointed state. Rows of a
 key that neither knows are dropped and counted (``missing_rows``, kept with each version's metadata
-and logged per batch). The rows, now keyed by value, are combined per (window, value) and handed to
-the :class:`~misa.operators.aggregation.Aggregation`, which merges them into its window state and emits them.
+and logged per batch). The rows, now keyed by value, are handed to the
+:class:`~misa.operators.aggregation.Aggregation`, which folds the rows of one (window, value) together,
+merges them into its window state and emits them.
 
 Mapping entries are stored under ``0xff "lookup:" key_column 0x00 key``: window keys begin with an
 8-byte big-endian window end below 2**63, so window scans and range deletes never reach them.
@@ -15,7 +16,6 @@ Mapping entries are stored under ``0xff "lookup:" key_column 0x00 key``: window 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -57,12 +57,11 @@ class LookupAggregation:
             )
         self.value_column = self.aggregation.group_by[0]
         self._prefix = lookup_prefix(self.key_column)
-        self._by_key = dataclasses.replace(self.aggregation, group_by=[self.key_column])
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:
         """Per (window, key) partial aggregates: the aggregation's deltas grouped by the key column."""
-        return self._by_key.deltas(batch)
+        return self.aggregation.deltas(batch, group_by=[self.key_column])
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
@@ -74,7 +73,7 @@ class LookupAggregation:
         known = pc.is_valid(looked_up)
         missing = deltas.filter(pc.invert(known))
         enriched = deltas.drop_columns([self.key_column]).append_column(self.value_column, looked_up).filter(known)
-        result = self.aggregation.apply(self._combine(enriched), state)
+        result = self.aggregation.apply(enriched, state)
         result.state_reads += len(distinct)
         result.dropped_rows += self._count_missing(missing) if missing.num_rows else 0
         return result
@@ -130,16 +129,6 @@ class LookupAggregation:
             self.missing_rows,
         )
         return rows
-
-    def _combine(self, deltas: pa.Table) -> pa.Table:
-        """One delta row per (window, value): rows of keys with the same value folded together."""
-        group = self.aggregation.time_columns + [self.value_column]
-        folds = {ROWS: "sum", MAX_EVENT: "max"}
-        for i in range(len(self.aggregation.aggs)):
-            folds.update({f"_s{i}": "sum", f"_c{i}": "sum", f"_n{i}": "min", f"_x{i}": "max"})
-        folds = {c: f for c, f in folds.items() if c in deltas.column_names}
-        combined = deltas.group_by(group, use_threads=False).aggregate(list(folds.items()))
-        return combined.select([f"{c}_{f}" for c, f in folds.items()] + group).rename_columns([*folds, *group])
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

@@ -16,7 +16,8 @@ State layout per group key (:mod:`misa.state.keys`):
   range-deletes them.
 
 Arrays here are NumPy: ``keys`` are indices into the batch's distinct group keys, ``ends`` pane
-ends in microseconds, ``states`` aggregate states (:mod:`misa.state.codec`, 4 fields per aggregate).
+ends in microseconds, ``states`` aggregate states (two int64 cells per aggregate), folded by the
+aggregation's :class:`~misa.state.codec.AggStates`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from misa.state.codec import AGG_FIELDS
+from misa.state.codec import AGG_CELLS, AggStates
 from misa.state.keys import PANE_RECORD, PANE_TIMER, window_prefix
 
 TIMER = np.dtype("<i8")
@@ -116,33 +117,34 @@ class Panes:
     states: np.ndarray
 
     @classmethod
-    def empty(cls, fields: int) -> Panes:
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, fields)))
+    def empty(cls, cells: int) -> Panes:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, cells), np.int64))
 
     def take(self, rows: np.ndarray) -> Panes:
         return Panes(self.keys[rows], self.ends[rows], self.states[rows])
 
 
 class PaneRecords:
-    """Encodes and decodes pane records: an int64 timer, then rows of (pane end, aggregate state)."""
+    """Encodes and decodes pane records: an int64 timer, then rows of (pane end, aggregate state cells)."""
 
     def __init__(self, aggregates: int):
-        self.fields = aggregates * AGG_FIELDS
-        self.row = np.dtype([("end", "<i8"), ("state", "<f8", (self.fields,))])
+        self.cells = aggregates * AGG_CELLS
+        self.row = np.dtype([("end", "<i8"), ("state", "<i8", (self.cells,))])
 
     def decode(self, values: Sequence[bytes | None]) -> tuple[np.ndarray, Panes]:
         """The timers (-1 where there is no record) and the pane rows of ``values``, in key order."""
         present = [v for v in values if v is not None]
         timers = np.full(len(values), -1, np.int64)
         if not present:
-            return timers, Panes.empty(self.fields)
+            return timers, Panes.empty(self.cells)
         timers[[i for i, v in enumerate(values) if v is not None]] = [
             int.from_bytes(v[:8], "little", signed=True) for v in present
         ]
         counts = [(len(v) - 8) // self.row.itemsize if v is not None else 0 for v in values]
         rows = np.frombuffer(b"".join(v[8:] for v in present), self.row)
         keys = np.repeat(np.arange(len(values)), counts)
-        return timers, Panes(keys, rows["end"].astype(np.int64), rows["state"].reshape(len(rows), self.fields))
+        states = rows["state"].reshape(len(rows), self.cells).astype(np.int64, copy=False)
+        return timers, Panes(keys, rows["end"].astype(np.int64), states)
 
     def encode(self, keys: int, timers: np.ndarray, panes: Panes) -> list[bytes | None]:
         """One record per key index below ``keys`` (None for a key without panes: delete it)."""
@@ -157,7 +159,7 @@ class PaneRecords:
         return out
 
 
-def fold(panes: Panes) -> Panes:
+def fold(panes: Panes, aggs: AggStates) -> Panes:
     """Panes sorted by (key, end) with the rows of one (key, end) merged into one."""
     order = np.lexsort((panes.ends, panes.keys))
     panes = panes.take(order)
@@ -166,24 +168,18 @@ def fold(panes: Panes) -> Panes:
     new = np.ones(len(order), bool)
     new[1:] = (panes.keys[1:] != panes.keys[:-1]) | (panes.ends[1:] != panes.ends[:-1])
     starts = np.flatnonzero(new)
-    return Panes(panes.keys[starts], panes.ends[starts], reduce_states(panes.states, starts))
+    return Panes(panes.keys[starts], panes.ends[starts], aggs.reduce(panes.states, starts))
 
 
-def reduce_states(states: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """States of the row segments beginning at ``starts``: sums and counts add, mins and maxes fold."""
-    out = np.add.reduceat(states, starts, axis=0)
-    out[:, 2::AGG_FIELDS] = np.minimum.reduceat(states[:, 2::AGG_FIELDS], starts, axis=0)
-    out[:, 3::AGG_FIELDS] = np.maximum.reduceat(states[:, 3::AGG_FIELDS], starts, axis=0)
-    return out
-
-
-def window_states(panes: Panes, windows: PaneWindows, keys: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def window_states(
+    panes: Panes, windows: PaneWindows, keys: np.ndarray, ends: np.ndarray, aggs: AggStates
+) -> np.ndarray:
     """The aggregate state of each window (``keys[i]``, ending at ``ends[i]``): its panes combined.
 
     ``panes`` are sorted by (key, end) and every window holds at least one of them.
     """
     if not len(keys):
-        return np.zeros((0, panes.states.shape[1]))
+        return aggs.identity(0)
     pane = windows.pane_us
     base = min(int(panes.ends.min()), int(ends.min())) - windows.size_us
     span = (max(int(panes.ends.max()), int(ends.max())) - base) // pane + 1
@@ -193,4 +189,4 @@ def window_states(panes: Panes, windows: PaneWindows, keys: np.ndarray, ends: np
     counts = hi - lo
     starts = np.cumsum(counts) - counts
     rows = np.arange(int(counts.sum())) - np.repeat(starts - lo, counts)
-    return reduce_states(panes.states[rows], starts)
+    return aggs.reduce(panes.states[rows], starts)

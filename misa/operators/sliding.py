@@ -24,6 +24,7 @@ from misa.operators.panes import (
     timer_range,
     window_states,
 )
+from misa.state.codec import AggStates, distinct_keys
 from misa.state.view import StateView
 
 
@@ -53,29 +54,30 @@ class PaneState:
         event_us: np.ndarray,
         watermark_us: int,
         state: StateView,
+        aggs: AggStates,
     ) -> Windows:
         """Fold the batch's pane deltas (rows of ``group_keys`` with no window closed at ``watermark_us``
-        only) into their records; the windows they changed, with their new states."""
-        distinct, key_of_row = _distinct(group_keys)
+        only) into their records with ``aggs``; the windows they changed, with their new states."""
+        distinct, key_of_row = distinct_keys(group_keys)
         ts = np.full(len(distinct), np.iinfo(np.int64).min)
         np.maximum.at(ts, key_of_row, event_us)
         keys = record_keys(distinct)
         old_timers, old = self.records.decode(state.get_many(keys, ts.tolist()))
         delta = Panes(key_of_row, pane_ends, states)
-        merged = fold(_concat(old, delta))
+        merged = fold(_concat(old, delta), aggs)
         merged = merged.take(np.flatnonzero(self.windows.last_window_end(merged.ends) > watermark_us))
         self._write(state, distinct, old_timers, merged, watermark_us, ts)
         first, last = self.windows.open_window_ends(pane_ends, watermark_us)
         out_keys, out_ends = self.windows.windows_of(key_of_row, first, last)
-        return Windows(distinct, out_keys, out_ends, window_states(merged, self.windows, out_keys, out_ends))
+        return Windows(distinct, out_keys, out_ends, window_states(merged, self.windows, out_keys, out_ends, aggs))
 
-    def close(self, previous_us: int, watermark_us: int, state: StateView) -> Windows:
+    def close(self, previous_us: int, watermark_us: int, state: StateView, aggs: AggStates) -> Windows:
         """Visit the records due at ``watermark_us`` (the watermark moved from ``previous_us``): in append
         mode the windows that closed in between, with their states; drop dead panes and empty records."""
         begin, end = timer_range(watermark_us)
         distinct = list(dict.fromkeys(group_key_of_timer(k) for k, _ in state.scan(begin, end)))
         state.delete_range(begin, end)
-        none = Windows(distinct, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, self.records.fields)))
+        none = Windows(distinct, np.zeros(0, np.int64), np.zeros(0, np.int64), aggs.identity(0))
         if not distinct:
             return none
         _, panes = self.records.decode(state.get_many(record_keys(distinct)))
@@ -83,7 +85,8 @@ class PaneState:
         if self.append:
             first, last = self.windows.open_window_ends(panes.ends, previous_us)
             out_keys, out_ends = self.windows.windows_of(panes.keys, first, last, through=watermark_us)
-            emitted = Windows(distinct, out_keys, out_ends, window_states(panes, self.windows, out_keys, out_ends))
+            states = window_states(panes, self.windows, out_keys, out_ends, aggs)
+            emitted = Windows(distinct, out_keys, out_ends, states)
         live = panes.take(np.flatnonzero(self.windows.last_window_end(panes.ends) > watermark_us))
         self._write(state, distinct, np.full(len(distinct), -1), live, watermark_us, 0)
         return emitted
@@ -124,13 +127,6 @@ class PaneState:
         else:
             timers[panes.keys[starts]] = np.maximum.reduceat(self.windows.last_window_end(panes.ends), starts)
         return timers
-
-
-def _distinct(group_keys: list[bytes]) -> tuple[list[bytes], np.ndarray]:
-    """The distinct keys in first-seen order, and each row's index among them."""
-    index: dict[bytes, int] = {}
-    rows = np.fromiter((index.setdefault(k, len(index)) for k in group_keys), np.int64, len(group_keys))
-    return list(index), rows
 
 
 def _concat(a: Panes, b: Panes) -> Panes:

@@ -4,12 +4,14 @@ Keys (the whole key space: :mod:`misa.state.keys`): for window state ``window_en
 big-endian) ++ group key``, so all windows ending by a time form one key range; for keyed state,
 the group key alone. A group key is, per column, a null
 flag byte and then 8 bytes big-endian for integers, or a 4-byte length and UTF-8 for strings.
-Values of incremental aggregates are ``float64[sum, count, min, max]`` per aggregated column.
+Values of incremental aggregates (:class:`AggStates`) are, per aggregate, its value as 8 bytes (an
+int64, or a float64 for floating aggregates) and its count of non-null inputs (int64), little-endian.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -18,8 +20,9 @@ import pyarrow as pa
 from misa.state.keys import window_prefix
 
 WINDOW_END = np.dtype(">u8")
-AGG_FIELDS = 4  # sum, count, min, max
-IDENTITY = np.array([0.0, 0.0, np.inf, -np.inf])
+AGG_CELLS = 2  # per aggregate: value, count
+CELL = np.dtype("<i8")
+INT64 = np.iinfo(np.int64)
 
 
 class KeyCodec:
@@ -95,21 +98,116 @@ def _decode_value(field: pa.Field, key: bytes, pos: int) -> tuple[object, int]:
     return key[pos + 5 : pos + 5 + length].decode(), pos + 5 + length
 
 
-def decode_aggs(values: Sequence[bytes | None], columns: int) -> np.ndarray:
-    """Stored aggregate states as a float64 array (rows, columns * 4); absent rows are identities."""
-    empty = np.tile(IDENTITY, columns).astype("<f8").tobytes()
-    raw = b"".join(v if v is not None else empty for v in values)
-    return np.frombuffer(raw, dtype="<f8").reshape(len(values), columns * AGG_FIELDS)
+class AggregateOverflowError(ArithmeticError):
+    """A sum of integers left the bigint range under ``spark.sql.ansi.enabled`` (Spark's ARITHMETIC_OVERFLOW)."""
 
 
-def encode_aggs(states: np.ndarray) -> list[bytes]:
-    raw, width = np.ascontiguousarray(states, dtype="<f8").tobytes(), states.shape[1] * 8
-    return [raw[i : i + width] for i in range(0, len(raw), width)]
+@dataclass(frozen=True)
+class Fold:
+    """How one aggregate's value folds: ``op`` (sum, min or max) over int64 or (``floating``) float64 values.
+
+    ``name`` is the aggregate's output column, for error messages.
+    """
+
+    name: str
+    op: str
+    floating: bool
+
+    @property
+    def identity(self) -> int | float:
+        """The value of no rows: ``x`` folded with it is ``x`` (float min: NaN, the top of Spark's order)."""
+        if self.floating:
+            return {"sum": 0.0, "min": np.nan, "max": -np.inf}[self.op]
+        return {"sum": 0, "min": INT64.max, "max": INT64.min}[self.op]
+
+    def reduce(self, values: np.ndarray, starts: np.ndarray, ansi: bool) -> np.ndarray:
+        """The fold of each segment of ``values`` beginning at ``starts`` (int64, or float64 when floating).
+
+        Integer sums wrap around as Spark's do, or raise :class:`AggregateOverflowError` under ANSI mode.
+        Spark orders NaN above every double: min skips NaN unless all are NaN, max is NaN if one is.
+        """
+        if self.op == "sum" and not self.floating and ansi:
+            _check_sum(values, starts, self.name)
+        ufunc = {"sum": np.add, "min": np.fmin if self.floating else np.minimum, "max": np.maximum}[self.op]
+        return ufunc.reduceat(values, starts)
 
 
-def merge_aggs(old: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """Combine aggregate states column-wise: sums and counts add, mins and maxes fold."""
-    merged = old + delta
-    merged[:, 2::AGG_FIELDS] = np.minimum(old[:, 2::AGG_FIELDS], delta[:, 2::AGG_FIELDS])
-    merged[:, 3::AGG_FIELDS] = np.maximum(old[:, 3::AGG_FIELDS], delta[:, 3::AGG_FIELDS])
-    return merged
+def _check_sum(values: np.ndarray, starts: np.ndarray, name: str) -> None:
+    """Raise if the exact sum of a segment leaves the int64 range (its high 32 bits, with carries, overflow)."""
+    high = np.add.reduceat(values >> 32, starts) + (np.add.reduceat(values & 0xFFFFFFFF, starts) >> 32)
+    if ((high < -(2**31)) | (high >= 2**31)).any():
+        raise AggregateOverflowError(
+            f"[ARITHMETIC_OVERFLOW] long overflow in sum {name}, as Spark raises with spark.sql.ansi.enabled=true; "
+            "set spark.sql.ansi.enabled=false to let integer sums wrap around, or sum the column cast to double"
+        )
+
+
+@dataclass(frozen=True)
+class AggStates:
+    """Aggregate states as int64 arrays of shape (rows, 2 per aggregate): each aggregate's value (int64,
+    or the bits of a float64) then its count of non-null inputs; stored as little-endian 8-byte cells.
+
+    ``ansi``: integer sums raise on overflow (the session's ``spark.sql.ansi.enabled``) instead of wrapping.
+    """
+
+    folds: tuple[Fold, ...]
+    ansi: bool = False
+
+    @property
+    def width(self) -> int:
+        return len(self.folds) * AGG_CELLS
+
+    def identity(self, rows: int) -> np.ndarray:
+        """``rows`` states of no input rows."""
+        one = np.zeros(self.width, np.int64)
+        for i, fold in enumerate(self.folds):
+            one[i * AGG_CELLS] = np.array(fold.identity, np.float64 if fold.floating else np.int64).view(np.int64)
+        return np.tile(one, (rows, 1))
+
+    def decode(self, values: Sequence[bytes | None]) -> np.ndarray:
+        """Stored states; absent rows (None) are identities."""
+        empty = self.identity(1).astype(CELL).tobytes()
+        raw = b"".join(v if v is not None else empty for v in values)
+        return np.frombuffer(raw, dtype=CELL).astype(np.int64, copy=False).reshape(len(values), self.width)
+
+    def encode(self, states: np.ndarray) -> list[bytes]:
+        raw, width = np.ascontiguousarray(states, dtype=CELL).tobytes(), self.width * CELL.itemsize
+        return [raw[i : i + width] for i in range(0, len(raw), width)]
+
+    def value(self, states: np.ndarray, i: int) -> np.ndarray:
+        """Aggregate ``i``'s values: int64, or float64 for a floating aggregate."""
+        column = np.ascontiguousarray(states[:, i * AGG_CELLS])
+        return column.view(np.float64) if self.folds[i].floating else column
+
+    def count(self, states: np.ndarray, i: int) -> np.ndarray:
+        """Aggregate ``i``'s counts of non-null inputs."""
+        return states[:, i * AGG_CELLS + 1]
+
+    def reduce(self, states: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The states of the row segments beginning at ``starts`` (each non-empty): counts add, values fold."""
+        if not len(starts):
+            return self.identity(0)
+        out = np.empty((len(starts), self.width), np.int64)
+        out[:, 1::AGG_CELLS] = np.add.reduceat(states[:, 1::AGG_CELLS], starts, axis=0)
+        for i, fold in enumerate(self.folds):
+            folded = fold.reduce(self.value(states, i), starts, self.ansi)
+            out[:, i * AGG_CELLS] = folded.view(np.int64) if fold.floating else folded
+        return out
+
+    def per_key(self, states: np.ndarray, key_of_row: np.ndarray, keys: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' states folded per key ``0..keys-1`` (each the key of some row), and each key's first row."""
+        order = np.argsort(key_of_row, kind="stable")
+        starts = np.searchsorted(key_of_row[order], np.arange(keys))
+        return self.reduce(states[order], starts), order[starts]
+
+    def merge(self, old: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """Row ``r`` of ``old`` folded with row ``r`` of ``delta``."""
+        pairs = np.stack([old, delta], axis=1).reshape(-1, self.width)
+        return self.reduce(pairs, np.arange(0, len(pairs), 2))
+
+
+def distinct_keys(keys: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
+    """The distinct keys in first-seen order, and each key's index among them."""
+    index: dict[bytes, int] = {}
+    rows = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, len(keys))
+    return list(index), rows

@@ -108,8 +108,7 @@ def test_lookup_aggregation_hints_the_looked_up_values(view):
             "ad": ["1", "2"],
             "_rows": [2, 1],
             "_max_event_us": [3_000_000, 2_000_000],
-            **{f"_{f}0": [2.0, 1.0] for f in "sc"},
-            **{f"_{f}0": [1.0, 1.0] for f in "nx"},
+            **{f"_{f}0": [2, 1] for f in "vc"},
         }
     )
     keys, ts = hinted(op, upstream)

@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 
 from misa.operators.aggregation import Agg, Aggregation
-from misa.state.codec import KeyCodec, decode_aggs, encode_aggs, merge_aggs
+from misa.state.codec import KeyCodec
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -19,17 +19,16 @@ def view(config, tmp_path):
 
 
 def deltas(rows: list[tuple], window_s: int | None = 10) -> pa.Table:
-    """rows: (window_end_s or None, group, n, sum, min, max, max_event_s)."""
+    """rows: (window_end_s or None, group, n, partial value of the one aggregate, max_event_s)."""
     cols: dict[str, list] = {}
     if window_s:
         cols["_window_start_us"] = [(r[0] - window_s) * S for r in rows]
         cols["_window_end_us"] = [r[0] * S for r in rows]
     cols["g"] = [r[1] for r in rows]
     cols["_rows"] = [r[2] for r in rows]
-    cols["_max_event_us"] = [r[6] * S for r in rows]
-    cols["_s0"], cols["_c0"] = [float(r[3]) for r in rows], [float(r[2]) for r in rows]
-    cols["_n0"], cols["_x0"] = [float(r[4]) for r in rows], [float(r[5]) for r in rows]
-    types = {"g": pa.int64() if rows and isinstance(rows[0][1], int) else pa.string()}
+    cols["_max_event_us"] = [r[4] * S for r in rows]
+    cols["_v0"], cols["_c0"] = [float(r[3]) for r in rows], [r[2] for r in rows]
+    types = {"g": pa.int64() if rows and isinstance(rows[0][1], int) else pa.string(), "_c0": pa.int64()}
     return pa.table({k: pa.array(v, types.get(k)) for k, v in cols.items()})
 
 
@@ -52,17 +51,11 @@ def test_codec_round_trips_ints_strings_and_nulls():
     assert sorted(keys) == [keys[1], keys[0]]  # window end leads the key: closing windows is a range
 
 
-def test_aggregate_states_merge():
-    old = decode_aggs([None, encode_aggs(np.array([[5.0, 2.0, 1.0, 4.0]]))[0]], 1)
-    merged = merge_aggs(old, np.array([[3.0, 1.0, 3.0, 3.0], [1.0, 1.0, 0.5, 0.5]]))
-    assert merged.tolist() == [[3.0, 1.0, 3.0, 3.0], [6.0, 3.0, 0.5, 4.0]]
-
-
 def test_update_mode_outputs_changed_windows_with_current_values(view):
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="30s")
-    first = op.apply(deltas([(10, 1, 2, 5.0, 1.0, 4.0, 9), (20, 2, 1, 7.0, 7.0, 7.0, 12)]), view)
+    first = op.apply(deltas([(10, 1, 2, 5.0, 9), (20, 2, 1, 7.0, 12)]), view)
     assert [(r["window_end"].second, r["g"], r["s"]) for r in rows_of(first.output)] == [(10, 1, 5.0), (20, 2, 7.0)]
-    second = op.apply(deltas([(10, 1, 1, 1.5, 1.5, 1.5, 13)]), view)
+    second = op.apply(deltas([(10, 1, 1, 1.5, 13)]), view)
     assert [(r["g"], r["s"]) for r in second.output.to_pylist()] == [(1, 6.5)]
 
 
@@ -75,10 +68,10 @@ def test_every_aggregate_function(view):
         Agg("hi", "max", "x"),
     ]
     op = Aggregation(["g"], aggs)
-    table = deltas([(None, "k", 2, 6.0, 1.0, 5.0, 1)], window_s=None)
-    for i in range(1, 5):  # every aggregate reads the same input column
-        table = table.append_column(f"_s{i}", table["_s0"]).append_column(f"_c{i}", table["_c0"])
-        table = table.append_column(f"_n{i}", table["_n0"]).append_column(f"_x{i}", table["_x0"])
+    table = deltas([(None, "k", 2, 6.0, 1)], window_s=None).drop_columns(["_v0", "_c0"])
+    partials = [pa.array([6.0]), pa.array([6.0]), pa.array([2]), pa.array([1.0]), pa.array([5.0])]
+    for i, partial in enumerate(partials):  # every aggregate reads the same input column (two rows: 1, 5)
+        table = table.append_column(f"_v{i}", partial).append_column(f"_c{i}", pa.array([2]))
     op.apply(table, view)
     out = op.apply(table, view).output.to_pylist()
     assert out == [{"g": "k", "s": 12.0, "a": 3.0, "n": 4, "lo": 1.0, "hi": 5.0}]
@@ -86,10 +79,10 @@ def test_every_aggregate_function(view):
 
 def test_watermark_drops_late_updates_and_evicts_closed_windows(view):
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="5s")
-    op.apply(deltas([(10, 1, 1, 1.0, 1.0, 1.0, 9), (20, 1, 1, 2.0, 2.0, 2.0, 16)]), view)
+    op.apply(deltas([(10, 1, 1, 1.0, 9), (20, 1, 1, 2.0, 16)]), view)
     assert op.watermark.at_us == 11 * S  # 16 s - 5 s: the window ending at 10 s closes
     assert view.get_many(op._codec.encode(np.array([10 * S]), [pa.array([1])])) == [None]
-    late = op.apply(deltas([(10, 1, 3, 9.0, 3.0, 3.0, 8), (20, 1, 1, 1.0, 1.0, 1.0, 17)]), view)
+    late = op.apply(deltas([(10, 1, 3, 9.0, 8), (20, 1, 1, 1.0, 17)]), view)
     assert late.late_rows == 3
     assert [(r["window_end"].second, r["s"]) for r in late.output.to_pylist()] == [(20, 3.0)]
 
@@ -98,11 +91,11 @@ def test_append_mode_emits_each_window_once_when_it_closes(view):
     op = Aggregation(
         ["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="0s", output_mode="append"
     )
-    first = op.apply(deltas([(10, 1, 1, 1.0, 1.0, 1.0, 5), (10, 2, 1, 2.0, 2.0, 2.0, 6)]), view)
+    first = op.apply(deltas([(10, 1, 1, 1.0, 5), (10, 2, 1, 2.0, 6)]), view)
     assert first.output.num_rows == 0
-    second = op.apply(deltas([(10, 1, 1, 4.0, 4.0, 4.0, 9), (20, 1, 1, 1.0, 1.0, 1.0, 10)]), view)
+    second = op.apply(deltas([(10, 1, 1, 4.0, 9), (20, 1, 1, 1.0, 10)]), view)
     assert [(r["window_end"].second, r["g"], r["s"]) for r in rows_of(second.output)] == [(10, 1, 5.0), (10, 2, 2.0)]
-    third = op.apply(deltas([(30, 1, 1, 1.0, 1.0, 1.0, 25)]), view)
+    third = op.apply(deltas([(30, 1, 1, 1.0, 25)]), view)
     assert [(r["window_end"].second, r["s"]) for r in third.output.to_pylist()] == [(20, 1.0)]
 
 

@@ -35,14 +35,12 @@ def pane_deltas(events: list[tuple[int, int, float]], pane_us: int) -> pa.Table:
         cols["g"].append(g)
         cols["_rows"].append(len(values))
         cols["_max_event_us"].append(max(t for t, _ in values))
-        for i in range(4):  # the four aggregates all read x
-            cols[f"_s{i}"].append(sum(xs))
-            cols[f"_c{i}"].append(float(len(xs)))
-            cols[f"_n{i}"].append(min(xs))
-            cols[f"_x{i}"].append(max(xs))
-    ints = ("_pane_end_us", "g", "_rows", "_max_event_us")
-    names = [*ints, *(f"_{f}{i}" for i in range(4) for f in "scnx")]
-    return pa.table({k: pa.array(cols[k], pa.int64() if k in ints else pa.float64()) for k in names})
+        for i, partial in enumerate([sum(xs), len(xs), min(xs), max(xs)]):  # sum, count, min, max of x
+            cols[f"_v{i}"].append(partial)
+            cols[f"_c{i}"].append(len(xs))
+    names = ["_pane_end_us", "g", "_rows", "_max_event_us", *(f"_{f}{i}" for i in range(4) for f in "vc")]
+    floats = ("_v0", "_v2", "_v3")
+    return pa.table({k: pa.array(cols[k], pa.float64() if k in floats else pa.int64()) for k in names})
 
 
 class PerWindowReference:
