@@ -360,6 +360,8 @@ REFUSAL = re.compile(
     r"\b(OwnershipError|RecoveryError|CorruptCheckpointError|CommitFailedError|DfsUnavailableError"
     r"|ConcurrentModificationException|ShardCountError): "
 )
+# Spark's own refusal of a second query on its checkpoint, as the driver's StreamingQueryException words it
+SPARK_CONCURRENT = re.compile(r"Multiple streaming queries are concurrently using .+")
 FIX_HINTS = ("misa ckpt", "allowPreviousVersion", "delete", "start from", "restart", "stop ")
 
 
@@ -369,8 +371,11 @@ def refusal(log_text: str) -> str | None:
     found = None
     for line in log_text.splitlines():
         names = list(REFUSAL.finditer(line))
+        spark = SPARK_CONCURRENT.search(line)
         if names:
             found = f"{names[-1].group(1)}: {line[names[-1].end() :].strip()}"
+        elif spark:
+            found = f"ConcurrentModificationException: {spark.group(0).strip()}"
     return found[:1000] if found else None
 
 
@@ -461,9 +466,9 @@ class Record:
         )
 
 
-def damage_dfs(fs: Any, root: str, damage: Damage) -> str | None:
+def damage_dfs(fs: Any, root: str, damage: Damage) -> tuple[str, str] | None:
     """Do ``damage`` to one of the SST and meta files under ``root`` (an fsspec file system's path): the file's
-    path relative to ``root``, or None when there is none."""
+    path relative to ``root`` and what was done (an empty file is deleted), or None when there is no such file."""
     root = root.rstrip("/")
     files = sorted(p for p in fs.find(root) if re.search(r"/shard-\d+/(sst|meta)/[^/]+$", p))
     if not files:
@@ -473,10 +478,14 @@ def damage_dfs(fs: Any, root: str, damage: Damage) -> str | None:
     data = bytearray(fs.cat_file(path))
     if damage.kind == "delete" or not data:
         fs.rm_file(path)
+        done = "deleted"
     else:
-        data[rng.randrange(len(data))] ^= 0xFF
+        offset = rng.randrange(len(data))
+        data[offset] ^= 0xFF
         fs.pipe_file(path, bytes(data))
-    return path[len(root) + 1 :]
+        done = f"flipped byte {offset} of"
+    relative = path[len(root) + 1 :]
+    return relative, f"{done} {relative}"
 
 
 # ---------------------------------------------------------------------------------------------- judging
@@ -751,7 +760,7 @@ class Soak:
             if record.result == "ok":
                 self._verify_dfs(dfs, record)
         record.seconds = round(time.monotonic() - started, 1)
-        if record.result in ("ok", "refused") and not self.args.keep_runs:
+        if record.result == "ok" and not self.args.keep_runs:  # a refusal's folder stays, like a failure's
             self._remove(run_dir, f"{index:04d}/" if plan.dfs == "s3" else None)
         return record
 
@@ -763,8 +772,8 @@ class Soak:
         damaged: str | None = None
         for step in steps:
             if isinstance(step, Damage):
-                damaged = damage_dfs(*self.filesystem(dfs), step)
-                record.damage = f"{'flipped a byte of' if step.kind == 'flip' else 'deleted'} {damaged or 'nothing'}"
+                done = damage_dfs(*self.filesystem(dfs), step)
+                damaged, record.damage = done or (None, "no SST or meta file on the DFS to damage")
                 continue
             logs = [run_dir / f"run-{number + n}.log" for n in range(1, len(step) + 1)]
             number += len(step)

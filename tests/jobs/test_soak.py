@@ -217,6 +217,14 @@ def test_refusal_is_the_innermost_named_error_of_the_last_such_line(tmp_path):
     assert soak.refusal(SUPERSEDED).startswith("OwnershipError: this driver (epoch 1) was superseded")
     assert soak.refusal(f"{CORRUPT}\nValueError: other") == f"CorruptCheckpointError: {CORRUPT.split(': ', 1)[1]}"
     assert soak.refusal("  raise RecoveryError(batch_gap_message(...))\nValueError: x") is None
+    spark = (
+        "pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query [id = 9f04] terminated "
+        "with exception: Multiple streaming queries are concurrently using file:/r/ckpt/sources/0. SQLSTATE: XXKST"
+    )
+    assert soak.refusal(spark) == (
+        "ConcurrentModificationException: Multiple streaming queries are concurrently using "
+        "file:/r/ckpt/sources/0. SQLSTATE: XXKST"
+    )
     assert soak.damaged_names(DAMAGED_FILE) == ("000009-0123456789abcdef.sst", "000009.sst")
     assert soak.damaged_names("shard-0/meta/MANIFEST-000005-0123456789abcdef") == (
         "MANIFEST-000005-0123456789abcdef",
@@ -249,19 +257,23 @@ def test_damage_flips_one_byte_of_or_deletes_a_file_of_the_dfs(tmp_path):
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_bytes(data)
     fs, path = fsspec.core.url_to_fs(f"file://{root}")
-    flipped = soak.damage_dfs(fs, path, soak.Damage("flip", 1))
-    assert flipped in files
+    flipped, done = soak.damage_dfs(fs, path, soak.Damage("flip", 1))
+    assert flipped in files and done.startswith("flipped byte ") and done.endswith(f" of {flipped}")
     changed = (root / flipped).read_bytes()
     assert len(changed) == 64 and sum(a != b for a, b in zip(changed, files[flipped])) == 1
     assert all((root / r).read_bytes() == data for r, data in {**files, **untouched}.items() if r != flipped)
-    assert soak.damage_dfs(fs, path, soak.Damage("flip", 1)) == flipped  # seeded: the same byte, flipped back
+    assert soak.damage_dfs(fs, path, soak.Damage("flip", 1)) == (flipped, done)  # seeded: the same byte, flipped back
     assert (root / flipped).read_bytes() == files[flipped]
-    deleted = soak.damage_dfs(fs, path, soak.Damage("delete", 2))
-    assert deleted in files and not (root / deleted).exists()
+    deleted, done = soak.damage_dfs(fs, path, soak.Damage("delete", 2))
+    assert deleted in files and not (root / deleted).exists() and done == f"deleted {deleted}"
     assert all((root / r).exists() for r in set(files) - {deleted})
     empty = tmp_path / "empty"
     empty.mkdir()
     assert soak.damage_dfs(*fsspec.core.url_to_fs(f"file://{empty}"), soak.Damage("delete", 2)) is None
+    (empty / "shard-0" / "meta").mkdir(parents=True)
+    (empty / "shard-0" / "meta" / "000004.log").write_bytes(b"")  # no byte to flip: deleted
+    done = soak.damage_dfs(*fsspec.core.url_to_fs(f"file://{empty}"), soak.Damage("flip", 2))
+    assert done == ("shard-0/meta/000004.log", "deleted shard-0/meta/000004.log")
 
 
 def test_run_with_retries_calls_start_again_after_a_failure_at_most_n_times(caplog):
