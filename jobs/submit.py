@@ -6,17 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from functools import reduce
 from typing import Any, Callable, Protocol, Sequence
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from checkpoint.location import parse, spark_location
-from misa.config import MisaConfig, parse_seconds
+from checkpoint.location import LocationError, parse, spark_location
+from checkpoint.owner import OwnershipError
+from misa.config import ConfigError, MisaConfig, parse_seconds
 from misa.io.quarantine import Quarantine, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.obs.metrics import BatchMetrics, summary_line
@@ -26,6 +29,7 @@ from misa.operators.interval_join import PREV, IntervalJoin
 from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
+from misa.runtime.recovery import RecoveryError
 
 RUNTIME_MODES = ("sync", "async-ckpt", "misa", "nocommit")
 NATIVE_MODES = ("native", "native-default")
@@ -125,13 +129,26 @@ def spark_session(app_name: str) -> SparkSession:
     return spark
 
 
+#: Errors that a user fixes in the job's settings or locations: one line on stderr, exit status 2, no traceback.
+USER_ERRORS = (ConfigError, LocationError, OwnershipError, RecoveryError)
+
+
 def run_job(app_name: str, args: argparse.Namespace, run: Callable[[SparkSession, argparse.Namespace], None]) -> None:
-    """A job script's main: the session named ``app_name``, ``run`` with the parsed command line, then stop."""
-    spark = spark_session(app_name)
+    """A job script's main: the session named ``app_name``, ``run`` with the parsed command line, then stop.
+
+    The ``spark.misa.*`` settings are checked before the session starts (no Spark log in front of a typo),
+    and a user error ends the job with its one-line message."""
     try:
-        run(spark, args)
-    finally:
-        spark.stop()  # drains the listener bus while Python still answers it
+        SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM, whose conf holds the --conf values
+        MisaConfig.from_mapping(dict(SparkConf().getAll()))  # checked before the context starts
+        spark = spark_session(app_name)
+        try:
+            run(spark, args)
+        finally:
+            spark.stop()  # drains the listener bus while Python still answers it
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def trigger(args: argparse.Namespace) -> dict[str, Any]:

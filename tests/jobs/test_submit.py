@@ -32,3 +32,15 @@ def test_native_is_spark_tuned_as_its_docs_advise_with_the_runtimes_memory_budge
 def test_native_default_is_the_provider_alone():
     conf = native_state_store_conf("native-default", MisaConfig())
     assert conf == {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER}
+
+
+def test_a_misspelled_setting_ends_a_spark_submit_job_with_one_line(tmp_path):
+    """Checked before the session starts: no Spark log in front of it, no traceback after it."""
+    from cm_helpers import spark_submit
+
+    done = spark_submit("cm2", "misa", tmp_path / "no-input", tmp_path, conf={"spark.misa.state.shard": "4"})
+    assert done.returncode == 2
+    printed = done.stdout + done.stderr  # spark-submit forwards the Python driver's stderr to its stdout
+    errors = [line for line in printed.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "spark.misa.state.shard;" in errors[0], printed[-2000:]
+    assert "Traceback" not in printed and "SparkContext" not in printed, printed[-2000:]
