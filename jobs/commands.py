@@ -1,6 +1,6 @@
 """The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``) and
-the job benchmarks (``misa bench cm``, ``misa bench jobs``, ``misa bench live``), registered through
-the ``misa.commands`` entry point group."""
+the job benchmarks (``misa bench cm``, ``misa bench jobs``, ``misa bench live``, ``misa bench recovery``),
+registered through the ``misa.commands`` entry point group."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from jobs import soak
 from jobs.bench import cm as bench_cm
 from jobs.bench import live as bench_live
 from jobs.bench import queries as bench_jobs
+from jobs.bench import recovery as bench_recovery
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
@@ -128,9 +129,11 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...``, ``misa soak``, ``misa bench cm``, ``misa bench jobs`` and ``misa bench live``."""
+    """``misa gen ...``, ``misa soak``, ``misa bench cm``, ``misa bench jobs``, ``misa bench live`` and
+    ``misa bench recovery``."""
     add_gen_parser(commands)
     soak.add_parser(commands)
     bench_cm.add_parser(bench)
     bench_jobs.add_parser(bench)
     bench_live.add_parser(bench)
+    bench_recovery.add_parser(bench)

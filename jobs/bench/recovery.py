@@ -1,0 +1,473 @@
+"""``misa bench recovery``: the time from a SIGKILL of the driver to the first batch completed after the restart.
+
+The workload is NEXMark Q18 (the last bid of each (bidder, auction)): its state has one key per
+distinct (bidder, auction) pair both on the runtime and in Spark's RocksDB state store (no windows,
+nothing expires), so ``--build-events`` sets the state size alike in every mode (the default 3.5M
+events hold 1,031,441 pairs; the run counts them in the input and reports them).
+
+Per target (where Spark's checkpoint and the runtime's durable state go: a local folder, or the
+remote DFS mount) and mode (``misa``, ``native``: Spark's store tuned as its documentation
+advises, see :func:`jobs.submit.native_state_store_conf`), one job runs as its own spark-submit
+with a processing-time trigger through :mod:`jobs.bench.recovery_probe`, which timestamps its start.
+It reads the build input (files of ``--batch-events`` events, ``--files-per-batch`` per batch)
+until the state holds every build key, then stays idle. Then, per cycle (``--repeats`` times each
+of ``--cases``), each mode in turn (the order alternates between cycles, so that both meet the
+same load on a shared machine): once its last batch is durable (the runtime's DFS commit marker,
+Spark's commit log entry) and the query has been idle for ``--settle`` seconds, the job's process
+group is killed with SIGKILL, one new file of ``--batch-events`` events is added to the input, and
+the same command starts again. Case ``same`` keeps the machine's local directories; case ``new``
+moves the runtime's local state and ``spark.local.dir`` (where Spark's RocksDB store works) away
+first, as on a new machine: only the target is left.
+
+The recovery time runs from the kill to the end of the first batch after the restart (Spark's
+trigger start plus its ``triggerExecution``, from the metrics). It is split at the restarted
+process's timestamps: restart (kill to the new spark-submit: the old processes gone, the
+directories moved), JVM (to the Python driver's start), session (Python imports and the Spark
+session), recovery (the runtime's claim of the state, its reconcile, the restore of the version
+from the local copy or the DFS, and opening RocksDB), query start (the job's setup and Spark's
+start of the query up to the first trigger) and the first batch (Spark's store loads its state
+inside it: ``state load`` is Spark's ``rocksdbLoadLatencyMs``, summed over the state partitions,
+which run two at a time on two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any, Iterator, Sequence
+
+from checkpoint.manifest import marker_path
+from jobs.bench.live import _stop
+from jobs.bench.live_stats import batch_ends, file_batches
+from jobs.bench.queries import name_list
+from jobs.bench.runs import submit_command, submit_env
+from jobs.gen.nexmark import generate_nexmark
+from jobs.submit import RUNTIME_MODES
+from misa.obs.report import load_metrics
+from misa.state.store import EMPTY_VERSION
+
+MODES = ("misa", "native")
+CASES = ("same", "new")
+PROBE = "bench/recovery_probe.py"
+JOB = Path(__file__).resolve().parents[1] / "nexmark.py"
+PHASES = ("restart_s", "jvm_s", "session_s", "recovery_s", "query_start_s", "first_batch_s")
+RECOVERY_STEPS = ("reconcile_s", "restore_s", "open_s")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The input files, generated once: the build files and one new file per restart."""
+
+    build: list[Path]
+    extra: list[Path]
+    keys: int  # distinct (bidder, auction) pairs in the build files: the state's keys at the first kill
+
+
+@dataclass
+class Series:
+    """One mode on one target: a job that is built up, then killed and restarted once per cycle."""
+
+    mode: str
+    target: str
+    folder: Path  # on the target: Spark's checkpoint, the runtime's durable state, the output
+    work: Path  # local: input, the runtime's working state, spark.local.dir, metrics, events, logs
+    lives: int = 0  # processes started so far
+    process: subprocess.Popen | None = None  # the job's current process
+    last: int = -1  # the last batch it completed
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.folder / "checkpoint"
+
+    @property
+    def dfs(self) -> Path:
+        return self.folder / "misa-state"
+
+    @property
+    def input(self) -> Path:
+        return self.work / "input"
+
+    @property
+    def local_dirs(self) -> tuple[Path, Path]:
+        """What a new machine lacks: the runtime's working state and ``spark.local.dir``."""
+        return self.work / "state", self.work / "spark-local"
+
+    @property
+    def metrics(self) -> Path:
+        return self.work / "metrics.jsonl"
+
+    def events(self, life: int) -> Path:
+        """The probe's events of the ``life``-th process (from 1)."""
+        return self.work / f"events-{life}.jsonl"
+
+    def durable(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` is committed where a restart reads it (the DFS marker, Spark's commit log)."""
+        if self.mode in RUNTIME_MODES:
+            return (self.dfs / marker_path(batch_id)).exists()
+        return (self.checkpoint / "commits" / str(batch_id)).exists()
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("recovery", help="time from a SIGKILL of the driver to the first batch after restart")
+    p.add_argument("--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help="misa,native")
+    p.add_argument("--cases", type=lambda t: name_list(t, CASES), default=list(CASES), help="same,new (machine)")
+    p.add_argument("--repeats", type=int, default=2, help="cycles per case, per mode and target")
+    p.add_argument("--build-events", type=int, default=3_500_000, help="NEXMark events before the first kill")
+    p.add_argument("--batch-events", type=int, default=7_500, help="events per input file (one file per restart)")
+    p.add_argument("--files-per-batch", type=int, default=30, help="input files per batch while building the state")
+    p.add_argument("--trigger", default="3s")
+    p.add_argument("--settle", type=float, default=3.0, help="seconds idle after the last durable batch, then kill")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed for the build and for each restart")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="where Spark's checkpoint and the durable state go, repeatable (default local=WORK/dfs)",
+    )
+    p.add_argument("--work", type=Path, default=Path("bench-out/recovery"))
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Every target in turn, its modes side by side; one row per cycle. The rows and the tables go to WORK."""
+    args.work = args.work.resolve()  # file:// URLs need absolute paths
+    args.work.mkdir(parents=True, exist_ok=True)
+    workload = prepare_input(args)
+    print(f"input: {len(workload.build)} build files, {workload.keys:,} keys", flush=True)
+    targets = dict(t.split("=", 1) for t in args.target) or {"local": str(args.work / "dfs")}
+    rows: list[dict] = []
+    for target, folder in targets.items():
+        for row in run_target(args, workload, target, Path(folder).resolve()):
+            rows.append(row)
+            with (args.work / "recovery.jsonl").open("a") as out:
+                out.write(json.dumps(row) + "\n")
+            print(line(row), flush=True)
+    table = markdown(rows)
+    (args.work / "recovery.md").write_text(table + "\n")
+    print("\n" + table)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- input
+def prepare_input(args: argparse.Namespace) -> Workload:
+    """The Q18 input, generated on first use: build files, then one file per cycle, and the build's keys."""
+    cycles = args.repeats * len(args.cases)
+    build_files = -(-args.build_events // args.batch_events)
+    folder = args.work / "inputs" / f"nexmark-{args.batch_events}x{build_files}+{cycles}"
+    if not folder.exists():
+        staging = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        # one file per second of event time: Q18 has no windows, so the rate only spaces the event times
+        generate_nexmark(staging, args.batch_events, build_files + cycles, seed=1, progress=False)
+        files = sorted(staging.glob("part-*.json"))
+        (staging / "keys.json").write_text(json.dumps({"keys": distinct_pairs(files[:build_files])}))
+        staging.rename(folder)
+    files = sorted(folder.glob("part-*.json"))
+    keys = json.loads((folder / "keys.json").read_text())["keys"]
+    return Workload(files[:build_files], files[build_files:], keys)
+
+
+def distinct_pairs(files: Sequence[Path]) -> int:
+    """Distinct (bidder, auction) pairs of the bids in ``files``: Q18's state keys after reading them."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    pairs: set[tuple[int, int]] = set()
+    for f in files:
+        bid = pj.read_json(f).column("bid").combine_chunks()
+        bid = pc.filter(bid, pc.is_valid(bid))
+        both = np.stack([pc.struct_field(bid, "bidder").to_numpy(), pc.struct_field(bid, "auction").to_numpy()], 1)
+        pairs.update(map(tuple, both.tolist()))
+    return len(pairs)
+
+
+def add_files(files: Sequence[Path], folder: Path) -> None:
+    """Put ``files`` into the input folder (hard links: the generator's modification times stay, in order)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        try:
+            os.link(f, folder / f.name)
+        except OSError:
+            shutil.copy2(f, folder / f.name)
+
+
+# ---------------------------------------------------------------------------------------------- the cycles
+def run_target(args: argparse.Namespace, workload: Workload, target: str, folder: Path) -> Iterator[dict]:
+    """Build every mode's state (each job then stays idle), then the cycles with the modes interleaved: per
+    repeat and case, each mode's job is killed and restarted in turn (the order alternates), so that the
+    modes of a cycle meet the same load on a shared machine. Yields each cycle's row per mode."""
+    jobs = [Series(m, target, folder / f"q18-{m}", args.work / "runs" / f"{target}-{m}") for m in args.modes]
+    try:
+        for series in jobs:
+            build(args, workload, series)
+        cycles = [(repeat, case) for repeat in range(1, args.repeats + 1) for case in args.cases]
+        for index, ((repeat, case), extra) in enumerate(zip(cycles, workload.extra)):
+            for series in jobs if index % 2 == 0 else reversed(jobs):
+                row = cycle(args, series, case, extra)
+                yield {"target": target, "mode": series.mode, "case": case, "run": repeat, "keys": workload.keys, **row}
+    finally:
+        for series in jobs:
+            if series.process is not None:
+                _stop(series.process)
+            shutil.rmtree(series.work / "trash", ignore_errors=True)
+
+
+def build(args: argparse.Namespace, workload: Workload, series: Series) -> None:
+    """Start the series' job on the build input and wait until it has read all of it, durably, and settled."""
+    for stale in (series.folder, series.work):
+        shutil.rmtree(stale, ignore_errors=True)
+    series.work.mkdir(parents=True)
+    add_files(workload.build, series.input)
+    label = f"{series.target}/{series.mode}"
+    print(f"[{label}] building the state from {len(workload.build)} files ...", flush=True)
+    started = time.monotonic()
+    start(args, series)
+    series.last = wait_read([f.name for f in workload.build], series, args.timeout)
+    settle(series, series.last, args)
+    print(f"[{label}] built in {time.monotonic() - started:.0f} s (batches 0..{series.last})", flush=True)
+
+
+def start(args: argparse.Namespace, series: Series) -> None:
+    """Start the series' job (its next life) through the probe, in its own process group."""
+    series.lives += 1
+    state_dir, spark_local = series.local_dirs
+    job_args = ["--query", "q18", "--mode", series.mode, "--input", str(series.input),
+                "--output", str(series.folder / "output"), "--checkpoint", str(series.checkpoint),
+                "--trigger", args.trigger, "--max-files-per-trigger", str(args.files_per_batch),
+                "--metrics", str(series.metrics)]  # fmt: skip
+    if series.mode in RUNTIME_MODES:
+        job_args += ["--state-dir", str(state_dir), "--dfs", f"file://{series.dfs}"]
+    conf = [f"spark.local.dir={spark_local}", *args.conf]
+    command = submit_command(PROBE, [str(series.events(series.lives)), str(JOB), *job_args], conf)
+    with (series.work / f"run-{series.lives}.log").open("w") as log:
+        series.process = subprocess.Popen(
+            command, env=submit_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def cycle(args: argparse.Namespace, series: Series, case: str, extra: Path) -> dict:
+    """Kill the idle job, add ``extra`` to its input, (``new``: move the local directories away,) restart
+    it and wait until its first batch is durable and the job idle again; the cycle's figures."""
+    assert series.process is not None
+    killed = kill(series.process)
+    add_files([extra], series.input)
+    if case == "new":
+        trash = series.work / "trash" / str(series.lives)
+        trash.mkdir(parents=True)
+        for folder in series.local_dirs:
+            if folder.exists():
+                folder.rename(trash / folder.name)
+    spawned = time.time()
+    start(args, series)
+    batch_id = wait_read([extra.name], series, args.timeout)
+    settle(series, batch_id, args)
+    shutil.rmtree(series.work / "trash", ignore_errors=True)
+    record = first_batch_after(series.metrics, series.last)
+    if record is None or record["batch_id"] != batch_id:
+        raise RuntimeError(f"{series.target}/{series.mode}: the first batch after the restart is not the new file's")
+    series.last = batch_id
+    events = probe_events(series.events(series.lives))
+    return {"batch_id": batch_id, **phases(killed, spawned, events, record)}
+
+
+def kill(process: subprocess.Popen) -> float:
+    """SIGKILL the job's process group (the JVM, the Python driver, its workers) and wait until all are gone;
+    when the signal was sent."""
+    killed = time.time()
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 30
+    while group_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return killed
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def wait_read(names: Sequence[str], series: Series, timeout_s: float) -> int:
+    """Wait until the batches that read the files ``names`` have ended; the last of those batches."""
+    deadline, seen = time.monotonic() + timeout_s, -1
+    while True:
+        ends = batch_ends(series.metrics)
+        if len(ends) != seen:  # Spark's file source log is read only when a batch has ended
+            seen = len(ends)
+            read = file_batches(series.checkpoint)
+            if all(n in read and read[n] in ends for n in names):
+                return max(read[n] for n in names)
+        check_running(series, deadline)
+        time.sleep(0.05)
+
+
+def settle(series: Series, batch_id: int, args: argparse.Namespace) -> None:
+    """Wait until ``batch_id`` is durable, then ``--settle`` seconds more."""
+    deadline = time.monotonic() + args.timeout
+    while not series.durable(batch_id):
+        check_running(series, deadline)
+        time.sleep(0.05)
+    time.sleep(args.settle)
+
+
+def check_running(series: Series, deadline: float) -> None:
+    """Raise, with the end of its log, when the job has ended or the deadline has passed."""
+    process = series.process
+    assert process is not None
+    if process.poll() is None and time.monotonic() < deadline:
+        return
+    tail = (series.work / f"run-{series.lives}.log").read_text()[-3000:]
+    what = f"ended (exit {process.returncode})" if process.returncode is not None else "timed out"
+    raise RuntimeError(f"{series.target}/{series.mode}: the job {what}:\n{tail}")
+
+
+# ---------------------------------------------------------------------------------------------- figures
+def first_batch_after(metrics: Path, last: int) -> dict | None:
+    """The metrics record of the first batch after batch ``last``."""
+    records, _ = load_metrics(metrics)
+    return min((r for r in records if r["batch_id"] > last), key=lambda r: r["batch_id"], default=None)
+
+
+def probe_events(path: Path) -> dict[str, list[dict]]:
+    """The probe's events of one process, by name, in order."""
+    events: dict[str, list[dict]] = {}
+    for text in path.read_text().splitlines():
+        event = json.loads(text)
+        events.setdefault(event["event"], []).append(event)
+    return events
+
+
+def phases(killed: float, spawned: float, events: dict[str, list[dict]], record: dict) -> dict[str, Any]:
+    """Where the time from ``killed`` to the end of the first batch (``record``) went, in seconds.
+
+    The phases follow each other: restart, JVM, session, recovery (the runtime's reconcile, restore
+    and RocksDB open; none in native mode), query start (the rest up to the first trigger), first batch.
+    """
+    python, session = events["python"][0]["at"], events["session"][0]["end"]
+    trigger = record["started"]
+    out: dict[str, Any] = {"restart_s": spawned - killed, "jvm_s": python - spawned, "session_s": session - python}
+    out.update(recovery_steps(events))
+    out["query_start_s"] = trigger - session - out["recovery_s"]
+    out["first_batch_s"] = record["latency_s"]
+    out["total_s"] = trigger + record["latency_s"] - killed
+    out["state_load_sum_s"] = state_load(events, record["batch_id"])
+    out["restored_from"] = events["restore"][-1]["source"] if "restore" in events else None
+    out["state_keys"] = record.get("state_keys")
+    return out
+
+
+def recovery_steps(events: dict[str, list[dict]]) -> dict[str, float]:
+    """The runtime's recovery, from its claim of the state (when it makes one) or its reconcile to the
+    end of both: loading the version it chose (restore, then open RocksDB) and the rest (reconcile)."""
+    if "reconcile" not in events:
+        return {"recovery_s": 0.0}
+    reconcile = events["reconcile"][0]
+    begin = min([reconcile["start"], *(e["start"] for e in events.get("claim", []))])
+    load = next(e for e in events["load"] if e["version"] != EMPTY_VERSION and e["start"] >= reconcile["start"])
+    end = max(reconcile["end"], load["end"])
+    restore = sum(e["end"] - e["start"] for e in events.get("restore", []) if e["start"] >= load["start"])
+    load_s = load["end"] - load["start"]
+    return {
+        "recovery_s": end - begin,
+        "reconcile_s": end - begin - load_s,
+        "restore_s": restore,
+        "open_s": load_s - restore,
+    }
+
+
+def state_load(events: dict[str, list[dict]], batch_id: int) -> float | None:
+    """Spark's state load time in batch ``batch_id`` (``rocksdbLoadLatencyMs``, summed over partitions), if any."""
+    for event in events.get("progress", []):
+        if event["batch_id"] == batch_id:
+            operators = event["progress"].get("stateOperators") or []
+            loads = [op.get("customMetrics", {}).get("rocksdbLoadLatencyMs") for op in operators]
+            return sum(v for v in loads if v is not None) / 1000 if any(v is not None for v in loads) else None
+    return None
+
+
+def line(row: dict) -> str:
+    """One cycle's result as a progress line."""
+    split = ", ".join(f"{p.removesuffix('_s')} {row[p]:.2f}" for p in PHASES)
+    return f"[{row['target']}/{row['mode']}] {row['case']} machine, run {row['run']}: {row['total_s']:.2f} s ({split})"
+
+
+def cell_medians(rows: Sequence[dict]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """Median figures per (target, case, mode), with the runs and their smallest and largest total."""
+    cells: dict[tuple[str, str, str], list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["target"], r["case"], r["mode"]), []).append(r)
+    keys = ("total_s", *PHASES, *RECOVERY_STEPS, "state_load_sum_s")
+    out = {}
+    for cell, rs in cells.items():
+        totals = [r["total_s"] for r in rs]
+        out[cell] = {k: median(r[k] for r in rs) for k in keys if all(r.get(k) is not None for r in rs)}
+        out[cell] |= {"runs": len(rs), "min_s": min(totals), "max_s": max(totals)}
+    return out
+
+
+def paired_ratio(row: dict, rows: Sequence[dict]) -> float | None:
+    """A runtime row's total over the native total of the same target, case and run (None for native rows)."""
+    if row["mode"] == "native":
+        return None
+    same = ("target", "case", "run")
+    native = [r for r in rows if r["mode"] == "native" and all(r[k] == row[k] for k in same)]
+    return row["total_s"] / native[0]["total_s"] if native else None
+
+
+def markdown(rows: Sequence[dict]) -> str:
+    """The median per cell with the misa/native ratio of the medians, then every cycle with its phases."""
+
+    def s(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    medians = cell_medians(rows)
+    lines = [
+        "| target | machine | mode | runs | recovery (s) | min - max (s) | misa / native | JVM + session (s) "
+        "| runtime recovery (s) | query start (s) | first batch (s) | Spark's state load (s, summed) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for (target, case, mode), m in medians.items():
+        native = medians.get((target, case, "native"), {}).get("total_s")
+        ratio = s(m["total_s"] / native) if native and mode != "native" else "-"
+        lines.append(
+            f"| {target} | {case} | {mode} | {m['runs']} | {s(m['total_s'])} | {s(m['min_s'])} - {s(m['max_s'])} "
+            f"| {ratio} | {s(m['jvm_s'] + m['session_s'])} | {s(m['recovery_s'])} | {s(m['query_start_s'])} | "
+            f"{s(m['first_batch_s'])} | {s(m.get('state_load_sum_s'))} |"
+        )
+    lines += [
+        "",
+        "| target | machine | mode | run | keys | total (s) | misa / native | restart | JVM | session | reconcile "
+        "| restore | open | query start | first batch | Spark's state load (summed) | restored from |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| --- |",
+    ]
+    for r in rows:
+        cells = [s(r["total_s"]), s(paired_ratio(r, rows))]
+        cells += [s(r.get(k)) for k in ("restart_s", "jvm_s", "session_s", *RECOVERY_STEPS)]
+        cells += [s(r["query_start_s"]), s(r["first_batch_s"]), s(r.get("state_load_sum_s"))]
+        lines.append(
+            f"| {r['target']} | {r['case']} | {r['mode']} | {r['run']} | {r['keys']:,} | "
+            + " | ".join(cells)
+            + f" | {r.get('restored_from') or '-'} |"
+        )
+    return "\n".join(lines)

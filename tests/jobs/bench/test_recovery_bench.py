@@ -1,0 +1,85 @@
+"""``misa bench recovery``: the phase split and the table from known timestamps, the kill of a whole process
+group, and one real kill and restart of a small Q18 job (1,000 keys, DFS on a local folder, misa mode)."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from jobs.bench.recovery import PHASES, RECOVERY_STEPS, group_members, kill, markdown, phases
+from misa.cli.main import main
+
+
+def _events(runtime: bool) -> dict[str, list[dict]]:
+    """A restarted process's probe events: Python at 12, the session at 20, (the runtime's claim at 20.5, its
+    reconcile 21..24.5 with the load of version 7 in it: restore 21.5..23.5, then RocksDB open until 24.5)."""
+    events = {"python": [{"at": 12.0}], "session": [{"start": 13.0, "end": 20.0}]}
+    if runtime:
+        events |= {
+            "claim": [{"start": 20.5, "end": 20.7}],
+            "reconcile": [{"start": 21.0, "end": 24.5, "version": 7}],
+            "load": [{"start": 20.2, "end": 20.3, "version": -1}, {"start": 21.5, "end": 24.5, "version": 7}],
+            "restore": [{"start": 21.5, "end": 23.5, "source": "dfs"}],
+        }
+    else:
+        load = {"customMetrics": {"rocksdbLoadLatencyMs": 1500}}
+        events["progress"] = [{"batch_id": 8, "progress": {"stateOperators": [load, load]}}]
+    return events
+
+
+def test_phases_follow_each_other_from_the_kill_to_the_end_of_the_first_batch():
+    record = {"batch_id": 8, "started": 26.0, "latency_s": 4.0, "state_keys": 1000}
+    row = phases(killed=10.0, spawned=10.5, events=_events(runtime=True), record=record)
+    assert row["total_s"] == 20.0 and sum(row[p] for p in PHASES) == pytest.approx(row["total_s"])
+    assert [row[p] for p in PHASES] == pytest.approx([0.5, 1.5, 8.0, 4.0, 2.0, 4.0])
+    # reconcile: the recovery but the load (claim, versions, checks); open: the load but the restore
+    assert [row[s] for s in RECOVERY_STEPS] == pytest.approx([1.0, 2.0, 1.0])
+    assert row["restored_from"] == "dfs" and row["state_load_sum_s"] is None
+
+    native = phases(killed=10.0, spawned=10.5, events=_events(runtime=False), record=record)
+    assert native["recovery_s"] == 0.0 and native["query_start_s"] == 6.0
+    assert native["state_load_sum_s"] == 3.0  # Spark's load time, summed over the state partitions
+
+
+def test_the_table_has_a_median_per_cell_with_the_ratio_to_native_and_a_row_per_cycle():
+    def row(mode: str, run: int, total: float) -> dict:
+        split = dict.fromkeys((*PHASES, *RECOVERY_STEPS), total / 10)
+        return {"target": "local", "case": "new", "mode": mode, "run": run, "keys": 1000, "total_s": total, **split}
+
+    rows = [row("misa", 1, 10.0), row("misa", 2, 12.0), row("misa", 3, 30.0)]
+    rows += [row("native", 1, 20.0), row("native", 2, 24.0), row("native", 3, 15.0)]
+    lines = markdown(rows).splitlines()
+    assert lines[2].startswith("| local | new | misa | 3 | 12.00 | 10.00 - 30.00 | 0.60 |")  # medians 12 and 20
+    assert lines[3].startswith("| local | new | native | 3 | 20.00 | 15.00 - 24.00 | - |")
+    assert len(lines) == 4 + 3 + len(rows)
+    assert lines[7].startswith("| local | new | misa | 1 | 1,000 | 10.00 | 0.50 |")  # against native's run 1
+    assert lines[9].startswith("| local | new | misa | 3 | 1,000 | 30.00 | 2.00 |")
+
+
+def test_kill_leaves_no_process_of_the_group():
+    process = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(group_members(process.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(group_members(process.pid)) == 3
+    killed = kill(process)
+    assert killed <= time.time() and group_members(process.pid) == [] and process.returncode == -9
+
+
+def test_a_killed_job_is_restarted_on_a_new_machine_and_every_phase_is_timed(tmp_path):
+    """One real cycle: build 1,000 keys of Q18 state, SIGKILL the job, wipe its local state, restart it from the
+    DFS copy (a local folder) and time the first batch after the restart."""
+    work = tmp_path / "work"
+    args = ["bench", "recovery", "--modes", "misa", "--cases", "new", "--repeats", "1", "--build-events", "5000",
+            "--batch-events", "1000", "--files-per-batch", "5", "--settle", "0", "--timeout", "120",
+            "--work", str(work), "--conf", "spark.sql.shuffle.partitions=2"]  # fmt: skip
+    assert main(args) == 0
+    [row] = [json.loads(line) for line in (work / "recovery.jsonl").read_text().splitlines()]
+    assert row["mode"] == "misa" and row["case"] == "new" and 900 <= row["keys"] <= 1200
+    assert row["restored_from"] == "dfs"  # the local state was gone
+    assert all(row[p] > 0 for p in (*PHASES, *RECOVERY_STEPS)), row
+    assert sum(row[p] for p in PHASES) == pytest.approx(row["total_s"])
+    assert not os.path.exists(work / "runs" / "local-misa" / "trash")
+    assert "| local | new | misa | 1 |" in (work / "recovery.md").read_text()
