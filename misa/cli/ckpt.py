@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import time
 from pathlib import Path
 
 from checkpoint import CorruptCheckpointError, DfsCheckpoints
 from checkpoint.dfs import MIN_RETAIN, Check, check_retain
+from checkpoint.owner import OwnerRecord
 from misa.config import MisaConfig
 from misa.units import human_bytes
 
@@ -40,7 +42,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=MisaConfig().state_retain_versions,
         help=f"newest readable versions to keep (at least {MIN_RETAIN}; default: spark.misa.state.retainVersions)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help=f"collect even though a version was committed in the last {LIVE_WINDOW_S // 60} minutes (a query may "
+        f"still be uploading there: files of its next version are not referenced yet and would be deleted)",
+    )
     ckpt.set_defaults(func=run)
+
+
+#: A location with a commit marker younger than this is taken to have a running query.
+LIVE_WINDOW_S = 600
 
 
 def _retain(text: str) -> int:
@@ -86,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"restored version {args.version} ({len(manifests)} shards) into {args.dest}")
         return 0
     if args.ckpt_command == "gc":
+        running = None if args.force else _running_query(dfs)
+        if running:
+            print(f"not collected: {running}")
+            return 1
         stats = dfs.gc(args.retain)
         for version, why in stats.damaged.items():
             print(f"DAMAGED version {version} kept, and every data file while it is retained: {why}")
@@ -95,6 +111,23 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     raise AssertionError(args.ckpt_command)
+
+
+def _running_query(dfs: DfsCheckpoints) -> str | None:
+    """Why a query may still be writing to ``dfs`` (its newest marker is recent), or None."""
+    newest = dfs.newest_durable()
+    if newest is None:
+        return None
+    age = time.time() - dfs.read_marker(newest).created
+    if age >= LIVE_WINDOW_S:
+        return None
+    owner = OwnerRecord(dfs.fs, dfs.root, dfs.shown).read()
+    by = f" by query {owner.query_id} (driver {owner.driver}, epoch {owner.epoch})" if owner else ""
+    return (
+        f"version {newest} was committed {age:.0f}s ago{by}, so a query may still be writing to {dfs.shown} and "
+        f"its next version's files, not yet in a manifest, would be deleted. Stop the query first (its own "
+        f"retention runs after every commit), or pass --force."
+    )
 
 
 def _verify(dfs: DfsCheckpoints, version: int | None, check: Check) -> int:

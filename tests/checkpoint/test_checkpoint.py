@@ -181,6 +181,6 @@ def test_cli_list_restore_and_gc(store, tmp_path, dfs_url, capsys):
         restored.update(db.items())
         db.close()
     assert restored == contents(store)
-    assert misa(["ckpt", "gc", dfs_url, "--retain", "2"]) == 0
+    assert misa(["ckpt", "gc", dfs_url, "--retain", "2", "--force"]) == 0
     assert "deleted versions [0]" in capsys.readouterr().out
     assert misa(["ckpt", "verify", "--deep", dfs_url]) == 0

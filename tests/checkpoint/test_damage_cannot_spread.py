@@ -160,7 +160,7 @@ def test_ckpt_gc_over_a_damaged_version_prints_one_line_naming_it(config, tmp_pa
         for version in range(3):
             commit(store, version)
     (dfs / manifest_path(2, 1)).write_text("{")
-    assert misa(["ckpt", "gc", f"file://{dfs}", "--retain", "2"]) == 0
+    assert misa(["ckpt", "gc", f"file://{dfs}", "--retain", "2", "--force"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if "version 1" in line]
     assert len(lines) == 1 and manifest_path(2, 1) in lines[0], out
@@ -185,7 +185,7 @@ def test_retention_never_follows_a_link_nor_deletes_a_name_it_does_not_write(con
         (dfs / "shard-0" / "sst" / "notes.txt").write_text("not a name the checkpoints write")
         for version in range(1, 5):
             commit(store, version, compact=version == 3)  # retainVersions is 3: GC deletes in every run
-    assert misa(["ckpt", "gc", f"file://{dfs}", "--retain", "2"]) == 0
+    assert misa(["ckpt", "gc", f"file://{dfs}", "--retain", "2", "--force"]) == 0
     assert {p.name for p in victim.iterdir()} == precious
     assert all((victim / name).read_text() == name for name in precious)
     assert (dfs / "shard-0" / "sst" / "notes.txt").exists()

@@ -89,3 +89,19 @@ def test_gc_needs_at_least_two_retained_versions(dfs, capsys, retain):
     assert exit_.value.code == 2
     assert "at least 2" in capsys.readouterr().err
     assert sorted(int(p.name) for p in (dfs / "_commits").iterdir()) == [0, 1, 2]
+
+
+def test_gc_refuses_a_location_a_query_committed_to_just_now(config, tmp_path, capsys):
+    """Files of a running query's next version are in no manifest yet: a gc then would delete them."""
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        store.claim("query-1")
+        for version in range(3):
+            fill(store, 300, seed=version, start=version * 150)
+            store.checkpoint(version)
+            store.upload_and_retain(version)
+        before = sorted(p.name for p in (tmp_path / "dfs").rglob("*"))
+        assert misa(["ckpt", "gc", f"file://{tmp_path / 'dfs'}", "--retain", "2"]) == 1
+        out = capsys.readouterr().out
+        assert "not collected: version 2 was committed" in out and "query query-1" in out and "--force" in out
+        assert sorted(p.name for p in (tmp_path / "dfs").rglob("*")) == before
+        assert misa(["ckpt", "gc", f"file://{tmp_path / 'dfs'}", "--retain", "2", "--force"]) == 0
