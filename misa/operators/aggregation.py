@@ -41,7 +41,7 @@ from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_ST
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.sliding import PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark
-from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys
+from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
 from misa.state.keys import window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
@@ -213,6 +213,7 @@ class Aggregation:
         return grouped.select(*times, *group_by, *grouped.columns[1 + len(groups) :])
 
     def _check_inputs(self, schema: T.StructType) -> None:
+        """Refuse the batch if an aggregate's input type is not supported exactly (:meth:`Agg.check_input`)."""
         types = {f.name: f.dataType for f in schema.fields}
         for agg in self.aggs:
             if agg.column in types:  # else Spark names the missing column
@@ -254,9 +255,7 @@ class Aggregation:
             delta, first_rows = values.states.per_key(values.delta_states(deltas), key_of_row, len(keys))
             ts: list[int] | int = 0
             if self.event_time:
-                latest = np.full(len(keys), np.iinfo(np.int64).min)
-                np.maximum.at(latest, key_of_row, deltas[MAX_EVENT].fill_null(0).to_numpy())
-                ts = latest.tolist()
+                ts = latest_per_key(key_of_row, len(keys), deltas[MAX_EVENT].fill_null(0).to_numpy()).tolist()
             merged = values.states.merge(values.states.decode(state.get_many(keys, ts)), delta)
             state.put_many(keys, values.states.encode(merged), ts)
             result.state_reads = len(keys)
@@ -368,9 +367,11 @@ class Aggregation:
     # ------------------------------------------------------------------ versions
     @property
     def _layout(self) -> str:
+        """The state layout this aggregation writes (stored with each version)."""
         return PANE_LAYOUT if self._panes is not None else KEY_LAYOUT
 
     def metadata(self) -> dict[str, Any]:
+        """Stored with each version: the watermark, the state layout and the kinds of aggregate values."""
         return {**self.watermark.metadata(), "layout": self._layout, "values": self._cells}
 
     def restore(self, metadata: dict[str, Any]) -> None:

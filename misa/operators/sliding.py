@@ -24,7 +24,7 @@ from misa.operators.panes import (
     timer_range,
     window_states,
 )
-from misa.state.codec import AggStates, distinct_keys
+from misa.state.codec import AggStates, distinct_keys, latest_per_key
 from misa.state.view import StateView
 
 
@@ -59,8 +59,7 @@ class PaneState:
         """Fold the batch's pane deltas (rows of ``group_keys`` with no window closed at ``watermark_us``
         only) into their records with ``aggs``; the windows they changed, with their new states."""
         distinct, key_of_row = distinct_keys(group_keys)
-        ts = np.full(len(distinct), np.iinfo(np.int64).min)
-        np.maximum.at(ts, key_of_row, event_us)
+        ts = latest_per_key(key_of_row, len(distinct), event_us)
         keys = record_keys(distinct)
         old_timers, old = self.records.decode(state.get_many(keys, ts.tolist()))
         delta = Panes(key_of_row, pane_ends, states)

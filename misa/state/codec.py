@@ -211,3 +211,10 @@ def distinct_keys(keys: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
     index: dict[bytes, int] = {}
     rows = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, len(keys))
     return list(index), rows
+
+
+def latest_per_key(key_of_row: np.ndarray, keys: int, times: np.ndarray) -> np.ndarray:
+    """Each key's latest time among its rows' ``times`` (``key_of_row``: as :func:`distinct_keys` gives it)."""
+    latest = np.full(keys, np.iinfo(np.int64).min)
+    np.maximum.at(latest, key_of_row, times)
+    return latest

@@ -63,8 +63,8 @@ ROW = st.tuples(
 @st.composite
 def batches(draw) -> list[list[tuple]]:
     """Random rows cut into random batches (some possibly empty)."""
-    rows = draw(st.lists(ROW, min_size=1, max_size=25))
-    cuts = sorted(draw(st.lists(st.integers(0, len(rows)), max_size=3)))
+    rows = draw(st.lists(ROW, min_size=1, max_size=20))
+    cuts = sorted(draw(st.lists(st.integers(0, len(rows)), max_size=2)))
     bounds = [0, *cuts, len(rows)]
     return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
 
