@@ -273,17 +273,22 @@ def run_misa(
             run_with_retries(
                 lambda: job.start(spark, stream, trigger(args), query_name=f"{args.query}-{args.mode}"),
                 args.retry_start,
+                settle=lambda: job.controller.drain(),  # a last batch's commit fails after the query ends, if at all
             )
         finally:
             job.close(spark)
 
 
-def run_with_retries(start: Callable[[], StreamingQuery], retries: int) -> None:
-    """Start the query and wait for its end; when it fails (or ``start`` does), log the error and call ``start``
-    again (for :meth:`StatefulJob.start`, a full restart in this process), at most ``retries`` times."""
+def run_with_retries(
+    start: Callable[[], StreamingQuery], retries: int, settle: Callable[[], None] = lambda: None
+) -> None:
+    """Start the query, wait for its end, then ``settle`` (what must still succeed after it: the runtime's last
+    commits); when any of them fails, log the error and call ``start`` again (for :meth:`StatefulJob.start`, a
+    full restart in this process), at most ``retries`` times."""
     for attempt in range(1, retries + 2):
         try:
             start().awaitTermination()
+            settle()
             return
         except Exception as exc:
             if attempt > retries:

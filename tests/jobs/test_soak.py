@@ -308,6 +308,16 @@ def test_run_with_retries_calls_start_again_after_a_failure_at_most_n_times(capl
     with pytest.raises(OSError):
         run_with_retries(start_fails, 0)
     assert starts["n"] == 1
+    settled = iter([OSError("last commit failed"), None])  # the query ends well, its last commit fails once
+
+    def settle():
+        error = next(settled)
+        if error:
+            raise error
+
+    starts.clear()
+    run_with_retries(lambda: starts.update(["n"]) or Query(False), 1, settle)
+    assert starts["n"] == 2
 
 
 def test_summary_counts_kills_lost_and_doubled_rows_and_refusals_per_scenario():
