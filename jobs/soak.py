@@ -245,7 +245,7 @@ class Run:
 
 
 Stage = tuple[Run, ...] | Damage  # runs started together (each after its delay), or damage to the DFS
-STANDBY_REFUSALS = ("OwnershipError", "RecoveryError", "ConcurrentModificationException")
+STANDBY_REFUSALS = ("OwnershipError", "RecoveryError", "ConcurrentModificationException", "UserError")
 
 
 def retry_failure(point: str, conf: Mapping[str, str]) -> tuple[str, dict[str, str]]:
@@ -362,20 +362,26 @@ REFUSAL = re.compile(
 )
 # Spark's own refusal of a second query on its checkpoint, as the driver's StreamingQueryException words it
 SPARK_CONCURRENT = re.compile(r"Multiple streaming queries are concurrently using .+")
+# a job's one-line report of a user error at start (jobs.submit.USER_ERRORS: configuration, location, ownership,
+# recovery), which names no class
+USER_ERROR = re.compile(r"^error: (.+)")
 FIX_HINTS = ("misa ckpt", "allowPreviousVersion", "delete", "start from", "restart", "stop ")
 
 
 def refusal(log_text: str) -> str | None:
-    """The last refusal in a run's log, ``Name: message``, or None. When an error's message names another (a
-    failed commit and its cause), the innermost one is kept: its message is the rest of the line."""
+    """The last refusal in a run's log, ``Name: message`` (``UserError`` for a job's one-line report), or None.
+    When an error's message names another (a failed commit and its cause), the innermost one is kept: its
+    message is the rest of the line."""
     found = None
     for line in log_text.splitlines():
         names = list(REFUSAL.finditer(line))
-        spark = SPARK_CONCURRENT.search(line)
+        spark, user = SPARK_CONCURRENT.search(line), USER_ERROR.match(line)
         if names:
             found = f"{names[-1].group(1)}: {line[names[-1].end() :].strip()}"
         elif spark:
             found = f"ConcurrentModificationException: {spark.group(0).strip()}"
+        elif user:
+            found = f"UserError: {user.group(1).strip()}"
     return found[:1000] if found else None
 
 

@@ -221,6 +221,9 @@ def test_refusal_is_the_innermost_named_error_of_the_last_such_line(tmp_path):
         "pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query [id = 9f04] terminated "
         "with exception: Multiple streaming queries are concurrently using file:/r/ckpt/sources/0. SQLSTATE: XXKST"
     )
+    user = "Traceback (most recent call last):\nerror: Spark runs batch 3 but the state is at version 1. Stop it."
+    assert soak.refusal(user) == "UserError: Spark runs batch 3 but the state is at version 1. Stop it."
+    assert soak.refusal("  raise OSError('error: no')") is None  # only a line of its own
     assert soak.refusal(spark) == (
         "ConcurrentModificationException: Multiple streaming queries are concurrently using "
         "file:/r/ckpt/sources/0. SQLSTATE: XXKST"
