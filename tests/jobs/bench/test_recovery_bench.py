@@ -70,16 +70,16 @@ def test_kill_leaves_no_process_of_the_group():
 
 def test_a_killed_job_is_restarted_on_a_new_machine_and_every_phase_is_timed(tmp_path):
     """One real cycle: build 1,000 keys of Q18 state, SIGKILL the job, wipe its local state, restart it from the
-    DFS copy (a local folder) and time the first batch after the restart."""
+    DFS copy (a local folder), time the first batch after the restart, then a warm batch."""
     work = tmp_path / "work"
     args = ["bench", "recovery", "--modes", "misa", "--cases", "new", "--repeats", "1", "--build-events", "5000",
-            "--batch-events", "1000", "--files-per-batch", "5", "--settle", "0", "--timeout", "120",
+            "--batch-events", "1000", "--files-per-batch", "5", "--settle", "0", "--timeout", "120", "--trigger", "1s",
             "--work", str(work), "--conf", "spark.sql.shuffle.partitions=2"]  # fmt: skip
     assert main(args) == 0
     [row] = [json.loads(line) for line in (work / "recovery.jsonl").read_text().splitlines()]
     assert row["mode"] == "misa" and row["case"] == "new" and 900 <= row["keys"] <= 1200
     assert row["restored_from"] == "dfs"  # the local state was gone
-    assert all(row[p] > 0 for p in (*PHASES, *RECOVERY_STEPS)), row
+    assert all(row[p] > 0 for p in (*PHASES, *RECOVERY_STEPS, "warm_batch_s")), row
     assert sum(row[p] for p in PHASES) == pytest.approx(row["total_s"])
     assert not os.path.exists(work / "runs" / "local-misa" / "trash")
     assert "| local | new | misa | 1 |" in (work / "recovery.md").read_text()
