@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
 from checkpoint.location import redact
+from checkpoint.owner import OwnershipError
 from misa.obs.records import CommitRecord
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore
@@ -50,7 +51,8 @@ class Stage(str, Enum):
 
 
 APPLY, UPLOAD, DONE = Stage.APPLY, Stage.UPLOAD, Stage.DONE
-FINAL_ERRORS = (DfsUnavailableError, CorruptCheckpointError)  # already retried: redoing the stage cannot help
+#: Already retried, or a takeover by another driver: redoing the stage cannot help.
+FINAL_ERRORS = (DfsUnavailableError, CorruptCheckpointError, OwnershipError)
 
 
 class CommitFailedError(RuntimeError):
@@ -212,11 +214,15 @@ class CommitController:
         """Record the error that ends ``task``'s commit, for its waiters; the caller holds the lock."""
         restarts = task.record.restarts
         after = f" after {restarts} restart(s) (spark.misa.commit.maxRestarts)" if restarts else ""
+        advice = (
+            "This driver stops; do not restart it while the driver that took over runs."
+            if isinstance(cause, OwnershipError)
+            else "Fix the cause and restart the query: it resumes from the newest durable version."
+        )
         task.error = CommitFailedError(
             redact(
                 f"the commit of version {task.version} failed in its {stage} stage{after}: "
-                f"{type(cause).__name__}: {cause}. Fix the cause and restart the query: it resumes from the "
-                f"newest durable version."
+                f"{type(cause).__name__}: {str(cause).rstrip('.')}. {advice}"
             )
         )
         task.error.__cause__ = cause

@@ -53,7 +53,9 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
         if local <= target:
             log.info("uploading locally committed version %d before recovery", local)
             store.upload_and_retain(local)
-    store.load(target)
+    restored = store.load(target)
+    if restored is not None and restored.source == "local":
+        store.repair_durable(target)
     if c > target:
         log.warning(
             "Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c, target

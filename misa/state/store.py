@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import logging
 import shutil
 import time
 import zlib
@@ -18,6 +19,7 @@ from checkpoint.owner import Owner, OwnerRecord, OwnershipError, StateDirLock
 from misa.config import ConfigError, MisaConfig
 from misa.state.rocksdb_options import shard_options, unlogged_writes
 
+log = logging.getLogger(__name__)
 EMPTY_VERSION = -1  # the version before Spark batch 0: no state
 OWNER_KEY = "misa.owner"  # the query and driver epoch that wrote a version, in its manifests' metadata
 
@@ -258,6 +260,15 @@ class StateStore:
         """Remove the commit markers of every version newer than ``version`` on both levels, so they no
         longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
         self.checkpoints.forget_after(version)
+
+    def repair_durable(self, version: int) -> None:
+        """Check the DFS copy of durable ``version`` against its intact local copy and re-upload what is
+        damaged or missing (each reused file is read back once by this process), so that a restart with
+        nothing to replay still heals the DFS copy a new machine would restore."""
+        if version in self.checkpoints.dfs.committed_versions():
+            stats = self.checkpoints.upload(version)
+            if stats.files_repaired:
+                log.warning("re-uploaded %d damaged DFS file(s) of version %d", stats.files_repaired, version)
 
     def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
         """Copy local ``version`` to the DFS (ack 2 when its marker is written), then apply retention

@@ -313,3 +313,18 @@ def test_version_0_committed_before_spark_logged_batch_0_is_rolled_back(config, 
         one.upload_and_retain(0)
         spark_log(tmp_path / "ckpt", committed=-1, offsets=0)
         assert reconcile(one, str(tmp_path / "ckpt")) == EMPTY_VERSION
+
+
+def test_a_restart_with_nothing_to_replay_heals_the_dfs_copy_from_the_local_one(store, tmp_path):
+    """Found by the soak: the local copy was used, the damaged DFS copy never read, and a new machine lost the state."""
+    from checkpoint.dfs import Check
+
+    dfs = tmp_path / "dfs"
+    sst = sorted(dfs.glob("shard-*/sst/*.sst"))[-1]
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    assert store.checkpoints.dfs.verify([2], Check.DIGESTS)  # damaged
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    assert reconcile(store, str(tmp_path / "ckpt")) == 2
+    assert store.checkpoints.dfs.verify([0, 1, 2], Check.DIGESTS) == []
