@@ -68,6 +68,7 @@ def test_kill_leaves_no_process_of_the_group():
     assert killed <= time.time() and group_members(process.pid) == [] and process.returncode == -9
 
 
+@pytest.mark.slow  # three spark-submits (~45 s): on demand, so the default suite stays under 10 minutes
 def test_a_killed_job_is_restarted_on_a_new_machine_and_every_phase_is_timed(tmp_path):
     """One real cycle: build 1,000 keys of Q18 state, SIGKILL the job, wipe its local state, restart it from the
     DFS copy (a local folder), time the first batch after the restart, then a warm batch."""
