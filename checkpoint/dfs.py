@@ -356,32 +356,44 @@ class DfsCheckpoints:
             self._verified[remote] = _fingerprint(info)
 
     # ------------------------------------------------------------------ restore and verify
-    def restore_shard(self, version: int, manifest: ShardManifest, dest: Path) -> list[tuple[Path, str]]:
-        """Download shard ``manifest.shard`` of ``version`` into ``dest``, verifying every digest."""
-        dest.mkdir(parents=True, exist_ok=True)
+    def restore(self, version: int, manifests: list[ShardManifest], dests: list[Path]) -> list[tuple[Path, str]]:
+        """Download every shard of ``version`` (``manifests[i]`` into ``dests[i]``), all files at once on
+        the upload threads, verifying every digest; returns each file's local path and SHA-256. The files
+        count as verified for later uploads (their listing is taken once they are all here)."""
+        for dest in dests:
+            dest.mkdir(parents=True, exist_ok=True)
+        files = [(manifest.shard, entry, dest) for manifest, dest in zip(manifests, dests) for entry in manifest.files]
+        fetched = self._parallel(lambda item: self._fetch(version, *item), files)
+        listing = self._listing(("sst", "meta"), {manifest.shard for manifest in manifests})
+        with self._lock:
+            for shard, entry, _ in files:
+                remote = entry.remote_path(shard)
+                info = listing.get(remote)
+                if info is not None and int(info["size"]) == entry.size:
+                    self._verified[remote] = _fingerprint(info)
+        return fetched
 
-        def fetch(entry: FileEntry) -> tuple[Path, str]:
-            remote = entry.remote_path(manifest.shard)
-            target = inside(dest, entry.name)
-            partial = target.with_name(f".{entry.name}.download")  # renamed only once its digest matches
+    def _fetch(self, version: int, shard: int, entry: FileEntry, dest: Path) -> tuple[Path, str]:
+        """Download one file of ``version`` into ``dest``; CorruptCheckpointError when its digest differs."""
+        remote = entry.remote_path(shard)
+        target = inside(dest, entry.name)
+        partial = target.with_name(f".{entry.name}.download")  # renamed only once its digest matches
 
-            def attempt() -> tuple[int, str]:
-                failpoints.hit("dfs.get")
-                with self.fs.open(self._abs(remote), "rb") as src, open(partial, "wb") as dst:
-                    return copy_and_digest(src, dst)
+        def attempt() -> tuple[int, str]:
+            failpoints.hit("dfs.get")
+            with self.fs.open(self._abs(remote), "rb") as src, open(partial, "wb") as dst:
+                return copy_and_digest(src, dst)
 
-            size, sha = self.retry.call(f"download of {self.shown}/{remote}", attempt)
-            if (size, sha) != (entry.size, entry.sha256):
-                partial.unlink(missing_ok=True)
-                raise CorruptCheckpointError(
-                    f"{self.shown}/{remote} of version {version} is damaged: {size} bytes with sha256 {sha[:16]}, "
-                    f"expected {entry.size} bytes with {entry.sha256[:16]}. Restore an older version "
-                    f"(misa ckpt list {self.shown})."
-                )
-            os.replace(partial, target)
-            return target, sha
-
-        return self._parallel(fetch, list(manifest.files))
+        size, sha = self.retry.call(f"download of {self.shown}/{remote}", attempt)
+        if (size, sha) != (entry.size, entry.sha256):
+            partial.unlink(missing_ok=True)
+            raise CorruptCheckpointError(
+                f"{self.shown}/{remote} of version {version} is damaged: {size} bytes with sha256 {sha[:16]}, "
+                f"expected {entry.size} bytes with {entry.sha256[:16]}. Restore an older version "
+                f"(misa ckpt list {self.shown})."
+            )
+        os.replace(partial, target)
+        return target, sha
 
     def verify(self, versions: Iterable[int] | None = None, check: Check = Check.SIZES) -> list[str]:
         """Check the markers and manifests of ``versions`` (every committed one by default) and, as closely

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,9 @@ class CheckpointStore:
         self.retain = retain
         self.local = LocalCheckpoints(local_root)
         self.dfs = DfsCheckpoints(dfs_url, retry, upload_threads, verify_reads)
+        self._no_repair = threading.Event()  # cleared while a repair runs: uploads and GC wait for it
+        self._no_repair.set()
+        self._repair: threading.Thread | None = None
 
     def checkpoint_local(
         self, version: int, dbs: Sequence[rocksdict.Rdict], metadata: dict[str, Any], fence: Fence = no_fence
@@ -78,6 +82,39 @@ class CheckpointStore:
     def upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
         """Copy a locally committed version to the DFS; returns once its DFS marker is written.
         ``fence`` is called before each file step."""
+        self._await_repair(fence)
+        return self._upload(version, fence)
+
+    def start_repair(self, version: int) -> None:
+        """Check the DFS copy of ``version`` against its valid local copy in the background and upload again
+        what is damaged or missing (each reused file is read back once by this process). Uploads and GC
+        wait for it; a failure is logged (the next upload checks the same files again)."""
+        self._no_repair.clear()
+        self._repair = threading.Thread(target=self._run_repair, args=(version,), name="misa-repair", daemon=True)
+        self._repair.start()
+
+    def wait_repair(self) -> None:
+        """Return once the repair started by :meth:`start_repair` (if any) has ended."""
+        if self._repair is not None:
+            self._repair.join()
+
+    def _run_repair(self, version: int) -> None:
+        try:
+            if version in self.dfs.committed_versions():
+                stats = self._upload(version)
+                if stats.files_repaired:
+                    log.warning("re-uploaded %d damaged DFS file(s) of version %d", stats.files_repaired, version)
+        except Exception as exc:  # noqa: BLE001 - logged; the next upload checks the same files again
+            log.warning("could not check the DFS copy of version %d (the next upload checks it): %s", version, exc)
+        finally:
+            self._no_repair.set()
+
+    def _await_repair(self, fence: Fence) -> None:
+        """Wait for a running repair, calling ``fence`` meanwhile (it beats a commit thread's heartbeat)."""
+        while not self._no_repair.wait(0.05):
+            fence()
+
+    def _upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
         manifests = self.local.manifests(version)
         folders = [self.local.checkpoint_dir(m.shard, version) for m in manifests]
         return self.dfs.upload(version, manifests, folders, fence)
@@ -85,6 +122,7 @@ class CheckpointStore:
     def gc(self, newest_durable: int, fence: Fence = no_fence) -> GcStats:
         """Retention on both levels; local versions newer than ``newest_durable`` are kept.
         ``fence`` is called before each level and before each DFS delete."""
+        self._await_repair(fence)
         stats = self.dfs.gc(self.retain, fence)
         fence()
         self.local.gc(self.retain, keep_from=newest_durable)
@@ -141,9 +179,8 @@ class CheckpointStore:
                 raise CorruptCheckpointError(f"version {version} has no commit marker on {self.dfs.shown}")
             manifests = self.dfs.manifests(version)
             self._check_shard_count(version, len(manifests))
-            for manifest, dest in zip(manifests, dests):
-                for path, sha in self.dfs.restore_shard(version, manifest, Path(dest)):
-                    self.local.remember(path, sha)
+            for path, sha in self.dfs.restore(version, manifests, [Path(d) for d in dests]):
+                self.local.remember(path, sha)
         except (ValueError, CorruptCheckpointError, FileNotFoundError) as exc:
             if isinstance(exc, ShardCountError):
                 raise

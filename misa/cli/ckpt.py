@@ -87,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ckpt_command == "restore":
         try:
             manifests = dfs.manifests(args.version)
-            for manifest in manifests:
-                dfs.restore_shard(args.version, manifest, args.dest / f"shard-{manifest.shard}")
+            dfs.restore(args.version, manifests, [args.dest / f"shard-{m.shard}" for m in manifests])
         except FileNotFoundError:
             print(f"version {args.version} is not committed on {dfs.shown}; see `misa ckpt list {dfs.shown}`")
             return 1

@@ -6,6 +6,8 @@ import logging
 
 from checkpoint import failpoints
 from checkpoint.location import Location, parse
+from checkpoint.retry import CorruptCheckpointError
+from checkpoint.store import Restored, ShardCountError
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION, StateStore
 
@@ -48,14 +50,14 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     v = max(newer_local, default=v)
     if not v - 1 <= c <= v + 1 or (v != EMPTY_VERSION and not spark.batch_ids("offsets")):
         raise RecoveryError(_gap_message(c, v, location, store))
-    target = _restorable_target(store, min(c, v), c, v)
+    target, restored = _load_target(store, min(c, v), c, v)
     for local in newer_local:
         if local <= target:
             log.info("uploading locally committed version %d before recovery", local)
             store.upload_and_retain(local)
-    restored = store.load(target)
     if restored is not None and restored.source == "local":
         store.repair_durable(target)
+    spark.remove_abandoned_temp_files()
     if c > target:
         log.warning(
             "Spark's batches %d..%d are replayed from its logged offsets (state version %d)", target + 1, c, target
@@ -70,22 +72,24 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     return target
 
 
-def _restorable_target(store: StateStore, wanted: int, c: int, v: int) -> int:
-    """``wanted`` when it can be restored; else, with spark.misa.recovery.allowPreviousVersion, the newest
-    older retained version that can; else a RecoveryError (before anything is changed)."""
-    problems = store.restore_problems(wanted)
-    if not problems:
-        return wanted
+def _load_target(store: StateStore, wanted: int, c: int, v: int) -> tuple[int, Restored | None]:
+    """Load ``wanted`` (its restore checks every file it reads); when it cannot be restored, with
+    spark.misa.recovery.allowPreviousVersion, the newest older retained version that can; else a
+    RecoveryError. Only the working state changes before that."""
+    try:
+        return wanted, store.load(wanted)
+    except (CorruptCheckpointError, ShardCountError) as exc:
+        problem = str(exc)
     older = [n for n in reversed(store.retained_versions()) if n < wanted and not store.restore_problems(n)]
     if store.config.recovery_allow_previous and older:
         log.warning(
             "version %d cannot be restored (%s); starting from version %d as "
             "spark.misa.recovery.allowPreviousVersion allows",
             wanted,
-            "; ".join(problems),
+            problem,
             older[0],
         )
-        return older[0]
+        return older[0], store.load(older[0])
     option = (
         f"Version {older[0]} can be restored: set spark.misa.recovery.allowPreviousVersion=true to start from "
         f"it (Spark then replays batches {older[0] + 1}..{c} from its source, which must still hold them)"
@@ -94,8 +98,8 @@ def _restorable_target(store: StateStore, wanted: int, c: int, v: int) -> int:
     )
     raise RecoveryError(
         f"Spark's last committed batch is {c} and the state's newest version is {v}, so recovery needs version "
-        f"{wanted}, but version {wanted} cannot be restored from either level: {'; '.join(problems)}. Nothing was "
-        f"changed. {option}; or check the DFS copy (misa ckpt verify {store.dfs_url})."
+        f"{wanted}, but {problem} Spark's checkpoint and the markers were not changed. {option}; or check the "
+        f"DFS copy (misa ckpt verify {store.dfs_url})."
     )
 
 

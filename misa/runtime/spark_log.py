@@ -5,7 +5,9 @@ read and trimmed through fsspec, so recovery works for every location Spark acce
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
+import re
 import uuid
 from pathlib import Path
 
@@ -14,6 +16,10 @@ from checkpoint.local import write_atomically
 from checkpoint.location import Location
 
 EMPTY = -1  # no batch committed yet
+#: A temporary file Hadoop's CheckpointFileManager writes an entry into before renaming it (``.N.<uuid>.tmp``),
+#: with the checksum file its local file system keeps beside it; a kill between the two leaves it behind.
+_TEMP_ENTRY = re.compile(r"^\.+(\d+)\.[0-9a-fA-F-]{36}\.tmp(\.crc)?$")
+log = logging.getLogger(__name__)
 
 
 class SparkCheckpointLog:
@@ -87,6 +93,22 @@ class SparkCheckpointLog:
         for source in self._file_sources():
             self._trim_source_log(source, planned.get(source, EMPTY))
 
+    def remove_abandoned_temp_files(self) -> None:
+        """Remove the temporary files a killed driver left in the offsets and commits logs for batches those
+        logs do not hold (Spark never reads them; left in an empty offsets log, Spark refuses to start
+        batch 0 with STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY)."""
+        for folder in ("offsets", "commits"):
+            newest = max(self.batch_ids(folder), default=EMPTY)
+            try:
+                names = [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self._folder(folder), detail=False)]
+            except FileNotFoundError:
+                continue
+            for name in names:
+                match = _TEMP_ENTRY.match(name)
+                if match and int(match.group(1)) > newest:
+                    log.warning("removing %s/%s/%s, left by a killed driver", self.location, folder, name)
+                    self._remove_file(folder, name)
+
     def _file_sources(self) -> list[int]:
         """Indexes of the sources whose log under ``sources/`` is a file source's (records of files with
         their batch id); other sources (Kafka's initial offsets, for one) are never touched."""
@@ -152,7 +174,10 @@ class SparkCheckpointLog:
         ``.compact`` entry keeps its data (it is rewritten, and its old checksum would not match)."""
         names = [f".{entry}.crc"] + ([] if str(entry).endswith(".compact") else [str(entry)])
         for name in names:  # the entry itself last
-            try:
-                self.fs.rm_file(posixpath.join(self._folder(folder), name))
-            except FileNotFoundError:
-                pass
+            self._remove_file(folder, name)
+
+    def _remove_file(self, folder: str, name: str) -> None:
+        try:
+            self.fs.rm_file(posixpath.join(self._folder(folder), name))
+        except FileNotFoundError:
+            pass

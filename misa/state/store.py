@@ -262,13 +262,10 @@ class StateStore:
         self.checkpoints.forget_after(version)
 
     def repair_durable(self, version: int) -> None:
-        """Check the DFS copy of durable ``version`` against its intact local copy and re-upload what is
-        damaged or missing (each reused file is read back once by this process), so that a restart with
-        nothing to replay still heals the DFS copy a new machine would restore."""
-        if version in self.checkpoints.dfs.committed_versions():
-            stats = self.checkpoints.upload(version)
-            if stats.files_repaired:
-                log.warning("re-uploaded %d damaged DFS file(s) of version %d", stats.files_repaired, version)
+        """Heal the DFS copy of durable ``version`` from its intact local copy, in the background, so that a
+        restart with nothing to replay still heals the copy a new machine would restore (see
+        :meth:`CheckpointStore.start_repair`); :meth:`close` waits for it."""
+        self.checkpoints.start_repair(version)
 
     def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
         """Copy local ``version`` to the DFS (ack 2 when its marker is written), then apply retention
@@ -286,6 +283,7 @@ class StateStore:
 
     def close(self) -> None:
         """Close every shard; the working state is not checkpointed by closing."""
+        self.checkpoints.wait_repair()
         self._close_dbs()
         self._pool.shutdown(wait=True)
         self._lock.release()
