@@ -399,6 +399,13 @@ class MisaConfig:
         "Adaptive lookahead: move hint extraction to the next declared stage when this share of prefetches "
         "is never read.",
     )
+    metrics_prometheus_port: int = setting(
+        "spark.misa.metrics.prometheusPort",
+        "0",
+        _int(0, 65535),
+        "Port of the driver's Prometheus endpoint (/metrics, on every interface) with the runtime's per-batch "
+        "metrics; 0: no endpoint. Needs the prometheus extra: pip install 'misa-pyspark[prometheus]'.",
+    )
 
     python_switch_interval_s: float = setting(
         "spark.misa.python.switchInterval",

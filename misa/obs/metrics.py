@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -11,16 +12,36 @@ from typing import Any, Callable, Sequence
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from misa.obs.records import BatchRecord, CommitRecord
+from misa.obs.records import BatchRecord, BatchReport, CommitRecord
+
+log = logging.getLogger(__name__)
+#: Called with the runtime's report of a batch and Spark's ``StreamingQueryProgress`` of it.
+BatchListener = Callable[[BatchReport, Any], None]
 
 
 class BatchMetrics:
-    """Collects the runtime's phases per batch and writes a record when Spark reports the batch."""
+    """Collects the runtime's phases per batch and writes a record when Spark reports the batch; keeps the
+    latest report, calls the listeners and feeds the Prometheus endpoint (``prometheus_port``, 0: none)."""
 
-    def __init__(self, path: str | Path | None, mode: str, echo: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        path: str | Path | None,
+        mode: str,
+        echo: Callable[[dict], None] | None = None,
+        prometheus_port: int = 0,
+    ):
         self.path = Path(path) if path else None
         self.mode = mode
         self.echo = echo
+        self.last: BatchReport | None = None
+        self.prometheus_port = prometheus_port
+        if prometheus_port:
+            from misa.obs.prometheus import client
+
+            client(prometheus_port)  # a missing extra fails now, before anything starts
+        self._exporter: Any = None
+        self._listeners: list[BatchListener] = []
+        self._reports: dict[int, BatchReport] = {}
         self._pending: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._reported = threading.Condition(self._lock)
@@ -35,6 +56,32 @@ class BatchMetrics:
             record["commits_finished"] = [c.version for c in commits]
         with self._lock:
             self._pending.setdefault(batch_id, {}).update(record)
+
+    def report(self, report: BatchReport) -> None:
+        """The runtime's report of a batch: kept as the latest, exported, and joined with Spark's progress."""
+        self.last = report
+        if self._exporter is not None:
+            self._exporter.observe_batch(report)
+        with self._lock:
+            self._reports[report.batch_id] = report
+        self.add(report.batch_id, report.record, report.commits)
+
+    def add_listener(self, listener: BatchListener) -> None:
+        """Call ``listener(report, progress)`` when Spark reports a batch the runtime reported."""
+        self._listeners.append(listener)
+
+    def serve(self, query: str) -> None:
+        """Export this query's batches on the Prometheus endpoint, when a port is set (once per object)."""
+        if self.prometheus_port and self._exporter is None:
+            from misa.obs.prometheus import PrometheusExporter
+
+            self._exporter = PrometheusExporter(self.prometheus_port, query)
+
+    def close(self) -> None:
+        """Stop feeding the Prometheus endpoint (it stops when no other job uses its port)."""
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
 
     def wait_reported(self, timeout_s: float = 10.0) -> None:
         """Wait until Spark has reported every batch this object saw (call before removing the listener)."""
@@ -53,8 +100,20 @@ class BatchMetrics:
         if "addBatch" not in durations:
             return  # an idle trigger, not a batch
         with self._lock:
-            record = self._pending.pop(progress.batchId, {})
-            self._reported.notify_all()
+            record = dict(self._pending.get(progress.batchId, {}))
+            report = self._reports.get(progress.batchId)
+        try:
+            self._write(record, progress, durations)
+            if report is not None:
+                self._tell(report, progress, record["latency_s"])
+        finally:  # only now is the batch reported (close waits for it)
+            with self._lock:
+                self._pending.pop(progress.batchId, None)
+                self._reports.pop(progress.batchId, None)
+                self._reported.notify_all()
+
+    def _write(self, record: dict[str, Any], progress: Any, durations: dict[str, int]) -> None:
+        """Join Spark's side into the runtime's record; write and echo it."""
         record.update(
             {
                 "batch_id": progress.batchId,
@@ -74,6 +133,17 @@ class BatchMetrics:
                 out.write(json.dumps(record, default=float) + "\n")
         if self.echo:
             self.echo(record)
+
+    def _tell(self, report: BatchReport, progress: Any, latency_s: float) -> None:
+        """Hand a reported batch to the endpoint and the listeners; a listener's error is logged, not raised."""
+        exporter = self._exporter
+        if exporter is not None:
+            exporter.observe_latency(latency_s)
+        for listener in list(self._listeners):
+            try:
+                listener(report, progress)
+            except Exception:  # noqa: BLE001 -- Spark's listener bus goes on too
+                log.exception("batch listener %r failed on batch %d", listener, report.batch_id)
 
     def listener(self) -> StreamingQueryListener:
         """A listener to add with ``spark.streams.addListener``."""

@@ -48,7 +48,8 @@ class BatchRecord:
     late_rows: int = 0
     dropped_rows: int = 0
     bad_records: int | None = None  # None: the job sets no bad records aside
-    state_keys: int = 0
+    state_keys: int = 0  # RocksDB's estimate
+    state_bytes: int = 0  # RocksDB's live SST files and memtables, approximate
     state_reads: int = 0
     cache: dict[str, int] = field(default_factory=dict)
     prefetch: dict[str, Any] | None = None
@@ -61,6 +62,32 @@ class BatchRecord:
         if self.bad_records is None:
             del out["bad_records"]
         return out
+
+
+@dataclass(frozen=True)
+class CommitStatus:
+    """Where the commit of the state stands: versions handed to the commit and not yet durable, the
+    newest version with ack 1 (locally committed) and with ack 2 (durable on the DFS); None: none yet
+    (or, in mode ``nocommit``, never)."""
+
+    pending: tuple[int, ...] = ()
+    last_local: int | None = None
+    last_durable: int | None = None
+
+    @property
+    def lag(self) -> int:
+        """Versions the DFS copy is behind the state: the number of pending versions."""
+        return len(self.pending)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """One batch as the runtime saw it when the batch ended (:meth:`misa.runtime.job.StatefulJob.last_batch`)."""
+
+    batch_id: int
+    record: BatchRecord
+    commits: tuple[CommitRecord, ...] = ()  # commits that became durable during the batch, oldest first
+    commit_status: CommitStatus = field(default_factory=CommitStatus)  # at the batch's end
 
 
 BATCH_PHASES = tuple(f.name for f in dataclasses.fields(BatchPhases))

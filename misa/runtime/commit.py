@@ -30,9 +30,9 @@ from typing import Any, Callable
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
 from checkpoint.location import redact
 from checkpoint.owner import OwnershipError
-from misa.obs.records import CommitRecord
+from misa.obs.records import CommitRecord, CommitStatus
 from misa.state.commit_buffer import CommitBuffer
-from misa.state.store import StateStore
+from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,7 @@ class CommitController:
         self._tasks: dict[int, _Task] = {}
         self._cv = threading.Condition()
         self._closed = False
+        self._newest: dict[Stage, int | None] = {UPLOAD: None, DONE: None}  # newest version with ack 1, ack 2
         threaded = {"sync": (), "async-ckpt": (UPLOAD,), "misa": (APPLY, UPLOAD), "nocommit": (APPLY,)}[self.mode]
         self._workers = {stage: _Worker(stage) for stage in threaded}
         for worker in self._workers.values():
@@ -137,6 +138,19 @@ class CommitController:
             versions = sorted(self._tasks)
         for version in versions:
             self.wait_durable(version)
+
+    def loaded(self, version: int) -> None:
+        """The state was loaded at ``version`` (recovery or a replay, with nothing pending): it has both acks,
+        except the empty version and in mode ``nocommit``, where nothing is committed."""
+        committed = None if version == EMPTY_VERSION or self.mode == "nocommit" else version
+        with self._cv:
+            self._newest = {UPLOAD: committed, DONE: committed}
+
+    def status(self) -> CommitStatus:
+        """Versions handed over and not yet durable, and the newest versions with ack 1 and ack 2."""
+        with self._cv:
+            pending = tuple(sorted(v for v, t in self._tasks.items() if t.stage != DONE))
+            return CommitStatus(pending, self._newest[UPLOAD], self._newest[DONE])
 
     def finished(self) -> list[CommitRecord]:
         """Records of commits that became durable since the last call."""
@@ -208,6 +222,9 @@ class CommitController:
             fence()  # under the lock: a replaced worker never moves a task its successor redoes
             if task.stage == expected:
                 task.stage = to
+                newest = self._newest[to]
+                if self.mode != "nocommit":  # there, done means applied: no ack
+                    self._newest[to] = task.version if newest is None else max(newest, task.version)
             self._cv.notify_all()
 
     def _fail(self, task: _Task, stage: Stage, cause: BaseException) -> CommitFailedError:

@@ -33,8 +33,8 @@ from pyspark.sql.streaming import StreamingQuery
 from checkpoint import CorruptCheckpointError, failpoints
 from checkpoint.location import spark_location
 from misa.config import ConfigError, MisaConfig
-from misa.obs.metrics import BatchMetrics, summary_line
-from misa.obs.records import BatchPhases, BatchRecord
+from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
+from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import OperatorResult, StatefulOperator
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
 from misa.runtime.commit import CommitController, CommitFailedError
@@ -85,6 +85,12 @@ class StatefulJob:
         pause_gc: bool = False,
     ):
         self.config = config or MisaConfig()
+        self.metrics = BatchMetrics(  # first: a missing metrics extra fails before the state is opened
+            metrics_path,
+            self.config.commit_mode,
+            (lambda r: echo(summary_line(r))) if echo else None,
+            self.config.metrics_prometheus_port,
+        )
         self.operator = operator
         self.sink = sink
         self.upstream = upstream
@@ -102,9 +108,6 @@ class StatefulJob:
             stages = list(hint_stages or [upstream or (lambda df: df)])
             self.hints = BatchHints(self.config, operator, stages, manager, next_input)  # type: ignore[arg-type]
         self.controller = CommitController(self.store, self.view)
-        self.metrics = BatchMetrics(
-            metrics_path, self.controller.mode, (lambda r: echo(summary_line(r))) if echo else None
-        )
         self.version = self.store.version
         self._listener: Any = None
         self._started = False
@@ -129,7 +132,9 @@ class StatefulJob:
         if self._started:
             self._drop_failed_run(spark)
         self._started = True
-        self.store.claim(SparkCheckpointLog(self.checkpoint_location).query_id())
+        query_id = SparkCheckpointLog(self.checkpoint_location).query_id()
+        self.metrics.serve(query_name or query_id)
+        self.store.claim(query_id)
         if self.controller.mode == "nocommit":
             require_fresh(self.store, self.checkpoint_location)
         reconcile(self.store, self.checkpoint_location)  # loads the version Spark continues from
@@ -168,6 +173,7 @@ class StatefulJob:
             self.hints.drop_ahead()
         self.view.reset()  # discard anything a failed attempt left behind
         self.version = self.store.version
+        self.controller.loaded(self.version)
 
     def _rewind(self, version: int) -> None:
         """Go back to ``version`` inside the running query: newer versions are forgotten (markers on
@@ -225,11 +231,12 @@ class StatefulJob:
         self.version = batch_id
         record.output_rows, record.late_rows = result.output.num_rows, result.late_rows
         record.dropped_rows, record.state_reads = result.dropped_rows, result.state_reads
-        record.state_keys = self.store.approximate_keys()
+        record.state_keys, record.state_bytes = self.store.approximate_keys(), self.store.approximate_bytes()
         record.cache = self.view.cache.stats.take()
         record.prefetch = self._prefetch_record(hints)
         record.phases, record.batch_s = phases, time.monotonic() - started
-        self.metrics.add(batch_id, record, self.controller.finished())
+        commits = tuple(self.controller.finished())
+        self.metrics.report(BatchReport(batch_id, record, commits, self.controller.status()))
         if self.hints is not None:  # the driver now waits for the trigger
             self.hints.start_next(self._good)
 
@@ -293,6 +300,22 @@ class StatefulJob:
         hints = hints or {}
         return {**hints, **stats.as_dict(), **self.hints.end_batch(hints.get("source", ""), stats)}
 
+    def last_batch(self) -> BatchReport | None:
+        """The latest batch as the runtime saw it when it ended (None before the first): its id, its record
+        (rows, phases, state keys and bytes, cache and prefetch counters), the commits that finished during
+        it and the commit's status then. Spark's side of the batch is ``query.lastProgress``."""
+        return self.metrics.last
+
+    def commit_status(self) -> CommitStatus:
+        """Where the commit stands now: versions pending, the newest locally committed and durable version."""
+        return self.controller.status()
+
+    def add_listener(self, listener: BatchListener) -> None:
+        """Call ``listener(report, progress)`` when Spark reports each batch of this job (from Spark's listener
+        bus, as a ``StreamingQueryListener.onQueryProgress``): the runtime's :class:`BatchReport` of the batch
+        and Spark's ``StreamingQueryProgress`` of it. Add it before ``start``; its errors are logged."""
+        self.metrics.add_listener(listener)
+
     def close(self, spark: SparkSession | None = None) -> None:
         """Wait for every commit to be durable, then release the state (and the metrics listener)."""
         try:
@@ -306,6 +329,7 @@ class StatefulJob:
                 self.hints.close()
             self.view.close()
             self.store.close()
+            self.metrics.close()
 
 
 class _PhaseClock:

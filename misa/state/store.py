@@ -212,6 +212,11 @@ class StateStore:
     def approximate_keys(self) -> int:
         return sum(db.property_int_value("rocksdb.estimate-num-keys") or 0 for db in self._dbs)
 
+    def approximate_bytes(self) -> int:
+        """The state's size in RocksDB: live SST files plus memtables, over every shard."""
+        properties = ("rocksdb.live-sst-files-size", "rocksdb.cur-size-all-mem-tables")
+        return sum(db.property_int_value(p) or 0 for db in self._dbs for p in properties)
+
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, version: int, metadata: dict[str, Any] | None = None, fence: Fence = no_fence) -> LocalCommit:
         """Flush, then checkpoint every shard locally as ``version`` and write its local marker (ack 1).

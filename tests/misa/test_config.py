@@ -99,6 +99,8 @@ RANGES = [
     ("spark.misa.prefetch.wastedRatioThreshold", "1.5", "1", "from 0 to 1"),
     ("spark.misa.prefetch.wastedRatioThreshold", "-0.1", "0", "from 0 to 1"),
     ("spark.misa.prefetch.wastedRatioThreshold", "nan", "0.5", "from 0 to 1"),
+    ("spark.misa.metrics.prometheusPort", "-1", "0", "from 0 to 65535"),  # 0: no endpoint
+    ("spark.misa.metrics.prometheusPort", "65536", "65535", "from 0 to 65535"),
     ("spark.misa.python.switchInterval", "0ms", "0.001ms", "from 0.001ms to 1000h"),
     ("spark.misa.python.switchInterval", "0.0005ms", "0.001ms", "from 0.001ms to 1000h"),  # Python: whole µs
     ("spark.misa.python.switchInterval", "1001h", "1000h", "from 0.001ms to 1000h"),
