@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
 from checkpoint.location import spark_location
-from misa.config import ConfigError, MisaConfig
+from misa.config import STATE_FOLDER, ConfigError, MisaConfig
 from misa.obs.metrics import BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord
 from misa.operators.base import OperatorResult, StatefulOperator
@@ -93,7 +93,7 @@ class StatefulJob:
         self.store = StateStore(
             self.config,
             state_dir or self.config.state_dir or self._default_state_dir(),
-            dfs_url or self.config.dfs_url or self.checkpoint_location.child("misa-state").url,
+            dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url,
         )
         self.view = StateView(self.store)
         self.hints: BatchHints | None = None
