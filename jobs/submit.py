@@ -12,6 +12,7 @@ from functools import reduce
 from typing import Any, Callable, Protocol, Sequence
 
 from pyspark import SparkConf, SparkContext
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -129,8 +130,9 @@ def spark_session(app_name: str) -> SparkSession:
     return spark
 
 
-#: Errors that a user fixes in the job's settings or locations: one line on stderr, exit status 2, no traceback.
-USER_ERRORS = (ConfigError, LocationError, OwnershipError, RecoveryError)
+#: Errors that a user fixes in the job's settings, locations or query (Spark's AnalysisException: a missing
+#: input path, an unknown column): one line on stderr, exit status 2, no traceback.
+USER_ERRORS = (ConfigError, LocationError, OwnershipError, RecoveryError, AnalysisException)
 
 
 def run_job(app_name: str, args: argparse.Namespace, run: Callable[[SparkSession, argparse.Namespace], None]) -> None:
@@ -140,15 +142,27 @@ def run_job(app_name: str, args: argparse.Namespace, run: Callable[[SparkSession
     and a user error ends the job with its one-line message."""
     try:
         SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM, whose conf holds the --conf values
-        MisaConfig.from_mapping(dict(SparkConf().getAll()))  # checked before the context starts
+        config = MisaConfig.from_mapping(dict(SparkConf().getAll()))  # checked before the context starts
+        check_dfs(("spark.misa.checkpoint.dfsUrl", config.dfs_url), ("--dfs", getattr(args, "dfs", None)))
         spark = spark_session(app_name)
         try:
             run(spark, args)
         finally:
             spark.stop()  # drains the listener bus while Python still answers it
     except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {(str(exc).splitlines() or [''])[0]}", file=sys.stderr)  # Spark's add the plan below
         raise SystemExit(2) from None
+
+
+def check_dfs(*settings: tuple[str, str | None]) -> None:
+    """A :class:`LocationError` naming the setting (and the pip extra to install) when no file system serves
+    the DFS URL it gives."""
+    for name, url in settings:
+        if url:
+            try:
+                parse(url).filesystem()
+            except LocationError as exc:
+                raise LocationError(f"{name}: {exc}") from None
 
 
 def trigger(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """What the jobs share: the native modes' state store configuration."""
 
+import pytest
+
 from jobs.submit import ROCKSDB_PROVIDER, native_state_store_conf
 from misa.config import MisaConfig
 
@@ -43,4 +45,23 @@ def test_a_misspelled_setting_ends_a_spark_submit_job_with_one_line(tmp_path):
     printed = done.stdout + done.stderr  # spark-submit forwards the Python driver's stderr to its stdout
     errors = [line for line in printed.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "spark.misa.state.shard;" in errors[0], printed[-2000:]
+    assert "Traceback" not in printed and "SparkContext" not in printed, printed[-2000:]
+
+
+@pytest.mark.parametrize(
+    "conf,expected",
+    [
+        ({"spark.misa.state.shards": "abc"}, "spark.misa.state.shards='abc' is malformed"),
+        ({"spark.misa.checkpoint.dfsUrl": "gs://bucket/x"}, "pip install 'misa-pyspark[gcs]'"),
+    ],
+)
+def test_a_bad_setting_value_ends_a_spark_submit_job_with_one_line(tmp_path, conf, expected):
+    """A bad value, and a DFS URL no installed file system serves, are found before the session starts too."""
+    from cm_helpers import spark_submit
+
+    done = spark_submit("cm2", "misa", tmp_path / "no-input", tmp_path, conf=conf)
+    assert done.returncode == 2
+    printed = done.stdout + done.stderr
+    errors = [line for line in printed.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and expected in errors[0], printed[-2000:]
     assert "Traceback" not in printed and "SparkContext" not in printed, printed[-2000:]
