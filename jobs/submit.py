@@ -27,6 +27,7 @@ from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator
 from misa.operators.interval_join import PREV, IntervalJoin
+from misa.runtime.interrupt import EXIT_INTERRUPTED, StopOnInterrupt
 from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
@@ -282,29 +283,46 @@ def run_misa(
         echo=None if args.quiet else print,
         pause_gc=True,
     )
-    with switch_interval(config.python_switch_interval_s):  # this process is the job's: tune it for the runtime
+    name = f"{args.query}-{args.mode}"
+    # this process is the job's: tune it for the runtime; Ctrl-C stops the query, then the commit drains
+    with switch_interval(config.python_switch_interval_s), StopOnInterrupt(spark) as interrupt:
         try:
             run_with_retries(
-                lambda: job.start(spark, stream, trigger(args), query_name=f"{args.query}-{args.mode}"),
+                lambda: interrupt.watch(job.start(spark, stream, trigger(args), name), job.batch_running),
                 args.retry_start,
                 settle=lambda: job.controller.drain(),  # a last batch's commit fails after the query ends, if at all
+                stopped=interrupt.requested.is_set,
             )
         finally:
             job.close(spark)
+    if interrupt.requested.is_set():
+        durable = job.store.newest_durable()
+        state = f"the state is durable up to version {durable} (batch {durable})"
+        if durable is None:
+            state = "no state is durable yet"
+        print(f"stopped by Ctrl-C; {state}; restart resumes from there", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED)
 
 
 def run_with_retries(
-    start: Callable[[], StreamingQuery], retries: int, settle: Callable[[], None] = lambda: None
+    start: Callable[[], StreamingQuery],
+    retries: int,
+    settle: Callable[[], None] = lambda: None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> None:
     """Start the query, wait for its end, then ``settle`` (what must still succeed after it: the runtime's last
     commits); when any of them fails, log the error and call ``start`` again (for :meth:`StatefulJob.start`, a
-    full restart in this process), at most ``retries`` times."""
+    full restart in this process), at most ``retries`` times. Once ``stopped()`` (the user stopped the query),
+    its end is no failure: a batch it interrupted is replayed by the next start."""
     for attempt in range(1, retries + 2):
         try:
             start().awaitTermination()
             settle()
             return
         except Exception as exc:
+            if stopped():
+                log.info("the query stopped by request ended with %s: %s", type(exc).__name__, exc)
+                return
             if attempt > retries:
                 raise
             log.error(
