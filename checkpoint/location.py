@@ -92,8 +92,8 @@ def _fix(scheme: str, cause: str) -> str:
         return f"{cause}: {install}"
     return (
         f"{cause}: pyarrow's HadoopFileSystem needs a Hadoop client with libhdfs and a JVM ({install}, then set "
-        f"JAVA_HOME, HADOOP_HOME and CLASSPATH=$(hadoop classpath --glob)); a spark-submit job whose checkpoint "
-        f"is on HDFS reaches it through Spark's JVM instead (misa.runtime.hadoop_fs)"
+        f"JAVA_HOME, HADOOP_HOME and CLASSPATH=$(hadoop classpath --glob)); a job's checkpoint location given as a "
+        f"path, on a cluster whose default file system is HDFS, is reached through Spark's JVM without it"
     )
 
 
