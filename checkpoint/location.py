@@ -8,10 +8,13 @@ local path when it is on this machine, and a form safe to print (:func:`redact`)
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
@@ -49,18 +52,67 @@ class Location:
         return Location(joined, joined, None)
 
     def filesystem(self) -> tuple[Any, str]:
-        """The fsspec file system and the path within it; a clear error when no file system serves the scheme."""
+        """The fsspec file system and the path within it; a one-line error naming the fix (the pip extra that
+        installs the scheme's implementation) when no file system serves the scheme."""
+        scheme = self.url.split("://", 1)[0].lower() if "://" in self.url else "file"
         try:
-            return fsspec.core.url_to_fs(self.url)
+            with _native_stderr_held(scheme in NATIVE_SCHEMES):
+                return fsspec.core.url_to_fs(self.url)
         except (ImportError, ValueError, OSError) as exc:  # no implementation, or it cannot load (libhdfs)
             cause = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise LocationError(
-                f"no file system for {redact(self.given)}: {cause}. Install the fsspec implementation for its "
-                f"scheme (s3fs for s3://, gcsfs for gs://, adlfs for abfs://, pyarrow with libhdfs for hdfs://)"
-            ) from exc
+            raise LocationError(f"no file system for {redact(self.given)}: {_fix(scheme, cause)}") from exc
 
     def __str__(self) -> str:
         return redact(self.url)
+
+
+#: The pip extra of this package that installs the fsspec implementation of a scheme.
+EXTRAS = {
+    "s3": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "abfs": "azure",
+    "abfss": "azure",
+    "az": "azure",
+    "adl": "azure",
+    "hdfs": "hdfs",
+}
+PACKAGE = "misa-pyspark"
+#: Schemes whose implementation loads native libraries that report their failures on the process's stderr.
+NATIVE_SCHEMES = ("hdfs", "viewfs")
+
+
+def _fix(scheme: str, cause: str) -> str:
+    """What to do when no file system serves ``scheme`` (``cause``: the first line of fsspec's error)."""
+    extra = EXTRAS.get(scheme)
+    if extra is None:
+        return f"{cause}; use a path or a URL of a scheme fsspec knows (file, s3, gs, abfs, hdfs, ...)"
+    install = f"pip install '{PACKAGE}[{extra}]'"
+    if scheme != "hdfs":
+        return f"{cause}: {install}"
+    return (
+        f"{cause}: pyarrow's HadoopFileSystem needs a Hadoop client with libhdfs and a JVM ({install}, then set "
+        f"JAVA_HOME, HADOOP_HOME and CLASSPATH=$(hadoop classpath --glob)); a job's checkpoint location given as a "
+        f"path, on a cluster whose default file system is HDFS, is reached through Spark's JVM without it"
+    )
+
+
+@contextmanager
+def _native_stderr_held(hold: bool) -> Iterator[None]:
+    """With ``hold``, what native code writes to file descriptor 2 meanwhile (libhdfs prints a line per JVM
+    path it tries) is dropped, so that a failure is reported once, by the error raised."""
+    if not hold:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def local_location(path: str | Path) -> Location:

@@ -15,6 +15,7 @@ import rocksdict
 from .dfs import DfsCheckpoints, GcStats, UploadStats
 from .fence import Fence, no_fence
 from .local import LocalCheckpoints
+from .location import parse
 from .manifest import ShardManifest
 from .retry import CorruptCheckpointError, RetryPolicy
 
@@ -64,6 +65,7 @@ class CheckpointStore:
         self.shards = shards
         self.retain = retain
         self.local = LocalCheckpoints(local_root)
+        parse(dfs_url).filesystem()  # no file system for the URL: a LocationError naming the pip extra to install
         self.dfs = DfsCheckpoints(dfs_url, retry, upload_threads, verify_reads)
         self._no_repair = threading.Event()  # cleared while a repair runs: uploads and GC wait for it
         self._no_repair.set()

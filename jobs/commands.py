@@ -118,7 +118,7 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
     sub = gen.add_subparsers(dest="gen_command", required=True)
     for name, generator in GENERATORS.items():
         p = sub.add_parser(name, help=generator.help)
-        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--out", type=Path, required=True, help="folder to write the input files into")
         p.add_argument("--rate", type=float, required=True, help="mean records per second of event time")
         p.add_argument("--seconds", type=int, required=True, help="seconds of event time")
         p.add_argument("--seed", type=int, default=0)

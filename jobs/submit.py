@@ -12,6 +12,7 @@ from functools import reduce
 from typing import Any, Callable, Protocol, Sequence
 
 from pyspark import SparkConf, SparkContext
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -26,6 +27,7 @@ from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator
 from misa.operators.interval_join import PREV, IntervalJoin
+from misa.runtime.interrupt import EXIT_INTERRUPTED, StopOnInterrupt
 from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
@@ -129,8 +131,9 @@ def spark_session(app_name: str) -> SparkSession:
     return spark
 
 
-#: Errors that a user fixes in the job's settings or locations: one line on stderr, exit status 2, no traceback.
-USER_ERRORS = (ConfigError, LocationError, OwnershipError, RecoveryError)
+#: Errors that a user fixes in the job's settings, locations or query (Spark's AnalysisException: a missing
+#: input path, an unknown column): one line on stderr, exit status 2, no traceback.
+USER_ERRORS = (ConfigError, LocationError, OwnershipError, RecoveryError, AnalysisException)
 
 
 def run_job(app_name: str, args: argparse.Namespace, run: Callable[[SparkSession, argparse.Namespace], None]) -> None:
@@ -140,15 +143,27 @@ def run_job(app_name: str, args: argparse.Namespace, run: Callable[[SparkSession
     and a user error ends the job with its one-line message."""
     try:
         SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM, whose conf holds the --conf values
-        MisaConfig.from_mapping(dict(SparkConf().getAll()))  # checked before the context starts
+        config = MisaConfig.from_mapping(dict(SparkConf().getAll()))  # checked before the context starts
+        check_dfs(("spark.misa.checkpoint.dfsUrl", config.dfs_url), ("--dfs", getattr(args, "dfs", None)))
         spark = spark_session(app_name)
         try:
             run(spark, args)
         finally:
             spark.stop()  # drains the listener bus while Python still answers it
     except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {(str(exc).splitlines() or [''])[0]}", file=sys.stderr)  # Spark's add the plan below
         raise SystemExit(2) from None
+
+
+def check_dfs(*settings: tuple[str, str | None]) -> None:
+    """A :class:`LocationError` naming the setting (and the pip extra to install) when no file system serves
+    the DFS URL it gives."""
+    for name, url in settings:
+        if url:
+            try:
+                parse(url).filesystem()
+            except LocationError as exc:
+                raise LocationError(f"{name}: {exc}") from None
 
 
 def trigger(args: argparse.Namespace) -> dict[str, Any]:
@@ -268,29 +283,46 @@ def run_misa(
         echo=None if args.quiet else print,
         pause_gc=True,
     )
-    with switch_interval(config.python_switch_interval_s):  # this process is the job's: tune it for the runtime
+    name = f"{args.query}-{args.mode}"
+    # this process is the job's: tune it for the runtime; Ctrl-C stops the query, then the commit drains
+    with switch_interval(config.python_switch_interval_s), StopOnInterrupt(spark) as interrupt:
         try:
             run_with_retries(
-                lambda: job.start(spark, stream, trigger(args), query_name=f"{args.query}-{args.mode}"),
+                lambda: interrupt.watch(job.start(spark, stream, trigger(args), name), job.batch_running),
                 args.retry_start,
                 settle=lambda: job.controller.drain(),  # a last batch's commit fails after the query ends, if at all
+                stopped=interrupt.requested.is_set,
             )
         finally:
             job.close(spark)
+    if interrupt.requested.is_set():
+        durable = job.store.newest_durable()
+        state = f"the state is durable up to version {durable} (batch {durable})"
+        if durable is None:
+            state = "no state is durable yet"
+        print(f"stopped by Ctrl-C; {state}; restart resumes from there", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED)
 
 
 def run_with_retries(
-    start: Callable[[], StreamingQuery], retries: int, settle: Callable[[], None] = lambda: None
+    start: Callable[[], StreamingQuery],
+    retries: int,
+    settle: Callable[[], None] = lambda: None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> None:
     """Start the query, wait for its end, then ``settle`` (what must still succeed after it: the runtime's last
     commits); when any of them fails, log the error and call ``start`` again (for :meth:`StatefulJob.start`, a
-    full restart in this process), at most ``retries`` times."""
+    full restart in this process), at most ``retries`` times. Once ``stopped()`` (the user stopped the query),
+    its end is no failure: a batch it interrupted is replayed by the next start."""
     for attempt in range(1, retries + 2):
         try:
             start().awaitTermination()
             settle()
             return
         except Exception as exc:
+            if stopped():
+                log.info("the query stopped by request ended with %s: %s", type(exc).__name__, exc)
+                return
             if attempt > retries:
                 raise
             log.error(

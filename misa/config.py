@@ -27,6 +27,7 @@ class ConfigError(ValueError):
 
 
 C_INT_MAX = 2**31 - 1  # the largest value of the RocksDB options that rocksdict takes as a C int
+STATE_FOLDER = "misa-state"  # the default place of the state's DFS copy: <checkpoint location>/misa-state
 MAX_WAIT_S = 1000 * 3600.0  # the longest duration: below every platform's threading.TIMEOUT_MAX (Windows: 1193 h)
 
 

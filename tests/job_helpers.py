@@ -61,6 +61,18 @@ def spark_submit(
     master: str = "local[2]",
 ) -> subprocess.CompletedProcess:
     """The job exactly as a user runs it: spark-submit in its own process (``master``: where it runs)."""
+    cmd, env = spark_submit_command(job, job_args(query, mode, data, run_dir), failpoints, conf, master)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+
+
+def spark_submit_command(
+    job: ModuleType,
+    args: list[str],
+    failpoints: str = "",
+    conf: dict[str, str] | None = None,
+    master: str = "local[2]",
+) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command line running ``job`` with ``args``, and its environment."""
     confs = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
@@ -71,11 +83,11 @@ def spark_submit(
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
     for key, value in confs.items():
         cmd += ["--conf", f"{key}={value}"]
-    cmd += [str(Path(job.__file__).resolve())] + job_args(query, mode, data, run_dir)
+    cmd += [str(Path(job.__file__).resolve()), *args]
     env = dict(
         os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, MISA_FAILPOINTS=failpoints
     )
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    return cmd, env
 
 
 def results(job: ModuleType, query: str, run_dir: Path) -> dict:

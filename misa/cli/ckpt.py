@@ -4,21 +4,40 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 import time
 from pathlib import Path
 
-from checkpoint import CorruptCheckpointError, DfsCheckpoints
+from checkpoint import CorruptCheckpointError, DfsCheckpoints, DfsUnavailableError
 from checkpoint.dfs import MIN_RETAIN, Check, check_retain
+from checkpoint.location import Location, parse
 from checkpoint.owner import OwnerRecord
-from misa.config import MisaConfig
+from misa.cli.errors import CommandError
+from misa.config import STATE_FOLDER, MisaConfig
 from misa.units import human_bytes
+
+URL_HELP = (
+    "the state's DFS copy (a path or an fsspec URL: file://, s3://, gs://, abfs://, hdfs://), or the Spark "
+    f"checkpoint location whose {STATE_FOLDER} folder holds it"
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    ckpt = subparsers.add_parser("ckpt", help="inspect and manage checkpoints on a DFS")
-    sub = ckpt.add_subparsers(dest="ckpt_command", required=True)
-    p = sub.add_parser("list", help="committed versions with sizes and file counts")
-    p.add_argument("url")
+    ckpt = subparsers.add_parser(
+        "ckpt",
+        help="inspect and manage checkpoints on a DFS",
+        description="Inspect and manage the state's durable copy. URL is that copy, or a Spark checkpoint "
+        f"location whose {STATE_FOLDER} folder holds it (the default place). Errors: one line on stderr; exit 1 "
+        "when the location, a version or a committed version's files are missing or damaged, 2 for a bad URL "
+        "or option (a missing backend names the pip extra that installs it).",
+    )
+    sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="COMMAND")
+    p = sub.add_parser(
+        "list",
+        help="committed versions with sizes and file counts",
+        description="Committed versions: shards, files, total and new bytes, time of the commit.",
+    )
+    p.add_argument("url", metavar="URL", help=URL_HELP)
     p = sub.add_parser(
         "verify",
         help="check committed versions (--deep: every SHA-256 too); exit 1 on damage",
@@ -27,20 +46,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "compares its SHA-256, which finds damage that keeps the size (a flipped bit) but reads the whole "
         "checkpoint. Exit 1 on damage, and when the location or the version does not exist.",
     )
-    p.add_argument("url")
-    p.add_argument("version", nargs="?", type=int, help="only this version (default: every committed one)")
+    p.add_argument("url", metavar="URL", help=URL_HELP)
+    p.add_argument("version", metavar="VERSION", nargs="?", type=int, help="only this version (default: every one)")
     p.add_argument("--deep", action="store_true", help="also read every file and compare its SHA-256")
-    p = sub.add_parser("restore", help="download a version into DEST/shard-<s>/ (rocksdict raw-mode DBs)")
-    p.add_argument("url")
-    p.add_argument("version", type=int)
-    p.add_argument("dest", type=Path)
-    p = sub.add_parser("gc", help="delete versions beyond the retained ones and orphaned files (stop the job first)")
-    p.add_argument("url")
+    p = sub.add_parser(
+        "restore",
+        help="download a version into DEST/shard-<s>/ (rocksdict raw-mode DBs)",
+        description="Download a committed version's shards into DEST/shard-<s>/, each a RocksDB database that "
+        "rocksdict opens in raw mode.",
+    )
+    p.add_argument("url", metavar="URL", help=URL_HELP)
+    p.add_argument("version", metavar="VERSION", type=int, help="a committed version (see misa ckpt list)")
+    p.add_argument("dest", metavar="DEST", type=Path, help="local folder to write the shards into")
+    p = sub.add_parser(
+        "gc",
+        help="delete versions beyond the retained ones and orphaned files (stop the job first)",
+        description="Keep the newest --retain readable versions and the files they reference; delete older "
+        "versions and orphaned files of interrupted uploads. Refused while a query may still be writing.",
+    )
+    p.add_argument("url", metavar="URL", help=URL_HELP)
     p.add_argument(
         "--retain",
         type=_retain,
+        metavar="N",
         default=MisaConfig().state_retain_versions,
-        help=f"newest readable versions to keep (at least {MIN_RETAIN}; default: spark.misa.state.retainVersions)",
+        help=f"newest readable versions to keep, at least {MIN_RETAIN} (default: spark.misa.state.retainVersions, "
+        "%(default)s)",
     )
     p.add_argument(
         "--force",
@@ -63,13 +94,54 @@ def _retain(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _dfs(url: str) -> DfsCheckpoints:
+def _dfs(location: Location) -> DfsCheckpoints:
+    location.filesystem()  # a LocationError naming the fix when no file system serves the URL
     config = MisaConfig()
-    return DfsCheckpoints(url, config.retry_policy(), config.upload_threads)
+    return DfsCheckpoints(location.url, config.retry_policy(), config.upload_threads)
+
+
+def open_checkpoints(url: str) -> tuple[DfsCheckpoints, list[int]]:
+    """The durable copy at ``url`` and its committed versions, or at ``url``'s ``misa-state`` folder when
+    ``url`` is a Spark checkpoint location; a :class:`CommandError` saying where it looked when neither
+    holds a committed version."""
+    given = parse(url)
+    dfs = _dfs(given)
+    committed = _committed(dfs)
+    if committed:
+        return dfs, committed
+    inner = _dfs(given.child(STATE_FOLDER))
+    committed = _committed(inner)
+    if committed:
+        print(f"state of Spark checkpoint {dfs.shown}: {inner.shown}", file=sys.stderr)
+        return inner, committed
+    if not dfs.fs.exists(dfs.root):
+        raise CommandError(f"{dfs.shown} does not exist")
+    raise CommandError(f"no committed versions in {dfs.shown} nor in {inner.shown}")
+
+
+def _committed(dfs: DfsCheckpoints) -> list[int]:
+    """The committed versions on ``dfs``; the first error of its backend (credentials, network), which
+    retries did not help, as a :class:`CommandError` naming the location."""
+    try:
+        return dfs.committed_versions()
+    except DfsUnavailableError:
+        raise
+    except Exception as exc:
+        cause = (str(exc).splitlines() or [""])[0]
+        raise CommandError(f"cannot read {dfs.shown}: {type(exc).__name__}: {cause}") from exc
+
+
+def require_version(dfs: DfsCheckpoints, committed: list[int], version: int) -> None:
+    """A :class:`CommandError` naming the committed versions when ``version`` is not one of them."""
+    if version not in committed:
+        raise CommandError(
+            f"version {version} does not exist; versions on {dfs.shown}: {', '.join(map(str, committed))}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
-    dfs = _dfs(args.url)
+    """``misa ckpt COMMAND``."""
+    dfs, committed = open_checkpoints(args.url)
     if args.ckpt_command == "list":
         infos = dfs.list_versions()
         print(f"{'version':>8} {'shards':>6} {'files':>6} {'size':>11} {'new':>11}  created")
@@ -79,28 +151,22 @@ def run(args: argparse.Namespace) -> int:
                 f"{i.version:>8} {i.shards:>6} {i.files:>6} {human_bytes(i.total_bytes):>11} "
                 f"{human_bytes(i.new_bytes):>11}  {created}"
             )
-        if not infos:
-            print(f"no committed versions under {dfs.shown}")
         return 0
     if args.ckpt_command == "verify":
-        return _verify(dfs, args.version, Check.DIGESTS if args.deep else Check.SIZES)
+        return _verify(dfs, committed, args.version, Check.DIGESTS if args.deep else Check.SIZES)
     if args.ckpt_command == "restore":
+        require_version(dfs, committed, args.version)
         try:
             manifests = dfs.manifests(args.version)
             dfs.restore(args.version, manifests, [args.dest / f"shard-{m.shard}" for m in manifests])
-        except FileNotFoundError:
-            print(f"version {args.version} is not committed on {dfs.shown}; see `misa ckpt list {dfs.shown}`")
-            return 1
-        except (ValueError, CorruptCheckpointError) as exc:
-            print(f"cannot restore version {args.version} from {dfs.shown}: {exc}")
-            return 1
+        except (ValueError, FileNotFoundError, CorruptCheckpointError) as exc:
+            raise CommandError(f"cannot restore version {args.version} from {dfs.shown}: {exc}") from exc
         print(f"restored version {args.version} ({len(manifests)} shards) into {args.dest}")
         return 0
     if args.ckpt_command == "gc":
         running = None if args.force else _running_query(dfs)
         if running:
-            print(f"not collected: {running}")
-            return 1
+            raise CommandError(f"not collected: {running}")
         stats = dfs.gc(args.retain)
         for version, why in stats.damaged.items():
             print(f"DAMAGED version {version} kept, and every data file while it is retained: {why}")
@@ -129,19 +195,10 @@ def _running_query(dfs: DfsCheckpoints) -> str | None:
     )
 
 
-def _verify(dfs: DfsCheckpoints, version: int | None, check: Check) -> int:
-    """``misa ckpt verify``: 0 when every version checked is sound; 1 on damage, and when there is nothing
-    to check (no such location, no committed version, no such version)."""
-    committed = dfs.committed_versions()
-    if not committed:
-        print(
-            f"nothing verified: {dfs.shown} "
-            + ("has no committed versions" if dfs.fs.exists(dfs.root) else "does not exist")
-        )
-        return 1
-    if version is not None and version not in committed:
-        print(f"version {version} does not exist on {dfs.shown}; committed versions: {committed}")
-        return 1
+def _verify(dfs: DfsCheckpoints, committed: list[int], version: int | None, check: Check) -> int:
+    """``misa ckpt verify``: 0 when every version checked is sound; 1 on damage."""
+    if version is not None:
+        require_version(dfs, committed, version)
     versions = committed if version is None else [version]
     problems = dfs.verify(versions, check)
     for problem in problems:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from importlib.metadata import entry_points
 from typing import Callable
 
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
+from checkpoint.location import LocationError
 from misa.bench import ckpt as bench_ckpt
 from misa.bench import state as bench_state
 from misa.cli import ckpt as ckpt_cli
+from misa.cli.errors import CommandError
 from misa.config import ConfigError, defaults_file_text
 from misa.obs import report
 
@@ -36,13 +39,37 @@ def _conf(_: argparse.Namespace) -> int:
 
 
 Extension = Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None]
+#: What a user fixes in the command line or the location: one line, exit status 2.
+USAGE_ERRORS = (ConfigError, LocationError)
+#: What the command found (a missing or damaged location or version, a DFS out of reach): one line, exit 1.
+FAILURES = (CommandError, DfsUnavailableError, CorruptCheckpointError)
+
+
+def with_default(action: argparse.Action) -> str | None:
+    """An option's help with its default after it, unless the help names it (or there is none to show)."""
+    text, default = action.help or "", action.default
+    hidden = default is None or default is False or default == argparse.SUPPRESS  # 0 is shown
+    if action.help == argparse.SUPPRESS or hidden or "default" in text:
+        return action.help
+    shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+    return f"{text} (default: {shown.replace('%', '%%')})".strip()
+
+
+class Parser(argparse.ArgumentParser):
+    """``misa``'s parser and every sub-command's: each option's default in its help, a usage error in one line."""
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        action.help = with_default(action)
+        return action
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line, with the sub-commands every installed ``misa.commands`` entry point adds."""
-    parser = argparse.ArgumentParser(
-        prog="misa", description="MiSA for PySpark: RocksDB state with asynchronous commit"
-    )
+    parser = Parser(prog="misa", description="MiSA for PySpark: RocksDB state with asynchronous commit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log retries and progress")
     sub = parser.add_subparsers(dest="command", required=True)
     ckpt_cli.add_parser(sub)
@@ -59,14 +86,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen command, reporting known errors in one line."""
+    """Parse ``argv`` and run the chosen command; an error ends it with one line on stderr (exit status 2: a
+    usage error, 1: a failure, 130: Ctrl-C); ``-v`` shows the traceback of an unexpected one."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.func(args)
-    except (ConfigError, DfsUnavailableError, CorruptCheckpointError) as exc:
-        print(f"misa: error: {exc}", file=sys.stderr)
-        return 2
+    except USAGE_ERRORS as exc:
+        return _failed(args, str(exc), 2)
+    except FAILURES as exc:
+        return _failed(args, str(exc), 1)
+    except KeyboardInterrupt:
+        print("misa: stopped by Ctrl-C", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 -- any other failure: one line too, its traceback with -v
+        return _failed(args, f"{type(exc).__name__}: {exc} (misa -v for the traceback)", 1)
+
+
+def _failed(args: argparse.Namespace, message: str, status: int) -> int:
+    """Print ``message``'s first line on stderr as misa's error (``-v``: after the traceback); ``status``."""
+    if args.verbose:
+        traceback.print_exc()
+    print(f"misa: error: {(message.splitlines() or [''])[0]}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ point asks for it).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -32,7 +33,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
 from checkpoint.location import spark_location
-from misa.config import ConfigError, MisaConfig
+from misa.config import STATE_FOLDER, ConfigError, MisaConfig
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import OperatorResult, StatefulOperator
@@ -99,7 +100,7 @@ class StatefulJob:
         self.store = StateStore(
             self.config,
             state_dir or self.config.state_dir or self._default_state_dir(),
-            dfs_url or self.config.dfs_url or self.checkpoint_location.child("misa-state").url,
+            dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url,
         )
         self.view = StateView(self.store)
         self.hints: BatchHints | None = None
@@ -113,6 +114,7 @@ class StatefulJob:
         self._started = False
         self._awaiting_first_batch = False
         self._state_phase = gc_paused if pause_gc else nothing_paused
+        self.batch_running = threading.Lock()  # held during a batch: a stop on Ctrl-C waits for it to end
 
     def _default_state_dir(self) -> Path:
         """``CHECKPOINT/misa-local`` for a checkpoint location on this machine; elsewhere there is no default."""
@@ -197,14 +199,15 @@ class StatefulJob:
         there are some. With hints extracted in the batch (none found ahead), the hint job reads the batch
         too, so it is cached for both.
         """
-        if self.hints is None or self.hints.ahead_found():
-            self._run_batch(batch, batch_id)
-            return
-        cached = batch.persist()
-        try:
-            self._run_batch(cached, batch_id)
-        finally:
-            cached.unpersist()
+        with self.batch_running:
+            if self.hints is None or self.hints.ahead_found():
+                self._run_batch(batch, batch_id)
+                return
+            cached = batch.persist()
+            try:
+                self._run_batch(cached, batch_id)
+            finally:
+                cached.unpersist()
 
     def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
         """The batch's phases in order: rewind on replay, compute, merge, sink, commit, wait for ack 2."""

@@ -1,6 +1,9 @@
 """One helper for every storage location: local forms, object-store URLs, redaction."""
 
+import sys
+
 import pytest
+from fsspec.registry import _registry
 
 from checkpoint.location import LocationError, local_path, parse, redact, spark_location
 
@@ -34,10 +37,27 @@ def test_a_file_url_on_another_host_and_a_remote_local_path_are_refused(tmp_path
         parse("  ")
 
 
-@pytest.mark.parametrize("url", ["nosuchfs://h/x", "hdfs://namenode:8020/ckpt"])  # hdfs: no libhdfs here
-def test_a_location_without_a_usable_file_system_names_the_location_and_the_fix(url):
-    with pytest.raises(LocationError, match=rf"no file system for {url}.*Install the fsspec implementation"):
+@pytest.mark.parametrize(
+    "url,fix",
+    [
+        ("nosuchfs://h/x", "a scheme fsspec knows"),
+        ("hdfs://namenode:8020/ckpt", r"libhdfs.*misa-pyspark\[hdfs\]"),  # no libhdfs here
+        ("gs://bucket/ckpt", r"pip install 'misa-pyspark\[gcs\]'"),  # gcsfs and adlfs are not installed here
+        ("abfs://container/ckpt", r"pip install 'misa-pyspark\[azure\]'"),
+    ],
+)
+def test_a_location_without_a_usable_file_system_names_the_location_and_the_fix(url, fix, capfd):
+    with pytest.raises(LocationError, match=rf"^no file system for {url}: .*{fix}") as error:
         parse(url).filesystem()
+    assert "\n" not in str(error.value)
+    assert capfd.readouterr().err == ""  # nothing from native code (libhdfs prints each JVM path it tries)
+
+
+def test_a_missing_s3fs_names_the_extra_that_installs_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # as if not installed (the test extra installs it)
+    monkeypatch.delitem(_registry, "s3", raising=False)  # imported implementations
+    with pytest.raises(LocationError, match=r"no file system for s3a://b/x: .*pip install 'misa-pyspark\[s3\]'"):
+        parse("s3a://b/x").filesystem()
 
 
 @pytest.mark.parametrize(

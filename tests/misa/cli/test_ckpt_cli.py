@@ -3,7 +3,9 @@
 import os
 from pathlib import Path
 
+import fsspec
 import pytest
+from fsspec.registry import _registry
 from state_helpers import fill
 
 from checkpoint.manifest import marker_path
@@ -11,38 +13,109 @@ from misa.cli import main as misa
 from misa.state.store import StateStore
 
 
-@pytest.fixture
-def dfs(config, tmp_path) -> Path:
-    """A file:// DFS with versions 0, 1 and 2."""
-    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
-        for version in range(3):
+def committed(config, state: Path, dfs: Path, versions: int = 3) -> Path:
+    """``dfs`` as a file:// DFS with versions 0 .. versions - 1."""
+    with StateStore(config, state, f"file://{dfs}") as store:
+        for version in range(versions):
             fill(store, 300, seed=version, start=version * 150)
             store.checkpoint(version)
             store.upload_and_retain(version)
-    return tmp_path / "dfs"
+    return dfs
+
+
+@pytest.fixture
+def dfs(config, tmp_path) -> Path:
+    """A file:// DFS with versions 0, 1 and 2."""
+    return committed(config, tmp_path / "state", tmp_path / "dfs")
 
 
 def an_sst(dfs: Path) -> Path:
     return sorted(dfs.glob("shard-0/sst/*.sst"))[0]
 
 
-def test_verify_of_a_location_that_does_not_exist_fails(tmp_path, capsys):
-    assert misa(["ckpt", "verify", f"file://{tmp_path / 'nothing-here'}"]) == 1
-    out = capsys.readouterr().out
-    assert "OK" not in out and "does not exist" in out
+def error_line(capsys) -> str:
+    """The one line the command printed on stderr (nothing on stdout)."""
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, (out, err)
+    return err.strip()
 
 
-def test_verify_of_a_location_without_versions_fails(tmp_path, capsys):
+@pytest.mark.parametrize("command", [["list"], ["verify"], ["verify", "--deep"], ["restore", "{url}", "1", "{dest}"]])
+def test_every_command_fails_in_one_line_on_a_location_that_does_not_exist(tmp_path, capsys, command):
+    url = f"file://{tmp_path / 'nothing-here'}"
+    argv = ["ckpt", *[a.format(url=url, dest=tmp_path / "out") for a in command]]
+    if "{url}" not in command:
+        argv.insert(2, url)
+    assert misa(argv) == 1
+    assert error_line(capsys) == f"misa: error: {url} does not exist"
+
+
+def test_gc_of_a_location_that_does_not_exist_deletes_nothing_and_fails(tmp_path, capsys):
+    assert misa(["ckpt", "gc", str(tmp_path / "nothing-here"), "--retain", "2"]) == 1
+    assert "does not exist" in error_line(capsys)
+
+
+def test_a_location_without_versions_says_where_it_looked(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert misa(["ckpt", "verify", f"file://{tmp_path / 'empty'}"]) == 1
-    out = capsys.readouterr().out
-    assert "OK" not in out and "no committed versions" in out
+    for command in ("list", "verify"):
+        assert misa(["ckpt", command, f"file://{tmp_path / 'empty'}"]) == 1
+        line = error_line(capsys)
+        assert f"no committed versions in file://{tmp_path / 'empty'} nor in " in line
+        assert line.endswith(f"file://{tmp_path / 'empty' / 'misa-state'}")
+
+
+def test_a_spark_checkpoint_location_leads_to_its_misa_state_folder(config, tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    committed(config, checkpoint / "misa-local", checkpoint / "misa-state", versions=2)
+    assert misa(["ckpt", "list", str(checkpoint)]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["0", "1"]
+    assert err.strip() == f"state of Spark checkpoint file://{checkpoint}: file://{checkpoint / 'misa-state'}"
+    assert misa(["ckpt", "verify", str(checkpoint), "1"]) == 0
+    assert "verified 1 version(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "url,status,expected",
+    [
+        ("gs://bucket/ckpt", 2, "pip install 'misa-pyspark[gcs]'"),  # gcsfs and adlfs are not installed here
+        ("abfs://container/ckpt", 2, "pip install 'misa-pyspark[azure]'"),
+        ("hdfs://namenode:8020/ckpt", 2, "libhdfs"),  # nor is a Hadoop client
+        ("nosuchfs://host/ckpt", 2, "a scheme fsspec knows"),
+        ("broken://bucket/ckpt", 1, "cannot read broken://bucket/ckpt: NoCredentials: unable to locate credentials"),
+    ],
+)
+def test_a_location_no_backend_can_read_fails_in_one_line_naming_the_fix(broken_fs, capsys, url, status, expected):
+    assert misa(["ckpt", "list", url]) == status
+    line = error_line(capsys)
+    assert line.startswith("misa: error: ") and expected in line
+
+
+class NoCredentials(Exception):
+    """A cloud backend's own error (botocore's NoCredentialsError is no OSError either)."""
+
+
+@pytest.fixture
+def broken_fs():
+    """``broken://``: a backend that cannot read anything (an object store without credentials)."""
+
+    class BrokenFileSystem(fsspec.AbstractFileSystem):
+        protocol = "broken"
+
+        def ls(self, path, detail=True, **kwargs):
+            raise NoCredentials("unable to locate credentials")
+
+    fsspec.register_implementation("broken", BrokenFileSystem, clobber=True)
+    yield
+    _registry.pop("broken", None)
 
 
 def test_verify_of_a_version_that_never_existed_says_so(dfs, capsys):
     assert misa(["ckpt", "verify", f"file://{dfs}", "99"]) == 1
-    out = capsys.readouterr().out
-    assert "version 99 does not exist" in out and "DAMAGED" not in out
+    assert error_line(capsys) == f"misa: error: version 99 does not exist; versions on file://{dfs}: 0, 1, 2"
+    assert misa(["ckpt", "restore", f"file://{dfs}", "99", str(dfs.parent / "out")]) == 1
+    assert error_line(capsys) == f"misa: error: version 99 does not exist; versions on file://{dfs}: 0, 1, 2"
     assert misa(["ckpt", "verify", f"file://{dfs}", "2"]) == 0
     assert "verified 1 version(s)" in capsys.readouterr().out
 
@@ -87,7 +160,7 @@ def test_gc_needs_at_least_two_retained_versions(dfs, capsys, retain):
     with pytest.raises(SystemExit) as exit_:
         misa(["ckpt", "gc", f"file://{dfs}", "--retain", retain])
     assert exit_.value.code == 2
-    assert "at least 2" in capsys.readouterr().err
+    assert "--retain: retain must be at least 2" in error_line(capsys)
     assert sorted(int(p.name) for p in (dfs / "_commits").iterdir()) == [0, 1, 2]
 
 
@@ -101,7 +174,7 @@ def test_gc_refuses_a_location_a_query_committed_to_just_now(config, tmp_path, c
             store.upload_and_retain(version)
         before = sorted(p.name for p in (tmp_path / "dfs").rglob("*"))
         assert misa(["ckpt", "gc", f"file://{tmp_path / 'dfs'}", "--retain", "2"]) == 1
-        out = capsys.readouterr().out
+        out = error_line(capsys)
         assert "not collected: version 2 was committed" in out and "query query-1" in out and "--force" in out
         assert sorted(p.name for p in (tmp_path / "dfs").rglob("*")) == before
         assert misa(["ckpt", "gc", f"file://{tmp_path / 'dfs'}", "--retain", "2", "--force"]) == 0
