@@ -87,12 +87,13 @@ class CheckpointStore:
         self._await_repair(fence)
         return self._upload(version, fence)
 
-    def start_repair(self, version: int) -> None:
-        """Check the DFS copy of ``version`` against its valid local copy in the background and upload again
-        what is damaged or missing (each reused file is read back once by this process). Uploads and GC
-        wait for it; a failure is logged (the next upload checks the same files again)."""
+    def start_repair(self) -> None:
+        """In the background, check the DFS copy of every committed version that has a valid local copy and
+        upload again what is damaged or missing there (each file is read back once by this process, however
+        many versions share it). Uploads and GC wait for it; a failure is logged (the next upload checks
+        the files it reuses again)."""
         self._no_repair.clear()
-        self._repair = threading.Thread(target=self._run_repair, args=(version,), name="misa-repair", daemon=True)
+        self._repair = threading.Thread(target=self._run_repair, name="misa-repair", daemon=True)
         self._repair.start()
 
     def wait_repair(self) -> None:
@@ -100,14 +101,16 @@ class CheckpointStore:
         if self._repair is not None:
             self._repair.join()
 
-    def _run_repair(self, version: int) -> None:
+    def _run_repair(self) -> None:
         try:
-            if version in self.dfs.committed_versions():
-                stats = self._upload(version)
-                if stats.files_repaired:
-                    log.warning("re-uploaded %d damaged DFS file(s) of version %d", stats.files_repaired, version)
+            local = set(self.local.versions())
+            for version in self.dfs.committed_versions():
+                if version in local and not self.local.problems(version):
+                    stats = self._upload(version)
+                    if stats.files_repaired:
+                        log.warning("re-uploaded %d damaged DFS file(s) of version %d", stats.files_repaired, version)
         except Exception as exc:  # noqa: BLE001 - logged; the next upload checks the same files again
-            log.warning("could not check the DFS copy of version %d (the next upload checks it): %s", version, exc)
+            log.warning("could not check the DFS copy of the state (the next upload checks it): %s", exc)
         finally:
             self._no_repair.set()
 

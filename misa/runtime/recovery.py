@@ -7,7 +7,7 @@ import logging
 from checkpoint import failpoints
 from checkpoint.location import Location, parse
 from checkpoint.retry import CorruptCheckpointError
-from checkpoint.store import Restored, ShardCountError
+from checkpoint.store import ShardCountError
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION, StateStore
 
@@ -50,13 +50,12 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     v = max(newer_local, default=v)
     if not v - 1 <= c <= v + 1 or (v != EMPTY_VERSION and not spark.batch_ids("offsets")):
         raise RecoveryError(_gap_message(c, v, location, store))
-    target, restored = _load_target(store, min(c, v), c, v)
+    target = _load_target(store, min(c, v), c, v)
     for local in newer_local:
         if local <= target:
             log.info("uploading locally committed version %d before recovery", local)
             store.upload_and_retain(local)
-    if restored is not None and restored.source == "local":
-        store.repair_durable(target)
+    store.repair_durable()
     spark.remove_abandoned_temp_files()
     if c > target:
         log.warning(
@@ -72,12 +71,13 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     return target
 
 
-def _load_target(store: StateStore, wanted: int, c: int, v: int) -> tuple[int, Restored | None]:
+def _load_target(store: StateStore, wanted: int, c: int, v: int) -> int:
     """Load ``wanted`` (its restore checks every file it reads); when it cannot be restored, with
     spark.misa.recovery.allowPreviousVersion, the newest older retained version that can; else a
     RecoveryError. Only the working state changes before that."""
     try:
-        return wanted, store.load(wanted)
+        store.load(wanted)
+        return wanted
     except (CorruptCheckpointError, ShardCountError) as exc:
         problem = str(exc)
     older = [n for n in reversed(store.retained_versions()) if n < wanted and not store.restore_problems(n)]
@@ -89,7 +89,8 @@ def _load_target(store: StateStore, wanted: int, c: int, v: int) -> tuple[int, R
             problem,
             older[0],
         )
-        return older[0], store.load(older[0])
+        store.load(older[0])
+        return older[0]
     option = (
         f"Version {older[0]} can be restored: set spark.misa.recovery.allowPreviousVersion=true to start from "
         f"it (Spark then replays batches {older[0] + 1}..{c} from its source, which must still hold them)"

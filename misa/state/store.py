@@ -266,11 +266,11 @@ class StateStore:
         longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
         self.checkpoints.forget_after(version)
 
-    def repair_durable(self, version: int) -> None:
-        """Heal the DFS copy of durable ``version`` from its intact local copy, in the background, so that a
-        restart with nothing to replay still heals the copy a new machine would restore (see
+    def repair_durable(self) -> None:
+        """Heal the DFS copy of every durable version from its intact local copy, in the background, so that
+        a restart with nothing to replay still heals the copies a new machine would restore (see
         :meth:`CheckpointStore.start_repair`); :meth:`close` waits for it."""
-        self.checkpoints.start_repair(version)
+        self.checkpoints.start_repair()
 
     def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
         """Copy local ``version`` to the DFS (ack 2 when its marker is written), then apply retention

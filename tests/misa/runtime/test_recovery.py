@@ -327,4 +327,32 @@ def test_a_restart_with_nothing_to_replay_heals_the_dfs_copy_from_the_local_one(
     assert store.checkpoints.dfs.verify([2], Check.DIGESTS)  # damaged
     spark_log(tmp_path / "ckpt", committed=2, offsets=2)
     assert reconcile(store, str(tmp_path / "ckpt")) == 2
+    store.checkpoints.wait_repair()  # the DFS copy is healed in the background
     assert store.checkpoints.dfs.verify([0, 1, 2], Check.DIGESTS) == []
+
+
+def test_the_heal_covers_every_retained_version_with_a_local_copy_not_only_the_target(config, tmp_path):
+    """Found by the soak: the target was healed, but the older retained version still named a deleted SST
+    that compaction had dropped from the target, and stayed damaged on the DFS."""
+    from checkpoint.dfs import Check
+
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as one:
+        for version in range(2):
+            fill(one, 100, seed=version)
+            one.checkpoint(version)
+            one.upload_and_retain(version)
+        only_old = {p.name for p in (tmp_path / "dfs").glob("shard-*/sst/*.sst")}
+        one.compact()  # version 2 names only new files
+        fill(one, 100, seed=2)
+        one.checkpoint(2)
+        one.upload_and_retain(2)
+        only_old -= {f.name for m in one.checkpoints.dfs.manifests(2) for f in m.files}
+        assert only_old
+        for sst in (tmp_path / "dfs").glob("shard-*/sst/*.sst"):
+            if sst.name in only_old:
+                sst.unlink()
+        assert one.checkpoints.dfs.verify([1], Check.SIZES)  # damaged
+        spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+        assert reconcile(one, str(tmp_path / "ckpt")) == 2
+        one.checkpoints.wait_repair()
+        assert one.checkpoints.dfs.verify([0, 1, 2], Check.DIGESTS) == []
