@@ -39,10 +39,11 @@ from pyspark.sql import types as T
 from misa.config import parse_seconds
 from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START, OperatorResult, micros
 from misa.operators.panes import PaneWindows, record_keys
+from misa.operators.schema import AnalysisError, column_type, duration, event_time, key_columns, typed
 from misa.operators.sliding import PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
-from misa.state.keys import window_prefix
+from misa.state.keys import KEY_SPACE_VERSION, window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
@@ -68,15 +69,18 @@ class Agg:
         if self.function not in AGG_FUNCTIONS:
             raise ValueError(f"aggregate {self.name}: unknown function {self.function!r}; use one of {AGG_FUNCTIONS}")
 
+    def __str__(self) -> str:
+        return f'Agg("{self.name}", "{self.function}", "{self.column}")'
+
     def check_input(self, dtype: T.DataType) -> None:
         """Refuse an input type whose aggregate misa cannot compute exactly as Spark does."""
         supported = INPUT_TYPES.get(self.function)
         if supported is not None and not isinstance(dtype, supported):
             names = ", ".join(t().simpleString() for t in supported)
-            raise TypeError(
-                f"aggregate {self.name}: {self.function} of column {self.column} of type {dtype.simpleString()} "
-                f"is not supported; misa computes {self.function} exactly over {names} only: cast the column "
-                "to one of them in the upstream"
+            raise AnalysisError(
+                f"[DATATYPE_MISMATCH] aggregate {self.name}: {self.function} of column {self.column} of type "
+                f"{dtype.simpleString()} is not supported; misa computes {self.function} exactly over {names} "
+                "only: cast the column to one of them in the upstream"
             )
 
     def partial(self) -> Column:
@@ -184,6 +188,29 @@ class Aggregation:
             if not 0 < slide < size:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
             self._panes = PaneState(PaneWindows(size, slide), len(self.aggs), append=self.output_mode == "append")
+
+    # ------------------------------------------------------------------ at start
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Resolve against the input's schema (each column must exist, with a type misa handles exactly);
+        the signature of the state this aggregation keeps."""
+        aggregations = []
+        for agg in self.aggs:
+            dtype = column_type(schema, agg.column, str(agg))
+            agg.check_input(dtype)
+            aggregations.append(f"{agg.name}={agg.function}({typed(agg.column, dtype)})")
+        if self.event_time:
+            event_time(schema, self.event_time, f"the aggregation's event_time {self.event_time!r}")
+        return {
+            "operator": "Aggregation",
+            "group_columns": key_columns(schema, self.group_by, f"the aggregation's group_by {list(self.group_by)}"),
+            "aggregations": aggregations,
+            "window": duration(self.window),
+            "slide": duration(self.slide or self.window),
+            "lateness": duration(self.watermark_delay),
+            "output_mode": self.output_mode,
+            "state_layout": self._layout,
+            "key_space": KEY_SPACE_VERSION,
+        }
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame, group_by: Sequence[str] | None = None) -> DataFrame:

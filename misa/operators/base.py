@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import types as T
 
 from misa.config import parse_seconds
 from misa.state.view import StateView
@@ -45,6 +46,12 @@ class StatefulOperator(Protocol):
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """The driver part: merge the deltas into state and return the batch's output rows."""
+
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Resolve the operator against the schema of its input (the upstream's output) before the query
+        starts: raise :class:`misa.operators.schema.AnalysisError` for a missing column or a type it cannot
+        use; return its signature, a JSON dict of what shapes its state (kind, key columns and types, ...),
+        recorded with each version and compared at start (:mod:`misa.runtime.compat`)."""
 
     def metadata(self) -> dict[str, Any]:
         """Operator state stored with each version (for example the watermark)."""

@@ -37,12 +37,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from misa.config import parse_seconds
 from misa.operators.base import OperatorResult
+from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec
-from misa.state.keys import window_prefix
+from misa.state.keys import KEY_SPACE_VERSION, window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
@@ -85,6 +87,22 @@ class IntervalJoin:
     def output_payload_columns(self) -> list[str]:
         """The output's columns after the keys: ``c, prev_c`` for each payload column ``c``."""
         return [name for c in self.payload for name in (c, PREV + c)]
+
+    # ------------------------------------------------------------------ at start
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Resolve against the input's schema: keys of key types, a timestamp event time, integer payload."""
+        event_time(schema, self.event_time, f"the interval join's event_time {self.event_time!r}")
+        payload = [
+            column_of(schema, c, "the interval join's payload", INTEGERS, "a payload column") for c in self.payload
+        ]
+        return {
+            "operator": "IntervalJoin",
+            "keys": key_columns(schema, self.keys, f"the interval join's keys {list(self.keys)}"),
+            "payload": payload,
+            "interval": duration(self.interval),
+            "lateness": duration(self.watermark_delay),
+            "key_space": KEY_SPACE_VERSION,
+        }
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:

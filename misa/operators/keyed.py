@@ -26,11 +26,13 @@ import pyarrow.compute as pc
 from pyarrow import json as pa_json
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from checkpoint.location import local_path
 from misa.operators.base import OperatorResult
+from misa.operators.schema import INTEGERS, RECORD_TYPES, column_of, column_type, key_columns, struct_of
 from misa.state.codec import KeyCodec
-from misa.state.keys import RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
+from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
 from misa.state.records import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
@@ -73,6 +75,12 @@ def _count_dropped(operator: str, rows: int, reason: str, total: int) -> int:
     return total
 
 
+def _check_time(schema: T.StructType, column: str | None, operator: str) -> None:
+    """An event-time column (epoch milliseconds), when the operator has one, must be an integer column."""
+    if column is not None:
+        column_of(schema, column, f"the {operator}'s time_column", INTEGERS, "a time in epoch milliseconds")
+
+
 def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
     """The non-null rows of a struct column as a table of its fields."""
     array = column.combine_chunks()
@@ -111,6 +119,14 @@ class LookupJoin:
             raise ValueError(f"lookup join: the side value column {self.side_value!r} clashes with an input column")
         self._codec = KeyCodec([pa.field(self.side_key, pa.int64())], windowed=False)
         self._values = RecordCodec([pa.field(self.side_value, pa.string())])
+
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """The columns must exist, the key column be an integer; the state is the side table alone."""
+        for c in self.columns:
+            column_type(schema, c, f"the lookup join's columns {list(self.columns)}")
+        column_of(schema, self.key_column, "the lookup join's key_column", INTEGERS, "a side-table key")
+        _check_time(schema, self.time_column, "lookup join")
+        return {"operator": "LookupJoin", "key_space": KEY_SPACE_VERSION}
 
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The batch's rows, the output's columns only."""
@@ -213,6 +229,18 @@ class TopN:
                 f"top n: order {list(self.order)} must name each of the columns {list(self.columns)} "
                 f"once, each {' or '.join(ORDERS)}"
             )
+
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Keys of key types and kept columns of record types (integers, strings); what is kept per key."""
+        _check_time(schema, self.time_column, "top n")
+        return {
+            "operator": "TopN",
+            "keys": key_columns(schema, self.keys, f"top n's keys {list(self.keys)}"),
+            "columns": [column_of(schema, c, "top n's columns", RECORD_TYPES, "kept in state") for c in self.columns],
+            "order": [f"{c} {d}" for c, d in self.order],
+            "n": self.n,
+            "key_space": KEY_SPACE_VERSION,
+        }
 
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The batch's first ``n`` rows per key (a window over the batch, in the same order)."""
@@ -327,6 +355,26 @@ class KeyedJoin:
 
     def __post_init__(self) -> None:
         self._codec = KeyCodec([pa.field(self.right_key, pa.int64())], windowed=False)
+
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Both inputs are struct columns of record types (integers, strings) with an integer key; the
+        filter column is a field of the right input."""
+        sides = {}
+        for side, key in ((self.left, self.left_key), (self.right, self.right_key)):
+            used_by = f"the keyed join's input {side!r}"
+            fields = struct_of(schema, side, used_by)
+            column_of(fields, key, used_by, INTEGERS, "a join key")
+            _check_time(fields, self.time_column, "keyed join")
+            sides[side] = [column_of(fields, f.name, used_by, RECORD_TYPES, "kept in state") for f in fields.fields]
+        column_type(struct_of(schema, self.right, "the keyed join's where"), self.where[0], "the keyed join's where")
+        return {
+            "operator": "KeyedJoin",
+            "left": sides[self.left],
+            "right": sides[self.right],
+            "join_keys": [self.left_key, self.right_key],
+            "where": f"{self.where[0]} = {self.where[1]!r}",
+            "key_space": KEY_SPACE_VERSION,
+        }
 
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The batch's rows of either input."""

@@ -24,9 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import types as T
 
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import MAX_EVENT, ROWS, OperatorResult
+from misa.operators.schema import column_of
 from misa.state.keys import lookup_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
@@ -57,6 +59,15 @@ class LookupAggregation:
             )
         self.value_column = self.aggregation.group_by[0]
         self._prefix = lookup_prefix(self.key_column)
+
+    # ------------------------------------------------------------------ at start
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """The key column must be a string; the aggregation is resolved with its group column as the
+        looked-up (string) value."""
+        key = column_of(schema, self.key_column, "the lookup aggregation's key_column", (T.StringType,), "a lookup key")
+        others = [f for f in schema.fields if f.name != self.value_column]
+        with_value = T.StructType([*others, T.StructField(self.value_column, T.StringType())])
+        return {**self.aggregation.signature(with_value), "operator": "LookupAggregation", "lookup_key": key}
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:

@@ -7,8 +7,11 @@
     query = job.start(spark, stream_df, trigger={"processingTime": "3 seconds"})
     query.awaitTermination(); job.close()
 
-``start`` reconciles the state with Spark's checkpoint (recovery) before the query starts; the
-runtime supplies the foreachBatch function.
+``start`` resolves the operator against the upstream's schema (a missing column or a type the
+operator cannot use fails here, before anything runs), reconciles the state with Spark's checkpoint
+(recovery) and refuses state written by an incompatible definition of the operator
+(:mod:`misa.runtime.compat`), all before the query starts; the runtime supplies the foreachBatch
+function.
 
 Optional parts: ``hint_stages`` (candidate stages for keyed-prefetch hints, earliest first; the
 default is ``upstream``), ``next_input`` (the source's input read ahead, :mod:`misa.runtime.next_input`:
@@ -39,12 +42,13 @@ from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import OperatorResult, StatefulOperator
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
 from misa.runtime.commit import CommitController, CommitFailedError
+from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import resolve_location
 from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import RecoveryError, batch_gap_message, reconcile, require_fresh
 from misa.runtime.spark_log import SparkCheckpointLog
-from misa.state.store import StateStore
+from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
 
 log = logging.getLogger(__name__)
@@ -128,12 +132,14 @@ class StatefulJob:
     def start(
         self, spark: SparkSession, stream: DataFrame, trigger: dict[str, Any], query_name: str | None = None
     ) -> StreamingQuery:
-        """Claim the state for this query, recover, then start the streaming query with this job as its
-        foreachBatch function. Calling it again (after the query failed) is a full restart: what the
+        """Resolve the operator against ``stream`` through the upstream, claim the state for this query,
+        recover and check the state's operator signature, then start the streaming query with this job as
+        its foreachBatch function. Calling it again (after the query failed) is a full restart: what the
         failed run left in memory (commits, hints, the cache) is dropped first."""
         if self._started:
             self._drop_failed_run(spark)
         self._started = True
+        self.store.operator = self._resolve(stream)
         query_id = SparkCheckpointLog(self.checkpoint_location).query_id()
         self.metrics.serve(query_name or query_id)
         self.store.claim(query_id)
@@ -150,6 +156,12 @@ class StatefulJob:
         if query_name:
             writer = writer.queryName(query_name)
         return writer.trigger(**trigger).start()
+
+    def _resolve(self, stream: DataFrame) -> dict[str, Any]:
+        """The operator's signature over the schema of the rows it will be given (Spark analyses the upstream
+        on the stream; no query runs)."""
+        rows = self._good(stream)
+        return self.operator.signature((self.upstream(rows) if self.upstream else rows).schema)
 
     def _drop_failed_run(self, spark: SparkSession) -> None:
         """Forget the previous run's in-memory work, as a new driver process would: its commit tasks (a
@@ -169,7 +181,11 @@ class StatefulJob:
         self._adopt_loaded()
 
     def _adopt_loaded(self) -> None:
-        """Continue from the version just loaded into the store: its operator metadata, no stale cache or hints."""
+        """Continue from the version just loaded into the store (refused if an incompatible operator wrote it):
+        its operator metadata, no stale cache or hints."""
+        if self.store.operator is not None and self.store.version != EMPTY_VERSION:
+            state = f"local {self.store.root}, DFS {self.store.dfs_url}"
+            check_compatible(self.store.loaded_operator, self.store.operator, self.store.version, state)
         self.operator.restore(self.store.metadata)
         if self.hints is not None:
             self.hints.drop_ahead()

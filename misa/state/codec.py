@@ -3,7 +3,9 @@
 Keys (the whole key space: :mod:`misa.state.keys`): for window state ``window_end (8 B
 big-endian) ++ group key``, so all windows ending by a time form one key range; for keyed state,
 the group key alone. A group key is, per column, a null
-flag byte and then 8 bytes big-endian for integers, or a 4-byte length and UTF-8 for strings.
+flag byte and then 8 bytes big-endian for integers, booleans, dates (days), timestamps (their unit,
+Spark's: microseconds) and floats (float64 bits, -0.0 and NaN normalized as Spark groups them), or a
+4-byte length and UTF-8 for strings.
 Values of incremental aggregates (:class:`AggStates`) are, per aggregate, its value as 8 bytes (an
 int64, or a float64 for floating aggregates) and its count of non-null inputs (int64), little-endian.
 """
@@ -25,18 +27,66 @@ CELL = np.dtype("<i8")
 INT64 = np.iinfo(np.int64)
 
 
+def is_key_type(t: pa.DataType) -> bool:
+    """Whether a column of Arrow type ``t`` can be part of a group key (:class:`KeyCodec`)."""
+    return _is_string(t) or _is_fixed(t)
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_fixed(t: pa.DataType) -> bool:
+    """Kept in a key as 8 bytes: integers, booleans, dates (days), timestamps (their unit), floats (bits)."""
+    return any(
+        check(t) for check in (pa.types.is_integer, pa.types.is_boolean, pa.types.is_date32, pa.types.is_timestamp)
+    ) or (pa.types.is_floating(t) and not pa.types.is_float16(t))
+
+
+def _to_int64(column: pa.Array) -> np.ndarray:
+    """A fixed-width key column as int64 (nulls: 0). Floats are normalized as Spark groups them (-0.0 is
+    0.0, every NaN one NaN), then kept as their exact float64 bits."""
+    t = column.type
+    if pa.types.is_floating(t):
+        x = column.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
+        return (np.where(np.isnan(x), np.nan, x) + 0.0).view(np.int64)
+    if pa.types.is_timestamp(t):
+        column = column.view(pa.int64())
+    elif pa.types.is_date32(t):
+        column = column.view(pa.int32())
+    elif pa.types.is_boolean(t):
+        column = column.cast(pa.int8())
+    return column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _from_int64(values: np.ndarray, nulls: np.ndarray, t: pa.DataType) -> pa.Array:
+    """The column of type ``t`` that :func:`_to_int64` made ``values`` from."""
+    if pa.types.is_floating(t):
+        return pa.array(values.view(np.float64), mask=nulls).cast(t)
+    if pa.types.is_timestamp(t):
+        return pa.array(values, mask=nulls).view(t)
+    if pa.types.is_date32(t):
+        return pa.array(values.astype(np.int32), mask=nulls).view(t)
+    return pa.array(values, mask=nulls).cast(t)
+
+
 class KeyCodec:
-    """Encodes group columns (integers or strings) with an optional window end into state keys."""
+    """Encodes group columns with an optional window end into state keys.
+
+    Key columns: integers, booleans, dates, timestamps, floats and doubles (8 bytes each, see
+    :func:`_to_int64`) and strings; other types (decimals, binary, nested types) are refused.
+    """
 
     def __init__(self, schema: Sequence[pa.Field], windowed: bool):
         self.fields = list(schema)
         self.windowed = windowed
         for f in self.fields:
-            if not (pa.types.is_integer(f.type) or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
+            if not is_key_type(f.type):
                 raise TypeError(
-                    f"group column {f.name} has type {f.type}; only integer and string columns are supported"
+                    f"group column {f.name} has type {f.type}; key columns may be integers, booleans, dates, "
+                    "timestamps, floats, doubles and strings: cast it in the upstream"
                 )
-        self.fixed = all(pa.types.is_integer(f.type) for f in self.fields)
+        self.fixed = all(_is_fixed(f.type) for f in self.fields)
         parts = [("we", WINDOW_END)] if windowed else []
         for i, _ in enumerate(self.fields):
             parts += [(f"n{i}", "u1"), (f"v{i}", ">i8")]
@@ -49,21 +99,20 @@ class KeyCodec:
             if self.windowed:
                 rows["we"] = window_end_us
             for i, col in enumerate(columns):
-                nulls = col.is_null().to_numpy(zero_copy_only=False)
-                rows[f"n{i}"] = nulls
-                rows[f"v{i}"] = col.fill_null(0).to_numpy(zero_copy_only=False)
+                rows[f"n{i}"] = col.is_null().to_numpy(zero_copy_only=False)
+                rows[f"v{i}"] = _to_int64(col)
             raw, width = rows.tobytes(), self._dtype.itemsize
             return [raw[i : i + width] for i in range(0, n * width, width)]
-        values = [col.to_pylist() for col in columns]
+        parts = [_variable_parts(col) for col in columns]
         prefix = [window_prefix(w) for w in window_end_us] if self.windowed else [b""] * n  # type: ignore[union-attr]
-        return [prefix[r] + b"".join(_encode_value(f, v[r]) for f, v in zip(self.fields, values)) for r in range(n)]
+        return [prefix[r] + b"".join(p[r] for p in parts) for r in range(n)]
 
     def decode(self, keys: Sequence[bytes]) -> tuple[np.ndarray | None, list[pa.Array]]:
         """Window ends (or None) and the group columns of ``keys``."""
         if self.fixed:
             rows = np.frombuffer(b"".join(keys), dtype=self._dtype)
             cols = [
-                pa.array(rows[f"v{i}"].astype(np.int64), mask=rows[f"n{i}"].astype(bool)).cast(f.type)
+                _from_int64(rows[f"v{i}"].astype(np.int64), rows[f"n{i}"].astype(bool), f.type)
                 for i, f in enumerate(self.fields)
             ]
             return (rows["we"].astype(np.int64) if self.windowed else None), cols
@@ -76,26 +125,35 @@ class KeyCodec:
             for i, f in enumerate(self.fields):
                 value, pos = _decode_value(f, key, pos)
                 values[i].append(value)
-        cols = [pa.array(v, type=f.type) for f, v in zip(self.fields, values)]
+        cols = [_column(f, v) for f, v in zip(self.fields, values)]
         return (np.array(ends, dtype=np.int64) if self.windowed else None), cols
 
 
-def _encode_value(field: pa.Field, value: object) -> bytes:
-    if value is None:
-        return b"\x01"
-    if pa.types.is_integer(field.type):
-        return b"\x00" + struct.pack(">q", value)
-    data = str(value).encode()
-    return b"\x00" + struct.pack(">I", len(data)) + data
+def _variable_parts(column: pa.Array) -> list[bytes]:
+    """Each row's part of a key with strings: a null flag, then 8 bytes big-endian or a 4-byte length and UTF-8."""
+    if _is_fixed(column.type):
+        nulls = column.is_null().to_numpy(zero_copy_only=False)
+        raw = _to_int64(column).astype(">i8").tobytes()
+        return [b"\x01" if null else b"\x00" + raw[8 * r : 8 * r + 8] for r, null in enumerate(nulls)]
+    return [b"\x01" if s is None else b"\x00" + struct.pack(">I", len(d := s.encode())) + d for s in column.to_pylist()]
 
 
 def _decode_value(field: pa.Field, key: bytes, pos: int) -> tuple[object, int]:
+    """One column's value at ``pos`` (a fixed-width one as its int64, None when null) and where the next begins."""
     if key[pos] == 1:
         return None, pos + 1
-    if pa.types.is_integer(field.type):
+    if _is_fixed(field.type):
         return struct.unpack_from(">q", key, pos + 1)[0], pos + 9
     (length,) = struct.unpack_from(">I", key, pos + 1)
     return key[pos + 5 : pos + 5 + length].decode(), pos + 5 + length
+
+
+def _column(field: pa.Field, values: list) -> pa.Array:
+    """The decoded values of one column as an array of its type."""
+    if not _is_fixed(field.type):
+        return pa.array(values, type=field.type)
+    nulls = np.array([v is None for v in values], bool)
+    return _from_int64(np.array([0 if v is None else v for v in values], np.int64), nulls, field.type)
 
 
 class AggregateOverflowError(ArithmeticError):

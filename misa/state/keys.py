@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+KEY_SPACE_VERSION = 1  # the layouts above; stored in each version's operator signature, raised when one changes
 SIDE_ROW = b"s"
 RIGHT_ROW = b"r"
 WAITING_LEFT = b"l"

@@ -22,6 +22,7 @@ from misa.state.rocksdb_options import shard_options, unlogged_writes
 log = logging.getLogger(__name__)
 EMPTY_VERSION = -1  # the version before Spark batch 0: no state
 OWNER_KEY = "misa.owner"  # the query and driver epoch that wrote a version, in its manifests' metadata
+OPERATOR_KEY = "misa.operator"  # the signature of the operator that wrote a version (misa.runtime.compat)
 
 
 def shard_of(key: bytes, shards: int) -> int:
@@ -64,6 +65,8 @@ class StateStore:
         self.version = EMPTY_VERSION
         self.metadata: dict[str, Any] = {}  # the operator metadata stored with the loaded version
         self.owner: Owner | None = None  # set by claim(); recorded in every version written after it
+        self.operator: dict[str, Any] | None = None  # the operator's signature, set by the job; recorded likewise
+        self.loaded_operator: dict[str, Any] | None = None  # the signature recorded with the loaded version
         self.load(EMPTY_VERSION)
 
     # ------------------------------------------------------------------ ownership
@@ -103,6 +106,7 @@ class StateStore:
         self.version = version
         self.metadata = dict(restored.metadata) if restored else {}
         written_by = self.metadata.pop(OWNER_KEY, {}).get("query_id")
+        self.loaded_operator = self.metadata.pop(OPERATOR_KEY, None)
         if self.owner is not None and written_by not in (None, self.owner.query_id):
             raise OwnershipError(
                 f"version {version} of the state (local {self.root}, DFS {self.dfs_url}) was written by query "
@@ -230,6 +234,8 @@ class StateStore:
         metadata = dict(metadata or {})
         if self.owner is not None:
             metadata[OWNER_KEY] = {"query_id": self.owner.query_id, "epoch": self.owner.epoch}
+        if self.operator is not None:
+            metadata[OPERATOR_KEY] = self.operator
         commit = self.checkpoints.checkpoint_local(version, self._dbs, metadata, fence)
         commit.flush_s = flush_s
         commit.seconds += flush_s

@@ -1,6 +1,7 @@
 """The key space: kinds that share a store never collide, and range deletes of windows never reach lookups."""
 
 import pyarrow as pa
+import pytest
 
 from misa.state.codec import KeyCodec
 from misa.state.keys import LOOKUP, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, lookup_prefix, window_prefix
@@ -30,3 +31,42 @@ def test_lookup_values_sort_after_every_window_and_group_key_of_their_aggregatio
 def test_lookup_prefixes_of_two_columns_do_not_overlap():
     """The column name ends at a 0x00 byte, so ``ad`` and ``ad_id`` keys are told apart."""
     assert not (lookup_prefix("ad_id") + b"1").startswith(lookup_prefix("ad"))
+
+
+KEY_COLUMNS = [
+    pa.array([1.5, None, -0.0, float("nan"), 0.0], pa.float64()),
+    pa.array([1.5, 2.0, None, float("nan"), -0.0], pa.float32()),
+    pa.array([1_700_000_000_000_000, None, -5, 0, 1], pa.timestamp("us", tz="UTC")),
+    pa.array([1, None, -5, 0, 1], pa.timestamp("us")),
+    pa.array([19_000, None, -1, 0, 19_000], pa.date32()),
+    pa.array([True, None, False, True, False]),
+    pa.array([2**62, None, -(2**63), 0, -1], pa.int64()),
+]
+
+
+@pytest.mark.parametrize("with_string", [False, True])
+@pytest.mark.parametrize("windowed", [False, True])
+def test_every_key_type_round_trips_with_its_type_and_floats_are_normalized_as_spark_groups_them(windowed, with_string):
+    columns = KEY_COLUMNS + ([pa.array(["a", None, "ü", "", "b"])] if with_string else [])
+    codec = KeyCodec([pa.field(f"c{i}", c.type) for i, c in enumerate(columns)], windowed=windowed)
+    keys = codec.encode([10, 20, 30, 40, 50] if windowed else None, columns)
+    ends, back = codec.decode(keys)
+    assert [c.type for c in back] == [c.type for c in columns]
+    expected = [c.to_pylist() for c in columns]
+    expected[0][2] = expected[1][4] = 0.0  # -0.0 is 0.0, as in Spark's grouping
+    got = [c.to_pylist() for c in back]
+    assert str(got) == str(expected) and str(got[0][2]) == "0.0" and str(got[1][4]) == "0.0"
+    assert (ends.tolist() if windowed else ends) == ([10, 20, 30, 40, 50] if windowed else None)
+
+
+def test_a_double_key_is_one_key_for_zero_and_minus_zero_and_one_for_every_nan():
+    codec = KeyCodec([pa.field("d", pa.float64())], windowed=False)
+    assert len(set(codec.encode(None, [pa.array([0.0, -0.0, float("nan"), -float("nan")])]))) == 2
+
+
+@pytest.mark.parametrize(
+    "dtype", [pa.decimal128(10, 2), pa.binary(), pa.list_(pa.int64()), pa.struct([("a", pa.int64())])]
+)
+def test_types_keys_cannot_hold_are_refused(dtype):
+    with pytest.raises(TypeError, match="key columns may be integers, booleans, dates, timestamps"):
+        KeyCodec([pa.field("g", dtype)], windowed=False)

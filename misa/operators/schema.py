@@ -1,0 +1,81 @@
+"""An operator resolved against its input's schema at start (before the query runs), with Spark-like messages.
+
+Each operator's ``signature`` uses these to check the columns it reads and their types, and to
+name them with their types in the signature stored with each version
+(:mod:`misa.runtime.compat`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Sequence
+
+from pyspark.sql import types as T
+
+from misa.config import parse_seconds
+
+INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+KEY_TYPES = (*INTEGERS, T.BooleanType, T.FloatType, T.DoubleType, T.DateType, *(T.TimestampType, T.TimestampNTZType))
+KEY_TYPES += (T.StringType,)
+RECORD_TYPES = (*INTEGERS, T.StringType)  # columns kept in state values (misa.state.records)
+TIMESTAMPS = (T.TimestampType, T.TimestampNTZType)
+
+
+class AnalysisError(TypeError):
+    """The operator does not fit its input: a missing column or a type it cannot use (Spark's AnalysisException)."""
+
+
+def column_type(schema: T.StructType, column: str, used_by: str) -> T.DataType:
+    """The type of ``column`` in ``schema``; [UNRESOLVED_COLUMN] naming the available columns when it is missing."""
+    types = {f.name: f.dataType for f in schema.fields}
+    if column not in types:
+        close = difflib.get_close_matches(column, list(types), n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise AnalysisError(
+            f'[UNRESOLVED_COLUMN] column "{column}" used by {used_by} does not exist; available columns: '
+            f"{', '.join(types) or '(none)'}.{hint} Fix the name, or produce the column in the upstream."
+        )
+    return types[column]
+
+
+def typed(column: str, dtype: T.DataType) -> str:
+    """``column: type`` as the signature names a column."""
+    return f"{column}: {dtype.simpleString()}"
+
+
+def column_of(schema: T.StructType, column: str, used_by: str, allowed: tuple[type[T.DataType], ...], role: str) -> str:
+    """``column: type`` of a column that must have one of the ``allowed`` types (as ``role``, e.g. a state key)."""
+    dtype = column_type(schema, column, used_by)
+    if not isinstance(dtype, allowed):
+        names = ", ".join(t().simpleString() for t in allowed)
+        raise AnalysisError(
+            f'[UNSUPPORTED_TYPE] column "{column}" of type {dtype.simpleString()} used by {used_by} cannot be '
+            f"{role}; it may be of type {names}. Cast it in the upstream (for example a decimal to double or "
+            f"string), or use other columns."
+        )
+    return typed(column, dtype)
+
+
+def key_columns(schema: T.StructType, columns: Sequence[str], used_by: str) -> list[str]:
+    """``column: type`` of each group (key) column; each must exist and have a type keys can hold."""
+    return [column_of(schema, c, used_by, KEY_TYPES, "a state key") for c in columns]
+
+
+def event_time(schema: T.StructType, column: str, used_by: str) -> None:
+    """Refuse an event-time column that is missing or not a timestamp."""
+    column_of(schema, column, used_by, TIMESTAMPS, "an event time")
+
+
+def struct_of(schema: T.StructType, column: str, used_by: str) -> T.StructType:
+    """The fields of a struct column."""
+    dtype = column_type(schema, column, used_by)
+    if not isinstance(dtype, T.StructType):
+        raise AnalysisError(
+            f'[UNSUPPORTED_TYPE] column "{column}" of type {dtype.simpleString()} used by {used_by} must be a struct'
+        )
+    return dtype
+
+
+def duration(text: str | None) -> str | None:
+    """A duration as the signature shows it ("10 seconds" and "10s" are both "10s"); None stays None."""
+    return f"{parse_seconds(text):g}s" if text else None
