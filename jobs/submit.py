@@ -27,6 +27,8 @@ from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator
 from misa.operators.interval_join import PREV, IntervalJoin
+from misa.operators.schema import AnalysisError
+from misa.runtime.compat import IncompatibleStateError
 from misa.runtime.interrupt import EXIT_INTERRUPTED, StopOnInterrupt
 from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek, NextInput
@@ -133,7 +135,15 @@ def spark_session(app_name: str) -> SparkSession:
 
 #: Errors that a user fixes in the job's settings, locations or query (Spark's AnalysisException: a missing
 #: input path, an unknown column): one line on stderr, exit status 2, no traceback.
-USER_ERRORS = (ConfigError, LocationError, OwnershipError, RecoveryError, AnalysisException)
+USER_ERRORS = (
+    ConfigError,
+    LocationError,
+    OwnershipError,
+    RecoveryError,
+    IncompatibleStateError,
+    AnalysisError,
+    AnalysisException,
+)
 
 
 def run_job(app_name: str, args: argparse.Namespace, run: Callable[[SparkSession, argparse.Namespace], None]) -> None:
@@ -312,8 +322,10 @@ def run_with_retries(
 ) -> None:
     """Start the query, wait for its end, then ``settle`` (what must still succeed after it: the runtime's last
     commits); when any of them fails, log the error and call ``start`` again (for :meth:`StatefulJob.start`, a
-    full restart in this process), at most ``retries`` times. Once ``stopped()`` (the user stopped the query),
-    its end is no failure: a batch it interrupted is replayed by the next start."""
+    full restart in this process), at most ``retries`` times; a user error (:data:`USER_ERRORS`: the
+    configuration, the query's definition, another owner) is raised at once, as a retry would fail the same
+    way. Once ``stopped()`` (the user stopped the query), its end is no failure: a batch it interrupted is
+    replayed by the next start."""
     for attempt in range(1, retries + 2):
         try:
             start().awaitTermination()
@@ -323,7 +335,7 @@ def run_with_retries(
             if stopped():
                 log.info("the query stopped by request ended with %s: %s", type(exc).__name__, exc)
                 return
-            if attempt > retries:
+            if attempt > retries or isinstance(exc, USER_ERRORS):
                 raise
             log.error(
                 "the query failed: %s: %s; %s (retry %d of %d)",

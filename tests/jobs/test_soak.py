@@ -443,3 +443,18 @@ def test_judge_tells_relayout_from_lost_rows(tmp_path):
     stale = fake_run(tmp_path / "stale", [0, 2], [rows[0], rows[1] + rows[2] + [(1, 0.7)]])  # key 1 updated again
     result, diff, _ = soak.judge(update, soak.Reference.of(update, tmp_path / "ref"), stale)
     assert (result, diff.lost, diff.extra_rows) == ("mismatch", 1, 1)
+
+
+def test_run_with_retries_raises_a_user_error_at_once():
+    """A retry cannot fix the query's definition or its configuration: it would fail the same way."""
+    from misa.runtime.compat import IncompatibleStateError
+
+    starts = Counter()
+
+    def start():
+        starts["n"] += 1
+        raise IncompatibleStateError("aggregations changed")
+
+    with pytest.raises(IncompatibleStateError):
+        run_with_retries(start, 3)
+    assert starts["n"] == 1
