@@ -1,17 +1,64 @@
-"""Sources that deliver empty micro-batches (Spark's rate sources) run through a job like any other."""
+"""Sources that deliver empty micro-batches or none for a while run through a job like any other, with plain
+Spark's results: the rate sources (an empty first batch, offsets per batch) and the file source (idle
+triggers, an empty file, a file whose rows the upstream filters out)."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from misa.config import MisaConfig
+from misa.io.quarantine import Quarantine, parse_json_lines, read_quarantine
 from misa.operators.aggregation import Agg, Aggregation
 from misa.runtime.job import StatefulJob
+from misa.runtime.next_input import FileSourcePeek
+
+Outputs = dict[int, list[dict]]  # batch id -> its output rows, sorted
+
+
+def rows(table: pa.Table) -> list[dict]:
+    return sorted(table.to_pylist(), key=lambda r: r["k"])
+
+
+def wait_for(job: StatefulJob, query, version: int, seconds: float = 90) -> None:
+    """Until the job has run batch ``version``; the query's error, if it failed."""
+    deadline = time.monotonic() + seconds
+    while job.version < version and query.isActive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert query.exception() is None
+    assert job.version >= version, f"batch {version} did not run in {seconds} s"
+
+
+def native_outputs(
+    stream: DataFrame, upstream: Callable[[DataFrame], DataFrame], aggs: list, trigger: dict, last: int
+) -> Outputs:
+    """Plain Spark's update-mode aggregation of ``stream`` by ``k``: each batch's output up to batch ``last``."""
+    outputs: Outputs = {}
+    query = (
+        upstream(stream)
+        .groupBy("k")
+        .agg(*aggs)
+        .writeStream.outputMode("update")
+        .foreachBatch(lambda df, batch_id: outputs.__setitem__(batch_id, rows(df.toArrow())))
+        .trigger(**trigger)
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while max(outputs, default=-1) < last and query.isActive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    return {b: r for b, r in outputs.items() if b <= last}
 
 
 @pytest.mark.parametrize(
@@ -20,26 +67,23 @@ from misa.runtime.job import StatefulJob
 )
 def test_a_source_with_empty_batches_runs_and_counts_them(spark, tmp_path, source, options):
     """The rate source's first batch is empty (it used to hang in reading the batch's observed counts);
-    rate-micro-batch delivers a fixed number of rows per batch."""
+    rate-micro-batch delivers a fixed number of rows per batch, the same in every run, so its batches'
+    outputs are compared with plain Spark's batch by batch."""
     outputs: dict[int, pa.Table] = {}
+    upstream = lambda df: df.select((F.col("value") % 3).alias("k"), F.col("value"))  # noqa: E731
     job = StatefulJob(
         Aggregation(["k"], [Agg("n", "count", "value")]),
         outputs.__setitem__,
         str(tmp_path / "ckpt"),
-        upstream=lambda df: df.select((F.col("value") % 3).alias("k"), F.col("value")),
+        upstream=upstream,
         config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
         metrics_path=str(tmp_path / "metrics.jsonl"),
         echo=None,
     )
-    query = job.start(
-        spark, spark.readStream.format(source).options(**options).load(), {"processingTime": "300 milliseconds"}
-    )
+    trigger = {"processingTime": "300 milliseconds"}
+    query = job.start(spark, spark.readStream.format(source).options(**options).load(), trigger)
     try:
-        deadline = time.monotonic() + 90
-        while job.version < 3 and query.isActive and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert query.exception() is None
-        assert job.version >= 3, "fewer than 4 batches in 90 s"
+        wait_for(job, query, 3)
     finally:
         query.stop()
         job.close(spark)
@@ -52,5 +96,85 @@ def test_a_source_with_empty_batches_runs_and_counts_them(spark, tmp_path, sourc
     assert sum(final.values()) == sum(inputs.values())  # every row the runtime counted is in the state
     if source == "rate":
         assert inputs[0] == 0  # the empty first batch ran and was counted as empty
-    else:
-        assert set(inputs.values()) == {10}
+        return
+    assert set(inputs.values()) == {10}
+    stream = spark.readStream.format(source).options(**options).load()
+    native = native_outputs(stream, upstream, [F.count("value").alias("n")], trigger, last)
+    assert {b: rows(t) for b, t in outputs.items() if b <= last} == native
+
+
+def write_json(folder: Path, name: str, records: list[tuple[int, int]]) -> None:
+    """One input file, whole: written under a hidden name (Spark skips it), then renamed."""
+    hidden = folder / f".{name}"
+    hidden.write_text("".join(json.dumps({"k": k, "x": x}) + "\n" for k, x in records))
+    hidden.rename(folder / name)
+
+
+@pytest.mark.parametrize("prefetch", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_file_source_with_idle_triggers_and_empty_batches_gives_plain_sparks_results(spark, tmp_path, prefetch):
+    """Triggers that find no new file run no batch; an empty file and a file whose rows the upstream drops
+    run batches without deltas. With prefetching on, the files are read ahead between batches too."""
+    folder, ckpt = tmp_path / "in", str(tmp_path / "ckpt")
+    folder.mkdir()
+    schema = "k long, x long"
+    upstream = lambda df: df.where("k >= 0")  # noqa: E731
+    conf = {"spark.misa.state.shards": "1", "spark.misa.prefetch.enabled": str(prefetch).lower()}
+    outputs: dict[int, pa.Table] = {}
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("n", "count", "x"), Agg("total", "sum", "x")]),
+        outputs.__setitem__,
+        ckpt,
+        upstream=upstream,
+        next_input=FileSourcePeek(str(folder), ckpt, lambda files: spark.read.schema(schema).json(files), 1),
+        config=MisaConfig.from_mapping(conf),
+        metrics_path=str(tmp_path / "metrics.jsonl"),
+        echo=None,
+    )
+    files = [[(1, 10), (2, 20), (1, 5)], [], [(-1, 7), (-2, 1)], [(2, 1), (3, 3)]]  # 1: empty, 2: filtered out
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(folder))
+    query = job.start(spark, stream, {"processingTime": "200 milliseconds"})
+    try:
+        write_json(folder, "part-0.json", files[0])
+        wait_for(job, query, 0)
+        time.sleep(1.0)  # five triggers without a new file
+        assert job.version == 0 and query.isActive
+        for i in range(1, len(files)):
+            write_json(folder, f"part-{i}.json", files[i])
+            wait_for(job, query, i)
+    finally:
+        query.stop()
+        job.close(spark)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["input_rows"] for r in records if "input_rows" in r] == [3, 0, 2, 2]
+    reference = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(folder))
+    aggs = [F.count("x").alias("n"), F.sum("x").alias("total")]
+    native = native_outputs(reference, upstream, aggs, {"availableNow": True}, len(files) - 1)
+    assert {b: rows(t) for b, t in outputs.items()} == native
+    assert native[1] == native[2] == []  # the empty batches: no rows updated
+
+
+def test_a_batch_whose_rows_yield_no_deltas_is_counted(spark, tmp_path):
+    """Rows that the upstream drops, or that are all bad records, leave the delta job's shuffle empty, so
+    adaptive execution skips the stage after it and Spark never fills the batch's observed counts (reading
+    them failed the batch)."""
+    outputs: dict[int, pa.Table] = {}
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("n", "count", "x")]),
+        outputs.__setitem__,
+        str(tmp_path / "ckpt"),
+        upstream=lambda df: df.where("k >= 0"),
+        bad_records=Quarantine(tmp_path / "bad"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+        echo=None,
+    )
+    batches = [['{"k": -1, "x": 7}', '{"k": -2, "x": 1}'], ['{"k": 2, "x": 1}', '{"k": -3}'], ['{"k": 1, "x": "a"}']]
+    try:
+        for batch_id, lines in enumerate(batches):
+            raw = spark.createDataFrame([(line,) for line in lines], "value string")
+            job.run_batch(parse_json_lines(raw, StructType.fromDDL("k long, x long"), ["k", "x"]), batch_id)
+    finally:
+        job.close()
+    pending = job.metrics._pending  # the runtime's records, waiting for a progress report no query sends here
+    assert [(pending[b]["input_rows"], pending[b]["bad_records"]) for b in (0, 1, 2)] == [(2, 0), (2, 1), (1, 1)]
+    assert [rows(outputs[b]) for b in (0, 1, 2)] == [[], [{"k": 2, "n": 1}], []]
+    assert read_quarantine(tmp_path / "bad") == ['{"k": -3}', '{"k": 1, "x": "a"}']
