@@ -61,32 +61,37 @@ def native_outputs(
     return {b: r for b, r in outputs.items() if b <= last}
 
 
-@pytest.mark.parametrize(
-    ("source", "options"),
-    [("rate", {"rowsPerSecond": "20"}), ("rate-micro-batch", {"rowsPerBatch": "10"})],
-)
-def test_a_source_with_empty_batches_runs_and_counts_them(spark, tmp_path, source, options):
-    """The rate source's first batch is empty (it used to hang in reading the batch's observed counts);
-    rate-micro-batch delivers a fixed number of rows per batch, the same in every run, so its batches'
-    outputs are compared with plain Spark's batch by batch."""
-    outputs: dict[int, pa.Table] = {}
-    upstream = lambda df: df.select((F.col("value") % 3).alias("k"), F.col("value"))  # noqa: E731
-    job = StatefulJob(
+RATE_UPSTREAM = lambda df: df.select((F.col("value") % 3).alias("k"), F.col("value"))  # noqa: E731
+RATE_TRIGGER = {"processingTime": "300 milliseconds"}
+
+
+def rate_job(tmp_path: Path, sink: Callable[[int, pa.Table], None]) -> StatefulJob:
+    """A count per ``value % 3`` over a rate source's rows."""
+    return StatefulJob(
         Aggregation(["k"], [Agg("n", "count", "value")]),
-        outputs.__setitem__,
+        sink,
         str(tmp_path / "ckpt"),
-        upstream=upstream,
+        upstream=RATE_UPSTREAM,
         config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
         metrics_path=str(tmp_path / "metrics.jsonl"),
         echo=None,
     )
-    trigger = {"processingTime": "300 milliseconds"}
-    query = job.start(spark, spark.readStream.format(source).options(**options).load(), trigger)
+
+
+def run_until(spark, job: StatefulJob, source: str, options: dict[str, str], version: int) -> None:
+    """Run ``job`` over ``source`` until it has run batch ``version``, then stop it and close it."""
+    query = job.start(spark, spark.readStream.format(source).options(**options).load(), RATE_TRIGGER)
     try:
-        wait_for(job, query, 3)
+        wait_for(job, query, version)
     finally:
         query.stop()
         job.close(spark)
+
+
+def test_the_rate_sources_empty_first_batch_runs_and_is_counted(spark, tmp_path):
+    """The rate source's first batch is empty (it used to hang in reading the batch's observed counts)."""
+    outputs: dict[int, pa.Table] = {}
+    run_until(spark, rate_job(tmp_path, outputs.__setitem__), "rate", {"rowsPerSecond": "20"}, 3)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     inputs = {r["batch_id"]: r["input_rows"] for r in records if "input_rows" in r}
     last = max(inputs)  # the newest batch Spark reported before the stop
@@ -94,12 +99,37 @@ def test_a_source_with_empty_batches_runs_and_counts_them(spark, tmp_path, sourc
     for batch_id in sorted(b for b in outputs if b <= last):
         final.update((r["k"], r["n"]) for r in outputs[batch_id].to_pylist())
     assert sum(final.values()) == sum(inputs.values())  # every row the runtime counted is in the state
-    if source == "rate":
-        assert inputs[0] == 0  # the empty first batch ran and was counted as empty
-        return
-    assert set(inputs.values()) == {10}
-    stream = spark.readStream.format(source).options(**options).load()
-    native = native_outputs(stream, upstream, [F.count("value").alias("n")], trigger, last)
+    assert inputs[0] == 0  # the empty first batch ran and was counted as empty
+
+
+def test_an_offset_based_source_is_replayed_from_sparks_offsets_log_as_plain_spark_runs_it(spark, tmp_path):
+    """rate-micro-batch, like Kafka, keeps no log of its own that says what a batch read: Spark's offsets log
+    does. After a restart whose state is ahead of Spark's commits, Spark replays the batch from its logged
+    offsets, which recovery keeps as they are, and every batch's output equals plain Spark's for the batch."""
+    options = {"rowsPerBatch": "10"}
+    ckpt = tmp_path / "ckpt"
+    calls: list[int] = []
+    outputs: dict[int, pa.Table] = {}
+
+    def sink(batch_id: int, table: pa.Table) -> None:
+        calls.append(batch_id)
+        outputs[batch_id] = table
+
+    first = rate_job(tmp_path, sink)
+    run_until(spark, first, "rate-micro-batch", options, 2)
+    committed = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    if first.version == committed:  # as if the driver died after the state's commit, before Spark's
+        for name in (str(committed), f".{committed}.crc"):
+            (ckpt / "commits" / name).unlink(missing_ok=True)
+    replayed = first.version  # else the stop came in between: the state is ahead already
+    planned = (ckpt / "offsets" / str(replayed)).read_text()
+    second = rate_job(tmp_path, sink)
+    run_until(spark, second, "rate-micro-batch", options, replayed + 1)
+    assert calls.count(replayed) == 2
+    assert (ckpt / "offsets" / str(replayed)).read_text() == planned
+    last = second.version
+    stream = spark.readStream.format("rate-micro-batch").options(**options).load()
+    native = native_outputs(stream, RATE_UPSTREAM, [F.count("value").alias("n")], RATE_TRIGGER, last)
     assert {b: rows(t) for b, t in outputs.items() if b <= last} == native
 
 
