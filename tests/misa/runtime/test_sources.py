@@ -29,12 +29,21 @@ def rows(table: pa.Table) -> list[dict]:
 
 
 def wait_for(job: StatefulJob, query, version: int, seconds: float = 90) -> None:
-    """Until the job has run batch ``version``; the query's error, if it failed."""
+    """Until the job has run batch ``version`` and Spark has reported it (so its metrics record is written
+    when the query stops); the query's error, if it failed."""
     deadline = time.monotonic() + seconds
-    while job.version < version and query.isActive and time.monotonic() < deadline:
+    while not (job.version >= version and reported(query) >= version) and time.monotonic() < deadline:
+        if not query.isActive:
+            break
         time.sleep(0.1)
     assert query.exception() is None
     assert job.version >= version, f"batch {version} did not run in {seconds} s"
+
+
+def reported(query) -> int:
+    """The newest batch Spark has reported progress for (-1: none)."""
+    progress = query.lastProgress
+    return -1 if progress is None else progress.batchId
 
 
 def native_outputs(
