@@ -2,7 +2,7 @@
 
 The public API, importable from here::
 
-    from misa import StatefulJob, MisaConfig, Aggregation, Agg, ParquetBatchSink, Quarantine
+    from misa import StatefulJob, MisaConfig, Aggregation, Agg, ParquetBatchSink, DataFrameSink, Quarantine
 
 Packages by responsibility: :mod:`misa.runtime` (the job, its per-batch phases, the commit
 controller, recovery), :mod:`misa.state` (the store, the batch's view, codecs, the key space),
@@ -23,6 +23,7 @@ _EXPORTS = {
     "ConfigError": "misa.config",
     "StatefulOperator": "misa.operators.base",
     "OperatorResult": "misa.operators.base",
+    "StateView": "misa.state.view",
     "Agg": "misa.operators.aggregation",
     "Aggregation": "misa.operators.aggregation",
     "IntervalJoin": "misa.operators.interval_join",
@@ -31,6 +32,8 @@ _EXPORTS = {
     "KeyedJoin": "misa.operators.keyed",
     "LookupAggregation": "misa.operators.lookup_aggregation",
     "ParquetBatchSink": "misa.io.sink",
+    "DataFrameSink": "misa.io.dataframe_sink",
+    "read_batches": "misa.io.sink",
     "Quarantine": "misa.io.quarantine",
 }
 __all__ = sorted(_EXPORTS)

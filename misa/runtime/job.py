@@ -286,19 +286,23 @@ class StatefulJob:
     def _observed(self, batch: DataFrame, batch_id: int) -> tuple[DataFrame, Observation]:
         """The batch with its record count (and bad-record count) observed by whichever job reads it first."""
         observation = Observation(f"misa_input_{batch_id}_{time.monotonic_ns()}")
+        return batch.observe(observation, *self._counts()), observation
+
+    def _counts(self) -> list[Column]:
+        """The batch's record count (and bad-record count), as aggregate expressions."""
         counts = [F.count(F.lit(1)).alias(_INPUT_ROWS)]
         if self.bad_records is not None:
             counts.append(self.bad_records.bad_count().alias(_BAD_ROWS))
-        return batch.observe(observation, *counts), observation
+        return counts
 
     def _input_record(self, batch: DataFrame, batch_id: int, observation: Observation, deltas: int) -> BatchRecord:
         """The batch's record, started with its observed counts; bad records are written aside here.
 
-        Spark leaves the observation unfilled when the batch has no rows (its plan is pruned to an empty
-        relation, and reading the observation would wait for ever), so a batch that yielded no deltas is
-        first checked for rows: one more small Spark job, only for such batches."""
-        empty = deltas == 0 and batch.isEmpty()
-        counts = {_INPUT_ROWS: 0, _BAD_ROWS: 0} if empty else observation.get  # filled by the delta job
+        Spark leaves the observation unfilled when the delta job's plan is cut short: a batch without rows
+        is pruned to an empty relation, and rows that yield no deltas leave a shuffle empty, after which
+        adaptive execution skips the stages that would report it (reading it then fails). So a batch
+        that yielded no deltas is counted by one more small Spark job, only for such batches."""
+        counts = batch.agg(*self._counts()).first().asDict() if deltas == 0 else observation.get
         if self.bad_records is None:
             return BatchRecord(input_rows=int(counts[_INPUT_ROWS]))
         bad = int(counts.get(_BAD_ROWS) or 0)

@@ -1,0 +1,33 @@
+"""A sink that hands each batch's output to any DataFrame writer (Delta, Parquet, JDBC, Kafka).
+
+The runtime calls a sink with ``(batch_id, pyarrow.Table)``; :class:`DataFrameSink` turns the table
+into a Spark DataFrame of the active session and calls ``write(df, batch_id)``, the signature of
+Spark's own ``foreachBatch`` function. A batch may be written again with the same id after a
+failure (docs/extending.md): ``write`` must replace that batch's earlier output, not add to it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+Writer = Callable[[DataFrame, int], None]
+
+
+class DataFrameSink:
+    """Calls ``write(df, batch_id)`` with each batch's output as a DataFrame (of ``spark``, by default the
+    session active when the batch runs)."""
+
+    def __init__(self, write: Writer, spark: SparkSession | None = None):
+        self.write = write
+        self.spark = spark
+
+    def __call__(self, batch_id: int, table: pa.Table) -> None:
+        spark = self.spark or SparkSession.getActiveSession()
+        if spark is None:
+            raise RuntimeError(
+                "DataFrameSink has no active Spark session: call it in a query or give DataFrameSink(write, spark)"
+            )
+        self.write(spark.createDataFrame(table), batch_id)
