@@ -160,6 +160,12 @@ class StatefulJob:
     def _resolve(self, stream: DataFrame) -> dict[str, Any]:
         """The operator's signature over the schema of the rows it will be given (Spark analyses the upstream
         on the stream; no query runs)."""
+        if not callable(getattr(self.operator, "signature", None)):
+            raise TypeError(
+                f"{type(self.operator).__name__} has no signature(schema) method, which the StatefulOperator "
+                f"protocol requires: it checks the operator's columns at start and records what shapes its state "
+                f"(see docs/extending.md, Operators)"
+            )
         rows = self._good(stream)
         return self.operator.signature((self.upstream(rows) if self.upstream else rows).schema)
 
