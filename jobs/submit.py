@@ -56,11 +56,11 @@ def native_state_store_conf(mode: str, config: MisaConfig) -> dict[str, str]:
     checkpointing (only the changed rows go to the checkpoint per batch), checkpoint format v2,
     no row counting, and RocksDB memory bounded to the runtime's own budget (block cache plus every
     shard's write buffers, one memory pool for all instances). ``native-default`` is the provider
-    with Spark's defaults.
+    with Spark's defaults. Sizes are rounded up to whole MB, at least 1 (Spark's unit): scaled-down
+    caches (``misa bench live --state-volume``) stay scaled down, never 0.
     """
     conf = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER}
     if mode == "native":
-        mb = 1 << 20
         write_buffers = config.state_shards * config.rocksdb_max_write_buffers * config.rocksdb_write_buffer_bytes
         conf.update(
             {
@@ -68,13 +68,18 @@ def native_state_store_conf(mode: str, config: MisaConfig) -> dict[str, str]:
                 "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
                 _ROCKSDB + "trackTotalNumberOfRows": "false",
                 _ROCKSDB + "boundedMemoryUsage": "true",
-                _ROCKSDB + "maxMemoryUsageMB": str((config.rocksdb_block_cache_bytes + write_buffers) // mb),
-                _ROCKSDB + "writeBufferSizeMB": str(config.rocksdb_write_buffer_bytes // mb),
+                _ROCKSDB + "maxMemoryUsageMB": _mb(config.rocksdb_block_cache_bytes + write_buffers),
+                _ROCKSDB + "writeBufferSizeMB": _mb(config.rocksdb_write_buffer_bytes),
                 _ROCKSDB + "maxWriteBufferNumber": str(config.rocksdb_max_write_buffers),
-                _ROCKSDB + "blockCacheSizeMB": str(config.rocksdb_block_cache_bytes // mb),
+                _ROCKSDB + "blockCacheSizeMB": _mb(config.rocksdb_block_cache_bytes),
             }
         )
     return conf
+
+
+def _mb(size: int) -> str:
+    """``size`` bytes in whole MB, rounded up, at least 1."""
+    return str(max(1, -(-size // (1 << 20))))
 
 
 _PARTNER = "_partner_"  # prefix of the older row's columns in the native self-join

@@ -3,7 +3,7 @@
     spark-submit jobs/ysb.py --query ysb --input DIR --output DIR --checkpoint DIR
         [--state-dir DIR] [--dfs URL] [--mode sync|async-ckpt|misa|nocommit|native|native-default] [--trigger 3s]
         [--available-now] [--max-files-per-trigger K] [--output-mode update|append]
-        [--watermark-delay 10s] [--quarantine DIR] [--metrics FILE] [--redis URL]
+        [--watermark-delay 10s] [--quarantine DIR] [--metrics FILE] [--redis URL] [--native-stream]
 
 Input: ``misa gen ysb`` ad events (JSON lines, ``event_time`` in epoch ms) and the ad -> campaign
 mapping ``INPUT/_side/campaigns.json``. A record lacking ``ad_id``, ``event_type`` or
@@ -15,26 +15,44 @@ is read through the state (:class:`misa.operators.lookup_aggregation.LookupAggre
 does not hold yet is looked up in Redis (one MGET per batch) and stored in the state. Without
 ``--redis`` the job starts a private ``redis-server`` with a random password and loads the mapping
 into it (plain keys ``ad_id -> campaign_id``, as YSB does); with ``--redis URL`` the server must hold
-them already (its password, if it has one, in the URL: ``redis://:PASSWORD@HOST:PORT/DB``).
+them already (its password, if it has one, in the URL: ``redis://:PASSWORD@HOST:PORT/DB``); the
+URL may instead come from the environment variable ``MISA_REDIS_URL``, which other users cannot list.
 ``--mode native`` is the reference: one plain Spark batch job over the same files, joined with
-``campaigns.json``, written as batch 0 in the same Parquet layout.
+``campaigns.json``, written as batch 0 in the same Parquet layout. With ``--native-stream`` it is
+a Spark Structured Streaming query instead (``misa bench live``): each batch's view events look their
+campaign up in the same Redis, one MGET per partition and batch (no cache across batches), then Spark
+counts them per window in its state store.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
+import pandas as pd
+import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from checkpoint.location import local_path
 from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE
 from jobs.schemas import YSB_EVENTS
-from jobs.submit import is_native, job_arguments, peek_input, read_stream, run_batch_reference, run_job, run_misa
+from jobs.submit import (
+    is_native,
+    job_arguments,
+    native_aggregation,
+    peek_input,
+    read_stream,
+    run_batch_reference,
+    run_job,
+    run_misa,
+    run_native,
+)
 from misa.io.quarantine import good_records, parse_json_lines
 from misa.io.redis_server import RedisLookup, RedisServer, store_mapping
 from misa.io.sink import ParquetBatchSink
@@ -43,6 +61,7 @@ from misa.operators.lookup_aggregation import LookupAggregation
 
 WINDOW = "10 seconds"
 REQUIRED = ("ad_id", "event_type", "event_time")  # a record lacking one is bad
+REDIS_URL_ENV = "MISA_REDIS_URL"  # --redis's default
 KEY_COLUMNS = {"ysb": ("window_start", "window_end", "campaign_id")}
 SORT_BY = (("window_start", "ascending"), ("campaign_id", "ascending"))
 
@@ -105,11 +124,40 @@ def reference(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     )
 
 
+def redis_campaigns(url: str) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """A ``mapInPandas`` function adding each view's ``campaign_id`` from Redis (one MGET per chunk of a
+    partition; views of an ad Redis does not know are dropped, as the join drops them)."""
+
+    def lookup(chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        client = redis.Redis.from_url(url, decode_responses=True)
+        try:
+            for chunk in chunks:
+                ads = chunk["ad_id"].unique().tolist()
+                campaigns = dict(zip(ads, client.mget(ads))) if ads else {}
+                chunk = chunk.assign(campaign_id=chunk["ad_id"].map(campaigns))
+                yield chunk[chunk["campaign_id"].notna()]
+        finally:
+            client.close()
+
+    return lookup
+
+
+def native_stream(spark: SparkSession, args: argparse.Namespace, url: str) -> DataFrame:
+    """The query in plain Spark Structured Streaming, its campaign lookups in Redis at ``url``."""
+    events = views(read_stream(spark, args, YSB_EVENTS, REQUIRED))
+    schema = StructType([*events.schema.fields, StructField("campaign_id", StringType())])
+    return native_aggregation(campaign_views(args), events.mapInPandas(redis_campaigns(url), schema))
+
+
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run the query with the parsed command line (also used in-process by the tests)."""
     sink = ParquetBatchSink(args.output, sort_by=SORT_BY)
-    if is_native(args.mode):
+    if is_native(args.mode) and not args.native_stream:
         run_batch_reference(reference(spark, args), args, sink)
+        return
+    if is_native(args.mode):
+        with redis_url(args) as url:
+            run_native(spark, args, native_stream(spark, args, url), sink)
         return
     with redis_url(args) as url:
         lookup = RedisLookup(url)
@@ -131,9 +179,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = job_arguments("Yahoo Streaming Benchmark: views per campaign in 10 s windows", ("ysb",))
     parser.add_argument(
         "--redis",
+        default=os.environ.get(REDIS_URL_ENV) or None,
         help="URL of a Redis holding ad_id -> campaign_id keys, with its password if it has one "
-        "(redis://:PASSWORD@HOST:PORT/DB); default: start a private redis-server with a random password "
-        "and load INPUT/_side/campaigns.json into it",
+        f"(redis://:PASSWORD@HOST:PORT/DB; default ${REDIS_URL_ENV}); without either: start a private "
+        "redis-server with a random password and load INPUT/_side/campaigns.json into it",
+    )
+    parser.add_argument(
+        "--native-stream",
+        action="store_true",
+        help="native modes: the reference as a streaming query whose lookups go to Redis, not one batch job",
     )
     return parser.parse_args(argv)
 

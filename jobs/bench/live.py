@@ -12,6 +12,13 @@ left out of both, the backlog when the feed stops, and with
 ``--find-capacity`` the highest rate each mode sustains (the rate stepped up by ``--step`` until
 the batch p99 exceeds the trigger or the backlog at the feed's stop exceeds two triggers' files: one
 batch running and one trigger's arrivals).
+
+Regimes (:mod:`jobs.bench.regimes`, set up before the runs and torn down after them): ``--dfs-delay``
+puts Spark's checkpoint and the durable state on a remote DFS with that one-way delay; ``--state-volume``
+puts the working state and Spark's local dir (so Spark's RocksDB working directory) on a throttled volume,
+the runtime reading with direct reads and its caches and memtables scaled down to ``--volume-cache``;
+``--redis-delay`` puts YSB's Redis behind a latency proxy, for every mode. Beside each run: the state's
+keys, its SST bytes and, on the volume, the device's reads per batch.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from jobs.bench.live_stats import (
     PREFETCH_COUNTS,
@@ -39,33 +47,23 @@ from jobs.bench.live_stats import (
     weighted_percentile,
 )
 from jobs.bench.queries import name_list
+from jobs.bench.regimes import DEFAULT_TOOLS, DiskSampler, RedisProxy, Regimes, RemoteDfs, SlowVolume
 from jobs.bench.runs import submit_command, submit_env
-from jobs.gen.cm import generate_cm
-from jobs.gen.lr import generate_lr
-from jobs.gen.nexmark import generate_nexmark
+from jobs.bench.workloads import (
+    QUERIES,
+    WORKLOADS,
+    Environment,
+    RedisSide,
+    VolumeCaches,
+    generator,
+    input_name,
+)
 from jobs.submit import MODES, RUNTIME_MODES
-
-
-def _cm(jobs: int) -> Callable[[Path, float, int], dict]:
-    return lambda out, rate, seconds: generate_cm(out, rate, seconds, seed=1, jobs=jobs, progress=False)
-
-
-def _lr(out: Path, rate: float, seconds: int) -> dict:
-    return generate_lr(out, rate, seconds, seed=1, progress=False)
-
-
-def _nexmark(out: Path, rate: float, seconds: int) -> dict:
-    return generate_nexmark(out, rate, seconds, seed=1, progress=False)
-
-
-QUERIES = {
-    "cm1": "cluster_monitoring.py",
-    "cm2": "cluster_monitoring.py",
-    "lr2": "linear_road.py",
-    "lr4": "linear_road.py",
-    "q20": "nexmark.py",
-}
-WORKLOADS = {"cluster_monitoring.py": "cm", "linear_road.py": "lr", "nexmark.py": "nexmark"}
+from jobs.ysb import REDIS_URL_ENV
+from misa.config import parse_bytes, parse_seconds
+from misa.io.redis_server import RedisServer
+from misa.obs.report import load_metrics
+from misa.units import human_bytes
 
 
 @dataclass(frozen=True)
@@ -99,6 +97,7 @@ class LiveRun:
     arrivals: list[Arrival] = field(default_factory=list)
     feed_stopped: float = 0.0
     stopped: float = 0.0
+    disk: DiskSampler | None = None  # the state volume's reads, sampled during the run
 
     def result(self, trigger_s: float, warmup: int) -> dict:
         """The run's figures (see the module docstring)."""
@@ -119,6 +118,7 @@ class LiveRun:
             "backlog_files": files,
             "backlog_records": backlog,
             "unprocessed_files": sum(1 for a in self.arrivals if a.name not in batch_of),
+            "device_reads_per_batch": self.device_reads_per_batch(warmup),
         }
         # held: batches within the trigger, and no more waiting than one batch running and one trigger's arrivals
         row["sustained"] = bool(
@@ -126,10 +126,21 @@ class LiveRun:
         )
         return row
 
+    def device_reads_per_batch(self, warmup: int) -> float | None:
+        """Mean reads the state volume's device completed during each measured batch (None off the volume)."""
+        metrics = self.work / "metrics.jsonl"
+        if self.disk is None or not metrics.exists():
+            return None
+        kept = [r for r in load_metrics(metrics)[0] if r["batch_id"] >= warmup]
+        if not kept:
+            return None
+        reads = [self.disk.reads_between(r["started"], r["started"] + r["latency_s"]) for r in kept]
+        return sum(reads) / len(reads)
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("live", help="every mode against a live source at a fixed rate, 3 s trigger")
-    p.add_argument("--queries", type=lambda t: name_list(t, QUERIES), default=["cm2"], help="cm1,cm2,lr2,lr4,q20")
+    p.add_argument("--queries", type=lambda t: name_list(t, QUERIES), default=["cm2"], help=",".join(QUERIES))
     p.add_argument(
         "--modes", type=lambda t: name_list(t, MODES), default=["misa", "sync", "nocommit", "native", "native-default"]
     )
@@ -138,6 +149,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trigger", default="3s")
     p.add_argument("--warmup", type=int, default=3, help="first batches left out of the batch latency")
     p.add_argument("--jobs", type=int, default=50_000, help="CM job ids (CM2 state grows with them)")
+    p.add_argument("--ysb-ads", type=int, default=1000, help="YSB ads over 100 campaigns (its lookup state)")
+    p.add_argument(
+        "--q20-in-flight", type=int, default=100, help="Q20: a bid names one of this many most recent auctions"
+    )
     p.add_argument("--watermark-delay", help="the jobs' allowed lateness (default theirs: 10s); state grows with it")
     p.add_argument(
         "--target",
@@ -159,34 +174,117 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME:KEY=VALUE[,KEY=VALUE]",
         help="run every mode once per variant, with its settings added; repeatable (e.g. prefetch on and off)",
     )
+    add_regime_arguments(p)
     p.set_defaults(func=run)
+
+
+def add_regime_arguments(p: argparse.ArgumentParser) -> None:
+    """The regimes' flags (see :mod:`jobs.bench.regimes`)."""
+    g = p.add_argument_group("regimes (set up, recorded and torn down by the bench; the tools need root)")
+    g.add_argument("--tools", type=Path, default=DEFAULT_TOOLS, help="remote-dfs, slow-volume, latency-proxy")
+    g.add_argument("--dfs-delay", type=_duration, help="remote DFS with this one-way delay (10ms: 20 ms RTT)")
+    g.add_argument("--dfs-rate", default="400mbit", help="the remote DFS's bandwidth")
+    g.add_argument("--dfs-mount", type=Path, default=Path("/mnt/misa-dfs"))
+    g.add_argument("--state-volume", action="store_true", help="working state and Spark's local dir on slow-volume")
+    g.add_argument("--volume-mount", type=Path, default=Path("/mnt/misa-slow-volume"))
+    g.add_argument("--volume-read-iops", type=int, default=3000)
+    g.add_argument("--volume-write-iops", type=int, default=3000)
+    g.add_argument("--volume-bps", type=_size, default="125m", help="read and write bytes/s each (125m)")
+    g.add_argument(
+        "--volume-cache",
+        type=_size,
+        default="1m",
+        help="on the volume: block cache and state cache each, memtables scaled to about as much (keep the sum "
+        "under 1/20 of the state's SST bytes)",
+    )
+    g.add_argument("--redis-delay", type=_duration, help="YSB's Redis behind latency-proxy, this one-way delay")
+
+
+def _duration(text: str) -> str:
+    try:
+        parse_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _size(text: str) -> str:
+    try:
+        parse_bytes(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 256k, 1m or 125m") from None
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     trigger_s = float(args.trigger.rstrip("s"))
-    targets = dict(t.split("=", 1) for t in args.target) or {"local": str(args.work / "local")}
     out = args.work / "live.jsonl"
-    rows = []
-    runs = itertools.product(args.queries, targets.items(), args.modes, args.variant or [Variant()])
-    for query, (target, folder), mode, variant in runs:
-        rates = list(args.rates)
-        for rate in rates:  # with --find-capacity, the next rate is appended while the last one held
-            row = _measure(args, query, mode, variant, rate, target, Path(folder), trigger_s)
-            rows.append(row)
-            with out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(_line(row), flush=True)
-            if args.find_capacity and rate == rates[-1] and row["sustained"] and rate * args.step <= args.max_rate:
-                rates.append(round(rate * args.step))
-    table = markdown(rows, args.find_capacity)
+    rows: list[dict] = []
+    with Regimes() as regimes:
+        env = environment(args, regimes)
+        for note in env.notes:
+            print(note, flush=True)
+        runs = itertools.product(args.queries, env.targets.items(), args.modes, args.variant or [Variant()])
+        for query, (target, folder), mode, variant in runs:
+            rates = list(args.rates)
+            for rate in rates:  # with --find-capacity, the next rate is appended while the last one held
+                row = _measure(args, env, query, mode, variant, rate, target, Path(folder), trigger_s)
+                rows.append(row)
+                with out.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(_line(row), flush=True)
+                if args.find_capacity and rate == rates[-1] and row["sustained"] and rate * args.step <= args.max_rate:
+                    rates.append(round(rate * args.step))
+    table = markdown(rows, args.find_capacity, env.notes)
     (args.work / "live.md").write_text(table + "\n")
+    (args.work / "summary.json").write_text(json.dumps({"regimes": env.regimes, "runs": rows}, indent=1))
     print("\n" + table)
     return 0
 
 
+def environment(args: argparse.Namespace, regimes: Regimes) -> Environment:
+    """Set the regimes of the command line up (torn down with ``regimes``); where the runs go and what they add."""
+    targets = dict(t.split("=", 1) for t in args.target)
+    env = Environment(targets)
+    if args.dfs_delay:
+        dfs = regimes.enter("dfs", RemoteDfs(args.tools, args.dfs_delay, args.dfs_rate, args.dfs_mount))
+        targets[f"dfs-{dfs.record()['rtt_ms']:g}ms"] = str(args.dfs_mount / "bench-live")
+        env.notes.append(dfs.describe() + "; Spark's checkpoint and the durable state there, every mode")
+    if not targets:
+        targets["local"] = str(args.work / "local")
+    if args.state_volume:
+        env.volume = regimes.enter("state_volume", SlowVolume(args.tools, args.volume_mount, args.volume_read_iops,
+                                   args.volume_write_iops, args.volume_bps))  # fmt: skip
+        env.caches = VolumeCaches.of(parse_bytes(args.volume_cache), args.conf)
+        env.notes.append(
+            env.volume.describe() + f"; the working state and Spark's local dir there; the runtime reads with "
+            f"direct reads, block cache and state cache {human_bytes(env.caches.cache)} each, memtables scaled "
+            f"down to {human_bytes(env.caches.write_buffer)} x {env.caches.shards} shards x 2 "
+            f"({human_bytes(env.caches.total)} in memory in all); Spark's store keeps the page cache"
+        )
+    if "ysb" in args.queries:
+        env.redis = _redis(args, regimes)
+        if args.redis_delay:
+            env.notes.append(regimes.entered["redis"].describe() + "; YSB's campaign lookups, every mode")
+    env.regimes = regimes.record()
+    if env.caches:
+        env.regimes["state_volume"].update(cache_bytes=env.caches.cache, memory_bytes=env.caches.total)
+    return env
+
+
+def _redis(args: argparse.Namespace, regimes: Regimes) -> RedisSide:
+    """A private Redis for YSB, behind ``latency-proxy`` with ``--redis-delay``."""
+    server = regimes.hold(RedisServer())
+    if not args.redis_delay:
+        return RedisSide(server, server.url)
+    proxy = regimes.enter("redis", RedisProxy(args.tools, args.redis_delay, server.port))
+    return RedisSide(server, server.url.replace(f":{server.port}/", f":{proxy.listen_port}/"))
+
+
 def _measure(
     args: argparse.Namespace,
+    env: Environment,
     query: str,
     mode: str,
     variant: Variant,
@@ -197,13 +295,17 @@ def _measure(
 ) -> dict:
     name = "-".join(filter(None, (query, mode, variant.name, str(int(rate)))))
     live = LiveRun(query, mode, variant.name, rate, target, folder / name, args.work / "runs" / f"{target}-{name}")
-    for stale in (live.folder, live.work):
+    local = env.volume.mount / "bench-live" / f"{target}-{name}" if env.volume else live.work
+    for stale in (live.folder, live.work, local):
         shutil.rmtree(stale, ignore_errors=True)
     live.work.mkdir(parents=True)
-    files = _input(args, query, rate)
+    files = _input(args, env, query, rate)
     feed = live.work / "input"
     feed.mkdir()
-    process = _submit(args, live, feed, variant.conf)
+    command, job_env = job_command(args, env, live, feed, local, variant.conf)
+    log = (live.work / "run.log").open("w")
+    process = subprocess.Popen(command, env=job_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stop_sampling = _sample_disk(live, env)
     try:
         _wait_started(live.folder / "checkpoint", process)
         _feed(files, feed, live)
@@ -212,34 +314,68 @@ def _measure(
     finally:
         live.stopped = time.time()
         _stop(process)
-    return live.result(trigger_s, args.warmup)
+        stop_sampling()
+        log.close()
+    row = live.result(trigger_s, args.warmup)
+    row["regimes"] = env.regimes
+    if env.volume:  # the next run needs the room
+        shutil.rmtree(local, ignore_errors=True)
+    return row
 
 
-def _input(args: argparse.Namespace, query: str, rate: float) -> list[Path]:
-    """The query's input at ``rate``: one file per second, generated once per workload and rate."""
+def _sample_disk(live: LiveRun, env: Environment) -> Callable[[], None]:
+    """On the state volume, sample its device's reads until the returned function is called."""
+    if env.volume is None:
+        return lambda: None
+    live.disk = DiskSampler(env.volume.device)
+    done = threading.Event()
+
+    def sample() -> None:
+        while True:
+            live.disk.sample()
+            if done.wait(live.disk.interval_s):
+                live.disk.sample()
+                return
+
+    thread = threading.Thread(target=sample, name="disk-sampler", daemon=True)
+    thread.start()
+    return lambda: (done.set(), thread.join())
+
+
+def _input(args: argparse.Namespace, env: Environment, query: str, rate: float) -> list[Path]:
+    """The query's input at ``rate``: one file per second, generated once per workload, size and rate (YSB's
+    campaigns then loaded into the bench's Redis)."""
     workload = WORKLOADS[QUERIES[query]]
-    folder = args.work / "inputs" / f"{workload}-{int(rate)}-{args.seconds}"
+    folder = args.work / "inputs" / input_name(workload, args, rate)
     if not folder.exists():
         staging = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        generate = {"cm": _cm(args.jobs), "lr": _lr, "nexmark": _nexmark}[workload]
-        generate(staging, rate, args.seconds)
+        generator(workload, args)(staging, rate, args.seconds)
         staging.rename(folder)
+    if workload == "ysb" and env.redis:
+        env.redis.load(folder)
     return sorted(folder.glob("part-*.json"))
 
 
-def _submit(args: argparse.Namespace, live: LiveRun, feed: Path, conf: tuple[str, ...]) -> subprocess.Popen:
-    """Start the run's job in its own process group (the feed and the stop are the caller's)."""
+def job_command(
+    args: argparse.Namespace, env: Environment, live: LiveRun, feed: Path, local: Path, conf: tuple[str, ...]
+) -> tuple[list[str], dict[str, str]]:
+    """The run's spark-submit command line and environment: ``local`` holds the runtime's working state and
+    Spark's local dir (the state volume's folder of the run, else the run's work folder)."""
     job_args = ["--query", live.query, "--mode", live.mode, "--input", str(feed), "--output",
                 str(live.folder / "output"), "--checkpoint", str(live.folder / "checkpoint"), "--trigger", args.trigger,
                 "--metrics", str(live.work / "metrics.jsonl")]  # fmt: skip
     if args.watermark_delay:
         job_args += ["--watermark-delay", args.watermark_delay]
     if live.mode in RUNTIME_MODES:
-        job_args += ["--state-dir", str(live.work / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
-    log = (live.work / "run.log").open("w")
-    command = submit_command(QUERIES[live.query], job_args, [*args.conf, *conf])
-    return subprocess.Popen(command, env=submit_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        job_args += ["--state-dir", str(local / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
+    elif live.query == "ysb":
+        job_args += ["--native-stream"]  # the reference as a stream, its lookups in the bench's Redis too
+    regime_conf = [*env.conf(), f"spark.local.dir={local / 'spark-local'}"] if env.volume else []
+    job_env = submit_env()
+    if env.redis:
+        job_env[REDIS_URL_ENV] = env.redis.url  # not on the command line: it holds the password
+    return submit_command(QUERIES[live.query], job_args, [*regime_conf, *args.conf, *conf]), job_env
 
 
 def _wait_started(checkpoint: Path, process: subprocess.Popen, timeout_s: float = 180) -> None:
@@ -324,13 +460,20 @@ def _count(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 10 or float(value).is_integer() else f"{value:.3f}"
 
 
-def markdown(rows: list[dict], capacity: bool) -> str:
-    """The runs as Markdown: figures per run, the runtime's phases, and each mode's capacity if searched."""
+def _memory_bytes(row: dict) -> int:
+    """The runtime's caches and memtables on the state volume (0 off it)."""
+    return int((row.get("regimes") or {}).get("state_volume", {}).get("memory_bytes") or 0)
+
+
+def markdown(rows: list[dict], capacity: bool, notes: Sequence[str] = ()) -> str:
+    """The runs as Markdown: the regimes (``notes``), figures per run with the state's size and the device's
+    reads, the runtime's phases, and each mode's capacity if searched."""
     head = (
         "| query | target | mode | rate | batches | batch p50 (s) | batch p99 (s) | e2e p50 (s) | e2e p99 (s) | "
-        "backlog (files) | sustained | max state keys | max Spark state rows |"
+        "backlog (files) | sustained | max state keys | max Spark state rows | max SST bytes | device reads/batch |"
     )
-    lines = [head, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines = [f"Regime: {note}." for note in notes] + [""] * bool(notes)
+    lines += [head, "| --- | --- | --- |" + " ---: |" * 7 + " --- |" + " ---: |" * 4]
 
     def s(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -340,8 +483,15 @@ def markdown(rows: list[dict], capacity: bool) -> str:
             f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {r['batches']} | "
             f"{s(r['batch_p50'])} | {s(r['batch_p99'])} | {s(r['e2e_p50'])} | {s(r['e2e_p99'])} | "
             f"{r['backlog_files']} | {'yes' if r['sustained'] else 'no'} | "
-            f"{r['state_keys'] or 'n/a'} | {r.get('spark_state_rows') or 'n/a'} |"
+            f"{_count(r['state_keys']) if r['state_keys'] else 'n/a'} | "
+            f"{_count(r['spark_state_rows']) if r.get('spark_state_rows') else 'n/a'} | "
+            f"{human_bytes(r['sst_bytes']) if r.get('sst_bytes') else 'n/a'} | "
+            f"{_count(r['device_reads_per_batch']) if r.get('device_reads_per_batch') is not None else 'n/a'} |"
         )
+    small = [r for r in rows if r.get("sst_bytes") and r["sst_bytes"] < 20 * _memory_bytes(r)]
+    if small:
+        runs = ", ".join(f"{r['query']} {_mode(r)} {r['rate']:.0f}/s" for r in small)
+        lines += ["", f"Warning: the state's SST bytes are under 20x the runtime's caches and memtables in {runs}."]
     lines += [
         "",
         "Mean per-batch phases of the runtime's modes (s):",

@@ -79,6 +79,7 @@ def generate_nexmark(
     bad_fraction: float = 0.0,
     side_rows: int = 10_000,
     *,
+    in_flight_auctions: int = NUM_IN_FLIGHT_AUCTIONS,
     progress: bool = True,
 ) -> dict:
     """Write ``seconds`` of NEXMark events at ``rate`` events/s into ``out``, and the Q13 side table.
@@ -86,8 +87,10 @@ def generate_nexmark(
     Deterministic for given arguments. Returns the :class:`~jobs.gen.parts.PartWriter` stats
     (``files``, ``records``, ``bad``, ``bad_by_kind``, ``first_time_ms``, ``last_time_ms``), the
     events of each kind drawn (``persons``, ``auctions``, ``bids``, good or bad) and ``side_rows``.
+    ``in_flight_auctions``: a bid that is not for the hot auction names one of this many most recent
+    auctions (the reference's 100; more keeps old auctions read, a long-lived auction table).
     """
-    validate(rate, seconds, files_per_second, bad_fraction, side_rows=side_rows)
+    validate(rate, seconds, files_per_second, bad_fraction, side_rows=side_rows, in_flight_auctions=in_flight_auctions)
     out = Path(out)
     write_side(out, SIDE_INPUT, "".join(f'{{"key":{k},"value":"{k}"}}\n' for k in range(side_rows)))
     writer = PartWriter(
@@ -100,7 +103,7 @@ def generate_nexmark(
         BASE_TIME_MS,
         progress,
     )
-    events = Events(np.random.default_rng(seed), rate)
+    events = Events(np.random.default_rng(seed), rate, in_flight_auctions)
     kinds = np.zeros(3, dtype=np.int64)
     for numbers in number_chunks(record_count(rate, seconds)):
         times, lines, counts = events.chunk(numbers)
@@ -132,8 +135,8 @@ def last_auction(numbers: np.ndarray) -> np.ndarray:
 class Events:
     """Draws the events of given event numbers."""
 
-    def __init__(self, rng: np.random.Generator, rate: float):
-        self.rng, self.rate = rng, rate
+    def __init__(self, rng: np.random.Generator, rate: float, in_flight_auctions: int = NUM_IN_FLIGHT_AUCTIONS):
+        self.rng, self.rate, self.in_flight_auctions = rng, rate, in_flight_auctions
         self.pool = _letters(rng, EXTRA_POOL)
         self.hot_urls = self._urls(len(HOT_CHANNELS))
         urls = self._urls(CHANNELS)
@@ -212,7 +215,7 @@ class Events:
     def _bids(self, numbers: np.ndarray, times: np.ndarray) -> pd.DataFrame:
         n, rng = len(numbers), self.rng
         newest = last_auction(numbers)
-        oldest = np.maximum(newest - NUM_IN_FLIGHT_AUCTIONS, 0)
+        oldest = np.maximum(newest - self.in_flight_auctions, 0)
         auction = np.where(
             rng.integers(0, HOT_AUCTION_RATIO, n) > 0,
             newest // HOT_BLOCK * HOT_BLOCK,

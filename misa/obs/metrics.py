@@ -90,7 +90,8 @@ class BatchMetrics:
 
     def on_progress(self, progress: Any) -> None:
         """Spark's side: input rows, the batch's wall time (``triggerExecution``) and, in native modes, the
-        rows of Spark's state store (``spark_state_rows``, when Spark counts them).
+        rows of Spark's state store (``spark_state_rows``, when Spark counts them) and the size of its RocksDB
+        SST files (``spark_sst_bytes``, RocksDB state store only).
 
         Spark's ``numInputRows`` counts the input once per Spark job that reads the batch (the hint
         job and the quarantine add jobs); when the runtime counted the batch's records itself, that
@@ -125,9 +126,13 @@ class BatchMetrics:
             }
         )
         record.setdefault("input_rows", progress.numInputRows)  # the runtime's own count when it has one
-        state_rows = sum(op.numRowsTotal for op in (getattr(progress, "stateOperators", None) or []))
+        operators = getattr(progress, "stateOperators", None) or []
+        state_rows = sum(op.numRowsTotal for op in operators)
         if state_rows > 0:  # Spark's own state store, when it counts its rows (not with trackTotalNumberOfRows off)
             record["spark_state_rows"] = state_rows
+        sst_bytes = sum((op.customMetrics or {}).get("rocksdbSstFileSize", 0) for op in operators)
+        if sst_bytes > 0:  # Spark's RocksDB state store: its SST files over every partition
+            record["spark_sst_bytes"] = sst_bytes
         if self.path:
             with self._lock, self.path.open("a") as out:
                 out.write(json.dumps(record, default=float) + "\n")

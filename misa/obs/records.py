@@ -50,6 +50,7 @@ class BatchRecord:
     bad_records: int | None = None  # None: the job sets no bad records aside
     state_keys: int = 0  # RocksDB's estimate
     state_bytes: int = 0  # RocksDB's live SST files and memtables, approximate
+    sst_bytes: int = 0  # RocksDB's SST files (rocksdb.total-sst-files-size), every shard
     state_reads: int = 0
     cache: dict[str, int] = field(default_factory=dict)
     prefetch: dict[str, Any] | None = None

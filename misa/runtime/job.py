@@ -257,6 +257,7 @@ class StatefulJob:
         record.output_rows, record.late_rows = result.output.num_rows, result.late_rows
         record.dropped_rows, record.state_reads = result.dropped_rows, result.state_reads
         record.state_keys, record.state_bytes = self.store.approximate_keys(), self.store.approximate_bytes()
+        record.sst_bytes = self.store.sst_bytes()
         record.cache = self.view.cache.stats.take()
         record.prefetch = self._prefetch_record(hints)
         record.phases, record.batch_s = phases, time.monotonic() - started

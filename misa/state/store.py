@@ -221,6 +221,10 @@ class StateStore:
         properties = ("rocksdb.live-sst-files-size", "rocksdb.cur-size-all-mem-tables")
         return sum(db.property_int_value(p) or 0 for db in self._dbs for p in properties)
 
+    def sst_bytes(self) -> int:
+        """The state's SST files over every shard (what reads reach once the caches and memtables miss)."""
+        return sum(db.property_int_value("rocksdb.total-sst-files-size") or 0 for db in self._dbs)
+
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, version: int, metadata: dict[str, Any] | None = None, fence: Fence = no_fence) -> LocalCommit:
         """Flush, then checkpoint every shard locally as ``version`` and write its local marker (ack 1).

@@ -253,6 +253,20 @@ def test_prefetching_the_looked_up_values_changes_no_result(spark, ysb_data, ref
     assert all(p is not None for p in prefetch) and sum(p["hinted"] for p in prefetch) > 0
 
 
+def test_the_native_stream_looks_campaigns_up_in_redis_and_equals_the_batch_reference(
+    spark, ysb_data, reference, tmp_path, redis_server, redis_client, monkeypatch
+):
+    data, _ = ysb_data
+    store_mapping(redis_client, json.loads((data / SIDE_DIR / CAMPAIGNS_FILE).read_text()))
+    redis_client.config_resetstat()
+    monkeypatch.setenv(ysb.REDIS_URL_ENV, redis_server.url)  # as misa bench live passes it
+    args = ysb.parse_args(job_args("ysb", "native", data, tmp_path) + ["--native-stream"])
+    assert args.redis == redis_server.url
+    ysb.run(spark, args)
+    assert_same_results(results(ysb, "ysb", tmp_path), reference)
+    assert redis_reads(redis_client)[0] >= 6  # MGETs in every batch: no side table, no cache across batches
+
+
 def test_restart_reads_known_ads_from_the_checkpoint(spark, ysb_data, reference, tmp_path, redis_server, redis_client):
     data, _ = ysb_data
     store_mapping(redis_client, json.loads((data / SIDE_DIR / CAMPAIGNS_FILE).read_text()))

@@ -436,3 +436,19 @@ def test_misa_gen_command(tmp_path, capsys, name, options):
         assert len(json.loads((out / "_side" / "campaigns.json").read_text())) == 6
     assert misa(["gen", name, "--out", str(out), "--rate", "1", "--seconds", "2", "--bad-fraction", "1"]) == 2
     assert "misa: error" in (err := capsys.readouterr().err) and "bad_fraction" in err
+
+
+def test_nexmark_bids_reach_back_over_the_in_flight_auctions(tmp_path):
+    """A long-lived auction table: with 2,000 auctions in flight, bids name auctions far older than 100 back."""
+    generate_nexmark(tmp_path, 2000, 20, seed=3, in_flight_auctions=2000, progress=False)
+    newest, reach = 0, []
+    for part in sorted(tmp_path.glob("part-*.json")):
+        for line in part.read_text().splitlines():
+            event = json.loads(line)
+            if event["auction"]:
+                newest = event["auction"]["id"]
+            elif event["bid"]:
+                reach.append(newest - event["bid"]["auction"])
+    assert max(reach) <= 2000 and max(reach) > 1000 and np.mean([r > 100 for r in reach]) > 0.3
+    with pytest.raises(ValueError, match="in_flight_auctions must be > 0"):
+        generate_nexmark(tmp_path / "bad", 10, 1, in_flight_auctions=0, progress=False)
