@@ -167,6 +167,17 @@ def _duration(low: float, *, low_open: bool = False, examples: str = "200ms, 10s
 
 
 BOOL = Kind("true or false", _bool)
+PREFETCH_MODES = ("true", "false", "auto")
+
+
+def _prefetch_mode(text: str) -> str:
+    lowered = text.strip().lower()
+    if lowered not in PREFETCH_MODES:
+        raise ValueError
+    return lowered
+
+
+PREFETCH_MODE = Kind("true, false or auto", _prefetch_mode)
 FRACTION = Kind("a number", float, Bounds(0.0, 1.0), lambda value: f"{value:g}")
 TEXT = Kind("any text", str.strip)
 
@@ -334,7 +345,8 @@ class MisaConfig:
         "auto",
         _choice("auto", "tac", "lru", "clock", "none"),
         "State cache: tac (timestamp-aware: smallest event time first), lru or clock keep read entries across "
-        "batches; none keeps only the batch's writes (reads go to RocksDB); auto is tac with prefetching, else none.",
+        "batches; none keeps only the batch's writes (reads go to RocksDB); auto is tac while prefetching is on, "
+        "else none.",
     )
     cache_max_bytes: int = setting(
         "spark.misa.cache.maxBytes",
@@ -344,13 +356,14 @@ class MisaConfig:
         "an eviction buffer. Size it to a few batches' keys: more costs Python bookkeeping and memory that "
         "RocksDB's block cache serves faster.",
     )
-    prefetch_enabled: bool = setting(
+    prefetch_mode: str = setting(
         "spark.misa.prefetch.enabled",
-        "false",
-        BOOL,
+        "auto",
+        PREFETCH_MODE,
         "Prefetch each batch's state keys into the state cache before the batch reads them: extracted ahead "
         "from its input as it arrives (nextBatch) or by a hint job one stage before the stateful one; false: "
-        "fetch misses when read.",
+        "fetch misses when read; auto: measured per batch, on where the state read is a large share of the "
+        "batch and prefetching made it cheaper, else off (each batch's record says which and why).",
     )
     prefetch_next_batch: bool = setting(
         "spark.misa.prefetch.nextBatch",
@@ -393,6 +406,20 @@ class MisaConfig:
         _int(1),
         "The sketch halves its counters after this many records, so keys cool down.",
     )
+    prefetch_auto_min_read_share: float = setting(
+        "spark.misa.prefetch.auto.minReadShare",
+        "0.1",
+        FRACTION,
+        "With prefetching auto: the share of a batch its state read must take (the most hints could hide), "
+        "patience batches in a row, before prefetching is tried.",
+    )
+    prefetch_auto_patience: int = setting(
+        "spark.misa.prefetch.auto.patience",
+        "3",
+        _int(1, 1000),
+        "With prefetching auto: batches in a row that must agree before prefetching is tried or turned off; "
+        "a trial runs this many measured batches after one that warms the cache.",
+    )
     prefetch_wasted_ratio: float = setting(
         "spark.misa.prefetch.wastedRatioThreshold",
         "0.5",
@@ -432,18 +459,24 @@ class MisaConfig:
                 f"spark.misa.checkpoint.retry.initialBackoff={_duration_text(self.retry_initial_backoff_s)!r}: "
                 "the longest wait between two DFS attempts must be at least the first"
             )
-        if self.prefetch_enabled and self.cache_policy == "none":
+        if self.prefetch_mode != "false" and self.cache_policy == "none":
             raise ConfigError(
-                "spark.misa.prefetch.enabled=true needs a state cache to prefetch into, but spark.misa.cache.policy "
-                "is none: set the policy to auto, tac, lru or clock"
+                f"spark.misa.prefetch.enabled={self.prefetch_mode} needs a state cache to prefetch into, but "
+                "spark.misa.cache.policy is none: set the policy to auto, tac, lru or clock, or "
+                "spark.misa.prefetch.enabled=false"
             )
+
+    def cache_policy_for(self, prefetching: bool) -> str:
+        """The cache policy while prefetching is on or off: an explicit policy always; ``auto``: tac with
+        prefetching, none (only the batch's write buffer) without."""
+        if self.cache_policy != "auto":
+            return self.cache_policy
+        return "tac" if prefetching else "none"
 
     @property
     def effective_cache_policy(self) -> str:
-        """The cache policy ``auto`` stands for: tac with prefetching, none without."""
-        if self.cache_policy != "auto":
-            return self.cache_policy
-        return "tac" if self.prefetch_enabled else "none"
+        """The cache policy at start: with prefetching ``auto``, which starts off, that of prefetching off."""
+        return self.cache_policy_for(self.prefetch_mode == "true")
 
     # ------------------------------------------------------------------ building
     @classmethod

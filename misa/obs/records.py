@@ -54,6 +54,7 @@ class BatchRecord:
     state_reads: int = 0
     cache: dict[str, int] = field(default_factory=dict)
     prefetch: dict[str, Any] | None = None
+    prefetch_auto: dict[str, Any] | None = None  # with prefetching auto: on or off, the next batch's, and why
     phases: BatchPhases = field(default_factory=BatchPhases)
     batch_s: float = 0.0
 

@@ -50,6 +50,7 @@ from misa.runtime.recovery import RecoveryError, batch_gap_message, reconcile, r
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
+from prefetch.auto import AutoPolicy, AutoPrefetch, Sample
 
 log = logging.getLogger(__name__)
 Sink = Callable[[int, pa.Table], None]
@@ -108,10 +109,16 @@ class StatefulJob:
         )
         self.view = StateView(self.store)
         self.hints: BatchHints | None = None
-        if self.config.prefetch_enabled and supports_hints(operator):
-            manager = self.view.enable_prefetch(self.config.prefetch_threads, self.config.prefetch_chunk_keys)
+        self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch
+        if self.config.prefetch_mode != "false" and supports_hints(operator):
+            auto = self.config.prefetch_mode == "auto"
+            manager = self.view.enable_prefetch(
+                self.config.prefetch_threads, self.config.prefetch_chunk_keys, active=not auto
+            )
             stages = list(hint_stages or [upstream or (lambda df: df)])
             self.hints = BatchHints(self.config, operator, stages, manager, next_input)  # type: ignore[arg-type]
+            policy = AutoPolicy(self.config.prefetch_auto_min_read_share, self.config.prefetch_auto_patience)
+            self.auto = AutoPrefetch(policy) if auto else None
         self.controller = CommitController(self.store, self.view)
         self.version = self.store.version
         self._listener: Any = None
@@ -222,7 +229,7 @@ class StatefulJob:
         too, so it is cached for both.
         """
         with self.batch_running:
-            if self.hints is None or self.hints.ahead_found():
+            if not self._prefetching() or self.hints.ahead_found():  # type: ignore[union-attr]
                 self._run_batch(batch, batch_id)
                 return
             cached = batch.persist()
@@ -239,7 +246,7 @@ class StatefulJob:
         clock = _PhaseClock(started)
         counted, observation = self._observed(batch, batch_id)
         good = self._good(counted)
-        hint_job = self.hints.start(good) if self.hints else None
+        hint_job = self.hints.start(good) if self._prefetching() else None  # type: ignore[union-attr]
         deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
         record = self._input_record(batch, batch_id, observation, deltas.num_rows)
         phases.compute_s = clock.lap()
@@ -261,10 +268,11 @@ class StatefulJob:
         record.cache = self.view.cache.stats.take()
         record.prefetch = self._prefetch_record(hints)
         record.phases, record.batch_s = phases, time.monotonic() - started
+        record.prefetch_auto = self._choose_prefetching(record)
         commits = tuple(self.controller.finished())
         self.metrics.report(BatchReport(batch_id, record, commits, self.controller.status()))
-        if self.hints is not None:  # the driver now waits for the trigger
-            self.hints.start_next(self._good)
+        if self._prefetching():  # the driver now waits for the trigger
+            self.hints.start_next(self._good)  # type: ignore[union-attr]
 
     def _check_continuity(self, batch_id: int) -> None:
         """Batch ``batch_id`` must follow the state's version: a replay rebuilds from the version before it;
@@ -329,6 +337,20 @@ class StatefulJob:
         stats = self.view.prefetcher.take_stats()
         hints = hints or {}
         return {**hints, **stats.as_dict(), **self.hints.end_batch(hints.get("source", ""), stats)}
+
+    def _prefetching(self) -> bool:
+        """Whether the batch about to run (or running) prefetches."""
+        return self.hints is not None and self.view.prefetcher is not None
+
+    def _choose_prefetching(self, record: BatchRecord) -> dict[str, Any] | None:
+        """With prefetching auto: measure the batch, turn prefetching on or off for the next one; the choice."""
+        if self.auto is None:
+            return None
+        p = record.phases
+        times = (p.compute_s, p.hint_wait_s, p.state_read_s, p.state_apply_s)
+        choice = self.auto.observe(Sample(self._prefetching(), record.input_rows, record.batch_s, *times))
+        self.view.set_prefetching(self.auto.on)
+        return choice
 
     def last_batch(self) -> BatchReport | None:
         """The latest batch as the runtime saw it when it ended (None before the first): its id, its record

@@ -39,26 +39,51 @@ class StateView:
         self.store = store
         self.cache = cache if cache is not None else new_cache(store.config)
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
-        self.prefetcher: PrefetchManager | None = None
+        self.prefetcher: PrefetchManager | None = None  # serves the reads while prefetching is on
+        self._manager: PrefetchManager | None = None
+        self._plain = self.cache  # the cache while prefetching is off
         self.read_s = 0.0  # time spent in get_many since the last take_read_s
         self._pending: list[CommitBuffer] = []
         self._lock = threading.Lock()
 
-    def enable_prefetch(self, threads: int, chunk_keys: int) -> PrefetchManager:
-        """Serve reads through a prefetch manager that fills the cache from hints.
+    def enable_prefetch(self, threads: int, chunk_keys: int, *, active: bool = True) -> PrefetchManager:
+        """Serve reads through a prefetch manager that fills a state cache from hints (from now if
+        ``active``, else from :meth:`set_prefetching`); without a state cache (only the write buffer),
+        one is made for prefetching (``spark.misa.cache.policy=auto``: a TAC).
 
         The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks
         no thread started yet, keys nobody hinted) it fetches with the shards in parallel.
         """
-        self.prefetcher = PrefetchManager(
-            self.cache,
+        config = self.store.config
+        own = not isinstance(self.cache, StateCache)  # only a write buffer: prefetching brings its own cache
+        self._manager = PrefetchManager(
+            StateCache(config.cache_max_bytes, config.cache_policy_for(True)) if own else self.cache,
             lambda keys: self.fetch_below(keys, parallel=False),
             lambda key: shard_of(key, self.store.shards),
             threads,
             chunk_keys,
             read_fetch=lambda keys: self.fetch_below(keys, parallel=True),
         )
-        return self.prefetcher
+        self.set_prefetching(active)
+        return self._manager
+
+    def set_prefetching(self, on: bool) -> None:
+        """Between batches (nothing dirty): reads through the prefetch manager and its cache, or not.
+
+        Turned off, the manager forgets its hints; a cache of prefetching's own (the TAC of
+        ``spark.misa.cache.policy=auto``) is emptied, since the batches without it write around it, and
+        is cold when prefetching comes back. A configured tac, lru or clock cache serves both.
+        """
+        if self._manager is None or on == (self.prefetcher is not None):
+            return
+        if on:
+            self.prefetcher, self.cache = self._manager, self._manager.cache
+            return
+        self._manager.clear()
+        self.prefetcher, self.cache = None, self._plain
+        if self._manager.cache is not self._plain:
+            self._manager.cache.clear()
+            self._manager.cache.stats.take()  # its unread prefetches were counted with their batches
 
     # -- commit buffers, registered by the controller until they are in RocksDB
     def add_pending(self, buffer: CommitBuffer) -> None:
@@ -144,10 +169,11 @@ class StateView:
         return CommitBuffer(version, changes, tuple(range_deletes))
 
     def reset(self) -> None:
-        """Forget the cache, any hints and pending commit buffers: the store was (re)loaded."""
-        if self.prefetcher is not None:
-            self.prefetcher.clear()
-        self.cache.clear()
+        """Forget the caches, any hints and pending commit buffers: the store was (re)loaded."""
+        if self._manager is not None:
+            self._manager.clear()
+            self._manager.cache.clear()
+        self._plain.clear()
         with self._lock:
             self._pending = []
 
@@ -156,5 +182,5 @@ class StateView:
             self.prefetcher.quiesce()
 
     def close(self) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.close()
+        if self._manager is not None:
+            self._manager.close()

@@ -51,6 +51,7 @@ def test_unknown_key_is_named_with_a_suggestion():
         ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration from 0s to 1000h, such as"),
         ("spark.misa.checkpoint.verifyReads", "yes", "true or false"),
         ("spark.misa.prefetch.wastedRatioThreshold", "half", "a number from 0 to 1"),
+        ("spark.misa.prefetch.enabled", "maybe", "true, false or auto"),
     ],
 )
 def test_malformed_value_names_key_and_form(key, value, form):
@@ -99,6 +100,9 @@ RANGES = [
     ("spark.misa.prefetch.wastedRatioThreshold", "1.5", "1", "from 0 to 1"),
     ("spark.misa.prefetch.wastedRatioThreshold", "-0.1", "0", "from 0 to 1"),
     ("spark.misa.prefetch.wastedRatioThreshold", "nan", "0.5", "from 0 to 1"),
+    ("spark.misa.prefetch.auto.minReadShare", "1.1", "1", "from 0 to 1"),
+    ("spark.misa.prefetch.auto.patience", "0", "1", "from 1 to 1000"),
+    ("spark.misa.prefetch.auto.patience", "1001", "1000", "from 1 to 1000"),
     ("spark.misa.metrics.prometheusPort", "-1", "0", "from 0 to 65535"),  # 0: no endpoint
     ("spark.misa.metrics.prometheusPort", "65536", "65535", "from 0 to 65535"),
     ("spark.misa.python.switchInterval", "0ms", "0.001ms", "from 0.001ms to 1000h"),

@@ -73,3 +73,20 @@ def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_
     assert {(p["source"], p["next_unavailable"]) for p in in_batch} == {
         ("in-batch", "spark.misa.prefetch.nextBatch=false")
     }
+
+
+def test_auto_probes_prefetching_and_records_each_choice(spark, cm_data, tmp_path, session_conf, without_prefetch):
+    """Prefetching auto in a real job: reads always count as worth hiding here (minReadShare 0), so the
+    first batch starts a probe of two batches with prefetching; every record says on or off and why,
+    and the output is the same as without prefetching."""
+    session_conf({"spark.misa.prefetch.auto.minReadShare": "0", "spark.misa.prefetch.auto.patience": "1"})
+    assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
+    records = metrics(tmp_path)
+    choices = [r["prefetch_auto"] for r in records]
+    assert len(choices) >= 3 and all(c["reason"] for c in choices)
+    assert [c["prefetching"] for c in choices[:3]] == ["off", "on", "on"]
+    assert choices[0]["next"] == "on" and choices[0]["reason"].startswith("probe: reads ")
+    assert choices[1]["reason"] == "probing: 1/2"
+    assert choices[2]["reason"].startswith("probe: prefetching ") and choices[2]["ratio"] > 0
+    assert records[0]["prefetch"] is None and records[1]["prefetch"]["prefetched"] > 0
+    assert all(c["cost_us_per_row"] > 0 and 0 <= c["read_share"] <= 1 for c in choices)

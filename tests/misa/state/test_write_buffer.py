@@ -1,9 +1,12 @@
 """The write buffer (cache policy none): the state cache's write and delete semantics without a read cache."""
 
+import dataclasses
+
 import pytest
 
 from misa.config import ConfigError, MisaConfig
-from misa.state.view import new_cache
+from misa.state.store import StateStore
+from misa.state.view import StateView, new_cache
 from misa.state.write_buffer import WriteBuffer
 from prefetch.cache import MISSING, StateCache
 
@@ -44,6 +47,58 @@ def test_auto_is_the_tac_with_prefetching_and_a_write_buffer_without():
     assert isinstance(new_cache(lru), StateCache) and new_cache(lru).policy == "lru"
 
 
-def test_prefetching_without_a_cache_is_refused_naming_both_keys():
-    with pytest.raises(ConfigError, match="spark.misa.prefetch.enabled=true.*spark.misa.cache.policy"):
-        MisaConfig.from_mapping({"spark.misa.prefetch.enabled": "true", "spark.misa.cache.policy": "none"})
+def test_prefetching_auto_starts_with_the_write_buffer_and_prefetches_into_a_tac():
+    auto = MisaConfig()
+    assert auto.prefetch_mode == "auto" and isinstance(new_cache(auto), WriteBuffer)
+    assert auto.cache_policy_for(True) == "tac" and auto.cache_policy_for(False) == "none"
+    assert MisaConfig.from_mapping({"spark.misa.prefetch.enabled": " TRUE "}).prefetch_mode == "true"
+
+
+@pytest.mark.parametrize("mode", ["true", "auto"])
+def test_prefetching_without_a_cache_is_refused_naming_both_keys(mode):
+    with pytest.raises(ConfigError, match=f"spark.misa.prefetch.enabled={mode}.*spark.misa.cache.policy"):
+        MisaConfig.from_mapping({"spark.misa.prefetch.enabled": mode, "spark.misa.cache.policy": "none"})
+    off = MisaConfig.from_mapping({"spark.misa.prefetch.enabled": "false", "spark.misa.cache.policy": "none"})
+    assert isinstance(new_cache(off), WriteBuffer)
+
+
+def _batch(view: StateView, store: StateStore, version: int, value: bytes) -> None:
+    """A batch that writes ``value`` to key 1, committed straight into RocksDB."""
+    view.put_many([k(1)], [value])
+    store.write(view.freeze(version).changes.items())
+
+
+def test_turning_prefetching_off_and_on_never_serves_a_value_written_around_the_cache(config, tmp_path):
+    """While prefetching is off, batches write through the write buffer around prefetching's TAC, so
+    the TAC is emptied when prefetching goes off: back on, a read sees the newest value."""
+    with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        store.write([(k(1), b"disk")])
+        view = StateView(store)
+        manager = view.enable_prefetch(2, 16, active=False)
+        assert isinstance(view.cache, WriteBuffer) and view.prefetcher is None
+        view.set_prefetching(True)
+        assert view.prefetcher is manager and view.cache is manager.cache and manager.cache.policy == "tac"
+        manager.hint([k(1)], [5])
+        assert view.get_many([k(1)], 5) == [b"disk"]
+        _batch(view, store, 1, b"v1")
+        assert manager.cache.get_many([k(1)]) == [b"v1"]  # cached, clean
+        view.set_prefetching(False)
+        assert isinstance(view.cache, WriteBuffer) and len(manager.cache) == 0
+        _batch(view, store, 2, b"v2")
+        view.set_prefetching(True)
+        assert view.get_many([k(1)], 7) == [b"v2"]
+        view.close()
+
+
+def test_a_configured_cache_serves_reads_with_prefetching_on_and_off(config, tmp_path):
+    lru = dataclasses.replace(config, cache_policy="lru")
+    with StateStore(lru, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
+        view = StateView(store)
+        cache = view.cache
+        view.enable_prefetch(2, 16, active=False)
+        _batch(view, store, 1, b"v1")
+        view.set_prefetching(True)
+        assert view.cache is cache and view.get_many([k(1)]) == [b"v1"]
+        view.set_prefetching(False)
+        assert view.cache is cache and len(cache) == 1  # kept warm: every write goes through it
+        view.close()
