@@ -363,7 +363,8 @@ class MisaConfig:
         "Prefetch each batch's state keys into the state cache before the batch reads them: extracted ahead "
         "from its input as it arrives (nextBatch) or by a hint job one stage before the stateful one; false: "
         "fetch misses when read; auto: measured per batch, on where the state read is a large share of the "
-        "batch and prefetching made it cheaper, else off (each batch's record says which and why).",
+        "batch and prefetching made it cheaper, else off (each batch's record says which and why); auto stays off "
+        "with spark.misa.cache.policy=none.",
     )
     prefetch_next_batch: bool = setting(
         "spark.misa.prefetch.nextBatch",
@@ -459,12 +460,18 @@ class MisaConfig:
                 f"spark.misa.checkpoint.retry.initialBackoff={_duration_text(self.retry_initial_backoff_s)!r}: "
                 "the longest wait between two DFS attempts must be at least the first"
             )
-        if self.prefetch_mode != "false" and self.cache_policy == "none":
+        if self.prefetch_mode == "true" and self.cache_policy == "none":
             raise ConfigError(
-                f"spark.misa.prefetch.enabled={self.prefetch_mode} needs a state cache to prefetch into, but "
+                "spark.misa.prefetch.enabled=true needs a state cache to prefetch into, but "
                 "spark.misa.cache.policy is none: set the policy to auto, tac, lru or clock, or "
-                "spark.misa.prefetch.enabled=false"
+                "spark.misa.prefetch.enabled=false (or auto, which stays off without a cache)"
             )
+
+    @property
+    def prefetching(self) -> str:
+        """What prefetching does: ``true``, ``false`` or ``auto``; ``auto`` without a state cache
+        (spark.misa.cache.policy=none, nothing to prefetch into) is ``false``."""
+        return "false" if self.prefetch_mode == "auto" and self.cache_policy == "none" else self.prefetch_mode
 
     def cache_policy_for(self, prefetching: bool) -> str:
         """The cache policy while prefetching is on or off: an explicit policy always; ``auto``: tac with

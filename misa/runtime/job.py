@@ -110,8 +110,8 @@ class StatefulJob:
         self.view = StateView(self.store)
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch
-        if self.config.prefetch_mode != "false" and supports_hints(operator):
-            auto = self.config.prefetch_mode == "auto"
+        if self.config.prefetching != "false" and supports_hints(operator):
+            auto = self.config.prefetching == "auto"
             manager = self.view.enable_prefetch(
                 self.config.prefetch_threads, self.config.prefetch_chunk_keys, active=not auto
             )

@@ -54,12 +54,12 @@ def test_prefetching_auto_starts_with_the_write_buffer_and_prefetches_into_a_tac
     assert MisaConfig.from_mapping({"spark.misa.prefetch.enabled": " TRUE "}).prefetch_mode == "true"
 
 
-@pytest.mark.parametrize("mode", ["true", "auto"])
-def test_prefetching_without_a_cache_is_refused_naming_both_keys(mode):
-    with pytest.raises(ConfigError, match=f"spark.misa.prefetch.enabled={mode}.*spark.misa.cache.policy"):
-        MisaConfig.from_mapping({"spark.misa.prefetch.enabled": mode, "spark.misa.cache.policy": "none"})
-    off = MisaConfig.from_mapping({"spark.misa.prefetch.enabled": "false", "spark.misa.cache.policy": "none"})
-    assert isinstance(new_cache(off), WriteBuffer)
+def test_prefetching_without_a_cache_is_refused_naming_both_keys_and_auto_stays_off():
+    with pytest.raises(ConfigError, match="spark.misa.prefetch.enabled=true.*spark.misa.cache.policy"):
+        MisaConfig.from_mapping({"spark.misa.prefetch.enabled": "true", "spark.misa.cache.policy": "none"})
+    for mode in ("false", "auto"):  # auto, the default, has nothing to prefetch into: off
+        off = MisaConfig.from_mapping({"spark.misa.prefetch.enabled": mode, "spark.misa.cache.policy": "none"})
+        assert off.prefetching == "false" and isinstance(new_cache(off), WriteBuffer)
 
 
 def _batch(view: StateView, store: StateStore, version: int, value: bytes) -> None:
