@@ -447,15 +447,13 @@ def _latency_scale(ax: Any, series: dict[str, Sequence[dict[str, Any]]], warmup:
         return "batch latency"
     top = max(measured) * 1.15
     ax.set_ylim(top=top)
-    above = [
-        f"{name} {lat:.1f} s"
-        for name, records in series.items()
-        for run in split_runs(records)
-        for lat in _values(run[:warmup], "latency_s")
-        if lat > top
-    ]
-    return f"batch latency (the first {warmup} batches of each run warm up" + (
-        f"; off the scale: {', '.join(above)})" if above else ")"
+    above = []
+    for name, records in series.items():
+        warm = [lat for run in split_runs(records) for lat in _values(run[:warmup], "latency_s") if lat > top]
+        if warm:
+            above.append(f"{name} to {max(warm):.1f} s")
+    return f"batch latency; warm-up ({warmup} batches a run)" + (
+        f" above the axis: {', '.join(above)}" if above else " left in"
     )
 
 
@@ -480,7 +478,11 @@ def _timeline_figure(series: dict[str, Sequence[dict[str, Any]]], path: Path, wa
         ("batch latency", "seconds", ["latency_s"]),
         ("the runtime's own phases: state read, merge (commit lag on the right)", "ms", ["state_read_s", "merge_s"]),
         ("bytes uploaded per commit", "KiB", ["bytes_uploaded"]),
-        ("state size", "MiB", ["state_bytes"]),
+        (
+            "state size (runtime: live SST files + memtables; native: Spark's memoryUsedBytes + SST files)",
+            "MiB",
+            ["state_bytes"],
+        ),
     ]
     panels = [p for p in panels if any(v is not None for d in data.values() for k in p[2] for v in d[k])]
     if not panels:

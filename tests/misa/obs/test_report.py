@@ -327,11 +327,8 @@ def test_the_figure_draws_latency_runtime_phases_uploads_and_state_size_with_the
         _assert_png(tmp_path / "out" / name)
     timeline_fig, cdf = saved
     latency, phases, uploads, state = timeline_fig.axes[:4]
-    assert (
-        latency.get_title()
-        == "batch latency (the first 3 batches of each run warm up; off the scale: "
-        + ", ".join(["misa 9.0 s"] * 6 + ["native 9.0 s"] * 3)
-        + ")"
+    assert latency.get_title() == (
+        "batch latency; warm-up (3 batches a run) above the axis: misa to 9.0 s, native to 9.0 s"
     )
     assert latency.get_ylim()[1] == pytest.approx(4.0 * 1.15)  # the measured batches set the scale
     legend = [t.get_text() for t in latency.get_legend().get_texts()]
@@ -343,7 +340,7 @@ def test_the_figure_draws_latency_runtime_phases_uploads_and_state_size_with_the
         "misa: merge",
         "misa: commit lag",
     ]
-    assert (uploads.get_title(), state.get_title()) == ("bytes uploaded per commit", "state size")
+    assert uploads.get_title() == "bytes uploaded per commit" and state.get_title().startswith("state size")
     assert [t.get_text() for t in state.get_legend().get_texts()] == ["misa", "native"]
     labels = [t.get_text() for t in cdf.axes[0].get_legend().get_texts()]
     assert labels == ["misa: p50 0.650 s, p99 0.991 s (n=4)", "native: p50 2.750 s, p99 3.970 s (n=4)"]
