@@ -101,7 +101,7 @@ def batch_latency(metrics: Path, warmup: int) -> dict[str, float | int | None]:
         "state_keys": max((r.get("state_keys") or 0 for r in kept), default=0) or None,
         "spark_state_rows": max((r.get("spark_state_rows") or 0 for r in kept), default=0) or None,
         # the runtime's RocksDB (live SST files of every shard) or Spark's (its rocksdbSstFileSize metric)
-        "sst_bytes": max((r.get("sst_bytes") or r.get("spark_sst_bytes") or 0 for r in kept), default=0) or None,
+        "sst_bytes": max((r.get("sst_bytes") or r.get("spark_state_sst_bytes") or 0 for r in kept), default=0) or None,
         "phases": phases,
     }
 

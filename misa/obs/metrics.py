@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -43,6 +44,7 @@ class BatchMetrics:
         self._listeners: list[BatchListener] = []
         self._reports: dict[int, BatchReport] = {}
         self._pending: dict[int, dict[str, Any]] = {}
+        self.run_started: float | None = None  # set by listener(): when the current run's query started
         self._lock = threading.Lock()
         self._reported = threading.Condition(self._lock)
         if self.path:
@@ -65,6 +67,8 @@ class BatchMetrics:
         with self._lock:
             self._reports[report.batch_id] = report
         self.add(report.batch_id, report.record, report.commits)
+        with self._lock:  # the commit lag: versions not yet durable when the batch ended
+            self._pending.setdefault(report.batch_id, {})["commit_status"] = dataclasses.asdict(report.commit_status)
 
     def add_listener(self, listener: BatchListener) -> None:
         """Call ``listener(report, progress)`` when Spark reports a batch the runtime reported."""
@@ -89,9 +93,10 @@ class BatchMetrics:
             self._reported.wait_for(lambda: not self._pending, timeout_s)
 
     def on_progress(self, progress: Any) -> None:
-        """Spark's side: input rows, the batch's wall time (``triggerExecution``) and, in native modes, the
-        rows of Spark's state store (``spark_state_rows``, when Spark counts them) and the size of its RocksDB
-        SST files (``spark_sst_bytes``, RocksDB state store only).
+        """Spark's side: input rows, the batch's wall time (``triggerExecution``) and, in native modes, Spark's
+        state store: its rows (``spark_state_rows``, when Spark counts them), its memory
+        (``spark_state_memory_bytes``, Spark's ``memoryUsedBytes``) and its RocksDB SST files
+        (``spark_state_sst_bytes``, ``rocksdbSstFileSize``).
 
         Spark's ``numInputRows`` counts the input once per Spark job that reads the batch (the hint
         job and the quarantine add jobs); when the runtime counted the batch's records itself, that
@@ -120,19 +125,14 @@ class BatchMetrics:
                 "batch_id": progress.batchId,
                 "started": datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp(),
                 "mode": self.mode,
+                "run_started": self.run_started,
                 "spark_input_rows": progress.numInputRows,
                 "latency_s": durations.get("triggerExecution", 0) / 1000.0,
                 "add_batch_s": durations.get("addBatch", 0) / 1000.0,
             }
         )
         record.setdefault("input_rows", progress.numInputRows)  # the runtime's own count when it has one
-        operators = getattr(progress, "stateOperators", None) or []
-        state_rows = sum(op.numRowsTotal for op in operators)
-        if state_rows > 0:  # Spark's own state store, when it counts its rows (not with trackTotalNumberOfRows off)
-            record["spark_state_rows"] = state_rows
-        sst_bytes = sum((op.customMetrics or {}).get("rocksdbSstFileSize", 0) for op in operators)
-        if sst_bytes > 0:  # Spark's RocksDB state store: its SST files over every partition
-            record["spark_sst_bytes"] = sst_bytes
+        record.update(spark_state(getattr(progress, "stateOperators", None) or []))
         if self.path:
             with self._lock, self.path.open("a") as out:
                 out.write(json.dumps(record, default=float) + "\n")
@@ -151,7 +151,9 @@ class BatchMetrics:
                 log.exception("batch listener %r failed on batch %d", listener, report.batch_id)
 
     def listener(self) -> StreamingQueryListener:
-        """A listener to add with ``spark.streams.addListener``."""
+        """A listener to add with ``spark.streams.addListener`` when a query starts: it begins a new run, whose
+        records carry its start time as ``run_started`` (so that ``misa report`` marks restarts)."""
+        self.run_started = time.time()
         metrics = self
 
         class _Listener(StreamingQueryListener):
@@ -168,6 +170,21 @@ class BatchMetrics:
                 pass
 
         return _Listener()
+
+
+def spark_state(operators: Sequence[Any]) -> dict[str, int]:
+    """Spark's own state store in a batch's progress (its ``stateOperators``), summed over the operators:
+    rows when Spark counts them (not with ``trackTotalNumberOfRows`` off), memory, and RocksDB's SST files."""
+    out: dict[str, int] = {}
+    rows = sum(op.numRowsTotal for op in operators)
+    if rows > 0:
+        out["spark_state_rows"] = rows
+    if operators:
+        out["spark_state_memory_bytes"] = sum(op.memoryUsedBytes for op in operators)
+        sst = [op.customMetrics.get("rocksdbSstFileSize") for op in operators]
+        if any(v is not None for v in sst):
+            out["spark_state_sst_bytes"] = sum(v or 0 for v in sst)
+    return out
 
 
 def summary_line(record: dict) -> str:
@@ -187,7 +204,7 @@ def summary_line(record: dict) -> str:
             f"ack wait {phases.get('ack_wait_s', 0) * 1000:>4.0f} ms",
         ]
     if "state_keys" in record:
-        parts.append(f"state keys {record['state_keys']:>8}")
+        parts.append(f"state keys ~{record['state_keys']} (RocksDB estimate)")
     if commit:
         parts.append(f"committed v{commit['version']} ({commit['bytes_uploaded'] / 1024:.0f} KiB up)")
     if record.get("late_rows"):

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from misa.obs.records import BATCH_PHASES, COMMIT_PHASES
+from misa.obs.runs import WARMUP_BATCHES, run_starts, split_runs, steady
 from misa.units import human_bytes
 
 PERCENTILE_METHOD = "linear"
@@ -48,7 +49,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="write latency_timeline.png and latency_cdf.png here (no plots without it)",
     )
+    p.add_argument(
+        "--warmup",
+        type=_batches,
+        default=WARMUP_BATCHES,
+        metavar="N",
+        help="batches at the start of each run left out of the side-by-side table and the CDF "
+        f"(default {WARMUP_BATCHES}: JVM and Python worker start, code generation, JIT)",
+    )
     p.set_defaults(func=run)
+
+
+def _batches(text: str) -> int:
+    """A ``--warmup`` value: a number of batches, 0 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of batches (0 or more), got {text!r}")
+    return n
 
 
 def _num(value: Any) -> int | float | None:
@@ -272,6 +292,96 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def state_bytes(record: dict[str, Any]) -> int | float | None:
+    """The state's size after a batch: the runtime's ``state_bytes`` (RocksDB's live SST files and memtables),
+    else Spark's state store (``memoryUsedBytes`` plus its SST files), else None."""
+    own = _num(record.get("state_bytes"))
+    if own is not None:
+        return own
+    memory = _num(record.get("spark_state_memory_bytes"))
+    return None if memory is None else memory + (_num(record.get("spark_state_sst_bytes")) or 0)
+
+
+def _last(records: Sequence[dict[str, Any]], value: Any) -> Any:
+    """The last non-None ``value(record)``."""
+    return next((v for v in map(value, reversed(records)) if v is not None), None)
+
+
+def compare(series: dict[str, Sequence[dict[str, Any]]], warmup: int = WARMUP_BATCHES) -> list[dict[str, Any]]:
+    """One row per series: runs, batches measured (without the first ``warmup`` of each run) and in all,
+    p50/p99 latency and busy throughput of the measured batches, and the state after the last batch."""
+    rows = []
+    for name, records in series.items():
+        measured = steady(records, warmup)
+        summary = summarize(measured)
+        latency = summary["latency_s"] or {}
+        rows.append(
+            {
+                "name": name,
+                "runs": len(split_runs(records)),
+                "batches": len(records),
+                "measured": len(measured),
+                "p50": latency.get("p50"),
+                "p99": latency.get("p99"),
+                "rows_per_s": summary["throughput"]["rows_per_s"],
+                "state_bytes": _last(records, state_bytes),
+                "state_keys": _last(records, lambda r: _num(r.get("state_keys"))),
+                "state_rows": _last(records, lambda r: _num(r.get("spark_state_rows"))),
+            }
+        )
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or not b else f"{a / b:.2f}"
+
+
+def format_comparison(rows: Sequence[dict[str, Any]], warmup: int = WARMUP_BATCHES) -> str:
+    """The rows of :func:`compare` side by side, each runtime mode against ``native`` when there is one."""
+    lines = [
+        f"side by side, warm-up left out: the first {warmup} batches of each run (JVM and Python worker start, "
+        "code generation, JIT)"
+    ]
+
+    def keys(row: dict[str, Any]) -> str:
+        if row["state_keys"] is not None:
+            return f"~{row['state_keys']:,.0f}"
+        return _count(row["state_rows"])
+
+    lines += _table(
+        ["mode", "runs", "batches", "p50 (s)", "p99 (s)", "rows/s", "state size", "state keys"],
+        [
+            [
+                row["name"],
+                str(row["runs"]),
+                f"{row['measured']} of {row['batches']}",
+                _s(row["p50"]),
+                _s(row["p99"]),
+                _count(row["rows_per_s"]),
+                "n/a" if row["state_bytes"] is None else human_bytes(row["state_bytes"]),
+                keys(row),
+            ]
+            for row in rows
+        ],
+    )
+    native = next((row for row in rows if row["name"].split(":")[-1] == "native"), None)
+    for row in rows:
+        if native is not None and row is not native:
+            lines.append(
+                f"{row['name']} against {native['name']}: p50 {_ratio(row['p50'], native['p50'])} and "
+                f"p99 {_ratio(row['p99'], native['p99'])} of its latency, "
+                f"{_ratio(row['rows_per_s'], native['rows_per_s'])} times its rows/s"
+            )
+    lines += [
+        "rows/s: input rows over the summed latency of the measured batches (busy throughput)",
+        "state after the last batch: the runtime's RocksDB live SST files and memtables, keys by RocksDB's "
+        "estimate (~);",
+        "  native: Spark's state store memoryUsedBytes (memtables, table readers, block cache) plus its SST files, "
+        "rows only when Spark counts them",
+    ]
+    return "\n".join(lines)
+
+
 def split_series(sources: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
     """One series per (source, mode), named by the mode; by the source name when the mode is missing;
     ``source:mode`` when several sources have that mode."""
@@ -293,19 +403,137 @@ def split_series(sources: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> dic
     return series
 
 
-def _batch_axis(records: Sequence[dict[str, Any]]) -> list[float]:
-    """Batch id of each record, or its position when the id is missing."""
-    return [float(b) if (b := _num(r.get("batch_id"))) is not None else float(i) for i, r in enumerate(records)]
+#: The runtime's own per-batch numbers the timeline draws apart from the latency (Spark's compute dominates it).
+TIMELINE_SERIES = ("latency_s", "state_read_s", "merge_s", "commit_lag", "bytes_uploaded", "state_bytes")
+
+
+def _commit_lag(record: dict[str, Any]) -> int | None:
+    pending = _get(record, "commit_status", "pending")
+    return len(pending) if isinstance(pending, list) else None
+
+
+def timeline(series: dict[str, Sequence[dict[str, Any]]]) -> tuple[dict[str, dict[str, list]], str]:
+    """What the timeline draws for each series, and the x axis's label.
+
+    Per series: ``x`` (seconds since the series' first batch started when every record has ``started``,
+    so that series run one after the other overlap; else the record's position in its series), the
+    values of :data:`TIMELINE_SERIES` per record (None where a record has none: ``merge_s`` is
+    ``state_apply_s``, ``commit_lag`` the versions not yet durable when the batch ended,
+    ``bytes_uploaded`` the commit that finished in the batch),
+    and ``restarts``, the x of each run but the first.
+    """
+    timed = all(_num(r.get("started")) is not None for records in series.values() for r in records)
+    out: dict[str, dict[str, list]] = {}
+    for name, records in series.items():
+        x = [float(r["started"] - records[0]["started"]) if timed else float(i) for i, r in enumerate(records)]
+        out[name] = {
+            "x": x,
+            "latency_s": [_num(r.get("latency_s")) for r in records],
+            "state_read_s": [_num(_get(r, "phases", "state_read_s")) for r in records],
+            "merge_s": [_num(_get(r, "phases", "state_apply_s")) for r in records],
+            "commit_lag": [_commit_lag(r) for r in records],
+            "bytes_uploaded": [_num(_get(r, "commit", "bytes_uploaded")) for r in records],
+            "state_bytes": [state_bytes(r) for r in records],
+            "restarts": [x[i] for i in run_starts(records)[1:]],
+        }
+    return out, "seconds since the series' first batch started" if timed else "batch (in file order)"
+
+
+def _latency_scale(ax: Any, series: dict[str, Sequence[dict[str, Any]]], warmup: int) -> str:
+    """End the latency axis a little above the measured batches' highest latency; the axis's title, naming
+    the warm-up batches above it."""
+    measured = [v for records in series.values() for v in _values(steady(records, warmup), "latency_s")]
+    if not warmup or not measured:
+        return "batch latency"
+    top = max(measured) * 1.15
+    ax.set_ylim(top=top)
+    above = []
+    for name, records in series.items():
+        warm = [lat for run in split_runs(records) for lat in _values(run[:warmup], "latency_s") if lat > top]
+        if warm:
+            above.append(f"{name} to {max(warm):.1f} s")
+    return f"batch latency; warm-up ({warmup} batches a run)" + (
+        f" above the axis: {', '.join(above)}" if above else " left in"
+    )
+
+
+def _draw(ax: Any, x: list[float], values: list, scale: float = 1.0, **style: Any) -> bool:
+    """Plot the values that exist (None: a gap); False when there is none."""
+    if all(v is None for v in values):
+        return False
+    ax.plot(x, [np.nan if v is None else v * scale for v in values], **style)
+    return True
+
+
+def _timeline_figure(series: dict[str, Sequence[dict[str, Any]]], path: Path, warmup: int) -> bool:
+    """Latency of every series, then the runtime's phases and commit lag, upload bytes and the state size,
+    each on its own axis over the same time; restarts marked on every axis. The latency axis ends above the
+    batches after the first ``warmup`` of each run; its title names the warm-up batches above it. False
+    when there is nothing to draw."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    data, xlabel = timeline(series)
+    panels = [
+        ("batch latency", "seconds", ["latency_s"]),
+        ("the runtime's own phases: state read, merge (commit lag on the right)", "ms", ["state_read_s", "merge_s"]),
+        ("bytes uploaded per commit", "KiB", ["bytes_uploaded"]),
+        (
+            "state size (runtime: live SST files + memtables; native: Spark's memoryUsedBytes + SST files)",
+            "MiB",
+            ["state_bytes"],
+        ),
+    ]
+    panels = [p for p in panels if any(v is not None for d in data.values() for k in p[2] for v in d[k])]
+    if not panels:
+        return False
+    fig = Figure(figsize=(10, 2.6 * len(panels) + 0.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    scales = {"seconds": 1.0, "ms": 1000.0, "KiB": 1 / 1024, "MiB": 1 / 1024**2}
+    for ax, (title, unit, keys) in zip(axes, panels):
+        lag_axis = None  # the commit lag, on the phases' axis
+        for i, (name, d) in enumerate(data.items()):
+            color, marker = f"C{i % 10}", "." if len(d["x"]) <= 200 else None
+            for key, style in zip(keys, ("-", "--")):
+                label = name if len(keys) == 1 else f"{name}: {key.removesuffix('_s').replace('_', ' ')}"
+                _draw(ax, d["x"], d[key], scales[unit], color=color, linestyle=style, marker=marker, label=label)
+            if "merge_s" in keys and any(v is not None for v in d["commit_lag"]):
+                lag_axis = lag_axis or ax.twinx()
+                _draw(lag_axis, d["x"], d["commit_lag"], color=color, linestyle=":", drawstyle="steps-post",
+                      label=f"{name}: commit lag")  # fmt: skip
+            for n, at in enumerate(d["restarts"]):
+                ax.axvline(at, color=color, linestyle="-.", linewidth=1.2,
+                           label=f"{name}: restart" if n == 0 and ax is axes[0] else None)  # fmt: skip
+        if ax is axes[0]:
+            title = _latency_scale(ax, series, warmup)
+        ax.set_title(title)
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        if lag_axis is not None:
+            lag_axis.set_ylabel("versions pending")
+            lag_axis.set_ylim(bottom=0)
+            lag_handles, lag_labels = lag_axis.get_legend_handles_labels()
+            handles, labels = handles + lag_handles, labels + lag_labels
+        if handles:
+            ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.08, 1), fontsize="small")
+    axes[-1].set_xlabel(xlabel)
+    fig.savefig(path, dpi=100)
+    return True
 
 
 def plot(
-    records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]], out_dir: str | os.PathLike[str]
+    records: Sequence[dict[str, Any]] | dict[str, Sequence[dict[str, Any]]],
+    out_dir: str | os.PathLike[str],
+    warmup: int = 0,
 ) -> list[Path]:
     """Write ``latency_timeline.png`` and ``latency_cdf.png`` into ``out_dir``; return the files written.
 
     ``records`` is one file's records (a series per mode) or a mapping of series name to records. The
-    timeline has the latency of every series, then one panel per series with its phases stacked; the
-    CDF marks p50 and p99. A plot with nothing to draw is not written.
+    timeline is :func:`timeline`'s numbers on one figure; the CDF marks p50 and p99 of the batches after
+    the first ``warmup`` of each run. A plot with nothing to draw is not written.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -314,59 +542,17 @@ def plot(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-
-    lines = {}
-    for name, recs in series.items():
-        points = sorted(
-            (x, lat) for x, r in zip(_batch_axis(recs), recs) if (lat := _num(r.get("latency_s"))) is not None
-        )
-        if points:
-            lines[name] = points
-    stacked = {name: recs for name, recs in series.items() if _ordered_keys(recs, "phases", BATCH_PHASES)}
-    phase_names = _ordered_keys([r for recs in stacked.values() for r in recs], "phases", BATCH_PHASES)
-
-    if lines or stacked:
-        rows = 1 + len(stacked)
-        fig = Figure(figsize=(10, 3.2 * rows), layout="constrained")
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
-        for name, points in lines.items():
-            xs, ys = zip(*points)
-            axes[0].plot(xs, ys, marker="." if len(xs) <= 200 else None, linewidth=1, label=name)
-        axes[0].set_title("batch latency")
-        for ax, (name, recs) in zip(axes[1:], stacked.items()):
-            table = sorted(
-                ((x, [_num(_get(r, "phases", p)) for p in phase_names]) for x, r in zip(_batch_axis(recs), recs)),
-                key=lambda row: row[0],
-            )
-            table = [(x, v) for x, v in table if any(n is not None for n in v)]
-            used = [i for i in range(len(phase_names)) if any(v[i] is not None for _, v in table)]
-            ax.stackplot(
-                [x for x, _ in table],
-                [[v[i] or 0 for _, v in table] for i in used],
-                labels=[phase_names[i] for i in used],
-                colors=[f"C{i % 10}" for i in used],
-                alpha=0.8,
-            )
-            if name in lines:
-                ax.plot(*zip(*lines[name]), color="black", linewidth=1, label="batch latency")
-            ax.set_title(f"{name}: batch phases (stacked)")
-        for ax in axes:
-            ax.set_ylabel("seconds")
-            ax.set_ylim(bottom=0)
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
-        axes[-1].set_xlabel("batch id")
+    if _timeline_figure(series, out / "latency_timeline.png", warmup):
         written.append(out / "latency_timeline.png")
-        fig.savefig(written[-1], dpi=100)
 
+    lines = {name: _values(steady(recs, warmup), "latency_s") for name, recs in series.items()}
+    lines = {name: values for name, values in lines.items() if values}
     if lines:
         fig = Figure(figsize=(8, 5), layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.subplots()
-        for i, (name, points) in enumerate(lines.items()):
-            latencies = np.sort([lat for _, lat in points])
+        for i, (name, values) in enumerate(lines.items()):
+            latencies = np.sort(values)
             p50, p99 = _percentiles(latencies, (50, 99))
             color = f"C{i % 10}"
             ax.step(
@@ -382,11 +568,12 @@ def plot(
                 ax.axvline(q, color=color, linestyle=":", linewidth=1)
         for level in (0.5, 0.99):
             ax.axhline(level, color="gray", linewidth=0.5)
+        left_out = f"; first {warmup} batches of each run left out" if warmup else ""
         ax.set(
             xlabel="batch latency (s)",
             ylabel="fraction of batches",
             ylim=(0, 1.02),
-            title=f"batch latency CDF (o p50, \u25c6 p99; numpy {PERCENTILE_METHOD})",
+            title=f"batch latency CDF (o p50, \u25c6 p99; numpy {PERCENTILE_METHOD}{left_out})",
         )
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize="small")
@@ -396,7 +583,8 @@ def plot(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print a summary per file (per mode when a file mixes modes), plot when ``--out`` is given.
+    """Print a summary per file (per mode when a file mixes modes), then the series side by side without
+    their warm-up batches (:func:`format_comparison`); plot when ``--out`` is given.
 
     Returns 1 when a file cannot be read or has no valid record, else 0.
     """
@@ -418,7 +606,9 @@ def run(args: argparse.Namespace) -> int:
         for name, recs in modes.items() if len(modes) > 1 else [(None, records)]:
             print(f"== {path}" + (f" [{name}]" if name else "") + " ==")
             print(format_summary(summarize(recs)), end="\n\n")
+    if sources:
+        print(format_comparison(compare(split_series(sources), args.warmup), args.warmup), end="\n\n")
     if args.out and sources:
-        for written in plot(split_series(sources), args.out):
+        for written in plot(split_series(sources), args.out, args.warmup):
             print(f"wrote {written}")
     return status

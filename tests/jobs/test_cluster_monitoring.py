@@ -55,3 +55,6 @@ def test_metrics_record_every_batch(spark, cm_data, tmp_path):
     assert sum(r["input_rows"] for r in records) > 0
     assert all(r["mode"] == "misa" and "phases" in r and r["latency_s"] > 0 for r in records)
     assert any(r.get("commit") for r in records)
+    # one run (misa report marks a change of run_started as a restart); the commit lag at each batch's end
+    assert len({r["run_started"] for r in records}) == 1 and records[0]["run_started"] <= records[0]["started"]
+    assert all(set(r["commit_status"]["pending"]) <= {r["batch_id"]} for r in records)

@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 
 from misa.cli import main as misa
-from misa.obs.report import format_summary, load_metrics, plot, split_series, summarize
+from misa.obs.report import (
+    compare,
+    format_comparison,
+    format_summary,
+    load_metrics,
+    plot,
+    split_series,
+    summarize,
+    timeline,
+)
+from misa.obs.runs import split_runs, steady
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LATENCIES = [0.3, 0.1, 1.0, 0.5, 0.2, 0.9, 0.4, 0.7, 0.6, 0.8]  # shuffled 0.1 .. 1.0
@@ -156,7 +166,8 @@ def test_plot_draws_one_series_per_mode(tmp_path):
         plot({"misa": _records("misa"), "baseline": _records("baseline", scale=2.0)}, tmp_path)
     timeline, cdf = saved
     assert [t.get_text() for t in timeline.axes[0].get_legend().get_texts()] == ["misa", "baseline"]
-    assert len(timeline.axes) == 3  # latency, then the stacked phases of each series
+    # latency, then the bytes uploaded (no series has the runtime's state read, merge or state size)
+    assert [ax.get_title() for ax in timeline.axes] == ["batch latency", "bytes uploaded per commit"]
     labels = [t.get_text() for t in cdf.axes[0].get_legend().get_texts()]
     assert labels == ["misa: p50 0.550 s, p99 0.991 s (n=10)", "baseline: p50 1.100 s, p99 1.982 s (n=10)"]
 
@@ -218,3 +229,125 @@ def test_cache_and_prefetch_manager_counters_keep_their_own_names_and_the_slack_
     text = format_summary(s)
     assert "prefetched_entries_read" in text and "wasted_prefetches" in text and "slack_s_mean" in text
     assert summarize(_records())["prefetch"] == {}
+
+
+def _run(mode: str, batches: range, latencies: list[float], start: float, run: float | None) -> list[dict]:
+    """Batches of one run, 10 s apart from ``start``, 1,000 input rows each; the runtime's fields in runtime
+    modes, Spark's state store (memory and SST files, rows not counted) in native mode."""
+    records = []
+    for i, (batch, lat) in enumerate(zip(batches, latencies)):
+        record = {"batch_id": batch, "mode": mode, "started": start + 10 * i, "latency_s": lat, "input_rows": 1000}
+        if run is not None:
+            record["run_started"] = run
+        if mode == "native":
+            record |= {"spark_state_memory_bytes": 3 << 20, "spark_state_sst_bytes": 1 << 20}
+        else:
+            record |= {
+                "phases": {"compute_s": lat - 0.05, "state_read_s": 0.01, "state_apply_s": 0.04},
+                "commit_status": {"pending": [batch], "last_local": batch - 1, "last_durable": batch - 1},
+                "commit": {"version": batch - 1, "bytes_uploaded": 2048 * (batch + 1)},
+                "state_bytes": (batch + 1) << 20,
+                "state_keys": 75 * (batch + 1),
+            }
+        records.append(record)
+    return records
+
+
+def _two_modes_with_a_restart() -> list[dict]:
+    """misa: a run of batches 0-5, killed, then a run that replays 5 and goes on to 8 (the same file);
+    then native: one run of batches 0-6. Warm-up batches take 9 s, the others 0.5 to 1 s (misa), 2 to 4 s."""
+    first = _run("misa", range(0, 6), [9.0, 9.0, 9.0, 0.5, 0.6, 0.7], 1000.0, run=990.0)
+    second = _run("misa", range(5, 9), [9.0, 9.0, 9.0, 1.0], 1100.0, run=1095.0)
+    native = _run("native", range(0, 7), [9.0, 9.0, 9.0, 2.0, 3.0, 4.0, 2.5], 2000.0, run=1995.0)
+    return first + second + native
+
+
+def test_runs_begin_where_run_started_changes_or_the_batch_id_does_not_increase():
+    records = _two_modes_with_a_restart()
+    misa_records = [r for r in records if r["mode"] == "misa"]
+    assert [[r["batch_id"] for r in run] for run in split_runs(misa_records)] == [[0, 1, 2, 3, 4, 5], [5, 6, 7, 8]]
+    # a clean restart continues the batch ids: only run_started tells it
+    resumed = _run("misa", range(0, 3), [1.0] * 3, 0.0, run=1.0) + _run("misa", range(3, 5), [1.0] * 2, 50.0, run=2.0)
+    assert [len(run) for run in split_runs(resumed)] == [3, 2]
+    # files written before run_started: a batch id that goes back or repeats
+    old = [{k: v for k, v in r.items() if k != "run_started"} for r in misa_records]
+    assert [len(run) for run in split_runs(old)] == [6, 4]
+    assert [r["batch_id"] for r in steady(misa_records, 3)] == [3, 4, 5, 8]
+    assert steady(misa_records, 0) == misa_records and split_runs([]) == []
+
+
+def test_the_side_by_side_table_leaves_out_each_runs_warm_up_and_compares_with_native():
+    rows = compare(split_series([("metrics", _two_modes_with_a_restart())]), warmup=3)
+    misa_row, native_row = rows
+    assert (misa_row["name"], misa_row["runs"], misa_row["batches"], misa_row["measured"]) == ("misa", 2, 10, 4)
+    # measured misa latencies 0.5, 0.6, 0.7, 1.0; native 2.0, 3.0, 4.0, 2.5
+    assert misa_row["p50"] == pytest.approx(0.65) and misa_row["p99"] == pytest.approx(0.991)
+    assert misa_row["rows_per_s"] == pytest.approx(4000 / 2.8)
+    assert (misa_row["state_bytes"], misa_row["state_keys"], misa_row["state_rows"]) == (9 << 20, 675, None)
+    assert native_row["p50"] == pytest.approx(2.75) and native_row["rows_per_s"] == pytest.approx(4000 / 11.5)
+    assert (native_row["state_bytes"], native_row["state_keys"]) == (4 << 20, None)  # memory + SST files
+
+    text = format_comparison(rows, warmup=3)
+    assert "the first 3 batches of each run" in text
+    assert "misa against native: p50 0.24 and p99 0.25 of its latency, 4.11 times its rows/s" in text
+    misa_line = next(line for line in text.splitlines() if line.startswith("misa "))
+    assert misa_line.split() == ["misa", "2", "4", "of", "10", "0.650", "0.991", "1,429", "9.0", "MiB", "~675"]
+    assert "n/a" in next(line for line in text.splitlines() if line.startswith("native "))
+
+
+def test_the_timeline_overlays_both_modes_from_their_start_and_marks_the_restart():
+    data, xlabel = timeline(split_series([("metrics", _two_modes_with_a_restart())]))
+    misa_line, native_line = data["misa"], data["native"]
+    assert xlabel == "seconds since the series' first batch started"
+    assert misa_line["x"] == [0, 10, 20, 30, 40, 50, 100, 110, 120, 130] and native_line["x"][:2] == [0, 10]
+    assert misa_line["restarts"] == [100] and native_line["restarts"] == []
+    assert misa_line["merge_s"][0] == 0.04 and misa_line["state_read_s"][0] == 0.01
+    assert misa_line["commit_lag"] == [1] * 10 and misa_line["bytes_uploaded"][:2] == [2048, 4096]
+    assert misa_line["state_bytes"][-1] == 9 << 20 and native_line["state_bytes"] == [4 << 20] * 7
+    assert native_line["merge_s"] == [None] * 7 and native_line["commit_lag"] == [None] * 7
+
+
+def test_the_figure_draws_latency_runtime_phases_uploads_and_state_size_with_the_restart(tmp_path, capsys):
+    from matplotlib.figure import Figure
+
+    path = _write(tmp_path / "metrics.jsonl", _two_modes_with_a_restart())
+    saved: list[Figure] = []
+    original = Figure.savefig
+
+    def keep(fig: Figure, *args, **kwargs):
+        saved.append(fig)
+        return original(fig, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Figure, "savefig", keep)
+        assert misa(["report", str(path), "--out", str(tmp_path / "out"), "--warmup", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "misa against native:" in out and out.index("side by side") > out.index("[native] ==")
+    for name in ("latency_timeline.png", "latency_cdf.png"):
+        _assert_png(tmp_path / "out" / name)
+    timeline_fig, cdf = saved
+    latency, phases, uploads, state = timeline_fig.axes[:4]
+    assert latency.get_title() == (
+        "batch latency; warm-up (3 batches a run) above the axis: misa to 9.0 s, native to 9.0 s"
+    )
+    assert latency.get_ylim()[1] == pytest.approx(4.0 * 1.15)  # the measured batches set the scale
+    legend = [t.get_text() for t in latency.get_legend().get_texts()]
+    assert legend == ["misa", "misa: restart", "native"]
+    assert [line.get_xdata()[0] for line in latency.get_lines() if line.get_linestyle() == "-."] == [100]
+    assert phases.get_title().startswith("the runtime's own phases")
+    assert [t.get_text() for t in phases.get_legend().get_texts()] == [
+        "misa: state read",
+        "misa: merge",
+        "misa: commit lag",
+    ]
+    assert uploads.get_title() == "bytes uploaded per commit" and state.get_title().startswith("state size")
+    assert [t.get_text() for t in state.get_legend().get_texts()] == ["misa", "native"]
+    labels = [t.get_text() for t in cdf.axes[0].get_legend().get_texts()]
+    assert labels == ["misa: p50 0.650 s, p99 0.991 s (n=4)", "native: p50 2.750 s, p99 3.970 s (n=4)"]
+
+
+def test_warmup_must_be_a_number_of_batches(tmp_path, capsys):
+    path = _write(tmp_path / "m.jsonl", _records())
+    with pytest.raises(SystemExit) as exit_info:
+        misa(["report", str(path), "--warmup", "-1"])
+    assert exit_info.value.code == 2 and "expected a number of batches (0 or more), got '-1'" in capsys.readouterr().err
