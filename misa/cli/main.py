@@ -63,6 +63,19 @@ class Parser(argparse.ArgumentParser):
         action.help = with_default(action)
         return action
 
+    def add_argument_group(self, *args, **kwargs) -> argparse._ArgumentGroup:
+        """A group whose options also show their defaults."""
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def add_with_default(*a, **k) -> argparse.Action:
+            action = add(*a, **k)
+            action.help = with_default(action)
+            return action
+
+        group.add_argument = add_with_default  # type: ignore[method-assign]
+        return group
+
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
