@@ -68,8 +68,8 @@ def test_a_damaged_download_never_lands_under_its_real_name(store, tmp_path):
 def test_ckpt_restore_of_a_tampered_manifest_exits_with_a_clear_error(store, tmp_path, capsys):
     tamper_dfs(tmp_path / "dfs", 2, lambda raw: raw["files"][0].update(name="../../evil.sst"))
     assert misa(["ckpt", "restore", f"file://{tmp_path / 'dfs'}", "2", str(tmp_path / "x")]) == 1
-    out = capsys.readouterr().out
-    assert "version 2" in out and "file name" in out
+    err = capsys.readouterr().err  # one line on stderr, as every misa error
+    assert "version 2" in err and "file name" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "evil.sst").exists()
 
 

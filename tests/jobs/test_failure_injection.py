@@ -40,6 +40,7 @@ def expected(spark, data, tmp_path_factory) -> Output:
     return output(run_dir)
 
 
+@pytest.mark.slow  # minutes of spark-submits: run on demand (-m slow); the crash soak covers every point
 def test_kills_at_every_commit_step_in_a_row_then_restart_is_exactly_once(data, expected, tmp_path):
     """The chain, then a DFS that stays down (a clear failure), then a run whose transient DFS errors
     are retried: the whole output equals the reference's."""
@@ -57,6 +58,7 @@ def test_kills_at_every_commit_step_in_a_row_then_restart_is_exactly_once(data, 
     assert_same_output(tmp_path, expected)
 
 
+@pytest.mark.slow  # minutes of spark-submits: run on demand (-m slow); the crash soak covers every point
 def test_kill_after_the_next_batch_was_planned_then_restart_replays_the_same_batches(data, expected, tmp_path):
     """Version 1's commit dies after Spark planned batch 2 (offsets/2 and the file source's log entry 2 exist).
 
