@@ -360,8 +360,9 @@ REFUSAL = re.compile(
     r"\b(OwnershipError|RecoveryError|CorruptCheckpointError|CommitFailedError|DfsUnavailableError"
     r"|ConcurrentModificationException|ShardCountError): "
 )
-# Spark's own refusal of a second query on its checkpoint, as the driver's StreamingQueryException words it
-SPARK_CONCURRENT = re.compile(r"Multiple streaming queries are concurrently using .+")
+# Spark's own refusal of a second query on its checkpoint, as the driver's StreamingQueryException words it: two
+# queries on one source log, or two drivers writing the same entry of the offsets or commits log
+SPARK_CONCURRENT = re.compile(r"Multiple streaming (?:queries are concurrently using|jobs detected for) .+")
 # a job's one-line report of a user error at start (jobs.submit.USER_ERRORS: configuration, location, ownership,
 # recovery), which names no class
 USER_ERROR = re.compile(r"^error: (.+)")

@@ -228,6 +228,13 @@ def test_refusal_is_the_innermost_named_error_of_the_last_such_line(tmp_path):
         "ConcurrentModificationException: Multiple streaming queries are concurrently using "
         "file:/r/ckpt/sources/0. SQLSTATE: XXKST"
     )
+    log_race = (  # two drivers wrote offsets/0 at once (a standby started 2.5 s after the first, found by the soak)
+        "StreamingQueryException: [STREAM_FAILED] Query q20-misa [id = dfef] terminated with exception: "
+        "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs detected for 0. SQLSTATE"
+    )
+    assert soak.refusal(log_race) == (
+        "ConcurrentModificationException: Multiple streaming jobs detected for 0. SQLSTATE"
+    )
     assert soak.damaged_names(DAMAGED_FILE) == ("000009-0123456789abcdef.sst", "000009.sst")
     assert soak.damaged_names("shard-0/meta/MANIFEST-000005-0123456789abcdef") == (
         "MANIFEST-000005-0123456789abcdef",
