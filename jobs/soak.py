@@ -880,8 +880,8 @@ def summary_text(summary: dict, refusal_chars: int = 300) -> str:
 
 
 def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan]]:
-    """Each iteration's number and plan."""
-    for index in range(args.first, args.first + args.iterations):
+    """Each iteration's number and plan (``--only``: those numbers; else ``--first`` on)."""
+    for index in args.only or range(args.first, args.first + args.iterations):
         yield (
             index,
             sample_plan(
@@ -908,7 +908,7 @@ def run(args: argparse.Namespace) -> int:
             for index, plan in iterations(args, soak):
                 record = soak.iteration(index, plan)
                 records.append(record)
-                print(record.line(args.first + args.iterations - 1), flush=True)
+                print(record.line(max(args.only or [args.first + args.iterations - 1])), flush=True)
                 if record.detail:
                     print("    " + record.detail.replace("\n", "\n    "), flush=True)
                 lines.write(json.dumps(asdict(record)) + "\n")
@@ -932,6 +932,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="number of the first iteration (re-run one: --first N --iterations 1 with the same seed)",
+    )
+    p.add_argument(
+        "--only",
+        type=lambda t: [int(n) for n in t.split(",")],
+        help="run just these iterations (comma-separated numbers) of --seed, instead of --first/--iterations",
     )
     p.add_argument(
         "--iteration-timeout",

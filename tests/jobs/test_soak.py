@@ -465,3 +465,13 @@ def test_run_with_retries_raises_a_user_error_at_once():
     with pytest.raises(IncompatibleStateError):
         run_with_retries(start, 3)
     assert starts["n"] == 1
+
+
+def test_only_reruns_the_chosen_iterations_with_their_plans():
+    parser = argparse.ArgumentParser()
+    soak.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["soak", "--seed", "3", "--only", "4,2"])
+    fake = argparse.Namespace(versions=VERSIONS, clean_s=CLEAN_S)
+    chosen = list(soak.iterations(args, fake))
+    assert [index for index, _ in chosen] == [4, 2]
+    assert [plan for _, plan in chosen] == [draw(5)[4], draw(5)[2]]
