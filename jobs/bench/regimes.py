@@ -72,37 +72,40 @@ def same_size(a: str, b: str) -> bool:
     return parse_bytes(a.lower().removesuffix("/s")) == parse_bytes(b.lower().removesuffix("/s"))
 
 
-@dataclass
-class RemoteDfs:
-    """``remote-dfs``: Spark's checkpoint and the durable state on an sshfs mount behind a shaped link with a
-    one-way ``delay`` each way (a DFS or an object store in another zone: round trip twice the delay)."""
+class HostTool:
+    """A tool of ../shared/tools that keeps one instance per host (``TOOL up|status|down``): :meth:`up` reuses
+    one already up with this regime's parameters (and leaves it up), refuses one up with others, and
+    brings one up (and, at :meth:`down`, down) only when there is none."""
+
+    name: str  # the tool's file name
+    status_pattern: str  # what ``TOOL status`` prints when it is up, its parameters as groups
 
     tools: Path
-    delay: str
-    rate: str = "400mbit"
-    mount: Path = Path("/mnt/misa-dfs")
-    owned: bool = False  # set up by this bench (and so torn down by it)
+    mount: Path
+    owned: bool  # set up by this bench (and so torn down by it)
+
+    def up_args(self) -> list[str]:
+        """The options of ``TOOL up``."""
+        raise NotImplementedError
+
+    def mismatch(self, found: re.Match) -> str | None:
+        """How the instance that is up (its status, parsed) differs from this regime's parameters; None if not."""
+        raise NotImplementedError
 
     def command(self, verb: str) -> list[str]:
-        tool = [str(self.tools / "remote-dfs"), verb]
-        return tool + ["--mount", str(self.mount), "--rate", self.rate, "--delay", self.delay] if verb == "up" else tool
+        return [str(self.tools / self.name), verb, *(self.up_args() if verb == "up" else [])]
 
     def up(self) -> None:
         status = run_tool(self.command("status")).strip()
-        match = re.fullmatch(r"up: (\S+) at (\S+), one-way delay (\S+)", status)
+        found = re.fullmatch(self.status_pattern, status)
         if status == "down":
             run_tool(self.command("up"))
             self.owned = True
-        elif not match:
-            raise RegimeError(f"remote-dfs status said {status!r}: expected 'down' or 'up: DIR at RATE, ...'")
-        elif (
-            Path(match[1]) != self.mount
-            or match[2].lower() != self.rate.lower()
-            or not same_duration(match[3], self.delay)
-        ):
+        elif not found:
+            raise RegimeError(f"{self.name} status said {status!r}: expected 'down' or 'up: ...'")
+        elif difference := self.mismatch(found):
             raise RegimeError(
-                f"remote-dfs is up at {match[1]} with {match[2]} and a {match[3]} delay, not {self.mount} with "
-                f"{self.rate} and {self.delay}: run the bench with those, or bring it down (remote-dfs down) "
+                f"{self.name} is up {difference}: run the bench with those, or bring it down ({self.name} down) "
                 "once nothing uses it"
             )
 
@@ -110,6 +113,30 @@ class RemoteDfs:
         if self.owned:
             run_tool(self.command("down"))
             self.owned = False
+
+
+@dataclass
+class RemoteDfs(HostTool):
+    """``remote-dfs``: Spark's checkpoint and the durable state on an sshfs mount behind a shaped link with a
+    one-way ``delay`` each way (a DFS or an object store in another zone: round trip twice the delay)."""
+
+    name = "remote-dfs"
+    status_pattern = r"up: (\S+) at (\S+), one-way delay (\S+)"
+
+    tools: Path
+    delay: str
+    rate: str = "400mbit"
+    mount: Path = Path("/mnt/misa-dfs")
+    owned: bool = False
+
+    def up_args(self) -> list[str]:
+        return ["--mount", str(self.mount), "--rate", self.rate, "--delay", self.delay]
+
+    def mismatch(self, found: re.Match) -> str | None:
+        mount, rate, delay = found.groups()
+        if Path(mount) == self.mount and rate.lower() == self.rate.lower() and same_duration(delay, self.delay):
+            return None
+        return f"at {mount} with {rate} and a {delay} delay, not {self.mount} with {self.rate} and {self.delay}"
 
     def record(self) -> dict[str, Any]:
         delay_ms = parse_seconds(self.delay) * 1000
@@ -121,9 +148,12 @@ class RemoteDfs:
 
 
 @dataclass
-class SlowVolume:
+class SlowVolume(HostTool):
     """``slow-volume``: a throttled loop device (a network block volume such as gp3: 3,000 IOPS, 125 MB/s)
     for the working state and Spark's local dir."""
+
+    name = "slow-volume"
+    status_pattern = r"up: (\S+) \((\d+) read IOPS, (\d+) write IOPS, (\S+)/s\)"
 
     tools: Path
     mount: Path = Path("/mnt/misa-slow-volume")
@@ -134,35 +164,24 @@ class SlowVolume:
     owned: bool = False
     device: str = ""  # the loop device's name in /proc/diskstats, once up
 
-    def command(self, verb: str) -> list[str]:
-        tool = [str(self.tools / "slow-volume"), verb]
-        if verb != "up":
-            return tool
-        return tool + ["--mount", str(self.mount), "--size", self.size, "--read-iops", str(self.read_iops),
-                       "--write-iops", str(self.write_iops), "--bps", self.bps]  # fmt: skip
+    def up_args(self) -> list[str]:
+        return ["--mount", str(self.mount), "--size", self.size, "--read-iops", str(self.read_iops),
+                "--write-iops", str(self.write_iops), "--bps", self.bps]  # fmt: skip
+
+    def mismatch(self, found: re.Match) -> str | None:
+        mount, reads, writes, bps = found.groups()
+        if (Path(mount), int(reads), int(writes)) == (self.mount, self.read_iops, self.write_iops) and same_size(
+            bps, self.bps
+        ):
+            return None
+        return (
+            f"at {mount} with {reads}/{writes} read/write IOPS and {bps}/s, not {self.mount} with "
+            f"{self.read_iops}/{self.write_iops} and {self.bps}/s"
+        )
 
     def up(self) -> None:
-        status = run_tool(self.command("status")).strip()
-        match = re.fullmatch(r"up: (\S+) \((\d+) read IOPS, (\d+) write IOPS, (\S+)/s\)", status)
-        if status == "down":
-            run_tool(self.command("up"))
-            self.owned = True
-        elif not match:
-            raise RegimeError(f"slow-volume status said {status!r}: expected 'down' or 'up: DIR (... IOPS, ...)'")
-        elif (Path(match[1]), int(match[2]), int(match[3])) != (self.mount, self.read_iops, self.write_iops) or (
-            not same_size(match[4], self.bps)
-        ):
-            raise RegimeError(
-                f"slow-volume is up at {match[1]} with {match[2]}/{match[3]} read/write IOPS and {match[4]}/s, not "
-                f"{self.mount} with {self.read_iops}/{self.write_iops} and {self.bps}/s: run the bench with those, "
-                "or bring it down (slow-volume down) once nothing uses it"
-            )
+        super().up()
         self.device = mounted_device(self.mount)
-
-    def down(self) -> None:
-        if self.owned:
-            run_tool(self.command("down"))
-            self.owned = False
 
     def record(self) -> dict[str, Any]:
         return {"mount": str(self.mount), "read_iops": self.read_iops, "write_iops": self.write_iops,
