@@ -151,7 +151,9 @@ def test_series_per_mode_and_per_file():
     assert list(split_series([("x", no_mode), ("x", no_mode)])) == ["x", "x (2)"]
 
 
-def test_plot_draws_one_series_per_mode(tmp_path):
+@pytest.fixture
+def saved_figures(monkeypatch) -> list:
+    """Every matplotlib figure saved during the test, in order (they are still written)."""
     from matplotlib.figure import Figure
 
     saved: list[Figure] = []
@@ -161,10 +163,13 @@ def test_plot_draws_one_series_per_mode(tmp_path):
         saved.append(fig)
         return original(fig, *args, **kwargs)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Figure, "savefig", keep)
-        plot({"misa": _records("misa"), "baseline": _records("baseline", scale=2.0)}, tmp_path)
-    timeline, cdf = saved
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def test_plot_draws_one_series_per_mode(tmp_path, saved_figures):
+    plot({"misa": _records("misa"), "baseline": _records("baseline", scale=2.0)}, tmp_path)
+    timeline, cdf = saved_figures
     assert [t.get_text() for t in timeline.axes[0].get_legend().get_texts()] == ["misa", "baseline"]
     # latency, then the bytes uploaded (no series has the runtime's state read, merge or state size)
     assert [ax.get_title() for ax in timeline.axes] == ["batch latency", "bytes uploaded per commit"]
@@ -307,25 +312,16 @@ def test_the_timeline_overlays_both_modes_from_their_start_and_marks_the_restart
     assert native_line["merge_s"] == [None] * 7 and native_line["commit_lag"] == [None] * 7
 
 
-def test_the_figure_draws_latency_runtime_phases_uploads_and_state_size_with_the_restart(tmp_path, capsys):
-    from matplotlib.figure import Figure
-
+def test_the_figure_draws_latency_runtime_phases_uploads_and_state_size_with_the_restart(
+    tmp_path, capsys, saved_figures
+):
     path = _write(tmp_path / "metrics.jsonl", _two_modes_with_a_restart())
-    saved: list[Figure] = []
-    original = Figure.savefig
-
-    def keep(fig: Figure, *args, **kwargs):
-        saved.append(fig)
-        return original(fig, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Figure, "savefig", keep)
-        assert misa(["report", str(path), "--out", str(tmp_path / "out"), "--warmup", "3"]) == 0
+    assert misa(["report", str(path), "--out", str(tmp_path / "out"), "--warmup", "3"]) == 0
     out = capsys.readouterr().out
     assert "misa against native:" in out and out.index("side by side") > out.index("[native] ==")
     for name in ("latency_timeline.png", "latency_cdf.png"):
         _assert_png(tmp_path / "out" / name)
-    timeline_fig, cdf = saved
+    timeline_fig, cdf = saved_figures
     latency, phases, uploads, state = timeline_fig.axes[:4]
     assert latency.get_title() == (
         "batch latency; warm-up (3 batches a run) above the axis: misa to 9.0 s, native to 9.0 s"
