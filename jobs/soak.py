@@ -171,9 +171,16 @@ def max_hits(point: str, versions: int) -> int:
     """About how often ``point`` is hit in a run over ``versions`` versions (kills are drawn up to this)."""
     if point.startswith(("recovery.", "replay.")):  # once per recovery or replay
         return 2
+    if point == "mirror.after_remove":  # Spark removes log entries only at a replay in these short runs
+        return 2
     if point == "dfs.get":  # only when a version is restored from the DFS: each file of each shard
         return 4 * SHARDS
-    per_version = {"ckpt.after_local_checkpoint": SHARDS, "dfs.put": 4 * SHARDS}.get(point, 1)
+    per_version = {
+        "ckpt.after_local_checkpoint": SHARDS,
+        "dfs.put": 4 * SHARDS,
+        "mirror.put": 3,
+        "mirror.after_copy": 3,
+    }.get(point, 1)
     return per_version * versions
 
 

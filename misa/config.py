@@ -259,6 +259,14 @@ class MisaConfig:
     upload_threads: int = setting(
         "spark.misa.checkpoint.uploadThreads", "4", _int(1), "Files uploaded or downloaded in parallel."
     )
+    mirror_spark_log: bool = setting(
+        "spark.misa.checkpoint.mirrorSparkLog",
+        "true",
+        BOOL,
+        "Spark writes its own checkpoint (offsets, commits, source logs) to a local copy under the state dir, "
+        "and each version's upload mirrors it to the checkpoint location before its DFS marker (false: Spark "
+        "writes the checkpoint location itself, and the batch waits for those writes).",
+    )
     verify_reads: bool = setting(
         "spark.misa.checkpoint.verifyReads",
         "false",

@@ -22,6 +22,12 @@ class CommitRecord:
     upload_s: float = 0.0
     bytes_uploaded: int = 0
     bytes_reused: int = 0
+    files_uploaded: int = 0
+    log_files_mirrored: int = 0  # Spark's log files copied to (or removed from) the checkpoint location
+    log_requests: int = 0
+    log_mirror_s: float = 0.0
+    ack1_s: float = 0.0  # from the hand-over to ack 1
+    ack2_s: float = 0.0  # from the hand-over to ack 2
     compaction_running: int = 0
     restarts: int = 0
 

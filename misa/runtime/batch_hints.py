@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
+from checkpoint.location import Location
 from misa.config import MisaConfig
 from misa.runtime.next_input import NextInput
 from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_WINDOW_END, HintSpec, hint_frame
@@ -93,6 +94,11 @@ class BatchHints:
         self._ahead: Future | None = None  # the next batch's hints, extracted between batches
         self._stop_ahead = threading.Event()
         self._ahead_files = 0  # files of the next batch hinted so far
+
+    def follow_spark_log(self, checkpoint: Location) -> None:
+        """The query's Spark checkpoint (the copy Spark writes): the next input is what its log has not assigned."""
+        if self.next_input is not None:
+            self.next_input.follow(checkpoint)
 
     def ahead_found(self) -> bool:
         """Whether the next batch's hints come from its input read ahead (so it needs no hint job)."""

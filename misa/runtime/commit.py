@@ -31,6 +31,7 @@ from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failp
 from checkpoint.location import redact
 from checkpoint.owner import OwnershipError
 from misa.obs.records import CommitRecord, CommitStatus
+from misa.runtime.spark_mirror import SparkLogMirror
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
@@ -72,6 +73,7 @@ class _Task:
     error: CommitFailedError | None = None
     raised: bool = False  # the error reached a caller (close raises only errors nobody has seen)
     reported: bool = False
+    handed_over: float = field(default_factory=time.monotonic)
 
     @property
     def version(self) -> int:
@@ -91,9 +93,12 @@ class _Worker:
 class CommitController:
     """Commits versions of ``store`` in the configured mode and answers for their acks."""
 
-    def __init__(self, store: StateStore, view: StateView, mode: str | None = None):
+    def __init__(
+        self, store: StateStore, view: StateView, mode: str | None = None, spark_log: SparkLogMirror | None = None
+    ):
         self.store = store
         self.view = view
+        self.spark_log = spark_log  # Spark's checkpoint, mirrored before each version's DFS marker
         self.mode = mode or store.config.commit_mode
         self.timeout_s = store.config.commit_heartbeat_timeout_s
         self.max_restarts = store.config.commit_max_restarts
@@ -212,9 +217,14 @@ class CommitController:
         self._advance(task, APPLY, UPLOAD, fence)
 
     def _run_upload(self, task: _Task, fence: Fence) -> None:
+        record = task.record
+        if self.spark_log is not None:  # the log files this version needs are mirrored before its DFS marker
+            mirrored = self.spark_log.sync(fence)
+            record.log_files_mirrored = mirrored.files_copied + mirrored.files_removed
+            record.log_requests, record.log_mirror_s = mirrored.requests, mirrored.seconds
         stats = self.store.upload_and_retain(task.version, fence)  # DFS marker (ack 2), then GC; each file step fenced
-        task.record.upload_s = stats.seconds
-        task.record.bytes_uploaded, task.record.bytes_reused = stats.bytes_uploaded, stats.bytes_reused
+        record.upload_s, record.files_uploaded = stats.seconds, stats.files_uploaded
+        record.bytes_uploaded, record.bytes_reused = stats.bytes_uploaded, stats.bytes_reused
         self._advance(task, UPLOAD, DONE, fence)
 
     def _advance(self, task: _Task, expected: Stage, to: Stage, fence: Fence) -> None:
@@ -222,6 +232,11 @@ class CommitController:
             fence()  # under the lock: a replaced worker never moves a task its successor redoes
             if task.stage == expected:
                 task.stage = to
+                elapsed = time.monotonic() - task.handed_over
+                if to == UPLOAD:
+                    task.record.ack1_s = elapsed
+                elif self.mode != "nocommit":
+                    task.record.ack2_s = elapsed
                 newest = self._newest[to]
                 if self.mode != "nocommit":  # there, done means applied: no ack
                     self._newest[to] = task.version if newest is None else max(newest, task.version)

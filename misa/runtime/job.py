@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
-from checkpoint.location import spark_location
+from checkpoint.location import Location, spark_location
 from misa.config import STATE_FOLDER, ConfigError, MisaConfig
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
@@ -48,6 +48,7 @@ from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import RecoveryError, batch_gap_message, reconcile, require_fresh
 from misa.runtime.spark_log import SparkCheckpointLog
+from misa.runtime.spark_mirror import SparkLogMirror, spark_checkpoint_uri
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
 from prefetch.auto import AutoPolicy, AutoPrefetch, Sample
@@ -119,13 +120,25 @@ class StatefulJob:
             self.hints = BatchHints(self.config, operator, stages, manager, next_input)  # type: ignore[arg-type]
             policy = AutoPolicy(self.config.prefetch_auto_min_read_share, self.config.prefetch_auto_patience)
             self.auto = AutoPrefetch(policy) if auto else None
-        self.controller = CommitController(self.store, self.view)
+        self.spark_checkpoint, self.mirror = self._spark_checkpoint()
+        self.controller = CommitController(self.store, self.view, spark_log=self.mirror)
         self.version = self.store.version
         self._listener: Any = None
         self._started = False
         self._awaiting_first_batch = False
         self._state_phase = gc_paused if pause_gc else nothing_paused
         self.batch_running = threading.Lock()  # held during a batch: a stop on Ctrl-C waits for it to end
+
+    def _spark_checkpoint(self) -> tuple[Location, SparkLogMirror | None]:
+        """Where Spark writes its own checkpoint, and the mirror that copies it to the checkpoint location: with
+        ``spark.misa.checkpoint.mirrorSparkLog``, a local copy under the state dir (nocommit, which never
+        recovers, keeps it local without a mirror); else the checkpoint location itself."""
+        if not self.config.mirror_spark_log:
+            return self.checkpoint_location, None
+        mirror = SparkLogMirror(
+            self.store.root, self.checkpoint_location, self.config.retry_policy(), self.config.upload_threads
+        )
+        return mirror.local, None if self.config.commit_mode == "nocommit" else mirror
 
     def _default_state_dir(self) -> Path:
         """``CHECKPOINT/misa-local`` for a checkpoint location on this machine; elsewhere there is no default."""
@@ -150,16 +163,23 @@ class StatefulJob:
         query_id = SparkCheckpointLog(self.checkpoint_location).query_id()
         self.metrics.serve(query_name or query_id)
         self.store.claim(query_id)
+        if self.mirror is not None and self.mirror.prepare(self.store.check_owner):
+            self.store.forget_local_only()  # newer local versions went with the local copy Spark's log replaced
         if self.controller.mode == "nocommit":
-            require_fresh(self.store, self.checkpoint_location)
-        reconcile(self.store, self.checkpoint_location)  # loads the version Spark continues from
+            require_fresh(self.store, self.spark_checkpoint)
+        reconcile(self.store, self.spark_checkpoint)  # loads the version Spark continues from
+        if self.hints is not None:
+            self.hints.follow_spark_log(self.spark_checkpoint)
         self._adopt_loaded()
         self._awaiting_first_batch = True
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
-        writer = stream.writeStream.foreachBatch(self.run_batch).option(
-            "checkpointLocation", spark_location(self.checkpoint_location)
+        checkpoint = (
+            spark_checkpoint_uri(self.spark_checkpoint)
+            if self.spark_checkpoint is not self.checkpoint_location
+            else spark_location(self.checkpoint_location)
         )
+        writer = stream.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", checkpoint)
         if query_name:
             writer = writer.queryName(query_name)
         return writer.trigger(**trigger).start()
@@ -184,7 +204,7 @@ class StatefulJob:
             self.controller.close()
         except CommitFailedError as exc:
             log.warning("the previous run's commit failed: %s", exc)
-        self.controller = CommitController(self.store, self.view)
+        self.controller = CommitController(self.store, self.view, spark_log=self.mirror)
         if self._listener is not None:
             spark.streams.removeListener(self._listener)
             self._listener = None
@@ -369,9 +389,12 @@ class StatefulJob:
         self.metrics.add_listener(listener)
 
     def close(self, spark: SparkSession | None = None) -> None:
-        """Wait for every commit to be durable, then release the state (and the metrics listener)."""
+        """Wait for every commit to be durable and mirror Spark's last log entries, then release the state (and
+        the metrics listener)."""
         try:
             self.controller.drain()
+            if self.mirror is not None and self._started:
+                self.mirror.sync(self.store.check_owner)
         finally:
             if spark is not None and self._listener is not None:
                 self.metrics.wait_reported()

@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 
 from pyspark.sql import DataFrame
 
+from checkpoint.location import Location
 from misa.runtime.hadoop_fs import resolve_location
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,10 @@ class NextInput(Protocol):
     def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
         """The input the next batch will read, as far as it has arrived, less the files in ``skip``."""
 
+    def follow(self, checkpoint: Location) -> None:
+        """Called at start with where the query's Spark checkpoint is (the local copy Spark writes, when the
+        runtime mirrors it), for sources whose log there says what a batch read."""
+
 
 class FileSourcePeek:
     """The arrived, unassigned files of a file source reading ``input_location`` (source ``source`` of the query)."""
@@ -53,12 +58,16 @@ class FileSourcePeek:
         source: int = 0,
     ):
         self.fs, self.input = resolve_location(input_location).filesystem()  # both where Spark reads them
-        log_fs, root = resolve_location(checkpoint_location).filesystem()
-        self._log_fs, self._log = log_fs, posixpath.join(root, "sources", str(source))
+        self.source = source
+        self.follow(resolve_location(checkpoint_location))
         self.read = read
         self.max_files = max_files
         self._assigned: set[str] = set()  # base names of files some batch read
         self._read_through = -1  # the newest log entry read
+
+    def follow(self, checkpoint: Location) -> None:
+        log_fs, root = checkpoint.filesystem()
+        self._log_fs, self._log = log_fs, posixpath.join(root, "sources", str(self.source))
 
     def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
         try:

@@ -276,6 +276,14 @@ class StateStore:
         longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
         self.checkpoints.forget_after(version)
 
+    def forget_local_only(self) -> None:
+        """Forget local versions newer than the newest durable one: they belong to a run whose Spark checkpoint
+        is gone (its batches are replayed from the mirrored log)."""
+        durable = self.newest_durable()
+        for version in [v for v in self.checkpoints.local.versions() if durable is None or v > durable]:
+            log.warning("forgetting local version %d: the local copy of Spark's checkpoint was replaced", version)
+            self.checkpoints.local.forget(version)
+
     def repair_durable(self) -> None:
         """Heal the DFS copy of every durable version from its intact local copy, in the background, so that
         a restart with nothing to replay still heals the copies a new machine would restore (see
