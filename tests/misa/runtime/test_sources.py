@@ -15,11 +15,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from checkpoint.location import parse
+from checkpoint.retry import RetryPolicy
 from misa.config import MisaConfig
 from misa.io.quarantine import Quarantine, parse_json_lines, read_quarantine
 from misa.operators.aggregation import Agg, Aggregation
 from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek
+from misa.runtime.spark_mirror import SparkLogMirror
 
 Outputs = dict[int, list[dict]]  # batch id -> its output rows, sorted
 
@@ -127,9 +130,10 @@ def test_an_offset_based_source_is_replayed_from_sparks_offsets_log_as_plain_spa
     first = rate_job(tmp_path, sink)
     run_until(spark, first, "rate-micro-batch", options, 2)
     committed = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
-    if first.version == committed:  # as if the driver died after the state's commit, before Spark's
-        for name in (str(committed), f".{committed}.crc"):
-            (ckpt / "commits" / name).unlink(missing_ok=True)
+    if first.version == committed:  # as if the driver died after the state's commit, before Spark's (which the
+        for log_dir in (first.spark_checkpoint.local, ckpt):  # local copy Spark writes holds, the mirror too)
+            for name in (str(committed), f".{committed}.crc"):
+                (log_dir / "commits" / name).unlink(missing_ok=True)
     replayed = first.version  # else the stop came in between: the state is ahead already
     planned = (ckpt / "offsets" / str(replayed)).read_text()
     second = rate_job(tmp_path, sink)
@@ -219,19 +223,30 @@ def test_a_batch_whose_rows_yield_no_deltas_is_counted(spark, tmp_path):
     assert read_quarantine(tmp_path / "bad") == ['{"k": -3}', '{"k": 1, "x": "a"}']
 
 
-def test_a_temp_file_left_by_a_kill_during_sparks_first_offsets_write_does_not_block_the_restart(spark, tmp_path):
-    """A driver killed while Spark wrote its first offsets entry leaves ``offsets/.0.<uuid>.tmp``; Spark then
-    refuses batch 0 (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) on every restart. Recovery removes it."""
+@pytest.mark.parametrize("mirrored", [True, False], ids=["local-copy", "spark-writes-the-location"])
+def test_a_temp_file_left_by_a_kill_during_sparks_first_offsets_write_does_not_block_the_restart(
+    spark, tmp_path, mirrored
+):
+    """A driver killed while Spark wrote its first offsets entry leaves ``offsets/.0.<uuid>.tmp`` where Spark
+    writes (the local copy, or the location itself without the mirror); Spark then refuses batch 0
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) on every restart. Recovery removes it."""
     ckpt = tmp_path / "ckpt"
-    (ckpt / "offsets").mkdir(parents=True)
-    (ckpt / "offsets" / ".0.0b6d1e1f-2f5e-4a55-9c1a-0c6f1d9e2a11.tmp").touch()
+    spark_dir = ckpt
+    if mirrored:  # the killed start had made its local copy (and its index) before Spark wrote
+        mirror = SparkLogMirror(ckpt / "misa-local", parse(str(ckpt)), RetryPolicy())
+        mirror.prepare()
+        spark_dir = mirror.local_root
+    (spark_dir / "offsets").mkdir(parents=True)
+    (spark_dir / "offsets" / ".0.0b6d1e1f-2f5e-4a55-9c1a-0c6f1d9e2a11.tmp").touch()
     outputs: dict[int, pa.Table] = {}
     job = StatefulJob(
         Aggregation(["k"], [Agg("n", "count", "value")]),
         outputs.__setitem__,
         str(ckpt),
         upstream=lambda df: df.select((F.col("value") % 3).alias("k"), F.col("value")),
-        config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+        config=MisaConfig.from_mapping(
+            {"spark.misa.state.shards": "1", "spark.misa.checkpoint.mirrorSparkLog": str(mirrored).lower()}
+        ),
         metrics_path=str(tmp_path / "metrics.jsonl"),
         echo=None,
     )
@@ -246,4 +261,4 @@ def test_a_temp_file_left_by_a_kill_during_sparks_first_offsets_write_does_not_b
     finally:
         query.stop()
         job.close(spark)
-    assert not [p.name for p in (ckpt / "offsets").iterdir() if p.name.endswith(".tmp")]
+    assert not [p.name for p in (spark_dir / "offsets").iterdir() if p.name.endswith(".tmp")]
