@@ -63,6 +63,7 @@ from jobs.ysb import REDIS_URL_ENV
 from misa.config import parse_bytes, parse_seconds
 from misa.io.redis_server import RedisServer
 from misa.obs.report import load_metrics
+from misa.runtime.spark_mirror import LOCAL_COPY
 from misa.units import human_bytes
 
 
@@ -94,15 +95,23 @@ class LiveRun:
     target: str
     folder: Path  # the run's folder on the target: Spark's checkpoint, durable state, output
     work: Path  # the run's local folder: input folder, local state, metrics, log
+    local: Path  # the runtime's working state and Spark's local dir (on the state volume in that regime)
     arrivals: list[Arrival] = field(default_factory=list)
     feed_stopped: float = 0.0
     stopped: float = 0.0
     disk: DiskSampler | None = None  # the state volume's reads, sampled during the run
 
+    @property
+    def spark_log(self) -> Path:
+        """Where Spark writes its checkpoint: the runtime's local copy of it when there is one (it mirrors that
+        to the checkpoint location, a batch behind), else the checkpoint location."""
+        local_copy = self.local / "state" / LOCAL_COPY
+        return local_copy if (local_copy / "metadata").exists() else self.folder / "checkpoint"
+
     def result(self, trigger_s: float, warmup: int) -> dict:
         """The run's figures (see the module docstring)."""
-        checkpoint, metrics = self.folder / "checkpoint", self.work / "metrics.jsonl"
-        batch_of, ends = file_batches(checkpoint), batch_ends(metrics)
+        metrics = self.work / "metrics.jsonl"
+        batch_of, ends = file_batches(self.spark_log), batch_ends(metrics)
         measured = [a for a in self.arrivals if batch_of.get(a.name, warmup) >= warmup]  # not the warm-up's
         latency, records = end_to_end(measured, batch_of, ends, self.stopped)
         files, backlog = backlog_at(self.arrivals, batch_of, ends, self.feed_stopped)
@@ -294,8 +303,9 @@ def _measure(
     trigger_s: float,
 ) -> dict:
     name = "-".join(filter(None, (query, mode, variant.name, str(int(rate)))))
-    live = LiveRun(query, mode, variant.name, rate, target, folder / name, args.work / "runs" / f"{target}-{name}")
-    local = env.volume.mount / "bench-live" / f"{target}-{name}" if env.volume else live.work
+    work = args.work / "runs" / f"{target}-{name}"
+    local = env.volume.mount / "bench-live" / f"{target}-{name}" if env.volume else work
+    live = LiveRun(query, mode, variant.name, rate, target, folder / name, work, local)
     for stale in (live.folder, live.work, local):
         shutil.rmtree(stale, ignore_errors=True)
     live.work.mkdir(parents=True)
@@ -406,7 +416,7 @@ def _drain(live: LiveRun, files: list[Path], timeout_s: float, process: subproce
     deadline = time.monotonic() + timeout_s
     names = {f.name for f in files}
     while time.monotonic() < deadline and process.poll() is None:
-        done = file_batches(live.folder / "checkpoint")
+        done = file_batches(live.spark_log)
         ends = batch_ends(live.work / "metrics.jsonl")
         if all(name in done and done[name] in ends for name in names):
             return

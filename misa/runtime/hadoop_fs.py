@@ -140,6 +140,15 @@ class HadoopFileSystem(AbstractFileSystem):
         if not fs.delete(jpath, False) and not fs.exists(jpath):
             raise FileNotFoundError(path)
 
+    def mv(self, path1: str, path2: str, **kwargs: Any) -> None:
+        """Rename ``path1`` over ``path2`` (Hadoop's rename does not replace a file: the old one goes first)."""
+        fs, source = self._fs_path(path1)
+        target = self._fs_path(path2)[1]
+        if not fs.rename(source, target):
+            fs.delete(target, False)
+            if not fs.rename(source, target):
+                raise OSError(f"could not rename {path1} to {path2}")
+
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         fs, jpath = self._fs_path(path)
         fs.mkdirs(jpath)

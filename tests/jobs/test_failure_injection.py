@@ -6,6 +6,7 @@ command, must end with exactly the reference's output, every row of every batch 
 lost, nothing counted twice, no stale row written again.
 """
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -70,9 +71,27 @@ def test_kill_after_the_next_batch_was_planned_then_restart_replays_the_same_bat
         "cm2", "misa", data, tmp_path, failpoints="ckpt.before_flush=sleep(4000);ckpt.after_local_checkpoint=kill(3)"
     )
     assert killed.returncode == 128 + 9, killed.stderr[-3000:]
-    assert (tmp_path / "ckpt" / "offsets" / "2").exists() and not (tmp_path / "ckpt" / "commits" / "2").exists()
+    spark_log = tmp_path / "ckpt" / "misa-local" / "spark-checkpoint"  # the local copy Spark writes
+    assert (spark_log / "offsets" / "2").exists() and not (spark_log / "commits" / "2").exists()
     done = spark_submit("cm2", "misa", data, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_output(tmp_path, expected)
+
+
+@pytest.mark.slow
+def test_kills_while_sparks_log_is_mirrored_then_restarts_on_wiped_disks_are_exactly_once(data, expected, tmp_path):
+    """Each run is killed while Spark's own checkpoint is mirrored to the checkpoint location, and the next
+    starts as on a new machine (the local disk wiped: the working state and Spark's local copy), so it
+    restores Spark's log from the mirror and the state from the DFS; the whole output equals the reference's."""
+    local_disk = tmp_path / "ckpt" / "misa-local"
+    for point, hit in (("mirror.put", 5), ("mirror.after_copy", 4), ("ckpt.after_dfs_marker", 3)):
+        killed = spark_submit("cm2", "misa", data, tmp_path, failpoints=f"{point}=kill({hit})")
+        assert killed.returncode == 128 + 9, (point, killed.stderr[-3000:])
+        assert f"failpoint {point}: killing process" in killed.stdout, point
+        shutil.rmtree(local_disk)
+    done = spark_submit("cm2", "misa", data, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "restoring Spark's checkpoint from" in done.stdout
     assert_same_output(tmp_path, expected)
 
 

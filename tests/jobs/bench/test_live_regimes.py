@@ -46,7 +46,8 @@ def test_the_volume_holds_the_working_state_and_sparks_local_dir_with_direct_rea
     assert env.regimes["state_volume"] == {"mount": "/mnt/v", "read_iops": 3000, "write_iops": 3000, "bps": "125m",
         "device": "loop7", "cache_bytes": 512 << 10, "memory_bytes": 2 * (512 << 10) + 2 * 2 * (128 << 10)}  # fmt: skip
     assert "direct reads" in env.notes[0] and "Spark's store keeps the page cache" in env.notes[0]
-    run = LiveRun("cm2", "misa", "", 100, "local", tmp_path / "t" / "cm2-misa-100", tmp_path / "w" / "runs" / "r")
+    work = tmp_path / "w" / "runs" / "r"
+    run = LiveRun("cm2", "misa", "", 100, "local", tmp_path / "t" / "cm2-misa-100", work, work)
     local = Path("/mnt/v/bench-live/local-cm2-misa-100")
     command, _ = job_command(args, env, run, tmp_path / "feed", local, ("spark.misa.prefetch.enabled=true",))
     conf = conf_of(command)
@@ -99,7 +100,7 @@ def test_ysb_gets_the_benchs_redis_through_the_environment_and_native_runs_as_a_
         proxy = regimes.entered["redis"]
         assert f":{proxy.listen_port}/" in env.redis.url and env.regimes["redis"]["rtt_ms"] == 1.0
         for mode in ("misa", "native"):
-            run = LiveRun("ysb", mode, "", 100, "local", tmp_path / "t", tmp_path / "w")
+            run = LiveRun("ysb", mode, "", 100, "local", tmp_path / "t", tmp_path / "w", tmp_path / "w")
             command, job_env = job_command(args, env, run, tmp_path / "feed", tmp_path / "w", ())
             assert job_env["MISA_REDIS_URL"] == env.redis.url and env.redis.url not in " ".join(command)
             assert ("--native-stream" in command) == (mode == "native")
