@@ -54,6 +54,7 @@ from .manifest import (
     shard_dir,
     version_of,
 )
+from .requests import CountedFileSystem
 from .retry import CorruptCheckpointError, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ class UploadStats:
     files_repaired: int = 0  # uploaded again: damaged on the DFS, or deleted since this process verified them
     bytes_uploaded: int = 0
     bytes_reused: int = 0
+    requests: int = 0  # calls to the DFS (listings, writes, size checks, manifests, marker)
+    retention_requests: int = 0  # calls of the retention GC that followed (set by the caller that ran it)
     seconds: float = 0.0
 
 
@@ -134,6 +137,7 @@ class GcStats:
     deleted_files: int = 0
     deleted_bytes: int = 0
     damaged: dict[int, str] = field(default_factory=dict)  # version -> why it cannot be read
+    requests: int = 0  # calls to the DFS (listings, reads of manifests not cached, deletes)
 
 
 class DfsCheckpoints:
@@ -142,11 +146,12 @@ class DfsCheckpoints:
     def __init__(self, url: str, retry: RetryPolicy, threads: int = 4, verify_reads: bool = False):
         self.url = url
         self.shown = redact(url)  # what messages and logs show: credentials masked
-        self.fs, self.root = fsspec.core.url_to_fs(url)
+        fs, self.root = fsspec.core.url_to_fs(url)
+        self._local = isinstance(fs, LocalFileSystem)  # the only backend here with symbolic links
+        self.fs = CountedFileSystem(fs)
         self.retry = retry
         self.threads = max(1, threads)
         self.verify_reads = verify_reads
-        self._local = isinstance(self.fs, LocalFileSystem)  # the only backend here with symbolic links
         # remote path -> fingerprint of each file this process uploaded or read back with the right digest
         self._verified: dict[str, tuple] = {}
         self._committed: dict[int, list[ShardManifest]] = {}  # manifests this process committed or read for GC
@@ -297,7 +302,7 @@ class DfsCheckpoints:
         marker (ack 2). A file on the DFS is reused only once verified (see the module docstring); a
         damaged or deleted one is uploaded again from the local copy. ``fence`` is called before each
         file, manifest and the marker are written."""
-        started = time.monotonic()
+        started, calls = time.monotonic(), self.fs.calls
         self.guard()
         stats = UploadStats(version)
         found = self._check_files(_files_of(manifests), Check.UNVERIFIED)
@@ -319,16 +324,19 @@ class DfsCheckpoints:
         stats.files_uploaded = len(todo)
         stats.bytes_uploaded = sum(entry.size for _, entry, _ in todo)
         failpoints.hit("ckpt.after_upload")
-        for manifest in manifests:
+
+        def write_manifest(manifest: ShardManifest) -> None:
             fence()
             self._write_small(manifest_path(manifest.shard, version), manifest.to_json())
+
+        self._parallel(write_manifest, manifests)
         failpoints.hit("ckpt.after_manifest")
         fence()
         self.guard()
         self._write_small(marker_path(version), CommitMarker.for_manifests(version, manifests).to_json())
         self._committed[version] = list(manifests)
         failpoints.hit("ckpt.after_dfs_marker")
-        stats.seconds = time.monotonic() - started
+        stats.seconds, stats.requests = time.monotonic() - started, self.fs.calls - calls
         return stats
 
     def _put(self, local: Path, entry: FileEntry, remote: str, fence: Fence = no_fence) -> None:
@@ -474,12 +482,21 @@ class DfsCheckpoints:
         ``fence`` is called before the first listing and before each delete."""
         check_retain(retain)
         fence()
+        calls = self.fs.calls
         self.guard()
         stats = GcStats()
+        try:
+            self._collect(retain, fence, stats)
+        finally:
+            stats.requests = self.fs.calls - calls
+        return stats
+
+    def _collect(self, retain: int, fence: Fence, stats: GcStats) -> None:
+        """The GC of :meth:`gc`, its outcome in ``stats``."""
         committed = self.committed_versions()
         keep, referenced = self._retained(committed, retain, stats)
         if not keep:
-            return stats
+            return
         failpoints.hit("gc.before_delete")
         expired = committed[: len(committed) - len(keep)]
         self.forget(expired, fence)  # markers go first: never a committed version with missing files
@@ -499,7 +516,6 @@ class DfsCheckpoints:
         with self._lock:
             for relative in doomed:
                 self._verified.pop(relative, None)
-        return stats
 
     def _retained(self, committed: list[int], retain: int, stats: GcStats) -> tuple[list[int], set[str]]:
         """The versions GC keeps (the newest of ``committed``, down to the ``retain``-th that can be read)

@@ -449,6 +449,17 @@ def _line(row: dict) -> str:
     )
 
 
+COMMIT_COLUMNS = (
+    "upload_requests",
+    "retention_requests",
+    "log_requests",
+    "bytes_uploaded",
+    "upload_s",
+    "log_mirror_s",
+    "ack1_p50",
+    "ack2_p50",
+    "ack2_p99",
+)
 PHASES = (
     "compute_s",
     "state_read_s",
@@ -512,6 +523,20 @@ def markdown(rows: list[dict], capacity: bool, notes: Sequence[str] = ()) -> str
     for r in rows:
         if r["phases"]:
             cells = " | ".join("-" if r["phases"].get(p) is None else f"{r['phases'][p]:.3f}" for p in PHASES)
+            lines.append(f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {cells} |")
+    committing = [r for r in rows if r.get("commit")]
+    if committing:
+        lines += [
+            "",
+            "The commit, mean per version (requests: calls to the DFS client; ack times from the hand-over, s):",
+            "",
+            "| query | target | mode | rate | " + " | ".join(c.replace("_", " ") for c in COMMIT_COLUMNS) + " |",
+            "|" + " --- |" * 4 + " ---: |" * len(COMMIT_COLUMNS),
+        ]
+        for r in committing:
+            cells = " | ".join(
+                human_bytes(r["commit"][c]) if c.startswith("bytes") else _count(r["commit"][c]) for c in COMMIT_COLUMNS
+            )
             lines.append(f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {cells} |")
     prefetching = [r for r in rows if r.get("prefetch")]
     if prefetching:

@@ -96,6 +96,7 @@ def batch_latency(metrics: Path, warmup: int) -> dict[str, float | int | None]:
     return {
         "batches": len(kept),
         "prefetch": prefetch_per_batch(kept),
+        "commit": commit_cost(commits),
         "batch_p50": float(np.percentile(latency, 50)) if len(latency) else None,
         "batch_p99": float(np.percentile(latency, 99)) if len(latency) else None,
         "state_keys": max((r.get("state_keys") or 0 for r in kept), default=0) or None,
@@ -103,6 +104,33 @@ def batch_latency(metrics: Path, warmup: int) -> dict[str, float | int | None]:
         # the runtime's RocksDB (live SST files of every shard) or Spark's (its rocksdbSstFileSize metric)
         "sst_bytes": max((r.get("sst_bytes") or r.get("spark_state_sst_bytes") or 0 for r in kept), default=0) or None,
         "phases": phases,
+    }
+
+
+def commit_cost(commits: Sequence[dict]) -> dict[str, float] | None:
+    """What a version's commit cost, mean per version: requests to the DFS (the upload, the retention GC after
+    it, the mirror of Spark's log), bytes uploaded, and the time from the hand-over to ack 1 and to ack 2
+    (p50 and p99). None without commits (nocommit and the native modes)."""
+    if not commits:
+        return None
+
+    def mean(name: str) -> float:
+        return float(np.mean([c.get(name) or 0 for c in commits]))
+
+    ack1, ack2 = (np.array([c.get(k) or 0.0 for c in commits], float) for k in ("ack1_s", "ack2_s"))
+    return {
+        "versions": len(commits),
+        "upload_requests": mean("dfs_requests"),
+        "retention_requests": mean("retention_requests"),
+        "log_requests": mean("log_requests"),
+        "bytes_uploaded": mean("bytes_uploaded"),
+        "log_files": mean("log_files_mirrored"),
+        "ack1_p50": float(np.percentile(ack1, 50)),
+        "ack1_p99": float(np.percentile(ack1, 99)),
+        "ack2_p50": float(np.percentile(ack2, 50)),
+        "ack2_p99": float(np.percentile(ack2, 99)),
+        "upload_s": mean("upload_s"),
+        "log_mirror_s": mean("log_mirror_s"),
     }
 
 

@@ -23,6 +23,8 @@ class CommitRecord:
     bytes_uploaded: int = 0
     bytes_reused: int = 0
     files_uploaded: int = 0
+    dfs_requests: int = 0  # calls to the DFS of the upload (listings, files, manifests, marker)
+    retention_requests: int = 0  # calls to the DFS of the retention GC after it
     log_files_mirrored: int = 0  # Spark's log files copied to (or removed from) the checkpoint location
     log_requests: int = 0
     log_mirror_s: float = 0.0

@@ -224,6 +224,7 @@ class CommitController:
             record.log_requests, record.log_mirror_s = mirrored.requests, mirrored.seconds
         stats = self.store.upload_and_retain(task.version, fence)  # DFS marker (ack 2), then GC; each file step fenced
         record.upload_s, record.files_uploaded = stats.seconds, stats.files_uploaded
+        record.dfs_requests, record.retention_requests = stats.requests, stats.retention_requests
         record.bytes_uploaded, record.bytes_reused = stats.bytes_uploaded, stats.bytes_reused
         self._advance(task, UPLOAD, DONE, fence)
 

@@ -42,6 +42,7 @@ from checkpoint import Fence, failpoints, no_fence
 from checkpoint.local import write_atomically
 from checkpoint.location import Location, local_location
 from checkpoint.owner import this_driver
+from checkpoint.requests import CountedFileSystem
 from checkpoint.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ class SparkLogMirror:
         self.local_root = state_dir / LOCAL_COPY
         self.index_path = state_dir / f"{LOCAL_COPY}.json"
         self.remote = remote
-        self.fs, self.root = remote.filesystem()
+        fs, self.root = remote.filesystem()
+        self.fs = CountedFileSystem(fs)
         self.retry = retry
         self.threads = threads
         scheme = remote.url.split("://", 1)[0].lower() if "://" in remote.url else "file"
@@ -82,8 +84,6 @@ class SparkLogMirror:
         self._mirror_id = ""
         self._mirrored: Snapshot = {}  # what the mirror holds, as the local file was when it was copied
         self._folders: set[str] = set()  # folders of the mirror known to exist
-        self._requests = 0  # requests to the mirror's file system
-        self._counting = threading.Lock()
         self._lock = threading.Lock()  # one step at a time (a replaced upload thread may still be in one)
 
     @property
@@ -179,7 +179,7 @@ class SparkLogMirror:
     def _sync(self, fence: Fence) -> MirrorStats:
         started = time.monotonic()
         stats = MirrorStats()
-        self._requests = 0
+        calls = self.fs.calls
         current = self._snapshot()
         changed = [rel for rel, stamp in current.items() if self._mirrored.get(rel) != stamp]
         removed = [rel for rel in self._mirrored if rel not in current]
@@ -198,7 +198,7 @@ class SparkLogMirror:
             failpoints.hit("mirror.after_remove")
         if changed or removed:
             self._write_index()
-        stats.requests = self._requests
+        stats.requests = self.fs.calls - calls
         stats.seconds = time.monotonic() - started
         return stats
 
@@ -219,16 +219,13 @@ class SparkLogMirror:
             failpoints.hit("mirror.put")
             if folder not in self._folders:
                 self.fs.makedirs(folder, exist_ok=True)
-                self._count(1)
                 self._folders.add(folder)
             if not self._renames:
                 self.fs.pipe_file(path, data)
-                self._count(1)
                 return
             tmp = posixpath.join(folder, f".{posixpath.basename(path)}.misa-tmp")
             self.fs.pipe_file(tmp, data)
             self.fs.mv(tmp, path)
-            self._count(2)
 
         self.retry.call(f"mirror of {rel} to {self.remote}", attempt)
 
@@ -236,7 +233,6 @@ class SparkLogMirror:
         fence()
 
         def attempt() -> None:
-            self._count(1)
             try:
                 self.fs.rm_file(self._abs(rel))
             except FileNotFoundError:
@@ -261,10 +257,6 @@ class SparkLogMirror:
     def _write_index(self) -> None:
         index = {"mirror": self._mirror_id, "files": {k: list(v) for k, v in sorted(self._mirrored.items())}}
         write_atomically(self.index_path, json.dumps(index).encode())
-
-    def _count(self, requests: int) -> None:
-        with self._counting:
-            self._requests += requests
 
     def _abs(self, rel: str) -> str:
         return posixpath.join(self.root, rel)

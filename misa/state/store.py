@@ -295,7 +295,7 @@ class StateStore:
         (GC of versions past ``spark.misa.checkpoint.retainVersions``) as a step of its own. ``fence`` is
         called before each file step of both."""
         stats = self.checkpoints.upload(version, fence)
-        self.checkpoints.gc(newest_durable=version, fence=fence)
+        stats.retention_requests = self.checkpoints.gc(newest_durable=version, fence=fence).requests
         return stats
 
     # ------------------------------------------------------------------ lifecycle
