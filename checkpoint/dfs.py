@@ -296,10 +296,16 @@ class DfsCheckpoints:
 
     # ------------------------------------------------------------------ upload
     def upload(
-        self, version: int, manifests: list[ShardManifest], local_dirs: list[Path], fence: Fence = no_fence
+        self,
+        version: int,
+        manifests: list[ShardManifest],
+        local_dirs: list[Path],
+        fence: Fence = no_fence,
+        before_marker: Callable[[], object] | None = None,
     ) -> UploadStats:
         """Upload the files of ``version`` that the DFS lacks or holds damaged, then its manifests, then its
-        marker (ack 2). A file on the DFS is reused only once verified (see the module docstring); a
+        marker (ack 2); ``before_marker`` (what else the version's ack 2 must cover) is called just before it.
+        A file on the DFS is reused only once verified (see the module docstring); a
         damaged or deleted one is uploaded again from the local copy. ``fence`` is called before each
         file, manifest and the marker are written."""
         started, calls = time.monotonic(), self.fs.calls
@@ -331,6 +337,8 @@ class DfsCheckpoints:
 
         self._parallel(write_manifest, manifests)
         failpoints.hit("ckpt.after_manifest")
+        if before_marker is not None:
+            before_marker()
         fence()
         self.guard()
         self._write_small(marker_path(version), CommitMarker.for_manifests(version, manifests).to_json())

@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import rocksdict
 
@@ -81,11 +81,13 @@ class CheckpointStore:
         self.local.commit(version, manifests, fence)
         return LocalCommit(version, manifests, time.monotonic() - started)
 
-    def upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
-        """Copy a locally committed version to the DFS; returns once its DFS marker is written.
-        ``fence`` is called before each file step."""
+    def upload(
+        self, version: int, fence: Fence = no_fence, before_marker: Callable[[], object] | None = None
+    ) -> UploadStats:
+        """Copy a locally committed version to the DFS; returns once its DFS marker is written (after
+        ``before_marker``, when given, returned). ``fence`` is called before each file step."""
         self._await_repair(fence)
-        return self._upload(version, fence)
+        return self._upload(version, fence, before_marker)
 
     def start_repair(self) -> None:
         """In the background, check the DFS copy of every committed version that has a valid local copy and
@@ -119,10 +121,12 @@ class CheckpointStore:
         while not self._no_repair.wait(0.05):
             fence()
 
-    def _upload(self, version: int, fence: Fence = no_fence) -> UploadStats:
+    def _upload(
+        self, version: int, fence: Fence = no_fence, before_marker: Callable[[], object] | None = None
+    ) -> UploadStats:
         manifests = self.local.manifests(version)
         folders = [self.local.checkpoint_dir(m.shard, version) for m in manifests]
-        return self.dfs.upload(version, manifests, folders, fence)
+        return self.dfs.upload(version, manifests, folders, fence, before_marker)
 
     def gc(self, newest_durable: int, fence: Fence = no_fence) -> GcStats:
         """Retention on both levels; local versions newer than ``newest_durable`` are kept.

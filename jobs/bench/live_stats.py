@@ -110,8 +110,8 @@ def batch_latency(metrics: Path, warmup: int) -> dict[str, float | int | None]:
 def commit_cost(commits: Sequence[dict]) -> dict[str, float] | None:
     """What a version's commit cost, mean per version: requests to the DFS (the upload, the retention GC after
     it, the mirror of Spark's log), bytes uploaded, and the time from the hand-over to ack 1 and to ack 2
-    (p50 and p99). None without commits (nocommit and the native modes)."""
-    if not commits:
+    (p50 and p99). None without commits that reach ack 1 (nocommit and the native modes)."""
+    if not any(c.get("ack1_s") for c in commits):
         return None
 
     def mean(name: str) -> float:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
@@ -73,6 +74,7 @@ class _Task:
     error: CommitFailedError | None = None
     raised: bool = False  # the error reached a caller (close raises only errors nobody has seen)
     reported: bool = False
+    retained: bool = False  # the retention GC after its ack 2 has run (its record is complete)
     handed_over: float = field(default_factory=time.monotonic)
 
     @property
@@ -99,6 +101,7 @@ class CommitController:
         self.store = store
         self.view = view
         self.spark_log = spark_log  # Spark's checkpoint, mirrored before each version's DFS marker
+        self._mirroring = ThreadPoolExecutor(1, thread_name_prefix="misa-mirror") if spark_log else None
         self.mode = mode or store.config.commit_mode
         self.timeout_s = store.config.commit_heartbeat_timeout_s
         self.max_restarts = store.config.commit_max_restarts
@@ -138,11 +141,15 @@ class CommitController:
             self._check_workers()
 
     def drain(self) -> None:
-        """Wait until every handed-over version is durable (or raise the first failed commit's error)."""
+        """Wait until every handed-over version is durable and its retention ran (or raise the first failed
+        commit's error)."""
         with self._cv:
             versions = sorted(self._tasks)
         for version in versions:
             self.wait_durable(version)
+        with self._cv:
+            while not self._closed and any(self._retention_pending(t) for t in self._tasks.values()):
+                self._cv.wait(0.2)
 
     def loaded(self, version: int) -> None:
         """The state was loaded at ``version`` (recovery or a replay, with nothing pending): it has both acks,
@@ -157,10 +164,16 @@ class CommitController:
             pending = tuple(sorted(v for v, t in self._tasks.items() if t.stage != DONE))
             return CommitStatus(pending, self._newest[UPLOAD], self._newest[DONE])
 
+    def _retention_pending(self, task: _Task) -> bool:
+        """Whether ``task`` is durable and its retention is still to run (never in nocommit, which has none)."""
+        return task.stage == DONE and not task.retained and self.mode != "nocommit" and task.error is None
+
     def finished(self) -> list[CommitRecord]:
-        """Records of commits that became durable since the last call."""
+        """Records of commits that became durable, with the retention after them, since the last call."""
         with self._cv:
-            done = [t for t in self._tasks.values() if t.stage == DONE and not t.reported]
+            done = [
+                t for t in self._tasks.values() if t.stage == DONE and not t.reported and not self._retention_pending(t)
+            ]
             for task in done:
                 task.reported = True
             for version in [v for v, t in self._tasks.items() if t.reported]:
@@ -176,6 +189,8 @@ class CommitController:
         for worker in self._workers.values():
             if worker.thread is not None:
                 worker.thread.join(timeout=5)
+        if self._mirroring is not None:
+            self._mirroring.shutdown(wait=True)
         with self._cv:
             for worker in self._workers.values():
                 if worker.error is not None:
@@ -217,16 +232,31 @@ class CommitController:
         self._advance(task, APPLY, UPLOAD, fence)
 
     def _run_upload(self, task: _Task, fence: Fence) -> None:
+        """Upload the version and mirror Spark's log at once, both before the DFS marker (ack 2); then retention,
+        which the batches do not wait for. Each file step is fenced."""
         record = task.record
-        if self.spark_log is not None:  # the log files this version needs are mirrored before its DFS marker
-            mirrored = self.spark_log.sync(fence)
-            record.log_files_mirrored = mirrored.files_copied + mirrored.files_removed
-            record.log_requests, record.log_mirror_s = mirrored.requests, mirrored.seconds
-        stats = self.store.upload_and_retain(task.version, fence)  # DFS marker (ack 2), then GC; each file step fenced
-        record.upload_s, record.files_uploaded = stats.seconds, stats.files_uploaded
-        record.dfs_requests, record.retention_requests = stats.requests, stats.retention_requests
+        mirrored = self._mirroring.submit(self.spark_log.sync, fence) if self._mirroring and self.spark_log else None
+        stats = self.store.upload(task.version, fence, before_marker=mirrored.result if mirrored else None)
+        if mirrored is not None:
+            step = mirrored.result()
+            record.log_files_mirrored = step.files_copied + step.files_removed
+            record.log_requests, record.log_mirror_s = step.requests, step.seconds
+        record.upload_s, record.files_uploaded, record.dfs_requests = (
+            stats.seconds,
+            stats.files_uploaded,
+            stats.requests,
+        )
         record.bytes_uploaded, record.bytes_reused = stats.bytes_uploaded, stats.bytes_reused
         self._advance(task, UPLOAD, DONE, fence)
+        try:
+            record.retention_requests = self.store.retain(task.version, fence).requests
+        except (_Superseded, OwnershipError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the version is durable; the next one's retention tries again
+            log.warning("retention after version %d failed (the next version retries it): %s", task.version, exc)
+        with self._cv:
+            task.retained = True
+            self._cv.notify_all()
 
     def _advance(self, task: _Task, expected: Stage, to: Stage, fence: Fence) -> None:
         with self._cv:

@@ -138,8 +138,12 @@ class SparkLogMirror:
         shutil.rmtree(self.local_root, ignore_errors=True)
         self.local_root.mkdir(parents=True)
         remote_files = self._remote_files()
-        log.warning(
-            "restoring Spark's checkpoint from %s (%d files) into %s", self.remote, len(remote_files), self.local_root
+        log.log(
+            logging.WARNING if remote_files else logging.INFO,
+            "restoring Spark's checkpoint from %s (%d files) into %s",
+            self.remote,
+            len(remote_files),
+            self.local_root,
         )
 
         def fetch(rel: str) -> None:

@@ -9,11 +9,11 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import rocksdict
 
-from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, UploadStats, failpoints, no_fence
+from checkpoint import CheckpointStore, Fence, GcStats, LocalCommit, Restored, UploadStats, failpoints, no_fence
 from checkpoint.location import parse, redact
 from checkpoint.owner import Owner, OwnerRecord, OwnershipError, StateDirLock
 from misa.config import ConfigError, MisaConfig
@@ -290,12 +290,22 @@ class StateStore:
         :meth:`CheckpointStore.start_repair`); :meth:`close` waits for it."""
         self.checkpoints.start_repair()
 
+    def upload(
+        self, version: int, fence: Fence = no_fence, before_marker: Callable[[], object] | None = None
+    ) -> UploadStats:
+        """Copy local ``version`` to the DFS: ack 2 once its marker is written, after ``before_marker`` (what else
+        the ack must cover) returned. ``fence`` is called before each file step."""
+        return self.checkpoints.upload(version, fence, before_marker)
+
+    def retain(self, newest_durable: int, fence: Fence = no_fence) -> GcStats:
+        """Retention on both levels (GC of versions past ``spark.misa.checkpoint.retainVersions``); ``fence`` is
+        called before each file step."""
+        return self.checkpoints.gc(newest_durable=newest_durable, fence=fence)
+
     def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
-        """Copy local ``version`` to the DFS (ack 2 when its marker is written), then apply retention
-        (GC of versions past ``spark.misa.checkpoint.retainVersions``) as a step of its own. ``fence`` is
-        called before each file step of both."""
-        stats = self.checkpoints.upload(version, fence)
-        stats.retention_requests = self.checkpoints.gc(newest_durable=version, fence=fence).requests
+        """:meth:`upload`, then :meth:`retain` as a step of its own."""
+        stats = self.upload(version, fence)
+        stats.retention_requests = self.retain(version, fence).requests
         return stats
 
     # ------------------------------------------------------------------ lifecycle

@@ -148,7 +148,7 @@ def test_a_dead_commit_thread_is_detected_and_its_work_redone(store, point, appl
     failpoints.configure(f"{point}=raise(1){counter}")  # an unexpected error ends the commit thread
     data = batch(view, 0, 0, 200)
     controller.commit(view.freeze(0), {})
-    controller.wait_durable(0)
+    controller.drain()  # durable, and the retention after it ran: the record is complete
     [record] = controller.finished()
     assert record.restarts == 1 and failpoints.hits("commit.after_apply") == applies
     assert store.checkpoints.newest_durable() == 0
@@ -167,7 +167,7 @@ def test_a_silent_commit_thread_is_replaced(config, tmp_path):
         controller.commit(view.freeze(0), {})
         time.sleep(0.1)
         failpoints.configure("")  # the replacement does not sleep
-        controller.wait_durable(0)
+        controller.drain()
         assert controller.finished()[0].restarts == 1
         time.sleep(1.6)  # the replaced thread wakes up and must leave everything alone
         assert [t.name for t in threading.enumerate()].count("misa-apply") == 1

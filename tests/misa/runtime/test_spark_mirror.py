@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import posixpath
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -170,6 +172,7 @@ def test_ack_2_of_a_version_covers_the_log_files_it_needs(store, tmp_path, mode)
         assert spark.last_committed() == version - 1 if version else spark.last_committed() == -1
         (mirror.local_root / "commits").mkdir(exist_ok=True)
         (mirror.local_root / "commits" / str(version)).write_text("v1\n{}")  # Spark commits after the batch
+        controller.drain()  # the record is reported once the retention after ack 2 ran
         record = controller.finished()[-1]
         assert record.log_files_mirrored >= 2 and record.ack2_s >= record.ack1_s > 0
     controller.close()
@@ -194,3 +197,58 @@ def test_recovery_on_a_new_machine_continues_from_the_mirrored_log(store, config
         assert reconcile(moved, new.local) == 0  # C = 0, V = 1: roll back to 0, Spark replays batch 1
         assert SparkCheckpointLog(new.local).batch_ids("offsets") == [0, 1]
         assert moved.get(key(0)) == b"0" and moved.get(key(1)) is None
+
+
+def test_the_mirror_runs_beside_the_upload_and_the_marker_waits_for_it(store, tmp_path):
+    """The mirror step overlaps the version's upload (both cost round trips on a remote DFS), and the DFS marker
+    is written only after it: ack 2 still covers the log files."""
+    mirror = mirror_of(tmp_path / "state", tmp_path / "ckpt")
+    mirror.prepare()
+    spark_writes(mirror.local_root, 0, committed=False)
+    in_mirror, release = threading.Event(), threading.Event()
+    real_sync = mirror.sync
+
+    def slow_sync(fence):
+        in_mirror.set()
+        assert release.wait(10)
+        return real_sync(fence)
+
+    mirror.sync = slow_sync
+    view = StateView(store)
+    controller = CommitController(store, view, "misa", spark_log=mirror)
+    view.put_many([key(0)], [b"x"])
+    controller.commit(view.freeze(0), {})
+    assert in_mirror.wait(10)
+    time.sleep(0.5)  # the upload's files and manifests go meanwhile; the marker waits
+    assert store.newest_durable() is None
+    assert store.checkpoints.dfs.fs.exists(f"{store.checkpoints.dfs.root}/shard-0/manifest/0.json")
+    release.set()
+    controller.wait_durable(0)
+    assert store.newest_durable() == 0 and 0 in SparkCheckpointLog(parse(str(tmp_path / "ckpt"))).batch_ids("offsets")
+    controller.close()
+
+
+def test_a_batch_waits_for_ack_2_not_for_the_retention_after_it(store, tmp_path, monkeypatch):
+    """Retention (GC on both levels) runs after ack 2 on the upload thread: the next batch's wait ends at the
+    marker; the version's record, with the retention's requests, is reported once retention ran; drain waits."""
+    view = StateView(store)
+    controller = CommitController(store, view, "misa")
+    in_retention, release = threading.Event(), threading.Event()
+    real_retain = store.retain
+
+    def slow_retain(version, fence):
+        in_retention.set()
+        assert release.wait(10)
+        return real_retain(version, fence)
+
+    monkeypatch.setattr(store, "retain", slow_retain)
+    view.put_many([key(0)], [b"x"])
+    controller.commit(view.freeze(0), {})
+    controller.wait_durable(0)  # returns while retention is held
+    assert in_retention.wait(10) and store.newest_durable() == 0
+    assert controller.finished() == []  # its record is not complete yet
+    release.set()
+    controller.drain()
+    (record,) = controller.finished()
+    assert record.version == 0 and record.retention_requests > 0
+    controller.close()
