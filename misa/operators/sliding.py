@@ -72,12 +72,17 @@ class PaneState:
 
     def close(self, previous_us: int, watermark_us: int, state: StateView, aggs: AggStates) -> Windows:
         """Visit the records due at ``watermark_us`` (the watermark moved from ``previous_us``): in append
-        mode the windows that closed in between, with their states; drop dead panes and empty records."""
+        mode the windows that closed in between, with their states; drop dead panes and empty records. In
+        update mode a record is due only once all its windows closed, so it is deleted without being read."""
         begin, end = timer_range(watermark_us)
         distinct = list(dict.fromkeys(group_key_of_timer(k) for k, _ in state.scan(begin, end)))
         state.delete_range(begin, end)
         none = Windows(distinct, np.zeros(0, np.int64), np.zeros(0, np.int64), aggs.identity(0))
         if not distinct:
+            return none
+        if not self.append:  # a due timer is the key's last window end: every pane is dead, no need to read them
+            records = record_keys(distinct)
+            state.put_many(records, [None] * len(records))
             return none
         _, panes = self.records.decode(state.get_many(record_keys(distinct)))
         emitted = none

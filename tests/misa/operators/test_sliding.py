@@ -151,6 +151,25 @@ def test_closed_panes_and_their_records_leave_the_state(view):
     assert len(timers) == 1 and timers[0][0].endswith((3).to_bytes(8, "big"))
 
 
+@pytest.mark.parametrize("mode,reads", [("update", 1), ("append", 2)])
+def test_update_mode_drops_due_records_without_reading_them(view, monkeypatch, mode, reads):
+    """In update mode a key's timer is its last window's end, so a record due at the watermark has only dead
+    panes: it is deleted unread (on a slow volume those reads were the close's whole cost). Append mode must
+    read it to emit its closed windows."""
+    op = Aggregation(
+        ["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", slide="5s", watermark_delay="0s", output_mode=mode
+    )
+    op.apply(pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
+    view.add_pending(view.freeze(0))
+    calls: list[int] = []
+    real = view.get_many
+    monkeypatch.setattr(view, "get_many", lambda keys, ts=0: calls.append(len(keys)) or real(keys, ts))
+    op.apply(pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # closes every window of keys 1 and 2
+    assert len(calls) == reads  # the batch's own key, and in append mode the due records
+    view.add_pending(view.freeze(1))
+    assert [k[-8:] for k, _ in view.scan(b"\xfep", b"\xfeq")] == [(3).to_bytes(8, "big")]
+
+
 def test_a_version_written_per_window_is_refused_by_the_pane_layout():
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="30s", slide="1s")
     with pytest.raises(ValueError, match="new checkpoint location"):
