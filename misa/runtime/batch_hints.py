@@ -143,14 +143,20 @@ class BatchHints:
         self._ahead = None
 
     def _extract_ahead(self, good: Stage, stage: int, stop: threading.Event) -> dict[str, Any]:
-        """Extract each newly arrived file's hints until ``stop``; the sum of their records."""
+        """Extract each newly arrived file's hints until ``stop``, or until Spark has planned the next batch (its
+        files are then known to the source's log, and newer files belong to the batch after it); the sum of
+        their records."""
         assert self.next_input is not None
         started = time.monotonic()
         seen: set[str] = set()
         total = {"source": AHEAD, "stage": stage, "rows": 0, "hot_skipped": 0, "hinted": 0}
         reason = "no new files"
+        planned: int | None = None  # the newest batch planned when the first look was taken
         while True:  # at least one look, however soon the batch starts
             peek = self.next_input.peek(frozenset(seen))
+            planned = peek.planned if planned is None else planned
+            if peek.planned > planned:  # Spark planned the next batch: files not seen yet are the one after
+                break
             if peek.frame is not None:
                 try:
                     found = self._extract(self._frame(good(peek.frame), stage), stage)

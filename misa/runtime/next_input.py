@@ -33,6 +33,7 @@ class Peek:
     files: tuple[str, ...] = ()
     frame: DataFrame | None = None
     reason: str = ""  # empty when files were found
+    planned: int = -1  # the newest batch the source's log shows planned (-1: none, or the source cannot tell)
 
 
 class NextInput(Protocol):
@@ -75,14 +76,14 @@ class FileSourcePeek:
             arrived = self.fs.ls(self.input, detail=True)
         except OSError as error:  # a log or folder that cannot be read now: no hints, the batch reads as usual
             log.warning("the next batch's input cannot be listed (%s); no hints ahead for it", error)
-            return Peek(reason="unreadable")
+            return Peek(reason="unreadable", planned=self._read_through)
         new = [f for f in arrived if f.get("type") == "file" and self._is_new(posixpath.basename(f["name"]))]
         new.sort(key=lambda f: (f.get("mtime") or f.get("created") or 0, f["name"]))
         next_batch = (self.fs.unstrip_protocol(f["name"]) for f in new[: self.max_files or len(new)])
         names = tuple(name for name in next_batch if name not in skip)
         if not names:
-            return Peek(reason="no new files")
-        return Peek(names, self.read(list(names)))
+            return Peek(reason="no new files", planned=self._read_through)
+        return Peek(names, self.read(list(names)), planned=self._read_through)
 
     def _is_new(self, name: str) -> bool:
         return not name.startswith(("_", ".")) and name not in self._assigned
