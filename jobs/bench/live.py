@@ -254,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
 
 def environment(args: argparse.Namespace, regimes: Regimes) -> Environment:
     """Set the regimes of the command line up (torn down with ``regimes``); where the runs go and what they add."""
-    targets = dict(t.split("=", 1) for t in args.target)
+    named = (t.split("=", 1) for t in args.target)
+    targets = {name: str(Path(folder).expanduser().resolve()) for name, folder in named}  # the job gets file:// URLs
     env = Environment(targets)
     if args.dfs_delay:
         dfs = regimes.enter("dfs", RemoteDfs(args.tools, args.dfs_delay, args.dfs_rate, args.dfs_mount))

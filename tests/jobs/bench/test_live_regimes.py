@@ -87,6 +87,15 @@ def test_the_dfs_delay_puts_every_modes_checkpoint_on_the_mount(tmp_path, tools)
     assert (tools / "remote-dfs.log").read_text().splitlines()[-1] == "down"  # torn down: this bench set it up
 
 
+def test_a_relative_target_is_made_absolute_so_that_the_jobs_dfs_url_is_a_path(tmp_path, monkeypatch):
+    """``--target local=bench-out/x`` gave the job ``--dfs file://bench-out/x/...``, which names host
+    ``bench-out``: the job refused it and the bench stopped."""
+    monkeypatch.chdir(tmp_path)
+    with Regimes() as regimes:
+        env = environment(parse("--target", "zero=bench-out/x", "--work", str(tmp_path)), regimes)
+    assert env.targets == {"zero": str(tmp_path / "bench-out" / "x")}
+
+
 def test_bad_regime_values_are_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         parse("--dfs-delay", "ten")
