@@ -2,7 +2,8 @@
 
 Per query and rate, one input of one-second files is generated once. For each mode, the job runs as
 its own ``spark-submit --trigger 3s`` on an empty input folder, with Spark's checkpoint and the
-durable state on the target (local disk or a mounted remote DFS); once Spark has started the
+durable state on the target (local disk or a mounted remote DFS; the jobs' output only with
+``--output-on-target``, else in the run's local work folder); once Spark has started the
 query, a feeder copies the files into the input folder in wall-clock time (temporary dot name,
 then a rename), one per second. A mode whose batch takes longer than the trigger falls behind: its
 next batch grows and the latency runs away, which is what this measures (:mod:`live_stats`):
@@ -93,7 +94,7 @@ class LiveRun:
     variant: str
     rate: float
     target: str
-    folder: Path  # the run's folder on the target: Spark's checkpoint, durable state, output
+    folder: Path  # the run's folder on the target: Spark's checkpoint, durable state (output: --output-on-target)
     work: Path  # the run's local folder: input folder, local state, metrics, log
     local: Path  # the runtime's working state and Spark's local dir (on the state volume in that regime)
     arrivals: list[Arrival] = field(default_factory=list)
@@ -169,6 +170,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME=DIR",
         help="where Spark's checkpoint and the durable state go, repeatable (default local=WORK/local)",
+    )
+    p.add_argument(
+        "--output-on-target",
+        action="store_true",
+        help="write the jobs' output to the target too (default: the local work folder; on a remote DFS each "
+        "batch's output write is a synchronous cost no commit mode can hide)",
     )
     p.add_argument("--find-capacity", action="store_true", help="step each mode's rate up until it no longer holds")
     p.add_argument("--step", type=float, default=1.25, help="rate factor per capacity step")
@@ -374,7 +381,8 @@ def job_command(
     """The run's spark-submit command line and environment: ``local`` holds the runtime's working state and
     Spark's local dir (the state volume's folder of the run, else the run's work folder)."""
     job_args = ["--query", live.query, "--mode", live.mode, "--input", str(feed), "--output",
-                str(live.folder / "output"), "--checkpoint", str(live.folder / "checkpoint"), "--trigger", args.trigger,
+                str((live.folder if args.output_on_target else live.work) / "output"), "--checkpoint",
+                str(live.folder / "checkpoint"), "--trigger", args.trigger,
                 "--metrics", str(live.work / "metrics.jsonl")]  # fmt: skip
     if args.watermark_delay:
         job_args += ["--watermark-delay", args.watermark_delay]

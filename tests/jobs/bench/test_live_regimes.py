@@ -96,6 +96,19 @@ def test_a_relative_target_is_made_absolute_so_that_the_jobs_dfs_url_is_a_path(t
     assert env.targets == {"zero": str(tmp_path / "bench-out" / "x")}
 
 
+@pytest.mark.parametrize("flag,on_target", [((), False), (("--output-on-target",), True)])
+def test_the_output_goes_to_the_target_only_when_asked(tmp_path, flag, on_target):
+    """Spark's checkpoint and the durable state are on the target in every regime; the jobs' output is the
+    user's own synchronous write, kept local unless asked for."""
+    args = parse("--work", str(tmp_path), *flag)
+    with Regimes() as regimes:
+        env = environment(args, regimes)
+    run = LiveRun("cm2", "misa", "", 100, "local", tmp_path / "t", tmp_path / "w", tmp_path / "w")
+    command, _ = job_command(args, env, run, tmp_path / "in", tmp_path / "w", ())
+    assert arg_of(command, "--checkpoint") == str(tmp_path / "t" / "checkpoint")
+    assert arg_of(command, "--output") == str((tmp_path / "t" if on_target else tmp_path / "w") / "output")
+
+
 def test_bad_regime_values_are_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         parse("--dfs-delay", "ten")
