@@ -261,8 +261,7 @@ def run(args: argparse.Namespace) -> int:
 
 def environment(args: argparse.Namespace, regimes: Regimes) -> Environment:
     """Set the regimes of the command line up (torn down with ``regimes``); where the runs go and what they add."""
-    named = (t.split("=", 1) for t in args.target)
-    targets = {name: str(Path(folder).expanduser().resolve()) for name, folder in named}  # the job gets file:// URLs
+    targets = dict(t.split("=", 1) for t in args.target)
     env = Environment(targets)
     if args.dfs_delay:
         dfs = regimes.enter("dfs", RemoteDfs(args.tools, args.dfs_delay, args.dfs_rate, args.dfs_mount))
@@ -270,6 +269,8 @@ def environment(args: argparse.Namespace, regimes: Regimes) -> Environment:
         env.notes.append(dfs.describe() + "; Spark's checkpoint and the durable state there, every mode")
     if not targets:
         targets["local"] = str(args.work / "local")
+    for name, folder in targets.items():  # absolute: the job's DFS URL is file://<folder>/...
+        targets[name] = str(Path(folder).expanduser().resolve())
     if args.state_volume:
         env.volume = regimes.enter("state_volume", SlowVolume(args.tools, args.volume_mount, args.volume_read_iops,
                                    args.volume_write_iops, args.volume_bps))  # fmt: skip

@@ -87,13 +87,15 @@ def test_the_dfs_delay_puts_every_modes_checkpoint_on_the_mount(tmp_path, tools)
     assert (tools / "remote-dfs.log").read_text().splitlines()[-1] == "down"  # torn down: this bench set it up
 
 
-def test_a_relative_target_is_made_absolute_so_that_the_jobs_dfs_url_is_a_path(tmp_path, monkeypatch):
+def test_a_relative_target_or_work_folder_is_made_absolute_so_that_the_jobs_dfs_url_is_a_path(tmp_path, monkeypatch):
     """``--target local=bench-out/x`` gave the job ``--dfs file://bench-out/x/...``, which names host
     ``bench-out``: the job refused it and the bench stopped."""
     monkeypatch.chdir(tmp_path)
     with Regimes() as regimes:
         env = environment(parse("--target", "zero=bench-out/x", "--work", str(tmp_path)), regimes)
+        default = environment(parse("--work", "bench-out/w"), regimes)
     assert env.targets == {"zero": str(tmp_path / "bench-out" / "x")}
+    assert default.targets == {"local": str(tmp_path / "bench-out" / "w" / "local")}  # the default target too
 
 
 @pytest.mark.parametrize("flag,on_target", [((), False), (("--output-on-target",), True)])
