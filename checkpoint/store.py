@@ -138,7 +138,9 @@ class CheckpointStore:
         return stats
 
     def forget_after(self, version: int) -> None:
-        """Remove the commit markers of versions newer than ``version`` on both levels (rollback)."""
+        """Remove the commit markers of versions newer than ``version`` on both levels (rollback), once a running
+        repair has ended (it would write the marker of a version it heals again)."""
+        self._await_repair(no_fence)
         for newer in [v for v in self.local.versions() if v > version]:
             self.local.forget(newer)
         self.dfs.forget([v for v in self.dfs.committed_versions() if v > version])

@@ -1,6 +1,7 @@
 """Reconciling the state store with Spark's offsets and commits logs (DESIGN section 5)."""
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -329,6 +330,30 @@ def test_a_restart_with_nothing_to_replay_heals_the_dfs_copy_from_the_local_one(
     assert reconcile(store, str(tmp_path / "ckpt")) == 2
     store.checkpoints.wait_repair()  # the DFS copy is healed in the background
     assert store.checkpoints.dfs.verify([0, 1, 2], Check.DIGESTS) == []
+
+
+def test_a_rollback_waits_for_the_background_heal_which_would_write_a_forgotten_marker_again(
+    store, tmp_path, monkeypatch
+):
+    """The heal uploads every retained version again where its DFS copy is damaged, marker last; a rollback that
+    forgot a version's marker meanwhile saw it come back (the flaky
+    ``test_a_crash_before_a_rollback_forgets_anything_is_handled_by_the_next_recovery``)."""
+    healing, release = threading.Event(), threading.Event()
+    real_upload = store.checkpoints.dfs.upload
+
+    def slow_heal(version, *args):  # the heal of version 2 has read its local manifests, then waits
+        if threading.current_thread().name == "misa-repair" and version == 2:
+            healing.set()
+            release.wait(10)
+        return real_upload(version, *args)
+
+    monkeypatch.setattr(store.checkpoints.dfs, "upload", slow_heal)
+    store.repair_durable()
+    assert healing.wait(10)
+    threading.Timer(0.3, release.set).start()
+    store.forget_after(1)
+    store.checkpoints.wait_repair()
+    assert store.checkpoints.dfs.committed_versions() == [0, 1]
 
 
 def test_the_heal_covers_every_retained_version_with_a_local_copy_not_only_the_target(config, tmp_path):
