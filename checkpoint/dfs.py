@@ -26,7 +26,6 @@ import os
 import posixpath
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
@@ -54,6 +53,7 @@ from .manifest import (
     shard_dir,
     version_of,
 )
+from .parallel import parallel_map
 from .requests import CountedFileSystem
 from .retry import CorruptCheckpointError, RetryPolicy
 
@@ -113,7 +113,6 @@ class UploadStats:
     bytes_uploaded: int = 0
     bytes_reused: int = 0
     requests: int = 0  # calls to the DFS (listings, writes, size checks, manifests, marker)
-    retention_requests: int = 0  # calls of the retention GC that followed (set by the caller that ran it)
     seconds: float = 0.0
 
 
@@ -567,10 +566,7 @@ class DfsCheckpoints:
         self._parallel(delete, paths)
 
     def _parallel(self, fn: Callable, items: list) -> list:
-        if len(items) <= 1 or self.threads == 1:
-            return [fn(item) for item in items]
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="misa-dfs") as pool:
-            return list(pool.map(fn, items))
+        return parallel_map(fn, items, self.threads, "misa-dfs")
 
 
 def _relative(folder: str, entry: dict) -> str:

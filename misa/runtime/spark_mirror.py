@@ -32,7 +32,6 @@ import shutil
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -42,6 +41,7 @@ from checkpoint import Fence, failpoints, no_fence
 from checkpoint.local import write_atomically
 from checkpoint.location import Location, local_location
 from checkpoint.owner import this_driver
+from checkpoint.parallel import parallel_map
 from checkpoint.requests import CountedFileSystem
 from checkpoint.retry import RetryPolicy
 
@@ -267,10 +267,7 @@ class SparkLogMirror:
 
     def _each(self, fn: Callable[[str], Any], items: list[str], threads: int | None = None) -> list[Any]:
         """``fn`` over ``items`` on up to ``threads`` threads (the first error raised)."""
-        if len(items) <= 1:
-            return [fn(item) for item in items]
-        with ThreadPoolExecutor(min(threads or self.threads, len(items)), thread_name_prefix="misa-mirror") as pool:
-            return list(pool.map(fn, items))
+        return parallel_map(fn, items, threads or self.threads, "misa-mirror")
 
 
 def _is_spark_file(rel: str) -> bool:

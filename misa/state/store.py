@@ -305,7 +305,7 @@ class StateStore:
     def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
         """:meth:`upload`, then :meth:`retain` as a step of its own."""
         stats = self.upload(version, fence)
-        stats.retention_requests = self.retain(version, fence).requests
+        self.retain(version, fence)
         return stats
 
     # ------------------------------------------------------------------ lifecycle

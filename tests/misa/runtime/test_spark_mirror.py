@@ -58,6 +58,16 @@ def spark_writes(root: Path, batch: int, committed: bool = True) -> None:
         (root / "commits" / str(batch)).write_text("v1\n{}")
 
 
+def mirrored_after(state_dir: Path, ckpt: Path | str, batches: range) -> SparkLogMirror:
+    """A started mirror whose local copy Spark wrote ``batches`` into, mirrored."""
+    mirror = mirror_of(state_dir, ckpt)
+    mirror.prepare()
+    for batch in batches:
+        spark_writes(mirror.local_root, batch)
+    mirror.sync()
+    return mirror
+
+
 def files(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
 
@@ -87,11 +97,7 @@ def test_a_step_copies_what_spark_added_without_hidden_files_and_removes_what_sp
 
 
 def test_a_start_on_a_new_machine_restores_the_local_copy_from_the_mirror(tmp_path, ckpt_url):
-    first = mirror_of(tmp_path / "machine-a", ckpt_url)
-    first.prepare()
-    for batch in range(3):
-        spark_writes(first.local_root, batch)
-    first.sync()
+    first = mirrored_after(tmp_path / "machine-a", ckpt_url, range(3))
     second = mirror_of(tmp_path / "machine-b", ckpt_url)
     assert second.prepare() is True
     assert files(second.local_root) == mirrored_files(first) - {MIRROR_ID_FILE}
@@ -99,10 +105,7 @@ def test_a_start_on_a_new_machine_restores_the_local_copy_from_the_mirror(tmp_pa
 
 
 def test_the_local_copy_counts_while_this_state_dir_mirrored_last_and_not_after_another_driver_did(tmp_path):
-    a = mirror_of(tmp_path / "machine-a", tmp_path / "ckpt")
-    a.prepare()
-    spark_writes(a.local_root, 0)
-    a.sync()
+    a = mirrored_after(tmp_path / "machine-a", tmp_path / "ckpt", range(1))
     spark_writes(a.local_root, 1)  # not mirrored yet: the local copy is ahead
     restarted = mirror_of(tmp_path / "machine-a", tmp_path / "ckpt")
     assert restarted.prepare() is False
@@ -118,10 +121,7 @@ def test_the_local_copy_counts_while_this_state_dir_mirrored_last_and_not_after_
 
 
 def test_a_local_copy_removed_beside_its_index_is_restored_from_the_mirror(tmp_path):
-    a = mirror_of(tmp_path / "state", tmp_path / "ckpt")
-    a.prepare()
-    spark_writes(a.local_root, 0)
-    a.sync()
+    a = mirrored_after(tmp_path / "state", tmp_path / "ckpt", range(1))
     for path in sorted(a.local_root.rglob("*"), reverse=True):
         path.unlink() if path.is_file() else path.rmdir()
     again = mirror_of(tmp_path / "state", tmp_path / "ckpt")
