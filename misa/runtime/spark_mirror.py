@@ -139,7 +139,7 @@ class SparkLogMirror:
         self.local_root.mkdir(parents=True)
         remote_files = self._remote_files()
         log.log(
-            logging.WARNING if remote_files else logging.INFO,
+            logging.WARNING if set(remote_files) - {"metadata"} else logging.INFO,  # a new query has metadata only
             "restoring Spark's checkpoint from %s (%d files) into %s",
             self.remote,
             len(remote_files),
