@@ -76,19 +76,29 @@ class PaneWindows:
     def windows_of(
         self, keys: np.ndarray, first: np.ndarray, last: np.ndarray, through: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Distinct (key, window end) pairs of windows ``first..last`` of each row (ends at most ``through``)."""
+        """Distinct (key, window end) pairs of windows ``first..last`` of each row (ends at most
+        ``through``), sorted by (key, end).
+
+        Each row's windows are a run of window ends; the runs of one key are merged first (a sort of
+        the rows, not of every (row, window) pair), so each distinct pair is produced once.
+        """
         if through is not None:
             last = np.minimum(last, self.last_closed_end(through))
-        counts = np.maximum(0, (last - first) // self.slide_us + 1)
-        rows = np.repeat(np.arange(len(keys)), counts)
-        step = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        ends = first[rows] + step * self.slide_us
-        if not len(rows):
-            return np.zeros(0, np.int64), ends
-        base = int(ends.min())
-        span = (int(ends.max()) - base) // self.slide_us + 1
-        pairs = np.unique(keys[rows] * span + (ends - base) // self.slide_us)  # sorted by (key, end)
-        return pairs // span, pairs % span * self.slide_us + base
+        some = first <= last
+        keys, first, last = keys[some], first[some], last[some]
+        if not len(keys):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        base = int(first.min())
+        span = (int(last.max()) - base) // self.slide_us + 2  # window slots per key, one spare: runs never touch across keys
+        lo = keys * span + (first - base) // self.slide_us  # a row's first and last window as one code
+        hi = keys * span + (last - base) // self.slide_us
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], np.maximum.accumulate(hi[order])  # hi: the furthest any run so far reaches
+        starts = np.flatnonzero(np.r_[True, lo[1:] > hi[:-1] + 1])  # a run that neither overlaps nor touches
+        run_lo, run_hi = lo[starts], hi[np.r_[starts[1:] - 1, len(lo) - 1]]
+        counts = run_hi - run_lo + 1
+        codes = np.repeat(run_lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        return codes // span, codes % span * self.slide_us + base
 
 
 def record_keys(group_keys: Sequence[bytes]) -> list[bytes]:

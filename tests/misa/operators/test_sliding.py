@@ -189,3 +189,22 @@ def test_pane_geometry_matches_sparks_window_assignment(size, slide):
             late = int(windows.late_windows(np.array([pane_end]), watermark)[0])
             assert late == sum(1 for e in spark if e <= watermark)
             assert windows.next_window_end(watermark) > watermark >= windows.last_closed_end(watermark)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_windows_of_gives_each_distinct_key_and_window_once_in_key_and_end_order(seed):
+    """The runs of one key's rows merged (overlapping, touching, disjoint, empty, clipped), against
+    every (row, window) pair enumerated one by one."""
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        windows = PaneWindows(int(rng.choice([10, 30, 60])) * S, int(rng.choice([1, 5, 10])) * S)
+        n = int(rng.integers(0, 40))
+        keys = rng.integers(0, 6, n)
+        first, last = windows.open_window_ends(rng.integers(1, 50, n) * windows.pane_us, int(rng.integers(-5, 30)) * S)
+        through = None if rng.random() < 0.5 else int(rng.integers(0, 80)) * S
+        clipped = last if through is None else np.minimum(last, windows.last_closed_end(through))
+        expected = sorted(
+            {(int(k), int(e)) for k, f, l in zip(keys, first, clipped) for e in range(f, l + 1, windows.slide_us)}
+        )
+        got_keys, got_ends = windows.windows_of(keys, first, last, through)
+        assert list(zip(got_keys.tolist(), got_ends.tolist())) == expected
