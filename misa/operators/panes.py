@@ -89,7 +89,7 @@ class PaneWindows:
         if not len(keys):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         base = int(first.min())
-        span = (int(last.max()) - base) // self.slide_us + 2  # window slots per key, one spare: runs never touch across keys
+        span = (int(last.max()) - base) // self.slide_us + 2  # window slots per key, a spare: keys' runs never touch
         lo = keys * span + (first - base) // self.slide_us  # a row's first and last window as one code
         hi = keys * span + (last - base) // self.slide_us
         order = np.argsort(lo, kind="stable")

@@ -204,7 +204,7 @@ def test_windows_of_gives_each_distinct_key_and_window_once_in_key_and_end_order
         through = None if rng.random() < 0.5 else int(rng.integers(0, 80)) * S
         clipped = last if through is None else np.minimum(last, windows.last_closed_end(through))
         expected = sorted(
-            {(int(k), int(e)) for k, f, l in zip(keys, first, clipped) for e in range(f, l + 1, windows.slide_us)}
+            {(int(k), int(e)) for k, lo, hi in zip(keys, first, clipped) for e in range(lo, hi + 1, windows.slide_us)}
         )
         got_keys, got_ends = windows.windows_of(keys, first, last, through)
         assert list(zip(got_keys.tolist(), got_ends.tolist())) == expected
