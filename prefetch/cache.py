@@ -1,4 +1,4 @@
-"""The state cache: the Timestamp-Aware Cache (or an LRU / Clock baseline) and the batch's write buffer.
+"""The state cache: the Timestamp-Aware Cache (or an LRU / Clock baseline), a :class:`~misa.state.cache_contract.BatchCache`.
 
 Entries are a value (bytes, or None: "the key has no value", a negative entry), a dirty flag and a
 place in an eviction order (:mod:`prefetch.policies`). Capacity is in bytes: key, value and
@@ -23,82 +23,16 @@ from __future__ import annotations
 
 import itertools
 import threading
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field, fields
 from numbers import Integral
 from typing import Any, Final, Iterable, Sequence
+
+from misa.state.cache_contract import MISSING, CacheStats, DeletedRanges
 
 from .policies import ORDERS, eviction_order
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Final[Any] = _Missing()
-"""What a read returns for a key the cache knows nothing about (a miss)."""
 POLICIES: Final = tuple(ORDERS)
 ENTRY_OVERHEAD: Final = 64  # bytes counted per entry besides its key and value
-
-
-@dataclass
-class CacheStats:
-    """Counters of a cache's activity since the last :meth:`take`."""
-
-    hits: int = 0  # reads answered by the cache (a negative entry or a deleted range too)
-    misses: int = 0  # reads that returned MISSING
-    evictions: int = 0
-    dirty_evictions: int = 0  # evictions into the eviction buffer
-    prefetched_entries: int = 0  # entries filled by prefetching
-    prefetched_entries_read: int = 0  # first reads of prefetched entries
-    prefetched_entries_unread: int = 0  # prefetched entries evicted or dropped before any read
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    """Guards the counters; a :class:`StateCache` shares its own lock, so a take sees whole operations."""
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        with self.lock:
-            return self._counters()
-
-    def take(self) -> dict[str, int]:
-        """The counters by name; they restart from zero."""
-        with self.lock:
-            out = self._counters()
-            for name in out:
-                setattr(self, name, 0)
-        return out
-
-    def _counters(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
-
-
-class DeletedRanges:
-    """Disjoint key ranges [begin, end) in key order: membership in O(log n)."""
-
-    def __init__(self) -> None:
-        self._begins: list[bytes] = []
-        self._ends: list[bytes] = []
-
-    def add(self, begin: bytes, end: bytes) -> None:
-        """Add [begin, end), merged with the ranges it overlaps or touches."""
-        first = bisect_left(self._ends, begin)  # the first range ending at or after begin
-        last = bisect_right(self._begins, end)  # past the last range starting at or before end
-        if first < last:
-            begin, end = min(begin, self._begins[first]), max(end, self._ends[last - 1])
-        self._begins[first:last] = [begin]
-        self._ends[first:last] = [end]
-
-    def __bool__(self) -> bool:
-        return bool(self._begins)
-
-    def __contains__(self, key: bytes) -> bool:
-        i = bisect_right(self._begins, key) - 1
-        return i >= 0 and key < self._ends[i]
-
-    def items(self) -> list[tuple[bytes, bytes]]:
-        """The ranges as (begin, end), in key order."""
-        return list(zip(self._begins, self._ends))
 
 
 def _size(key: bytes, value: bytes | None) -> int:
@@ -146,7 +80,7 @@ class StateCache:
 
     # ------------------------------------------------------------------ reads
     def get_many(self, keys: Sequence[bytes], ts: int | Sequence[int] = 0) -> list[Any]:
-        """Per key: its value (bytes or None) or :data:`MISSING`; ``ts`` is each access's event time.
+        """Per key: its value (bytes or None) or ``MISSING``; ``ts`` is each access's event time.
 
         A hit records the access: TAC sets the entry's timestamp to ``ts``, LRU makes it the most
         recent, Clock sets its reference bit; a hit in the eviction buffer moves the entry back.

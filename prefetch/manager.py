@@ -20,7 +20,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .cache import MISSING, StateCache
+from misa.state.cache_contract import MISSING, BatchCache
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class PrefetchManager:
 
     def __init__(
         self,
-        cache: StateCache,
+        cache: BatchCache,
         fetch: Fetch,
         shard_of: Callable[[bytes], int],
         threads: int = 2,

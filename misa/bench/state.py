@@ -35,6 +35,7 @@ import numpy as np
 
 from misa.bench.state_workloads import DISTRIBUTIONS, WORKLOADS, BatchAccesses, KeyStream, StateWorkload
 from misa.config import ConfigError, MisaConfig, parse_bytes
+from misa.runtime.batch_cache import attach_prefetcher
 from misa.runtime.process import gc_paused, switch_interval
 from misa.state.store import StateStore
 from misa.state.view import StateView
@@ -189,7 +190,7 @@ class PolicyReplay:
         self.store = store
         self.cache = StateCache(cache_bytes, "lru" if policy == "async" else policy)
         self.view = StateView(store, self.cache, parallel_misses=policy == "async")
-        self.prefetcher = self.view.enable_prefetch(threads=store.shards, chunk_keys=256) if policy == "tac" else None
+        self.prefetcher = attach_prefetcher(self.view, store.config, store.shards, 256) if policy == "tac" else None
         self.live_keys: list[int] = []  # the state's key count, sampled over the measured batches
         self.restart()
 

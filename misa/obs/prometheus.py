@@ -15,7 +15,7 @@ from typing import Any
 
 from misa.config import ConfigError
 from misa.obs.records import BATCH_PHASES, COMMIT_PHASES, BatchReport
-from prefetch.cache import CacheStats
+from misa.state.cache_contract import CacheStats
 from prefetch.manager import PrefetchStats
 
 PORT_KEY = "spark.misa.metrics.prometheusPort"

@@ -40,6 +40,7 @@ from misa.config import STATE_FOLDER, ConfigError, MisaConfig
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import OperatorResult, StatefulOperator
+from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
 from misa.runtime.commit import CommitController, CommitFailedError
 from misa.runtime.compat import check_compatible
@@ -108,13 +109,13 @@ class StatefulJob:
             state_dir or self.config.state_dir or self._default_state_dir(),
             dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url,
         )
-        self.view = StateView(self.store)
+        self.view = StateView(self.store, new_cache(self.config))
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch
         if self.config.prefetching != "false" and supports_hints(operator):
             auto = self.config.prefetching == "auto"
-            manager = self.view.enable_prefetch(
-                self.config.prefetch_threads, self.config.prefetch_chunk_keys, active=not auto
+            manager = attach_prefetcher(
+                self.view, self.config, self.config.prefetch_threads, self.config.prefetch_chunk_keys, active=not auto
             )
             stages = list(hint_stages or [upstream or (lambda df: df)])
             self.hints = BatchHints(self.config, operator, stages, manager, next_input)  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
-"""The running batch's view of the state: the state cache, then pending commit buffers, then RocksDB.
+"""The running batch's view of the state: the batch's cache, then pending commit buffers, then RocksDB.
 
-A batch writes into the state cache (the Timestamp-Aware Cache or a baseline), which keeps one
-dirty entry per key. When the batch ends they are drained into a
+A batch writes into its cache (:mod:`misa.state.cache_contract`: a write buffer, or the
+Timestamp-Aware Cache or a baseline), which keeps one dirty entry per key. When the batch ends they are drained into a
 :class:`misa.state.commit_buffer.CommitBuffer` owned by the commit of that version; until the
 commit has applied it to RocksDB, reads consult it before RocksDB, so batch v+1 always sees
 version v and never waits for its commit.
@@ -13,64 +13,45 @@ import threading
 import time
 from typing import Sequence
 
-from misa.config import MisaConfig
+from misa.state.cache_contract import MISSING, BatchCache, CacheReader
 from misa.state.commit_buffer import CommitBuffer
-from misa.state.store import StateStore, shard_of
+from misa.state.store import StateStore
 from misa.state.write_buffer import WriteBuffer
-from prefetch.cache import MISSING, StateCache
-from prefetch.manager import PrefetchManager
-
-
-def new_cache(config: MisaConfig) -> StateCache | WriteBuffer:
-    """The batch's cache as configured: a :class:`StateCache` with an eviction order, or only a write buffer."""
-    policy = config.effective_cache_policy
-    return WriteBuffer() if policy == "none" else StateCache(config.cache_max_bytes, policy)
 
 
 class StateView:
-    """Reads and writes of the running batch: the state cache, then pending commit buffers, then RocksDB.
+    """Reads and writes of the running batch: the batch's cache, then pending commit buffers, then RocksDB.
 
-    The cache (:class:`prefetch.cache.StateCache`, by default sized and chosen by the store's
-    configuration) holds the batch's dirty entries, one per key; at the end of the batch
-    :meth:`freeze` drains them into the version's commit buffer.
+    The cache (a :class:`~misa.state.cache_contract.BatchCache`: by default only a write buffer)
+    holds the batch's dirty entries, one per key; at the end of the batch :meth:`freeze` drains them
+    into the version's commit buffer. A prefetcher attached with :meth:`enable_prefetch` serves the
+    reads through its own cache while prefetching is on.
     """
 
-    def __init__(self, store: StateStore, cache: StateCache | WriteBuffer | None = None, parallel_misses: bool = True):
+    def __init__(self, store: StateStore, cache: BatchCache | None = None, parallel_misses: bool = True):
         self.store = store
-        self.cache = cache if cache is not None else new_cache(store.config)
+        self.cache: BatchCache = cache if cache is not None else WriteBuffer()
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
-        self.prefetcher: PrefetchManager | None = None  # serves the reads while prefetching is on
-        self._manager: PrefetchManager | None = None
+        self.prefetcher: CacheReader | None = None  # serves the reads while prefetching is on
+        self._manager: CacheReader | None = None
         self._plain = self.cache  # the cache while prefetching is off
         self.read_s = 0.0  # time spent in get_many since the last take_read_s
         self._pending: list[CommitBuffer] = []
         self._lock = threading.Lock()
 
-    def enable_prefetch(self, threads: int, chunk_keys: int, *, active: bool = True) -> PrefetchManager:
-        """Serve reads through a prefetch manager that fills a state cache from hints (from now if
-        ``active``, else from :meth:`set_prefetching`); without a state cache (only the write buffer),
-        one is made for prefetching (``spark.misa.cache.policy=auto``: a TAC).
+    def enable_prefetch(self, prefetcher: CacheReader, *, active: bool = True) -> None:
+        """Serve reads through ``prefetcher`` (from now if ``active``, else from :meth:`set_prefetching`).
 
-        The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks
-        no thread started yet, keys nobody hinted) it fetches with the shards in parallel.
+        Its cache is this view's cache or one of its own (used only while prefetching is on); it
+        fetches what it misses with :meth:`fetch_below`.
         """
-        config = self.store.config
-        own = not isinstance(self.cache, StateCache)  # only a write buffer: prefetching brings its own cache
-        self._manager = PrefetchManager(
-            StateCache(config.cache_max_bytes, config.cache_policy_for(True)) if own else self.cache,
-            lambda keys: self.fetch_below(keys, parallel=False),
-            lambda key: shard_of(key, self.store.shards),
-            threads,
-            chunk_keys,
-            read_fetch=lambda keys: self.fetch_below(keys, parallel=True),
-        )
+        self._manager = prefetcher
         self.set_prefetching(active)
-        return self._manager
 
     def set_prefetching(self, on: bool) -> None:
-        """Between batches (nothing dirty): reads through the prefetch manager and its cache, or not.
+        """Between batches (nothing dirty): reads through the prefetcher and its cache, or not.
 
-        Turned off, the manager forgets its hints; a cache of prefetching's own (the TAC of
+        Turned off, the prefetcher forgets its hints; a cache of the prefetcher's own (the TAC of
         ``spark.misa.cache.policy=auto``) is emptied, since the batches without it write around it, and
         is cold when prefetching comes back. A configured tac, lru or clock cache serves both.
         """
@@ -85,7 +66,6 @@ class StateView:
             self._manager.cache.clear()
             self._manager.cache.stats.take()  # its unread prefetches were counted with their batches
 
-    # -- commit buffers, registered by the controller until they are in RocksDB
     def add_pending(self, buffer: CommitBuffer) -> None:
         with self._lock:
             self._pending.append(buffer)

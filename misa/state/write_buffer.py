@@ -4,7 +4,7 @@ With prefetching off, a read cache in Python costs more per key (an eviction ord
 lock, byte accounting) than RocksDB's own multi-get from its memtables and block cache saves, so
 by default (``spark.misa.cache.policy=auto``) the batch's view holds only what it must: one dirty
 entry per key written this batch (the last put wins) and the ranges deleted this batch, with the
-semantics of :class:`prefetch.cache.StateCache` (a put after a range delete survives it; a read of
+semantics of :class:`~misa.state.cache_contract.BatchCache` (a put after a range delete survives it; a read of
 a key in a deleted range is None). Every other read goes below, to the pending commit buffers and
 RocksDB. Bulk operations are dict operations, without a per-key Python loop where one can be
 avoided.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from prefetch.cache import MISSING, CacheStats, DeletedRanges
+from misa.state.cache_contract import MISSING, CacheStats, DeletedRanges
 
 
 class WriteBuffer:

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from prefetch.cache import ENTRY_OVERHEAD, MISSING, POLICIES, StateCache
+from misa.state.cache_contract import MISSING
+from prefetch.cache import ENTRY_OVERHEAD, POLICIES, StateCache
 from prefetch.policies import TimestampOrder
 
 V = b"v" * 36  # 1-byte keys + 36-byte values + overhead = 101 bytes per entry

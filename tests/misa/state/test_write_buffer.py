@@ -6,9 +6,11 @@ import pytest
 
 from misa.config import ConfigError, MisaConfig
 from misa.state.store import StateStore
-from misa.state.view import StateView, new_cache
+from misa.runtime.batch_cache import attach_prefetcher, new_cache
+from misa.state.cache_contract import MISSING, BatchCache, Marker
+from misa.state.view import StateView
 from misa.state.write_buffer import WriteBuffer
-from prefetch.cache import MISSING, StateCache
+from prefetch.cache import StateCache
 
 
 def k(i: int) -> bytes:
@@ -74,7 +76,7 @@ def test_turning_prefetching_off_and_on_never_serves_a_value_written_around_the_
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         store.write([(k(1), b"disk")])
         view = StateView(store)
-        manager = view.enable_prefetch(2, 16, active=False)
+        manager = attach_prefetcher(view, config, 2, 16, active=False)
         assert isinstance(view.cache, WriteBuffer) and view.prefetcher is None
         view.set_prefetching(True)
         assert view.prefetcher is manager and view.cache is manager.cache and manager.cache.policy == "tac"
@@ -93,12 +95,34 @@ def test_turning_prefetching_off_and_on_never_serves_a_value_written_around_the_
 def test_a_configured_cache_serves_reads_with_prefetching_on_and_off(config, tmp_path):
     lru = dataclasses.replace(config, cache_policy="lru")
     with StateStore(lru, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
-        view = StateView(store)
+        view = StateView(store, new_cache(lru))
         cache = view.cache
-        view.enable_prefetch(2, 16, active=False)
+        attach_prefetcher(view, lru, 2, 16, active=False)
         _batch(view, store, 1, b"v1")
         view.set_prefetching(True)
         assert view.cache is cache and view.get_many([k(1)]) == [b"v1"]
         view.set_prefetching(False)
         assert view.cache is cache and len(cache) == 1  # kept warm: every write goes through it
         view.close()
+
+
+@pytest.mark.parametrize("make", [WriteBuffer, lambda: StateCache(1 << 20, "tac")], ids=["none", "tac"])
+def test_both_caches_implement_the_batch_cache_contract(make):
+    """Every member the contract declares exists on both implementations; MISSING is one enum member."""
+    cache = make()
+    declared = {name for name in vars(BatchCache) if not name.startswith("_")} | set(BatchCache.__annotations__)
+    assert declared <= set(dir(cache)), declared - set(dir(cache))
+    assert MISSING is Marker.MISSING and repr(MISSING) == "MISSING" and MISSING is not None
+
+
+def test_the_state_package_does_not_import_the_prefetch_package():
+    import ast
+    from pathlib import Path
+
+    import misa.state
+
+    for path in Path(misa.state.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n == "prefetch" or n.startswith("prefetch.") for n in names), path

@@ -1,0 +1,173 @@
+"""The contract of the batch's cache: what the state view and the prefetch manager may rely on.
+
+The state view (:class:`misa.state.view.StateView`) reads and writes through one object that
+implements :class:`BatchCache`; two families do:
+
+* :class:`misa.state.write_buffer.WriteBuffer`: the batch's writes only (nothing is cached for reads);
+* :class:`prefetch.cache.StateCache`: a byte-bounded cache with an eviction order (TAC, LRU, Clock)
+  that also keeps clean entries, filled by reads and by prefetching.
+
+What every implementation must do:
+
+* **Reads** (:meth:`BatchCache.get_many`) answer per key a value (bytes), ``None`` (the key has no
+  value: deleted, or known absent) or :data:`MISSING` (the cache knows nothing: read below it).
+* **Writes** (:meth:`BatchCache.put_many`, ``None`` deletes) are kept as one dirty entry per key, the
+  last put wins, until :meth:`BatchCache.drain` hands them to the commit with the ranges deleted
+  this batch (:meth:`BatchCache.delete_range`). A put after a range delete survives it; one before
+  it is dropped. Dirty entries are never lost: a cache that evicts keeps them readable until drained.
+* **Fills** (:meth:`BatchCache.fill`) add values read below the cache; they never replace what the
+  cache holds (it is as new or newer) and never revive a key deleted this batch.
+
+Threads: the batch's thread reads, writes, deletes ranges and drains; prefetch threads fill and
+renew at the same time, so implementations that accept fills are thread-safe. Draining happens
+with no fill in flight (the view quiesces its prefetcher first).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field, fields
+from typing import Any, Final, Protocol, Sequence
+
+
+class Marker(enum.Enum):
+    """Answers of a read that are not a value."""
+
+    MISSING = "missing"
+    """The cache knows nothing about the key (a miss): read it below."""
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+MISSING: Final = Marker.MISSING
+"""A read's answer for a key the cache knows nothing about. (A key with no value reads as ``None``.)"""
+
+
+@dataclass
+class CacheStats:
+    """Counters of a cache's activity since the last :meth:`take`."""
+
+    hits: int = 0  # reads answered by the cache (a negative entry or a deleted range too)
+    misses: int = 0  # reads that returned MISSING
+    evictions: int = 0
+    dirty_evictions: int = 0  # evictions into the eviction buffer
+    prefetched_entries: int = 0  # entries filled by prefetching
+    prefetched_entries_read: int = 0  # first reads of prefetched entries
+    prefetched_entries_unread: int = 0  # prefetched entries evicted or dropped before any read
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Guards the counters; a cache shares its own lock, so a take sees whole operations."""
+
+    @classmethod
+    def counter_names(cls) -> tuple[str, ...]:
+        """The counters' names, in declaration order."""
+        return tuple(f.name for f in fields(cls) if f.name != "lock")
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters by name."""
+        with self.lock:
+            return self._counters()
+
+    def take(self) -> dict[str, int]:
+        """The counters by name; they restart from zero."""
+        with self.lock:
+            out = self._counters()
+            for name in out:
+                setattr(self, name, 0)
+        return out
+
+    def _counters(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.counter_names()}
+
+
+class DeletedRanges:
+    """Disjoint key ranges [begin, end) in key order: membership in O(log n)."""
+
+    def __init__(self) -> None:
+        self._begins: list[bytes] = []
+        self._ends: list[bytes] = []
+
+    def add(self, begin: bytes, end: bytes) -> None:
+        """Add [begin, end), merged with the ranges it overlaps or touches."""
+        first = bisect_left(self._ends, begin)  # the first range ending at or after begin
+        last = bisect_right(self._begins, end)  # past the last range starting at or before end
+        if first < last:
+            begin, end = min(begin, self._begins[first]), max(end, self._ends[last - 1])
+        self._begins[first:last] = [begin]
+        self._ends[first:last] = [end]
+
+    def __bool__(self) -> bool:
+        return bool(self._begins)
+
+    def __contains__(self, key: bytes) -> bool:
+        i = bisect_right(self._begins, key) - 1
+        return i >= 0 and key < self._ends[i]
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        """The ranges as (begin, end), in key order."""
+        return list(zip(self._begins, self._ends))
+
+
+class BatchCache(Protocol):
+    """What the state view and the prefetch manager need from the batch's cache (module docstring)."""
+
+    policy: str
+    stats: CacheStats
+
+    def get_many(self, keys: Sequence[bytes], ts: int | Sequence[int] = 0) -> list[Any]:
+        """Per key: its value, None (no value) or :data:`MISSING`; ``ts``: each access's event time."""
+
+    def contains_many(self, keys: Sequence[bytes]) -> list[bool]:
+        """Per key, whether a read of it would be answered here."""
+
+    def fill(
+        self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: Any, *, prefetched: bool = False
+    ) -> int:
+        """Clean entries read below the cache (``prefetched``: from hints); how many were inserted."""
+
+    def renew(self, keys: Sequence[bytes], ts: Any) -> int:
+        """New hints for held keys; how many were held."""
+
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int] = 0) -> None:
+        """The batch's new values (None deletes the key)."""
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """Delete every key in [begin, end) as of this batch."""
+
+    def drain(self) -> tuple[dict[bytes, bytes | None], list[tuple[bytes, bytes]]]:
+        """The batch's changes and deleted ranges, for the commit; the cache keeps no dirty entry."""
+
+    def clear(self) -> None:
+        """Forget everything, dirty entries too (the state was reloaded)."""
+
+    def items(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes | None]]:
+        """The entries held in [begin, end), in no order."""
+
+    @property
+    def deleted_ranges(self) -> list[tuple[bytes, bytes]]:
+        """The ranges deleted since the last drain, merged, in key order."""
+
+    @property
+    def dirty_count(self) -> int:
+        """Entries the next drain returns."""
+
+    def __len__(self) -> int: ...
+
+
+class CacheReader(Protocol):
+    """What the view needs from a prefetcher that serves the batch's reads through its cache."""
+
+    cache: BatchCache
+
+    def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
+        """Values of ``keys`` as the batch sees them."""
+
+    def quiesce(self) -> None:
+        """Wait for the fetches in flight; drop the hints no fetch started."""
+
+    def clear(self) -> None:
+        """Forget every hint (the state was reloaded, or prefetching was turned off)."""
+
+    def close(self) -> None: ...
