@@ -1,4 +1,4 @@
-"""The state cache: the Timestamp-Aware Cache (or an LRU / Clock baseline), a :class:`~misa.state.cache_contract.BatchCache`.
+"""The state cache: the Timestamp-Aware Cache or an LRU / Clock baseline, a :mod:`misa.state.cache_contract` cache.
 
 Entries are a value (bytes, or None: "the key has no value", a negative entry), a dirty flag and a
 place in an eviction order (:mod:`prefetch.policies`). Capacity is in bytes: key, value and
@@ -29,7 +29,6 @@ from typing import Any, Final, Iterable, Sequence
 from misa.state.cache_contract import MISSING, CacheStats, DeletedRanges
 
 from .policies import ORDERS, eviction_order
-
 
 POLICIES: Final = tuple(ORDERS)
 ENTRY_OVERHEAD: Final = 64  # bytes counted per entry besides its key and value

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 
 from misa.config import ConfigError, MisaConfig
-from misa.state.store import StateStore
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.state.cache_contract import MISSING, BatchCache, Marker
+from misa.state.store import StateStore
 from misa.state.view import StateView
 from misa.state.write_buffer import WriteBuffer
 from prefetch.cache import StateCache
