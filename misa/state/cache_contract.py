@@ -122,9 +122,7 @@ class BatchCache(Protocol):
     def contains_many(self, keys: Sequence[bytes]) -> list[bool]:
         """Per key, whether a read of it would be answered here."""
 
-    def fill(
-        self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: Any, *, prefetched: bool = False
-    ) -> int:
+    def fill(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: Any, *, prefetched: bool = False) -> int:
         """Clean entries read below the cache (``prefetched``: from hints); how many were inserted."""
 
     def renew(self, keys: Sequence[bytes], ts: Any) -> int:
