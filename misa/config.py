@@ -360,9 +360,9 @@ class MisaConfig:
         "spark.misa.cache.maxBytes",
         "16m",
         _size(1),
-        "State cache capacity (with a tac, lru or clock cache); dirty entries evicted before their commit wait in "
-        "an eviction buffer. Size it to a few batches' keys: more costs Python bookkeeping and memory that "
-        "RocksDB's block cache serves faster.",
+        "Read cache capacity (with a tac, lru or clock cache; the batch's writes are kept apart, never evicted). "
+        "Size it to a few batches' keys: more costs Python bookkeeping and memory that RocksDB's block cache "
+        "serves faster.",
     )
     prefetch_mode: str = setting(
         "spark.misa.prefetch.enabled",

@@ -1,22 +1,12 @@
-"""The state cache: the Timestamp-Aware Cache or an LRU / Clock baseline, a :mod:`misa.state.cache_contract` cache.
+"""The state cache: the Timestamp-Aware Cache or an LRU / Clock baseline, a :mod:`misa.state.cache_contract` read cache.
 
-Entries are a value (bytes, or None: "the key has no value", a negative entry), a dirty flag and a
-place in an eviction order (:mod:`prefetch.policies`). Capacity is in bytes: key, value and
-:data:`ENTRY_OVERHEAD` per entry. Whenever an operation leaves the cache over capacity, the
-order's victims are evicted until it fits again; a dirty victim moves to the *eviction buffer*
-(not counted against the capacity) where reads still find it, until the commit drains it. A read
-or hint of a key in the eviction buffer moves it back into the cache, as in the TAC paper.
-
-The batch's writes are one dirty entry per key (the write-dedup buffer of Kafka's KIP-63), handed
-to the commit by :meth:`StateCache.drain`.
-
-Range deletes: :meth:`StateCache.delete_range` drops every entry in the range (clean, dirty or in
-the eviction buffer) and records the range; until the next drain, a read of a key in a recorded
-range is None and a fill of such a key is ignored (its fetched value is older than the delete).
-A put after the range delete survives it: :meth:`StateCache.drain` returns the batch's ranges and
-its dirty entries, and the commit applies the ranges first, then the entries (as
-``misa.state.commit_buffer.CommitBuffer`` and ``StateStore.apply`` do). A put *before* the range delete
-is dropped by it.
+Entries are clean copies of values below the batch's writes (bytes, or None: "the key has no value",
+a negative entry), each with a place in an eviction order (:mod:`prefetch.policies`). Capacity is in
+bytes: key, value and :data:`ENTRY_OVERHEAD` per entry. Whenever an operation leaves the cache over
+capacity, the order's victims are evicted until it fits again. The batch's writes do not go through
+the cache: the view keeps them in its write buffer, read first, and :meth:`StateCache.refresh` applies
+them to the held entries when the batch ends, so an entry is never dirty and eviction never has to
+keep one (the TAC paper's eviction buffer is not needed).
 """
 
 from __future__ import annotations
@@ -26,7 +16,7 @@ import threading
 from numbers import Integral
 from typing import Any, Final, Iterable, Sequence
 
-from misa.state.cache_contract import MISSING, CacheStats, DeletedRanges
+from misa.state.cache_contract import MISSING, CacheStats
 
 from .policies import ORDERS, eviction_order
 
@@ -53,12 +43,11 @@ def _check_values(values: Sequence[bytes | None], n: int) -> None:
 
 
 class StateCache:
-    """A byte-bounded state cache with dirty tracking, an eviction buffer and statistics.
+    """A byte-bounded cache of clean entries with an eviction order and statistics.
 
-    Thread-safe: prefetch threads fill and renew while the batch thread reads and writes. Reads,
-    fills, renewals and writes cost O(log n) per key (TAC) or O(1) (LRU, Clock), amortized;
-    :meth:`delete_range` and :meth:`items` take one pass over the cache (a batch calls them once
-    or twice, and a sorted index would tax every insert); :meth:`drain` is O(dirty entries).
+    Thread-safe: prefetch threads fill and renew while the batch thread reads. Reads, fills and
+    renewals cost O(log n) per key (TAC) or O(1) (LRU, Clock), amortized; :meth:`refresh` costs one
+    dict lookup per changed key and, when the batch deleted ranges, one pass over the cache.
     """
 
     def __init__(self, max_bytes: int, policy: str = "tac") -> None:
@@ -70,54 +59,44 @@ class StateCache:
         self._lock = threading.Lock()
         self.stats = CacheStats(lock=self._lock)
         self._values: dict[bytes, bytes | None] = {}
-        self._dirty: set[bytes] = set()
         self._prefetched: set[bytes] = set()  # filled by prefetching, not read yet
-        self._evicted: dict[bytes, bytes | None] = {}  # the eviction buffer: dirty victims
-        self._deleted = DeletedRanges()  # ranges deleted since the last drain
         self._bytes = 0
-        self._evicted_bytes = 0
 
     # ------------------------------------------------------------------ reads
     def get_many(self, keys: Sequence[bytes], ts: int | Sequence[int] = 0) -> list[Any]:
         """Per key: its value (bytes or None) or ``MISSING``; ``ts`` is each access's event time.
 
         A hit records the access: TAC sets the entry's timestamp to ``ts``, LRU makes it the most
-        recent, Clock sets its reference bit; a hit in the eviction buffer moves the entry back.
+        recent, Clock sets its reference bit.
         """
         out: list[Any] = []
         with self._lock:
+            values, touch, prefetched = self._values, self._order.touch, self._prefetched
             for key, t in zip(keys, _stamps(ts, len(keys))):
-                if key in self._values:
-                    value = self._values[key]
-                    self._order.touch(key, t)
-                    if key in self._prefetched:
-                        self._prefetched.discard(key)
-                        self.stats.prefetched_entries_read += 1
-                elif key in self._evicted:
-                    value = self._revive(key, t)
-                elif key in self._deleted:
-                    value = None
-                else:
-                    out.append(MISSING)
-                    self.stats.misses += 1
-                    continue
+                value = values.get(key, MISSING)
                 out.append(value)
-                self.stats.hits += 1
-            self._evict()
+                if value is MISSING:
+                    continue
+                touch(key, t)
+                if key in prefetched:
+                    prefetched.discard(key)
+                    self.stats.prefetched_entries_read += 1
+            misses = out.count(MISSING)
+            self.stats.misses += misses
+            self.stats.hits += len(out) - misses
         return out
 
     def contains(self, key: bytes) -> bool:
-        """Whether a read of ``key`` would hit: cached, in the eviction buffer or deleted this batch."""
+        """Whether a read of ``key`` would hit."""
         return self.contains_many([key])[0]
 
     def contains_many(self, keys: Sequence[bytes]) -> list[bool]:
-        """Per key, whether a read of it would hit (see :meth:`contains`); one lock for all."""
+        """Per key, whether a read of it would hit; one lock for all."""
         with self._lock:
-            values, evicted = self._values, self._evicted
-            deleted = self._deleted or ()  # most batches delete no range
-            return [key in values or key in evicted or key in deleted for key in keys]
+            values = self._values
+            return [key in values for key in keys]
 
-    # ------------------------------------------------------------------ clean entries, hints
+    # ------------------------------------------------------------------ fills, hints
     def fill(
         self,
         keys: Sequence[bytes],
@@ -126,179 +105,100 @@ class StateCache:
         *,
         prefetched: bool = False,
     ) -> int:
-        """Add clean entries fetched below the cache; returns how many were inserted.
+        """Add entries fetched below the cache; returns how many were inserted.
 
-        A key the cache already holds (clean, dirty or in the eviction buffer) keeps its entry,
-        which is newer or as new, and a key in a range deleted this batch stays deleted.
-        ``prefetched`` marks entries filled from hints (``ts``: the hints' future event times);
-        for one the cache already holds, the hint renews it (:meth:`renew`).
+        A key the cache already holds keeps its entry, which is as new or newer. ``prefetched`` marks
+        entries filled from hints (``ts``: the hints' future event times); for one the cache already
+        holds, the hint renews it (:meth:`renew`).
         """
         _check_values(values, len(keys))
         inserted = 0
         with self._lock:
-            deleted = self._deleted or ()  # most batches delete no range
+            held = self._values
             for key, value, t in zip(keys, values, _stamps(ts, len(keys))):
-                if key in self._values or key in self._evicted:
+                if key in held:
                     if prefetched:
-                        self._renew(key, t)
-                elif key not in deleted:
-                    self._insert(key, value, t, dirty=False)
-                    inserted += 1
-                    if prefetched:
-                        self._prefetched.add(key)
+                        self._order.renew(key, t)
+                    continue
+                self._insert(key, value, t)
+                inserted += 1
+                if prefetched:
+                    self._prefetched.add(key)
             if prefetched:
                 self.stats.prefetched_entries += inserted
             self._evict()
         return inserted
 
     def renew(self, keys: Sequence[bytes], ts: int | Sequence[int]) -> int:
-        """New hints for held keys; returns how many were held (cached or in the eviction buffer).
+        """New hints for held keys; returns how many were held.
 
-        TAC raises an entry's timestamp to ``ts`` (never lowers it), LRU and Clock count a use; an
-        entry in the eviction buffer moves back into the cache.
+        TAC raises an entry's timestamp to ``ts`` (never lowers it), LRU and Clock count a use.
         """
+        renewed = 0
         with self._lock:
-            renewed = sum(self._renew(key, t) for key, t in zip(keys, _stamps(ts, len(keys))))
-            self._evict()
+            held, renew = self._values, self._order.renew
+            for key, t in zip(keys, _stamps(ts, len(keys))):
+                if key in held:
+                    renew(key, t)
+                    renewed += 1
         return renewed
 
-    # ------------------------------------------------------------------ the batch's writes
-    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int] = 0) -> None:
-        """The batch's new values (None deletes the key): one dirty entry per key, the last put wins."""
-        _check_values(values, len(keys))
+    # ------------------------------------------------------------------ the batch's end
+    def refresh(self, changes: dict[bytes, bytes | None], ranges: Sequence[tuple[bytes, bytes]]) -> None:
+        """The batch's deleted ranges drop the entries in them, then its changes replace the values of
+        the keys held (a key not held is not added: what the batch wrote without reading it, such as
+        timers, is rarely read). The order is left as the batch's reads and hints set it."""
         with self._lock:
-            for key, value, t in zip(keys, values, _stamps(ts, len(keys))):
-                if key in self._values:
-                    self._bytes += len(value or b"") - len(self._values[key] or b"")  # the key's size is unchanged
-                    self._values[key] = value
-                    self._dirty.add(key)
-                    self._prefetched.discard(key)
-                    self._order.touch(key, t)
-                else:
-                    if key in self._evicted:
-                        self._unbuffer(key)  # superseded by this write
-                    self._insert(key, value, t, dirty=True)
+            for begin, end in ranges:
+                for key in [k for k in self._values if begin <= k < end]:
+                    self._drop(key)
+                    self._order.remove(key)
+            held = self._values
+            for key in [k for k in changes if k in held]:
+                value = changes[key]
+                self._bytes += len(value or b"") - len(held[key] or b"")  # the key's size is unchanged
+                held[key] = value
             self._evict()
-
-    def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Delete the keys in [begin, end) as of this batch (see the module docstring); one pass."""
-        if begin >= end:
-            return
-        with self._lock:
-            for key in [k for k in self._values if begin <= k < end]:
-                self._drop(key)
-                self._order.remove(key)
-            for key in [k for k in self._evicted if begin <= k < end]:
-                self._unbuffer(key)
-            self._deleted.add(begin, end)
-
-    def drain(self) -> tuple[dict[bytes, bytes | None], list[tuple[bytes, bytes]]]:
-        """The batch's changes for the commit: ``(changes, range_deletes)``.
-
-        ``changes`` holds every dirty entry, cached or in the eviction buffer (None: delete the key);
-        ``range_deletes`` are the ranges deleted this batch, merged, in key order. The commit applies
-        the ranges first, then the changes. Cached entries stay, now clean; the eviction buffer and
-        the ranges are emptied.
-        """
-        with self._lock:
-            changes = self._evicted
-            changes.update((key, self._values[key]) for key in self._dirty)
-            ranges = self._deleted.items()
-            self._dirty, self._evicted, self._deleted = set(), {}, DeletedRanges()
-            self._evicted_bytes = 0
             self._order.tidy()
-        return changes, ranges
 
     def clear(self) -> None:
-        """Forget everything, dirty entries too (the state was reloaded)."""
+        """Forget everything (the state was reloaded)."""
         with self._lock:
             self.stats.prefetched_entries_unread += len(self._prefetched)
             self._order = eviction_order(self.policy)
-            self._values, self._dirty, self._prefetched, self._evicted = {}, set(), set(), {}
-            self._deleted = DeletedRanges()
-            self._bytes = self._evicted_bytes = 0
+            self._values, self._prefetched = {}, set()
+            self._bytes = 0
 
     # ------------------------------------------------------------------ inspection
     @property
     def bytes_cached(self) -> int:
-        """Bytes of the cached entries (the eviction buffer not included); at most ``max_bytes``."""
+        """Bytes of the cached entries; at most ``max_bytes``."""
         return self._bytes
 
-    @property
-    def dirty_count(self) -> int:
-        """Entries the next drain returns (cached dirty ones and the eviction buffer)."""
-        with self._lock:
-            return len(self._dirty) + len(self._evicted)
-
-    @property
-    def eviction_buffer_bytes(self) -> int:
-        """Bytes of the entries in the eviction buffer."""
-        return self._evicted_bytes
-
     def __len__(self) -> int:
-        """Cached entries (the eviction buffer not included)."""
+        """Cached entries."""
         return len(self._values)
 
-    def items(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes | None]]:
-        """Every entry held in [begin, end), cached or in the eviction buffer, in no order; one pass."""
+    def items(self) -> list[tuple[bytes, bytes | None]]:
+        """Every entry, in no order."""
         with self._lock:
-            found = [(k, v) for k, v in self._values.items() if begin <= k < end]
-            found += [(k, v) for k, v in self._evicted.items() if begin <= k < end]
-        return found
-
-    @property
-    def deleted_ranges(self) -> list[tuple[bytes, bytes]]:
-        """The ranges deleted since the last drain, merged, in key order."""
-        with self._lock:
-            return self._deleted.items()
+            return list(self._values.items())
 
     # ------------------------------------------------------------------ internals (lock held)
-    def _insert(self, key: bytes, value: bytes | None, ts: int, dirty: bool) -> None:
+    def _insert(self, key: bytes, value: bytes | None, ts: int) -> None:
         self._values[key] = value
         self._bytes += _size(key, value)
         self._order.insert(key, ts)
-        if dirty:
-            self._dirty.add(key)
 
-    def _drop(self, key: bytes) -> bytes | None:
-        """Remove a cached entry (the order is the caller's business); a prefetched one never read was wasted."""
-        value = self._values.pop(key)
-        self._bytes -= _size(key, value)
-        self._dirty.discard(key)
+    def _drop(self, key: bytes) -> None:
+        """Remove an entry (the order is the caller's business); a prefetched one never read was wasted."""
+        self._bytes -= _size(key, self._values.pop(key))
         if key in self._prefetched:
             self._prefetched.discard(key)
             self.stats.prefetched_entries_unread += 1
-        return value
-
-    def _unbuffer(self, key: bytes) -> bytes | None:
-        """Take an entry out of the eviction buffer."""
-        value = self._evicted.pop(key)
-        self._evicted_bytes -= _size(key, value)
-        return value
-
-    def _revive(self, key: bytes, ts: int) -> bytes | None:
-        """Move an entry from the eviction buffer back into the cache, still dirty."""
-        value = self._unbuffer(key)
-        self._insert(key, value, ts, dirty=True)
-        return value
-
-    def _renew(self, key: bytes, ts: int) -> bool:
-        if key in self._values:
-            self._order.renew(key, ts)
-        elif key in self._evicted:
-            self._revive(key, ts)
-        else:
-            return False
-        return True
 
     def _evict(self) -> None:
-        """Evict the order's victims until the cached bytes fit; dirty ones go to the eviction buffer."""
+        """Evict the order's victims until the cached bytes fit."""
         while self._bytes > self.max_bytes:
-            key = self._order.victim()
-            dirty = key in self._dirty
-            value = self._drop(key)
+            self._drop(self._order.victim())
             self.stats.evictions += 1
-            if dirty:
-                self._evicted[key] = value
-                self._evicted_bytes += _size(key, value)
-                self.stats.dirty_evictions += 1

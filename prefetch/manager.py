@@ -20,7 +20,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from misa.state.cache_contract import MISSING, BatchCache
+from misa.state.cache_contract import MISSING, ReadCache, stamps_at
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +99,6 @@ class _Buffer:
     fetched: dict[bytes, float] = field(default_factory=dict)  # prefetched, not yet read: key -> hint time
 
 
-def _pick(ts: Sequence[int] | int, positions: Sequence[int]) -> Sequence[int] | int:
-    """The event times of the keys at ``positions`` (one time for all stays one time)."""
-    return ts if isinstance(ts, int) else [ts[i] for i in positions]
-
-
 class PrefetchManager:
     """Prefetches hinted keys into ``cache`` on ``threads`` threads; ``read`` serves the batch."""
 
@@ -114,7 +109,7 @@ class PrefetchManager:
 
     def __init__(
         self,
-        cache: BatchCache,
+        cache: ReadCache,
         fetch: Fetch,
         shard_of: Callable[[bytes], int],
         threads: int = 2,
@@ -313,7 +308,7 @@ class PrefetchManager:
                     continue
                 self._count_cached(key, own, now)
             self.stats.late_hints += len(misses.waits)
-            for i, value in zip(again, self.cache.get_many([keys[i] for i in again], _pick(ts, again))):
+            for i, value in zip(again, self.cache.get_many([keys[i] for i in again], stamps_at(ts, again))):
                 if value is MISSING:
                     misses.fallback.append(i)
                     continue
@@ -360,7 +355,7 @@ class PrefetchManager:
         fetched = self.read_fetch(wanted)
         for i, value in zip(positions, fetched):
             out[i] = value
-        self.cache.fill(wanted, fetched, _pick(ts, positions))
+        self.cache.fill(wanted, fetched, stamps_at(ts, positions))
 
     def _hit(self, slack_s: float) -> None:
         self.stats.prefetch_hits += 1
@@ -371,7 +366,7 @@ class PrefetchManager:
     def quiesce(self) -> None:
         """Drop hints no thread has started and wait for the fetches in flight.
 
-        Called before a range delete and before the batch's changes are drained, so that no fetch
+        Called before the batch's changes refresh the cache, so that no fetch
         that started earlier can put a value into the cache that the batch has since changed.
         """
         with self._lock:

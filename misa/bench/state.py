@@ -211,7 +211,7 @@ class PolicyReplay:
             before = time.monotonic()
             values = view.get_many(batch.keys, stamps)
             self.read_s.append(time.monotonic() - before)
-            view.put_many(batch.keys, [_bump(v, version) for v in values], stamps)
+            view.put_many(batch.keys, [_bump(v, version) for v in values])
             if batch.close_before:
                 view.delete_range(b"", batch.close_before)
         commit = view.freeze(version)

@@ -27,7 +27,6 @@ CACHE_COUNTERS = (
     "hits",
     "misses",
     "evictions",
-    "dirty_evictions",
     "prefetched_entries",
     "prefetched_entries_read",
     "prefetched_entries_unread",

@@ -284,7 +284,7 @@ class Aggregation:
             if self.event_time:
                 ts = latest_per_key(key_of_row, len(keys), deltas[MAX_EVENT].fill_null(0).to_numpy()).tolist()
             merged = values.states.merge(values.states.decode(state.get_many(keys, ts)), delta)
-            state.put_many(keys, values.states.encode(merged), ts)
+            state.put_many(keys, values.states.encode(merged))
             result.state_reads = len(keys)
             if self.output_mode == "update":
                 result.output = self._output(deltas.select(self._key_columns()).take(first_rows), values, merged)

@@ -241,8 +241,7 @@ class IntervalJoin:
         values = [
             (old[key] or b"") + records[starts[i] * width : starts[i + 1] * width] for i, key in enumerate(buckets)
         ]
-        ts = np.maximum.reduceat(rows[EVENT_US].to_numpy()[order], starts[:-1]).tolist()
-        state.put_many(buckets, values, ts)
+        state.put_many(buckets, values)
 
     def _pack(self, rows: pa.Table) -> np.ndarray:
         records = np.zeros(rows.num_rows, dtype=self._record)

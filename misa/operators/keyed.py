@@ -270,7 +270,7 @@ class TopN:
         values = self._records.encode(firsts, np.bincount(kept_group, minlength=len(keys)))
         changed = np.fromiter((new != before for new, before in zip(values, old)), bool, len(keys))
         which = np.flatnonzero(changed)
-        state.put_many([keys[i] for i in which], [values[i] for i in which], [ts[i] for i in which])
+        state.put_many([keys[i] for i in which], [values[i] for i in which])
         out = changed[kept_group]
         first_row = np.unique(group, return_index=True)[1]  # a row of each key, for its key columns
         output = self._output(rows, first_row[kept_group[out]], rank[out], firsts.filter(pa.array(out, pa.bool_())))
@@ -470,7 +470,6 @@ class KeyedJoin:
         state.put_many(
             prefixed(RIGHT_ROW, [keys.keys[g] for g in new_group]),
             self._right_records.encode(self._stored_form(new_right), np.ones(len(new_group), np.int64)),
-            [keys.ts[g] for g in new_group],
         )
 
     def _count(self, repeated: int, null_keys: int, result: OperatorResult) -> None:
@@ -497,7 +496,7 @@ class KeyedJoin:
         rows, owner = self._left_records.decode(waiting)
         released = owner < len(new_group)
         gone = [i for i in range(len(new_group)) if waiting[i] is not None]
-        state.put_many([waiting_keys[i] for i in gone], [None] * len(gone), [waiting_ts[i] for i in gone])
+        state.put_many([waiting_keys[i] for i in gone], [None] * len(gone))
         slot = np.full(len(keys), -1, np.int64)  # each key's place in the waiting lists
         slot[groups] = np.arange(len(groups))
         owners = np.concatenate([owner[~released], slot[unmatched_group]])
@@ -508,7 +507,6 @@ class KeyedJoin:
         state.put_many(
             [waiting_keys[i] for i in touched],
             self._left_records.encode(appended.take(pa.array(order, pa.int64())), counts[touched]),
-            [waiting_ts[i] for i in touched],
         )
         return rows.filter(pa.array(released, pa.bool_())), groups[owner[released]]
 

@@ -112,7 +112,7 @@ class LookupAggregation:
             answers = self.lookup([keys[i] for i in absent])
             self.lookups += len(absent)
             new = [(i, a) for i, a in zip(absent, answers) if a is not None]
-            state.put_many([state_keys[i] for i, _ in new], [a.encode() for _, a in new], [ts[i] for i, _ in new])
+            state.put_many([state_keys[i] for i, _ in new], [a.encode() for _, a in new])
             for i, answer in new:
                 found[i] = answer
         return found

@@ -65,7 +65,7 @@ class PaneState:
         delta = Panes(key_of_row, pane_ends, states)
         merged = fold(_concat(old, delta), aggs)
         merged = merged.take(np.flatnonzero(self.windows.last_window_end(merged.ends) > watermark_us))
-        self._write(state, distinct, old_timers, merged, watermark_us, ts)
+        self._write(state, distinct, old_timers, merged, watermark_us)
         first, last = self.windows.open_window_ends(pane_ends, watermark_us)
         out_keys, out_ends = self.windows.windows_of(key_of_row, first, last)
         return Windows(distinct, out_keys, out_ends, window_states(merged, self.windows, out_keys, out_ends, aggs))
@@ -92,7 +92,7 @@ class PaneState:
             states = window_states(panes, self.windows, out_keys, out_ends, aggs)
             emitted = Windows(distinct, out_keys, out_ends, states)
         live = panes.take(np.flatnonzero(self.windows.last_window_end(panes.ends) > watermark_us))
-        self._write(state, distinct, np.full(len(distinct), -1), live, watermark_us, 0)
+        self._write(state, distinct, np.full(len(distinct), -1), live, watermark_us)
         return emitted
 
     def _write(
@@ -102,7 +102,6 @@ class PaneState:
         old_timers: np.ndarray,
         panes: Panes,
         watermark_us: int,
-        ts: np.ndarray | int,
     ) -> None:
         """Write the records of ``distinct`` keys (deleting those without panes) and move changed timers."""
         timers = self._timers(len(distinct), panes, watermark_us)
@@ -115,8 +114,7 @@ class PaneState:
             if timers[k] >= 0:
                 keys.append(timer_key(int(timers[k]), distinct[k]))
                 values.append(b"")
-        key_ts = ts if isinstance(ts, int) else ts.tolist() + [int(ts.max())] * (len(keys) - len(distinct))
-        state.put_many(keys, values, key_ts)
+        state.put_many(keys, values)
 
     def _timers(self, count: int, panes: Panes, watermark_us: int) -> np.ndarray:
         """Each key's timer (-1: no panes): when its last window closes (update mode), or the end of

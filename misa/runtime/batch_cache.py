@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 from misa.config import MisaConfig
-from misa.state.cache_contract import BatchCache
 from misa.state.store import shard_of
 from misa.state.view import StateView
-from misa.state.write_buffer import WriteBuffer
 from prefetch.cache import StateCache
 from prefetch.manager import PrefetchManager
 
 
-def new_cache(config: MisaConfig) -> BatchCache:
-    """The batch's cache as configured: a :class:`StateCache` with an eviction order, or only a write buffer."""
+def new_cache(config: MisaConfig) -> StateCache | None:
+    """The read cache as configured: a :class:`StateCache` with an eviction order, or none."""
     policy = config.effective_cache_policy
-    return WriteBuffer() if policy == "none" else StateCache(config.cache_max_bytes, policy)
+    return None if policy == "none" else StateCache(config.cache_max_bytes, policy)
 
 
 def attach_prefetcher(
     view: StateView, config: MisaConfig, threads: int, chunk_keys: int, *, active: bool = True
 ) -> PrefetchManager:
     """A prefetch manager serving ``view``'s reads (from now if ``active``); its cache is the view's
-    state cache, or one of its own when the view has only a write buffer (``spark.misa.cache.policy=auto``).
+    read cache, or one of its own when the view has none (``spark.misa.cache.policy=auto``).
 
     The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks no
     thread started yet, keys nobody hinted) it fetches with the shards in parallel.
     """
-    own = not isinstance(view.cache, StateCache)  # only a write buffer: prefetching brings its own cache
-    cache = StateCache(config.cache_max_bytes, config.cache_policy_for(True)) if own else view.cache
+    cache = view.cache
+    if cache is None:
+        cache = StateCache(config.cache_max_bytes, config.cache_policy_for(True))
     shards = view.store.shards
     manager = PrefetchManager(
         cache,

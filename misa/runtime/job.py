@@ -286,7 +286,7 @@ class StatefulJob:
         record.dropped_rows, record.state_reads = result.dropped_rows, result.state_reads
         record.state_keys, record.state_bytes = self.store.approximate_keys(), self.store.approximate_bytes()
         record.sst_bytes = self.store.sst_bytes()
-        record.cache = self.view.cache.stats.take()
+        record.cache = self.view.take_cache_stats()
         record.prefetch = self._prefetch_record(hints)
         record.phases, record.batch_s = phases, time.monotonic() - started
         record.prefetch_auto = self._choose_prefetching(record)

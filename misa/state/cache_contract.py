@@ -1,26 +1,27 @@
-"""The contract of the batch's cache: what the state view and the prefetch manager may rely on.
+"""The contract of the batch's caches: what the state view and the prefetch manager may rely on.
 
-The state view (:class:`misa.state.view.StateView`) reads and writes through one object that
-implements :class:`BatchCache`; two families do:
+A batch's state goes through two layers above the pending commit buffers and RocksDB:
 
-* :class:`misa.state.write_buffer.WriteBuffer`: the batch's writes only (nothing is cached for reads);
-* :class:`prefetch.cache.StateCache`: a byte-bounded cache with an eviction order (TAC, LRU, Clock)
-  that also keeps clean entries, filled by reads and by prefetching.
+* the batch's writes: :class:`misa.state.write_buffer.WriteBuffer`, one dirty entry per key written
+  this batch (the last put wins) and the ranges deleted this batch; the commit takes them all
+  (``drain``) when the batch ends. Reads consult it first.
+* an optional read cache, a :class:`ReadCache` (:class:`prefetch.cache.StateCache`: the TAC, LRU or
+  Clock): clean copies of values below it, filled by reads and by prefetching, bounded in bytes,
+  evicting by its policy.
 
-What every implementation must do:
+What a read cache must do:
 
-* **Reads** (:meth:`BatchCache.get_many`) answer per key a value (bytes), ``None`` (the key has no
-  value: deleted, or known absent) or :data:`MISSING` (the cache knows nothing: read below it).
-* **Writes** (:meth:`BatchCache.put_many`, ``None`` deletes) are kept as one dirty entry per key, the
-  last put wins, until :meth:`BatchCache.drain` hands them to the commit with the ranges deleted
-  this batch (:meth:`BatchCache.delete_range`). A put after a range delete survives it; one before
-  it is dropped. Dirty entries are never lost: a cache that evicts keeps them readable until drained.
-* **Fills** (:meth:`BatchCache.fill`) add values read below the cache; they never replace what the
-  cache holds (it is as new or newer) and never revive a key deleted this batch.
+* **Reads** (:meth:`ReadCache.get_many`) answer per key a value (bytes), ``None`` (the key has no
+  value) or :data:`MISSING` (the cache knows nothing: read it below).
+* **Fills** (:meth:`ReadCache.fill`) add values read below; they never replace an entry the cache
+  holds (it is as new or newer). A fill may race with the batch's writes: the view reads the write
+  buffer first, so a stale clean copy is never served during the batch.
+* **Refresh** (:meth:`ReadCache.refresh`) at the end of the batch, with no fill in flight (the view
+  quiesces its prefetcher first): the batch's changes replace the held copies of those keys and
+  the deleted ranges drop theirs, so every held entry is again the value below.
 
-Threads: the batch's thread reads, writes, deletes ranges and drains; prefetch threads fill and
-renew at the same time, so implementations that accept fills are thread-safe. Draining happens
-with no fill in flight (the view quiesces its prefetcher first).
+Threads: the batch's thread reads and refreshes; prefetch threads fill and renew at the same time,
+so read caches are thread-safe.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ class CacheStats:
     hits: int = 0  # reads answered by the cache (a negative entry or a deleted range too)
     misses: int = 0  # reads that returned MISSING
     evictions: int = 0
-    dirty_evictions: int = 0  # evictions into the eviction buffer
     prefetched_entries: int = 0  # entries filled by prefetching
     prefetched_entries_read: int = 0  # first reads of prefetched entries
     prefetched_entries_unread: int = 0  # prefetched entries evicted or dropped before any read
@@ -110,8 +110,13 @@ class DeletedRanges:
         return list(zip(self._begins, self._ends))
 
 
-class BatchCache(Protocol):
-    """What the state view and the prefetch manager need from the batch's cache (module docstring)."""
+def stamps_at(ts: Sequence[int] | int, positions: Sequence[int]) -> Sequence[int] | int:
+    """The event times of the keys at ``positions`` (one time for all stays one time)."""
+    return ts if isinstance(ts, int) else [ts[i] for i in positions]
+
+
+class ReadCache(Protocol):
+    """A cache of clean values below the batch's writes (module docstring)."""
 
     policy: str
     stats: CacheStats
@@ -128,28 +133,11 @@ class BatchCache(Protocol):
     def renew(self, keys: Sequence[bytes], ts: Any) -> int:
         """New hints for held keys; how many were held."""
 
-    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int] = 0) -> None:
-        """The batch's new values (None deletes the key)."""
-
-    def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Delete every key in [begin, end) as of this batch."""
-
-    def drain(self) -> tuple[dict[bytes, bytes | None], list[tuple[bytes, bytes]]]:
-        """The batch's changes and deleted ranges, for the commit; the cache keeps no dirty entry."""
+    def refresh(self, changes: dict[bytes, bytes | None], ranges: Sequence[tuple[bytes, bytes]]) -> None:
+        """The batch's changes (None: deleted) and deleted ranges replace what the cache holds of them."""
 
     def clear(self) -> None:
-        """Forget everything, dirty entries too (the state was reloaded)."""
-
-    def items(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes | None]]:
-        """The entries held in [begin, end), in no order."""
-
-    @property
-    def deleted_ranges(self) -> list[tuple[bytes, bytes]]:
-        """The ranges deleted since the last drain, merged, in key order."""
-
-    @property
-    def dirty_count(self) -> int:
-        """Entries the next drain returns."""
+        """Forget everything (the state was reloaded)."""
 
     def __len__(self) -> int: ...
 
@@ -157,7 +145,7 @@ class BatchCache(Protocol):
 class CacheReader(Protocol):
     """What the view needs from a prefetcher that serves the batch's reads through its cache."""
 
-    cache: BatchCache
+    cache: ReadCache
 
     def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
         """Values of ``keys`` as the batch sees them."""

@@ -1,10 +1,12 @@
-"""The running batch's view of the state: the batch's cache, then pending commit buffers, then RocksDB.
+"""The running batch's view of the state: its writes, a read cache, pending commit buffers, then RocksDB.
 
-A batch writes into its cache (:mod:`misa.state.cache_contract`: a write buffer, or the
-Timestamp-Aware Cache or a baseline), which keeps one dirty entry per key. When the batch ends they are drained into a
-:class:`misa.state.commit_buffer.CommitBuffer` owned by the commit of that version; until the
-commit has applied it to RocksDB, reads consult it before RocksDB, so batch v+1 always sees
-version v and never waits for its commit.
+A batch writes into its write buffer (:class:`misa.state.write_buffer.WriteBuffer`, one dirty entry
+per key); reads consult it first, then a read cache (:mod:`misa.state.cache_contract`: the
+Timestamp-Aware Cache or a baseline, when one is configured or prefetching is on). When the batch
+ends its writes are drained into a :class:`misa.state.commit_buffer.CommitBuffer` owned by the commit
+of that version, and the read cache is refreshed with them; until the commit has applied the buffer
+to RocksDB, reads consult it before RocksDB, so batch v+1 always sees version v and never waits for
+its commit.
 """
 
 from __future__ import annotations
@@ -13,28 +15,26 @@ import threading
 import time
 from typing import Sequence
 
-from misa.state.cache_contract import MISSING, BatchCache, CacheReader
+from misa.state.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore
 from misa.state.write_buffer import WriteBuffer
 
 
 class StateView:
-    """Reads and writes of the running batch: the batch's cache, then pending commit buffers, then RocksDB.
+    """Reads and writes of the running batch: its writes, a read cache, pending commit buffers, RocksDB.
 
-    The cache (a :class:`~misa.state.cache_contract.BatchCache`: by default only a write buffer)
-    holds the batch's dirty entries, one per key; at the end of the batch :meth:`freeze` drains them
-    into the version's commit buffer. A prefetcher attached with :meth:`enable_prefetch` serves the
-    reads through its own cache while prefetching is on.
+    ``cache`` is the read cache used while prefetching is off (None: none); a prefetcher attached
+    with :meth:`enable_prefetch` serves the reads through its own cache while prefetching is on.
     """
 
-    def __init__(self, store: StateStore, cache: BatchCache | None = None, parallel_misses: bool = True):
+    def __init__(self, store: StateStore, cache: ReadCache | None = None, parallel_misses: bool = True):
         self.store = store
-        self.cache: BatchCache = cache if cache is not None else WriteBuffer()
+        self.writes = WriteBuffer()
+        self.cache = cache
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
         self.prefetcher: CacheReader | None = None  # serves the reads while prefetching is on
         self._manager: CacheReader | None = None
-        self._plain = self.cache  # the cache while prefetching is off
         self.read_s = 0.0  # time spent in get_many since the last take_read_s
         self._pending: list[CommitBuffer] = []
         self._lock = threading.Lock()
@@ -42,29 +42,44 @@ class StateView:
     def enable_prefetch(self, prefetcher: CacheReader, *, active: bool = True) -> None:
         """Serve reads through ``prefetcher`` (from now if ``active``, else from :meth:`set_prefetching`).
 
-        Its cache is this view's cache or one of its own (used only while prefetching is on); it
+        Its cache is this view's read cache or one of its own (used only while prefetching is on); it
         fetches what it misses with :meth:`fetch_below`.
         """
         self._manager = prefetcher
         self.set_prefetching(active)
 
     def set_prefetching(self, on: bool) -> None:
-        """Between batches (nothing dirty): reads through the prefetcher and its cache, or not.
+        """Between batches: reads through the prefetcher and its cache, or not.
 
         Turned off, the prefetcher forgets its hints; a cache of the prefetcher's own (the TAC of
-        ``spark.misa.cache.policy=auto``) is emptied, since the batches without it write around it, and
-        is cold when prefetching comes back. A configured tac, lru or clock cache serves both.
+        ``spark.misa.cache.policy=auto``) is emptied, since the batches without it do not refresh it,
+        and is cold when prefetching comes back. A configured tac, lru or clock cache serves both.
         """
         if self._manager is None or on == (self.prefetcher is not None):
             return
         if on:
-            self.prefetcher, self.cache = self._manager, self._manager.cache
+            self.prefetcher = self._manager
             return
         self._manager.clear()
-        self.prefetcher, self.cache = None, self._plain
-        if self._manager.cache is not self._plain:
+        self.prefetcher = None
+        if self._manager.cache is not self.cache:
             self._manager.cache.clear()
             self._manager.cache.stats.take()  # its unread prefetches were counted with their batches
+
+    @property
+    def read_cache(self) -> ReadCache | None:
+        """The read cache serving the batch: the prefetcher's while prefetching is on."""
+        return self.prefetcher.cache if self.prefetcher is not None else self.cache
+
+    def take_cache_stats(self) -> dict[str, int]:
+        """The batch's cache counters (reads the write buffer answered count as hits); they restart."""
+        written = self.writes.stats.take()
+        cache = self.read_cache
+        if cache is None:
+            return {**dict.fromkeys(CacheStats.counter_names(), 0), **written}
+        stats = cache.stats.take()
+        stats["hits"] += written["hits"]
+        return stats
 
     def add_pending(self, buffer: CommitBuffer) -> None:
         with self._lock:
@@ -97,37 +112,48 @@ class StateView:
         """Values of ``keys`` as this batch sees them; ``ts`` is each access's event time (for the TAC)."""
         started = time.monotonic()
         try:
-            if self.prefetcher is not None:
-                return self.prefetcher.read(keys, ts)
-            out = self.cache.get_many(keys, ts)
+            out = self.writes.get_many(keys)
             misses = [i for i, v in enumerate(out) if v is MISSING]
+            if len(misses) == len(keys):
+                return self._read(keys, ts)
             if misses:
-                fetched = self.fetch_below([keys[i] for i in misses])
-                for i, value in zip(misses, fetched):
+                for i, value in zip(misses, self._read([keys[i] for i in misses], stamps_at(ts, misses))):
                     out[i] = value
-                miss_ts = [ts] * len(misses) if isinstance(ts, int) else [ts[i] for i in misses]
-                self.cache.fill([keys[i] for i in misses], fetched, miss_ts)
-            return out  # type: ignore[return-value]
+            return out
         finally:
             self.read_s += time.monotonic() - started
+
+    def _read(self, keys: Sequence[bytes], ts: Sequence[int] | int) -> list[bytes | None]:
+        """Values of keys the batch did not write: the prefetcher, or the read cache and below."""
+        if self.prefetcher is not None:
+            return self.prefetcher.read(keys, ts)
+        if self.cache is None:
+            return self.fetch_below(keys)
+        out = self.cache.get_many(keys, ts)
+        misses = [i for i, v in enumerate(out) if v is MISSING]
+        if misses:
+            wanted = [keys[i] for i in misses]
+            fetched = self.fetch_below(wanted)
+            for i, value in zip(misses, fetched):
+                out[i] = value
+            self.cache.fill(wanted, fetched, stamps_at(ts, misses))
+        return out
 
     def take_read_s(self) -> float:
         """Time the batch spent reading state; resets it."""
         read_s, self.read_s = self.read_s, 0.0
         return read_s
 
-    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: Sequence[int] | int = 0) -> None:
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Write this batch's new values (None deletes the key)."""
-        self.cache.put_many(keys, values, ts)
+        self.writes.put_many(keys, values)
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Delete every key in [begin, end) as of this batch."""
-        self._quiesce()
-        self.cache.delete_range(begin, end)
+        self.writes.delete_range(begin, end)
 
     def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
-        self._quiesce()
         layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
         merged: dict[bytes, bytes | None] = dict(self.store.scan(begin, end))
         for layer in reversed(layers):  # oldest first
@@ -135,31 +161,34 @@ class StateView:
                 for key in [k for k in merged if b <= k < e]:
                     merged[key] = None
             merged.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
-        for b, e in self.cache.deleted_ranges:
+        for b, e in self.writes.deleted_ranges:
             for key in [k for k in merged if b <= k < e]:
                 merged[key] = None
-        merged.update(self.cache.items(begin, end))
+        merged.update(self.writes.items(begin, end))
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
     # -- batch boundaries
     def freeze(self, version: int) -> CommitBuffer:
-        """The batch's changes, drained from the cache into version ``version``'s commit buffer."""
-        self._quiesce()
-        changes, range_deletes = self.cache.drain()
+        """The batch's writes, drained into version ``version``'s commit buffer; the read cache is
+        refreshed with them once no prefetch is in flight (none can then bring back an older value)."""
+        if self.prefetcher is not None:
+            self.prefetcher.quiesce()
+        changes, range_deletes = self.writes.drain()
+        cache = self.read_cache
+        if cache is not None:
+            cache.refresh(changes, range_deletes)
         return CommitBuffer(version, changes, tuple(range_deletes))
 
     def reset(self) -> None:
-        """Forget the caches, any hints and pending commit buffers: the store was (re)loaded."""
+        """Forget the writes, the caches, any hints and pending commit buffers: the store was (re)loaded."""
         if self._manager is not None:
             self._manager.clear()
             self._manager.cache.clear()
-        self._plain.clear()
+        if self.cache is not None:
+            self.cache.clear()
+        self.writes.clear()
         with self._lock:
             self._pending = []
-
-    def _quiesce(self) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.quiesce()
 
     def close(self) -> None:
         if self._manager is not None:

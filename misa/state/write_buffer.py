@@ -1,13 +1,12 @@
-"""The batch's write buffer without a read cache: the state cache's job when nothing is prefetched.
+"""The batch's writes: one dirty entry per key written this batch and the ranges deleted this batch.
 
-With prefetching off, a read cache in Python costs more per key (an eviction order to keep, a
-lock, byte accounting) than RocksDB's own multi-get from its memtables and block cache saves, so
-by default (``spark.misa.cache.policy=auto``) the batch's view holds only what it must: one dirty
-entry per key written this batch (the last put wins) and the ranges deleted this batch, with the
-semantics of :class:`~misa.state.cache_contract.BatchCache` (a put after a range delete survives it; a read of
-a key in a deleted range is None). Every other read goes below, to the pending commit buffers and
-RocksDB. Bulk operations are dict operations, without a per-key Python loop where one can be
-avoided.
+Reads consult it before any read cache (:mod:`misa.state.cache_contract`): a key written this batch
+reads as its last put (None: deleted), a key in a range deleted this batch as None. A put after a
+range delete survives it; one before it is dropped by it. :meth:`WriteBuffer.drain` hands both to
+the commit, which applies the ranges first, then the entries (as
+:class:`misa.state.commit_buffer.CommitBuffer` and ``StateStore.apply`` do). Bulk operations are dict
+operations, without a per-key Python loop where one can be avoided (the write-dedup buffer of
+Kafka's KIP-63).
 """
 
 from __future__ import annotations
@@ -19,43 +18,30 @@ from misa.state.cache_contract import MISSING, CacheStats, DeletedRanges
 
 
 class WriteBuffer:
-    """The batch's dirty entries and deleted ranges, with the read side of the state cache's interface."""
-
-    policy = "none"
+    """The batch's dirty entries and deleted ranges; counts the reads it answers as hits."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.stats = CacheStats(lock=self._lock)
+        self.stats = CacheStats(lock=threading.Lock())
         self._dirty: dict[bytes, bytes | None] = {}
         self._deleted = DeletedRanges()
 
-    def get_many(self, keys: Sequence[bytes], ts: int | Sequence[int] = 0) -> list[Any]:
+    def get_many(self, keys: Sequence[bytes]) -> list[Any]:
         """Per key: the value this batch wrote (None: deleted), None in a range deleted this batch, else MISSING."""
         dirty = self._dirty
         if self._deleted:
             deleted = self._deleted
             out = [dirty[k] if k in dirty else (None if k in deleted else MISSING) for k in keys]
-        else:
+        elif dirty:
             out = [dirty.get(k, MISSING) for k in keys]
+        else:
+            out = [MISSING] * len(keys)
         misses = out.count(MISSING)
-        with self._lock:
+        with self.stats.lock:
             self.stats.hits += len(out) - misses
             self.stats.misses += misses
         return out
 
-    def contains_many(self, keys: Sequence[bytes]) -> list[bool]:
-        """Per key, whether a read would be answered here."""
-        deleted = self._deleted or ()
-        return [k in self._dirty or k in deleted for k in keys]
-
-    def fill(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: Any, *, prefetched: bool = False) -> int:
-        """Nothing is cached: values read below stay below."""
-        return 0
-
-    def renew(self, keys: Sequence[bytes], ts: Any) -> int:
-        return 0
-
-    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None], ts: int | Sequence[int] = 0) -> None:
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """The batch's new values (None deletes the key): one entry per key, the last put wins."""
         if len(values) != len(keys):
             raise ValueError(f"values has {len(values)} values for {len(keys)} keys")
@@ -85,11 +71,9 @@ class WriteBuffer:
 
     @property
     def deleted_ranges(self) -> list[tuple[bytes, bytes]]:
+        """The ranges deleted this batch, merged, in key order."""
         return self._deleted.items()
 
-    @property
-    def dirty_count(self) -> int:
-        return len(self._dirty)
-
     def __len__(self) -> int:
+        """Keys written this batch."""
         return len(self._dirty)

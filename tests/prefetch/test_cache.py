@@ -1,4 +1,4 @@
-"""The state cache: TAC, LRU and Clock eviction, byte capacity, the eviction buffer, drain, statistics."""
+"""The read cache: TAC, LRU and Clock eviction, byte capacity, refresh at the batch's end, statistics."""
 
 from __future__ import annotations
 
@@ -117,109 +117,44 @@ def test_clock_gives_a_used_entry_one_second_chance():
     assert len(c) == 3 and c.stats.evictions == 3  # LRU would have taken 1, 3, 4; FIFO 1, 2, 3
 
 
-def test_dirty_entries_evicted_before_the_commit_stay_readable_and_are_drained_once():
+def test_refresh_replaces_held_values_and_adds_no_key_the_batch_did_not_read():
+    c = cache(3)
+    c.fill([k(1), k(2)], [b"a", None], [1, 2])
+    c.refresh({k(1): b"bb", k(2): V, k(3): b"blind"}, [])  # 3 was written without a read: not added
+    assert c.get_many([k(1), k(2), k(3)]) == [b"bb", V, MISSING]
+    assert c.bytes_cached == (1 + 2 + ENTRY_OVERHEAD) + ENTRY and len(c) == 2
+    c.refresh({k(1): None}, [])  # deleted: a negative entry
+    assert c.get_many([k(1)]) == [None] and c.bytes_cached == (1 + ENTRY_OVERHEAD) + ENTRY
+
+
+def test_refresh_grows_values_within_capacity_by_evicting():
     c = cache(2)
-    small = 1 + 1 + ENTRY_OVERHEAD  # the entry of k(1): a 1-byte value
-    c.put_many([k(1)], [b"a"], 1)
-    c.put_many([k(1)], [b"b"], 2)  # one write per key per batch: the last wins
-    c.put_many([k(2), k(3), k(4)], [V, V, None], [3, 4, 5])  # over capacity: 1 and 2 (oldest) are buffered
-    assert c.stats.dirty_evictions == 2 and held(c, range(1, 5)) == {1, 2, 3, 4}
-    assert c.eviction_buffer_bytes == small + ENTRY and c.dirty_count == 4
-    assert c.get_many([k(1), k(4)], [6, 7]) == [b"b", None]  # read your writes through the eviction buffer
-    assert c.eviction_buffer_bytes == 2 * ENTRY  # the read moved 1 back (at 6); 3 (4) made room
-    assert c.renew([k(2)], 8) == 1  # a hint moves 2 back too; 1 (6) makes room
-    assert c.eviction_buffer_bytes == ENTRY + small and len(c) == 2
-    c.put_many([k(3)], [b"c"], 9)  # a write supersedes a buffered entry
-    changes, ranges = c.drain()
-    assert changes == {k(1): b"b", k(2): V, k(3): b"c", k(4): None} and ranges == []
-    assert c.dirty_count == 0 and c.eviction_buffer_bytes == 0 and len(c) == 2
-    assert c.drain() == ({}, [])
+    c.fill([k(1), k(2)], [b"x", b"y"], [1, 2])
+    c.refresh({k(2): V + V}, [])  # 2 grows past what fits with 1: the order evicts 1 (the smallest stamp)
+    assert held(c, range(1, 3)) == {2} and c.bytes_cached <= c.max_bytes and c.stats.evictions == 1
 
 
-def test_a_dirty_entry_larger_than_the_cache_goes_straight_to_the_eviction_buffer():
+def test_an_entry_larger_than_the_cache_is_not_kept():
     c = StateCache(100, "lru")
-    c.put_many([k(1)], [b"x" * 200])
-    assert c.bytes_cached == 0 and len(c) == 0 and c.get_many([k(1)]) == [b"x" * 200]
-    assert c.drain() == ({k(1): b"x" * 200}, [])
-
-
-@pytest.mark.parametrize("policy", POLICIES)
-def test_reads_see_the_batch_and_the_commit_applies_it_exactly(policy: str):
-    """Random batches against a model: every read is right, capacity holds, drain reproduces the state."""
-    rng = random.Random(policy)
-    c = StateCache(8 * (1 + 20 + ENTRY_OVERHEAD), policy)
-    universe = [k(i) for i in range(30)]
-    store: dict[bytes, bytes] = {}  # what is below the cache (the commit applies drains here)
-    for batch in range(30):
-        view: dict[bytes, bytes | None] = dict(store)  # what the batch must see
-        for step in range(40):
-            ts = batch * 100 + step
-            op = rng.random()
-            keys = rng.sample(universe, rng.randint(1, 5))
-            if op < 0.35:
-                got = c.get_many(keys, ts)
-                misses = [key for key, value in zip(keys, got) if value is MISSING]
-                c.fill(misses, [store.get(key) for key in misses], ts)
-                got = [store.get(key) if value is MISSING else value for key, value in zip(keys, got)]
-                assert got == [view.get(key) for key in keys]
-            elif op < 0.7:
-                values = [None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 20)) for _ in keys]
-                c.put_many(keys, values, ts)
-                view.update(zip(keys, values))
-            elif op < 0.85:
-                c.fill(keys, [store.get(key) for key in keys], ts + 50, prefetched=True)
-            elif op < 0.95:
-                c.renew(keys, ts + 50)
-            else:
-                begin, end = sorted(rng.sample(range(31), 2))
-                c.delete_range(k(begin), k(end))
-                view.update((k(i), None) for i in range(begin, end))
-            assert c.bytes_cached <= c.max_bytes
-        changes, ranges = c.drain()
-        kept = {
-            key: value
-            for key, value in store.items()  # as StateStore.apply: the ranges, then the changes
-            if not any(begin <= key < end for begin, end in ranges)
-        }
-        store = {key: value for key, value in {**kept, **changes}.items() if value is not None}
-        assert store == {key: value for key, value in view.items() if value is not None}
-        assert (
-            c.bytes_cached == sum(len(key) + len(value or b"") + ENTRY_OVERHEAD for key, value in c.items(b"", b"\xff"))
-            and c.dirty_count == 0
-        )
-        assert all(store.get(key) == value for key, value in c.items(b"", b"\xff"))  # clean entries are current
+    assert c.fill([k(1)], [b"x" * 200], 0) == 1
+    assert c.bytes_cached == 0 and len(c) == 0 and c.get_many([k(1)]) == [MISSING]
 
 
 def test_fill_never_overwrites_what_the_cache_holds():
     c = cache(2)
-    c.put_many([k(1)], [b"new"], 1)
-    assert c.fill([k(1), k(2)], [b"old", b"disk"], 1) == 1  # dirty 1 stays
-    assert c.fill([k(2)], [b"older"], 2) == 0  # clean 2 was fetched earlier: as new or newer
-    c.put_many([k(3)], [V], 3)  # 1 (ts 1) goes to the eviction buffer
-    assert c.eviction_buffer_bytes > 0 and c.fill([k(1)], [b"old"], 4) == 0
+    assert c.fill([k(1), k(2)], [b"new", b"disk"], 1) == 2
+    assert c.fill([k(1), k(2)], [b"old", b"older"], 2) == 0  # fetched earlier or as new: kept
     assert c.get_many([k(1), k(2)]) == [b"new", b"disk"]
-    c.delete_range(k(2), k(3))
-    assert c.fill([k(2)], [b"stale"], 5) == 0  # deleted this batch: a late fetch must not revive it
-    assert c.get_many([k(2)]) == [None]
 
 
-def test_range_deletes_hide_cached_dirty_and_buffered_keys_and_later_puts_survive():
-    c = cache(2)
-    c.fill([k(1)], [V], 1)
-    c.put_many([k(2), k(3), k(4)], [V, V, V], [2, 3, 4])  # 1 dropped, 2 in the eviction buffer
-    assert c.eviction_buffer_bytes == ENTRY
-    c.delete_range(k(1), k(4))
-    assert c.eviction_buffer_bytes == 0 and c.contains(k(2))  # a read of 2 is answered: None
-    assert c.get_many([k(1), k(2), k(3), k(4), k(9)]) == [None, None, None, V, MISSING]
-    c.put_many([k(2)], [b"again"], 5)  # a put after the range delete
-    c.delete_range(k(6), k(8))
-    c.delete_range(k(4), k(6))  # touches both: merged
-    c.delete_range(k(9), k(9))  # empty: nothing
-    assert c.deleted_ranges == [(k(1), k(8))]
-    changes, ranges = c.drain()
-    assert ranges == [(k(1), k(8))]  # the commit applies the ranges first, then these
-    assert changes == {k(2): b"again"}  # 4 was put before its range was deleted: gone
-    assert c.get_many([k(3), k(2)]) == [MISSING, b"again"]  # after the drain the range is the store's business
+def test_refreshed_ranges_drop_the_entries_in_them():
+    c = cache(4)
+    c.fill([k(1), k(2), k(3)], [V, V, V], 1)
+    c.fill([k(4)], [V], 2, prefetched=True)
+    c.refresh({k(2): b"again"}, [(k(2), k(5))])  # the ranges first (2, 3, 4 dropped), then the changes
+    assert held(c, range(1, 6)) == {1}  # 2 was not held any more when its change came: not added
+    assert c.stats.prefetched_entries_unread == 1  # 4 was dropped before any read
+    assert c.bytes_cached == ENTRY
 
 
 def test_statistics_count_hits_misses_prefetches_and_evictions():
@@ -232,14 +167,13 @@ def test_statistics_count_hits_misses_prefetches_and_evictions():
         "hits": 3,
         "misses": 1,
         "evictions": 2,
-        "dirty_evictions": 0,
         "prefetched_entries": 2,
         "prefetched_entries_read": 1,
         "prefetched_entries_unread": 1,
     }
     c.fill([k(5)], [V], 13, prefetched=True)
     c.fill([k(6)], [V], 14, prefetched=True)
-    c.delete_range(k(5), k(6))  # dropped before any read
+    c.refresh({}, [(k(5), k(6))])  # dropped before any read
     c.clear()  # 6 too
     stats = c.stats.take()
     assert stats["prefetched_entries_unread"] == 3 and stats["prefetched_entries"] == 4 and stats["evictions"] == 4
@@ -250,9 +184,7 @@ def test_negative_entries_are_hits():
     c = cache(2)
     assert c.fill([k(1)], [None], 1) == 1
     assert c.get_many([k(1), k(2)], 2) == [None, MISSING]
-    c.put_many([k(2)], [None], 3)  # a delete is a dirty negative entry
-    assert c.get_many([k(2)], 4) == [None] and c.drain() == ({k(2): None}, [])
-    assert c.stats.hits == 2 and c.stats.misses == 1
+    assert c.stats.hits == 1 and c.stats.misses == 1
 
 
 def test_invalid_arguments_name_themselves():
@@ -263,47 +195,44 @@ def test_invalid_arguments_name_themselves():
         StateCache(100, "fifo")
     c = cache(2)
     with pytest.raises(ValueError, match="values"):
-        c.put_many([k(1), k(2)], [V])
-    with pytest.raises(ValueError, match="values"):
         c.fill([k(1)], [V, V], 0)
     with pytest.raises(ValueError, match="ts"):
         c.get_many([k(1), k(2)], [1])
-    assert len(c) == 0 and c.dirty_count == 0
+    assert len(c) == 0
 
 
-def test_concurrent_fills_lose_no_dirty_write():
-    """Two prefetch threads fill the keys the batch thread writes, in step with it: every write survives."""
+@pytest.mark.parametrize("policy", POLICIES)
+def test_concurrent_fills_renewals_and_reads_keep_the_accounting_exact(policy: str):
+    """Two prefetch threads fill and renew while the batch thread reads, switching as often as possible:
+    capacity holds, the byte count is the entries' sum, and every value read is the one filled."""
     keys = [i.to_bytes(2, "big") for i in range(2000)]
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    sys.setswitchinterval(1e-6)
     try:
-        for _ in range(4):
-            c = StateCache(200 * (2 + 4 + ENTRY_OVERHEAD), "tac")
-            start = threading.Barrier(3)
+        c = StateCache(200 * (2 + 4 + ENTRY_OVERHEAD), policy)
+        start = threading.Barrier(3)
 
-            def filler(c: StateCache = c, start: threading.Barrier = start) -> None:
-                start.wait()
-                for i, key in enumerate(keys):
-                    c.fill([key], [b"disk"], i, prefetched=True)
+        def filler(offset: int) -> None:
+            start.wait()
+            for i, key in enumerate(keys[offset:] + keys[:offset]):
+                c.fill([key], [key * 2], i, prefetched=True)
+                c.renew([key], i + 1)
 
-            def writer(c: StateCache = c, start: threading.Barrier = start) -> None:
-                start.wait()
-                for i, key in enumerate(keys):
-                    c.put_many([key], [b"mine"], i)
+        def reader() -> list[bool]:
+            start.wait()
+            return [value in (MISSING, key * 2) for key, value in zip(keys, c.get_many(keys))]
 
-            with ThreadPoolExecutor(3) as pool:
-                for done in [pool.submit(filler), pool.submit(filler), pool.submit(writer)]:
-                    done.result()
-            assert c.bytes_cached <= c.max_bytes and c.stats.dirty_evictions > 0
-            changes, _ = c.drain()
-            assert changes == dict.fromkeys(keys, b"mine")
-            assert b"disk" not in c.get_many(keys)  # no fill overwrote a written key
+        with ThreadPoolExecutor(3) as pool:
+            done = [pool.submit(filler, 0), pool.submit(filler, 1000), pool.submit(reader)]
+            assert all(done[2].result()) and [f.result() for f in done[:2]] == [None, None]
+        assert c.bytes_cached <= c.max_bytes
+        assert c.bytes_cached == sum(len(key) + len(value or b"") + ENTRY_OVERHEAD for key, value in c.items())
     finally:
         sys.setswitchinterval(interval)
 
 
 def test_tac_drops_emptied_buckets_at_the_batch_boundary_and_keeps_its_order():
-    """Re-stamped keys leave emptied timestamp buckets; they go at the drain, never during reads."""
+    """Re-stamped keys leave emptied timestamp buckets; they go at the batch's end (refresh), never during reads."""
     order = TimestampOrder()
     for key in range(100):
         order.insert(k(key), key)
@@ -313,6 +242,6 @@ def test_tac_drops_emptied_buckets_at_the_batch_boundary_and_keeps_its_order():
     assert len(order._heap) == len(order._buckets) == 3000  # reads never dropped them
     c = cache(4)
     c._order = order
-    c.drain()
+    c.refresh({}, [])
     assert len(order._heap) == len(order._buckets) == 100
     assert [order.victim() for _ in range(3)] == [k(99), k(98), k(97)]  # the smallest stamps first

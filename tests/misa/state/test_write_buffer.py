@@ -1,4 +1,4 @@
-"""The write buffer (cache policy none): the state cache's write and delete semantics without a read cache."""
+"""The batch's write buffer, the read cache chosen by the configuration, and prefetching switched on and off."""
 
 import dataclasses
 
@@ -6,7 +6,7 @@ import pytest
 
 from misa.config import ConfigError, MisaConfig
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
-from misa.state.cache_contract import MISSING, BatchCache, Marker
+from misa.state.cache_contract import MISSING, Marker, ReadCache
 from misa.state.store import StateStore
 from misa.state.view import StateView
 from misa.state.write_buffer import WriteBuffer
@@ -17,41 +17,43 @@ def k(i: int) -> bytes:
     return i.to_bytes(8, "big")
 
 
-@pytest.mark.parametrize("make", [WriteBuffer, lambda: StateCache(1 << 20, "tac")], ids=["none", "tac"])
-def test_writes_range_deletes_and_drain_behave_like_the_state_cache(make):
-    buffer = make()
+def test_writes_range_deletes_and_drain():
+    buffer = WriteBuffer()
     buffer.put_many([k(1), k(2), k(3)], [b"a", b"b", None])
     buffer.delete_range(k(2), k(5))  # drops the puts of 2 and 3
     buffer.put_many([k(4)], [b"after"])  # a put after the range delete survives it
+    buffer.delete_range(k(7), k(7))  # empty: nothing
     assert buffer.get_many([k(1), k(2), k(3), k(4), k(9)]) == [b"a", None, None, b"after", MISSING]
     assert sorted(buffer.items(k(0), k(10))) == [(k(1), b"a"), (k(4), b"after")]
     assert buffer.deleted_ranges == [(k(2), k(5))]
     changes, ranges = buffer.drain()
     assert changes == {k(1): b"a", k(4): b"after"} and ranges == [(k(2), k(5))]
     assert buffer.deleted_ranges == [] and buffer.drain() == ({}, [])
+    with pytest.raises(ValueError, match="values"):
+        buffer.put_many([k(1), k(2)], [b"a"])
 
 
-def test_the_write_buffer_caches_no_read_and_counts_hits_and_misses():
+def test_the_write_buffer_counts_hits_and_misses():
     buffer = WriteBuffer()
-    assert buffer.fill([k(1)], [b"disk"], 0) == 0 and buffer.get_many([k(1)]) == [MISSING]
+    assert buffer.get_many([k(1)]) == [MISSING]
     buffer.put_many([k(2)], [b"mine"])
     assert buffer.get_many([k(1), k(2)]) == [MISSING, b"mine"]
-    assert buffer.stats.take()["hits"] == 1 and len(buffer) == 1
+    assert buffer.stats.take() == {**buffer.stats.as_dict(), "hits": 1, "misses": 2} and len(buffer) == 1
     buffer.clear()
     assert buffer.get_many([k(2)]) == [MISSING]
 
 
-def test_auto_is_the_tac_with_prefetching_and_a_write_buffer_without():
-    assert isinstance(new_cache(MisaConfig()), WriteBuffer)
+def test_auto_is_the_tac_with_prefetching_and_no_read_cache_without():
+    assert new_cache(MisaConfig()) is None
     with_prefetch = MisaConfig.from_mapping({"spark.misa.prefetch.enabled": "true"})
     assert with_prefetch.effective_cache_policy == "tac" and isinstance(new_cache(with_prefetch), StateCache)
     lru = MisaConfig.from_mapping({"spark.misa.cache.policy": "lru"})
     assert isinstance(new_cache(lru), StateCache) and new_cache(lru).policy == "lru"
 
 
-def test_prefetching_auto_starts_with_the_write_buffer_and_prefetches_into_a_tac():
+def test_prefetching_auto_starts_without_a_read_cache_and_prefetches_into_a_tac():
     auto = MisaConfig()
-    assert auto.prefetch_mode == "auto" and isinstance(new_cache(auto), WriteBuffer)
+    assert auto.prefetch_mode == "auto" and new_cache(auto) is None
     assert auto.cache_policy_for(True) == "tac" and auto.cache_policy_for(False) == "none"
     assert MisaConfig.from_mapping({"spark.misa.prefetch.enabled": " TRUE "}).prefetch_mode == "true"
 
@@ -61,7 +63,7 @@ def test_prefetching_without_a_cache_is_refused_naming_both_keys_and_auto_stays_
         MisaConfig.from_mapping({"spark.misa.prefetch.enabled": "true", "spark.misa.cache.policy": "none"})
     for mode in ("false", "auto"):  # auto, the default, has nothing to prefetch into: off
         off = MisaConfig.from_mapping({"spark.misa.prefetch.enabled": mode, "spark.misa.cache.policy": "none"})
-        assert off.prefetching == "false" and isinstance(new_cache(off), WriteBuffer)
+        assert off.prefetching == "false" and new_cache(off) is None
 
 
 def _batch(view: StateView, store: StateStore, version: int, value: bytes) -> None:
@@ -71,21 +73,21 @@ def _batch(view: StateView, store: StateStore, version: int, value: bytes) -> No
 
 
 def test_turning_prefetching_off_and_on_never_serves_a_value_written_around_the_cache(config, tmp_path):
-    """While prefetching is off, batches write through the write buffer around prefetching's TAC, so
-    the TAC is emptied when prefetching goes off: back on, a read sees the newest value."""
+    """While prefetching is off, batches do not refresh prefetching's own TAC, so it is emptied when
+    prefetching goes off: back on, a read sees the newest value."""
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         store.write([(k(1), b"disk")])
         view = StateView(store)
         manager = attach_prefetcher(view, config, 2, 16, active=False)
-        assert isinstance(view.cache, WriteBuffer) and view.prefetcher is None
+        assert view.cache is None and view.read_cache is None and view.prefetcher is None
         view.set_prefetching(True)
-        assert view.prefetcher is manager and view.cache is manager.cache and manager.cache.policy == "tac"
+        assert view.prefetcher is manager and view.read_cache is manager.cache and manager.cache.policy == "tac"
         manager.hint([k(1)], [5])
         assert view.get_many([k(1)], 5) == [b"disk"]
         _batch(view, store, 1, b"v1")
-        assert manager.cache.get_many([k(1)]) == [b"v1"]  # cached, clean
+        assert manager.cache.get_many([k(1)]) == [b"v1"]  # refreshed with the batch's write
         view.set_prefetching(False)
-        assert isinstance(view.cache, WriteBuffer) and len(manager.cache) == 0
+        assert view.read_cache is None and len(manager.cache) == 0
         _batch(view, store, 2, b"v2")
         view.set_prefetching(True)
         assert view.get_many([k(1)], 7) == [b"v2"]
@@ -100,18 +102,16 @@ def test_a_configured_cache_serves_reads_with_prefetching_on_and_off(config, tmp
         attach_prefetcher(view, lru, 2, 16, active=False)
         _batch(view, store, 1, b"v1")
         view.set_prefetching(True)
-        assert view.cache is cache and view.get_many([k(1)]) == [b"v1"]
+        assert view.read_cache is cache and view.get_many([k(1)]) == [b"v1"]
         view.set_prefetching(False)
-        assert view.cache is cache and len(cache) == 1  # kept warm: every write goes through it
+        assert view.read_cache is cache and len(cache) == 1  # kept warm: refreshed by every batch
         view.close()
 
 
-@pytest.mark.parametrize("make", [WriteBuffer, lambda: StateCache(1 << 20, "tac")], ids=["none", "tac"])
-def test_both_caches_implement_the_batch_cache_contract(make):
-    """Every member the contract declares exists on both implementations; MISSING is one enum member."""
-    cache = make()
-    declared = {name for name in vars(BatchCache) if not name.startswith("_")} | set(BatchCache.__annotations__)
-    assert declared <= set(dir(cache)), declared - set(dir(cache))
+def test_the_state_cache_implements_the_read_cache_contract():
+    """Every member the contract declares exists on StateCache; MISSING is one enum member."""
+    declared = {name for name in vars(ReadCache) if not name.startswith("_")} | set(ReadCache.__annotations__)
+    assert declared <= set(dir(StateCache(1 << 20, "tac"))), declared - set(dir(StateCache(1 << 20, "tac")))
     assert MISSING is Marker.MISSING and repr(MISSING) == "MISSING" and MISSING is not None
 
 
