@@ -60,6 +60,7 @@ class StateCache:
         self.stats = CacheStats(lock=self._lock)
         self._values: dict[bytes, bytes | None] = {}
         self._prefetched: set[bytes] = set()  # filled by prefetching, not read yet
+        self._refreshes: list[tuple[dict[bytes, bytes | None], Sequence[tuple[bytes, bytes]]]] = []
         self._bytes = 0
 
     # ------------------------------------------------------------------ reads
@@ -71,6 +72,7 @@ class StateCache:
         """
         out: list[Any] = []
         with self._lock:
+            self._settle()
             values, touch, prefetched = self._values, self._order.touch, self._prefetched
             for key, t in zip(keys, _stamps(ts, len(keys))):
                 value = values.get(key, MISSING)
@@ -93,6 +95,7 @@ class StateCache:
     def contains_many(self, keys: Sequence[bytes]) -> list[bool]:
         """Per key, whether a read of it would hit; one lock for all."""
         with self._lock:
+            self._settle()
             values = self._values
             return [key in values for key in keys]
 
@@ -114,6 +117,7 @@ class StateCache:
         _check_values(values, len(keys))
         inserted = 0
         with self._lock:
+            self._settle()
             held = self._values
             for key, value, t in zip(keys, values, _stamps(ts, len(keys))):
                 if key in held:
@@ -136,6 +140,7 @@ class StateCache:
         """
         renewed = 0
         with self._lock:
+            self._settle()
             held, renew = self._values, self._order.renew
             for key, t in zip(keys, _stamps(ts, len(keys))):
                 if key in held:
@@ -147,44 +152,62 @@ class StateCache:
     def refresh(self, changes: dict[bytes, bytes | None], ranges: Sequence[tuple[bytes, bytes]]) -> None:
         """The batch's deleted ranges drop the entries in them, then its changes replace the values of
         the keys held (a key not held is not added: what the batch wrote without reading it, such as
-        timers, is rarely read). The order is left as the batch's reads and hints set it."""
+        timers, is rarely read). The order is left as the batch's reads and hints set it.
+
+        O(1) here: the refresh is applied before the cache's next operation, by whichever thread makes
+        it (mostly the next batch's hints, while the driver waits for the trigger), not by the batch's
+        thread. ``changes`` must not change afterwards (a commit buffer's do not).
+        """
         with self._lock:
-            for begin, end in ranges:
-                for key in [k for k in self._values if begin <= k < end]:
-                    self._drop(key)
-                    self._order.remove(key)
-            held = self._values
-            for key in [k for k in changes if k in held]:
-                value = changes[key]
-                self._bytes += len(value or b"") - len(held[key] or b"")  # the key's size is unchanged
-                held[key] = value
-            self._evict()
-            self._order.tidy()
+            self._refreshes.append((changes, ranges))
 
     def clear(self) -> None:
         """Forget everything (the state was reloaded)."""
         with self._lock:
             self.stats.prefetched_entries_unread += len(self._prefetched)
             self._order = eviction_order(self.policy)
-            self._values, self._prefetched = {}, set()
+            self._values, self._prefetched, self._refreshes = {}, set(), []
             self._bytes = 0
 
     # ------------------------------------------------------------------ inspection
     @property
     def bytes_cached(self) -> int:
         """Bytes of the cached entries; at most ``max_bytes``."""
-        return self._bytes
+        with self._lock:
+            self._settle()
+            return self._bytes
 
     def __len__(self) -> int:
         """Cached entries."""
-        return len(self._values)
+        with self._lock:
+            self._settle()
+            return len(self._values)
 
     def items(self) -> list[tuple[bytes, bytes | None]]:
         """Every entry, in no order."""
         with self._lock:
+            self._settle()
             return list(self._values.items())
 
     # ------------------------------------------------------------------ internals (lock held)
+    def _settle(self) -> None:
+        """Apply the refreshes queued since the last operation."""
+        if not self._refreshes:
+            return
+        refreshes, self._refreshes = self._refreshes, []
+        held = self._values
+        for changes, ranges in refreshes:
+            for begin, end in ranges:
+                for key in [k for k in held if begin <= k < end]:
+                    self._drop(key)
+                    self._order.remove(key)
+            for key in [k for k in changes if k in held]:
+                value = changes[key]
+                self._bytes += len(value or b"") - len(held[key] or b"")  # the key's size is unchanged
+                held[key] = value
+        self._evict()
+        self._order.tidy()
+
     def _insert(self, key: bytes, value: bytes | None, ts: int) -> None:
         self._values[key] = value
         self._bytes += _size(key, value)

@@ -120,7 +120,9 @@ def test_clock_gives_a_used_entry_one_second_chance():
 def test_refresh_replaces_held_values_and_adds_no_key_the_batch_did_not_read():
     c = cache(3)
     c.fill([k(1), k(2)], [b"a", None], [1, 2])
-    c.refresh({k(1): b"bb", k(2): V, k(3): b"blind"}, [])  # 3 was written without a read: not added
+    changes = {k(1): b"bb", k(2): V, k(3): b"blind"}  # 3 was written without a read: not added
+    c.refresh(changes, [])
+    assert c._values[k(1)] == b"a"  # queued: the next operation applies it, on its own thread
     assert c.get_many([k(1), k(2), k(3)]) == [b"bb", V, MISSING]
     assert c.bytes_cached == (1 + 2 + ENTRY_OVERHEAD) + ENTRY and len(c) == 2
     c.refresh({k(1): None}, [])  # deleted: a negative entry
@@ -243,5 +245,6 @@ def test_tac_drops_emptied_buckets_at_the_batch_boundary_and_keeps_its_order():
     c = cache(4)
     c._order = order
     c.refresh({}, [])
+    assert len(order._buckets) == 3000 and len(c) == 0  # applied by the next operation
     assert len(order._heap) == len(order._buckets) == 100
     assert [order.victim() for _ in range(3)] == [k(99), k(98), k(97)]  # the smallest stamps first
