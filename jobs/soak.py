@@ -57,11 +57,13 @@ from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
 from jobs.submit import RETRY_MESSAGE
+from misa.config import CommitMode
+from misa.runtime.spark_log import SparkCheckpointLog
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES_PER_BATCH = 2
 SHARDS = 2
-MODES = ("misa", "sync", "async-ckpt")
+MODES = (CommitMode.MISA.value, CommitMode.SYNC.value, CommitMode.ASYNC_CKPT.value)
 DFS_KINDS = ("file", "s3")
 TWICE = 0.3  # share of plans whose first restart is killed too
 TIMED = 0.25  # share of kills at a random moment rather than at a failpoint
@@ -508,23 +510,10 @@ Layout = dict[int, tuple[str, ...]]  # batch id -> the input files it read (batc
 
 
 def batch_layout(checkpoint: Path) -> Layout:
-    """The input files each batch read, from Spark's checkpoint: ``offsets/<batch>`` ends with the file
-    source's log offset, ``sources/0/<entry>`` lists the files of each entry of the file source's log."""
-    entries: dict[int, list[str]] = {}
-    for log in (checkpoint / "sources" / "0").iterdir():
-        if not log.name.startswith("."):
-            for line in log.read_text().splitlines()[1:]:
-                record = json.loads(line)
-                entries.setdefault(record["batchId"], []).append(Path(record["path"]).name)
-    layout: Layout = {}
-    previous = -1
-    for batch in sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()):
-        offset = json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])["logOffset"]
-        files = tuple(sorted(f for entry in range(previous + 1, offset + 1) for f in entries.get(entry, ())))
-        if files:
-            layout[batch] = files
-        previous = offset
-    return layout
+    """The input files each batch read, from Spark's checkpoint (its offsets log and the file source's log)."""
+    return {
+        b: tuple(sorted(f.name for f in files)) for b, files in SparkCheckpointLog(checkpoint).batch_files().items()
+    }
 
 
 def describe_relayout(layout: Layout, expected: Layout) -> str:
@@ -655,7 +644,7 @@ class Soak:
         if not reference.output.size:
             raise SystemExit(f"misa soak: the native reference of {job} has no rows: the input is too small")
         clean_dir = self.work / "reference" / f"{job}-misa"
-        clean = self._run_clean(job, "misa", clean_dir)
+        clean = self._run_clean(job, CommitMode.MISA, clean_dir)
         self.clean_s[job] = clean.seconds
         result, _, detail = judge(spec, reference, clean_dir)
         print(
@@ -959,7 +948,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"drawn among per iteration; default: {','.join(SCENARIOS)}",
     )
     p.add_argument(
-        "--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help="default: misa,sync,async-ckpt"
+        "--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help=f"default: {','.join(MODES)}"
     )
     p.add_argument(
         "--dfs",

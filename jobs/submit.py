@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from checkpoint.location import LocationError, parse, spark_location
 from checkpoint.owner import OwnershipError
-from misa.config import ConfigError, MisaConfig, parse_seconds
+from misa.config import CommitMode, ConfigError, MisaConfig, parse_seconds
 from misa.io.quarantine import Quarantine, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.obs.metrics import BatchMetrics, summary_line
@@ -35,7 +35,7 @@ from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
 from misa.runtime.recovery import RecoveryError
 
-RUNTIME_MODES = ("sync", "async-ckpt", "misa", "nocommit")
+RUNTIME_MODES = tuple(m.value for m in CommitMode)  # the command line's names of the runtime's modes
 NATIVE_MODES = ("native", "native-default")
 MODES = RUNTIME_MODES + NATIVE_MODES
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -282,7 +282,7 @@ def run_misa(
     ``hint_stages``: candidate stages for prefetch hints, earliest first (default: ``upstream``);
     ``next_input``: the input read ahead (:func:`peek_input`), for hints between batches.
     """
-    config = MisaConfig.from_session(spark).with_values(commit_mode=args.mode)
+    config = MisaConfig.from_session(spark).with_values(commit_mode=CommitMode(args.mode))
     job = StatefulJob(
         operator,
         sink,

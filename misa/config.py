@@ -14,6 +14,7 @@ import difflib
 import numbers
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -24,6 +25,18 @@ PREFIX = "spark.misa."
 
 class ConfigError(ValueError):
     """A ``spark.misa.*`` key is unknown, or its value does not have the expected form or lies outside its range."""
+
+
+class CommitMode(str, Enum):
+    """How a version is committed (spark.misa.commit.mode); its value is the setting's text."""
+
+    SYNC = "sync"  # the whole commit inline
+    ASYNC_CKPT = "async-ckpt"  # only the DFS copy in the background
+    MISA = "misa"  # all in the background
+    NOCOMMIT = "nocommit"  # benchmarks only: applied to RocksDB in the background, nothing durable
+
+    def __str__(self) -> str:
+        return self.value
 
 
 C_INT_MAX = 2**31 - 1  # the largest value of the RocksDB options that rocksdict takes as a C int
@@ -140,11 +153,13 @@ def _duration_text(seconds: float) -> str:
     return f"{seconds * 1000:g}ms"
 
 
-def _choice(*options: str) -> Kind:
-    def parse(text: str) -> str:
+def _choice(*options: str, to: Callable[[str], Any] = str) -> Kind:
+    """One of ``options``, as ``to`` makes it of the text."""
+
+    def parse(text: str) -> Any:
         if text.strip() not in options:
             raise ValueError
-        return text.strip()
+        return to(text.strip())
 
     return Kind("one of " + ", ".join(options), parse)
 
@@ -216,10 +231,10 @@ class MisaConfig:
         _int(1),
         "Operations per RocksDB WriteBatch (rocksdict holds the GIL while it writes one).",
     )
-    commit_mode: str = setting(
+    commit_mode: CommitMode = setting(
         "spark.misa.commit.mode",
-        "misa",
-        _choice("sync", "async-ckpt", "misa", "nocommit"),
+        CommitMode.MISA,
+        _choice(*CommitMode, to=CommitMode),
         "sync: whole commit inline; async-ckpt: only the DFS copy in the background; misa: all in the background; "
         "nocommit (benchmarks only): changes applied to RocksDB in the background, never flushed, checkpointed or "
         "uploaded, and no recovery.",

@@ -16,6 +16,11 @@ and in-batch hints were measured to do clearly better; it tries ahead again afte
 from __future__ import annotations
 
 
+def wasted_share(prefetched: int, wasted: int) -> float:
+    """The share of a batch's prefetches that it never read (0 without prefetches)."""
+    return wasted / prefetched if prefetched else 0.0
+
+
 class LookaheadSelector:
     """Chooses the hint stage from the wasted-prefetch ratio of the batches it observed."""
 
@@ -38,7 +43,7 @@ class LookaheadSelector:
         """
         if prefetched < self.min_prefetches:
             return self.current
-        if wasted / prefetched > self.threshold:
+        if wasted_share(prefetched, wasted) > self.threshold:
             self._strikes += 1
         else:
             self._strikes = 0
@@ -93,15 +98,15 @@ class HintTiming:
             return self.current
         if source != self.current or prefetched < self.min_prefetches:
             return self.current
-        wasted_share, late_share = wasted / prefetched, late / hits if hits else 0.0
+        waste, late_share = wasted_share(prefetched, wasted), late / hits if hits else 0.0
         scores = self._scores[source]
         if source == AHEAD:
-            poor = wasted_share > self.wasted_threshold or late_share > self.late_threshold
-            scores[:] = [*scores, wasted_share + late_share] if poor else []
+            poor = waste > self.wasted_threshold or late_share > self.late_threshold
+            scores[:] = [*scores, waste + late_share] if poor else []
             if len(scores) >= self.patience:
                 self.current = IN_BATCH
             return self.current
-        scores.append(wasted_share + late_share)
+        scores.append(waste + late_share)
         if len(scores) >= self.patience:
             ahead, in_batch = self._scores[AHEAD], scores
             better = sum(in_batch) / len(in_batch) <= sum(ahead) / len(ahead) - self.margin

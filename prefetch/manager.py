@@ -55,9 +55,6 @@ class PrefetchStats:
         out["slack_s_mean"] = self.slack_s_sum / self.prefetch_hits if self.prefetch_hits else None
         return out
 
-    def wasted_ratio(self) -> float:
-        return self.wasted_prefetches / self.prefetched if self.prefetched else 0.0
-
 
 @dataclass(eq=False)
 class _Chunk:

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from jobs.bench.live_stats import (
-    PREFETCH_COUNTS,
     Arrival,
     backlog_at,
     batch_ends,
@@ -63,6 +62,7 @@ from jobs.submit import MODES, RUNTIME_MODES
 from jobs.ysb import REDIS_URL_ENV
 from misa.config import parse_bytes, parse_seconds
 from misa.io.redis_server import RedisServer
+from misa.obs.records import PREFETCH_COUNTERS
 from misa.obs.report import load_metrics
 from misa.runtime.spark_mirror import LOCAL_COPY
 from misa.units import human_bytes
@@ -482,7 +482,7 @@ PHASES = (
 )
 
 
-PREFETCH_COLUMNS = (*PREFETCH_COUNTS, "slack_s_mean", "slack_s_min", "not_ahead")
+PREFETCH_COLUMNS = (*PREFETCH_COUNTERS, "slack_s_mean", "slack_s_min", "not_ahead")
 
 
 def _count(value: float | None) -> str:

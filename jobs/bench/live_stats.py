@@ -9,14 +9,15 @@ the time it waited until the run stopped.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from misa.obs.records import PREFETCH_COUNTERS
 from misa.obs.report import load_metrics
+from misa.runtime.spark_log import SparkCheckpointLog
 
 
 @dataclass(frozen=True)
@@ -30,18 +31,7 @@ class Arrival:
 
 def file_batches(checkpoint: Path) -> dict[str, int]:
     """File name -> the batch that read it, from Spark's file source log (plain and ``.compact`` entries)."""
-    folder = checkpoint / "sources" / "0"
-    batches: dict[str, int] = {}
-    if not folder.is_dir():
-        return batches
-    for entry in folder.iterdir():
-        if entry.name.startswith("."):
-            continue
-        for line in entry.read_text().splitlines()[1:]:  # the first line is the log's version
-            if line.strip():
-                item = json.loads(line)
-                batches[Path(item["path"]).name] = int(item["batchId"])
-    return batches
+    return {f.name: f.batch for entry in SparkCheckpointLog(checkpoint).source_entries() for f in entry.files}
 
 
 def batch_ends(metrics: Path) -> dict[int, float]:
@@ -134,16 +124,13 @@ def commit_cost(commits: Sequence[dict]) -> dict[str, float] | None:
     }
 
 
-PREFETCH_COUNTS = ("hints", "prefetched", "prefetch_hits", "wasted_prefetches", "late_hints", "fallback_fetches")
-
-
 def prefetch_per_batch(records: Sequence[dict]) -> dict[str, float | int | None] | None:
     """Mean prefetch counters per batch, the hit-weighted mean slack, the smallest slack, and the batches
     whose hints could not be extracted ahead (None without prefetching)."""
     stats = [r["prefetch"] for r in records if r.get("prefetch")]
     if not stats:
         return None
-    out: dict[str, float | int | None] = {k: float(np.mean([s.get(k) or 0 for s in stats])) for k in PREFETCH_COUNTS}
+    out: dict[str, float | int | None] = {k: float(np.mean([s.get(k) or 0 for s in stats])) for k in PREFETCH_COUNTERS}
     hits = sum(s.get("prefetch_hits") or 0 for s in stats)
     weighted = sum((s.get("slack_s_mean") or 0.0) * (s.get("prefetch_hits") or 0) for s in stats)
     out["slack_s_mean"] = weighted / hits if hits else None

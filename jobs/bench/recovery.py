@@ -54,6 +54,7 @@ from jobs.bench.runs import submit_command, submit_env
 from jobs.gen.nexmark import generate_nexmark
 from jobs.submit import RUNTIME_MODES
 from misa.obs.report import load_metrics
+from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION
 
 MODES = ("misa", "native")
@@ -114,7 +115,7 @@ class Series:
         """Whether batch ``batch_id`` is committed where a restart reads it (the DFS marker, Spark's commit log)."""
         if self.mode in RUNTIME_MODES:
             return (self.dfs / marker_path(batch_id)).exists()
-        return (self.checkpoint / "commits" / str(batch_id)).exists()
+        return batch_id in SparkCheckpointLog(self.checkpoint).batch_ids("commits")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

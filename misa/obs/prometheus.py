@@ -8,23 +8,24 @@ optional extra ``prometheus``, imported only when the endpoint is asked for.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from types import ModuleType
 from typing import Any
 
 from misa.config import ConfigError
+<<<<<<< HEAD
 from misa.obs.records import BATCH_PHASES, COMMIT_PHASES, BatchReport
 from misa.state.cache_contract import CacheStats
 from prefetch.manager import PrefetchStats
+=======
+from misa.obs.records import BATCH_PHASES, CACHE_COUNTERS, COMMIT_PHASES, PREFETCH_COUNTERS, BatchReport
+from misa.state.store import EMPTY_VERSION
+>>>>>>> i27-b
 
 PORT_KEY = "spark.misa.metrics.prometheusPort"
 INSTALL = "pip install 'misa-pyspark[prometheus]'"
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, float("inf"))
 ROWS = ("input_rows", "output_rows", "late_rows", "dropped_rows", "bad_records")
-CACHE_COUNTERS = tuple(f.name for f in dataclasses.fields(CacheStats) if f.type in (int, "int"))
-PREFETCH_COUNTERS = tuple(f.name for f in dataclasses.fields(PrefetchStats) if f.type in (int, "int"))
-NONE = -1  # a version gauge's value while there is no such version
 
 
 def client(port: int) -> ModuleType:
@@ -131,8 +132,8 @@ class PrometheusExporter:
             m.restarts.labels(q).inc(commit.restarts)
         status = report.commit_status
         m.pending.labels(q).set(status.lag)
-        m.last_local.labels(q).set(NONE if status.last_local is None else status.last_local)
-        m.last_durable.labels(q).set(NONE if status.last_durable is None else status.last_durable)
+        m.last_local.labels(q).set(EMPTY_VERSION if status.last_local is None else status.last_local)
+        m.last_durable.labels(q).set(EMPTY_VERSION if status.last_durable is None else status.last_durable)
 
     def observe_latency(self, seconds: float) -> None:
         """Export Spark's latency of a batch, when Spark reports it."""

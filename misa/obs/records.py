@@ -1,7 +1,8 @@
 """The typed records behind the per-batch metrics (DESIGN section 8): the batch's phases, its counts, its commits.
 
 They are written as one JSON object per batch (:class:`misa.obs.metrics.BatchMetrics`) and read
-back by ``misa report``, whose phase lists come from the fields here, so a phase is named once.
+back by ``misa report``, whose phase lists come from the fields here, so a phase is named once; so do the
+lists of the cache's and the prefetch manager's counters, from their stats classes.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from prefetch.cache import CacheStats
+from prefetch.manager import PrefetchStats
 
 
 @dataclass
@@ -102,3 +106,12 @@ class BatchReport:
 
 BATCH_PHASES = tuple(f.name for f in dataclasses.fields(BatchPhases))
 COMMIT_PHASES = tuple(f.name for f in dataclasses.fields(CommitRecord) if f.name.endswith("_s"))
+
+
+def counters(stats: type) -> tuple[str, ...]:
+    """The integer counters a stats dataclass declares, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(stats) if f.type in (int, "int"))
+
+
+CACHE_COUNTERS = counters(CacheStats)
+PREFETCH_COUNTERS = counters(PrefetchStats)

@@ -18,20 +18,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from misa.obs.records import BATCH_PHASES, COMMIT_PHASES
+from misa.obs.records import BATCH_PHASES, CACHE_COUNTERS, COMMIT_PHASES, PREFETCH_COUNTERS
 from misa.obs.runs import WARMUP_BATCHES, run_starts, split_runs, steady
 from misa.units import human_bytes
 
 PERCENTILE_METHOD = "linear"
-CACHE_COUNTERS = (
-    "hits",
-    "misses",
-    "evictions",
-    "prefetched_entries",
-    "prefetched_entries_read",
-    "prefetched_entries_unread",
-)
-PREFETCH_COUNTERS = ("hints", "prefetched", "prefetch_hits", "wasted_prefetches", "late_hints", "fallback_fetches")
 MAX_REPORTED_LINES = 5
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
 from checkpoint.location import redact
 from checkpoint.owner import OwnershipError
+from misa.config import CommitMode
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.runtime.spark_mirror import SparkLogMirror
 from misa.state.commit_buffer import CommitBuffer
@@ -102,14 +103,19 @@ class CommitController:
         self.view = view
         self.spark_log = spark_log  # Spark's checkpoint, mirrored before each version's DFS marker
         self._mirroring = ThreadPoolExecutor(1, thread_name_prefix="misa-mirror") if spark_log else None
-        self.mode = mode or store.config.commit_mode
+        self.mode = CommitMode(mode or store.config.commit_mode)
         self.timeout_s = store.config.commit_heartbeat_timeout_s
         self.max_restarts = store.config.commit_max_restarts
         self._tasks: dict[int, _Task] = {}
         self._cv = threading.Condition()
         self._closed = False
         self._newest: dict[Stage, int | None] = {UPLOAD: None, DONE: None}  # newest version with ack 1, ack 2
-        threaded = {"sync": (), "async-ckpt": (UPLOAD,), "misa": (APPLY, UPLOAD), "nocommit": (APPLY,)}[self.mode]
+        threaded = {
+            CommitMode.SYNC: (),
+            CommitMode.ASYNC_CKPT: (UPLOAD,),
+            CommitMode.MISA: (APPLY, UPLOAD),
+            CommitMode.NOCOMMIT: (APPLY,),
+        }[self.mode]
         self._workers = {stage: _Worker(stage) for stage in threaded}
         for worker in self._workers.values():
             self._start(worker)
@@ -123,7 +129,7 @@ class CommitController:
         with self._cv:
             self._tasks[task.version] = task
             self._cv.notify_all()
-        for stage in (APPLY,) if self.mode == "nocommit" else (APPLY, UPLOAD):
+        for stage in (APPLY,) if self.mode == CommitMode.NOCOMMIT else (APPLY, UPLOAD):
             if stage not in self._workers:
                 self._run_inline(task, stage)
 
@@ -154,7 +160,7 @@ class CommitController:
     def loaded(self, version: int) -> None:
         """The state was loaded at ``version`` (recovery or a replay, with nothing pending): it has both acks,
         except the empty version and in mode ``nocommit``, where nothing is committed."""
-        committed = None if version == EMPTY_VERSION or self.mode == "nocommit" else version
+        committed = None if version == EMPTY_VERSION or self.mode == CommitMode.NOCOMMIT else version
         with self._cv:
             self._newest = {UPLOAD: committed, DONE: committed}
 
@@ -166,7 +172,7 @@ class CommitController:
 
     def _retention_pending(self, task: _Task) -> bool:
         """Whether ``task`` is durable and its retention is still to run (never in nocommit, which has none)."""
-        return task.stage == DONE and not task.retained and self.mode != "nocommit" and task.error is None
+        return task.stage == DONE and not task.retained and self.mode != CommitMode.NOCOMMIT and task.error is None
 
     def finished(self) -> list[CommitRecord]:
         """Records of commits that became durable, with the retention after them, since the last call."""
@@ -223,7 +229,7 @@ class CommitController:
         failpoints.hit("commit.after_apply")
         fence()
         self.view.drop_pending(task.version)
-        if self.mode == "nocommit":  # the floor: the state is in RocksDB, nothing more
+        if self.mode == CommitMode.NOCOMMIT:  # the floor: the state is in RocksDB, nothing more
             self._advance(task, APPLY, DONE, fence)
             return
         record.compaction_running = self.store.running_compactions()
@@ -266,10 +272,10 @@ class CommitController:
                 elapsed = time.monotonic() - task.handed_over
                 if to == UPLOAD:
                     task.record.ack1_s = elapsed
-                elif self.mode != "nocommit":
+                elif self.mode != CommitMode.NOCOMMIT:
                     task.record.ack2_s = elapsed
                 newest = self._newest[to]
-                if self.mode != "nocommit":  # there, done means applied: no ack
+                if self.mode != CommitMode.NOCOMMIT:  # there, done means applied: no ack
                     self._newest[to] = task.version if newest is None else max(newest, task.version)
             self._cv.notify_all()
 

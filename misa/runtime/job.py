@@ -36,7 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint import CorruptCheckpointError, failpoints
 from checkpoint.location import Location, spark_location
-from misa.config import STATE_FOLDER, ConfigError, MisaConfig
+from misa.config import STATE_FOLDER, CommitMode, ConfigError, MisaConfig
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import OperatorResult, StatefulOperator
@@ -139,7 +139,7 @@ class StatefulJob:
         mirror = SparkLogMirror(
             self.store.root, self.checkpoint_location, self.config.retry_policy(), self.config.upload_threads
         )
-        return mirror.local, None if self.config.commit_mode == "nocommit" else mirror
+        return mirror.local, None if self.config.commit_mode == CommitMode.NOCOMMIT else mirror
 
     def _default_state_dir(self) -> Path:
         """``CHECKPOINT/misa-local`` for a checkpoint location on this machine; elsewhere there is no default."""
@@ -166,7 +166,7 @@ class StatefulJob:
         self.store.claim(query_id)
         if self.mirror is not None and self.mirror.prepare(self.store.check_owner):
             self.store.forget_local_only()  # newer local versions went with the local copy Spark's log replaced
-        if self.controller.mode == "nocommit":
+        if self.controller.mode == CommitMode.NOCOMMIT:
             require_fresh(self.store, self.spark_checkpoint)
         reconcile(self.store, self.spark_checkpoint)  # loads the version Spark continues from
         if self.hints is not None:

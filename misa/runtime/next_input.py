@@ -11,7 +11,6 @@ extracts their keys and prefetches them while the driver would idle (:mod:`misa.
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from pyspark.sql import DataFrame
 
 from checkpoint.location import Location
 from misa.runtime.hadoop_fs import resolve_location
+from misa.runtime.spark_log import SparkCheckpointLog
+from misa.state.store import EMPTY_VERSION
 
 log = logging.getLogger(__name__)
 Reader = Callable[[list[str]], DataFrame]  # files -> the rows a batch of them gives the foreachBatch function
@@ -33,7 +34,7 @@ class Peek:
     files: tuple[str, ...] = ()
     frame: DataFrame | None = None
     reason: str = ""  # empty when files were found
-    planned: int = -1  # the newest batch the source's log shows planned (-1: none, or the source cannot tell)
+    planned: int = EMPTY_VERSION  # the newest batch the source's log shows planned (none, or the source cannot tell)
 
 
 class NextInput(Protocol):
@@ -64,11 +65,10 @@ class FileSourcePeek:
         self.read = read
         self.max_files = max_files
         self._assigned: set[str] = set()  # base names of files some batch read
-        self._read_through = -1  # the newest log entry read
+        self._read_through = EMPTY_VERSION  # the newest log entry read
 
     def follow(self, checkpoint: Location) -> None:
-        log_fs, root = checkpoint.filesystem()
-        self._log_fs, self._log = log_fs, posixpath.join(root, "sources", str(self.source))
+        self._spark_log = SparkCheckpointLog(checkpoint)
 
     def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
         try:
@@ -89,18 +89,7 @@ class FileSourcePeek:
         return not name.startswith(("_", ".")) and name not in self._assigned
 
     def _read_log(self) -> None:
-        """Add the files of the log entries not read yet (a ``N.compact`` entry repeats all entries to N)."""
-        self._log_fs.invalidate_cache(self._log)
-        try:
-            names = [posixpath.basename(p) for p in self._log_fs.ls(self._log, detail=False)]
-        except FileNotFoundError:
-            return  # no batch planned yet
-        entries = sorted((int(n.split(".")[0]), n) for n in names if n.split(".")[0].isdigit())
-        for batch, name in entries:
-            if batch <= self._read_through:
-                continue
-            text = self._log_fs.cat_file(posixpath.join(self._log, name)).decode()
-            for line in text.splitlines()[1:]:  # the first line is the log's version
-                if line.strip():
-                    self._assigned.add(posixpath.basename(json.loads(line)["path"]))
-            self._read_through = batch
+        """Add the files of the source log's entries not read yet."""
+        for entry in self._spark_log.source_entries(self.source, after=self._read_through):
+            self._assigned.update(f.name for f in entry.files)
+            self._read_through = entry.number

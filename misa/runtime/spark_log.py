@@ -1,6 +1,6 @@
-"""Spark's own checkpoint logs (``offsets/``, ``commits/`` and the file sources' ``sources/<i>/``),
-read and trimmed through fsspec, so recovery works for every location Spark accepts (a path,
-``file:/x``, ``s3a://``, ``hdfs://``)."""
+"""Spark's own checkpoint logs (``offsets/``, ``commits/`` and the file sources' ``sources/<i>/``): the one
+reader of them (recovery, the hints ahead, the benchmarks and the soak), and the trimming recovery does,
+through fsspec, so it works for every location Spark accepts (a path, ``file:/x``, ``s3a://``, ``hdfs://``)."""
 
 from __future__ import annotations
 
@@ -9,25 +9,47 @@ import logging
 import posixpath
 import re
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint import failpoints
 from checkpoint.local import write_atomically
-from checkpoint.location import Location
+from checkpoint.location import Location, parse
+from misa.state.store import EMPTY_VERSION
 
-EMPTY = -1  # no batch committed yet
 #: A temporary file Hadoop's CheckpointFileManager writes an entry into before renaming it (``.N.<uuid>.tmp``),
 #: with the checksum file its local file system keeps beside it; a kill between the two leaves it behind.
 _TEMP_ENTRY = re.compile(r"^\.+(\d+)\.[0-9a-fA-F-]{36}\.tmp(\.crc)?$")
 log = logging.getLogger(__name__)
 
 
-class SparkCheckpointLog:
-    """The batch ids in Spark's offsets and commits logs under one checkpoint location."""
+@dataclass(frozen=True)
+class SourceFile:
+    """A file that a file source's log assigned to one of the source's batches."""
 
-    def __init__(self, location: Location):
-        self.location = location
-        self.fs, self.root = location.filesystem()
+    path: str
+    batch: int  # the source's batch id, which an offsets entry names as the source's ``logOffset``
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """One entry of a file source's log: ``N``, or ``N.compact``, which repeats every entry up to ``N``."""
+
+    number: int
+    files: tuple[SourceFile, ...]
+
+
+class SparkCheckpointLog:
+    """Spark's logs under one checkpoint location: the batch ids of the offsets and commits logs, what an
+    offsets entry planned, and the files each file source's log entry lists."""
+
+    def __init__(self, location: str | Path | Location):
+        self.location = parse(location)
+        self.fs, self.root = self.location.filesystem()
 
     def _folder(self, name: str) -> str:
         return posixpath.join(self.root, name)
@@ -61,7 +83,51 @@ class SparkCheckpointLog:
         return query_id
 
     def last_committed(self) -> int:
-        return max(self.batch_ids("commits"), default=EMPTY)
+        """The newest batch in the commits log (``EMPTY_VERSION``: none)."""
+        return max(self.batch_ids("commits"), default=EMPTY_VERSION)
+
+    def file_source_offsets(self, batch_id: int) -> dict[int, int]:
+        """Source index -> its ``logOffset`` in offsets entry ``batch_id``, for the sources that have
+        one (Spark's file sources); others keep no log under ``sources/`` that replays could skew."""
+        lines = self.fs.cat_file(posixpath.join(self._folder("offsets"), str(batch_id))).decode().splitlines()
+        found = {}
+        for index, line in enumerate(lines[2:]):  # a version line, the batch metadata, then one line per source
+            try:
+                offset = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
+                found[index] = offset["logOffset"]
+        return found
+
+    def source_entries(self, source: int = 0, after: int = EMPTY_VERSION) -> list[SourceEntry]:
+        """The entries of file source ``source``'s log numbered after ``after``, oldest first, without the
+        plain entries a compact entry repeats (Spark deletes them only later)."""
+        names = self._entry_names(source)
+        compacted = max((n for n, name in names if name.endswith(".compact")), default=EMPTY_VERSION)
+        folder = self._folder(f"sources/{source}")
+        return [
+            SourceEntry(number, _source_files(self.fs.cat_file(posixpath.join(folder, name)).decode()))
+            for number, name in names
+            if number > after and number >= compacted
+        ]
+
+    def batch_files(self, source: int = 0) -> dict[int, tuple[SourceFile, ...]]:
+        """Batch id -> the files file source ``source`` gave the batch (its log's batches after the previous
+        offsets entry's ``logOffset``, to the batch's own), for the batches that read some."""
+        by_source_batch: dict[int, list[SourceFile]] = {}
+        for entry in self.source_entries(source):
+            for file in entry.files:
+                by_source_batch.setdefault(file.batch, []).append(file)
+        found: dict[int, tuple[SourceFile, ...]] = {}
+        previous = EMPTY_VERSION
+        for batch in self.batch_ids("offsets"):
+            offset = self.file_source_offsets(batch).get(source, previous)
+            files = tuple(f for b in range(previous + 1, offset + 1) for f in by_source_batch.get(b, ()))
+            if files:
+                found[batch] = files
+            previous = offset
+        return found
 
     def make_spark_replay(self, batch_id: int) -> None:
         """Make Spark run ``batch_id`` (and what follows) again from its logged offsets, planned as it
@@ -88,17 +154,17 @@ class SparkCheckpointLog:
         batch's offsets, so a crash in between, or a replay, leaves entries no batch planned; left in
         place, Spark's next batch would span two of the source's batches."""
         if batch_id is None:
-            batch_id = max(self.batch_ids("offsets"), default=EMPTY)
-        planned = self._file_source_offsets(batch_id) if batch_id != EMPTY else {}
+            batch_id = max(self.batch_ids("offsets"), default=EMPTY_VERSION)
+        planned = self.file_source_offsets(batch_id) if batch_id != EMPTY_VERSION else {}
         for source in self._file_sources():
-            self._trim_source_log(source, planned.get(source, EMPTY))
+            self._trim_source_log(source, planned.get(source, EMPTY_VERSION))
 
     def remove_abandoned_temp_files(self) -> None:
         """Remove the temporary files a killed driver left in the offsets and commits logs for batches those
         logs do not hold (Spark never reads them; left in an empty offsets log, Spark refuses to start
         batch 0 with STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY)."""
         for folder in ("offsets", "commits"):
-            newest = max(self.batch_ids(folder), default=EMPTY)
+            newest = max(self.batch_ids(folder), default=EMPTY_VERSION)
             try:
                 names = [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self._folder(folder), detail=False)]
             except FileNotFoundError:
@@ -114,7 +180,7 @@ class SparkCheckpointLog:
         their batch id); other sources (Kafka's initial offsets, for one) are never touched."""
         found = []
         for index in self.batch_ids("sources"):
-            entries = self._source_entries(index)
+            entries = self._entry_names(index)
             if entries:
                 first = self.fs.cat_file(posixpath.join(self._folder(f"sources/{index}"), entries[0][1]))
                 lines = first.decode().splitlines()
@@ -126,33 +192,21 @@ class SparkCheckpointLog:
                     found.append(index)
         return found
 
-    def _source_entries(self, source: int) -> list[tuple[int, str]]:
-        """(batch id, file name) of source ``source``'s log entries, oldest first."""
+    def _entry_names(self, source: int) -> list[tuple[int, str]]:
+        """(number, file name) of source ``source``'s log entries, oldest first."""
+        folder = self._folder(f"sources/{source}")
+        self.fs.invalidate_cache(folder)
         try:
-            names = [posixpath.basename(p) for p in self.fs.ls(self._folder(f"sources/{source}"), detail=False)]
+            names = [posixpath.basename(p) for p in self.fs.ls(folder, detail=False)]
         except FileNotFoundError:
             return []
         return sorted((int(n.split(".")[0]), n) for n in names if n.split(".")[0].isdigit())
-
-    def _file_source_offsets(self, batch_id: int) -> dict[int, int]:
-        """Source index -> its ``logOffset`` in offsets entry ``batch_id``, for the sources that have
-        one (Spark's file sources); others keep no log under ``sources/`` that replays could skew."""
-        lines = self.fs.cat_file(posixpath.join(self._folder("offsets"), str(batch_id))).decode().splitlines()
-        found = {}
-        for index, line in enumerate(lines[2:]):  # a version line, the batch metadata, then one line per source
-            try:
-                offset = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
-                found[index] = offset["logOffset"]
-        return found
 
     def _trim_source_log(self, source: int, log_offset: int) -> None:
         """Remove source ``source``'s log entries past ``log_offset``, highest first; a compacted
         entry past it is rewritten without the files of those batches."""
         folder = self._folder(f"sources/{source}")
-        for number, name in reversed(self._source_entries(source)):
+        for number, name in reversed(self._entry_names(source)):
             if number <= log_offset:
                 break
             self._remove(f"sources/{source}", name)  # a compacted entry's checksum file goes first
@@ -181,3 +235,9 @@ class SparkCheckpointLog:
             self.fs.rm_file(posixpath.join(self._folder(folder), name))
         except FileNotFoundError:
             pass
+
+
+def _source_files(text: str) -> tuple[SourceFile, ...]:
+    """The files a file source's log entry lists (after its version line, one JSON record per line)."""
+    records = (json.loads(line) for line in text.splitlines()[1:] if line.strip())
+    return tuple(SourceFile(r["path"], int(r["batchId"])) for r in records)

@@ -60,11 +60,6 @@ class CacheStats:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Guards the counters; a cache shares its own lock, so a take sees whole operations."""
 
-    @classmethod
-    def counter_names(cls) -> tuple[str, ...]:
-        """The counters' names, in declaration order."""
-        return tuple(f.name for f in fields(cls) if f.name != "lock")
-
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
         with self.lock:
@@ -79,7 +74,7 @@ class CacheStats:
         return out
 
     def _counters(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.counter_names()}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
 
 
 class DeletedRanges:

@@ -76,7 +76,7 @@ class StateView:
         written = self.writes.stats.take()
         cache = self.read_cache
         if cache is None:
-            return {**dict.fromkeys(CacheStats.counter_names(), 0), **written}
+            return {**CacheStats().as_dict(), **written}
         stats = cache.stats.take()
         stats["hits"] += written["hits"]
         return stats

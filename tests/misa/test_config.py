@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from pyspark import SparkConf
 
-from misa.config import ConfigError, MisaConfig, defaults_file_text, settings
+from misa.config import CommitMode, ConfigError, MisaConfig, defaults_file_text, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +52,7 @@ def test_unknown_key_is_named_with_a_suggestion():
         ("spark.misa.checkpoint.verifyReads", "yes", "true or false"),
         ("spark.misa.prefetch.wastedRatioThreshold", "half", "a number from 0 to 1"),
         ("spark.misa.prefetch.enabled", "maybe", "true, false or auto"),
+        ("spark.misa.commit.mode", "async", "one of sync, async-ckpt, misa, nocommit"),
     ],
 )
 def test_malformed_value_names_key_and_form(key, value, form):
@@ -160,3 +161,14 @@ def test_from_spark_conf_and_properties_file(tmp_path):
 def test_config_is_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         MisaConfig().state_shards = 9  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("text", ["sync", "async-ckpt", " misa ", "nocommit"])
+def test_the_commit_mode_is_parsed_into_its_enum_and_reads_as_its_text(text):
+    mode = MisaConfig.from_mapping({"spark.misa.commit.mode": text}).commit_mode
+    assert mode is CommitMode(text.strip()) and mode == text.strip() and f"{mode}" == text.strip()
+
+
+def test_the_default_commit_mode_is_misa_and_the_defaults_file_writes_its_text():
+    assert MisaConfig().commit_mode is CommitMode.MISA
+    assert "\nspark.misa.commit.mode misa\n" in defaults_file_text()

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from prefetch.cache import StateCache
-from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector
+from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector, wasted_share
 from prefetch.manager import PrefetchManager
 
 STORE = {f"k{i}".encode(): f"v{i}".encode() for i in range(100)}
@@ -234,7 +234,8 @@ def test_prefetches_never_read_are_wasted(backend):
     m.read(keys(0, 1, 2), 2)
     stats = m.take_stats()
     assert (stats.prefetched, stats.prefetch_hits, stats.wasted_prefetches) == (10, 3, 7)
-    assert stats.wasted_ratio() == pytest.approx(0.7)
+    assert wasted_share(stats.prefetched, stats.wasted_prefetches) == pytest.approx(0.7)
+    assert wasted_share(0, 0) == 0.0  # a batch without prefetches wasted none
     assert m.take_stats().wasted_prefetches == 0  # counted once, in its own batch
 
 

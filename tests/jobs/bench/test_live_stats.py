@@ -17,6 +17,8 @@ from jobs.bench.live_stats import (
     prefetch_per_batch,
     weighted_percentile,
 )
+from misa.obs.records import PREFETCH_COUNTERS
+from prefetch.manager import PrefetchStats
 
 
 def source_log(checkpoint, batches: dict[int, list[str]], compact_through: int | None = None) -> None:
@@ -94,6 +96,8 @@ def test_prefetch_statistics_are_means_per_batch_with_the_hit_weighted_slack_and
     assert stats["slack_s_mean"] == pytest.approx((8 * 1.0 + 2 * 3.0) / 10) and stats["slack_s_min"] == 0.2
     assert stats["not_ahead"] == 1
     assert prefetch_per_batch([{"prefetch": None}, {}]) is None
+    every = prefetch_per_batch([{"prefetch": PrefetchStats(hints=4, failed_prefetches=2).as_dict()}])
+    assert list(every)[: len(PREFETCH_COUNTERS)] == list(PREFETCH_COUNTERS) and every["failed_prefetches"] == 2
 
 
 def test_a_variant_is_a_name_and_its_settings_and_a_bad_one_says_the_form():

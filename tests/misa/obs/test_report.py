@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from misa.cli import main as misa
+from misa.obs.records import CACHE_COUNTERS, PREFETCH_COUNTERS
 from misa.obs.report import (
     compare,
     format_comparison,
@@ -21,6 +22,8 @@ from misa.obs.report import (
     timeline,
 )
 from misa.obs.runs import split_runs, steady
+from prefetch.cache import CacheStats
+from prefetch.manager import PrefetchStats
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LATENCIES = [0.3, 0.1, 1.0, 0.5, 0.2, 0.9, 0.4, 0.7, 0.6, 0.8]  # shuffled 0.1 .. 1.0
@@ -234,6 +237,19 @@ def test_cache_and_prefetch_manager_counters_keep_their_own_names_and_the_slack_
     text = format_summary(s)
     assert "prefetched_entries_read" in text and "wasted_prefetches" in text and "slack_s_mean" in text
     assert summarize(_records())["prefetch"] == {}
+
+
+def test_the_report_sums_every_counter_the_cache_and_the_prefetch_manager_declare():
+    """The counters' lists come from CacheStats and PrefetchStats: a counter added there is reported."""
+    cache, prefetch = CacheStats(), PrefetchStats()
+    cache.hits, prefetch.failed_prefetches = 2, 1
+    records = _records()[:2]
+    for record in records:
+        record["cache"], record["prefetch"] = cache.as_dict(), prefetch.as_dict()
+    s = summarize(records)
+    assert list(s["cache"]) == list(CACHE_COUNTERS) == list(cache.as_dict()) and s["cache"]["hits"] == 4
+    assert list(s["prefetch"]) == [*PREFETCH_COUNTERS, "slack_s_mean", "slack_s_min"]
+    assert s["prefetch"]["failed_prefetches"] == 2 and "failed_prefetches" in format_summary(s)
 
 
 def _run(mode: str, batches: range, latencies: list[float], start: float, run: float | None) -> list[dict]:
