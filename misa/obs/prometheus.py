@@ -13,14 +13,8 @@ from types import ModuleType
 from typing import Any
 
 from misa.config import ConfigError
-<<<<<<< HEAD
-from misa.obs.records import BATCH_PHASES, COMMIT_PHASES, BatchReport
-from misa.state.cache_contract import CacheStats
-from prefetch.manager import PrefetchStats
-=======
 from misa.obs.records import BATCH_PHASES, CACHE_COUNTERS, COMMIT_PHASES, PREFETCH_COUNTERS, BatchReport
 from misa.state.store import EMPTY_VERSION
->>>>>>> i27-b
 
 PORT_KEY = "spark.misa.metrics.prometheusPort"
 INSTALL = "pip install 'misa-pyspark[prometheus]'"
