@@ -22,6 +22,7 @@ _EXPORTS = {
     "MisaConfig": "misa.config",
     "ConfigError": "misa.config",
     "StatefulOperator": "misa.operators.base",
+    "HintSource": "misa.operators.base",
     "OperatorResult": "misa.operators.base",
     "StateView": "misa.state.view",
     "Agg": "misa.operators.aggregation",

@@ -37,7 +37,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START, OperatorResult, micros
+from misa.operators.base import (
+    MAX_EVENT,
+    PANE_END,
+    ROWS,
+    WINDOW_END,
+    WINDOW_START,
+    HintSource,
+    OperatorResult,
+    micros,
+)
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import AnalysisError, column_type, duration, event_time, key_columns, typed
 from misa.operators.sliding import PaneState, Windows
@@ -154,7 +163,7 @@ def _integers(t: pa.DataType) -> pa.DataType:
 
 
 @dataclass
-class Aggregation:
+class Aggregation(HintSource):
     """Grouped aggregation, windowed when ``window`` is given (``slide`` defaults to ``window``)."""
 
     group_by: Sequence[str]

@@ -1,22 +1,52 @@
-"""What every stateful operator is to the runtime: the protocol, its per-batch result, and the delta columns.
+"""The operator contract: what a stateful operator is to the runtime, its per-batch result, its delta columns.
 
-An operator has a Spark part (:meth:`StatefulOperator.deltas`, on the executors) and a driver part
-(:meth:`StatefulOperator.apply`, merging the deltas into the state). Aggregating operators' deltas
-carry the columns named here: the rows folded into each delta row, their latest event time and,
-for windows, the window's bounds or, for sliding windows, the pane's end (all times in microseconds).
+An operator is one stateful step of a query, driven once per micro-batch by
+:class:`misa.runtime.job.StatefulJob`. Like Spark's ``StateStore`` trait, the contract says who calls what
+and when.
+
+**Required** (:class:`StatefulOperator`, a structural protocol: no base class needed):
+
+* ``signature(schema)``: once per ``start``, before the query runs, with the schema of the operator's input
+  (the upstream's output). Raise :class:`misa.operators.schema.AnalysisError` for a column it cannot use;
+  return a JSON dict of what shapes its state, recorded with each version and compared at the next start.
+* ``restore(metadata)``: at ``start`` (``{}`` on a fresh state) and whenever the runtime reloads a version
+  (a replayed batch, a version another driver made durable); the operator must forget anything held in
+  attributes that the metadata does not give back.
+* ``deltas(batch)``: once per batch, on the driver, to build the Spark plan that turns the batch (after the
+  upstream) into small per-key deltas; the plan runs on the executors and is collected as Arrow.
+* ``apply(deltas, state)``: once per batch, on the driver's main thread, after the deltas are collected:
+  merge them into the state (:class:`misa.state.view.StateView`, the only place state lives) and return an
+  :class:`OperatorResult` with the batch's output rows for the sink.
+* ``metadata()``: after ``apply`` and the sink, when the batch's state version is committed: JSON values
+  stored with that version (a watermark).
+
+**Optional, keyed-prefetching hints** (:class:`HintSource`, a base class an operator declares): an operator
+whose state keys can be named from upstream rows, before it runs, lets the runtime prefetch them
+(:mod:`misa.runtime.batch_hints`). Without it the job runs without prefetching. All three methods run on
+the driver's hint thread: ``hint_input(rows)`` and ``hint_spec()`` when a hint job is built (per batch, or
+per file of the next batch read ahead), ``hint_keys(hints)`` with the job's rows. That is while the batch's
+deltas are computed or between batches, never during ``apply``; a reload's ``restore`` may overlap them
+(the runtime stops the extraction ahead without waiting for it).
+
+Aggregating operators' deltas carry the columns named here: the rows folded into each delta row, their
+latest event time and, for windows, the window's bounds or, for sliding windows, the pane's end (all times
+in microseconds).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
 from misa.state.view import StateView
+from prefetch.hints import HintSpec
 
 ROWS, MAX_EVENT, WINDOW_START, WINDOW_END = "_rows", "_max_event_us", "_window_start_us", "_window_end_us"
 PANE_END = "_pane_end_us"  # sliding windows: the end of the delta's pane
@@ -39,7 +69,7 @@ class OperatorResult:
 
 
 class StatefulOperator(Protocol):
-    """An operator the runtime drives once per micro-batch."""
+    """An operator the runtime drives once per micro-batch (the required part of the contract, see above)."""
 
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The Spark part: per-key deltas of this batch (runs on the executors)."""
@@ -58,3 +88,22 @@ class StatefulOperator(Protocol):
 
     def restore(self, metadata: dict[str, Any]) -> None:
         """Resume from the metadata of a loaded version."""
+
+
+class HintSource(ABC):
+    """The optional hint capability: the operator's state keys named from upstream rows before it runs.
+
+    Declare it as a base class (``class MyOperator(HintSource)``); the runtime checks ``isinstance``."""
+
+    @abstractmethod
+    def hint_spec(self) -> HintSpec:
+        """Which columns of the hint input make the state key (and the windows, if any)."""
+
+    @abstractmethod
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """State keys and hint timestamps of hint rows; keys the operator will not read are left out."""
+
+    def hint_input(self, rows: DataFrame) -> DataFrame:
+        """The hint stage's rows projected to the columns :meth:`hint_spec` names; by default the rows themselves
+        (override it when the key is not a column of the upstream rows)."""
+        return rows

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.base import OperatorResult
+from misa.operators.base import HintSource, OperatorResult
 from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec
@@ -55,7 +55,7 @@ _STORED = "_stored"
 
 
 @dataclass
-class IntervalJoin:
+class IntervalJoin(HintSource):
     """Self-join of a stream on ``keys`` where the partner is at most ``interval`` older."""
 
     keys: Sequence[str]

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checkpoint.location import local_path
-from misa.operators.base import OperatorResult
+from misa.operators.base import HintSource, OperatorResult
 from misa.operators.schema import INTEGERS, RECORD_TYPES, column_of, column_type, key_columns, struct_of
 from misa.state.codec import KeyCodec
 from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
@@ -90,7 +90,7 @@ def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
 
 # ---------------------------------------------------------------------------------------------- Q13
 @dataclass
-class LookupJoin:
+class LookupJoin(HintSource):
     """Each row joined with the row of a bounded side table whose key is ``key_column % side_rows`` (Q13).
 
     The side table (``side_path``, JSON lines with an integer ``side_key`` and a string
@@ -199,7 +199,7 @@ class LookupJoin:
 
 # ---------------------------------------------------------------------------------------- Q18, Q19
 @dataclass
-class TopN:
+class TopN(HintSource):
     """The first ``n`` rows per key of ``keys`` in ``order`` (Q18: the latest bid, n = 1; Q19: the top 10 bids).
 
     ``order``: (column, "ascending" | "descending") pairs naming every one of ``columns`` (the rows'
@@ -326,7 +326,7 @@ class _JoinKeys:
 
 
 @dataclass
-class KeyedJoin:
+class KeyedJoin(HintSource):
     """Rows of a left input joined with the right input's row of the same key where that row passes a filter
     (Q20: each bid with its auction, where the auction's category is 10); an inner join on a key that
     is unique on the right.

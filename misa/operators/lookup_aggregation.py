@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.operators.aggregation import Aggregation
-from misa.operators.base import MAX_EVENT, ROWS, OperatorResult
+from misa.operators.base import MAX_EVENT, ROWS, HintSource, OperatorResult
 from misa.operators.schema import column_of
 from misa.state.keys import lookup_prefix
 from misa.state.view import StateView
@@ -39,7 +39,7 @@ MISSING_EXAMPLES = 3  # missing keys named in a batch's warning
 
 
 @dataclass
-class LookupAggregation:
+class LookupAggregation(HintSource):
     """``aggregation`` (grouped by one value column) over rows whose value is looked up from ``key_column``.
 
     ``lookup`` answers the keys the state does not hold: their values in order, None when unknown.

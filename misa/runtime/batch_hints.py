@@ -1,14 +1,14 @@
 """Keyed prefetching in the runtime: hints from a stage before the stateful one, on a side thread.
 
-For each batch, :meth:`BatchHints.start` runs a Spark job (``mapInArrow`` over the chosen hint
-stage) on its own thread while the batch's deltas are computed. Its rows are the batch's distinct
-state keys with their latest event time; keys the Count-Min sketch finds hot are counted but not
-hinted (they stay cached anyway). The rest go to the prefetch manager. After the batch,
-:meth:`BatchHints.end_batch` lets the adaptive lookahead move to a later stage when too many
-prefetches were never read.
+Each batch has one :class:`HintSession` (:meth:`BatchHints.begin`), which runs a Spark job
+(``mapInArrow`` over the chosen hint stage) on its own thread while the batch's deltas are computed.
+Its rows are the batch's distinct state keys with their latest event time; keys the Count-Min sketch
+finds hot are counted but not hinted (they stay cached anyway). The rest go to the prefetch manager.
+After the batch, :meth:`HintSession.finish` lets the adaptive lookahead move to a later stage when too
+many prefetches were never read.
 
 When the job can read its next batch's input ahead (:mod:`misa.runtime.next_input`),
-:meth:`BatchHints.start_next` runs the same extraction over it from the end of a batch until the
+:meth:`HintSession.start_next` runs the same extraction over it from the end of a batch until the
 next one starts, file by file as they arrive, while the driver waits for the trigger and the
 executors are idle; the next batch then finds its keys warm and skips its own hint job (files that
 arrive after the last look are read on a miss). When nothing arrived in time, the source cannot be
@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +32,9 @@ from pyspark.sql import DataFrame
 
 from checkpoint.location import Location
 from misa.config import MisaConfig
+from misa.operators.base import HintSource
 from misa.runtime.next_input import NextInput
-from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_WINDOW_END, HintSpec, hint_frame
+from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_WINDOW_END, hint_frame
 from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector
 from prefetch.manager import PrefetchManager, PrefetchStats
 from prefetch.sketch import CountMinSketch
@@ -42,27 +43,13 @@ log = logging.getLogger(__name__)
 Stage = Callable[[DataFrame], DataFrame]
 
 
-class HintSource(Protocol):
-    """An operator whose state keys can be named from upstream rows before it runs."""
-
-    def hint_spec(self) -> HintSpec:
-        """Which columns make the state key (and the windows, if any)."""
-
-    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
-        """State keys and hint timestamps of hint rows; keys the operator will not read are left out.
-
-        An operator whose key is not a column of the upstream rows also has ``hint_input(rows)``: the
-        rows projected to the columns its :meth:`hint_spec` names."""
-
-
-def supports_hints(operator: object) -> bool:
-    return callable(getattr(operator, "hint_spec", None)) and callable(getattr(operator, "hint_keys", None))
-
-
 class BatchHints:
     """Extracts each batch's hints from one of ``stages`` (earliest first) and hands them to ``manager``;
     with ``next_input`` (and ``spark.misa.prefetch.nextBatch``), ahead of the batch from its arrived input
-    while the driver waits for the trigger."""
+    while the driver waits for the trigger.
+
+    The query calls :meth:`follow_spark_log` at start, :meth:`drop_ahead` when it reloads the state and
+    :meth:`close` at the end; each batch runs in one :meth:`begin` session (:class:`HintSession`)."""
 
     POLL_S = 0.2
     """Between batches: how often the next batch's input is looked at for newly arrived files."""
@@ -94,20 +81,34 @@ class BatchHints:
         self._ahead: Future | None = None  # the next batch's hints, extracted between batches
         self._stop_ahead = threading.Event()
         self._ahead_files = 0  # files of the next batch hinted so far
+        self._session: HintSession | None = None  # the running batch's
 
     def follow_spark_log(self, checkpoint: Location) -> None:
         """The query's Spark checkpoint (the copy Spark writes): the next input is what its log has not assigned."""
         if self.next_input is not None:
             self.next_input.follow(checkpoint)
 
-    def ahead_found(self) -> bool:
+    def begin(self, batch: DataFrame, good: Stage, on: bool) -> HintSession:
+        """The hint session of ``batch``, which prefetches if ``on``; ``good`` drops bad records (from the batch's
+        rows and from the next batch's input read ahead). Raises if the previous batch's session is still open."""
+        if self._session is not None:
+            raise RuntimeError("a batch's hint session began before the previous one was closed")
+        self._session = HintSession(batch, self, good, on)
+        return self._session
+
+    def _ended(self, session: HintSession) -> None:
+        """``session`` was closed: the next batch may begin."""
+        if self._session is session:
+            self._session = None
+
+    def _ahead_found(self) -> bool:
         """Whether the next batch's hints come from its input read ahead (so it needs no hint job)."""
         return self._ahead is not None and self._ahead_files > 0
 
-    def start(self, batch: DataFrame) -> Future:
+    def _start(self, batch: DataFrame) -> Future:
         """Stop extracting ahead and start the hints of ``batch``; the future gives the hint phase's record.
 
-        If hints were extracted ahead (:meth:`start_next`) and found input, the batch's rows are not
+        If hints were extracted ahead (:meth:`_start_next`) and found input, the batch's rows are not
         read again: the future gives the ahead extraction's record once it ends (it finishes the file
         it is at). Otherwise a hint job over ``batch`` runs, and the record says why (``next_unavailable``)."""
         ahead, self._ahead = self._ahead, None
@@ -128,8 +129,8 @@ class BatchHints:
             return self._never_ahead
         return "in-batch hints chosen" if self.timing.current == IN_BATCH else "no extraction ahead"
 
-    def start_next(self, good: Stage) -> None:
-        """Between batches, until :meth:`start`: extract the hints of the next batch's input as its files
+    def _start_next(self, good: Stage) -> None:
+        """Between batches, until :meth:`_start`: extract the hints of the next batch's input as its files
         arrive (``good`` drops their bad records, as the batch will) and prefetch them."""
         if self.next_input is None or self.timing.current != AHEAD:
             return
@@ -178,9 +179,8 @@ class BatchHints:
 
     def _frame(self, rows: DataFrame, stage: int) -> DataFrame:
         """The hint job of ``rows`` from hint stage ``stage``."""
-        rows = self.stages[stage](rows)
-        hint_input = getattr(self.operator, "hint_input", None)
-        return hint_frame(hint_input(rows) if hint_input else rows, self.operator.hint_spec(), self.sketch.copy())
+        rows = self.operator.hint_input(self.stages[stage](rows))
+        return hint_frame(rows, self.operator.hint_spec(), self.sketch.copy())
 
     def _extract(self, frame: DataFrame, stage: int) -> dict[str, Any]:
         started = time.monotonic()
@@ -209,7 +209,7 @@ class BatchHints:
         hashes = per_key[HINT_HASH].to_numpy().view(np.uint64)
         self.sketch.add(hashes, per_key[f"{HINT_COUNT}_sum_max"].to_numpy())
 
-    def end_batch(self, source: str, stats: PrefetchStats) -> dict[str, Any]:
+    def _end_batch(self, source: str, stats: PrefetchStats) -> dict[str, Any]:
         """Feed the outcome of the batch's hints (from ``source``) to the adaptive lookahead: the next batch's
         stage and hint source."""
         timing = self.timing.observe(
@@ -220,3 +220,74 @@ class BatchHints:
     def close(self) -> None:
         self._stop_ahead.set()
         self._thread.shutdown(wait=True)
+
+
+class HintSession:
+    """One batch's hints, from before the batch reads its input until the driver waits for the next trigger.
+
+    Made by :meth:`BatchHints.begin` (``HintSession(batch)``: a job without hints) and used as a context manager
+    around the batch. At the start, the hints were either found ahead (the next batch's input read between
+    batches) or a hint job over the batch starts now; then :attr:`rows` is the batch persisted, since the hint
+    job and the delta job both read it. The calls follow the batch: :meth:`wait` before the state phase,
+    :meth:`finish` after the merge (the batch's prefetch record), :meth:`start_next` once the batch is reported;
+    leaving the block unpersists the batch. A call out of this order raises :class:`RuntimeError`.
+    """
+
+    _ORDER = ("begin", "wait", "finish", "start_next")
+
+    def __init__(self, batch: DataFrame, hints: BatchHints | None = None, good: Stage | None = None, on: bool = False):
+        prefetching = hints if on else None  # the batch's hints, when it prefetches
+        self.on = prefetching is not None
+        """Whether the batch prefetches."""
+        self.ahead = prefetching is not None and prefetching._ahead_found()
+        """Whether the batch's hints were found ahead (its rows are then read once, by the delta job)."""
+        self._hints, self._good = hints, good or (lambda rows: rows)
+        self._persisted = self.on and not self.ahead
+        self.rows = batch.persist() if self._persisted else batch
+        """The batch's rows, for the job to read."""
+        self._job = prefetching._start(self._good(self.rows)) if prefetching is not None else None
+        self._found: dict[str, Any] | None = None
+        self._step = "begin"
+
+    def wait(self) -> None:
+        """Wait until the batch's hints are all with the prefetch manager (before the state phase reads)."""
+        self._advance("wait")
+        self._found = self._job.result() if self._job is not None else None
+
+    def finish(self) -> dict[str, Any] | None:
+        """The batch's prefetch record (None when it did not prefetch): the hint phase's figures, the prefetch
+        statistics and the adaptive lookahead's choice for the next batch (its hint stage and source)."""
+        self._advance("finish")
+        if self._found is None or self._hints is None:
+            return None
+        stats = self._hints.manager.take_stats()
+        return {**self._found, **stats.as_dict(), **self._hints._end_batch(self._found.get("source", ""), stats)}
+
+    def start_next(self, on: bool) -> None:
+        """Once the batch is reported, while the driver waits for the trigger: if the next batch prefetches
+        (``on``), extract its hints from its input as it arrives, until the next session begins."""
+        self._advance("start_next")
+        if on and self._hints is not None:
+            self._hints._start_next(self._good)
+
+    def close(self) -> None:
+        """End the session (idempotent): unpersist the batch if it was persisted."""
+        if self._step == "closed":
+            return
+        self._step = "closed"
+        if self._hints is not None:
+            self._hints._ended(self)
+        if self._persisted:
+            self.rows.unpersist()
+
+    def _advance(self, call: str) -> None:
+        """Move to ``call``, which must follow the previous call."""
+        if self._step == "closed" or self._ORDER.index(call) != self._ORDER.index(self._step) + 1:
+            raise RuntimeError(f"hint session: {call}() after {self._step}(); the order is {', '.join(self._ORDER)}")
+        self._step = call
+
+    def __enter__(self) -> HintSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -39,9 +39,9 @@ from checkpoint.location import Location, spark_location
 from misa.config import STATE_FOLDER, CommitMode, ConfigError, MisaConfig
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
-from misa.operators.base import OperatorResult, StatefulOperator
+from misa.operators.base import HintSource, OperatorResult, StatefulOperator
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
-from misa.runtime.batch_hints import BatchHints, Stage, supports_hints
+from misa.runtime.batch_hints import BatchHints, HintSession, Stage
 from misa.runtime.commit import CommitController, CommitFailedError
 from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import resolve_location
@@ -112,13 +112,13 @@ class StatefulJob:
         self.view = StateView(self.store, new_cache(self.config))
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch
-        if self.config.prefetching != "false" and supports_hints(operator):
+        if self.config.prefetching != "false" and isinstance(operator, HintSource):
             auto = self.config.prefetching == "auto"
             manager = attach_prefetcher(
                 self.view, self.config, self.config.prefetch_threads, self.config.prefetch_chunk_keys, active=not auto
             )
             stages = list(hint_stages or [upstream or (lambda df: df)])
-            self.hints = BatchHints(self.config, operator, stages, manager, next_input)  # type: ignore[arg-type]
+            self.hints = BatchHints(self.config, operator, stages, manager, next_input)
             policy = AutoPolicy(self.config.prefetch_auto_min_read_share, self.config.prefetch_auto_patience)
             self.auto = AutoPrefetch(policy) if auto else None
         self.spark_checkpoint, self.mirror = self._spark_checkpoint()
@@ -247,31 +247,32 @@ class StatefulJob:
         The batch's input is read by one Spark job, the delta job, which also counts the records and
         the bad ones (Spark's ``observe``); a second job reads it only to write bad records aside, when
         there are some. With hints extracted in the batch (none found ahead), the hint job reads the batch
-        too, so it is cached for both.
+        too, so its hint session persists it for both.
         """
         with self.batch_running:
-            if not self._prefetching() or self.hints.ahead_found():  # type: ignore[union-attr]
-                self._run_batch(batch, batch_id)
-                return
-            cached = batch.persist()
-            try:
-                self._run_batch(cached, batch_id)
-            finally:
-                cached.unpersist()
+            started = time.monotonic()
+            self._check_continuity(batch_id)
+            with self._hint_session(batch) as session:
+                self._run_batch(session, batch_id, started)
 
-    def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
-        """The batch's phases in order: rewind on replay, compute, merge, sink, commit, wait for ack 2."""
-        started = time.monotonic()
-        self._check_continuity(batch_id)
+    def _hint_session(self, batch: DataFrame) -> HintSession:
+        """The batch's hint session: it starts the batch's hints (none without prefetching)."""
+        if self.hints is None:
+            return HintSession(batch)
+        return self.hints.begin(batch, self._good, on=self._prefetching())
+
+    def _run_batch(self, session: HintSession, batch_id: int, started: float) -> None:
+        """The batch's phases in order (after a rewind on replay): compute, merge, sink, commit, wait for ack 2;
+        then the next batch's hints ahead."""
         phases = BatchPhases()
         clock = _PhaseClock(started)
+        batch = session.rows
         counted, observation = self._observed(batch, batch_id)
         good = self._good(counted)
-        hint_job = self.hints.start(good) if self._prefetching() else None  # type: ignore[union-attr]
         deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
         record = self._input_record(batch, batch_id, observation, deltas.num_rows)
         phases.compute_s = clock.lap()
-        hints = hint_job.result() if hint_job else None
+        session.wait()
         phases.hint_wait_s = clock.lap()
         result = self._merge(deltas)
         phases.state_read_s = self.view.take_read_s()
@@ -287,13 +288,12 @@ class StatefulJob:
         record.state_keys, record.state_bytes = self.store.approximate_keys(), self.store.approximate_bytes()
         record.sst_bytes = self.store.sst_bytes()
         record.cache = self.view.take_cache_stats()
-        record.prefetch = self._prefetch_record(hints)
+        record.prefetch = session.finish()
         record.phases, record.batch_s = phases, time.monotonic() - started
-        record.prefetch_auto = self._choose_prefetching(record)
+        record.prefetch_auto = self._choose_prefetching(record, session.on)
         commits = tuple(self.controller.finished())
         self.metrics.report(BatchReport(batch_id, record, commits, self.controller.status()))
-        if self._prefetching():  # the driver now waits for the trigger
-            self.hints.start_next(self._good)  # type: ignore[union-attr]
+        session.start_next(self._prefetching())  # the driver now waits for the trigger
 
     def _check_continuity(self, batch_id: int) -> None:
         """Batch ``batch_id`` must follow the state's version: a replay rebuilds from the version before it;
@@ -351,25 +351,18 @@ class StatefulJob:
         with self._state_phase():
             return self.operator.apply(deltas, self.view)
 
-    def _prefetch_record(self, hints: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The batch's hint and prefetch statistics; moves the adaptive lookahead."""
-        if self.hints is None or self.view.prefetcher is None:
-            return None
-        stats = self.view.prefetcher.take_stats()
-        hints = hints or {}
-        return {**hints, **stats.as_dict(), **self.hints.end_batch(hints.get("source", ""), stats)}
-
     def _prefetching(self) -> bool:
         """Whether the batch about to run (or running) prefetches."""
         return self.hints is not None and self.view.prefetcher is not None
 
-    def _choose_prefetching(self, record: BatchRecord) -> dict[str, Any] | None:
-        """With prefetching auto: measure the batch, turn prefetching on or off for the next one; the choice."""
+    def _choose_prefetching(self, record: BatchRecord, on: bool) -> dict[str, Any] | None:
+        """With prefetching auto: measure the batch (``on``: it prefetched), turn prefetching on or off for the
+        next one; the choice."""
         if self.auto is None:
             return None
         p = record.phases
         times = (p.compute_s, p.hint_wait_s, p.state_read_s, p.state_apply_s)
-        choice = self.auto.observe(Sample(self._prefetching(), record.input_rows, record.batch_s, *times))
+        choice = self.auto.observe(Sample(on, record.input_rows, record.batch_s, *times))
         self.view.set_prefetching(self.auto.on)
         return choice
 
