@@ -1,10 +1,10 @@
 """The running batch's view of the state: the state cache, then pending commit buffers, then RocksDB.
 
 A batch writes into the state cache (the Timestamp-Aware Cache or a baseline), which keeps one
-dirty entry per key. When the batch ends they are drained into a
-:class:`misa.state.commit_buffer.CommitBuffer` owned by the commit of that version; until the
-commit has applied it to RocksDB, reads consult it before RocksDB, so batch v+1 always sees
-version v and never waits for its commit.
+dirty entry per key. When the batch ends, :meth:`StateView.freeze` drains them into the commit
+buffer of its :class:`misa.state.version.BatchVersion` (the lifecycle is documented there) and
+keeps the version: until RocksDB has the buffer (the version is applied), reads consult it before
+RocksDB, so batch v+1 always sees version v and never waits for its commit.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Sequence
 from misa.config import MisaConfig
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore, shard_of
+from misa.state.version import BatchVersion
 from misa.state.write_buffer import WriteBuffer
 from prefetch.cache import MISSING, StateCache
 from prefetch.manager import PrefetchManager
@@ -30,34 +31,36 @@ def new_cache(config: MisaConfig) -> StateCache | WriteBuffer:
 class StateView:
     """Reads and writes of the running batch: the state cache, then pending commit buffers, then RocksDB.
 
-    The cache (:class:`prefetch.cache.StateCache`, by default sized and chosen by the store's
-    configuration) holds the batch's dirty entries, one per key; at the end of the batch
-    :meth:`freeze` drains them into the version's commit buffer.
+    The cache (:class:`prefetch.cache.StateCache`, or by default only a :class:`WriteBuffer`) holds the
+    batch's dirty entries, one per key; at the end of the batch :meth:`freeze` drains them into the
+    version's commit buffer.
     """
 
     def __init__(self, store: StateStore, cache: StateCache | WriteBuffer | None = None, parallel_misses: bool = True):
         self.store = store
-        self.cache = cache if cache is not None else new_cache(store.config)
+        self.cache = cache if cache is not None else WriteBuffer()
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
         self.prefetcher: PrefetchManager | None = None  # serves the reads while prefetching is on
         self._manager: PrefetchManager | None = None
         self._plain = self.cache  # the cache while prefetching is off
         self.read_s = 0.0  # time spent in get_many since the last take_read_s
-        self._pending: list[CommitBuffer] = []
+        self._open = BatchVersion()  # the batch's version, written into the cache
+        self._frozen: list[BatchVersion] = []  # frozen versions whose buffers RocksDB may not have yet, oldest first
         self._lock = threading.Lock()
 
-    def enable_prefetch(self, threads: int, chunk_keys: int, *, active: bool = True) -> PrefetchManager:
+    def enable_prefetch(
+        self, threads: int, chunk_keys: int, cache_bytes: int, *, active: bool = True
+    ) -> PrefetchManager:
         """Serve reads through a prefetch manager that fills a state cache from hints (from now if
         ``active``, else from :meth:`set_prefetching`); without a state cache (only the write buffer),
-        one is made for prefetching (``spark.misa.cache.policy=auto``: a TAC).
+        one of ``cache_bytes`` is made for prefetching (``spark.misa.cache.policy=auto``: a TAC).
 
         The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks
         no thread started yet, keys nobody hinted) it fetches with the shards in parallel.
         """
-        config = self.store.config
         own = not isinstance(self.cache, StateCache)  # only a write buffer: prefetching brings its own cache
         self._manager = PrefetchManager(
-            StateCache(config.cache_max_bytes, config.cache_policy_for(True)) if own else self.cache,
+            StateCache(cache_bytes, "tac") if own else self.cache,
             lambda keys: self.fetch_below(keys, parallel=False),
             lambda key: shard_of(key, self.store.shards),
             threads,
@@ -85,19 +88,13 @@ class StateView:
             self._manager.cache.clear()
             self._manager.cache.stats.take()  # its unread prefetches were counted with their batches
 
-    # -- commit buffers, registered by the controller until they are in RocksDB
-    def add_pending(self, buffer: CommitBuffer) -> None:
-        with self._lock:
-            self._pending.append(buffer)
-
-    def drop_pending(self, version: int) -> None:
-        with self._lock:
-            self._pending = [b for b in self._pending if b.version != version]
-
+    # -- frozen versions' commit buffers, read below the cache until RocksDB has them
     def _layers(self) -> list[CommitBuffer]:
-        """Newest first; taken before RocksDB is read, so an apply in between changes nothing."""
+        """Newest first; taken before RocksDB is read, so an apply in between changes nothing. Versions
+        applied since the last read are dropped here."""
         with self._lock:
-            return list(reversed(self._pending))
+            self._frozen = [v for v in self._frozen if v.buffered]
+            return [v.buffer for v in reversed(self._frozen)]
 
     def fetch_below(self, keys: Sequence[bytes], parallel: bool | None = None) -> list[bytes | None]:
         """Values of ``keys`` below the cache: pending commit buffers, then RocksDB (with the shards
@@ -162,20 +159,25 @@ class StateView:
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
     # -- batch boundaries
-    def freeze(self, version: int) -> CommitBuffer:
-        """The batch's changes, drained from the cache into version ``version``'s commit buffer."""
+    def freeze(self, version: int) -> BatchVersion:
+        """The batch's changes, drained from the cache into version ``version``'s commit buffer, which reads
+        consult until the version is applied; the next batch writes into a new open version."""
         self._quiesce()
         changes, range_deletes = self.cache.drain()
-        return CommitBuffer(version, changes, tuple(range_deletes))
+        frozen, self._open = self._open, BatchVersion()
+        frozen.freeze(CommitBuffer(version, changes, tuple(range_deletes)))
+        with self._lock:
+            self._frozen.append(frozen)
+        return frozen
 
     def reset(self) -> None:
-        """Forget the caches, any hints and pending commit buffers: the store was (re)loaded."""
+        """Forget the caches, any hints and frozen versions' buffers: the store was (re)loaded."""
         if self._manager is not None:
             self._manager.clear()
             self._manager.cache.clear()
         self._plain.clear()
         with self._lock:
-            self._pending = []
+            self._frozen = []
 
     def _quiesce(self) -> None:
         if self.prefetcher is not None:
