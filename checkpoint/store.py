@@ -128,6 +128,32 @@ class CheckpointStore:
         folders = [self.local.checkpoint_dir(m.shard, version) for m in manifests]
         return self.dfs.upload(version, manifests, folders, fence, before_marker)
 
+    def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
+        """:meth:`upload`, then :meth:`gc` as a step of its own."""
+        stats = self.upload(version, fence)
+        self.gc(version, fence)
+        return stats
+
+    def check_owner(self) -> None:
+        """Raise :class:`checkpoint.owner.OwnershipError` when another driver or query claimed the state since."""
+        self.dfs.guard()
+
+    def ack1_holds(self, version: int) -> bool:
+        """Whether the local checkpoint of ``version`` is complete and valid (its local marker counts)."""
+        return not self.local.problems(version)
+
+    def locally_committed_after(self, version: int) -> list[int]:
+        """Versions newer than ``version`` whose ack 1 holds (not yet durable: recovery uploads them)."""
+        return [v for v in self.local.versions() if v > version and self.ack1_holds(v)]
+
+    def forget_local_only(self) -> None:
+        """Forget local versions newer than the newest durable one: they belong to a run whose Spark checkpoint
+        is gone (its batches are replayed from the mirrored log)."""
+        durable = self.newest_durable()
+        for version in [v for v in self.local.versions() if durable is None or v > durable]:
+            log.warning("forgetting local version %d: the local copy of Spark's checkpoint was replaced", version)
+            self.local.forget(version)
+
     def gc(self, newest_durable: int, fence: Fence = no_fence) -> GcStats:
         """Retention on both levels; local versions newer than ``newest_durable`` are kept.
         ``fence`` is called before each level and before each DFS delete."""
@@ -167,6 +193,7 @@ class CheckpointStore:
         return [f"local: {local[0]}", *(f"DFS: {problem}" for problem in damaged)] if damaged else []
 
     def newest_durable(self) -> int | None:
+        """The newest version with ack 2 (its DFS marker), or None."""
         return self.dfs.newest_durable()
 
     def restore(self, version: int, dests: Sequence[Path], prefer_local: bool = True) -> Restored:

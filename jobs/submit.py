@@ -311,7 +311,7 @@ def run_misa(
         finally:
             job.close(spark)
     if interrupt.requested.is_set():
-        durable = job.store.newest_durable()
+        durable = job.checkpoints.newest_durable()
         state = f"the state is durable up to version {durable} (batch {durable})"
         if durable is None:
             state = "no state is durable yet"

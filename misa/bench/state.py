@@ -134,7 +134,7 @@ def open_stores(
     dfs = f"file://{scratch / 'dfs'}"
     first = stack.enter_context(StateStore(config, scratch / f"state-{policies[0]}", dfs))
     state_keys = preload(first, workload)
-    first.upload_and_retain(0)
+    first.checkpoints.upload_and_retain(0)
     first.load(0)  # reopened from the checkpoint, as the others are
     stores = {policies[0]: first}
     for policy in policies[1:]:
@@ -190,7 +190,7 @@ class PolicyReplay:
         self.store = store
         self.cache = StateCache(cache_bytes, "lru" if policy == "async" else policy)
         self.view = StateView(store, self.cache, parallel_misses=policy == "async")
-        self.prefetcher = attach_prefetcher(self.view, store.config, store.shards, 256) if policy == "tac" else None
+        self.prefetcher = attach_prefetcher(self.view, store.shards, 256, cache_bytes) if policy == "tac" else None
         self.live_keys: list[int] = []  # the state's key count, sampled over the measured batches
         self.restart()
 
@@ -214,8 +214,10 @@ class PolicyReplay:
             view.put_many(batch.keys, [_bump(v, version) for v in values])
             if batch.close_before:
                 view.delete_range(b"", batch.close_before)
-        commit = view.freeze(version)
-        self.store.apply(commit.changes, commit.range_deletes)
+        frozen = view.freeze(version)
+        frozen.hand_over()  # what the commit does, inline: the version is in RocksDB before the next batch
+        self.store.apply(frozen.buffer.changes, frozen.buffer.range_deletes)
+        frozen.applied()
         self.store.flush()  # as the commit's checkpoint does: reads go to SST files, not an ever-growing memtable
         self.batch_s.append(time.monotonic() - started)
         self.records += batch.records

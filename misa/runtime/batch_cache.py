@@ -16,17 +16,17 @@ def new_cache(config: MisaConfig) -> StateCache | None:
 
 
 def attach_prefetcher(
-    view: StateView, config: MisaConfig, threads: int, chunk_keys: int, *, active: bool = True
+    view: StateView, threads: int, chunk_keys: int, cache_bytes: int, *, active: bool = True
 ) -> PrefetchManager:
     """A prefetch manager serving ``view``'s reads (from now if ``active``); its cache is the view's
-    read cache, or one of its own when the view has none (``spark.misa.cache.policy=auto``).
+    read cache, or a TAC of ``cache_bytes`` of its own when the view has none (``spark.misa.cache.policy=auto``).
 
     The pool's threads fetch one chunk (one shard) each; what a read must fetch itself (chunks no
     thread started yet, keys nobody hinted) it fetches with the shards in parallel.
     """
     cache = view.cache
     if cache is None:
-        cache = StateCache(config.cache_max_bytes, config.cache_policy_for(True))
+        cache = StateCache(cache_bytes, "tac")
     shards = view.store.shards
     manager = PrefetchManager(
         cache,

@@ -8,9 +8,14 @@ checkpoint locally, local marker (ack 1). *upload*: copy to the DFS, DFS marker 
 ``sync`` runs both inline; ``async-ckpt`` runs apply inline and upload in the upload thread;
 ``misa`` runs both in background threads, apply of v starting only after ack 2 of v-1.
 
+The controller moves each version through its lifecycle (:mod:`misa.state.version`): ``commit`` hands
+it over (pending), apply marks it applied once RocksDB has its buffer (the view then stops reading the
+buffer), upload marks it durable with ack 2, and a commit that fails for good marks it failed.
+
 Worker threads pick their next task from a shared table (not a queue), so a thread that dies or
 stays silent past ``spark.misa.commit.heartbeatTimeout`` is replaced and its task redone: from the
-local checkpoint when ack 1 of that version holds, else from the commit buffer. Every file step of
+local checkpoint when ack 1 of that version holds, else from the commit buffer (its write to RocksDB
+only when the version is not applied yet). Every file step of
 a worker calls its fence, which beats the heartbeat and raises in a thread that was replaced, so
 that thread stops before it touches the store again. A version is redone at most
 ``spark.misa.commit.maxRestarts`` times; after that, at once for an inline stage, and at once for
@@ -34,9 +39,8 @@ from checkpoint.owner import OwnershipError
 from misa.config import CommitMode
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.runtime.spark_mirror import SparkLogMirror
-from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import EMPTY_VERSION, StateStore
-from misa.state.view import StateView
+from misa.state.version import BatchVersion, Phase
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +72,7 @@ class _Superseded(Exception):
 
 @dataclass
 class _Task:
-    buffer: CommitBuffer
+    batch: BatchVersion
     metadata: dict[str, Any]
     record: CommitRecord
     stage: Stage = APPLY
@@ -80,7 +84,7 @@ class _Task:
 
     @property
     def version(self) -> int:
-        return self.buffer.version
+        return self.batch.number
 
 
 @dataclass
@@ -94,18 +98,26 @@ class _Worker:
 
 
 class CommitController:
-    """Commits versions of ``store`` in the configured mode and answers for their acks."""
+    """Commits versions of ``store`` in ``mode`` and answers for their acks; a worker thread silent for
+    ``heartbeat_timeout_s`` is replaced, and a version is redone at most ``max_restarts`` times
+    (``spark.misa.commit.heartbeatTimeout`` and ``spark.misa.commit.maxRestarts``, defaults as there)."""
 
     def __init__(
-        self, store: StateStore, view: StateView, mode: str | None = None, spark_log: SparkLogMirror | None = None
+        self,
+        store: StateStore,
+        mode: str,
+        spark_log: SparkLogMirror | None = None,
+        *,
+        heartbeat_timeout_s: float = 300.0,
+        max_restarts: int = 3,
     ):
         self.store = store
-        self.view = view
+        self.checkpoints = store.checkpoints
         self.spark_log = spark_log  # Spark's checkpoint, mirrored before each version's DFS marker
         self._mirroring = ThreadPoolExecutor(1, thread_name_prefix="misa-mirror") if spark_log else None
-        self.mode = CommitMode(mode or store.config.commit_mode)
-        self.timeout_s = store.config.commit_heartbeat_timeout_s
-        self.max_restarts = store.config.commit_max_restarts
+        self.mode = CommitMode(mode)
+        self.timeout_s = heartbeat_timeout_s
+        self.max_restarts = max_restarts
         self._tasks: dict[int, _Task] = {}
         self._cv = threading.Condition()
         self._closed = False
@@ -120,12 +132,18 @@ class CommitController:
         for worker in self._workers.values():
             self._start(worker)
 
+    def renewed(self) -> CommitController:
+        """A new controller like this one (store, mode, log mirror, limits) without its tasks: for a restart."""
+        return CommitController(
+            self.store, self.mode, self.spark_log, heartbeat_timeout_s=self.timeout_s, max_restarts=self.max_restarts
+        )
+
     # ------------------------------------------------------------------ the batch's side
-    def commit(self, buffer: CommitBuffer, metadata: dict[str, Any]) -> None:
-        """Hand version ``buffer.version`` to the commit; returns as the mode allows. Raises
+    def commit(self, version: BatchVersion, metadata: dict[str, Any]) -> None:
+        """Take over the frozen ``version`` (it is pending from now on); returns as the mode allows. Raises
         :class:`CommitFailedError` when a stage run inline fails."""
-        task = _Task(buffer, dict(metadata), CommitRecord(buffer.version))
-        self.view.add_pending(buffer)
+        version.hand_over()
+        task = _Task(version, dict(metadata), CommitRecord(version.number))
         with self._cv:
             self._tasks[task.version] = task
             self._cv.notify_all()
@@ -222,13 +240,16 @@ class CommitController:
             raise error from exc
 
     def _run_apply(self, task: _Task, fence: Fence) -> None:
+        """Write the buffer to RocksDB (not again in a redo after it was applied), then checkpoint locally."""
         record = task.record
-        started = time.monotonic()
-        self.store.apply(task.buffer.changes, task.buffer.range_deletes, fence)
-        record.apply_s = time.monotonic() - started
-        failpoints.hit("commit.after_apply")
-        fence()
-        self.view.drop_pending(task.version)
+        if task.batch.phase is Phase.PENDING:
+            started = time.monotonic()
+            self.store.apply(task.batch.buffer.changes, task.batch.buffer.range_deletes, fence)
+            record.apply_s = time.monotonic() - started
+            failpoints.hit("commit.after_apply")
+            with self._cv:
+                fence()  # under the lock: a replaced worker never marks a version its successor applies again
+                task.batch.applied()
         if self.mode == CommitMode.NOCOMMIT:  # the floor: the state is in RocksDB, nothing more
             self._advance(task, APPLY, DONE, fence)
             return
@@ -242,7 +263,7 @@ class CommitController:
         which the batches do not wait for. Each file step is fenced."""
         record = task.record
         mirrored = self._mirroring.submit(self.spark_log.sync, fence) if self._mirroring and self.spark_log else None
-        stats = self.store.upload(task.version, fence, before_marker=mirrored.result if mirrored else None)
+        stats = self.checkpoints.upload(task.version, fence, before_marker=mirrored.result if mirrored else None)
         if mirrored is not None:
             step = mirrored.result()
             record.log_files_mirrored = step.files_copied + step.files_removed
@@ -255,7 +276,7 @@ class CommitController:
         record.bytes_uploaded, record.bytes_reused = stats.bytes_uploaded, stats.bytes_reused
         self._advance(task, UPLOAD, DONE, fence)
         try:
-            record.retention_requests = self.store.retain(task.version, fence).requests
+            record.retention_requests = self.checkpoints.gc(task.version, fence).requests
         except (_Superseded, OwnershipError):
             raise
         except Exception as exc:  # noqa: BLE001 - the version is durable; the next one's retention tries again
@@ -277,6 +298,8 @@ class CommitController:
                 newest = self._newest[to]
                 if self.mode != CommitMode.NOCOMMIT:  # there, done means applied: no ack
                     self._newest[to] = task.version if newest is None else max(newest, task.version)
+                    if to == DONE:
+                        task.batch.durable()
             self._cv.notify_all()
 
     def _fail(self, task: _Task, stage: Stage, cause: BaseException) -> CommitFailedError:
@@ -295,6 +318,8 @@ class CommitController:
             )
         )
         task.error.__cause__ = cause
+        if task.batch.phase is not Phase.DURABLE:  # a takeover in its retention fails the commit, not the version
+            task.batch.fail()
         self._cv.notify_all()
         return task.error
 
@@ -404,7 +429,7 @@ class CommitController:
             return f"the commit of version {task.version} fails"
         task.record.restarts += 1
         redo = f"(restart {task.record.restarts} of {self.max_restarts})"
-        if stage == APPLY and self.store.ack1_holds(task.version):
+        if stage == APPLY and task.batch.phase is Phase.APPLIED and self.checkpoints.ack1_holds(task.version):
             task.stage = UPLOAD  # ack 1 holds: only the upload is redone
             return f"ack 1 of version {task.version} holds: redoing its upload {redo}"
         return f"redoing the {stage} of version {task.version} {redo}"

@@ -109,20 +109,31 @@ class StatefulJob:
             state_dir or self.config.state_dir or self._default_state_dir(),
             dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url,
         )
+        self.checkpoints = self.store.checkpoints
         self.view = StateView(self.store, new_cache(self.config))
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch
         if self.config.prefetching != "false" and isinstance(operator, HintSource):
             auto = self.config.prefetching == "auto"
             manager = attach_prefetcher(
-                self.view, self.config, self.config.prefetch_threads, self.config.prefetch_chunk_keys, active=not auto
+                self.view,
+                self.config.prefetch_threads,
+                self.config.prefetch_chunk_keys,
+                self.config.cache_max_bytes,
+                active=not auto,
             )
             stages = list(hint_stages or [upstream or (lambda df: df)])
             self.hints = BatchHints(self.config, operator, stages, manager, next_input)
             policy = AutoPolicy(self.config.prefetch_auto_min_read_share, self.config.prefetch_auto_patience)
             self.auto = AutoPrefetch(policy) if auto else None
         self.spark_checkpoint, self.mirror = self._spark_checkpoint()
-        self.controller = CommitController(self.store, self.view, spark_log=self.mirror)
+        self.controller = CommitController(
+            self.store,
+            self.config.commit_mode,
+            self.mirror,
+            heartbeat_timeout_s=self.config.commit_heartbeat_timeout_s,
+            max_restarts=self.config.commit_max_restarts,
+        )
         self.version = self.store.version
         self._listener: Any = None
         self._started = False
@@ -164,11 +175,12 @@ class StatefulJob:
         query_id = SparkCheckpointLog(self.checkpoint_location).query_id()
         self.metrics.serve(query_name or query_id)
         self.store.claim(query_id)
-        if self.mirror is not None and self.mirror.prepare(self.store.check_owner):
-            self.store.forget_local_only()  # newer local versions went with the local copy Spark's log replaced
+        if self.mirror is not None and self.mirror.prepare(self.checkpoints.check_owner):
+            self.checkpoints.forget_local_only()  # newer local versions went with the local copy Spark's log replaced
         if self.controller.mode == CommitMode.NOCOMMIT:
             require_fresh(self.store, self.spark_checkpoint)
-        reconcile(self.store, self.spark_checkpoint)  # loads the version Spark continues from
+        # loads the version Spark continues from
+        reconcile(self.store, self.spark_checkpoint, self.config.recovery_allow_previous)
         if self.hints is not None:
             self.hints.follow_spark_log(self.spark_checkpoint)
         self._adopt_loaded()
@@ -205,7 +217,7 @@ class StatefulJob:
             self.controller.close()
         except CommitFailedError as exc:
             log.warning("the previous run's commit failed: %s", exc)
-        self.controller = CommitController(self.store, self.view, spark_log=self.mirror)
+        self.controller = self.controller.renewed()
         if self._listener is not None:
             spark.streams.removeListener(self._listener)
             self._listener = None
@@ -218,8 +230,7 @@ class StatefulJob:
         """Continue from the version just loaded into the store (refused if an incompatible operator wrote it):
         its operator metadata, no stale cache or hints."""
         if self.store.operator is not None and self.store.version != EMPTY_VERSION:
-            state = f"local {self.store.root}, DFS {self.store.dfs_url}"
-            check_compatible(self.store.loaded_operator, self.store.operator, self.store.version, state)
+            check_compatible(self.store.loaded_operator, self.store.operator, self.store.version, self.store.locations)
         self.operator.restore(self.store.metadata)
         if self.hints is not None:
             self.hints.drop_ahead()
@@ -237,7 +248,7 @@ class StatefulJob:
             raise CorruptCheckpointError(
                 f"batch {version + 1} is replayed but version {version} cannot be restored: {'; '.join(problems)}"
             )
-        self.store.forget_after(version)
+        self.checkpoints.forget_after(version)
         failpoints.hit("replay.after_forget")
         self._load(version)
 
@@ -302,13 +313,13 @@ class StatefulJob:
         durable since recovery is loaded when it is exactly the one this batch follows."""
         first, self._awaiting_first_batch = self._awaiting_first_batch, False
         if first:
-            self.store.check_owner()
+            self.checkpoints.check_owner()
         if batch_id <= self.version:  # a replay: rebuild from the version before it
             self._rewind(batch_id - 1)
             return
         if batch_id == self.version + 1:
             return
-        durable = self.store.newest_durable()
+        durable = self.checkpoints.newest_durable()
         if first and durable == batch_id - 1 and not self.store.restore_problems(durable):
             log.warning("version %d became durable after recovery; continuing from it", durable)
             self._load(durable)
@@ -388,7 +399,7 @@ class StatefulJob:
         try:
             self.controller.drain()
             if self.mirror is not None and self._started:
-                self.mirror.sync(self.store.check_owner)
+                self.mirror.sync(self.checkpoints.check_owner)
         finally:
             if spark is not None and self._listener is not None:
                 self.metrics.wait_reported()

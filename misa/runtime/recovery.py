@@ -22,19 +22,19 @@ def require_fresh(store: StateStore, checkpoint_location: str | Location) -> Non
     """For ``nocommit``, which keeps nothing durable: refuse to start over a query or state that has history."""
     location = parse(checkpoint_location)
     c = SparkCheckpointLog(location).last_committed()
-    versions = store.retained_versions() + store.locally_committed_after(EMPTY_VERSION)
+    versions = store.checkpoints.retained_versions() + store.checkpoints.locally_committed_after(EMPTY_VERSION)
     if c != EMPTY_VERSION or versions:
         raise RecoveryError(
             f"spark.misa.commit.mode=nocommit keeps no durable state, so it cannot recover, but Spark's checkpoint at "
-            f"{location} has committed batch {c} and the state (local {store.root}, DFS {store.dfs_url}) has "
+            f"{location} has committed batch {c} and the state ({store.locations}) has "
             f"versions {sorted(set(versions))}. Use a new checkpoint location and new state locations for a "
             f"nocommit run."
         )
 
 
-def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
+def reconcile(store: StateStore, checkpoint_location: str | Location, allow_previous: bool = False) -> int:
     """The state version that Spark will continue from, loaded into ``store`` (``store.metadata`` holds
-    its operator metadata).
+    its operator metadata); ``allow_previous`` is ``spark.misa.recovery.allowPreviousVersion``.
 
     V = the newest version that is durable, or newer and valid locally (uploaded first); C = Spark's
     last committed batch. C == V: resume. C == V - 1: roll back to C (checked restorable first).
@@ -44,18 +44,19 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     location = parse(checkpoint_location)
     spark = SparkCheckpointLog(location)
     c = spark.last_committed()
-    durable = store.newest_durable()
+    checkpoints = store.checkpoints
+    durable = checkpoints.newest_durable()
     v = EMPTY_VERSION if durable is None else durable
-    newer_local = store.locally_committed_after(v)
+    newer_local = checkpoints.locally_committed_after(v)
     v = max(newer_local, default=v)
     if not v - 1 <= c <= v + 1 or (v != EMPTY_VERSION and not spark.batch_ids("offsets")):
         raise RecoveryError(_gap_message(c, v, location, store))
-    target = _load_target(store, min(c, v), c, v)
+    target = _load_target(store, min(c, v), c, v, allow_previous)
     for local in newer_local:
         if local <= target:
             log.info("uploading locally committed version %d before recovery", local)
-            store.upload_and_retain(local)
-    store.repair_durable()
+            checkpoints.upload_and_retain(local)
+    checkpoints.start_repair()
     spark.remove_abandoned_temp_files()
     if c > target:
         log.warning(
@@ -67,21 +68,21 @@ def reconcile(store: StateStore, checkpoint_location: str | Location) -> int:
     if v > target:
         log.warning("rolling the state back from version %d to %d", v, target)
         failpoints.hit("recovery.before_rollback")
-        store.forget_after(target)
+        checkpoints.forget_after(target)
     return target
 
 
-def _load_target(store: StateStore, wanted: int, c: int, v: int) -> int:
+def _load_target(store: StateStore, wanted: int, c: int, v: int, allow_previous: bool) -> int:
     """Load ``wanted`` (its restore checks every file it reads); when it cannot be restored, with
-    spark.misa.recovery.allowPreviousVersion, the newest older retained version that can; else a
+    ``allow_previous`` (spark.misa.recovery.allowPreviousVersion), the newest older retained version that can; else a
     RecoveryError. Only the working state changes before that."""
     try:
         store.load(wanted)
         return wanted
     except (CorruptCheckpointError, ShardCountError) as exc:
         problem = str(exc)
-    older = [n for n in reversed(store.retained_versions()) if n < wanted and not store.restore_problems(n)]
-    if store.config.recovery_allow_previous and older:
+    older = [n for n in reversed(store.checkpoints.retained_versions()) if n < wanted and not store.restore_problems(n)]
+    if allow_previous and older:
         log.warning(
             "version %d cannot be restored (%s); starting from version %d as "
             "spark.misa.recovery.allowPreviousVersion allows",
@@ -100,7 +101,7 @@ def _load_target(store: StateStore, wanted: int, c: int, v: int) -> int:
     raise RecoveryError(
         f"Spark's last committed batch is {c} and the state's newest version is {v}, so recovery needs version "
         f"{wanted}, but {problem} Spark's checkpoint and the markers were not changed. {option}; or check the "
-        f"DFS copy (misa ckpt verify {store.dfs_url})."
+        f"DFS copy (misa ckpt verify {store.checkpoints.dfs.shown})."
     )
 
 
@@ -109,7 +110,6 @@ def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
         spark_side = f"Spark's checkpoint at {location} has no committed batch"
     else:
         spark_side = f"Spark's last committed batch is {c} (checkpoint at {location})"
-    state = f"local {store.root}, DFS {store.dfs_url}"
     if c > v + 1:
         cause = f"state for batches {v + 1}..{c - 1} is missing"
     elif c == EMPTY_VERSION and v != EMPTY_VERSION:
@@ -117,7 +117,7 @@ def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
     else:
         cause = "the state is ahead of Spark by more than the one version the commit protocol allows"
     return (
-        f"{spark_side} but the state is at version {v} ({state}): {cause}. "
+        f"{spark_side} but the state is at version {v} ({store.locations}): {cause}. "
         f"Nothing was changed. Usual causes: a mistyped checkpoint location, two queries sharing "
         f"spark.misa.state.dir or spark.misa.checkpoint.dfsUrl, or one of the two restored from an older copy. "
         f"Point the query at its own checkpoint location and state locations, or start from a new checkpoint "
@@ -128,8 +128,8 @@ def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
 def batch_gap_message(batch_id: int, version: int, location: Location, store: StateStore) -> str:
     """Why Spark's batch ``batch_id`` cannot run on state ``version`` (not ``batch_id - 1``)."""
     return (
-        f"Spark runs batch {batch_id} (checkpoint at {location}) but the state is at version {version} (local "
-        f"{store.root}, DFS {store.dfs_url}): the state of batches {version + 1}..{batch_id - 1} is not there. Nothing "
+        f"Spark runs batch {batch_id} (checkpoint at {location}) but the state is at version {version} "
+        f"({store.locations}): the state of batches {version + 1}..{batch_id - 1} is not there. Nothing "
         f"was written for batch {batch_id}. Usual causes: another driver of this query ran those batches after this "
         f"one recovered (a standby started while the old driver still ran), or two queries share the state "
         f"locations. Stop every other driver of this query, then restart it: recovery reconciles the state with "

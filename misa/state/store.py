@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import heapq
-import logging
 import shutil
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import rocksdict
 
-from checkpoint import CheckpointStore, Fence, GcStats, LocalCommit, Restored, UploadStats, failpoints, no_fence
-from checkpoint.location import parse, redact
+from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, failpoints, no_fence
+from checkpoint.location import parse
 from checkpoint.owner import Owner, OwnerRecord, OwnershipError, StateDirLock
 from misa.config import ConfigError, MisaConfig
 from misa.state.rocksdb_options import shard_options, unlogged_writes
 
-log = logging.getLogger(__name__)
 EMPTY_VERSION = -1  # the version before Spark batch 0: no state
 OWNER_KEY = "misa.owner"  # the query and driver epoch that wrote a version, in its manifests' metadata
 OPERATOR_KEY = "misa.operator"  # the signature of the operator that wrote a version (misa.runtime.compat)
@@ -43,7 +41,6 @@ class StateStore:
             raise ConfigError("spark.misa.state.dir is not set: give a local directory for the state")
         if not dfs_url:
             raise ConfigError("spark.misa.checkpoint.dfsUrl is not set: give an fsspec URL such as file:///data/ckpt")
-        self.config = config
         self.root = Path(state_dir)
         _refuse_nested(self.root, dfs_url)
         self._lock = StateDirLock(self.root).acquire()  # before anything in the state dir changes
@@ -60,6 +57,8 @@ class StateStore:
         self._cache = rocksdict.Cache(config.rocksdb_block_cache_bytes)
         self._options = shard_options(config, self._cache)
         self._write_options = unlogged_writes()
+        self._write_chunk = config.state_write_chunk
+        self._wait_for_compaction = config.commit_wait_for_compaction
         self._pool = ThreadPoolExecutor(self.shards, thread_name_prefix="misa-shard")
         self._dbs: list[rocksdict.Rdict] = []
         self.version = EMPTY_VERSION
@@ -84,10 +83,6 @@ class StateStore:
         self.owner = owner
         return owner
 
-    def check_owner(self) -> None:
-        """Raise :class:`checkpoint.owner.OwnershipError` when another driver or query claimed the state since."""
-        self.checkpoints.dfs.guard()
-
     # ------------------------------------------------------------------ versions
     def _db_dir(self, shard: int) -> Path:
         return self.root / f"shard-{shard}" / "db"
@@ -109,7 +104,7 @@ class StateStore:
         self.loaded_operator = self.metadata.pop(OPERATOR_KEY, None)
         if self.owner is not None and written_by not in (None, self.owner.query_id):
             raise OwnershipError(
-                f"version {version} of the state (local {self.root}, DFS {self.dfs_url}) was written by query "
+                f"version {version} of the state ({self.locations}) was written by query "
                 f"{written_by}, not by this query ({self.owner.query_id}): two queries share these state locations. "
                 f"Give this query its own spark.misa.state.dir and spark.misa.checkpoint.dfsUrl."
             )
@@ -161,7 +156,7 @@ class StateStore:
     def write(self, changes: Iterable[tuple[bytes, bytes | None]], fence: Fence = no_fence) -> int:
         """Apply (key, value) puts and (key, None) deletes in WriteBatches of at most
         ``spark.misa.state.writeChunkSize`` operations (``fence`` before each); returns the number applied."""
-        chunk = self.config.state_write_chunk
+        chunk = self._write_chunk
         batches = [rocksdict.WriteBatch(raw_mode=True) for _ in range(self.shards)]
         counts = [0] * self.shards
         total = 0
@@ -231,7 +226,7 @@ class StateStore:
         ``fence`` is called before the flush and before each file step of the checkpoint."""
         fence()
         flush_s = self.flush()
-        if self.config.commit_wait_for_compaction:
+        if self._wait_for_compaction:
             while self.running_compactions():
                 fence()
                 time.sleep(0.01)
@@ -246,67 +241,14 @@ class StateStore:
         self.version = version
         return commit
 
-    def ack1_holds(self, version: int) -> bool:
-        """Whether the local checkpoint of ``version`` is complete and valid (its local marker counts)."""
-        return not self.checkpoints.local.problems(version)
-
-    def newest_durable(self) -> int | None:
-        """The newest version with ack 2 (its DFS marker), or None."""
-        return self.checkpoints.newest_durable()
-
-    def locally_committed_after(self, version: int) -> list[int]:
-        """Versions newer than ``version`` whose ack 1 holds (not yet durable: recovery uploads them)."""
-        return [v for v in self.checkpoints.local.versions() if v > version and self.ack1_holds(v)]
-
-    def retained_versions(self) -> list[int]:
-        """Versions retained on either level, oldest first."""
-        return self.checkpoints.retained_versions()
-
     @property
-    def dfs_url(self) -> str:
-        """The DFS location of the durable checkpoints, credentials redacted (for messages)."""
-        return redact(self.checkpoints.dfs.url)
+    def locations(self) -> str:
+        """Where the state lives, credentials redacted (for messages): its local dir and its DFS location."""
+        return f"local {self.root}, DFS {self.checkpoints.dfs.shown}"
 
     def restore_problems(self, version: int) -> list[str]:
         """Why ``version`` cannot be loaded (empty when it can; the empty version always can)."""
         return [] if version == EMPTY_VERSION else self.checkpoints.problems(version)
-
-    def forget_after(self, version: int) -> None:
-        """Remove the commit markers of every version newer than ``version`` on both levels, so they no
-        longer count as committed (a rollback, or a replay that rebuilds them); their files go at GC."""
-        self.checkpoints.forget_after(version)
-
-    def forget_local_only(self) -> None:
-        """Forget local versions newer than the newest durable one: they belong to a run whose Spark checkpoint
-        is gone (its batches are replayed from the mirrored log)."""
-        durable = self.newest_durable()
-        for version in [v for v in self.checkpoints.local.versions() if durable is None or v > durable]:
-            log.warning("forgetting local version %d: the local copy of Spark's checkpoint was replaced", version)
-            self.checkpoints.local.forget(version)
-
-    def repair_durable(self) -> None:
-        """Heal the DFS copy of every durable version from its intact local copy, in the background, so that
-        a restart with nothing to replay still heals the copies a new machine would restore (see
-        :meth:`CheckpointStore.start_repair`); :meth:`close` waits for it."""
-        self.checkpoints.start_repair()
-
-    def upload(
-        self, version: int, fence: Fence = no_fence, before_marker: Callable[[], object] | None = None
-    ) -> UploadStats:
-        """Copy local ``version`` to the DFS: ack 2 once its marker is written, after ``before_marker`` (what else
-        the ack must cover) returned. ``fence`` is called before each file step."""
-        return self.checkpoints.upload(version, fence, before_marker)
-
-    def retain(self, newest_durable: int, fence: Fence = no_fence) -> GcStats:
-        """Retention on both levels (GC of versions past ``spark.misa.checkpoint.retainVersions``); ``fence`` is
-        called before each file step."""
-        return self.checkpoints.gc(newest_durable=newest_durable, fence=fence)
-
-    def upload_and_retain(self, version: int, fence: Fence = no_fence) -> UploadStats:
-        """:meth:`upload`, then :meth:`retain` as a step of its own."""
-        stats = self.upload(version, fence)
-        self.retain(version, fence)
-        return stats
 
     # ------------------------------------------------------------------ lifecycle
     def _close_dbs(self) -> None:

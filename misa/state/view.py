@@ -3,10 +3,10 @@
 A batch writes into its write buffer (:class:`misa.state.write_buffer.WriteBuffer`, one dirty entry
 per key); reads consult it first, then a read cache (:mod:`misa.state.cache_contract`: the
 Timestamp-Aware Cache or a baseline, when one is configured or prefetching is on). When the batch
-ends its writes are drained into a :class:`misa.state.commit_buffer.CommitBuffer` owned by the commit
-of that version, and the read cache is refreshed with them; until the commit has applied the buffer
-to RocksDB, reads consult it before RocksDB, so batch v+1 always sees version v and never waits for
-its commit.
+ends, :meth:`StateView.freeze` drains its writes into the commit buffer of its
+:class:`misa.state.version.BatchVersion` (the lifecycle is documented there), refreshes the read
+cache with them and keeps the version: until RocksDB has the buffer (the version is applied), reads
+consult it before RocksDB, so batch v+1 always sees version v and never waits for its commit.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Sequence
 from misa.state.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore
+from misa.state.version import BatchVersion
 from misa.state.write_buffer import WriteBuffer
 
 
@@ -36,7 +37,8 @@ class StateView:
         self.prefetcher: CacheReader | None = None  # serves the reads while prefetching is on
         self._manager: CacheReader | None = None
         self.read_s = 0.0  # time spent in get_many since the last take_read_s
-        self._pending: list[CommitBuffer] = []
+        self._open = BatchVersion()  # the batch's version, written into the write buffer
+        self._frozen: list[BatchVersion] = []  # frozen versions whose buffers RocksDB may not have yet, oldest first
         self._lock = threading.Lock()
 
     def enable_prefetch(self, prefetcher: CacheReader, *, active: bool = True) -> None:
@@ -81,18 +83,13 @@ class StateView:
         stats["hits"] += written["hits"]
         return stats
 
-    def add_pending(self, buffer: CommitBuffer) -> None:
-        with self._lock:
-            self._pending.append(buffer)
-
-    def drop_pending(self, version: int) -> None:
-        with self._lock:
-            self._pending = [b for b in self._pending if b.version != version]
-
+    # -- frozen versions' commit buffers, read below the read cache until RocksDB has them
     def _layers(self) -> list[CommitBuffer]:
-        """Newest first; taken before RocksDB is read, so an apply in between changes nothing."""
+        """Newest first; taken before RocksDB is read, so an apply in between changes nothing. Versions
+        applied since the last read are dropped here."""
         with self._lock:
-            return list(reversed(self._pending))
+            self._frozen = [v for v in self._frozen if v.buffered]
+            return [v.buffer for v in reversed(self._frozen)]
 
     def fetch_below(self, keys: Sequence[bytes], parallel: bool | None = None) -> list[bytes | None]:
         """Values of ``keys`` below the cache: pending commit buffers, then RocksDB (with the shards
@@ -168,19 +165,24 @@ class StateView:
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
     # -- batch boundaries
-    def freeze(self, version: int) -> CommitBuffer:
-        """The batch's writes, drained into version ``version``'s commit buffer; the read cache is
-        refreshed with them once no prefetch is in flight (none can then bring back an older value)."""
+    def freeze(self, version: int) -> BatchVersion:
+        """The batch's writes, drained into version ``version``'s commit buffer, which reads consult until
+        the version is applied; the read cache is refreshed with them once no prefetch is in flight (none
+        can then bring back an older value). The next batch writes into a new open version."""
         if self.prefetcher is not None:
             self.prefetcher.quiesce()
         changes, range_deletes = self.writes.drain()
+        frozen, self._open = self._open, BatchVersion()
+        frozen.freeze(CommitBuffer(version, changes, tuple(range_deletes)))
+        with self._lock:
+            self._frozen.append(frozen)
         cache = self.read_cache
         if cache is not None:
             cache.refresh(changes, range_deletes)
-        return CommitBuffer(version, changes, tuple(range_deletes))
+        return frozen
 
     def reset(self) -> None:
-        """Forget the writes, the caches, any hints and pending commit buffers: the store was (re)loaded."""
+        """Forget the writes, the caches, any hints and frozen versions' buffers: the store was (re)loaded."""
         if self._manager is not None:
             self._manager.clear()
             self._manager.cache.clear()
@@ -188,7 +190,7 @@ class StateView:
             self.cache.clear()
         self.writes.clear()
         with self._lock:
-            self._pending = []
+            self._frozen = []
 
     def close(self) -> None:
         if self._manager is not None:

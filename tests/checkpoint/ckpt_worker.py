@@ -21,7 +21,7 @@ def main() -> None:
         for version in range(first, last + 1):
             fill(store, 1000, seed=version, start=1000 * version)
             store.checkpoint(version)
-            store.upload_and_retain(version)
+            store.checkpoints.upload_and_retain(version)
             print(f"committed {version}", flush=True)
 
 

@@ -25,7 +25,7 @@ def store(config, tmp_path, dfs_url):
 
 def commit(store: StateStore, version: int) -> dict[bytes, bytes]:
     store.checkpoint(version, {"watermark": version * 10})
-    store.upload_and_retain(version)
+    store.checkpoints.upload_and_retain(version)
     return contents(store)
 
 
@@ -47,11 +47,11 @@ def test_restore_equals_checkpointed_state_from_local_and_dfs(store, config, tmp
 def test_second_version_uploads_only_new_files(store):
     fill(store, 5000, seed=3)
     store.checkpoint(0)
-    first = store.upload_and_retain(0)
+    first = store.checkpoints.upload_and_retain(0)
     assert first.bytes_reused == 0 and first.bytes_uploaded > 0
     fill(store, 50, seed=4, start=100)
     total = store.checkpoint(1).total_bytes
-    second = store.upload_and_retain(1)
+    second = store.checkpoints.upload_and_retain(1)
     assert second.bytes_reused > 0 and second.files_reused > 0
     assert second.bytes_uploaded + second.bytes_reused == total
     assert second.bytes_uploaded < total / 2
@@ -61,7 +61,7 @@ def test_transient_dfs_errors_are_retried(store):
     data = fill(store, 1000, seed=5)
     store.checkpoint(0)
     failpoints.configure("dfs.put=raise(2)")  # maxAttempts is 3
-    store.upload_and_retain(0)
+    store.checkpoints.upload_and_retain(0)
     assert store.checkpoints.newest_durable() == 0
     failpoints.configure("dfs.get=raise(2)")
     assert store.load(0, prefer_local=False).source == "dfs" and contents(store) == data
@@ -76,7 +76,7 @@ def test_permanent_errors_are_clear_and_keep_earlier_versions(store):
     with pytest.raises(
         DfsUnavailableError, match=r"failed after 3 attempts.*spark\.misa\.checkpoint\.retry\.maxAttempts"
     ):
-        store.upload_and_retain(1)
+        store.checkpoints.upload_and_retain(1)
     failpoints.configure("")
     assert store.checkpoints.newest_durable() == 0
     store.load(0, prefer_local=False)

@@ -22,7 +22,7 @@ def store(config, tmp_path):
         for version in range(3):
             fill(s, 200, seed=version, start=version * 100)
             s.checkpoint(version)
-            s.upload_and_retain(version)
+            s.checkpoints.upload_and_retain(version)
         yield s
 
 

@@ -23,7 +23,7 @@ def commit(store: StateStore, version: int, compact: bool = False):
     if compact:
         store.compact()
     store.checkpoint(version)
-    return store.upload_and_retain(version)
+    return store.checkpoints.upload_and_retain(version)
 
 
 def shared_sst(store: StateStore, older: int, newer: int) -> str:
@@ -73,7 +73,7 @@ def test_a_damaged_or_deleted_file_is_repaired_before_a_version_that_reuses_it_i
     store.checkpoint(1)
     victim = shared_sst(store, 0, 1)
     damage(dfs_url, victim, how)
-    stats = store.upload_and_retain(1)
+    stats = store.checkpoints.upload_and_retain(1)
     states[1] = contents(store)
     # uploaded again either way; counted as a repair when it was seen: damaged in place, or verified before
     assert stats.files_repaired == (0 if how == "delete" and restart else 1)
@@ -114,7 +114,7 @@ def test_problems_checks_what_restore_checks(config, tmp_path, dfs_url, how):
         fill(store, 300, seed=1, start=150)
         store.checkpoint(1)
         victim = shared_sst(store, 0, 1)
-        store.upload_and_retain(1)
+        store.checkpoints.upload_and_retain(1)
         damage(dfs_url, victim, how)
         assert store.restore_problems(1) == []  # the local copy is valid: the DFS is not needed
         with StateStore(config, tmp_path / "new-machine", dfs_url) as other:

@@ -107,7 +107,7 @@ class Runtime:
     def __init__(self, config, root: Path, redis_url: str, version: int | None = None):
         self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
         self.view = StateView(self.store)
-        self.controller = CommitController(self.store, self.view, mode="sync")
+        self.controller = CommitController(self.store, "sync")
         self.lookup = RedisLookup(redis_url)
         self.operator = LookupAggregation(
             "ad_id",

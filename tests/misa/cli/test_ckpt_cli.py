@@ -19,7 +19,7 @@ def committed(config, state: Path, dfs: Path, versions: int = 3) -> Path:
         for version in range(versions):
             fill(store, 300, seed=version, start=version * 150)
             store.checkpoint(version)
-            store.upload_and_retain(version)
+            store.checkpoints.upload_and_retain(version)
     return dfs
 
 
@@ -171,7 +171,7 @@ def test_gc_refuses_a_location_a_query_committed_to_just_now(config, tmp_path, c
         for version in range(3):
             fill(store, 300, seed=version, start=version * 150)
             store.checkpoint(version)
-            store.upload_and_retain(version)
+            store.checkpoints.upload_and_retain(version)
         before = sorted(p.name for p in (tmp_path / "dfs").rglob("*"))
         assert misa(["ckpt", "gc", f"file://{tmp_path / 'dfs'}", "--retain", "2"]) == 1
         out = error_line(capsys)

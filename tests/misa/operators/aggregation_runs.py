@@ -33,7 +33,7 @@ def run_misa(
     for batch_id, rows in enumerate(batches):
         deltas = op.deltas(spark.createDataFrame(rows, schema)).toArrow()
         output = op.apply(deltas, view).output
-        view.add_pending(view.freeze(batch_id))  # the next batch reads this one's changes below the cache
+        view.freeze(batch_id)  # the next batch reads this one's changes below the cache
         final |= by_key(op, output.to_pylist())
         output_schema = output.schema
     return final, output_schema

@@ -46,7 +46,7 @@ class Runner:
     def __init__(self, config, root: Path, operator, version: int | None = None):
         self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
         self.view = StateView(self.store)
-        self.controller = CommitController(self.store, self.view, mode="sync")
+        self.controller = CommitController(self.store, "sync")
         self.operator = operator
         if version is not None:  # a restart: the state and the metadata of a committed version
             operator.restore(self.store.load(version).metadata)

@@ -122,7 +122,7 @@ def test_panes_give_the_per_window_layouts_output_on_random_streams_with_late_ev
         expected, late = reference.batch(events)
         deltas = pane_deltas(events, pane)
         result = op.apply(deltas, view)
-        view.add_pending(view.freeze(batch))  # the next batch reads this one's changes below the cache
+        view.freeze(batch)  # the next batch reads this one's changes below the cache
         assert rows(result.output) == expected
         assert result.late_rows == late
         late_total += late
@@ -134,7 +134,7 @@ def test_an_event_writes_its_one_pane_not_every_window_that_holds_it(view):
     events = [(100 * S + i, g, 1.0) for i, g in enumerate(range(50))]
     result = op.apply(pane_deltas(events, S), view)
     assert result.output.num_rows == 50 * 30  # every window of every key is emitted
-    changes = view.freeze(0).changes
+    changes = view.freeze(0).buffer.changes
     assert len(changes) == 50 * 2  # one pane record and one timer per key, not 30 window entries
     assert result.state_reads == 50
 
@@ -142,9 +142,9 @@ def test_an_event_writes_its_one_pane_not_every_window_that_holds_it(view):
 def test_closed_panes_and_their_records_leave_the_state(view):
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", slide="5s", watermark_delay="0s")
     op.apply(pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
-    view.add_pending(view.freeze(0))
+    view.freeze(0)
     op.apply(pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # the watermark passes every window of keys 1, 2
-    view.add_pending(view.freeze(1))
+    view.freeze(1)
     assert op.watermark.at_us == 40 * S
     records, timers = view.scan(b"\xfep", b"\xfeq"), view.scan(b"\xfet", b"\xfeu")
     assert [k[-8:] for k, _ in records] == [(3).to_bytes(8, "big")]  # keys 1 and 2 are gone
@@ -160,13 +160,13 @@ def test_update_mode_drops_due_records_without_reading_them(view, monkeypatch, m
         ["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", slide="5s", watermark_delay="0s", output_mode=mode
     )
     op.apply(pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
-    view.add_pending(view.freeze(0))
+    view.freeze(0)
     calls: list[int] = []
     real = view.get_many
     monkeypatch.setattr(view, "get_many", lambda keys, ts=0: calls.append(len(keys)) or real(keys, ts))
     op.apply(pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # closes every window of keys 1 and 2
     assert len(calls) == reads  # the batch's own key, and in append mode the due records
-    view.add_pending(view.freeze(1))
+    view.freeze(1)
     assert [k[-8:] for k, _ in view.scan(b"\xfep", b"\xfeq")] == [(3).to_bytes(8, "big")]
 
 

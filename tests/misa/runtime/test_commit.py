@@ -9,7 +9,6 @@ from state_helpers import contents, key
 
 from checkpoint import DfsUnavailableError, failpoints
 from misa.runtime.commit import CommitController, CommitFailedError
-from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -61,11 +60,20 @@ def batch(view: StateView, version: int, start: int, n: int) -> dict[bytes, byte
     return data
 
 
+def frozen(view: StateView, version: int, changes: dict[bytes, bytes | None], *ranges: tuple[bytes, bytes]):
+    """Version ``version`` with ``ranges`` deleted, then ``changes``, frozen by the view and handed over."""
+    for begin, end in ranges:
+        view.delete_range(begin, end)
+    view.put_many(list(changes), list(changes.values()))
+    version = view.freeze(version)
+    version.hand_over()
+    return version
+
+
 def test_reads_see_own_writes_then_pending_buffers_then_rocksdb(store):
     view = StateView(store)
     store.write([(key(1), b"disk"), (key(2), b"disk"), (key(3), b"disk"), (key(50), b"disk")])
-    pending = CommitBuffer(0, {key(2): b"pending", key(4): None}, ((key(40), key(60)),))
-    view.add_pending(pending)
+    pending = frozen(view, 0, {key(2): b"pending", key(4): None}, (key(40), key(60)))
     view.put_many([key(3)], [b"mine"])
     assert view.get_many([key(1), key(2), key(3), key(4), key(50), key(9)]) == [
         b"disk",
@@ -78,9 +86,9 @@ def test_reads_see_own_writes_then_pending_buffers_then_rocksdb(store):
     assert view.scan(key(0), key(100)) == [(key(1), b"disk"), (key(2), b"pending"), (key(3), b"mine")]
     view.delete_range(key(0), key(3))
     assert view.get_many([key(1), key(3)]) == [None, b"mine"]
-    store.apply(pending.changes, pending.range_deletes)  # what the commit does before it drops the buffer
+    store.apply(pending.buffer.changes, pending.buffer.range_deletes)  # what the commit does before applied
     store.write([(key(7), b"disk")])
-    view.drop_pending(0)
+    pending.applied()  # the view stops reading its buffer
     # key 2 is in the batch's own range delete, key 50 in the applied buffer's; key 7 comes from RocksDB
     assert view.get_many([key(2), key(50), key(7)]) == [None, None, b"disk"]
 
@@ -90,15 +98,14 @@ def test_a_commit_landing_during_a_scan_hides_nothing(store, monkeypatch):
     must still see v's changes (it takes the pending buffers before it reads RocksDB)."""
     view = StateView(store)
     store.write([(key(1), b"old")])
-    pending = CommitBuffer(0, {key(1): b"v0", key(2): b"v0"}, ((key(5), key(9)),))
+    pending = frozen(view, 0, {key(1): b"v0", key(2): b"v0"}, (key(5), key(9)))
     store.write([(key(6), b"old")])
-    view.add_pending(pending)
     scan = store.scan
 
     def scan_then_commit_lands(begin=None, end=None):
         seen = list(scan(begin, end))
-        store.apply(pending.changes, pending.range_deletes)
-        view.drop_pending(0)
+        store.apply(pending.buffer.changes, pending.buffer.range_deletes)
+        pending.applied()
         return iter(seen)
 
     monkeypatch.setattr(store, "scan", scan_then_commit_lands)
@@ -108,7 +115,7 @@ def test_a_commit_landing_during_a_scan_hides_nothing(store, monkeypatch):
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_commits_every_version_durably(store, mode):
     view = StateView(store)
-    controller = CommitController(store, view, mode)
+    controller = CommitController(store, mode)
     expected: dict[bytes, bytes] = {}
     for version in range(5):
         expected.update(batch(view, version, version * 50, 100))
@@ -126,7 +133,7 @@ def test_every_mode_commits_every_version_durably(store, mode):
 
 def test_misa_returns_before_the_commit_and_reads_the_commit_buffer(store):
     view = StateView(store)
-    controller = CommitController(store, view, "misa")
+    controller = CommitController(store, "misa")
     failpoints.configure("commit.after_apply=sleep(700)")
     data = batch(view, 0, 0, 100)
     started = time.monotonic()
@@ -143,7 +150,7 @@ def test_misa_returns_before_the_commit_and_reads_the_commit_buffer(store):
 def test_a_dead_commit_thread_is_detected_and_its_work_redone(store, point, applies):
     """Dead before ack 1: redone from the commit buffer; after ack 1: only the upload is redone."""
     view = StateView(store)
-    controller = CommitController(store, view, "misa")
+    controller = CommitController(store, "misa")
     counter = "" if point == "commit.after_apply" else ";commit.after_apply=sleep(0)"  # counts applies
     failpoints.configure(f"{point}=raise(1){counter}")  # an unexpected error ends the commit thread
     data = batch(view, 0, 0, 200)
@@ -158,10 +165,9 @@ def test_a_dead_commit_thread_is_detected_and_its_work_redone(store, point, appl
 
 
 def test_a_silent_commit_thread_is_replaced(config, tmp_path):
-    config = config.with_values(commit_heartbeat_timeout_s=0.3)
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         view = StateView(store)
-        controller = CommitController(store, view, "misa")
+        controller = CommitController(store, "misa", heartbeat_timeout_s=0.3)
         failpoints.configure("commit.after_apply=sleep(1500)")
         data = batch(view, 0, 0, 50)
         controller.commit(view.freeze(0), {})
@@ -177,7 +183,7 @@ def test_a_silent_commit_thread_is_replaced(config, tmp_path):
 
 def test_transient_dfs_errors_do_not_fail_the_commit(store):
     view = StateView(store)
-    controller = CommitController(store, view, "misa")
+    controller = CommitController(store, "misa")
     failpoints.configure("dfs.put=raise(2)")
     batch(view, 0, 0, 100)
     controller.commit(view.freeze(0), {})
@@ -189,7 +195,7 @@ def test_transient_dfs_errors_do_not_fail_the_commit(store):
 @pytest.mark.parametrize("mode", ["sync", "misa"])
 def test_a_dfs_that_stays_down_fails_with_a_clear_error(store, mode):
     view = StateView(store)
-    controller = CommitController(store, view, mode)
+    controller = CommitController(store, mode)
     batch(view, 0, 0, 100)
     controller.commit(view.freeze(0), {})
     controller.wait_durable(0)
@@ -209,10 +215,10 @@ def test_a_replaced_upload_thread_never_touches_the_dfs_again(config, tmp_path, 
     """The first upload thread stalls in a file put of version 0 and is replaced; it wakes while its
     successor uploads version 1 (files on the DFS, manifests and marker not yet) and must stop there:
     no put, no manifest, no marker, no GC (which would delete version 1's new files as orphans)."""
-    config = config.with_values(commit_heartbeat_timeout_s=0.5, commit_max_restarts=10)  # headroom on a busy host
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         view = StateView(store)
-        controller = CommitController(store, view, "misa")
+        # headroom on a busy host
+        controller = CommitController(store, "misa", heartbeat_timeout_s=0.5, max_restarts=10)
         old = worker_thread(controller, "upload")
         release = threading.Event()
         collectors: list[threading.Thread] = []
@@ -243,10 +249,10 @@ def test_a_replaced_upload_thread_never_touches_the_dfs_again(config, tmp_path, 
 def test_a_replaced_apply_thread_never_rebuilds_the_local_checkpoint(config, tmp_path, hooks):
     """The first apply thread stalls after shard 0's checkpoint of version 0 and is replaced; it wakes
     after version 1 is applied and must not checkpoint the other shards (now at version 1) as version 0."""
-    config = config.with_values(commit_heartbeat_timeout_s=0.5, commit_max_restarts=10)  # headroom on a busy host
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         view = StateView(store)
-        controller = CommitController(store, view, "misa")
+        # headroom on a busy host
+        controller = CommitController(store, "misa", heartbeat_timeout_s=0.5, max_restarts=10)
         old = worker_thread(controller, "apply")
         release = threading.Event()
         hooks["ckpt.after_local_checkpoint"] = first_time(lambda: release.wait(30))
@@ -267,9 +273,11 @@ def test_a_replaced_apply_thread_never_rebuilds_the_local_checkpoint(config, tmp
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("point,stage", [("ckpt.after_flush", "apply"), ("ckpt.after_upload", "upload")])
-def test_an_error_outside_the_dfs_retries_fails_the_batch_after_bounded_restarts(store, mode, point, stage, caplog):
+def test_an_error_outside_the_dfs_retries_fails_the_batch_after_bounded_restarts(
+    store, config, mode, point, stage, caplog
+):
     view = StateView(store)
-    controller = CommitController(store, view, mode)
+    controller = CommitController(store, mode, max_restarts=config.commit_max_restarts)
     failpoints.configure(f"{point}=raise")  # FailpointError: apply has no retry; after_upload is outside it
     batch(view, 0, 0, 100)
     with pytest.raises(CommitFailedError, match=rf"version 0 failed in its {stage} stage.*{point}") as err:
@@ -277,7 +285,7 @@ def test_an_error_outside_the_dfs_retries_fails_the_batch_after_bounded_restarts
         controller.wait_durable(0)
     assert isinstance(err.value.__cause__, failpoints.FailpointError)
     threaded = mode == "misa" or (mode == "async-ckpt" and stage == "upload")
-    attempts = 1 + store.config.commit_max_restarts if threaded else 1
+    attempts = 1 + config.commit_max_restarts if threaded else 1
     assert failpoints.hits(point) == attempts
     deaths = [r for r in caplog.records if r.name == "misa.runtime.commit" and r.exc_info]
     assert len(deaths) == (attempts if threaded else 0)  # each dead thread logged once, with its traceback
@@ -288,10 +296,9 @@ def test_an_error_outside_the_dfs_retries_fails_the_batch_after_bounded_restarts
 
 @pytest.mark.timeout(60)
 def test_close_raises_a_commit_error_nobody_has_seen(config, tmp_path, hooks):
-    config = config.with_values(commit_max_restarts=0)
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         view = StateView(store)
-        controller = CommitController(store, view, "misa")
+        controller = CommitController(store, "misa", max_restarts=0)
         failing = threading.Event()
         hooks["ckpt.after_flush"] = failing.set
         failpoints.configure("ckpt.after_flush=raise")
@@ -305,7 +312,7 @@ def test_close_raises_a_commit_error_nobody_has_seen(config, tmp_path, hooks):
 def test_nocommit_writes_rocksdb_in_the_background_and_never_checkpoints(store, tmp_path):
     """The benchmarks' floor: versions count as done once applied; no flush, no checkpoint, no upload."""
     view = StateView(store)
-    controller = CommitController(store, view, mode="nocommit")
+    controller = CommitController(store, "nocommit")
     try:
         written = {}
         for version in range(3):
@@ -314,7 +321,7 @@ def test_nocommit_writes_rocksdb_in_the_background_and_never_checkpoints(store, 
         controller.drain()
         assert controller.wait_durable(2) < 5 and [r.version for r in controller.finished()] == [0, 1, 2]
         assert contents(store) == written
-        assert store.newest_durable() is None and store.locally_committed_after(-1) == []
+        assert store.checkpoints.newest_durable() is None and store.checkpoints.locally_committed_after(-1) == []
         assert not (tmp_path / "dfs").exists() or not any((tmp_path / "dfs").rglob("*"))
     finally:
         controller.close()
@@ -325,8 +332,8 @@ def test_reads_below_the_cache_take_each_key_from_the_newest_buffer_that_decides
     RocksDB the keys neither buffer mentions."""
     view = StateView(store)
     store.write([(key(i), b"disk") for i in range(10)])
-    view.add_pending(CommitBuffer(0, {key(1): b"v0", key(2): b"v0", key(6): b"v0"}, ((key(4), key(6)),)))
-    view.add_pending(CommitBuffer(1, {key(2): b"v1", key(5): b"v1"}, ((key(6), key(8)),)))
+    frozen(view, 0, {key(1): b"v0", key(2): b"v0", key(6): b"v0"}, (key(4), key(6)))
+    frozen(view, 1, {key(2): b"v1", key(5): b"v1"}, (key(6), key(8)))
     assert view.fetch_below([key(i) for i in range(10)]) == [
         b"disk",  # in no buffer
         b"v0",
@@ -339,3 +346,17 @@ def test_reads_below_the_cache_take_each_key_from_the_newest_buffer_that_decides
         b"disk",
         b"disk",
     ]
+
+
+def test_a_renewed_controller_keeps_the_settings_and_drops_the_tasks(store):
+    """What a restart after a failed run uses: the same store, mode and limits, none of the old tasks."""
+    view = StateView(store)
+    old = CommitController(store, "sync", heartbeat_timeout_s=7.0, max_restarts=1)
+    old.commit(view.freeze(0), {})
+    old.close()
+    new = old.renewed()
+    try:
+        assert (new.store, new.mode, new.timeout_s, new.max_restarts) == (store, "sync", 7.0, 1)
+        assert new.status().pending == () and new.finished() == []
+    finally:
+        new.close()

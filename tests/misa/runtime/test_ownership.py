@@ -36,7 +36,7 @@ def test_a_second_store_on_a_state_dir_is_refused_before_it_changes_anything(con
 def _commit(store: StateStore, version: int) -> None:
     store.write([(f"k{version}".encode(), b"v")])
     store.checkpoint(version)
-    store.upload_and_retain(version)
+    store.checkpoints.upload_and_retain(version)
 
 
 def test_a_superseded_driver_stops_before_its_next_marker(config, tmp_path):
@@ -50,9 +50,9 @@ def test_a_superseded_driver_stops_before_its_next_marker(config, tmp_path):
         with pytest.raises(OwnershipError, match="superseded"):
             _commit(old, 1)
         with pytest.raises(OwnershipError, match="superseded"):
-            old.upload_and_retain(0)
+            old.checkpoints.upload_and_retain(0)
         assert new.checkpoints.dfs.committed_versions() == [0]
-        new.check_owner()
+        new.checkpoints.check_owner()
     finally:
         old.close()
         new.close()
@@ -151,8 +151,8 @@ def test_a_standby_started_while_the_old_driver_runs_never_continues_on_stale_st
     new, outputs = _counting_job(ckpt, str(tmp_path / "b"), **{"spark.misa.commit.mode": "misa"})
     real_reconcile = job_module.reconcile
 
-    def held_reconcile(store, location):
-        version = real_reconcile(store, location)
+    def held_reconcile(store, location, allow_previous):
+        version = real_reconcile(store, location, allow_previous)
         _write_input(spark, data, 4, 3)  # the old driver's query picks these up while this one waits
         deadline = time.monotonic() + 60
         while old_query.isActive and old.version < 6 and time.monotonic() < deadline:

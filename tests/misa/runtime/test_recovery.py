@@ -30,7 +30,7 @@ def store(config, tmp_path):
         for version in range(3):
             fill(s, 100, seed=version, start=version * 100)
             s.checkpoint(version)
-            s.upload_and_retain(version)
+            s.checkpoints.upload_and_retain(version)
         yield s
 
 
@@ -239,8 +239,7 @@ def test_a_newest_version_restorable_from_neither_level_stops_recovery_and_names
 def test_with_the_option_recovery_starts_from_the_previous_version_and_spark_replays_the_rest(store, tmp_path):
     spark_log(tmp_path / "ckpt", committed=2, offsets=2)
     damage(store, 2)
-    store.config = store.config.with_values(recovery_allow_previous=True)
-    assert reconcile(store, str(tmp_path / "ckpt")) == 1
+    assert reconcile(store, str(tmp_path / "ckpt"), allow_previous=True) == 1
     assert entries(tmp_path / "ckpt", "commits") == [0, 1]
     assert entries(tmp_path / "ckpt", "offsets") == [0, 1, 2]  # Spark replays batch 2 from its offsets
     assert store.checkpoints.dfs.committed_versions() == [0, 1] and store.checkpoints.local.versions() == [0, 1]
@@ -300,7 +299,7 @@ def test_a_fresh_spark_checkpoint_beside_a_single_version_fails_and_touches_noth
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as one:
         fill(one, 10, seed=1)
         one.checkpoint(0)
-        one.upload_and_retain(0)
+        one.checkpoints.upload_and_retain(0)
         with pytest.raises(RecoveryError, match="Spark's checkpoint is new .* belongs to another query"):
             reconcile(one, str(tmp_path / "new-ckpt"))
         assert one.checkpoints.dfs.committed_versions() == [0] and one.checkpoints.local.versions() == [0]
@@ -311,7 +310,7 @@ def test_version_0_committed_before_spark_logged_batch_0_is_rolled_back(config, 
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as one:
         fill(one, 10, seed=1)
         one.checkpoint(0)
-        one.upload_and_retain(0)
+        one.checkpoints.upload_and_retain(0)
         spark_log(tmp_path / "ckpt", committed=-1, offsets=0)
         assert reconcile(one, str(tmp_path / "ckpt")) == EMPTY_VERSION
 
@@ -348,10 +347,10 @@ def test_a_rollback_waits_for_the_background_heal_which_would_write_a_forgotten_
         return real_upload(version, *args)
 
     monkeypatch.setattr(store.checkpoints.dfs, "upload", slow_heal)
-    store.repair_durable()
+    store.checkpoints.start_repair()
     assert healing.wait(10)
     threading.Timer(0.3, release.set).start()
-    store.forget_after(1)
+    store.checkpoints.forget_after(1)
     store.checkpoints.wait_repair()
     assert store.checkpoints.dfs.committed_versions() == [0, 1]
 
@@ -365,12 +364,12 @@ def test_the_heal_covers_every_retained_version_with_a_local_copy_not_only_the_t
         for version in range(2):
             fill(one, 100, seed=version)
             one.checkpoint(version)
-            one.upload_and_retain(version)
+            one.checkpoints.upload_and_retain(version)
         only_old = {p.name for p in (tmp_path / "dfs").glob("shard-*/sst/*.sst")}
         one.compact()  # version 2 names only new files
         fill(one, 100, seed=2)
         one.checkpoint(2)
-        one.upload_and_retain(2)
+        one.checkpoints.upload_and_retain(2)
         only_old -= {f.name for m in one.checkpoints.dfs.manifests(2) for f in m.files}
         assert only_old
         for sst in (tmp_path / "dfs").glob("shard-*/sst/*.sst"):

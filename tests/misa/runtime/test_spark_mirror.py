@@ -160,14 +160,14 @@ def test_ack_2_of_a_version_covers_the_log_files_it_needs(store, tmp_path, mode)
     mirror = mirror_of(tmp_path / "state", tmp_path / "ckpt")
     mirror.prepare()
     view = StateView(store)
-    controller = CommitController(store, view, mode, spark_log=mirror)
+    controller = CommitController(store, mode, mirror)
     spark = SparkCheckpointLog(parse(str(tmp_path / "ckpt")))
     for version in range(3):
         spark_writes(mirror.local_root, version, committed=False)  # Spark plans batch v, then calls it
         view.put_many([key(version)], [b"x"])
         controller.commit(view.freeze(version), {})
         controller.wait_durable(version)
-        assert store.newest_durable() == version
+        assert store.checkpoints.newest_durable() == version
         assert version in spark.batch_ids("offsets")
         assert spark.last_committed() == version - 1 if version else spark.last_committed() == -1
         (mirror.local_root / "commits").mkdir(exist_ok=True)
@@ -183,7 +183,7 @@ def test_recovery_on_a_new_machine_continues_from_the_mirrored_log(store, config
     mirror = mirror_of(tmp_path / "state", tmp_path / "ckpt")
     mirror.prepare()
     view = StateView(store)
-    controller = CommitController(store, view, "misa", spark_log=mirror)
+    controller = CommitController(store, "misa", mirror)
     for version in range(2):
         spark_writes(mirror.local_root, version, committed=False)
         view.put_many([key(version)], [str(version).encode()])
@@ -215,16 +215,17 @@ def test_the_mirror_runs_beside_the_upload_and_the_marker_waits_for_it(store, tm
 
     mirror.sync = slow_sync
     view = StateView(store)
-    controller = CommitController(store, view, "misa", spark_log=mirror)
+    controller = CommitController(store, "misa", mirror)
     view.put_many([key(0)], [b"x"])
     controller.commit(view.freeze(0), {})
     assert in_mirror.wait(10)
     time.sleep(0.5)  # the upload's files and manifests go meanwhile; the marker waits
-    assert store.newest_durable() is None
+    assert store.checkpoints.newest_durable() is None
     assert store.checkpoints.dfs.fs.exists(f"{store.checkpoints.dfs.root}/shard-0/manifest/0.json")
     release.set()
     controller.wait_durable(0)
-    assert store.newest_durable() == 0 and 0 in SparkCheckpointLog(parse(str(tmp_path / "ckpt"))).batch_ids("offsets")
+    assert store.checkpoints.newest_durable() == 0
+    assert 0 in SparkCheckpointLog(parse(str(tmp_path / "ckpt"))).batch_ids("offsets")
     controller.close()
 
 
@@ -232,20 +233,20 @@ def test_a_batch_waits_for_ack_2_not_for_the_retention_after_it(store, tmp_path,
     """Retention (GC on both levels) runs after ack 2 on the upload thread: the next batch's wait ends at the
     marker; the version's record, with the retention's requests, is reported once retention ran; drain waits."""
     view = StateView(store)
-    controller = CommitController(store, view, "misa")
+    controller = CommitController(store, "misa")
     in_retention, release = threading.Event(), threading.Event()
-    real_retain = store.retain
+    real_retain = store.checkpoints.gc
 
     def slow_retain(version, fence):
         in_retention.set()
         assert release.wait(10)
         return real_retain(version, fence)
 
-    monkeypatch.setattr(store, "retain", slow_retain)
+    monkeypatch.setattr(store.checkpoints, "gc", slow_retain)
     view.put_many([key(0)], [b"x"])
     controller.commit(view.freeze(0), {})
     controller.wait_durable(0)  # returns while retention is held
-    assert in_retention.wait(10) and store.newest_durable() == 0
+    assert in_retention.wait(10) and store.checkpoints.newest_durable() == 0
     assert controller.finished() == []  # its record is not complete yet
     release.set()
     controller.drain()

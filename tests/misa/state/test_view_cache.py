@@ -25,7 +25,7 @@ def test_reads_see_the_batch_and_the_commit_applies_it_exactly(config, tmp_path,
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         cache = StateCache(8 * (1 + 20 + ENTRY_OVERHEAD), policy)
         view = StateView(store, cache)
-        manager = attach_prefetcher(view, config, 2, 4) if prefetching else None
+        manager = attach_prefetcher(view, 2, 4, config.cache_max_bytes) if prefetching else None
         universe = [k(i) for i in range(30)]
         model: dict[bytes, bytes] = {}  # what RocksDB holds after each commit
         for batch in range(30):

@@ -69,7 +69,10 @@ def test_prefetching_without_a_cache_is_refused_naming_both_keys_and_auto_stays_
 def _batch(view: StateView, store: StateStore, version: int, value: bytes) -> None:
     """A batch that writes ``value`` to key 1, committed straight into RocksDB."""
     view.put_many([k(1)], [value])
-    store.write(view.freeze(version).changes.items())
+    frozen = view.freeze(version)
+    frozen.hand_over()
+    store.write(frozen.buffer.changes.items())
+    frozen.applied()
 
 
 def test_turning_prefetching_off_and_on_never_serves_a_value_written_around_the_cache(config, tmp_path):
@@ -78,7 +81,7 @@ def test_turning_prefetching_off_and_on_never_serves_a_value_written_around_the_
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         store.write([(k(1), b"disk")])
         view = StateView(store)
-        manager = attach_prefetcher(view, config, 2, 16, active=False)
+        manager = attach_prefetcher(view, 2, 16, config.cache_max_bytes, active=False)
         assert view.cache is None and view.read_cache is None and view.prefetcher is None
         view.set_prefetching(True)
         assert view.prefetcher is manager and view.read_cache is manager.cache and manager.cache.policy == "tac"
@@ -99,7 +102,7 @@ def test_a_configured_cache_serves_reads_with_prefetching_on_and_off(config, tmp
     with StateStore(lru, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
         view = StateView(store, new_cache(lru))
         cache = view.cache
-        attach_prefetcher(view, lru, 2, 16, active=False)
+        attach_prefetcher(view, 2, 16, lru.cache_max_bytes, active=False)
         _batch(view, store, 1, b"v1")
         view.set_prefetching(True)
         assert view.read_cache is cache and view.get_many([k(1)]) == [b"v1"]
