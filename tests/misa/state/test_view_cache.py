@@ -48,8 +48,10 @@ def test_reads_see_the_batch_and_the_commit_applies_it_exactly(config, tmp_path,
                     view.delete_range(k(begin), k(end))
                     seen.update((k(i), None) for i in range(begin, end))
                 assert cache.bytes_cached <= cache.max_bytes
-            commit = view.freeze(batch)
-            store.apply(commit.changes, commit.range_deletes)
+            frozen = view.freeze(batch)
+            frozen.hand_over()
+            store.apply(frozen.buffer.changes, frozen.buffer.range_deletes)
+            frozen.applied()
             model = {key: value for key, value in seen.items() if value is not None}
             assert dict(store.scan(b"", b"\xff")) == model
             assert all(model.get(key) == value for key, value in cache.items())  # held entries are current
