@@ -1,4 +1,4 @@
-"""The keyed operators (misa.operators.keyed) and the record codec on hand-made Arrow data, with a real state store.
+"""The keyed operators (misa.operators.keyed) on hand-made Arrow data, with a real state store.
 
 Each batch is committed (sync) like the runtime does, so a restart can load a version and the
 operator's metadata, and go on.
@@ -6,15 +6,15 @@ operator's metadata, and go on.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
+from jobs import nexmark
 from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
 from misa.runtime.commit import CommitController
-from misa.state.records import RecordCodec
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -102,32 +102,10 @@ def bids(*rows: tuple) -> pa.Table:
     return pa.Table.from_pylist(records, schema=pa.schema(list(BID)))
 
 
-# ------------------------------------------------------------------------------------- record codec
-def test_record_codec_round_trips_lists_of_records():
-    table = pa.table(
-        {
-            "a": pa.array([1, None, -3, 2**62], pa.int64()),
-            "s": ["x", None, "ü long", ""],
-            "b": pa.array([5, 6, None, 8], pa.int32()),
-        }
-    )
-    codec = RecordCodec(table.schema)
-    values = codec.encode(table, np.array([2, 0, 1, 1]))
-    assert values == codec.encode(table, np.array([2, 0, 1, 1]))  # deterministic
-    rows, owner = codec.decode([values[3], None, values[0], values[1], values[2]])
-    assert owner.tolist() == [0, 2, 2, 4] and rows.schema == table.schema
-    assert rows.to_pylist() == [table.to_pylist()[i] for i in (3, 0, 1, 2)]
-    empty, none = codec.decode([])
-    assert empty.num_rows == 0 and empty.schema == table.schema and len(none) == 0
-    with pytest.raises(TypeError, match="x has type double"):
-        RecordCodec([pa.field("x", pa.float64())])
-    with pytest.raises(ValueError, match="add up to 1, but there are 4 rows"):
-        codec.encode(table, np.array([1]))
-
-
 # ---------------------------------------------------------------------------------------------- Q13
 def q13(side: Path) -> LookupJoin:
-    return LookupJoin("auction", ["auction", "bidder", "price", "date_time"], side, time_column="date_time")
+    """The job's Q13 operator over the side table at ``side``."""
+    return nexmark.q13_operator(argparse.Namespace(side=str(side), input=None))
 
 
 def enriched(result) -> list[tuple]:
@@ -170,18 +148,8 @@ def test_side_table_keys_must_be_unique(run, side):
 
 # ---------------------------------------------------------------------------------------------- Q18
 def q18() -> TopN:
-    return TopN(
-        ["bidder", "auction"],
-        ["price", "channel", "url", "date_time", "extra"],
-        [
-            ("date_time", "descending"),
-            ("price", "descending"),
-            ("channel", "descending"),
-            ("url", "descending"),
-            ("extra", "descending"),
-        ],
-        time_column="date_time",
-    )
+    """The job's Q18 operator (it reads no argument)."""
+    return nexmark.q18_operator(argparse.Namespace())
 
 
 def latest(result) -> dict[tuple, tuple]:
@@ -192,7 +160,7 @@ def latest(result) -> dict[tuple, tuple]:
 
 
 def q18_rows(table: pa.Table) -> pa.Table:
-    return table.select(["bidder", "auction", "price", "channel", "url", "date_time", "extra"])
+    return table.select(["bidder", "auction", *nexmark.Q18_COLUMNS])
 
 
 def test_latest_bid_wins_across_batches_and_only_changes_are_written(run):
@@ -222,14 +190,8 @@ def test_latest_bid_ties_are_broken_by_the_whole_record_whatever_the_arrival_ord
 
 # ---------------------------------------------------------------------------------------------- Q19
 def q19() -> TopN:
-    return TopN(
-        ["auction"],
-        ["price", "bidder", "date_time"],
-        [("price", "descending"), ("date_time", "ascending"), ("bidder", "ascending")],
-        n=10,
-        rank_column="rank",
-        time_column="date_time",
-    )
+    """The job's Q19 operator: the top ``nexmark.TOP_N`` (10) bids per auction."""
+    return nexmark.q19_operator(argparse.Namespace())
 
 
 def q19_rows(table: pa.Table) -> pa.Table:
@@ -273,9 +235,8 @@ def test_top_n_order_must_cover_every_column():
 
 # ---------------------------------------------------------------------------------------------- Q20
 def q20() -> KeyedJoin:
-    return KeyedJoin(
-        "bid", "auction", "auction", "id", ("category", 10), right_prefix="auction_", time_column="date_time"
-    )
+    """The job's Q20 operator: bids joined with their auction of category ``nexmark.Q20_CATEGORY`` (10)."""
+    return nexmark.q20_operator(argparse.Namespace())
 
 
 def events(*rows: tuple) -> pa.Table:
@@ -366,7 +327,7 @@ def test_metadata_round_trips(side):
 
 def test_empty_batches_give_typed_empty_output(run, side):
     for operator, table, columns in [
-        (q13(side), bids().select(["auction", "bidder", "price", "date_time"]), 5),
+        (q13(side), bids().select(list(nexmark.BID_KEY)), 5),
         (q18(), q18_rows(bids()), 7),
         (q19(), q19_rows(bids()), 5),
         (q20(), events(), 11),

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from types import SimpleNamespace
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from misa.config import MisaConfig
+from misa.operators.base import HintSource
 from misa.runtime.batch_hints import BatchHints, HintSession
 from misa.runtime.next_input import Peek
+from prefetch.cache import StateCache
+from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END
 from prefetch.lookahead import AHEAD, IN_BATCH
-from prefetch.manager import PrefetchStats
+from prefetch.manager import PrefetchManager, PrefetchStats
 
 
 class LogAdvancingInput:
@@ -74,6 +81,105 @@ class ArrivingInput:
 
     def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
         return Peek(reason="no new files") if "a" in skip else Peek(("a",), "rows of a")
+
+
+# ----------------------------------------------------------------------- hint extraction (no Spark)
+class Operator(HintSource):
+    """A hint source whose state key is column ``k``; the hint timestamp is the rows' latest event time."""
+
+    def hint_spec(self) -> None:
+        return None
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        return [k.encode() for k in hints["k"].to_pylist()], hints[HINT_TS].to_numpy()
+
+
+class Frame:
+    """What the hint job gives back (``toArrow``), without Spark."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+    def toArrow(self) -> pa.Table:  # noqa: N802 (Spark's name)
+        return self.table
+
+
+def hint_rows(rows: list[tuple[str, int, int, int, bool]]) -> Frame:
+    """rows: (key, hash, window end, count, hot); each key's hint time is 100 + its count."""
+    keys, hashes, ends, counts, hot = zip(*rows)
+    return Frame(
+        pa.table(
+            {
+                "k": list(keys),
+                HINT_HASH: pa.array(hashes, pa.int64()),
+                HINT_WINDOW_END: pa.array(ends, pa.int64()),
+                HINT_COUNT: pa.array(counts, pa.int64()),
+                HINT_TS: pa.array([100 + c for c in counts], pa.int64()),
+                HINT_HOT: pa.array(hot),
+            }
+        )
+    )
+
+
+@pytest.fixture
+def manager():
+    """A real prefetch manager over a dict: fetching a key gives its name upper-cased."""
+    m = PrefetchManager(StateCache(1 << 20, "tac"), lambda keys: [k.upper() for k in keys], lambda key: 0, 1, 8)
+    yield m
+    m.close()
+
+
+def batch_hints(manager, stages: int = 1, next_input=None, **conf: str) -> BatchHints:
+    config = MisaConfig.from_mapping({f"spark.misa.{k}": v for k, v in conf.items()})
+    return BatchHints(config, Operator(), [lambda df: df] * stages, manager, next_input)  # type: ignore[arg-type]
+
+
+def test_hot_keys_are_counted_not_hinted_and_the_sketch_counts_each_keys_largest_window(manager):
+    hints = batch_hints(manager)
+    frame = hint_rows([("a", 1, 10, 3, False), ("a", 1, 10, 2, False), ("a", 1, 20, 4, False), ("b", 2, 10, 7, True)])
+    found = hints._extract(frame, 0)
+    assert {k: found[k] for k in ("source", "stage", "rows", "hot_skipped", "hinted")} == {
+        "source": IN_BATCH,
+        "stage": 0,
+        "rows": 4,
+        "hot_skipped": 1,
+        "hinted": 3,
+    }
+    assert hints.sketch.estimate(np.array([1, 2, 3], np.int64)).tolist() == [5, 7, 0]  # a: max(3 + 2, 4)
+    manager.quiesce()
+    assert manager.take_stats().hints == 3 and manager.read([b"a"], 200) == [b"A"]
+    hints.close()
+
+
+def test_a_batch_without_hints_ahead_runs_its_own_hint_job_and_says_why(manager):
+    for next_input, conf, reason in [
+        (None, {}, "source not peekable"),
+        (LogAdvancingInput(threading.Event()), {"prefetch.nextBatch": "false"}, "spark.misa.prefetch.nextBatch=false"),
+        (LogAdvancingInput(threading.Event()), {}, "no extraction ahead"),
+    ]:
+        hints = batch_hints(manager, next_input=next_input, **conf)
+        hints._frame = lambda rows, stage: rows  # type: ignore[method-assign]
+        found = hints._start(hint_rows([("a", 1, 10, 1, False), ("b", 2, 10, 1, True)])).result(timeout=10)
+        assert (found["source"], found["next_unavailable"], found["rows"], found["hinted"]) == (
+            IN_BATCH,
+            reason,
+            2,
+            1,
+        )
+        assert not hints._ahead_found()
+        hints.close()
+
+
+class NothingArrives:
+    """A peekable source whose next batch has no file yet (``reason`` says why)."""
+
+    def __init__(self, reason: str, frame: object = None):
+        self.reason, self.frame = reason, frame
+
+    def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
+        if self.frame is not None:
+            return Peek(("f",), self.frame, planned=0)  # type: ignore[arg-type]
+        return Peek(reason=self.reason, planned=0)
 
     def follow(self, checkpoint: object) -> None:
         pass
@@ -177,3 +283,52 @@ def test_a_session_is_closed_before_the_next_begins_and_is_done_once_closed(hint
         first.wait()
     with hints.begin(Batch("b2"), good, on=True) as second:
         second.wait()
+
+
+def test_extracting_ahead_without_input_or_with_a_failure_names_the_reason(manager, caplog):
+    hints = batch_hints(manager)
+    hints.POLL_S = 0.0
+    stop = threading.Event()
+    stop.set()  # one look only
+    hints.next_input = NothingArrives("no new files yet")
+    found = hints._extract_ahead(lambda rows: rows, 0, stop)
+    assert (found["stage"], found["next_unavailable"]) == (0, "no new files yet") and "rows" not in found
+
+    def broken(rows, stage):
+        raise OSError("the file is gone")
+
+    hints._frame = broken  # type: ignore[method-assign]
+    hints.next_input = NothingArrives("", frame="rows of f")
+    with caplog.at_level(logging.WARNING, logger="misa.runtime.batch_hints"):
+        found = hints._extract_ahead(lambda rows: rows, 0, stop)
+    assert found["next_unavailable"] == "failed" and not hints.ahead_found()
+    assert [r.getMessage() for r in caplog.records] == ["the next batch's hints could not be extracted ahead"]
+    hints.close()
+
+
+def test_start_next_does_nothing_without_a_peekable_source_and_drop_ahead_forgets_the_extraction(manager):
+    hints = batch_hints(manager)
+    hints.start_next(lambda rows: rows)
+    assert hints._ahead is None
+    hints.next_input = NothingArrives("nothing yet")
+    hints.start_next(lambda rows: rows)
+    ahead = hints._ahead
+    hints.drop_ahead()  # the extraction ahead stops at its next look
+    assert hints._ahead is None and ahead.result(timeout=10)["next_unavailable"] == "nothing yet"
+    hints.close()
+
+
+def test_end_batch_moves_the_lookahead_to_the_next_stage_after_wasteful_batches(manager):
+    hints = batch_hints(manager, stages=2, **{"prefetch.wastedRatioThreshold": "0.5"})
+    wasteful = PrefetchStats(prefetched=200, wasted_prefetches=150, prefetch_hits=50)
+    useful = PrefetchStats(prefetched=200, wasted_prefetches=10, prefetch_hits=190)
+    assert [hints.end_batch(IN_BATCH, s)["next_stage"] for s in (wasteful, useful, wasteful, wasteful)] == [0, 0, 0, 1]
+    assert hints.end_batch(IN_BATCH, useful) == {"next_stage": 1, "next_source": AHEAD}
+    hints.close()
+
+
+def test_hints_need_a_stage_and_an_operator_that_names_its_keys(manager):
+    with pytest.raises(ValueError, match="at least one hint stage is needed"):
+        BatchHints(MisaConfig(), Operator(), [], manager)  # type: ignore[arg-type]
+    assert isinstance(Operator(), HintSource)
+    assert not isinstance(SimpleNamespace(hint_spec=lambda: None, hint_keys=lambda hints: None), HintSource)

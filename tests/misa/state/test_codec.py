@@ -1,13 +1,25 @@
-"""Aggregate states (AggStates): exact int64 values, Spark's overflow and NaN order, whatever the fold order."""
+"""The state codec: aggregate states (exact int64 values, Spark's overflow and NaN order, whatever the fold order),
+key layouts (KeyCodec; the key space and every key type's round trip: test_keys.py) and its small helpers."""
 
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from misa.state.codec import AggregateOverflowError, AggStates, Fold
+from misa.state.codec import (
+    AggregateOverflowError,
+    AggStates,
+    Fold,
+    KeyCodec,
+    distinct_keys,
+    is_key_type,
+    latest_per_key,
+)
+from misa.state.keys import window_prefix
 
 BIG = 2**53 + 1  # the first integer a double cannot hold
 LONG_MAX, LONG_MIN = 2**63 - 1, -(2**63)
@@ -90,3 +102,81 @@ def test_states_round_trip_and_absent_rows_are_identities():
     assert decoded[0].tolist() == states[0].tolist()
     assert aggs.merge(decoded[1:], states).tolist() == states.tolist()  # an absent row folds to nothing
     assert [aggs.count(decoded, i).tolist()[1] for i in range(3)] == [0, 0, 0]
+
+
+# ------------------------------------------------------------------------------------ key layouts
+def test_a_windowed_key_of_fixed_columns_is_the_window_end_then_a_null_flag_and_8_bytes_per_column():
+    codec = KeyCodec([pa.field("a", pa.int64()), pa.field("b", pa.bool_())], windowed=True)
+    keys = codec.encode(np.array([10_000_000, 20]), [pa.array([-1, None]), pa.array([True, None])])
+    assert keys == [
+        struct.pack(">Q", 10_000_000) + b"\x00" + struct.pack(">q", -1) + b"\x00" + struct.pack(">q", 1),
+        struct.pack(">Q", 20) + b"\x01" + bytes(8) + b"\x01" + bytes(8),
+    ]
+    assert keys[0].startswith(window_prefix(10_000_000)) and codec.fixed
+
+
+def test_a_key_with_strings_is_a_null_flag_then_a_length_and_utf8_and_a_null_is_one_byte():
+    codec = KeyCodec([pa.field("s", pa.string()), pa.field("n", pa.int32())], windowed=False)
+    keys = codec.encode(None, [pa.array(["hé", None]), pa.array([None, 7], pa.int32())])
+    assert keys == [b"\x00" + struct.pack(">I", 3) + "hé".encode() + b"\x01", b"\x01\x00" + struct.pack(">q", 7)]
+    ends, (s, n) = codec.decode(keys)
+    assert ends is None and s.to_pylist() == ["hé", None] and n.to_pylist() == [None, 7] and not codec.fixed
+
+
+def test_string_keys_tell_apart_values_one_concatenation_would_join():
+    codec = KeyCodec([pa.field("a", pa.string()), pa.field("b", pa.string())], windowed=True)
+    keys = codec.encode(np.array([5, 5, 5]), [pa.array(["ab", "a", "a"]), pa.array(["", "b", None])])
+    assert len(set(keys)) == 3
+    ends, cols = codec.decode(keys)
+    assert ends.tolist() == [5, 5, 5] and [c.to_pylist() for c in cols] == [["ab", "a", "a"], ["", "b", None]]
+
+
+def test_window_keys_sort_by_window_end_first():
+    codec = KeyCodec([pa.field("s", pa.string())], windowed=True)
+    keys = codec.encode(np.array([2, 1, 256]), [pa.array(["a", "zzz", None])])
+    assert sorted(keys) == [keys[1], keys[0], keys[2]]
+
+
+def test_the_window_end_alone_is_a_key_without_group_columns():
+    codec = KeyCodec([], windowed=True)
+    assert codec.encode(np.array([1, 2]), []) == [window_prefix(1), window_prefix(2)]
+    assert codec.decode([window_prefix(3)])[0].tolist() == [3]
+
+
+# ---------------------------------------------------------------------------------- state helpers
+def test_states_are_stored_as_little_endian_value_and_count_cells():
+    aggs = AggStates((Fold("s", "sum", False), Fold("m", "max", True)))
+    [value] = aggs.encode(np.array([[-2, 3, np.array(1.5).view(np.int64), 1]], np.int64))
+    assert value == struct.pack("<qqdq", -2, 3, 1.5, 1) and aggs.width == 4
+
+
+def test_identities_are_the_empty_fold_of_each_aggregate():
+    folds = [Fold("a", op, floating) for floating in (False, True) for op in ("sum", "min", "max")]
+    aggs = AggStates(tuple(folds))
+    identity = aggs.identity(2)
+    assert identity.shape == (2, 12) and identity[:, 1::2].tolist() == [[0] * 6] * 2
+    assert [aggs.value(identity, i)[0].item() for i in range(3)] == [0, LONG_MAX, LONG_MIN]
+    sums, mins, maxes = (aggs.value(identity, i)[1] for i in range(3, 6))
+    assert sums == 0.0 and math.isnan(mins) and maxes == -math.inf
+    assert aggs.reduce(identity, np.array([], np.int64)).shape == (0, 12)
+
+
+def test_per_key_folds_each_keys_rows_and_gives_its_first_row():
+    aggs, states = int_states([5, 1, 7, 2, 3], "sum")
+    folded, first = aggs.per_key(states, np.array([1, 0, 1, 2, 0]), 3)
+    assert aggs.value(folded, 0).tolist() == [4, 12, 2] and aggs.count(folded, 0).tolist() == [2, 2, 1]
+    assert first.tolist() == [1, 0, 3]
+
+
+def test_distinct_keys_keep_the_first_seen_order_and_latest_per_key_takes_the_max_time():
+    keys, rows = distinct_keys([b"b", b"a", b"b", b"c", b"a"])
+    assert keys == [b"b", b"a", b"c"] and rows.tolist() == [0, 1, 0, 2, 1]
+    assert latest_per_key(rows, 3, np.array([5, -3, 9, 1, -7])).tolist() == [9, -3, 1]
+    assert distinct_keys([])[0] == [] and distinct_keys([])[1].tolist() == []
+
+
+def test_is_key_type_takes_fixed_width_and_string_types_only():
+    accepted = [pa.int8(), pa.uint64(), pa.bool_(), pa.date32(), pa.timestamp("ms"), pa.float32(), pa.large_string()]
+    refused = [pa.float16(), pa.date64(), pa.binary(), pa.decimal128(5, 1), pa.null(), pa.list_(pa.int8())]
+    assert [is_key_type(t) for t in accepted] == [True] * len(accepted)
+    assert [is_key_type(t) for t in refused] == [False] * len(refused)

@@ -4,14 +4,23 @@ import pyarrow as pa
 import pytest
 
 from misa.state.codec import KeyCodec
-from misa.state.keys import LOOKUP, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, lookup_prefix, window_prefix
+from misa.state.keys import (
+    LOOKUP,
+    PANE_RECORD,
+    PANE_TIMER,
+    RIGHT_ROW,
+    SIDE_ROW,
+    WAITING_LEFT,
+    lookup_prefix,
+    window_prefix,
+)
 
 YEAR_2100_US = 4_102_444_800 * 1_000_000
 
 
-def test_one_byte_prefixes_are_distinct_and_none_is_a_prefix_of_another():
-    prefixes = [SIDE_ROW, RIGHT_ROW, WAITING_LEFT, LOOKUP]
-    assert len(set(prefixes)) == len(prefixes)
+def test_kind_prefixes_are_distinct_and_none_is_a_prefix_of_another():
+    prefixes = [SIDE_ROW, RIGHT_ROW, WAITING_LEFT, LOOKUP, PANE_RECORD, PANE_TIMER]
+    assert len(set(prefixes)) == len(prefixes) == 6
     assert not [(a, b) for a in prefixes for b in prefixes if a != b and b.startswith(a)]
 
 
@@ -26,6 +35,19 @@ def test_lookup_values_sort_after_every_window_and_group_key_of_their_aggregatio
     # the range delete of every window closed by the year 2100 stops before the looked-up values
     begin, end = window_prefix(0), window_prefix(YEAR_2100_US + 1)
     assert all(begin <= k < end for k in window_keys) and not [k for k in lookups if begin <= k < end]
+
+
+def test_pane_keys_sort_between_every_window_or_group_key_and_the_looked_up_values():
+    """Sliding windows' pane records and timers (0xFE) meet neither the window and group keys nor the lookups
+    (0xFF), and the range delete of closed windows never reaches them."""
+    windowed = KeyCodec([pa.field("job", pa.int64())], windowed=True)
+    window_keys = windowed.encode([0, YEAR_2100_US], [pa.array([None, 2**63 - 1])])
+    group_keys = KeyCodec([pa.field("job", pa.string())], windowed=False).encode(None, [pa.array(["\uffff", None])])
+    panes = [PANE_RECORD + group_keys[0], PANE_TIMER + window_prefix(YEAR_2100_US) + group_keys[0]]
+    assert max(window_keys + group_keys) < min(panes) and max(panes) < lookup_prefix("")
+    assert [p[:2] for p in panes] == [b"\xfep", b"\xfet"]
+    begin, end = window_prefix(0), window_prefix(YEAR_2100_US + 1)
+    assert not [k for k in panes if begin <= k < end]
 
 
 def test_lookup_prefixes_of_two_columns_do_not_overlap():
