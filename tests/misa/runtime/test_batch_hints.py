@@ -301,17 +301,17 @@ def test_extracting_ahead_without_input_or_with_a_failure_names_the_reason(manag
     hints.next_input = NothingArrives("", frame="rows of f")
     with caplog.at_level(logging.WARNING, logger="misa.runtime.batch_hints"):
         found = hints._extract_ahead(lambda rows: rows, 0, stop)
-    assert found["next_unavailable"] == "failed" and not hints.ahead_found()
+    assert found["next_unavailable"] == "failed" and not hints._ahead_found()
     assert [r.getMessage() for r in caplog.records] == ["the next batch's hints could not be extracted ahead"]
     hints.close()
 
 
 def test_start_next_does_nothing_without_a_peekable_source_and_drop_ahead_forgets_the_extraction(manager):
     hints = batch_hints(manager)
-    hints.start_next(lambda rows: rows)
+    hints._start_next(lambda rows: rows)
     assert hints._ahead is None
     hints.next_input = NothingArrives("nothing yet")
-    hints.start_next(lambda rows: rows)
+    hints._start_next(lambda rows: rows)
     ahead = hints._ahead
     hints.drop_ahead()  # the extraction ahead stops at its next look
     assert hints._ahead is None and ahead.result(timeout=10)["next_unavailable"] == "nothing yet"
@@ -322,8 +322,8 @@ def test_end_batch_moves_the_lookahead_to_the_next_stage_after_wasteful_batches(
     hints = batch_hints(manager, stages=2, **{"prefetch.wastedRatioThreshold": "0.5"})
     wasteful = PrefetchStats(prefetched=200, wasted_prefetches=150, prefetch_hits=50)
     useful = PrefetchStats(prefetched=200, wasted_prefetches=10, prefetch_hits=190)
-    assert [hints.end_batch(IN_BATCH, s)["next_stage"] for s in (wasteful, useful, wasteful, wasteful)] == [0, 0, 0, 1]
-    assert hints.end_batch(IN_BATCH, useful) == {"next_stage": 1, "next_source": AHEAD}
+    assert [hints._end_batch(IN_BATCH, s)["next_stage"] for s in (wasteful, useful, wasteful, wasteful)] == [0, 0, 0, 1]
+    assert hints._end_batch(IN_BATCH, useful) == {"next_stage": 1, "next_source": AHEAD}
     hints.close()
 
 
