@@ -4,15 +4,13 @@ from .dfs import DfsCheckpoints, GcStats, UploadStats, VersionInfo
 from .fence import Fence, no_fence
 from .local import LocalCheckpoints
 from .manifest import CommitMarker, FileEntry, ShardManifest
-from .retry import CorruptCheckpointError, DfsUnavailableError, RetryPolicy
+from .retry import RetryPolicy
 from .store import CheckpointStore, LocalCommit, Restored
 
 __all__ = [
     "CheckpointStore",
     "CommitMarker",
-    "CorruptCheckpointError",
     "DfsCheckpoints",
-    "DfsUnavailableError",
     "Fence",
     "FileEntry",
     "GcStats",

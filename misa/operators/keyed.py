@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from checkpoint.location import local_path
+from common.location import local_path
 from misa.operators.base import HintSource, OperatorResult
 from misa.operators.schema import INTEGERS, RECORD_TYPES, column_of, column_type, key_columns, struct_of
 from misa.state.codec import KeyCodec

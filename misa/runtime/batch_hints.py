@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
-from checkpoint.location import Location
+from common.location import Location
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
 from misa.runtime.next_input import NextInput

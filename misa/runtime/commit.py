@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
-from checkpoint.location import redact
-from checkpoint.owner import OwnershipError
+from checkpoint import Fence, no_fence
+from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError, OwnershipError
+from common import failpoints
+from common.location import redact
 from misa.config import CommitMode
+from misa.exceptions import CommitFailedError
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.runtime.spark_mirror import SparkLogMirror
 from misa.state.store import EMPTY_VERSION, StateStore
@@ -60,10 +62,6 @@ class Stage(str, Enum):
 APPLY, UPLOAD, DONE = Stage.APPLY, Stage.UPLOAD, Stage.DONE
 #: Already retried, or a takeover by another driver: redoing the stage cannot help.
 FINAL_ERRORS = (DfsUnavailableError, CorruptCheckpointError, OwnershipError)
-
-
-class CommitFailedError(RuntimeError):
-    """The commit of a version failed for good, so its batch cannot be acknowledged; the cause is chained."""
 
 
 class _Superseded(Exception):

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from misa.exceptions import AggregateOverflowError
 from misa.state.keys import window_prefix
 
 WINDOW_END = np.dtype(">u8")
@@ -154,10 +155,6 @@ def _column(field: pa.Field, values: list) -> pa.Array:
         return pa.array(values, type=field.type)
     nulls = np.array([v is None for v in values], bool)
     return _from_int64(np.array([0 if v is None else v for v in values], np.int64), nulls, field.type)
-
-
-class AggregateOverflowError(ArithmeticError):
-    """A sum of integers left the bigint range under ``spark.sql.ansi.enabled`` (Spark's ARITHMETIC_OVERFLOW)."""
 
 
 @dataclass(frozen=True)
