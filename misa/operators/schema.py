@@ -18,7 +18,7 @@ from misa.exceptions import AnalysisError
 INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 KEY_TYPES = (*INTEGERS, T.BooleanType, T.FloatType, T.DoubleType, T.DateType, *(T.TimestampType, T.TimestampNTZType))
 KEY_TYPES += (T.StringType,)
-RECORD_TYPES = (*INTEGERS, T.StringType)  # columns kept in state values (misa.state.records)
+RECORD_TYPES = (*INTEGERS, T.StringType)  # columns kept in state values (misa.state.record_codec)
 TIMESTAMPS = (T.TimestampType, T.TimestampNTZType)
 
 

@@ -43,7 +43,7 @@ from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import HintSource, OperatorResult, StatefulOperator
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
-from misa.runtime.batch_hints import BatchHints, HintSession, Stage
+from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
 from misa.runtime.commit import CommitController
 from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import resolve_location
@@ -84,7 +84,7 @@ class StatefulJob:
         checkpoint_location: str,
         *,
         upstream: Callable[[DataFrame], DataFrame] | None = None,
-        hint_stages: Sequence[Stage] | None = None,
+        hint_stages: Sequence[DataFrameStage] | None = None,
         next_input: NextInput | None = None,
         bad_records: BadRecordFilter | None = None,
         config: MisaConfig | None = None,

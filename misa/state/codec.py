@@ -22,7 +22,7 @@ import pyarrow as pa
 from misa.exceptions import AggregateOverflowError
 from misa.state.keys import window_prefix
 
-WINDOW_END = np.dtype(">u8")
+WINDOW_END_DTYPE = np.dtype(">u8")  # a key's window end: big-endian, so keys sort by it
 AGG_CELLS = 2  # per aggregate: value, count
 CELL = np.dtype("<i8")
 INT64 = np.iinfo(np.int64)
@@ -88,7 +88,7 @@ class KeyCodec:
                     "timestamps, floats, doubles and strings: cast it in the upstream"
                 )
         self.fixed = all(_is_fixed(f.type) for f in self.fields)
-        parts = [("we", WINDOW_END)] if windowed else []
+        parts = [("we", WINDOW_END_DTYPE)] if windowed else []
         for i, _ in enumerate(self.fields):
             parts += [(f"n{i}", "u1"), (f"v{i}", ">i8")]
         self._dtype = np.dtype(parts)
