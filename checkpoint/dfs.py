@@ -33,17 +33,18 @@ from typing import Callable, Iterable, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from . import failpoints
+from common import failpoints
+from common.location import redact
+
 from .digest import copy_and_digest
+from .exceptions import CorruptCheckpointError, ManifestError, UploadVerificationError
 from .fence import Fence, no_fence
 from .local import refuse_links, unlinked
-from .location import redact
 from .manifest import (
     COMMITS_DIR,
     SHARD_FOLDERS,
     CommitMarker,
     FileEntry,
-    ManifestError,
     ShardManifest,
     inside,
     is_own_name,
@@ -55,7 +56,7 @@ from .manifest import (
 )
 from .parallel import parallel_map
 from .requests import CountedFileSystem
-from .retry import CorruptCheckpointError, RetryPolicy
+from .retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -96,10 +97,6 @@ class FileProblem:
 
     def __str__(self) -> str:
         return self.text
-
-
-class UploadVerificationError(OSError):
-    """A file on the DFS does not have the size or digest just written; the upload is retried."""
 
 
 @dataclass
@@ -164,7 +161,7 @@ class DfsCheckpoints:
 
     def _writable(self, path: str) -> str:
         """``path`` when writing or deleting it stays below the root (on a local file system no symbolic
-        link leads it elsewhere); else :class:`checkpoint.local.LinkedPathError` naming it."""
+        link leads it elsewhere); else :class:`checkpoint.exceptions.LinkedPathError` naming it."""
         return refuse_links(self.root, path) if self._local else path
 
     def _write_small(self, relative: str, data: bytes) -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import rocksdict
 
-from . import failpoints
+from common import failpoints
+
 from .digest import file_digest
+from .exceptions import CorruptCheckpointError, LinkedPathError
 from .fence import Fence, no_fence
 from .manifest import (
     COMMITS_DIR,
@@ -23,13 +25,8 @@ from .manifest import (
     manifest_path,
     marker_path,
 )
-from .retry import CorruptCheckpointError
 
 log = logging.getLogger(__name__)
-
-
-class LinkedPathError(RuntimeError):
-    """A path below a root that a symbolic link leads elsewhere: refused, never followed."""
 
 
 def unlinked(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:

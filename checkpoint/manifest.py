@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .exceptions import ManifestError
+
 COMMITS_DIR = "_commits"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHARD_DIR = re.compile(r"^shard-[0-9]+$")
@@ -31,10 +33,6 @@ _OWN_NAMES = {
     "manifest": re.compile(r"^-?[0-9]+\.json$"),
 }
 SHARD_FOLDERS = tuple(_OWN_NAMES)
-
-
-class ManifestError(ValueError):
-    """A manifest or marker that is torn, of the wrong shape, or names a file it may not (tampering)."""
 
 
 def check_file_name(name: object) -> str:

@@ -34,12 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from .exceptions import OwnershipError
+
 OWNER_FILE = "_owner.json"
 LOCK_FILE = ".misa.lock"
-
-
-class OwnershipError(RuntimeError):
-    """Another driver or another query owns this state: refused before anything was changed."""
 
 
 @dataclass(frozen=True)

@@ -9,18 +9,12 @@ from typing import Callable, TypeVar
 
 import tenacity
 
-from .location import redact
+from common.location import redact
+
+from .exceptions import CorruptCheckpointError, DfsUnavailableError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class DfsUnavailableError(RuntimeError):
-    """A DFS operation still failed after every retry; nothing durable was lost."""
-
-
-class CorruptCheckpointError(RuntimeError):
-    """A checkpoint file is missing, truncated or fails its checksum."""
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from typing import Callable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checkpoint.location import local_path
+from common.location import local_path
 from jobs.gen.nexmark import SIDE_INPUT
 from jobs.gen.parts import SIDE_DIR
 from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT

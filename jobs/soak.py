@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import fsspec
 
-from checkpoint.failpoints import ENV_VAR, FAILPOINTS
+from common.failpoints import ENV_VAR, FAILPOINTS
 from jobs.bench.queries import name_list
 from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm

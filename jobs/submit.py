@@ -18,22 +18,21 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from checkpoint.location import LocationError, parse, spark_location
-from checkpoint.owner import OwnershipError
-from misa.config import CommitMode, ConfigError, MisaConfig, parse_seconds
+from checkpoint.exceptions import OwnershipError
+from common.errors import LocationError
+from common.location import parse, spark_location
+from misa.config import CommitMode, MisaConfig, parse_seconds
+from misa.exceptions import AnalysisError, ConfigError, IncompatibleStateError, RecoveryError
 from misa.io.quarantine import Quarantine, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator
 from misa.operators.interval_join import PREV, IntervalJoin
-from misa.operators.schema import AnalysisError
-from misa.runtime.compat import IncompatibleStateError
 from misa.runtime.interrupt import EXIT_INTERRUPTED, StopOnInterrupt
 from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
-from misa.runtime.recovery import RecoveryError
 
 RUNTIME_MODES = tuple(m.value for m in CommitMode)  # the command line's names of the runtime's modes
 NATIVE_MODES = ("native", "native-default")

@@ -38,9 +38,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from checkpoint.location import local_path
+from common.location import local_path
 from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE
+from jobs.redis_server import RedisLookup, RedisServer, store_mapping
 from jobs.schemas import YSB_EVENTS
 from jobs.submit import (
     is_native,
@@ -54,7 +55,6 @@ from jobs.submit import (
     run_native,
 )
 from misa.io.quarantine import good_records, parse_json_lines
-from misa.io.redis_server import RedisLookup, RedisServer, store_mapping
 from misa.io.sink import ParquetBatchSink
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.lookup_aggregation import LookupAggregation
@@ -99,7 +99,7 @@ def read_campaigns(input_dir: str) -> dict[str, str]:
 @contextmanager
 def redis_url(args: argparse.Namespace) -> Iterator[str]:
     """``--redis``, or a private redis-server loaded with the input's campaigns for the duration of the run
-    (its URL carries its password: show it only through ``checkpoint.location.redact``)."""
+    (its URL carries its password: show it only through ``common.location.redact``)."""
     if args.redis:
         yield args.redis
         return

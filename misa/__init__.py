@@ -7,8 +7,9 @@ The public API, importable from here::
 Packages by responsibility: :mod:`misa.runtime` (the job, its per-batch phases, the commit
 controller, recovery), :mod:`misa.state` (the store, the batch's view, codecs, the key space),
 :mod:`misa.operators`, :mod:`misa.io` (sinks and quarantine), :mod:`misa.obs` (metrics and
-report), :mod:`misa.cli` (the ``misa`` command) and :mod:`misa.bench`. Names are loaded on first
-use, so ``import misa.config`` stays light.
+report), :mod:`misa.cli` (the ``misa`` command) and :mod:`misa.bench`. Its errors are in
+:mod:`misa.exceptions`, each a :class:`MisaError`; they and the checkpoints' errors are exported here
+too. Names are loaded on first use, so ``import misa.config`` stays light.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ _EXPORTS = {
     "StatefulJob": "misa.runtime.job",
     "BadRecordFilter": "misa.runtime.job",
     "MisaConfig": "misa.config",
-    "ConfigError": "misa.config",
     "StatefulOperator": "misa.operators.base",
     "HintSource": "misa.operators.base",
     "OperatorResult": "misa.operators.base",
@@ -36,6 +36,16 @@ _EXPORTS = {
     "DataFrameSink": "misa.io.dataframe_sink",
     "read_batches": "misa.io.sink",
     "Quarantine": "misa.io.quarantine",
+    "MisaError": "common.errors",
+    "ConfigError": "misa.exceptions",
+    "CommitFailedError": "misa.exceptions",
+    "RecoveryError": "misa.exceptions",
+    "IncompatibleStateError": "misa.exceptions",
+    "AnalysisError": "misa.exceptions",
+    "DfsUnavailableError": "checkpoint.exceptions",
+    "CorruptCheckpointError": "checkpoint.exceptions",
+    "OwnershipError": "checkpoint.exceptions",
+    "LocationError": "common.errors",
 }
 __all__ = sorted(_EXPORTS)
 

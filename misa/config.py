@@ -19,12 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from checkpoint import RetryPolicy
+from misa.exceptions import ConfigError
 
 PREFIX = "spark.misa."
-
-
-class ConfigError(ValueError):
-    """A ``spark.misa.*`` key is unknown, or its value does not have the expected form or lies outside its range."""
 
 
 class CommitMode(str, Enum):

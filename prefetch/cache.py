@@ -1,4 +1,4 @@
-"""The state cache: the Timestamp-Aware Cache or an LRU / Clock baseline, a :mod:`misa.state.cache_contract` read cache.
+"""The state cache: the Timestamp-Aware Cache or an LRU / Clock baseline, a :mod:`common.cache_contract` read cache.
 
 Entries are clean copies of values below the batch's writes (bytes, or None: "the key has no value",
 a negative entry), each with a place in an eviction order (:mod:`prefetch.policies`). Capacity is in
@@ -16,7 +16,7 @@ import threading
 from numbers import Integral
 from typing import Any, Final, Iterable, Sequence
 
-from misa.state.cache_contract import MISSING, CacheStats
+from common.cache_contract import MISSING, CacheStats
 
 from .policies import ORDERS, eviction_order
 

@@ -20,16 +20,14 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from misa.state.cache_contract import MISSING, ReadCache, stamps_at
+from common.cache_contract import MISSING, ReadCache, stamps_at
+
+from .exceptions import PrefetchFailedError
 
 log = logging.getLogger(__name__)
 
 Fetch = Callable[[Sequence[bytes]], list]
 """Reads keys below the cache (pending commit buffers, then RocksDB); None for an absent key."""
-
-
-class PrefetchFailedError(RuntimeError):
-    """A chunk's fetch failed (logged with its cause where it happened); its readers fetch the keys themselves."""
 
 
 @dataclass

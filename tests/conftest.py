@@ -9,9 +9,9 @@ from typing import Iterator
 
 import pytest
 
-from checkpoint import failpoints
+from common import failpoints
+from jobs.ports import free_port
 from misa.config import MisaConfig
-from misa.io.ports import free_port
 
 
 @pytest.fixture(autouse=True)

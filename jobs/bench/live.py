@@ -58,10 +58,10 @@ from jobs.bench.workloads import (
     generator,
     input_name,
 )
+from jobs.redis_server import RedisServer
 from jobs.submit import MODES, RUNTIME_MODES
 from jobs.ysb import REDIS_URL_ENV
 from misa.config import parse_bytes, parse_seconds
-from misa.io.redis_server import RedisServer
 from misa.obs.records import PREFETCH_COUNTERS
 from misa.obs.report import load_metrics
 from misa.runtime.spark_mirror import LOCAL_COPY

@@ -78,7 +78,7 @@ def instrument(log: EventLog) -> None:
 
     import jobs.submit
     import misa.runtime.job
-    from checkpoint.store import CheckpointStore
+    from checkpoint.checkpoints import CheckpointStore
     from misa.state.store import StateStore
 
     session = timed(log, "session", jobs.submit.spark_session)

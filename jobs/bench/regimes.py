@@ -27,14 +27,11 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from jobs.exceptions import RegimeError
+from jobs.ports import free_port
 from misa.config import parse_bytes, parse_seconds
-from misa.io.ports import free_port
 
 DEFAULT_TOOLS = Path(__file__).resolve().parents[3] / "shared" / "tools"
-
-
-class RegimeError(RuntimeError):
-    """A regime could not be set up (or a tool's file system is up with other parameters)."""
 
 
 class Regime(Protocol):

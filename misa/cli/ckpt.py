@@ -8,12 +8,13 @@ import sys
 import time
 from pathlib import Path
 
-from checkpoint import CorruptCheckpointError, DfsCheckpoints, DfsUnavailableError
+from checkpoint import DfsCheckpoints
 from checkpoint.dfs import MIN_RETAIN, Check, check_retain
-from checkpoint.location import Location, parse
+from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError
 from checkpoint.owner import OwnerRecord
-from misa.cli.errors import CommandError
+from common.location import Location, parse
 from misa.config import STATE_FOLDER, MisaConfig
+from misa.exceptions import CommandError
 from misa.units import human_bytes
 
 URL_HELP = (

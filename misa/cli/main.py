@@ -14,13 +14,14 @@ import traceback
 from importlib.metadata import entry_points
 from typing import Callable
 
-from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
-from checkpoint.location import LocationError
+from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError
+from common import failpoints
+from common.errors import LocationError
 from misa.bench import ckpt as bench_ckpt
 from misa.bench import state as bench_state
 from misa.cli import ckpt as ckpt_cli
-from misa.cli.errors import CommandError
-from misa.config import ConfigError, defaults_file_text
+from misa.config import defaults_file_text
+from misa.exceptions import CommandError, ConfigError
 from misa.obs import report
 
 

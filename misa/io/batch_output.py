@@ -14,7 +14,7 @@ Spark's readers skip names starting with ``_``, but they would read every attemp
 these folders with :meth:`BatchFolders.committed` (``misa.io.sink.read_batches``).
 
 On a local file system a batch folder or pointer that is a symbolic link (or lies below one) is
-refused with :class:`checkpoint.local.LinkedPathError` naming it, never followed: a planted
+refused with :class:`checkpoint.exceptions.LinkedPathError` naming it, never followed: a planted
 ``batch_id=N`` link would otherwise make a replay delete the link target's files as an earlier
 attempt's and write its own there. Object stores have no links.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Mapping
 
 from checkpoint.local import refuse_links, write_atomically
-from checkpoint.location import Location, parse
+from common.location import Location, parse
 
 log = logging.getLogger(__name__)
 POINTER = "_committed"

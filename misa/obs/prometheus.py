@@ -12,7 +12,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from misa.config import ConfigError
+from misa.exceptions import ConfigError
 from misa.obs.records import BATCH_PHASES, CACHE_COUNTERS, COMMIT_PHASES, PREFETCH_COUNTERS, BatchReport
 from misa.state.store import EMPTY_VERSION
 

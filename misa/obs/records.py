@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from misa.state.cache_contract import CacheStats
+from common.cache_contract import CacheStats
 from prefetch.manager import PrefetchStats
 
 

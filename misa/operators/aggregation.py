@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
+from misa.exceptions import AnalysisError
 from misa.operators.base import (
     MAX_EVENT,
     PANE_END,
@@ -48,7 +49,7 @@ from misa.operators.base import (
     micros,
 )
 from misa.operators.panes import PaneWindows, record_keys
-from misa.operators.schema import AnalysisError, column_type, duration, event_time, key_columns, typed
+from misa.operators.schema import column_type, duration, event_time, key_columns, typed
 from misa.operators.sliding import PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, latest_per_key

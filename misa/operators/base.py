@@ -7,7 +7,7 @@ and when.
 **Required** (:class:`StatefulOperator`, a structural protocol: no base class needed):
 
 * ``signature(schema)``: once per ``start``, before the query runs, with the schema of the operator's input
-  (the upstream's output). Raise :class:`misa.operators.schema.AnalysisError` for a column it cannot use;
+  (the upstream's output). Raise :class:`misa.exceptions.AnalysisError` for a column it cannot use;
   return a JSON dict of what shapes its state, recorded with each version and compared at the next start.
 * ``restore(metadata)``: at ``start`` (``{}`` on a fresh state) and whenever the runtime reloads a version
   (a replayed batch, a version another driver made durable); the operator must forget anything held in
@@ -79,7 +79,7 @@ class StatefulOperator(Protocol):
 
     def signature(self, schema: T.StructType) -> dict[str, Any]:
         """Resolve the operator against the schema of its input (the upstream's output) before the query
-        starts: raise :class:`misa.operators.schema.AnalysisError` for a missing column or a type it cannot
+        starts: raise :class:`misa.exceptions.AnalysisError` for a missing column or a type it cannot
         use; return its signature, a JSON dict of what shapes its state (kind, key columns and types, ...),
         recorded with each version and compared at start (:mod:`misa.runtime.compat`)."""
 

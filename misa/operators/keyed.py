@@ -4,7 +4,7 @@ state (Q13), the first n rows per key (Q18's latest bid, Q19's top bids) and a t
 pre-reduces) the batch's rows, and the driver merges them into the state with one ``get_many`` per
 batch and kind of key (through the state cache) and one ``put_many``.
 
-Values are lists of records packed by :class:`misa.state.records.RecordCodec`; keys are
+Values are lists of records packed by :class:`misa.state.record_codec.RecordCodec`; keys are
 :class:`misa.state.codec.KeyCodec` group keys, behind a one-byte prefix naming the kind of entry
 (``s``, ``r``, ``l``; none for :class:`TopN`; see :mod:`misa.state.keys`). Rows an operator cannot use
 (each operator says which) are dropped, counted in
@@ -28,12 +28,12 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from checkpoint.location import local_path
+from common.location import local_path
 from misa.operators.base import HintSource, OperatorResult
 from misa.operators.schema import INTEGERS, RECORD_TYPES, column_of, column_type, key_columns, struct_of
 from misa.state.codec import KeyCodec
 from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
-from misa.state.records import RecordCodec
+from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
 

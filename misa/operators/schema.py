@@ -13,16 +13,13 @@ from typing import Sequence
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
+from misa.exceptions import AnalysisError
 
 INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 KEY_TYPES = (*INTEGERS, T.BooleanType, T.FloatType, T.DoubleType, T.DateType, *(T.TimestampType, T.TimestampNTZType))
 KEY_TYPES += (T.StringType,)
-RECORD_TYPES = (*INTEGERS, T.StringType)  # columns kept in state values (misa.state.records)
+RECORD_TYPES = (*INTEGERS, T.StringType)  # columns kept in state values (misa.state.record_codec)
 TIMESTAMPS = (T.TimestampType, T.TimestampNTZType)
-
-
-class AnalysisError(TypeError):
-    """The operator does not fit its input: a missing column or a type it cannot use (Spark's AnalysisException)."""
 
 
 def column_type(schema: T.StructType, column: str, used_by: str) -> T.DataType:

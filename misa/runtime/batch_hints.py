@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
-from checkpoint.location import Location
+from common.location import Location
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
 from misa.runtime.next_input import NextInput
@@ -40,7 +40,7 @@ from prefetch.manager import PrefetchManager, PrefetchStats
 from prefetch.sketch import CountMinSketch
 
 log = logging.getLogger(__name__)
-Stage = Callable[[DataFrame], DataFrame]
+DataFrameStage = Callable[[DataFrame], DataFrame]  # a stage before the stateful one: the batch's DataFrame up to it
 
 
 class BatchHints:
@@ -58,7 +58,7 @@ class BatchHints:
         self,
         config: MisaConfig,
         operator: HintSource,
-        stages: Sequence[Stage],
+        stages: Sequence[DataFrameStage],
         manager: PrefetchManager,
         next_input: NextInput | None = None,
     ):
@@ -88,7 +88,7 @@ class BatchHints:
         if self.next_input is not None:
             self.next_input.follow(checkpoint)
 
-    def begin(self, batch: DataFrame, good: Stage, on: bool) -> HintSession:
+    def begin(self, batch: DataFrame, good: DataFrameStage, on: bool) -> HintSession:
         """The hint session of ``batch``, which prefetches if ``on``; ``good`` drops bad records (from the batch's
         rows and from the next batch's input read ahead). Raises if the previous batch's session is still open."""
         if self._session is not None:
@@ -129,7 +129,7 @@ class BatchHints:
             return self._never_ahead
         return "in-batch hints chosen" if self.timing.current == IN_BATCH else "no extraction ahead"
 
-    def _start_next(self, good: Stage) -> None:
+    def _start_next(self, good: DataFrameStage) -> None:
         """Between batches, until :meth:`_start`: extract the hints of the next batch's input as its files
         arrive (``good`` drops their bad records, as the batch will) and prefetch them."""
         if self.next_input is None or self.timing.current != AHEAD:
@@ -143,7 +143,7 @@ class BatchHints:
         self._stop_ahead.set()
         self._ahead = None
 
-    def _extract_ahead(self, good: Stage, stage: int, stop: threading.Event) -> dict[str, Any]:
+    def _extract_ahead(self, good: DataFrameStage, stage: int, stop: threading.Event) -> dict[str, Any]:
         """Extract each newly arrived file's hints until ``stop``, or until Spark has planned the next batch (its
         files are then known to the source's log, and newer files belong to the batch after it); the sum of
         their records."""
@@ -235,7 +235,9 @@ class HintSession:
 
     _ORDER = ("begin", "wait", "finish", "start_next")
 
-    def __init__(self, batch: DataFrame, hints: BatchHints | None = None, good: Stage | None = None, on: bool = False):
+    def __init__(
+        self, batch: DataFrame, hints: BatchHints | None = None, good: DataFrameStage | None = None, on: bool = False
+    ):
         prefetching = hints if on else None  # the batch's hints, when it prefetches
         self.on = prefetching is not None
         """Whether the batch prefetches."""

@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from checkpoint import CorruptCheckpointError, DfsUnavailableError, Fence, failpoints, no_fence
-from checkpoint.location import redact
-from checkpoint.owner import OwnershipError
+from checkpoint import Fence, no_fence
+from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError, OwnershipError
+from common import failpoints
+from common.location import redact
 from misa.config import CommitMode
+from misa.exceptions import CommitFailedError
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.runtime.spark_mirror import SparkLogMirror
 from misa.state.store import EMPTY_VERSION, StateStore
@@ -45,7 +47,7 @@ from misa.state.version import BatchVersion, Phase
 log = logging.getLogger(__name__)
 
 
-class Stage(str, Enum):
+class CommitStage(str, Enum):
     """Where a version's commit stands. Apply ends with ack 1 (the local marker), upload with ack 2 (the DFS
     marker; the batch after it may finish)."""
 
@@ -57,13 +59,9 @@ class Stage(str, Enum):
         return self.value
 
 
-APPLY, UPLOAD, DONE = Stage.APPLY, Stage.UPLOAD, Stage.DONE
+APPLY, UPLOAD, DONE = CommitStage.APPLY, CommitStage.UPLOAD, CommitStage.DONE
 #: Already retried, or a takeover by another driver: redoing the stage cannot help.
 FINAL_ERRORS = (DfsUnavailableError, CorruptCheckpointError, OwnershipError)
-
-
-class CommitFailedError(RuntimeError):
-    """The commit of a version failed for good, so its batch cannot be acknowledged; the cause is chained."""
 
 
 class _Superseded(Exception):
@@ -75,7 +73,7 @@ class _Task:
     batch: BatchVersion
     metadata: dict[str, Any]
     record: CommitRecord
-    stage: Stage = APPLY
+    stage: CommitStage = APPLY
     error: CommitFailedError | None = None
     raised: bool = False  # the error reached a caller (close raises only errors nobody has seen)
     reported: bool = False
@@ -89,7 +87,7 @@ class _Task:
 
 @dataclass
 class _Worker:
-    stage: Stage
+    stage: CommitStage
     thread: threading.Thread | None = None
     generation: int = 0
     beat: float = field(default_factory=time.monotonic)
@@ -121,7 +119,7 @@ class CommitController:
         self._tasks: dict[int, _Task] = {}
         self._cv = threading.Condition()
         self._closed = False
-        self._newest: dict[Stage, int | None] = {UPLOAD: None, DONE: None}  # newest version with ack 1, ack 2
+        self._newest: dict[CommitStage, int | None] = {UPLOAD: None, DONE: None}  # newest version with ack 1, ack 2
         threaded = {
             CommitMode.SYNC: (),
             CommitMode.ASYNC_CKPT: (UPLOAD,),
@@ -230,7 +228,7 @@ class CommitController:
                 raise task.error
 
     # ------------------------------------------------------------------ stages
-    def _run_inline(self, task: _Task, stage: Stage) -> None:
+    def _run_inline(self, task: _Task, stage: CommitStage) -> None:
         try:
             (self._run_apply if stage == APPLY else self._run_upload)(task, no_fence)
         except Exception as exc:
@@ -285,7 +283,7 @@ class CommitController:
             task.retained = True
             self._cv.notify_all()
 
-    def _advance(self, task: _Task, expected: Stage, to: Stage, fence: Fence) -> None:
+    def _advance(self, task: _Task, expected: CommitStage, to: CommitStage, fence: Fence) -> None:
         with self._cv:
             fence()  # under the lock: a replaced worker never moves a task its successor redoes
             if task.stage == expected:
@@ -302,7 +300,7 @@ class CommitController:
                         task.batch.durable()
             self._cv.notify_all()
 
-    def _fail(self, task: _Task, stage: Stage, cause: BaseException) -> CommitFailedError:
+    def _fail(self, task: _Task, stage: CommitStage, cause: BaseException) -> CommitFailedError:
         """Record the error that ends ``task``'s commit, for its waiters; the caller holds the lock."""
         restarts = task.record.restarts
         after = f" after {restarts} restart(s) (spark.misa.commit.maxRestarts)" if restarts else ""
@@ -324,7 +322,7 @@ class CommitController:
         return task.error
 
     # ------------------------------------------------------------------ worker threads
-    def _next_task(self, stage: Stage) -> _Task | None:
+    def _next_task(self, stage: CommitStage) -> _Task | None:
         """Lowest version waiting in ``stage``; apply of v only once every older version is durable."""
         for version in sorted(self._tasks):
             task = self._tasks[version]
@@ -420,7 +418,7 @@ class CommitController:
             exc_info=died,
         )
 
-    def _redo(self, task: _Task, stage: Stage, cause: BaseException, can_restart: bool) -> str:
+    def _redo(self, task: _Task, stage: CommitStage, cause: BaseException, can_restart: bool) -> str:
         """Hand ``task`` to a new thread, or fail it when the cause is final or its restarts are used up."""
         if task.stage != stage:
             return f"version {task.version} had already left its {stage} stage"

@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from misa.exceptions import IncompatibleStateError
+
 log = logging.getLogger(__name__)
 Signature = dict[str, Any]
-
-
-class IncompatibleStateError(RuntimeError):
-    """The state was written by an operator definition this one cannot read."""
 
 
 def changes(stored: Signature, current: Signature) -> list[str]:

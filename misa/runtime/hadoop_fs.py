@@ -20,7 +20,7 @@ import fsspec
 from fsspec.spec import AbstractFileSystem
 from pyspark.sql import SparkSession
 
-from checkpoint.location import Location, parse
+from common.location import Location, parse
 
 #: Hadoop schemes that the JVM can serve when fsspec cannot.
 JVM_SCHEMES = ("hdfs", "viewfs", "webhdfs", "ofs", "o3fs")

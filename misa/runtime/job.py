@@ -34,20 +34,22 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from checkpoint import CorruptCheckpointError, failpoints
-from checkpoint.location import Location, spark_location
-from misa.config import STATE_FOLDER, CommitMode, ConfigError, MisaConfig
+from checkpoint.exceptions import CorruptCheckpointError
+from common import failpoints
+from common.location import Location, spark_location
+from misa.config import STATE_FOLDER, CommitMode, MisaConfig
+from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import HintSource, OperatorResult, StatefulOperator
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
-from misa.runtime.batch_hints import BatchHints, HintSession, Stage
-from misa.runtime.commit import CommitController, CommitFailedError
+from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
+from misa.runtime.commit import CommitController
 from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import resolve_location
 from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
-from misa.runtime.recovery import RecoveryError, batch_gap_message, reconcile, require_fresh
+from misa.runtime.recovery import batch_gap_message, reconcile, require_fresh
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.runtime.spark_mirror import SparkLogMirror, spark_checkpoint_uri
 from misa.state.store import EMPTY_VERSION, StateStore
@@ -82,7 +84,7 @@ class StatefulJob:
         checkpoint_location: str,
         *,
         upstream: Callable[[DataFrame], DataFrame] | None = None,
-        hint_stages: Sequence[Stage] | None = None,
+        hint_stages: Sequence[DataFrameStage] | None = None,
         next_input: NextInput | None = None,
         bad_records: BadRecordFilter | None = None,
         config: MisaConfig | None = None,

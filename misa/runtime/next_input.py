@@ -18,7 +18,7 @@ from typing import Callable, Protocol
 
 from pyspark.sql import DataFrame
 
-from checkpoint.location import Location
+from common.location import Location
 from misa.runtime.hadoop_fs import resolve_location
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION

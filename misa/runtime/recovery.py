@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from checkpoint import failpoints
-from checkpoint.location import Location, parse
-from checkpoint.retry import CorruptCheckpointError
-from checkpoint.store import ShardCountError
+from checkpoint.exceptions import CorruptCheckpointError, ShardCountError
+from common import failpoints
+from common.location import Location, parse
+from misa.exceptions import RecoveryError
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION, StateStore
 
 log = logging.getLogger(__name__)
-
-
-class RecoveryError(RuntimeError):
-    """Spark's checkpoint and the state store disagree in a way the protocol rules out."""
 
 
 def require_fresh(store: StateStore, checkpoint_location: str | Location) -> None:

@@ -12,9 +12,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from checkpoint import failpoints
 from checkpoint.local import write_atomically
-from checkpoint.location import Location, parse
+from common import failpoints
+from common.location import Location, parse
 from misa.state.store import EMPTY_VERSION
 
 #: A temporary file Hadoop's CheckpointFileManager writes an entry into before renaming it (``.N.<uuid>.tmp``),

@@ -37,13 +37,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from checkpoint import Fence, failpoints, no_fence
+from checkpoint import Fence, no_fence
 from checkpoint.local import write_atomically
-from checkpoint.location import Location, local_location
 from checkpoint.owner import this_driver
 from checkpoint.parallel import parallel_map
 from checkpoint.requests import CountedFileSystem
 from checkpoint.retry import RetryPolicy
+from common import failpoints
+from common.location import Location, local_location
 
 log = logging.getLogger(__name__)
 

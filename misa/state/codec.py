@@ -19,9 +19,10 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from misa.exceptions import AggregateOverflowError
 from misa.state.keys import window_prefix
 
-WINDOW_END = np.dtype(">u8")
+WINDOW_END_DTYPE = np.dtype(">u8")  # a key's window end: big-endian, so keys sort by it
 AGG_CELLS = 2  # per aggregate: value, count
 CELL = np.dtype("<i8")
 INT64 = np.iinfo(np.int64)
@@ -87,7 +88,7 @@ class KeyCodec:
                     "timestamps, floats, doubles and strings: cast it in the upstream"
                 )
         self.fixed = all(_is_fixed(f.type) for f in self.fields)
-        parts = [("we", WINDOW_END)] if windowed else []
+        parts = [("we", WINDOW_END_DTYPE)] if windowed else []
         for i, _ in enumerate(self.fields):
             parts += [(f"n{i}", "u1"), (f"v{i}", ">i8")]
         self._dtype = np.dtype(parts)
@@ -154,10 +155,6 @@ def _column(field: pa.Field, values: list) -> pa.Array:
         return pa.array(values, type=field.type)
     nulls = np.array([v is None for v in values], bool)
     return _from_int64(np.array([0 if v is None else v for v in values], np.int64), nulls, field.type)
-
-
-class AggregateOverflowError(ArithmeticError):
-    """A sum of integers left the bigint range under ``spark.sql.ansi.enabled`` (Spark's ARITHMETIC_OVERFLOW)."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from misa.state.cache_contract import MISSING
+from common.cache_contract import MISSING
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,13 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import rocksdict
 
-from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, failpoints, no_fence
-from checkpoint.location import parse
-from checkpoint.owner import Owner, OwnerRecord, OwnershipError, StateDirLock
-from misa.config import ConfigError, MisaConfig
+from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, no_fence
+from checkpoint.exceptions import OwnershipError
+from checkpoint.owner import Owner, OwnerRecord, StateDirLock
+from common import failpoints
+from common.location import parse
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError
 from misa.state.rocksdb_options import shard_options, unlogged_writes
 
 EMPTY_VERSION = -1  # the version before Spark batch 0: no state

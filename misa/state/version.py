@@ -35,6 +35,7 @@ from __future__ import annotations
 import threading
 from enum import Enum
 
+from misa.exceptions import LifecycleError
 from misa.state.commit_buffer import CommitBuffer
 
 
@@ -50,10 +51,6 @@ class Phase(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class LifecycleError(RuntimeError):
-    """A version was moved out of order: a bug in its caller, not a failure of the commit."""
 
 
 class BatchVersion:

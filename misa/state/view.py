@@ -1,7 +1,7 @@
 """The running batch's view of the state: its writes, a read cache, pending commit buffers, then RocksDB.
 
 A batch writes into its write buffer (:class:`misa.state.write_buffer.WriteBuffer`, one dirty entry
-per key); reads consult it first, then a read cache (:mod:`misa.state.cache_contract`: the
+per key); reads consult it first, then a read cache (:mod:`common.cache_contract`: the
 Timestamp-Aware Cache or a baseline, when one is configured or prefetching is on). When the batch
 ends, :meth:`StateView.freeze` drains its writes into the commit buffer of its
 :class:`misa.state.version.BatchVersion` (the lifecycle is documented there), refreshes the read
@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Sequence
 
-from misa.state.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
+from common.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion

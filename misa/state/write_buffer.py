@@ -1,6 +1,6 @@
 """The batch's writes: one dirty entry per key written this batch and the ranges deleted this batch.
 
-Reads consult it before any read cache (:mod:`misa.state.cache_contract`): a key written this batch
+Reads consult it before any read cache (:mod:`common.cache_contract`): a key written this batch
 reads as its last put (None: deleted), a key in a range deleted this batch as None. A put after a
 range delete survives it; one before it is dropped by it. :meth:`WriteBuffer.drain` hands both to
 the commit, which applies the ranges first, then the entries (as
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from misa.state.cache_contract import MISSING, CacheStats, DeletedRanges
+from common.cache_contract import MISSING, CacheStats, DeletedRanges
 
 
 class WriteBuffer:

@@ -8,7 +8,8 @@ import fsspec
 import pytest
 from state_helpers import contents, fill, key
 
-from checkpoint import CorruptCheckpointError, DfsUnavailableError, failpoints
+from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError
+from common import failpoints
 from misa.cli import main as misa
 from misa.state.store import StateStore
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from state_helpers import contents, fill
 
-from checkpoint import CorruptCheckpointError, DfsUnavailableError, RetryPolicy
+from checkpoint import RetryPolicy
+from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError
 from checkpoint.manifest import ShardManifest, manifest_path, marker_path
 from misa.cli import main as misa
 from misa.state.store import StateStore

@@ -9,9 +9,9 @@ import fsspec
 import pytest
 from state_helpers import contents, fill
 
-from checkpoint import CorruptCheckpointError
 from checkpoint import dfs as dfs_module
 from checkpoint.dfs import Check
+from checkpoint.exceptions import CorruptCheckpointError
 from checkpoint.manifest import manifest_path, marker_path
 from misa.cli import main as misa
 from misa.state.store import StateStore

@@ -17,7 +17,7 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from checkpoint import failpoints
+from common import failpoints
 from jobs import soak
 from jobs.submit import RETRY_MESSAGE, run_with_retries
 from misa.cli import main as misa
@@ -148,7 +148,7 @@ def python(code: str) -> list[str]:
 
 def test_failpoint_kill_is_seen_in_the_log(tmp_path):
     kill = soak.Kill("dfs.put", 2)
-    code = "from checkpoint import failpoints\nfor _ in range(3): failpoints.hit('dfs.put')"
+    code = "from common import failpoints\nfor _ in range(3): failpoints.hit('dfs.put')"
     attempt = soak.run_attempt(
         python(code), {"PYTHONPATH": str(soak.ROOT)}, tmp_path / "log", time.monotonic() + 60, kill
     )
@@ -197,12 +197,12 @@ def assert_dead(pid: int) -> None:
 
 
 SUPERSEDED = (
-    "misa.runtime.commit.CommitFailedError: the commit of version 2 failed in its apply stage: OwnershipError: "
+    "misa.exceptions.CommitFailedError: the commit of version 2 failed in its apply stage: OwnershipError: "
     "this driver (epoch 1) was superseded by vm:7 (epoch 2): another driver took over this checkpoint. Fix it."
 )
 DAMAGED_FILE = "shard-1/sst/000009-0123456789abcdef.sst"
 CORRUPT = (
-    "checkpoint.retry.CorruptCheckpointError: file:///d/shard-1/sst/000009-0123456789abcdef.sst of version 3 is "
+    "checkpoint.exceptions.CorruptCheckpointError: file:///d/shard-1/sst/000009-0123456789abcdef.sst of version 3 is "
     "damaged: 10 bytes. Restore an older version (misa ckpt list file:///d)."
 )
 
@@ -255,7 +255,7 @@ def test_outcome_accepts_clear_refusals_only_where_the_scenario_allows(tmp_path)
     assert soak.outcome(final, corrupt, DAMAGED_FILE) == ("refused", soak.refusal(CORRUPT))
     result, detail = soak.outcome(final, corrupt, "shard-0/sst/000011-0123456789abcdef.sst")  # another file
     assert result == "error" and soak.refusal(CORRUPT) in detail
-    vague = finished(tmp_path, "checkpoint.retry.CorruptCheckpointError: shard-1/sst/000009.sst is damaged")
+    vague = finished(tmp_path, "checkpoint.exceptions.CorruptCheckpointError: shard-1/sst/000009.sst is damaged")
     assert soak.outcome(final, vague, DAMAGED_FILE)[0] == "error"  # no fix named
 
 
@@ -454,7 +454,7 @@ def test_judge_tells_relayout_from_lost_rows(tmp_path):
 
 def test_run_with_retries_raises_a_user_error_at_once():
     """A retry cannot fix the query's definition or its configuration: it would fail the same way."""
-    from misa.runtime.compat import IncompatibleStateError
+    from misa.exceptions import IncompatibleStateError
 
     starts = Counter()
 

@@ -22,10 +22,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobs import ysb
+from jobs.exceptions import RedisServerError
 from jobs.gen.parts import BAD_RECORDS_FILE, SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE, generate_ysb
+from jobs.redis_server import RedisLookup, RedisServer, connect, store_mapping
 from misa.io.quarantine import read_quarantine
-from misa.io.redis_server import RedisLookup, RedisServer, RedisServerError, connect, store_mapping
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.lookup_aggregation import LookupAggregation
 from misa.runtime.commit import CommitController

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 from pyspark import SparkConf
 
-from misa.config import CommitMode, ConfigError, MisaConfig, defaults_file_text, settings
+from misa.config import CommitMode, MisaConfig, defaults_file_text, settings
+from misa.exceptions import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

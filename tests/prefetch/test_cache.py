@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from misa.state.cache_contract import MISSING
+from common.cache_contract import MISSING
 from prefetch.cache import ENTRY_OVERHEAD, POLICIES, StateCache
 from prefetch.policies import TimestampOrder
 

@@ -10,7 +10,8 @@ from jobs.bench.live import LiveRun, environment, job_command, markdown
 from jobs.bench.regimes import Regimes
 from jobs.bench.workloads import VolumeCaches, input_name
 from jobs.submit import native_state_store_conf
-from misa.config import ConfigError, MisaConfig
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError
 from tests.jobs.bench.test_regimes import fake_tool
 
 

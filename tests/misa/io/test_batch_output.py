@@ -5,7 +5,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from checkpoint.local import LinkedPathError
+from checkpoint.exceptions import LinkedPathError
 from misa.io import batch_output
 from misa.io.batch_output import BatchFolders
 from misa.io.quarantine import Quarantine, read_quarantine

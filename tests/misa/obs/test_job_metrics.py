@@ -13,8 +13,9 @@ from urllib.request import urlopen
 import pytest
 from pyspark.sql import functions as F
 
-from misa.config import ConfigError, MisaConfig
-from misa.io.ports import free_port
+from jobs.ports import free_port
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError
 from misa.obs.records import BATCH_PHASES, CommitStatus
 from misa.operators.aggregation import Agg, Aggregation
 from misa.runtime.job import StatefulJob

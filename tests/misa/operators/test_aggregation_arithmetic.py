@@ -14,9 +14,9 @@ import pytest
 from aggregation_runs import assert_same, assert_same_types, run_misa, run_native
 from pyspark.errors import ArithmeticException
 
+from misa.exceptions import AggregateOverflowError
 from misa.operators.aggregation import KEY_LAYOUT, PANE_LAYOUT, Agg, Aggregation
 from misa.operators.lookup_aggregation import LookupAggregation
-from misa.state.codec import AggregateOverflowError
 from misa.state.store import StateStore
 from misa.state.view import StateView
 

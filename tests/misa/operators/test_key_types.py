@@ -14,11 +14,11 @@ from aggregation_runs import assert_same, assert_same_types, run_misa, run_nativ
 from pyspark.sql import types as T
 
 from misa.config import MisaConfig
+from misa.exceptions import AnalysisError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.interval_join import IntervalJoin
 from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
 from misa.operators.lookup_aggregation import LookupAggregation
-from misa.operators.schema import AnalysisError
 from misa.state.store import StateStore
 from misa.state.view import StateView
 

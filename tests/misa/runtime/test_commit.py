@@ -7,8 +7,11 @@ from typing import Callable
 import pytest
 from state_helpers import contents, key
 
-from checkpoint import DfsUnavailableError, failpoints
-from misa.runtime.commit import CommitController, CommitFailedError
+from checkpoint.exceptions import DfsUnavailableError
+from common import failpoints
+from common.errors import FailpointError
+from misa.exceptions import CommitFailedError
+from misa.runtime.commit import CommitController
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -283,7 +286,7 @@ def test_an_error_outside_the_dfs_retries_fails_the_batch_after_bounded_restarts
     with pytest.raises(CommitFailedError, match=rf"version 0 failed in its {stage} stage.*{point}") as err:
         controller.commit(view.freeze(0), {})
         controller.wait_durable(0)
-    assert isinstance(err.value.__cause__, failpoints.FailpointError)
+    assert isinstance(err.value.__cause__, FailpointError)
     threaded = mode == "misa" or (mode == "async-ckpt" and stage == "upload")
     attempts = 1 + config.commit_max_restarts if threaded else 1
     assert failpoints.hits(point) == attempts

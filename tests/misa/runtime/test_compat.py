@@ -11,9 +11,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import MisaConfig
+from misa.exceptions import AnalysisError, IncompatibleStateError
 from misa.operators.aggregation import Agg, Aggregation
-from misa.operators.schema import AnalysisError
-from misa.runtime.compat import IncompatibleStateError, changes, check_compatible
+from misa.runtime.compat import changes, check_compatible
 from misa.runtime.job import StatefulJob
 
 SCHEMA = T.StructType(

@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from checkpoint import failpoints
-from checkpoint.owner import OwnershipError
-from misa.config import ConfigError, MisaConfig
+from checkpoint.exceptions import OwnershipError
+from common import failpoints
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError, RecoveryError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.runtime import job as job_module
 from misa.runtime.job import StatefulJob
-from misa.runtime.recovery import RecoveryError
 from misa.state.store import StateStore
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from state_helpers import fill
 
-from misa.runtime.recovery import RecoveryError, reconcile, require_fresh
+from common.errors import FailpointError
+from misa.exceptions import RecoveryError
+from misa.runtime.recovery import reconcile, require_fresh
 from misa.state.store import EMPTY_VERSION, StateStore
 
 
@@ -156,11 +158,11 @@ def test_a_failed_offsets_removal_never_leaves_the_commit_entry_gone(store, tmp_
 
 @pytest.mark.parametrize("point", ["recovery.after_offset_removed", "recovery.after_commit_removed"])
 def test_a_crash_at_each_replay_step_is_handled_by_the_next_recovery(store, tmp_path, point):
-    from checkpoint import failpoints
+    from common import failpoints
 
     spark_log(tmp_path / "ckpt", committed=3, offsets=4)
     failpoints.configure(f"{point}=raise")
-    with pytest.raises(failpoints.FailpointError):
+    with pytest.raises(FailpointError):
         reconcile(store, str(tmp_path / "ckpt"))
     assert failpoints.hits(point) == 1
     consistent(tmp_path / "ckpt", 2)
@@ -171,11 +173,11 @@ def test_a_crash_at_each_replay_step_is_handled_by_the_next_recovery(store, tmp_
 
 
 def test_a_crash_before_a_rollback_forgets_anything_is_handled_by_the_next_recovery(store, tmp_path):
-    from checkpoint import failpoints
+    from common import failpoints
 
     spark_log(tmp_path / "ckpt", committed=1, offsets=2)
     failpoints.configure("recovery.before_rollback=raise")
-    with pytest.raises(failpoints.FailpointError):
+    with pytest.raises(FailpointError):
         reconcile(store, str(tmp_path / "ckpt"))
     assert failpoints.hits("recovery.before_rollback") == 1
     assert store.checkpoints.dfs.committed_versions() == [0, 1, 2]
@@ -278,7 +280,7 @@ def test_nocommit_starts_only_fresh(config, tmp_path, store):
 
 def test_a_restore_that_fails_leaves_sparks_logs_and_the_markers_alone(store, config, tmp_path):
     """On a new machine the target comes from the DFS; when that download fails, nothing may have changed."""
-    from checkpoint import failpoints
+    from common import failpoints
 
     ckpt = tmp_path / "ckpt"
     spark_log(ckpt, committed=3, offsets=4)  # batch 3 was in flight: recovery would make Spark replay it

@@ -15,8 +15,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from checkpoint.location import parse
 from checkpoint.retry import RetryPolicy
+from common.location import parse
 from misa.config import MisaConfig
 from misa.io.quarantine import Quarantine, parse_json_lines, read_quarantine
 from misa.operators.aggregation import Agg, Aggregation

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.location import parse
+from common.location import parse
 from misa.runtime.spark_log import SourceFile, SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from state_helpers import key
 
-from checkpoint import failpoints
-from checkpoint.failpoints import FailpointError
-from checkpoint.location import parse
 from checkpoint.retry import RetryPolicy
+from common import failpoints
+from common.errors import FailpointError
+from common.location import parse
 from misa.runtime.commit import CommitController
 from misa.runtime.recovery import reconcile
 from misa.runtime.spark_log import SparkCheckpointLog

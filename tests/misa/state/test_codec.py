@@ -10,15 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from misa.state.codec import (
-    AggregateOverflowError,
-    AggStates,
-    Fold,
-    KeyCodec,
-    distinct_keys,
-    is_key_type,
-    latest_per_key,
-)
+from misa.exceptions import AggregateOverflowError
+from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, is_key_type, latest_per_key
 from misa.state.keys import window_prefix
 
 BIG = 2**53 + 1  # the first integer a double cannot hold

@@ -1,7 +1,8 @@
 import pytest
 from state_helpers import contents, fill, key
 
-from misa.config import ConfigError, MisaConfig
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError
 from misa.state.store import EMPTY_VERSION, StateStore
 
 

@@ -4,9 +4,10 @@ from typing import Callable
 
 import pytest
 
+from misa.exceptions import LifecycleError
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.store import StateStore
-from misa.state.version import BatchVersion, LifecycleError, Phase
+from misa.state.version import BatchVersion, Phase
 from misa.state.view import StateView
 
 

@@ -1,4 +1,5 @@
-"""The batch's view of the state (StateView): its writes and read cache, then frozen versions' buffers newest first, then RocksDB.
+"""The batch's view of the state (StateView): its writes and read cache, then frozen versions' buffers newest
+first, then RocksDB.
 
 Real RocksDB (a StateStore on tmp_path), real caches and commit buffers; no Spark.
 """

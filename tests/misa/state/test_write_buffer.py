@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
-from misa.config import ConfigError, MisaConfig
+from common.cache_contract import MISSING, Marker, ReadCache
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
-from misa.state.cache_contract import MISSING, Marker, ReadCache
 from misa.state.store import StateStore
 from misa.state.view import StateView
 from misa.state.write_buffer import WriteBuffer

@@ -5,7 +5,8 @@ import sys
 import pytest
 from fsspec.registry import _registry
 
-from checkpoint.location import LocationError, local_path, parse, redact, spark_location
+from common.errors import LocationError
+from common.location import local_path, parse, redact, spark_location
 
 
 @pytest.mark.parametrize("form", ["{p}", "file:{p}", "file://{p}", "file://localhost{p}"])

@@ -20,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .errors import FailpointError
+
 ENV_VAR = "MISA_FAILPOINTS"
 
 #: Every failpoint in the code base, with where it sits.
@@ -46,10 +48,6 @@ FAILPOINTS: dict[str, str] = {
     "recovery.after_commit_removed": "in recovery, after Spark's commit entry of the in-flight batch C is removed",
     "replay.after_forget": "in a replay inside the running query, after the replayed version's markers are removed",
 }
-
-
-class FailpointError(OSError):
-    """Raised by a failpoint whose action is ``raise``; an OSError so it is retried like I/O."""
 
 
 @dataclass
@@ -101,7 +99,7 @@ def hits(name: str) -> int:
 def hit(name: str) -> None:
     """Mark failpoint ``name``; does nothing unless it is enabled."""
     if name not in FAILPOINTS:
-        raise KeyError(f"failpoint {name!r} is not declared in checkpoint.failpoints.FAILPOINTS")
+        raise KeyError(f"failpoint {name!r} is not declared in common.failpoints.FAILPOINTS")
     if _actions is None:
         configure(None)
     assert _actions is not None

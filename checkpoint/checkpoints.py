@@ -12,18 +12,16 @@ from typing import Any, Callable, Sequence
 
 import rocksdict
 
+from common.location import parse
+
 from .dfs import DfsCheckpoints, GcStats, UploadStats
+from .exceptions import CorruptCheckpointError, ShardCountError
 from .fence import Fence, no_fence
 from .local import LocalCheckpoints
-from .location import parse
 from .manifest import ShardManifest
-from .retry import CorruptCheckpointError, RetryPolicy
+from .retry import RetryPolicy
 
 log = logging.getLogger(__name__)
-
-
-class ShardCountError(ValueError):
-    """A version was checkpointed with a different number of shards than the store has now."""
 
 
 @dataclass
@@ -135,7 +133,7 @@ class CheckpointStore:
         return stats
 
     def check_owner(self) -> None:
-        """Raise :class:`checkpoint.owner.OwnershipError` when another driver or query claimed the state since."""
+        """Raise :class:`checkpoint.exceptions.OwnershipError` when another driver or query claimed the state since."""
         self.dfs.guard()
 
     def ack1_holds(self, version: int) -> bool:

@@ -13,7 +13,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from misa.io.redis_server import RedisLookup, RedisServer, RedisServerError, connect, store_mapping
+from jobs.exceptions import RedisServerError
+from jobs.redis_server import RedisLookup, RedisServer, connect, store_mapping
 
 
 @pytest.fixture(scope="module")

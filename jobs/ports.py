@@ -1,4 +1,4 @@
-"""Loopback ports for the servers the runtime and its tests start on this machine."""
+"""Loopback ports for the servers the jobs, the benchmarks and the tests start on this machine."""
 
 from __future__ import annotations
 

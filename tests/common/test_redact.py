@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoint.location import SECRET_PARAMETERS, redact
+from common.location import SECRET_PARAMETERS, redact
 
 SECRET = "S3cr3t+/=x"  # what must never be shown
 

@@ -4,13 +4,14 @@ import time
 
 import pytest
 
-from checkpoint import failpoints
+from common import failpoints
+from common.errors import FailpointError
 
 
 def test_raise_n_times_then_pass():
     failpoints.configure("dfs.put=raise(2)")
     for _ in range(2):
-        with pytest.raises(failpoints.FailpointError, match="dfs.put"):
+        with pytest.raises(FailpointError, match="dfs.put"):
             failpoints.hit("dfs.put")
     failpoints.hit("dfs.put")
     failpoints.hit("dfs.get")  # not enabled
@@ -50,7 +51,7 @@ def test_undeclared_point_is_a_programming_error():
 
 
 def test_kill_ends_the_process_from_the_environment():
-    code = "from checkpoint import failpoints; failpoints.hit('ckpt.after_upload'); print('survived')"
+    code = "from common import failpoints; failpoints.hit('ckpt.after_upload'); print('survived')"
     done = subprocess.run(
         [sys.executable, "-c", code], env={"MISA_FAILPOINTS": "ckpt.after_upload=kill"}, capture_output=True, text=True
     )
@@ -58,7 +59,7 @@ def test_kill_ends_the_process_from_the_environment():
 
 
 def test_kill_at_the_nth_hit():
-    code = "from checkpoint import failpoints\nfor i in range(5):\n    print(i, flush=True); failpoints.hit('dfs.put')"
+    code = "from common import failpoints\nfor i in range(5):\n    print(i, flush=True); failpoints.hit('dfs.put')"
     done = subprocess.run(
         [sys.executable, "-c", code], env={"MISA_FAILPOINTS": "dfs.put=kill(3)"}, capture_output=True, text=True
     )

@@ -14,7 +14,7 @@ it dies, so a killed driver leaves no server behind.
 It requires a password (``requirepass``), random per server, so that no other local user can read or
 rewrite what a job keeps there: the password is in a config file only its owner can read (never on
 the command line, which any user can list) and in :attr:`RedisServer.url`, which its clients connect
-with. A URL is shown only through :func:`checkpoint.location.redact` (``redis://:***@...``).
+with. A URL is shown only through :func:`common.location.redact` (``redis://:***@...``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from typing import Callable, Mapping, Sequence
 
 import redis
 
-from checkpoint.location import redact
-from misa.io.ports import free_port
+from common.location import redact
+from jobs.exceptions import RedisServerError
+from jobs.ports import free_port
 
 DEFAULT_BINARY = "redis-server"
 PACKAGE_HINT = (
@@ -45,10 +46,6 @@ PACKAGE_HINT = (
 MSET_CHUNK = 10_000  # keys per MSET when loading a mapping
 PASSWORD_BYTES = 32  # of randomness in a private server's password
 _PR_SET_PDEATHSIG = 1
-
-
-class RedisServerError(RuntimeError):
-    """The private redis-server could not be started."""
 
 
 def server_binary(binary: str = DEFAULT_BINARY) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from misa.state.records import RecordCodec, exclusive_cumsum
+from misa.state.record_codec import RecordCodec, exclusive_cumsum
 
 SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string()), ("b", pa.int32())])
 

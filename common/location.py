@@ -19,13 +19,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
 
+from .errors import LocationError
+
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 #: Hadoop spellings of object stores that fsspec knows under another name.
 _FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3"}
-
-
-class LocationError(ValueError):
-    """A location that cannot be used (no file system for its scheme, or not usable for this purpose)."""
 
 
 @dataclass(frozen=True)
