@@ -128,6 +128,12 @@ class StatefulJob:
             self.hints = BatchHints(self.config, operator, stages, manager, next_input)
             policy = AutoPolicy(self.config.prefetch_auto_min_read_share, self.config.prefetch_auto_patience)
             self.auto = AutoPrefetch(policy) if auto else None
+        elif self.config.prefetching == "true" and callable(getattr(operator, "hint_keys", None)):
+            log.warning(
+                "%s has hint methods but does not declare misa.HintSource: it runs without prefetching "
+                "(subclass HintSource to prefetch its state keys)",
+                type(operator).__name__,
+            )
         self.spark_checkpoint, self.mirror = self._spark_checkpoint()
         self.controller = CommitController(
             self.store,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from dataclasses import replace
 
 import numpy as np
@@ -74,10 +75,20 @@ def test_a_hint_source_must_name_its_keys_and_takes_the_rows_as_they_are_by_defa
 
 
 @pytest.mark.parametrize(("operator", "hinted"), [(Declared(), True), (Undeclared(), False)])
-def test_a_job_prefetches_only_for_a_declared_hint_source(tmp_path, operator, hinted):
+def test_a_job_prefetches_only_for_a_declared_hint_source(tmp_path, caplog, operator, hinted):
     config = replace(MisaConfig(), prefetch_mode="true", cache_policy="tac")
-    job = StatefulJob(operator, lambda batch_id, table: None, str(tmp_path / "ckpt"), config=config, echo=None)
+    with caplog.at_level(logging.WARNING, logger="misa.runtime.job"):
+        job = StatefulJob(operator, lambda batch_id, table: None, str(tmp_path / "ckpt"), config=config, echo=None)
     try:
         assert (job.hints is not None) == hinted
+        warned = [r.getMessage() for r in caplog.records if "does not declare misa.HintSource" in r.getMessage()]
+        assert warned == (
+            []
+            if hinted
+            else [
+                "Undeclared has hint methods but does not declare misa.HintSource: it "
+                "runs without prefetching (subclass HintSource to prefetch its state keys)"
+            ]
+        )
     finally:
         job.close()
