@@ -77,6 +77,8 @@ class BatchHints:
         )
         self.selector = LookaheadSelector(len(stages), config.prefetch_wasted_ratio)
         self.timing = HintTiming(config.prefetch_wasted_ratio)
+        self._wasted_ratio = config.prefetch_wasted_ratio
+        self._held = False  # while prefetching=auto probes: hints ahead, the timing not adapted
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="misa-hints")
         self._ahead: Future | None = None  # the next batch's hints, extracted between batches
         self._stop_ahead = threading.Event()
@@ -100,6 +102,15 @@ class BatchHints:
         """``session`` was closed: the next batch may begin."""
         if self._session is session:
             self._session = None
+
+    def hold_ahead(self, hold: bool) -> None:
+        """While ``hold`` (prefetching ``auto`` probing whether prefetching pays), hints come from ahead and the
+        hint timing does not adapt: a probe measures prefetching as it runs where it pays, and its first
+        batches (a cold cache after batches without prefetching) say nothing about where hints should come
+        from. A hold starts the timing afresh: what it measured before the batches without prefetching is stale."""
+        if hold and not self._held:
+            self.timing = HintTiming(self._wasted_ratio)
+        self._held = hold
 
     def _ahead_found(self) -> bool:
         """Whether the next batch's hints come from its input read ahead (so it needs no hint job)."""
@@ -212,9 +223,11 @@ class BatchHints:
     def _end_batch(self, source: str, stats: PrefetchStats) -> dict[str, Any]:
         """Feed the outcome of the batch's hints (from ``source``) to the adaptive lookahead: the next batch's
         stage and hint source."""
-        timing = self.timing.observe(
-            source, stats.prefetched, stats.wasted_prefetches, stats.prefetch_hits, stats.late_hints
-        )
+        timing = AHEAD
+        if not self._held:
+            timing = self.timing.observe(
+                source, stats.prefetched, stats.wasted_prefetches, stats.prefetch_hits, stats.late_hints
+            )
         return {"next_stage": self.selector.observe(stats.prefetched, stats.wasted_prefetches), "next_source": timing}
 
     def close(self) -> None:

@@ -54,7 +54,7 @@ from misa.runtime.spark_log import SparkCheckpointLog
 from misa.runtime.spark_mirror import SparkLogMirror, spark_checkpoint_uri
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
-from prefetch.auto import AutoPolicy, AutoPrefetch, Sample
+from prefetch.auto import PROBE, AutoPolicy, AutoPrefetch, Sample
 
 log = logging.getLogger(__name__)
 Sink = Callable[[int, pa.Table], None]
@@ -383,6 +383,7 @@ class StatefulJob:
         times = (p.compute_s, p.hint_wait_s, p.state_read_s, p.state_apply_s)
         choice = self.auto.observe(Sample(on, record.input_rows, record.batch_s, *times))
         self.view.set_prefetching(self.auto.on)
+        self.hints.hold_ahead(self.auto.state.phase == PROBE)  # type: ignore[union-attr]
         return choice
 
     def last_batch(self) -> BatchReport | None:

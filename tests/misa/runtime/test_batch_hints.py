@@ -332,3 +332,15 @@ def test_hints_need_a_stage_and_an_operator_that_names_its_keys(manager):
         BatchHints(MisaConfig(), Operator(), [], manager)  # type: ignore[arg-type]
     assert isinstance(Operator(), HintSource)
     assert not isinstance(SimpleNamespace(hint_spec=lambda: None, hint_keys=lambda hints: None), HintSource)
+
+
+def test_while_auto_probes_hints_stay_ahead_and_the_timing_starts_afresh(manager):
+    hints = batch_hints(manager)
+    poor = PrefetchStats(prefetched=200, wasted_prefetches=150, prefetch_hits=50)
+    assert [hints._end_batch(AHEAD, poor)["next_source"] for _ in range(2)] == [AHEAD, IN_BATCH]  # adapts
+    hints.hold_ahead(True)  # a probe starts: the in-batch choice made before is dropped
+    assert hints.timing.current == AHEAD
+    assert [hints._end_batch(AHEAD, poor)["next_source"] for _ in range(3)] == [AHEAD] * 3
+    hints.hold_ahead(False)  # the probe paid: prefetching stays on and the timing adapts again
+    assert [hints._end_batch(AHEAD, poor)["next_source"] for _ in range(2)] == [AHEAD, IN_BATCH]
+    hints.close()
