@@ -25,7 +25,7 @@ FILES = [  # one batch each; nulls are skipped by the operator and by the refere
 ]
 
 
-def tested_examples() -> dict[str, Any]:
+def documented_examples() -> dict[str, Any]:
     """The names the doc's blocks marked ``<!-- tested -->`` define, run in order in one namespace."""
     text = (ROOT / "docs" / "extending.md").read_text()
     blocks = re.findall(r"<!-- tested -->\n```python\n(.*?)```", text, re.S)
@@ -71,7 +71,7 @@ def plain_spark(spark, folder: Path) -> dict[int, list[tuple[int, int]]]:
 
 
 def test_the_documented_operator_and_sinks_give_plain_sparks_results_across_a_replay(spark, tmp_path):
-    examples = tested_examples()
+    examples = documented_examples()
     folder, ckpt = tmp_path / "in", tmp_path / "ckpt"
     write_input(folder)
     calls: list[int] = []
