@@ -237,7 +237,8 @@ def test_a_temp_file_left_by_a_kill_during_sparks_first_offsets_write_does_not_b
         mirror.prepare()
         spark_dir = mirror.local_root
     (spark_dir / "offsets").mkdir(parents=True)
-    (spark_dir / "offsets" / ".0.0b6d1e1f-2f5e-4a55-9c1a-0c6f1d9e2a11.tmp").touch()
+    abandoned = spark_dir / "offsets" / ".0.0b6d1e1f-2f5e-4a55-9c1a-0c6f1d9e2a11.tmp"
+    abandoned.touch()
     outputs: dict[int, pa.Table] = {}
     job = StatefulJob(
         Aggregation(["k"], [Agg("n", "count", "value")]),
@@ -261,4 +262,4 @@ def test_a_temp_file_left_by_a_kill_during_sparks_first_offsets_write_does_not_b
     finally:
         query.stop()
         job.close(spark)
-    assert not [p.name for p in (spark_dir / "offsets").iterdir() if p.name.endswith(".tmp")]
+    assert not abandoned.exists()  # (a stop may leave a temp file of its own: Spark's next write, cut short)
