@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 from misa.state.store import StateStore
+from misa.state.version import BatchVersion
+from misa.state.view import StateView
 
 
 def key(i: int) -> bytes:
@@ -21,3 +23,16 @@ def fill(store: StateStore, n: int, seed: int, start: int = 0) -> dict[bytes, by
 
 def contents(store: StateStore) -> dict[bytes, bytes]:
     return dict(store.scan())
+
+
+def pending_version(
+    view: StateView, version: int, changes: dict[bytes, bytes | None], *ranges: tuple[bytes, bytes]
+) -> BatchVersion:
+    """Version ``version`` with ``ranges`` deleted, then ``changes``, frozen by the view and handed to a commit
+    that has not applied it yet: its buffer is pending below the read cache."""
+    for begin, end in ranges:
+        view.delete_range(begin, end)
+    view.put_many(list(changes), list(changes.values()))
+    frozen = view.freeze(version)
+    frozen.hand_over()
+    return frozen

@@ -5,7 +5,7 @@ import time
 from typing import Callable
 
 import pytest
-from state_helpers import contents, key
+from state_helpers import contents, key, pending_version
 
 from checkpoint.exceptions import DfsUnavailableError
 from common import failpoints
@@ -63,20 +63,10 @@ def batch(view: StateView, version: int, start: int, n: int) -> dict[bytes, byte
     return data
 
 
-def frozen(view: StateView, version: int, changes: dict[bytes, bytes | None], *ranges: tuple[bytes, bytes]):
-    """Version ``version`` with ``ranges`` deleted, then ``changes``, frozen by the view and handed over."""
-    for begin, end in ranges:
-        view.delete_range(begin, end)
-    view.put_many(list(changes), list(changes.values()))
-    version = view.freeze(version)
-    version.hand_over()
-    return version
-
-
 def test_reads_see_own_writes_then_pending_buffers_then_rocksdb(store):
     view = StateView(store)
     store.write([(key(1), b"disk"), (key(2), b"disk"), (key(3), b"disk"), (key(50), b"disk")])
-    pending = frozen(view, 0, {key(2): b"pending", key(4): None}, (key(40), key(60)))
+    pending = pending_version(view, 0, {key(2): b"pending", key(4): None}, (key(40), key(60)))
     view.put_many([key(3)], [b"mine"])
     assert view.get_many([key(1), key(2), key(3), key(4), key(50), key(9)]) == [
         b"disk",
@@ -101,7 +91,7 @@ def test_a_commit_landing_during_a_scan_hides_nothing(store, monkeypatch):
     must still see v's changes (it takes the pending buffers before it reads RocksDB)."""
     view = StateView(store)
     store.write([(key(1), b"old")])
-    pending = frozen(view, 0, {key(1): b"v0", key(2): b"v0"}, (key(5), key(9)))
+    pending = pending_version(view, 0, {key(1): b"v0", key(2): b"v0"}, (key(5), key(9)))
     store.write([(key(6), b"old")])
     scan = store.scan
 
@@ -335,8 +325,8 @@ def test_reads_below_the_cache_take_each_key_from_the_newest_buffer_that_decides
     RocksDB the keys neither buffer mentions."""
     view = StateView(store)
     store.write([(key(i), b"disk") for i in range(10)])
-    frozen(view, 0, {key(1): b"v0", key(2): b"v0", key(6): b"v0"}, (key(4), key(6)))
-    frozen(view, 1, {key(2): b"v1", key(5): b"v1"}, (key(6), key(8)))
+    pending_version(view, 0, {key(1): b"v0", key(2): b"v0", key(6): b"v0"}, (key(4), key(6)))
+    pending_version(view, 1, {key(2): b"v1", key(5): b"v1"}, (key(6), key(8)))
     assert view.fetch_below([key(i) for i in range(10)]) == [
         b"disk",  # in no buffer
         b"v0",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from state_helpers import key
+from state_helpers import key, pending_version
 
 from misa.runtime.batch_cache import attach_prefetcher
 from misa.state.store import StateStore
@@ -33,36 +33,23 @@ def view(request, store):
     v.close()
 
 
-def pend(
-    view: StateView, version: int, changes: dict[bytes, bytes | None], ranges: tuple[tuple[bytes, bytes], ...] = ()
-) -> BatchVersion:
-    """A batch that deleted ``ranges`` and then wrote ``changes``, frozen and handed to a commit that has
-    not applied it yet: its buffer is pending below the read cache."""
-    for begin, end in ranges:
-        view.delete_range(begin, end)
-    view.put_many(list(changes), list(changes.values()))
-    frozen = view.freeze(version)
-    frozen.hand_over()
-    return frozen
-
-
 def drop(frozen: BatchVersion) -> None:
     """The version is applied (as if RocksDB had it): reads stop consulting its buffer."""
     frozen.applied()
 
 
 def test_reads_take_the_cache_then_the_newest_pending_buffer_that_decides_then_rocksdb(view):
-    pend(view, 0, {key(2): b"v0", key(3): b"v0", key(4): b"v0", key(6): b"v0"})
+    pending_version(view, 0, {key(2): b"v0", key(3): b"v0", key(4): b"v0", key(6): b"v0"})
     # v1: a range delete hides v0's key 6 and RocksDB's key 7; its own put of 7 survives its range delete
-    pend(view, 1, {key(3): b"v1", key(4): None, key(7): b"v1"}, ((key(6), key(8)),))
+    pending_version(view, 1, {key(3): b"v1", key(4): None, key(7): b"v1"}, (key(6), key(8)))
     view.put_many([key(2), key(5)], [b"mine", None])
     got = view.get_many([key(i) for i in range(1, 11)])
     assert got == [b"disk", b"mine", b"v1", None, None, None, b"v1", b"disk", b"disk", None]
 
 
 def test_fetch_below_skips_the_cache_and_dropping_a_buffer_uncovers_the_one_below(view):
-    v0 = pend(view, 0, {key(1): b"v0"})
-    v1 = pend(view, 1, {key(1): b"v1"})
+    v0 = pending_version(view, 0, {key(1): b"v0"})
+    v1 = pending_version(view, 1, {key(1): b"v1"})
     view.put_many([key(1)], [b"mine"])
     for parallel in (True, False):
         assert view.fetch_below([key(1), key(2), key(42)], parallel) == [b"v1", b"disk", None]
@@ -83,8 +70,8 @@ def test_a_state_cache_keeps_what_it_read_and_a_write_buffer_reads_below_every_t
 
 def test_scan_merges_rocksdb_the_buffers_oldest_first_and_the_batch_in_key_order(view, store):
     store.write([(key(20), b"disk")])  # past the scanned range
-    pend(view, 0, {key(3): b"v0", key(11): b"v0", key(20): b"v0"}, ((key(1), key(3)),))
-    pend(view, 1, {key(4): None, key(12): b"v1"}, ((key(11), key(12)),))
+    pending_version(view, 0, {key(3): b"v0", key(11): b"v0", key(20): b"v0"}, (key(1), key(3)))
+    pending_version(view, 1, {key(4): None, key(12): b"v1"}, (key(11), key(12)))
     view.delete_range(key(6), key(8))
     view.put_many([key(7), key(9), key(13)], [b"mine", None, b"mine"])
     assert view.scan(key(0), key(15)) == [
@@ -100,7 +87,7 @@ def test_scan_merges_rocksdb_the_buffers_oldest_first_and_the_batch_in_key_order
 
 
 def test_a_range_delete_hides_rocksdb_and_the_buffers_until_a_later_put(view):
-    pend(view, 0, {key(3): b"v0"})
+    pending_version(view, 0, {key(3): b"v0"})
     view.delete_range(key(2), key(5))
     view.put_many([key(4)], [b"after"])
     assert view.get_many([key(1), key(2), key(3), key(4), key(5)]) == [b"disk", None, None, b"after", b"disk"]
@@ -122,7 +109,7 @@ def test_freeze_drains_the_batch_into_its_versions_commit_buffer(view):
 
 
 def test_reset_forgets_the_batch_and_the_pending_buffers(view):
-    pend(view, 0, {key(1): b"v0"})
+    pending_version(view, 0, {key(1): b"v0"})
     view.put_many([key(2)], [b"mine"])
     view.delete_range(key(3), key(4))
     view.reset()
@@ -144,7 +131,7 @@ def test_with_prefetching_reads_still_see_the_pending_buffers_and_the_batchs_wri
     view = StateView(store)
     manager = attach_prefetcher(view, 2, 4, 1 << 20)
     try:
-        pend(view, 0, {key(1): b"v0", key(2): None})
+        pending_version(view, 0, {key(1): b"v0", key(2): None})
         manager.hint([key(i) for i in range(1, 6)], [1] * 5)
         manager.quiesce()
         view.put_many([key(3)], [b"mine"])
