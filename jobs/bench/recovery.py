@@ -112,9 +112,11 @@ class Series:
         return self.work / f"events-{life}.jsonl"
 
     def durable(self, batch_id: int) -> bool:
-        """Whether batch ``batch_id`` is committed where a restart reads it (the DFS marker, Spark's commit log)."""
-        if self.mode in RUNTIME_MODES:
-            return (self.dfs / marker_path(batch_id)).exists()
+        """Whether batch ``batch_id`` is committed where a restart on a new machine reads it: Spark's commit log at
+        the checkpoint location (the runtime mirrors it there once Spark reports the batch) and, for the runtime,
+        the state's DFS marker."""
+        if self.mode in RUNTIME_MODES and not (self.dfs / marker_path(batch_id)).exists():
+            return False
         return batch_id in SparkCheckpointLog(self.checkpoint).batch_ids("commits")
 
 

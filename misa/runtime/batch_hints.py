@@ -8,8 +8,7 @@ After the batch, :meth:`HintSession.finish` lets the adaptive lookahead move to 
 many prefetches were never read.
 
 When the job can read its next batch's input ahead (:mod:`misa.runtime.next_input`),
-:meth:`HintSession.start_next` runs the same extraction over it from the end of a batch until the
-next one starts, file by file as they arrive, while the driver waits for the trigger and the
+:class:`HintSession`, when its batch ends, runs the same extraction over it until the next one starts, file by file as they arrive, while the driver waits for the trigger and the
 executors are idle; the next batch then finds its keys warm and skips its own hint job (files that
 arrive after the last look are read on a miss). When nothing arrived in time, the source cannot be
 peeked, or :class:`~prefetch.lookahead.HintTiming` chose in-batch hints (ahead's prefetches were
@@ -90,12 +89,15 @@ class BatchHints:
         if self.next_input is not None:
             self.next_input.follow(checkpoint)
 
-    def begin(self, batch: DataFrame, good: DataFrameStage, on: bool) -> HintSession:
+    def begin(
+        self, batch: DataFrame, good: DataFrameStage, on: bool, next_on: Callable[[], bool] = lambda: False
+    ) -> HintSession:
         """The hint session of ``batch``, which prefetches if ``on``; ``good`` drops bad records (from the batch's
-        rows and from the next batch's input read ahead). Raises if the previous batch's session is still open."""
+        rows and from the next batch's input read ahead); ``next_on``, asked when the batch ends, whether the next
+        batch prefetches. Raises if the previous batch's session is still open."""
         if self._session is not None:
             raise RuntimeError("a batch's hint session began before the previous one was closed")
-        self._session = HintSession(batch, self, good, on)
+        self._session = HintSession(batch, self, good, on, next_on)
         return self._session
 
     def _ended(self, session: HintSession) -> None:
@@ -239,24 +241,31 @@ class HintSession:
     """One batch's hints, from before the batch reads its input until the driver waits for the next trigger.
 
     Made by :meth:`BatchHints.begin` (``HintSession(batch)``: a job without hints) and used as a context manager
-    around the batch. At the start, the hints were either found ahead (the next batch's input read between
-    batches) or a hint job over the batch starts now; then :attr:`rows` is the batch persisted, since the hint
-    job and the delta job both read it. The calls follow the batch: :meth:`wait` before the state phase,
-    :meth:`finish` after the merge (the batch's prefetch record), :meth:`start_next` once the batch is reported;
-    leaving the block unpersists the batch. A call out of this order raises :class:`RuntimeError`.
+    around the batch: the block is the batch. At the start, the hints were either found ahead (the next batch's
+    input read between batches) or a hint job over the batch starts now; then :attr:`rows` is the batch
+    persisted, since the hint job and the delta job both read it. Inside the block the batch calls :meth:`wait`
+    before its state phase and :meth:`finish` after its merge (the batch's prefetch record), in that order (a call
+    out of order raises :class:`RuntimeError`). Leaving the block unpersists the batch and, if the batch ended
+    (no exception) and the next batch prefetches, starts extracting the next batch's hints from its input as it
+    arrives, while the driver waits for the trigger.
     """
 
-    _ORDER = ("begin", "wait", "finish", "start_next")
+    _ORDER = ("begin", "wait", "finish")
 
     def __init__(
-        self, batch: DataFrame, hints: BatchHints | None = None, good: DataFrameStage | None = None, on: bool = False
+        self,
+        batch: DataFrame,
+        hints: BatchHints | None = None,
+        good: DataFrameStage | None = None,
+        on: bool = False,
+        next_on: Callable[[], bool] = lambda: False,
     ):
         prefetching = hints if on else None  # the batch's hints, when it prefetches
         self.on = prefetching is not None
         """Whether the batch prefetches."""
         self.ahead = prefetching is not None and prefetching._ahead_found()
         """Whether the batch's hints were found ahead (its rows are then read once, by the delta job)."""
-        self._hints, self._good = hints, good or (lambda rows: rows)
+        self._hints, self._good, self._next_on = hints, good or (lambda rows: rows), next_on
         self._persisted = self.on and not self.ahead
         self.rows = batch.persist() if self._persisted else batch
         """The batch's rows, for the job to read."""
@@ -278,22 +287,19 @@ class HintSession:
         stats = self._hints.manager.take_stats()
         return {**self._found, **stats.as_dict(), **self._hints._end_batch(self._found.get("source", ""), stats)}
 
-    def start_next(self, on: bool) -> None:
-        """Once the batch is reported, while the driver waits for the trigger: if the next batch prefetches
-        (``on``), extract its hints from its input as it arrives, until the next session begins."""
-        self._advance("start_next")
-        if on and self._hints is not None:
-            self._hints._start_next(self._good)
-
-    def close(self) -> None:
-        """End the session (idempotent): unpersist the batch if it was persisted."""
+    def close(self, ended: bool = False) -> None:
+        """End the session (idempotent): unpersist the batch if it was persisted; if the batch ``ended`` (it was
+        finished, nothing raised) and the next batch prefetches, extract the next batch's hints from its input as
+        it arrives, until the next session begins."""
         if self._step == "closed":
             return
-        self._step = "closed"
+        finished, self._step = self._step == "finish", "closed"
         if self._hints is not None:
             self._hints._ended(self)
         if self._persisted:
             self.rows.unpersist()
+        if ended and finished and self._hints is not None and self._next_on():
+            self._hints._start_next(self._good)
 
     def _advance(self, call: str) -> None:
         """Move to ``call``, which must follow the previous call."""
@@ -304,5 +310,5 @@ class HintSession:
     def __enter__(self) -> HintSession:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.close(ended=exc_type is None)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
@@ -201,6 +201,20 @@ class CommitController:
             for version in [v for v, t in self._tasks.items() if t.reported]:
                 del self._tasks[version]
         return [t.record for t in done]
+
+    def mirror_spark_log(self) -> None:
+        """Mirror what Spark has written to its local log since the last step, in the background (nothing without
+        a mirror): called when Spark reports a batch, so its commit entry reaches the checkpoint location even
+        when no next version's upload follows (an idle query), and a start on a new machine does not replay it.
+        Safe at any time: the local log's last commit is at most the durable version + 1. A failed step is
+        logged; the next version's upload mirrors the same files again before its marker."""
+        if self._mirroring is None or self.spark_log is None or self._closed:
+            return
+        try:
+            step = self._mirroring.submit(self.spark_log.sync, self.checkpoints.check_owner)
+        except RuntimeError:  # closed meanwhile
+            return
+        step.add_done_callback(_log_mirror_failure)
 
     def close(self) -> None:
         """Stop the worker threads; raises the :class:`CommitFailedError` of a failed commit that no
@@ -431,3 +445,8 @@ class CommitController:
             task.stage = UPLOAD  # ack 1 holds: only the upload is redone
             return f"ack 1 of version {task.version} holds: redoing its upload {redo}"
         return f"redoing the {stage} of version {task.version} {redo}"
+
+
+def _log_mirror_failure(step: Future) -> None:
+    if step.exception() is not None:
+        log.warning("Spark's log was not mirrored after a batch (the next upload mirrors it)", exc_info=step.exception())

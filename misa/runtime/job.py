@@ -142,6 +142,8 @@ class StatefulJob:
             heartbeat_timeout_s=self.config.commit_heartbeat_timeout_s,
             max_restarts=self.config.commit_max_restarts,
         )
+        if self.mirror is not None:
+            self.metrics.add_listener(self._mirror_reported)
         self.version = self.store.version
         self._listener: Any = None
         self._started = False
@@ -159,6 +161,11 @@ class StatefulJob:
             self.store.root, self.checkpoint_location, self.config.retry_policy(), self.config.upload_threads
         )
         return mirror.local, None if self.config.commit_mode == CommitMode.NOCOMMIT else mirror
+
+    def _mirror_reported(self, report: BatchReport, progress: Any) -> None:
+        """Spark reported a batch, so its commit entry is in the local log: mirror it now (in the background), not
+        only with the next version's upload, which an idle query never makes."""
+        self.controller.mirror_spark_log()
 
     def _default_state_dir(self) -> Path:
         """``CHECKPOINT/misa-local`` for a checkpoint location on this machine; elsewhere there is no default."""
@@ -278,11 +285,11 @@ class StatefulJob:
         """The batch's hint session: it starts the batch's hints (none without prefetching)."""
         if self.hints is None:
             return HintSession(batch)
-        return self.hints.begin(batch, self._good, on=self._prefetching())
+        return self.hints.begin(batch, self._good, on=self._prefetching(), next_on=self._prefetching)
 
     def _run_batch(self, session: HintSession, batch_id: int, started: float) -> None:
         """The batch's phases in order (after a rewind on replay): compute, merge, sink, commit, wait for ack 2;
-        then the next batch's hints ahead."""
+        leaving ``session`` then starts the next batch's hints ahead."""
         phases = BatchPhases()
         clock = _PhaseClock(started)
         batch = session.rows
@@ -312,7 +319,6 @@ class StatefulJob:
         record.prefetch_auto = self._choose_prefetching(record, session.on)
         commits = tuple(self.controller.finished())
         self.metrics.report(BatchReport(batch_id, record, commits, self.controller.status()))
-        session.start_next(self._prefetching())  # the driver now waits for the trigger
 
     def _check_continuity(self, batch_id: int) -> None:
         """Batch ``batch_id`` must follow the state's version: a replay rebuilds from the version before it;

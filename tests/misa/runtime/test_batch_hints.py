@@ -217,8 +217,8 @@ def test_a_batch_without_hints_ahead_extracts_its_own_from_its_persisted_rows(hi
         assert session.rows is batch and batch.persisted  # the hint job and the delta job both read it
         session.wait()
         record = session.finish()
-        session.start_next(True)  # the source cannot be peeked: nothing starts
-    assert not batch.persisted
+    assert not batch.persisted  # leaving the block: the source cannot be peeked, so nothing starts ahead
+    assert hints._ahead is None
     assert hints.extracted == ["good b1"]
     assert (record["source"], record["next_unavailable"]) == (IN_BATCH, "source not peekable")
     assert record["prefetched"] == 0 and {"next_stage", "next_source"} <= record.keys()
@@ -226,11 +226,10 @@ def test_a_batch_without_hints_ahead_extracts_its_own_from_its_persisted_rows(hi
 
 def test_hints_found_ahead_spare_the_batch_its_hint_job(hints):
     hints.next_input = ArrivingInput()
-    with hints.begin(Batch("b1"), good, on=True) as first:
+    with hints.begin(Batch("b1"), good, on=True, next_on=lambda: True) as first:
         first.wait()
         first.finish()
-        first.start_next(True)  # the driver waits for the trigger: the next batch's file is hinted meanwhile
-        wait_ahead(hints)
+    wait_ahead(hints)  # the driver waits for the trigger: the next batch's file is hinted meanwhile
     batch = Batch("b2")
     with hints.begin(batch, good, on=True) as second:
         assert second.ahead and not batch.persisted  # read once, by the delta job
@@ -243,13 +242,37 @@ def test_hints_found_ahead_spare_the_batch_its_hint_job(hints):
 def test_a_batch_without_prefetching_has_no_hint_job_but_may_start_the_next_batchs(hints):
     hints.next_input = ArrivingInput()
     batch = Batch("b1")
-    with hints.begin(batch, good, on=False) as session:
+    with hints.begin(batch, good, on=False, next_on=lambda: True) as session:  # turned on for the next batch
         assert not session.on and not batch.persisted
         session.wait()
         assert session.finish() is None
-        session.start_next(True)  # prefetching is turned on for the next batch
-        wait_ahead(hints)
+    wait_ahead(hints)
     assert hints.extracted == ["good rows of a"]
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_batch_that_failed_or_did_not_finish_starts_no_hints_ahead(hints, finished):
+    hints.next_input = ArrivingInput()
+    with pytest.raises(RuntimeError, match="the sink failed"):
+        with hints.begin(Batch("b1"), good, on=True, next_on=lambda: True) as session:
+            session.wait()
+            if finished:
+                session.finish()
+            raise RuntimeError("the sink failed")
+    assert hints._ahead is None and hints._session is None
+    with hints.begin(Batch("b1"), good, on=True, next_on=lambda: True) as session:
+        session.wait()  # not finished: leaving the block starts nothing
+    assert hints._ahead is None
+
+
+def test_the_next_batch_is_asked_whether_it_prefetches_only_when_the_batch_ends(hints):
+    hints.next_input = ArrivingInput()
+    asked = []
+    with hints.begin(Batch("b1"), good, on=True, next_on=lambda: asked.append(1) or False) as session:
+        session.wait()
+        session.finish()
+        assert not asked  # the batch's auto choice is made after finish, before the block is left
+    assert asked == [1] and hints._ahead is None
 
 
 def test_a_job_without_hints_has_a_session_that_does_nothing():
@@ -258,20 +281,16 @@ def test_a_job_without_hints_has_a_session_that_does_nothing():
         assert session.rows is batch and not session.on and not batch.persisted
         session.wait()
         assert session.finish() is None
-        session.start_next(True)
 
 
-@pytest.mark.parametrize(
-    "calls",
-    [("finish",), ("start_next",), ("wait", "start_next"), ("wait", "wait"), ("wait", "finish", "finish")],
-)
+@pytest.mark.parametrize("calls", [("finish",), ("wait", "wait"), ("wait", "finish", "finish"), ("wait", "finish", "wait")])
 def test_a_call_out_of_order_raises(hints, calls):
     with hints.begin(Batch("b1"), good, on=True) as session:
         *before, wrong = calls
         for call in before:
-            getattr(session, call)(*([True] if call == "start_next" else []))
+            getattr(session, call)()
         with pytest.raises(RuntimeError, match=f"{wrong}\\(\\) after"):
-            getattr(session, wrong)(*([True] if wrong == "start_next" else []))
+            getattr(session, wrong)()
 
 
 def test_a_session_is_closed_before_the_next_begins_and_is_done_once_closed(hints):

@@ -117,3 +117,38 @@ def test_a_hadoop_style_file_location_keeps_the_state_across_restarts(spark, tmp
     run()
     assert (tmp_path / "ckpt" / "misa-local").is_dir()
     assert {r["k"]: r["n"] for r in outputs[max(outputs)].to_pylist()} == {0: 20, 1: 20, 2: 20}
+
+
+def test_an_idle_query_has_its_last_commit_mirrored_to_the_checkpoint_location(spark, tmp_path):
+    """Spark's log is written locally and mirrored; once a batch is reported its commit entry reaches the
+    checkpoint location while the query idles (no next upload carries it), so a start elsewhere does not
+    replay the batch."""
+    import time
+
+    from common.location import parse
+    from misa.runtime.spark_log import SparkCheckpointLog
+
+    spark.range(30).select((F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x")).write.parquet(
+        str(tmp_path / "in")
+    )
+    job = StatefulJob(
+        Aggregation(["k"], [Agg("n", "count", "x")]),
+        lambda batch_id, table: None,
+        str(tmp_path / "ckpt"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+        echo=None,
+    )
+    assert job.mirror is not None  # the default: Spark's checkpoint local first, mirrored
+    stream = spark.readStream.schema("k long, x double").parquet(str(tmp_path / "in"))
+    mirrored = SparkCheckpointLog(parse(str(tmp_path / "ckpt")))
+    query = job.start(spark, stream, {"processingTime": "1 second"})
+    try:
+        query.processAllAvailable()
+        last = query.lastProgress["batchId"]
+        deadline = time.monotonic() + 20
+        while mirrored.last_committed() != last and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert query.isActive and mirrored.last_committed() == last
+    finally:
+        query.stop()
+        job.close(spark)

@@ -253,3 +253,30 @@ def test_a_batch_waits_for_ack_2_not_for_the_retention_after_it(store, tmp_path,
     (record,) = controller.finished()
     assert record.version == 0 and record.retention_requests > 0
     controller.close()
+
+
+def test_spark_log_is_mirrored_on_request_without_a_next_upload(store, config, tmp_path):
+    """When Spark reports batch v, commits/v is mirrored in the background, not only with version v+1's upload
+    (an idle query makes none): a start on a new machine then continues after v instead of replaying it."""
+    mirror = mirror_of(tmp_path / "state", tmp_path / "ckpt")
+    mirror.prepare()
+    view = StateView(store)
+    controller = CommitController(store, "misa", mirror)
+    spark = SparkCheckpointLog(parse(str(tmp_path / "ckpt")))
+    spark_writes(mirror.local_root, 0, committed=False)
+    view.put_many([key(0)], [b"x"])
+    controller.commit(view.freeze(0), {})
+    controller.wait_durable(0)
+    spark_writes(mirror.local_root, 0)  # Spark commits batch 0 and reports it
+    assert spark.last_committed() == -1
+    controller.mirror_spark_log()
+    deadline = time.monotonic() + 10
+    while spark.last_committed() != 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert spark.last_committed() == 0
+    controller.close()
+    controller.mirror_spark_log()  # after close: nothing, no error
+    with StateStore(config, tmp_path / "new-machine", f"file://{tmp_path / 'dfs'}") as moved:
+        new = mirror_of(tmp_path / "new-machine", tmp_path / "ckpt")
+        assert new.prepare() is True
+        assert reconcile(moved, new.local) == 0 and moved.get(key(0)) == b"x"  # C = V = 0: no replay
