@@ -364,6 +364,15 @@ class Aggregation(HintSource):
         ends = hints[HINT_WINDOW_END].to_numpy() if self.window else None
         return codec.encode(ends, columns), hints[HINT_TS].to_numpy()
 
+    def due_keys(self, state: StateView, latest_event_us: int) -> tuple[list[bytes], np.ndarray]:
+        """Sliding windows in append mode: the pane records whose windows close at the watermark events up to
+        ``latest_event_us`` give (the next batch reads them to emit). Other windows are emitted by a range scan
+        and update mode deletes closed records unread: no keys."""
+        through = self.watermark.after(latest_event_us)
+        if self._panes is None or through is None:
+            return [], np.zeros(0, np.int64)
+        return self._panes.due_records(state, self.watermark.at_us, through)
+
     def _close_windows(self, state: StateView, result: OperatorResult, values: AggValues) -> None:
         """Advance the watermark; emit (append) and evict windows ending at or before it."""
         watermark = self.watermark.advance()

@@ -26,7 +26,10 @@ whose state keys can be named from upstream rows, before it runs, lets the runti
 the driver's hint thread: ``hint_input(rows)`` and ``hint_spec()`` when a hint job is built (per batch, or
 per file of the next batch read ahead), ``hint_keys(hints)`` with the job's rows. That is while the batch's
 deltas are computed or between batches, never during ``apply``; a reload's ``restore`` may overlap them
-(the runtime stops the extraction ahead without waiting for it).
+(the runtime stops the extraction ahead without waiting for it). A fourth, ``due_keys(state, latest_event_us)``,
+names the keys the operator's timers will read at the watermark that events up to ``latest_event_us`` give
+(the next batch's, estimated from its hint rows): it is read from the state on the same thread, at the same
+times; by default there are none.
 
 Aggregating operators' deltas carry the columns named here: the rows folded into each delta row, their
 latest event time and, for windows, the window's bounds or, for sliding windows, the pane's end (all times
@@ -107,3 +110,9 @@ class HintSource(ABC):
         """The hint stage's rows projected to the columns :meth:`hint_spec` names; by default the rows themselves
         (override it when the key is not a column of the upstream rows)."""
         return rows
+
+    def due_keys(self, state: StateView, latest_event_us: int) -> tuple[list[bytes], np.ndarray]:
+        """State keys the operator will read when its timers fall due at the watermark that events up to
+        ``latest_event_us`` give, with their timers as hint timestamps (us), known from ``state`` before the batch
+        runs; by default none (an operator whose timers read no state, or that has none)."""
+        return [], np.zeros(0, np.int64)

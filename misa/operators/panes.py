@@ -118,6 +118,11 @@ def group_key_of_timer(key: bytes) -> bytes:
     return key[len(PANE_TIMER) + 8 :]
 
 
+def timer_of(key: bytes) -> int:
+    """The timer (us) of a timer key."""
+    return int.from_bytes(key[len(PANE_TIMER) : len(PANE_TIMER) + 8], "big")
+
+
 @dataclass
 class Panes:
     """Pane rows sorted by (key, end): ``keys`` index the batch's distinct group keys."""

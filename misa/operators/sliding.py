@@ -21,6 +21,7 @@ from misa.operators.panes import (
     group_key_of_timer,
     record_keys,
     timer_key,
+    timer_of,
     timer_range,
     window_states,
 )
@@ -94,6 +95,17 @@ class PaneState:
         live = panes.take(np.flatnonzero(self.windows.last_window_end(panes.ends) > watermark_us))
         self._write(state, distinct, np.full(len(distinct), -1), live, watermark_us)
         return emitted
+
+    def due_records(self, state: StateView, after_us: int, through_us: int) -> tuple[list[bytes], np.ndarray]:
+        """Append mode: the records :meth:`close` will read when the watermark moves from ``after_us`` to
+        ``through_us`` (their timers fall in between), with their timers; update mode deletes them unread."""
+        if not self.append or through_us <= after_us:
+            return [], np.zeros(0, np.int64)
+        begin, end = timer_range(through_us)
+        due = [k for k, _ in state.scan(max(begin, timer_range(after_us)[1]), end)]
+        keys = list(dict.fromkeys(group_key_of_timer(k) for k in due))
+        timers = dict(zip((group_key_of_timer(k) for k in due), (timer_of(k) for k in due)))
+        return record_keys(keys), np.array([timers[k] for k in keys], np.int64)
 
     def _write(
         self,

@@ -25,13 +25,19 @@ class EventTimeWatermark:
 
     def advance(self) -> int | None:
         """Move to the latest event time seen minus the delay; the new watermark, or None if it did not move."""
-        if self.max_event_us is None:
-            return None
-        candidate = (self.max_event_us // 1000 - self.delay_ms) * 1000
-        if candidate <= self.at_us:
-            return None
-        self.at_us = candidate
+        candidate = self.after(self.max_event_us)
+        if candidate is not None:
+            self.at_us = candidate
         return candidate
+
+    def after(self, event_us: int | None) -> int | None:
+        """The watermark once events up to ``event_us`` (and those seen) are observed, or None if it would not move."""
+        seen = [t for t in (self.max_event_us, event_us) if t is not None]
+        if not seen:
+            return None
+        latest = max(seen)
+        candidate = (latest // 1000 - self.delay_ms) * 1000
+        return candidate if candidate > self.at_us else None
 
     def metadata(self) -> dict[str, Any]:
         return {"watermark_us": self.at_us, "max_event_us": self.max_event_us}

@@ -7,13 +7,18 @@ finds hot are counted but not hinted (they stay cached anyway). The rest go to t
 After the batch, :meth:`HintSession.finish` lets the adaptive lookahead move to a later stage when too
 many prefetches were never read.
 
-When the job can read its next batch's input ahead (:mod:`misa.runtime.next_input`),
-:class:`HintSession`, when its batch ends, runs the same extraction over it until the next one starts, file by file as they arrive, while the driver waits for the trigger and the
-executors are idle; the next batch then finds its keys warm and skips its own hint job (files that
-arrive after the last look are read on a miss). When nothing arrived in time, the source cannot be
-peeked, or :class:`~prefetch.lookahead.HintTiming` chose in-batch hints (ahead's prefetches were
-mostly wasted or late and in-batch hints measured clearly better), the batch extracts its own hints
+When the job can read its next batch's input ahead (:mod:`misa.runtime.next_input`), a
+:class:`HintSession` whose batch ended runs the same extraction over it until the next one starts,
+file by file as they arrive, while the driver waits for the trigger and the executors are idle; the
+next batch then finds its keys warm and skips its own hint job (files that arrive after the last
+look are read on a miss). When nothing arrived in time, the source cannot be peeked, or
+:class:`~prefetch.lookahead.HintTiming` chose in-batch hints (ahead's prefetches were mostly wasted
+or late and in-batch hints measured clearly better), the batch extracts its own hints
 and the record says why (``next_unavailable``).
+
+Timer-driven reads: with each extraction, the operator names the keys its timers will read at the
+watermark the rows' latest event time gives (:meth:`HintSource.due_keys`, read from the state: in
+append mode, the sliding windows' records that close), and they are prefetched too (``due_hinted``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from common.location import Location
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
 from misa.runtime.next_input import NextInput
-from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_WINDOW_END, hint_frame
+from misa.state.view import StateView
+from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END, hint_frame
 from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector
 from prefetch.manager import PrefetchManager, PrefetchStats
 from prefetch.sketch import CountMinSketch
@@ -59,6 +65,7 @@ class BatchHints:
         operator: HintSource,
         stages: Sequence[DataFrameStage],
         manager: PrefetchManager,
+        state: StateView,
         next_input: NextInput | None = None,
     ):
         if not stages:
@@ -66,6 +73,7 @@ class BatchHints:
         self.operator = operator
         self.stages = list(stages)
         self.manager = manager
+        self.state = state  # read for the keys the operator's timers will read (HintSource.due_keys)
         self.next_input = next_input if config.prefetch_next_batch else None
         self._never_ahead = "source not peekable" if next_input is None else "spark.misa.prefetch.nextBatch=false"
         self.sketch = CountMinSketch(
@@ -163,7 +171,7 @@ class BatchHints:
         assert self.next_input is not None
         started = time.monotonic()
         seen: set[str] = set()
-        total = {"source": AHEAD, "stage": stage, "rows": 0, "hot_skipped": 0, "hinted": 0}
+        total = {"source": AHEAD, "stage": stage, "rows": 0, "hot_skipped": 0, "hinted": 0, "due_hinted": 0}
         reason = "no new files"
         planned: int | None = None  # the newest batch planned when the first look was taken
         while True:  # at least one look, however soon the batch starts
@@ -180,7 +188,7 @@ class BatchHints:
                     break
                 seen.update(peek.files)
                 self._ahead_files = len(seen)
-                for name in ("rows", "hot_skipped", "hinted"):
+                for name in ("rows", "hot_skipped", "hinted", "due_hinted"):
                     total[name] += found[name]
             elif not seen:
                 reason = peek.reason
@@ -209,8 +217,19 @@ class BatchHints:
             "rows": table.num_rows,
             "hot_skipped": int(pc.sum(hot).as_py() or 0),
             "hinted": len(keys),
+            "due_hinted": self._hint_due(table),
             "extract_s": time.monotonic() - started,
         }
+
+    def _hint_due(self, table: pa.Table) -> int:
+        """Hint the keys the operator's timers will read at the watermark the rows' latest event time gives
+        (records whose windows close in the batch); how many."""
+        latest = pc.max(table[HINT_TS]).as_py() if table.num_rows else None
+        if latest is None:
+            return 0
+        keys, ts = self.operator.due_keys(self.state, int(latest))
+        self.manager.hint(keys, ts)
+        return len(keys)
 
     def _count(self, table: pa.Table) -> None:
         """Add the batch's records per key to the sketch (a key's windows overlap: take the largest)."""

@@ -449,4 +449,6 @@ class CommitController:
 
 def _log_mirror_failure(step: Future) -> None:
     if step.exception() is not None:
-        log.warning("Spark's log was not mirrored after a batch (the next upload mirrors it)", exc_info=step.exception())
+        log.warning(
+            "Spark's log was not mirrored after a batch (the next upload mirrors it)", exc_info=step.exception()
+        )

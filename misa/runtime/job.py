@@ -125,7 +125,7 @@ class StatefulJob:
                 active=not auto,
             )
             stages = list(hint_stages or [upstream or (lambda df: df)])
-            self.hints = BatchHints(self.config, operator, stages, manager, next_input)
+            self.hints = BatchHints(self.config, operator, stages, manager, self.view, next_input)
             policy = AutoPolicy(self.config.prefetch_auto_min_read_share, self.config.prefetch_auto_patience)
             self.auto = AutoPrefetch(policy) if auto else None
         elif self.config.prefetching == "true" and callable(getattr(operator, "hint_keys", None)):

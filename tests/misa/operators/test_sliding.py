@@ -208,3 +208,32 @@ def test_windows_of_gives_each_distinct_key_and_window_once_in_key_and_end_order
         )
         got_keys, got_ends = windows.windows_of(keys, first, last, through)
         assert list(zip(got_keys.tolist(), got_ends.tolist())) == expected
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_the_records_due_at_the_next_watermark_are_named_before_the_batch_reads_them(view, monkeypatch, mode):
+    """Timer-driven prefetching: before a batch runs, ``due_keys`` with its latest event time names the pane
+    records its close reads (append mode); the close reads no other record but the batch's own keys. Update
+    mode deletes due records unread: none are named."""
+    op = Aggregation(
+        ["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", slide="2s", watermark_delay="3s", output_mode=mode
+    )
+    reads: list[list[bytes]] = []
+    real = view.get_many
+    monkeypatch.setattr(view, "get_many", lambda keys, ts=0: reads.append(list(keys)) or real(keys, ts))
+    rng = random.Random(7)
+    named_total = 0
+    for batch in range(20):
+        events = [(batch * 3 * S + rng.randint(0, 3 * S), rng.randint(0, 40), 1.0) for _ in range(rng.randint(1, 15))]
+        due, timers = op.due_keys(view, max(t for t, _, _ in events))
+        assert len(due) == len(set(due)) == len(timers) and all(
+            t > op.watermark.at_us for t in timers
+        )  # not closed yet
+        reads.clear()
+        op.apply(pane_deltas(events, 2 * S), view)
+        view.freeze(batch)
+        own = set(reads[0]) if reads else set()
+        closed = set(reads[1]) if len(reads) > 1 else set()
+        assert set(due) <= closed and closed <= set(due) | own
+        named_total += len(due)
+    assert (named_total > 0) == (mode == "append")

@@ -42,12 +42,14 @@ def test_hints_ahead_stop_at_the_files_of_the_batch_spark_planned():
     """Without the stop, the look after the planning hinted c and d too (``next_files`` 4 where the batch reads
     2: the flaky test of issue 27), prefetching keys of the batch after next for this one."""
     stop = threading.Event()
-    hints = BatchHints(MisaConfig(), operator=None, stages=[lambda df: df], manager=None, next_input=None)
+    hints = BatchHints(MisaConfig(), operator=None, stages=[lambda df: df], manager=None, state=None, next_input=None)
     hints.next_input = LogAdvancingInput(stop)
     hints.POLL_S = 0.0
     extracted: list[str] = []
     hints._frame = lambda rows, stage: rows  # type: ignore[method-assign]
-    hints._extract = lambda frame, stage: extracted.append(frame) or {"rows": 2, "hot_skipped": 0, "hinted": 2}  # type: ignore[method-assign]
+    hints._extract = lambda frame, stage: extracted.append(frame) or {  # type: ignore[method-assign]
+        "rows": 2, "hot_skipped": 0, "hinted": 2, "due_hinted": 0
+    }  # fmt: skip
     found = hints._extract_ahead(lambda rows: rows, 0, stop)
     assert extracted == ["rows of a, b"]
     assert found["next_files"] == 2 and found["rows"] == 2
@@ -94,6 +96,21 @@ class Operator(HintSource):
         return [k.encode() for k in hints["k"].to_pylist()], hints[HINT_TS].to_numpy()
 
 
+class TimedOperator(Operator):
+    """A hint source whose timers read key ``due@T`` for every timer T up to the watermark (latest event - 10)."""
+
+    def __init__(self):
+        self.asked: list[tuple[object, int]] = []
+
+    def due_keys(self, state: object, latest_event_us: int) -> tuple[list[bytes], np.ndarray]:
+        self.asked.append((state, latest_event_us))
+        timers = np.arange(100, latest_event_us - 10 + 1, dtype=np.int64)
+        return [f"due@{t}".encode() for t in timers], timers
+
+
+STATE = object()  # the state view the hints read due keys from (the stand-in operators only pass it on)
+
+
 class Frame:
     """What the hint job gives back (``toArrow``), without Spark."""
 
@@ -106,16 +123,16 @@ class Frame:
 
 def hint_rows(rows: list[tuple[str, int, int, int, bool]]) -> Frame:
     """rows: (key, hash, window end, count, hot); each key's hint time is 100 + its count."""
-    keys, hashes, ends, counts, hot = zip(*rows)
+    keys, hashes, ends, counts, hot = zip(*rows) if rows else ((),) * 5
     return Frame(
         pa.table(
             {
-                "k": list(keys),
+                "k": pa.array(list(keys), pa.string()),
                 HINT_HASH: pa.array(hashes, pa.int64()),
                 HINT_WINDOW_END: pa.array(ends, pa.int64()),
                 HINT_COUNT: pa.array(counts, pa.int64()),
                 HINT_TS: pa.array([100 + c for c in counts], pa.int64()),
-                HINT_HOT: pa.array(hot),
+                HINT_HOT: pa.array(hot, pa.bool_()),
             }
         )
     )
@@ -129,9 +146,10 @@ def manager():
     m.close()
 
 
-def batch_hints(manager, stages: int = 1, next_input=None, **conf: str) -> BatchHints:
+def batch_hints(manager, stages: int = 1, next_input=None, operator=None, **conf: str) -> BatchHints:
     config = MisaConfig.from_mapping({f"spark.misa.{k}": v for k, v in conf.items()})
-    return BatchHints(config, Operator(), [lambda df: df] * stages, manager, next_input)  # type: ignore[arg-type]
+    stages_ = [lambda df: df] * stages
+    return BatchHints(config, operator or Operator(), stages_, manager, STATE, next_input)  # type: ignore[arg-type]
 
 
 def test_hot_keys_are_counted_not_hinted_and_the_sketch_counts_each_keys_largest_window(manager):
@@ -148,6 +166,26 @@ def test_hot_keys_are_counted_not_hinted_and_the_sketch_counts_each_keys_largest
     assert hints.sketch.estimate(np.array([1, 2, 3], np.int64)).tolist() == [5, 7, 0]  # a: max(3 + 2, 4)
     manager.quiesce()
     assert manager.take_stats().hints == 3 and manager.read([b"a"], 200) == [b"A"]
+    hints.close()
+
+
+def test_keys_due_at_the_watermark_the_rows_give_are_hinted_from_the_state(manager):
+    """Timer-driven reads: the operator names, from the state, the keys its timers will read at the watermark the
+    hint rows' latest event time gives; they are prefetched like the rows' own keys and counted apart."""
+    operator = TimedOperator()
+    hints = batch_hints(manager, operator=operator)
+    found = hints._extract(hint_rows([("a", 1, 10, 3, False), ("b", 2, 10, 12, True)]), 0)  # latest event 112
+    assert operator.asked == [(STATE, 112)]
+    assert (found["hinted"], found["due_hinted"]) == (1, 3)  # b is hot; timers 100, 101, 102
+    manager.quiesce()
+    assert manager.take_stats().hints == 4 and manager.read([b"due@102"], 200) == [b"DUE@102"]
+    assert hints._extract(hint_rows([]), 0)["due_hinted"] == 0 and len(operator.asked) == 1  # no rows: not asked
+    hints.close()
+
+
+def test_an_operator_without_timers_hints_no_due_keys(manager):
+    hints = batch_hints(manager)
+    assert hints._extract(hint_rows([("a", 1, 10, 3, False)]), 0)["due_hinted"] == 0
     hints.close()
 
 
@@ -188,12 +226,14 @@ class NothingArrives:
 @pytest.fixture
 def hints():
     """Batch hints whose extraction records what it read instead of running a hint job."""
-    hints = BatchHints(MisaConfig(), operator=None, stages=[lambda df: df], manager=Manager(), next_input=None)
+    hints = BatchHints(
+        MisaConfig(), operator=None, stages=[lambda df: df], manager=Manager(), state=None, next_input=None
+    )
     hints.POLL_S = 0.01
     hints.extracted = []
     hints._frame = lambda rows, stage: rows
     hints._extract = lambda frame, stage: hints.extracted.append(frame) or {  # type: ignore[method-assign]
-        "source": IN_BATCH, "stage": stage, "rows": 1, "hot_skipped": 0, "hinted": 1
+        "source": IN_BATCH, "stage": stage, "rows": 1, "hot_skipped": 0, "hinted": 1, "due_hinted": 0
     }  # fmt: skip
     yield hints
     hints.close()
@@ -283,7 +323,9 @@ def test_a_job_without_hints_has_a_session_that_does_nothing():
         assert session.finish() is None
 
 
-@pytest.mark.parametrize("calls", [("finish",), ("wait", "wait"), ("wait", "finish", "finish"), ("wait", "finish", "wait")])
+@pytest.mark.parametrize(
+    "calls", [("finish",), ("wait", "wait"), ("wait", "finish", "finish"), ("wait", "finish", "wait")]
+)
 def test_a_call_out_of_order_raises(hints, calls):
     with hints.begin(Batch("b1"), good, on=True) as session:
         *before, wrong = calls
@@ -348,7 +390,7 @@ def test_end_batch_moves_the_lookahead_to_the_next_stage_after_wasteful_batches(
 
 def test_hints_need_a_stage_and_an_operator_that_names_its_keys(manager):
     with pytest.raises(ValueError, match="at least one hint stage is needed"):
-        BatchHints(MisaConfig(), Operator(), [], manager)  # type: ignore[arg-type]
+        BatchHints(MisaConfig(), Operator(), [], manager, STATE)  # type: ignore[arg-type]
     assert isinstance(Operator(), HintSource)
     assert not isinstance(SimpleNamespace(hint_spec=lambda: None, hint_keys=lambda hints: None), HintSource)
 
