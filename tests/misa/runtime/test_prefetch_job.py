@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cm_helpers import assert_same_results, run_in_process
+from cm_helpers import assert_same_results, expected_results, run_in_process
 from job_helpers import metrics
 
 from jobs.gen.cm import generate_cm
@@ -91,3 +91,15 @@ def test_auto_probes_prefetching_and_records_each_choice(spark, cm_data, tmp_pat
     assert choices[2]["reason"].startswith("probe: prefetching ") and choices[2]["ratio"] > 0
     assert records[0]["prefetch"] is None and records[1]["prefetch"]["prefetched"] > 0
     assert all(c["cost_us_per_row"] > 0 and 0 <= c["read_share"] <= 1 for c in choices)
+
+
+def test_append_mode_prefetches_the_records_its_closing_windows_read(spark, cm_data, tmp_path, session_conf):
+    """CM2 in append mode reads, at each new watermark, the record of every key whose windows close: those keys
+    come from the state's timers, not the batch's input, and are hinted with it (``due_hinted``); the output
+    is the reference's."""
+    session_conf({"spark.misa.prefetch.enabled": "true"})
+    got = run_in_process(spark, "cm2", "misa", cm_data, tmp_path, output_mode="append")
+    assert_same_results(got, expected_results(cm_data, "cm2", "append"))
+    prefetch = [r["prefetch"] for r in metrics(tmp_path)]
+    assert sum(p["due_hinted"] for p in prefetch) > 0
+    assert all(p["due_hinted"] <= p["prefetched"] + p["hints_deduplicated"] + p["hints_renewed"] for p in prefetch)
