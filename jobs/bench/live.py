@@ -165,6 +165,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--watermark-delay", help="the jobs' allowed lateness (default theirs: 10s); state grows with it")
     p.add_argument(
+        "--output-mode",
+        choices=("update", "append"),
+        help="the jobs' output mode where they offer a choice (CM, YSB, LR4; default theirs: update)",
+    )
+    p.add_argument(
         "--target",
         action="append",
         default=[],
@@ -387,6 +392,8 @@ def job_command(
                 "--metrics", str(live.work / "metrics.jsonl")]  # fmt: skip
     if args.watermark_delay:
         job_args += ["--watermark-delay", args.watermark_delay]
+    if args.output_mode:
+        job_args += ["--output-mode", args.output_mode]
     if live.mode in RUNTIME_MODES:
         job_args += ["--state-dir", str(local / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
     elif live.query == "ysb":

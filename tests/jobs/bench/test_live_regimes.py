@@ -160,3 +160,15 @@ def test_the_table_says_the_regimes_the_states_size_and_the_device_reads():
     assert "| 1,200,000 | n/a | 64.0 MiB | 1,234 |" in table
     assert "| 8.0 MiB | n/a |" in table
     assert "under 20x the runtime's caches and memtables in cm2 sync 100/s" in table
+
+
+@pytest.mark.parametrize("flag,mode", [((), None), (("--output-mode", "append"), "append")])
+def test_the_jobs_output_mode_is_theirs_unless_given(tmp_path, flag, mode):
+    args = parse("--work", str(tmp_path), *flag)
+    with Regimes() as regimes:
+        env = environment(args, regimes)
+    run = LiveRun("cm2", "misa", "", 100, "local", tmp_path / "t", tmp_path / "w", tmp_path / "w")
+    command, _ = job_command(args, env, run, tmp_path / "in", tmp_path / "w", ())
+    assert ("--output-mode" in command) == (mode is not None)
+    if mode:
+        assert arg_of(command, "--output-mode") == mode
