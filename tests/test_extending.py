@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from misa import DataFrameSink, MisaConfig, ParquetBatchSink, StatefulJob, read_batches
+from misa import DataFrameSink, MisaConfig, ParquetBatchSink, StatefulJob, read_batches, read_quarantine
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = "k long, v long"
@@ -29,7 +29,7 @@ def documented_examples() -> dict[str, Any]:
     """The names the doc's blocks marked ``<!-- tested -->`` define, run in order in one namespace."""
     text = (ROOT / "docs" / "extending.md").read_text()
     blocks = re.findall(r"<!-- tested -->\n```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 3, "docs/extending.md: expected the sink, DataFrameSink and operator examples"
+    assert len(blocks) == 4, "docs/extending.md: expected the sink, DataFrameSink, operator and bad-record examples"
     names: dict[str, Any] = {}
     for block in blocks:
         exec(compile(block, "docs/extending.md", "exec"), names)
@@ -124,3 +124,35 @@ def test_a_dataframe_sink_hands_the_batch_to_its_writer_as_a_dataframe(spark):
     sink = DataFrameSink(lambda df, batch_id: seen.append((batch_id, df.schema.simpleString(), df.count())), spark)
     sink(7, pa.table({"k": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
     assert seen == [(7, "struct<k:bigint,name:string>", 2)]
+
+
+def test_the_documented_bad_record_reading_quarantines_malformed_lines_and_counts_them(spark, tmp_path):
+    """The doc's reader and quarantine with the doc's operator: malformed lines are counted and written aside,
+    exactly as read, and the output is plain Spark's over the good lines."""
+    examples = documented_examples()
+    folder = tmp_path / "in"
+    write_input(folder)
+    bad = ['{"k": 1, "v": 1000', '{"k": "one", "v": 1}', '{"v": 5}']
+    with (folder / "part-1.json").open("a") as f:
+        f.write("".join(line + "\n" for line in bad))
+    os.utime(folder / "part-1.json", (1_000_001, 1_000_001))
+    outputs: dict[int, list[tuple[int, int]]] = {}
+    job = StatefulJob(
+        examples["RunningMax"]("k", "v"),
+        lambda batch_id, table: outputs.__setitem__(batch_id, sorted((r["k"], r["v"]) for r in table.to_pylist())),
+        str(tmp_path / "ckpt"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+        bad_records=examples["quarantine"](str(tmp_path / "quarantine")),
+        echo=None,
+    )
+    counts: dict[int, int | None] = {}
+    job.add_listener(lambda report, progress: counts.__setitem__(report.batch_id, report.record.bad_records))
+    try:
+        stream = examples["parsed_lines"](spark, str(folder))
+        job.start(spark, stream, {"availableNow": True}).awaitTermination()
+    finally:
+        job.close(spark)
+    assert outputs == {0: [(1, 10), (2, 5)], 1: [(1, 10), (3, -4)], 2: [(1, 12), (2, 8), (3, -4)]}
+    null_key = json.dumps({"k": None, "v": 99})  # k is required: a null key is a bad record too
+    assert sorted(read_quarantine(tmp_path / "quarantine")) == sorted([null_key, *bad])
+    assert counts == {0: 1, 1: 3, 2: 0}

@@ -74,7 +74,7 @@ class Quarantine:
         if BAD_COLUMN not in batch.columns or RAW_COLUMN not in batch.columns:
             raise ValueError(
                 f"the batch has no {BAD_COLUMN}/{RAW_COLUMN} columns: read the input with "
-                "misa.io.quarantine.parse_json_lines to quarantine bad records"
+                "misa.parse_json_lines (see docs/extending.md, 'Bad records in your own job')"
             )
         return good_records(batch)
 
