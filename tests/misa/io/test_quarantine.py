@@ -79,7 +79,7 @@ def test_quarantine_writes_the_exact_lines_per_batch_and_a_replay_replaces_them(
 def test_misuse_is_explained(lines_df, tmp_path):
     with pytest.raises(ValueError, match=r"required columns \['lane'\] are not in the input schema"):
         parse_json_lines(lines_df, SCHEMA, ["lane"])
-    with pytest.raises(ValueError, match="read the input with misa.io.quarantine.parse_json_lines"):
+    with pytest.raises(ValueError, match="read the input with misa.parse_json_lines"):
         Quarantine(tmp_path).good(lines_df)
 
 
