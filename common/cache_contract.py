@@ -115,6 +115,11 @@ class ReadCache(Protocol):
 
     policy: str
     stats: CacheStats
+    max_bytes: int
+
+    @property
+    def bytes_cached(self) -> int:
+        """Bytes of the entries held (keys, values and their overhead)."""
 
     def get_many(self, keys: Sequence[bytes], ts: int | Sequence[int] = 0) -> list[Any]:
         """Per key: its value, None (no value) or :data:`MISSING`; ``ts``: each access's event time."""

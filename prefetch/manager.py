@@ -247,6 +247,12 @@ class PrefetchManager:
             chunk.future.set_exception(error)
 
     # ------------------------------------------------------------------ reads
+    def capacity_entries(self) -> int | None:
+        """About how many entries the cache holds when full, at the mean size of those it holds now (None while
+        it holds none): hints beyond it are evicted before they are read."""
+        held, held_bytes = len(self.cache), self.cache.bytes_cached
+        return None if held == 0 or held_bytes <= 0 else max(1, self.cache.max_bytes * held // held_bytes)
+
     def read(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
         """Values of ``keys`` as the batch sees them: cache, then the hints' chunks, then a fetch.
 

@@ -140,7 +140,7 @@ class BatchHints:
             found = ahead.result() if ahead is not None else {"next_unavailable": self._not_ahead_reason()}
             if not found.get("next_unavailable"):
                 return found
-            in_batch = self._extract(self._frame(batch, stage), stage)
+            in_batch = self._extract(self._frame(batch, stage), stage, due_named=set())
             return {"source": IN_BATCH, "next_unavailable": found["next_unavailable"], **in_batch}
 
         return self._thread.submit(after_ahead)  # one thread: it runs when the ahead extraction has ended
@@ -173,6 +173,7 @@ class BatchHints:
         seen: set[str] = set()
         total = {"source": AHEAD, "stage": stage, "rows": 0, "hot_skipped": 0, "hinted": 0, "due_hinted": 0}
         reason = "no new files"
+        due_named: set[bytes] = set()  # timer-due keys hinted for this batch by the files before
         planned: int | None = None  # the newest batch planned when the first look was taken
         while True:  # at least one look, however soon the batch starts
             peek = self.next_input.peek(frozenset(seen))
@@ -181,7 +182,7 @@ class BatchHints:
                 break
             if peek.frame is not None:
                 try:
-                    found = self._extract(self._frame(good(peek.frame), stage), stage)
+                    found = self._extract(self._frame(good(peek.frame), stage), stage, due_named)
                 except Exception:  # noqa: BLE001 (a file gone or unreadable ahead: its keys are read on a miss)
                     log.warning("the next batch's hints could not be extracted ahead", exc_info=True)
                     reason = "failed"
@@ -203,7 +204,9 @@ class BatchHints:
         rows = self.operator.hint_input(self.stages[stage](rows))
         return hint_frame(rows, self.operator.hint_spec(), self.sketch.copy())
 
-    def _extract(self, frame: DataFrame, stage: int) -> dict[str, Any]:
+    def _extract(self, frame: DataFrame, stage: int, due_named: set[bytes] | None = None) -> dict[str, Any]:
+        """Run the hint job ``frame`` (from hint stage ``stage``) and hint its keys, and the keys due at the watermark
+        its rows give that are not in ``due_named`` (the batch's due keys hinted by earlier files; updated)."""
         started = time.monotonic()
         table = frame.toArrow()
         self._count(table)
@@ -217,19 +220,27 @@ class BatchHints:
             "rows": table.num_rows,
             "hot_skipped": int(pc.sum(hot).as_py() or 0),
             "hinted": len(keys),
-            "due_hinted": self._hint_due(table),
+            "due_hinted": self._hint_due(table, len(keys), set() if due_named is None else due_named),
             "extract_s": time.monotonic() - started,
         }
 
-    def _hint_due(self, table: pa.Table) -> int:
+    def _hint_due(self, table: pa.Table, hinted: int, named: set[bytes]) -> int:
         """Hint the keys the operator's timers will read at the watermark the rows' latest event time gives
-        (records whose windows close in the batch); how many."""
+        (records whose windows close in the batch), but those in ``named`` (added to it), soonest due first and no
+        more than the cache holds beside the ``hinted`` keys of the rows (more would be evicted before the batch
+        reads them, each a wasted read); how many."""
         latest = pc.max(table[HINT_TS]).as_py() if table.num_rows else None
         if latest is None:
             return 0
         keys, ts = self.operator.due_keys(self.state, int(latest))
-        self.manager.hint(keys, ts)
-        return len(keys)
+        new = [i for i in np.argsort(ts, kind="stable") if keys[i] not in named]
+        capacity = self.manager.capacity_entries()
+        if capacity is not None:
+            new = new[: max(0, capacity - hinted - len(named))]
+        chosen = [keys[i] for i in new]
+        self.manager.hint(chosen, np.asarray(ts)[new])
+        named.update(chosen)
+        return len(chosen)
 
     def _count(self, table: pa.Table) -> None:
         """Add the batch's records per key to the sketch (a key's windows overlap: take the largest)."""

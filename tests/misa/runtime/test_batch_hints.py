@@ -47,7 +47,7 @@ def test_hints_ahead_stop_at_the_files_of_the_batch_spark_planned():
     hints.POLL_S = 0.0
     extracted: list[str] = []
     hints._frame = lambda rows, stage: rows  # type: ignore[method-assign]
-    hints._extract = lambda frame, stage: extracted.append(frame) or {  # type: ignore[method-assign]
+    hints._extract = lambda frame, stage, due_named=None: extracted.append(frame) or {  # type: ignore[method-assign]
         "rows": 2, "hot_skipped": 0, "hinted": 2, "due_hinted": 0
     }  # fmt: skip
     found = hints._extract_ahead(lambda rows: rows, 0, stop)
@@ -183,6 +183,38 @@ def test_keys_due_at_the_watermark_the_rows_give_are_hinted_from_the_state(manag
     hints.close()
 
 
+def test_due_keys_named_by_an_earlier_file_of_the_batch_are_not_hinted_again(manager):
+    """Ahead, each arriving file of the next batch asks for the keys due at the watermark its rows give; keys an
+    earlier file named are not hinted twice (measured: three files per batch hinted each due key three times)."""
+    operator = TimedOperator()
+    hints = batch_hints(manager, operator=operator)
+    named: set[bytes] = set()
+    first = hints._extract(hint_rows([("a", 1, 10, 5, False)]), 0, named)  # latest 105: timers 100..95 none
+    second = hints._extract(hint_rows([("b", 2, 10, 13, False)]), 0, named)  # latest 113: 100..103
+    third = hints._extract(hint_rows([("c", 3, 10, 15, False)]), 0, named)  # latest 115: 104, 105 are new
+    assert [f["due_hinted"] for f in (first, second, third)] == [0, 4, 2]
+    assert named == {f"due@{t}".encode() for t in range(100, 106)}
+    hints.close()
+
+
+def test_due_keys_beyond_what_the_cache_holds_are_not_hinted_soonest_first(manager):
+    """Due keys the cache cannot hold beside the rows' own keys would be evicted before they are read (each a
+    wasted device read on a slow volume): the soonest due are hinted, up to the cache's capacity."""
+    operator = TimedOperator()
+    small = PrefetchManager(StateCache(10 * 200, "tac"), lambda keys: [b"v" * 150 for _ in keys], lambda key: 0, 1, 8)
+    small.cache.fill([b"held"], [b"v" * 150], 0)  # entries of about 200 bytes: the cache holds about 10
+    hints = batch_hints(small, operator=operator)
+    named: set[bytes] = set()
+    found = hints._extract(hint_rows([("a", 1, 10, 3, False), ("b", 2, 10, 40, False)]), 0, named)  # due 100..130
+    capacity = small.capacity_entries()
+    assert capacity is not None and 5 <= capacity <= 12
+    assert found["due_hinted"] == capacity - 2  # beside the rows' two keys
+    assert named == {f"due@{t}".encode() for t in range(100, 100 + capacity - 2)}  # the soonest due
+    assert small.take_stats().hints == capacity
+    hints.close()
+    small.close()
+
+
 def test_an_operator_without_timers_hints_no_due_keys(manager):
     hints = batch_hints(manager)
     assert hints._extract(hint_rows([("a", 1, 10, 3, False)]), 0)["due_hinted"] == 0
@@ -232,7 +264,7 @@ def hints():
     hints.POLL_S = 0.01
     hints.extracted = []
     hints._frame = lambda rows, stage: rows
-    hints._extract = lambda frame, stage: hints.extracted.append(frame) or {  # type: ignore[method-assign]
+    hints._extract = lambda frame, stage, due_named=None: hints.extracted.append(frame) or {  # type: ignore[method-assign]
         "source": IN_BATCH, "stage": stage, "rows": 1, "hot_skipped": 0, "hinted": 1, "due_hinted": 0
     }  # fmt: skip
     yield hints
