@@ -13,7 +13,7 @@ import pytest
 
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
-from misa.runtime.batch_hints import BatchHints, HintSession
+from misa.runtime.batch_hints import BatchHintLog, BatchHints, HintSession
 from misa.runtime.next_input import Peek
 from prefetch.cache import StateCache
 from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END
@@ -47,8 +47,8 @@ def test_hints_ahead_stop_at_the_files_of_the_batch_spark_planned():
     hints.POLL_S = 0.0
     extracted: list[str] = []
     hints._frame = lambda rows, stage: rows  # type: ignore[method-assign]
-    hints._extract = lambda frame, stage, due_named=None: extracted.append(frame) or {  # type: ignore[method-assign]
-        "rows": 2, "hot_skipped": 0, "hinted": 2, "due_hinted": 0
+    hints._extract = lambda frame, stage, hinted=None: extracted.append(frame) or {  # type: ignore[method-assign]
+        "rows": 2, "hot_skipped": 0, "hinted": 2, "over_capacity": 0, "due_hinted": 0
     }  # fmt: skip
     found = hints._extract_ahead(lambda rows: rows, 0, stop)
     assert extracted == ["rows of a, b"]
@@ -188,12 +188,12 @@ def test_due_keys_named_by_an_earlier_file_of_the_batch_are_not_hinted_again(man
     earlier file named are not hinted twice (measured: three files per batch hinted each due key three times)."""
     operator = TimedOperator()
     hints = batch_hints(manager, operator=operator)
-    named: set[bytes] = set()
-    first = hints._extract(hint_rows([("a", 1, 10, 5, False)]), 0, named)  # latest 105: timers 100..95 none
-    second = hints._extract(hint_rows([("b", 2, 10, 13, False)]), 0, named)  # latest 113: 100..103
-    third = hints._extract(hint_rows([("c", 3, 10, 15, False)]), 0, named)  # latest 115: 104, 105 are new
+    hinted = BatchHintLog()
+    first = hints._extract(hint_rows([("a", 1, 10, 5, False)]), 0, hinted)  # latest 105: timers 100..95 none
+    second = hints._extract(hint_rows([("b", 2, 10, 13, False)]), 0, hinted)  # latest 113: 100..103
+    third = hints._extract(hint_rows([("c", 3, 10, 15, False)]), 0, hinted)  # latest 115: 104, 105 are new
     assert [f["due_hinted"] for f in (first, second, third)] == [0, 4, 2]
-    assert named == {f"due@{t}".encode() for t in range(100, 106)}
+    assert hinted.due == {f"due@{t}".encode() for t in range(100, 106)} and hinted.rows == 3
     hints.close()
 
 
@@ -204,12 +204,33 @@ def test_due_keys_beyond_what_the_cache_holds_are_not_hinted_soonest_first(manag
     small = PrefetchManager(StateCache(10 * 200, "tac"), lambda keys: [b"v" * 150 for _ in keys], lambda key: 0, 1, 8)
     small.cache.fill([b"held"], [b"v" * 150], 0)  # entries of about 200 bytes: the cache holds about 10
     hints = batch_hints(small, operator=operator)
-    named: set[bytes] = set()
-    found = hints._extract(hint_rows([("a", 1, 10, 3, False), ("b", 2, 10, 40, False)]), 0, named)  # due 100..130
+    hinted = BatchHintLog()
+    found = hints._extract(hint_rows([("a", 1, 10, 3, False), ("b", 2, 10, 40, False)]), 0, hinted)  # due 100..130
     capacity = small.capacity_entries()
     assert capacity is not None and 5 <= capacity <= 12
     assert found["due_hinted"] == capacity - 2  # beside the rows' two keys
-    assert named == {f"due@{t}".encode() for t in range(100, 100 + capacity - 2)}  # the soonest due
+    assert hinted.due == {f"due@{t}".encode() for t in range(100, 100 + capacity - 2)}  # the soonest due
+    assert small.take_stats().hints == capacity
+    hints.close()
+    small.close()
+
+
+def test_a_batchs_keys_beyond_what_the_cache_holds_are_not_hinted(manager):
+    """A batch whose keys outnumber what the state cache holds would evict its own prefetches before reading
+    them (measured: the state read 0.71 s with prefetching against 0.47 s without, at 19,000 records/s on the
+    slow volume); the keys it holds are hinted, the rest are read by the batch, and the record counts them.
+    Files read ahead for the same batch share the room."""
+    small = PrefetchManager(StateCache(10 * 200, "tac"), lambda keys: [b"v" * 150 for _ in keys], lambda key: 0, 1, 8)
+    small.cache.fill([b"held"], [b"v" * 150], 0)
+    capacity = small.capacity_entries()
+    assert capacity is not None and 5 <= capacity <= 12
+    hints = batch_hints(small)
+    rows = [(f"k{i:02}", i, 10, i, False) for i in range(capacity + 5)]  # hint time 100 + i: k00 soonest
+    hinted = BatchHintLog()
+    found = hints._extract(hint_rows(rows[:3]), 0, hinted)
+    more = hints._extract(hint_rows(rows[3:]), 0, hinted)
+    assert (found["hinted"], found["over_capacity"]) == (3, 0)
+    assert (more["hinted"], more["over_capacity"]) == (capacity - 3, 5) and hinted.rows == capacity
     assert small.take_stats().hints == capacity
     hints.close()
     small.close()
@@ -264,8 +285,9 @@ def hints():
     hints.POLL_S = 0.01
     hints.extracted = []
     hints._frame = lambda rows, stage: rows
-    hints._extract = lambda frame, stage, due_named=None: hints.extracted.append(frame) or {  # type: ignore[method-assign]
-        "source": IN_BATCH, "stage": stage, "rows": 1, "hot_skipped": 0, "hinted": 1, "due_hinted": 0
+    hints._extract = lambda frame, stage, hinted=None: hints.extracted.append(frame) or {  # type: ignore[method-assign]
+        "source": IN_BATCH, "stage": stage, "rows": 1, "hot_skipped": 0, "hinted": 1, "over_capacity": 0,
+        "due_hinted": 0,
     }  # fmt: skip
     yield hints
     hints.close()
