@@ -101,11 +101,9 @@ class PaneState:
         ``through_us`` (their timers fall in between), with their timers; update mode deletes them unread."""
         if not self.append or through_us <= after_us:
             return [], np.zeros(0, np.int64)
-        begin, end = timer_range(through_us)
-        due = [k for k, _ in state.scan(max(begin, timer_range(after_us)[1]), end)]
-        keys = list(dict.fromkeys(group_key_of_timer(k) for k in due))
-        timers = dict(zip((group_key_of_timer(k) for k in due), (timer_of(k) for k in due)))
-        return record_keys(keys), np.array([timers[k] for k in keys], np.int64)
+        due = state.scan(timer_range(after_us)[1], timer_range(through_us)[1])  # timers in (after, through]
+        timers = {group_key_of_timer(k): timer_of(k) for k, _ in due}  # a key has one timer
+        return record_keys(list(timers)), np.fromiter(timers.values(), np.int64, len(timers))
 
     def _write(
         self,
