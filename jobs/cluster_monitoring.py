@@ -14,10 +14,11 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from jobs.stages import TimedFilter
 from jobs.submit import job_arguments, native_aggregation, run_job, run_query
 from misa.operators.aggregation import Agg, Aggregation
 
@@ -49,20 +50,28 @@ class CmQuery:
     agg: Agg
     window: str
     slide: str
-    where: str | None
+    where: tuple[str, int] | None  # (column, value): the rows the query keeps
     sort_by: tuple[tuple[str, str], ...]
 
     def timed(self, events: DataFrame) -> DataFrame:
         """The events with their event time: the earliest stage the state keys can be read from."""
-        return events.withColumn("event_time", F.timestamp_micros("time"))
+        return TimedFilter("time", "us").spark(events)
 
     def upstream(self, events: DataFrame) -> DataFrame:
-        events = self.timed(events)
-        return events.where(self.where) if self.where else events
+        return self._upstream.spark(events)
 
     def hint_stages(self) -> list[Callable[[DataFrame], DataFrame]]:
         """Candidate stages for prefetch hints, earliest first (the filter makes the first one wasteful)."""
         return [self.timed, self.upstream] if self.where else [self.upstream]
+
+    def arrow_hint_stage(self) -> Callable[[pa.Table], pa.Table]:
+        """The upstream in Arrow, for the next batch's hint rows read on the driver."""
+        return self._upstream.arrow
+
+    @property
+    def _upstream(self) -> TimedFilter:
+        column, value = self.where or (None, None)
+        return TimedFilter("time", "us", column, value)
 
     def operator(self, args: argparse.Namespace) -> Aggregation:
         return Aggregation(
@@ -95,7 +104,7 @@ QUERIES = {
         Agg("avg_cpu", "avg", "cpu_request"),
         "30 seconds",
         "1 second",
-        "event_type = 1",
+        ("event_type", 1),
         (("window_start", "ascending"), ("job_id", "ascending")),
     ),
 }

@@ -22,10 +22,11 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from jobs.schemas import LR_REPORTS
+from jobs.stages import TimedFilter
 from jobs.submit import job_arguments, native_aggregation, native_interval_join, run_job, run_query
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.interval_join import IntervalJoin
@@ -33,9 +34,13 @@ from misa.operators.interval_join import IntervalJoin
 REQUIRED = tuple(LR_REPORTS.names)  # a position report lacking any field is bad
 
 
+REPORTS = TimedFilter("time", "s", "type", 0)
+"""Position reports with their event time (``time`` is in seconds)."""
+
+
 def reports(events: DataFrame) -> DataFrame:
-    """Position reports with their event time (``time`` is in seconds)."""
-    return events.where(F.col("type") == 0).withColumn("event_time", F.timestamp_seconds("time"))
+    """Position reports with their event time, in Spark."""
+    return REPORTS.spark(events)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class Lr2:
 
     def hint_stages(self) -> list[Callable[[DataFrame], DataFrame]]:
         return [reports]
+
+    def arrow_hint_stage(self) -> Callable[[pa.Table], pa.Table]:
+        return REPORTS.arrow
 
     def operator(self, args: argparse.Namespace) -> IntervalJoin:
         return IntervalJoin(
@@ -79,6 +87,9 @@ class Lr4:
 
     def hint_stages(self) -> list[Callable[[DataFrame], DataFrame]]:
         return [reports]
+
+    def arrow_hint_stage(self) -> Callable[[pa.Table], pa.Table]:
+        return REPORTS.arrow
 
     def operator(self, args: argparse.Namespace) -> Aggregation:
         return Aggregation(

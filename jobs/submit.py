@@ -11,6 +11,7 @@ import time
 from functools import reduce
 from typing import Any, Callable, Protocol, Sequence
 
+import pyarrow as pa
 from pyspark import SparkConf, SparkContext
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -23,6 +24,7 @@ from common.errors import LocationError
 from common.location import parse, spark_location
 from misa.config import CommitMode, MisaConfig, parse_seconds
 from misa.exceptions import AnalysisError, ConfigError, IncompatibleStateError, RecoveryError
+from misa.io.json_arrow import read_json_lines_arrow
 from misa.io.quarantine import Quarantine, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.obs.metrics import BatchMetrics, summary_line
@@ -208,15 +210,22 @@ def peek_input(
     schema: StructType,
     required: Sequence[str] = (),
     shape: Callable[[DataFrame], DataFrame] | None = None,
+    hint_stage: Callable[[pa.Table], pa.Table] | None = None,
 ) -> FileSourcePeek:
     """The input files that arrived and no batch read yet, read as :func:`read_stream` reads a batch of them
-    (``shape``: what the job adds to the stream, applied to them too)."""
+    (``shape``: what the job adds to the stream, applied to them too); with ``hint_stage`` (the job's last hint
+    stage in Arrow), their hint rows are read on the driver without a Spark job."""
 
     def read(files: list[str]) -> DataFrame:
         rows = parse_json_lines(spark.read.text(files), schema, required)
         return shape(rows) if shape else rows
 
-    return FileSourcePeek(args.input, args.checkpoint, read, args.max_files_per_trigger)
+    def hint_rows(files: list[str]) -> pa.Table:
+        assert hint_stage is not None
+        return hint_stage(read_json_lines_arrow(files, schema, required))
+
+    rows = hint_rows if hint_stage else None
+    return FileSourcePeek(args.input, args.checkpoint, read, args.max_files_per_trigger, hint_rows=rows)
 
 
 def quarantine_dir(args: argparse.Namespace) -> str:
@@ -362,6 +371,9 @@ class JobQuery(Protocol):
     def hint_stages(self) -> list[Callable[[DataFrame], DataFrame]]:
         """Candidate stages for prefetch hints, earliest first."""
 
+    def arrow_hint_stage(self) -> Callable[[pa.Table], pa.Table]:
+        """The last hint stage on Arrow rows: the next batch's hint rows are then read on the driver."""
+
     def operator(self, args: argparse.Namespace) -> StatefulOperator:
         """The stateful operator on the MiSA runtime."""
 
@@ -378,7 +390,7 @@ def run_query(
     if is_native(args.mode):
         run_native(spark, args, query.native(stream, args), sink)
     else:
-        peek = peek_input(spark, args, schema, required)
+        peek = peek_input(spark, args, schema, required, hint_stage=query.arrow_hint_stage())
         run_misa(spark, args, stream, query.operator(args), query.upstream, sink, query.hint_stages(), peek)
 
 

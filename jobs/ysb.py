@@ -43,6 +43,7 @@ from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE
 from jobs.redis_server import RedisLookup, RedisServer, store_mapping
 from jobs.schemas import YSB_EVENTS
+from jobs.stages import TimedFilter
 from jobs.submit import (
     is_native,
     job_arguments,
@@ -66,11 +67,13 @@ KEY_COLUMNS = {"ysb": ("window_start", "window_end", "campaign_id")}
 SORT_BY = (("window_start", "ascending"), ("campaign_id", "ascending"))
 
 
+VIEWS = TimedFilter("event_time", "ms", "event_type", "view", into="event_ts")
+"""The view events with their event timestamp ``event_ts`` (``event_time`` is in epoch ms)."""
+
+
 def views(events: DataFrame) -> DataFrame:
     """The view events' ad, event time (epoch ms) and event timestamp ``event_ts``."""
-    return events.where(F.col("event_type") == "view").select(
-        "ad_id", "event_time", F.timestamp_millis("event_time").alias("event_ts")
-    )
+    return VIEWS.spark(events).select("ad_id", "event_time", "event_ts")
 
 
 def campaign_views(args: argparse.Namespace) -> Aggregation:
@@ -169,7 +172,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
                 LookupAggregation("ad_id", campaign_views(args), lookup),
                 views,
                 sink,
-                next_input=peek_input(spark, args, YSB_EVENTS, REQUIRED),
+                next_input=peek_input(spark, args, YSB_EVENTS, REQUIRED, hint_stage=VIEWS.arrow),
             )
         finally:
             lookup.close()

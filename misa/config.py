@@ -434,6 +434,13 @@ class MisaConfig:
         "With prefetching auto: the share of a batch its state read must take (the most hints could hide), "
         "patience batches in a row, before prefetching is tried.",
     )
+    prefetch_auto_min_device_read_bytes: int = setting(
+        "spark.misa.prefetch.auto.minDeviceReadBytes",
+        "256k",
+        _size(0),
+        "With prefetching auto: what a batch's state reads must fetch from a device (Linux's /proc/self/io) "
+        "before prefetching is tried; reads served from memory are CPU work that hints cannot hide.",
+    )
     prefetch_auto_patience: int = setting(
         "spark.misa.prefetch.auto.patience",
         "3",

@@ -4,9 +4,13 @@ After each batch, :func:`decide` looks at what the batches so far cost and choos
 off for the next one. Two measurements drive it:
 
 * **What hints could hide.** Without prefetching, a batch's state read time is the most prefetching
-  can take off it. While that is below ``min_read_share`` of the batch (state in memory: CM2 reads
-  6 ms of a 0.47 s batch), prefetching stays off and nothing is tried, so the default regime runs
-  exactly as with prefetching off.
+  can take off it, and only where the reads wait on a device: reads served from memory (RocksDB's
+  memtables and block cache, the OS page cache) are CPU work, which a hint thread on the same cores
+  would only move. While the read is below ``min_read_share`` of the batch (state in memory: CM2
+  reads 6 ms of a 0.47 s batch), or the batch's reads fetched less than ``min_device_bytes`` from a
+  device (LR2 at 28,000 records/s reads 0.2 s of a 1 s batch, all from memory: a probe there cost
+  batches of 3 s), prefetching stays off and nothing is tried, so the default regime runs exactly
+  as with prefetching off.
 * **What the batch pays either way.** A batch's *cost* is the driver's time the prefetching changes:
   Spark's compute (an in-batch hint job shares its cores), the wait for hints, the state read and
   the merge (the state cache's bookkeeping), per input row. Prefetching on is compared with off by
@@ -47,6 +51,7 @@ class Sample:
     hint_wait_s: float = 0.0
     read_s: float = 0.0
     apply_s: float = 0.0
+    device_bytes: int | None = None  # read from a device during the state reads; None: not accounted
 
     @property
     def cost(self) -> float:
@@ -64,6 +69,7 @@ class AutoPolicy:
     """The thresholds of the decision (see the module docstring)."""
 
     min_read_share: float = 0.1
+    min_device_bytes: int = 256 * 1024
     patience: int = 3
     margin: float = 0.1
     window: int = 5  # latest measured batches of each mode compared
@@ -74,6 +80,8 @@ class AutoPolicy:
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_read_share <= 1.0 or not 0.0 <= self.margin < 1.0:
             raise ValueError(f"min_read_share and margin must be fractions, not {self.min_read_share}, {self.margin}")
+        if self.min_device_bytes < 0:
+            raise ValueError(f"min_device_bytes must not be negative, not {self.min_device_bytes}")
         if min(self.patience, self.window, self.probe_every, self.max_cooldown, self.recheck_every) < 1:
             raise ValueError("patience, window, probe_every, max_cooldown and recheck_every must be at least 1")
 
@@ -126,12 +134,24 @@ def decide(state: AutoState, history: Sequence[Sample], policy: AutoPolicy = Aut
     return _recheck(state, history, policy)
 
 
+def _cheap_reads(sample: Sample, policy: AutoPolicy) -> str | None:
+    """Why prefetching could not pay for ``sample``'s reads (run without prefetching), or None if it could."""
+    if sample.read_share < policy.min_read_share:
+        return f"reads cheap: {sample.read_share:.1%} of the batch (< {policy.min_read_share:.0%})"
+    if sample.device_bytes is not None and sample.device_bytes < policy.min_device_bytes:
+        return (
+            f"reads from memory: {sample.read_share:.1%} of the batch, {sample.device_bytes / 1024:.0f} KiB "
+            f"from a device (< {policy.min_device_bytes / 1024:.0f} KiB)"
+        )
+    return None
+
+
 def _off(state: AutoState, last: Sample, policy: AutoPolicy) -> Decision:
     share = last.read_share
     cooldown = max(state.cooldown - 1, 0)
-    if share < policy.min_read_share:
-        reason = f"reads cheap: {share:.1%} of the batch (< {policy.min_read_share:.0%})"
-        return Decision(replace(state, agree=0, cooldown=cooldown), reason, share)
+    cheap = _cheap_reads(last, policy)
+    if cheap:
+        return Decision(replace(state, agree=0, cooldown=cooldown), cheap, share)
     agree = state.agree + 1
     if agree >= policy.patience and cooldown == 0:
         probe = AutoState(PROBE, left=1 + policy.patience, failed=state.failed)
@@ -169,9 +189,9 @@ def _on(state: AutoState, history: Sequence[Sample], policy: AutoPolicy) -> Deci
 
 def _recheck(state: AutoState, history: Sequence[Sample], policy: AutoPolicy) -> Decision:
     share = history[-1].read_share
-    if share < policy.min_read_share:
-        reason = f"recheck: reads cheap without prefetching ({share:.1%} of the batch)"
-        return _give_up(1, reason, share, None, policy)
+    cheap = _cheap_reads(history[-1], policy)
+    if cheap:
+        return _give_up(1, f"recheck without prefetching: {cheap}", share, None, policy)
     ratio = _ratio(_measured_on(history, policy.patience), [history[-1]])
     if ratio is not None and ratio > 1:
         return _give_up(1, f"recheck: off is cheaper (prefetching costs {ratio:.2f}x off)", share, ratio, policy)

@@ -111,6 +111,13 @@ def hint_schema(df_schema: StructType, spec: HintSpec) -> StructType:
     return StructType(window + keys + measures)
 
 
+def hint_arrow_schema(rows: pa.Schema, spec: HintSpec) -> pa.Schema:
+    """:func:`hint_schema` for hint rows extracted on the driver from Arrow ``rows``."""
+    window = [pa.field(HINT_WINDOW_END, pa.int64())] if spec.windowed else []
+    measures = [pa.field(HINT_TS, pa.int64()), pa.field(HINT_COUNT, pa.int64()), pa.field(HINT_HASH, pa.int64())]
+    return pa.schema(window + [rows.field(c) for c in spec.key_columns] + measures + [pa.field(HINT_HOT, pa.bool_())])
+
+
 def hint_frame(df: DataFrame, spec: HintSpec, sketch: CountMinSketch | None) -> DataFrame:
     """The hint rows of ``df``, one per partition and distinct key, with hot keys flagged by a snapshot of
     ``sketch``."""

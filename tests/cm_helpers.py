@@ -51,9 +51,9 @@ def expected_results(data: Path, query: str, output_mode: str = "update", waterm
     q = cluster_monitoring.QUERIES[query]
     window_us, slide_us = (int(pd.Timedelta(s).total_seconds() * 1_000_000) for s in (q.window, q.slide))
     events = read_events(data)
-    if q.where:  # CM2's "event_type = 1"
-        column, value = (part.strip() for part in q.where.split("="))
-        events = events[events[column] == int(value)]
+    if q.where:  # CM2's event_type = 1
+        column, value = q.where
+        events = events[events[column] == value]
     starts = (events["time"].to_numpy() // slide_us) * slide_us
     offsets = np.arange(window_us // slide_us) * slide_us  # each event's windows: the latest start, and earlier
     rows = pd.DataFrame(

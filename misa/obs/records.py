@@ -64,6 +64,7 @@ class BatchRecord:
     state_bytes: int = 0  # RocksDB's live SST files and memtables, approximate
     sst_bytes: int = 0  # RocksDB's SST files (rocksdb.total-sst-files-size), every shard
     state_reads: int = 0
+    state_device_read_bytes: int | None = None  # read from a device during the state reads (None: not accounted)
     cache: dict[str, int] = field(default_factory=dict)
     prefetch: dict[str, Any] | None = None
     prefetch_auto: dict[str, Any] | None = None  # with prefetching auto: on or off, the next batch's, and why

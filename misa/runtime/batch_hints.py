@@ -11,7 +11,9 @@ When the job can read its next batch's input ahead (:mod:`misa.runtime.next_inpu
 :class:`HintSession` whose batch ended runs the same extraction over it until the next one starts,
 file by file as they arrive, while the driver waits for the trigger and the executors are idle; the
 next batch then finds its keys warm and skips its own hint job (files that arrive after the last
-look are read on a miss). When nothing arrived in time, the source cannot be peeked, or
+look are read on a miss). Where the source reads the files' hint rows itself (``hint_rows`` of
+:class:`~misa.runtime.next_input.FileSourcePeek`), their keys are extracted on the driver with no
+Spark job at all (``reader: driver`` in the record). When nothing arrived in time, the source cannot be peeked, or
 :class:`~prefetch.lookahead.HintTiming` chose in-batch hints (ahead's prefetches were mostly wasted
 or late and in-batch hints measured clearly better), the batch extracts its own hints
 and the record says why (``next_unavailable``).
@@ -38,14 +40,25 @@ from pyspark.sql import DataFrame
 from common.location import Location
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
-from misa.runtime.next_input import NextInput
+from misa.runtime.next_input import NextInput, Peek
 from misa.state.view import StateView
-from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END, hint_frame
+from prefetch.hints import (
+    HINT_COUNT,
+    HINT_HASH,
+    HINT_HOT,
+    HINT_TS,
+    HINT_WINDOW_END,
+    extract_partition,
+    hint_arrow_schema,
+    hint_frame,
+)
 from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector
 from prefetch.manager import PrefetchManager, PrefetchStats
 from prefetch.sketch import CountMinSketch
 
 log = logging.getLogger(__name__)
+DRIVER, SPARK, BOTH = "driver", "spark", "driver and spark"
+"""Where a batch's hint rows were read: on the driver with Arrow (the source's ``hint_rows``), by a Spark hint job."""
 DataFrameStage = Callable[[DataFrame], DataFrame]  # a stage before the stateful one: the batch's DataFrame up to it
 
 
@@ -183,15 +196,16 @@ class BatchHints:
         total = dict(source=AHEAD, stage=stage, rows=0, hot_skipped=0, hinted=0, over_capacity=0, due_hinted=0)
         reason = "no new files"
         hinted = BatchHintLog()  # what the files before hinted for this batch
+        readers: set[str] = set()  # where the files' hint rows were read: DRIVER, SPARK
         planned: int | None = None  # the newest batch planned when the first look was taken
         while True:  # at least one look, however soon the batch starts
             peek = self.next_input.peek(frozenset(seen))
             planned = peek.planned if planned is None else planned
             if peek.planned > planned:  # Spark planned the next batch: files not seen yet are the one after
                 break
-            if peek.frame is not None:
+            if peek.hint_rows is not None or peek.frame is not None:
                 try:
-                    found = self._extract(self._frame(good(peek.frame), stage), stage, hinted)
+                    found = self._extract_ahead_rows(peek, good, stage, hinted)
                 except Exception:  # noqa: BLE001 (a file gone or unreadable ahead: its keys are read on a miss)
                     log.warning("the next batch's hints could not be extracted ahead", exc_info=True)
                     reason = "failed"
@@ -200,13 +214,29 @@ class BatchHints:
                 self._ahead_files = len(seen)
                 for name in ("rows", "hot_skipped", "hinted", "over_capacity", "due_hinted"):
                     total[name] += found[name]
+                readers.add(found["reader"])
+                total["stage"] = found["stage"]
             elif not seen:
                 reason = peek.reason
             if stop.wait(self.POLL_S):
                 break
         if not seen:
             return {"stage": stage, "next_unavailable": reason, "extract_s": time.monotonic() - started}
-        return {**total, "next_files": len(seen), "extract_s": time.monotonic() - started}
+        reader = readers.pop() if len(readers) == 1 else BOTH
+        return {**total, "reader": reader, "next_files": len(seen), "extract_s": time.monotonic() - started}
+
+    def _extract_ahead_rows(self, peek: Peek, good: DataFrameStage, stage: int, hinted: BatchHintLog) -> dict[str, Any]:
+        """Hint the keys of the files ``peek`` found: from their hint rows on the driver when the source read them
+        so (through the job's last hint stage), else with a hint job over their rows from hint stage ``stage``
+        (``good`` drops their bad records)."""
+        if peek.hint_rows is None:
+            assert peek.frame is not None
+            return self._extract(self._frame(good(peek.frame), stage), stage, hinted)
+        started = time.monotonic()
+        spec = self.operator.hint_spec()
+        batches = list(extract_partition(iter(peek.hint_rows.to_batches()), spec, self.sketch))
+        table = pa.Table.from_batches(batches, schema=hint_arrow_schema(peek.hint_rows.schema, spec))
+        return {**self._hint_table(table, len(self.stages) - 1, hinted, started), "reader": DRIVER}
 
     def _frame(self, rows: DataFrame, stage: int) -> DataFrame:
         """The hint job of ``rows`` from hint stage ``stage``."""
@@ -216,9 +246,12 @@ class BatchHints:
     def _extract(self, frame: DataFrame, stage: int, hinted: BatchHintLog | None = None) -> dict[str, Any]:
         """Run the hint job ``frame`` (from hint stage ``stage``) and hint its keys, then the keys due at the
         watermark its rows give; ``hinted``: what earlier extractions for the same batch hinted (updated)."""
-        hinted = BatchHintLog() if hinted is None else hinted
         started = time.monotonic()
-        table = frame.toArrow()
+        return {**self._hint_table(frame.toArrow(), stage, hinted, started), "reader": SPARK}
+
+    def _hint_table(self, table: pa.Table, stage: int, hinted: BatchHintLog | None, started: float) -> dict[str, Any]:
+        """Hint the keys of the hint rows ``table``, then the keys due at the watermark its rows give."""
+        hinted = BatchHintLog() if hinted is None else hinted
         self._count(table)
         hot = table[HINT_HOT]
         hints = table.filter(pc.invert(hot))

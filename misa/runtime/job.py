@@ -126,7 +126,11 @@ class StatefulJob:
             )
             stages = list(hint_stages or [upstream or (lambda df: df)])
             self.hints = BatchHints(self.config, operator, stages, manager, self.view, next_input)
-            policy = AutoPolicy(self.config.prefetch_auto_min_read_share, self.config.prefetch_auto_patience)
+            policy = AutoPolicy(
+                min_read_share=self.config.prefetch_auto_min_read_share,
+                min_device_bytes=self.config.prefetch_auto_min_device_read_bytes,
+                patience=self.config.prefetch_auto_patience,
+            )
             self.auto = AutoPrefetch(policy) if auto else None
         elif self.config.prefetching == "true" and callable(getattr(operator, "hint_keys", None)):
             log.warning(
@@ -301,7 +305,8 @@ class StatefulJob:
         session.wait()
         phases.hint_wait_s = clock.lap()
         result = self._merge(deltas)
-        phases.state_read_s = self.view.take_read_s()
+        reads = self.view.take_reads()
+        phases.state_read_s, record.state_device_read_bytes = reads.seconds, reads.device_bytes
         phases.state_apply_s = clock.lap() - phases.state_read_s
         self.sink(batch_id, result.output)
         phases.sink_s = clock.lap()
@@ -372,7 +377,7 @@ class StatefulJob:
 
     def _merge(self, deltas: pa.Table) -> OperatorResult:
         """The driver's state phase: the operator merges the deltas into the state."""
-        self.view.take_read_s()  # reads before this phase (none expected) are not the batch's
+        self.view.take_reads()  # reads before this phase (none expected) are not the batch's
         with self._state_phase():
             return self.operator.apply(deltas, self.view)
 
@@ -387,7 +392,8 @@ class StatefulJob:
             return None
         p = record.phases
         times = (p.compute_s, p.hint_wait_s, p.state_read_s, p.state_apply_s)
-        choice = self.auto.observe(Sample(on, record.input_rows, record.batch_s, *times))
+        sample = Sample(on, record.input_rows, record.batch_s, *times, device_bytes=record.state_device_read_bytes)
+        choice = self.auto.observe(sample)
         self.view.set_prefetching(self.auto.on)
         self.hints.hold_ahead(self.auto.state.phase == PROBE)  # type: ignore[union-attr]
         return choice

@@ -7,6 +7,11 @@ and leaves out every file Spark's source log (``CHECKPOINT/sources/<i>/``) assig
 read incrementally, and the files the caller has seen already. With ``maxFilesPerTrigger`` the next
 batch takes the oldest files (by modification time, then name), so only those are named. The runtime
 extracts their keys and prefetches them while the driver would idle (:mod:`misa.runtime.batch_hints`).
+
+A job that can give the files' hint rows in Arrow (``hint_rows``: its last hint stage run on the driver,
+for example over :func:`misa.io.json_arrow.read_json_lines_arrow`) spares the hint job: a Spark job per
+file costs about 20 times the CPU of reading it with pyarrow, on the cores the batches need. Files it
+cannot read so (``ArrowInvalid``: a record Spark would set aside) are read by Spark as without it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from common.location import Location
@@ -25,14 +31,17 @@ from misa.state.store import EMPTY_VERSION
 
 log = logging.getLogger(__name__)
 Reader = Callable[[list[str]], DataFrame]  # files -> the rows a batch of them gives the foreachBatch function
+HintRows = Callable[[list[str]], pa.Table]  # files -> their good records through the job's last hint stage, in Arrow
 
 
 @dataclass(frozen=True)
 class Peek:
-    """What a peek found: the next batch's files and their rows, or why it cannot tell (``reason``)."""
+    """What a peek found: the next batch's files and their rows (as Spark reads them, or as hint rows read on the
+    driver), or why it cannot tell (``reason``)."""
 
     files: tuple[str, ...] = ()
     frame: DataFrame | None = None
+    hint_rows: pa.Table | None = None  # the files' rows through the job's last hint stage, read without Spark
     reason: str = ""  # empty when files were found
     planned: int = EMPTY_VERSION  # the newest batch the source's log shows planned (none, or the source cannot tell)
 
@@ -49,7 +58,8 @@ class NextInput(Protocol):
 
 
 class FileSourcePeek:
-    """The arrived, unassigned files of a file source reading ``input_location`` (source ``source`` of the query)."""
+    """The arrived, unassigned files of a file source reading ``input_location`` (source ``source`` of the query);
+    ``read`` gives their rows as Spark reads them, ``hint_rows`` (optional) their hint rows without Spark."""
 
     def __init__(
         self,
@@ -58,11 +68,13 @@ class FileSourcePeek:
         read: Reader,
         max_files: int | None = None,
         source: int = 0,
+        hint_rows: HintRows | None = None,
     ):
         self.fs, self.input = resolve_location(input_location).filesystem()  # both where Spark reads them
         self.source = source
         self.follow(resolve_location(checkpoint_location))
         self.read = read
+        self.hint_rows = hint_rows
         self.max_files = max_files
         self._assigned: set[str] = set()  # base names of files some batch read
         self._read_through = EMPTY_VERSION  # the newest log entry read
@@ -83,6 +95,11 @@ class FileSourcePeek:
         names = tuple(name for name in next_batch if name not in skip)
         if not names:
             return Peek(reason="no new files", planned=self._read_through)
+        if self.hint_rows is not None:
+            try:
+                return Peek(names, hint_rows=self.hint_rows(list(names)), planned=self._read_through)
+            except (pa.ArrowInvalid, OSError) as error:
+                log.info("the next batch's files are read by Spark for hints (%s)", error)
         return Peek(names, self.read(list(names)), planned=self._read_through)
 
     def _is_new(self, name: str) -> bool:

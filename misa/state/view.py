@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 from common.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
 from misa.state.commit_buffer import CommitBuffer
+from misa.state.device_reads import device_bytes_read
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
 from misa.state.write_buffer import WriteBuffer
+
+
+@dataclass(frozen=True)
+class StateReads:
+    """What a batch's state reads cost: their time, and the bytes the process read from a device meanwhile
+    (None: not accounted on this system; reads of other threads in that time, such as compactions, count too)."""
+
+    seconds: float = 0.0
+    device_bytes: int | None = 0
 
 
 class StateView:
@@ -36,7 +47,7 @@ class StateView:
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
         self.prefetcher: CacheReader | None = None  # serves the reads while prefetching is on
         self._manager: CacheReader | None = None
-        self.read_s = 0.0  # time spent in get_many since the last take_read_s
+        self._reads = StateReads()  # the reads (get_many) since the last take_reads
         self._open = BatchVersion()  # the batch's version, written into the write buffer
         self._frozen: list[BatchVersion] = []  # frozen versions whose buffers RocksDB may not have yet, oldest first
         self._lock = threading.Lock()
@@ -107,7 +118,7 @@ class StateView:
     # -- the batch's reads and writes
     def get_many(self, keys: Sequence[bytes], ts: Sequence[int] | int = 0) -> list[bytes | None]:
         """Values of ``keys`` as this batch sees them; ``ts`` is each access's event time (for the TAC)."""
-        started = time.monotonic()
+        started, device_before = time.monotonic(), device_bytes_read()
         try:
             out = self.writes.get_many(keys)
             misses = [i for i, v in enumerate(out) if v is MISSING]
@@ -118,7 +129,15 @@ class StateView:
                     out[i] = value
             return out
         finally:
-            self.read_s += time.monotonic() - started
+            self._count_read(time.monotonic() - started, device_before)
+
+    def _count_read(self, seconds: float, device_before: int | None) -> None:
+        """Add a read of ``seconds`` to the batch's reads, with the device bytes read since ``device_before``."""
+        device_after, device = device_bytes_read(), None
+        so_far = self._reads.device_bytes
+        if so_far is not None and device_before is not None and device_after is not None:
+            device = so_far + device_after - device_before
+        self._reads = StateReads(self._reads.seconds + seconds, device)
 
     def _read(self, keys: Sequence[bytes], ts: Sequence[int] | int) -> list[bytes | None]:
         """Values of keys the batch did not write: the prefetcher, or the read cache and below."""
@@ -136,10 +155,10 @@ class StateView:
             self.cache.fill(wanted, fetched, stamps_at(ts, misses))
         return out
 
-    def take_read_s(self) -> float:
-        """Time the batch spent reading state; resets it."""
-        read_s, self.read_s = self.read_s, 0.0
-        return read_s
+    def take_reads(self) -> StateReads:
+        """What the batch's state reads cost so far; resets it."""
+        reads, self._reads = self._reads, StateReads()
+        return reads
 
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Write this batch's new values (None deletes the key)."""

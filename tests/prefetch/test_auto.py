@@ -11,10 +11,13 @@ from prefetch.auto import OFF, ON, PROBE, AutoPolicy, AutoPrefetch, AutoState, S
 Regime = Callable[[bool, int], Sample]
 
 
-def batch(on: bool, read_s: float, other_s: float = 0.3, rows: int = 7500) -> Sample:
-    """A batch of ``rows`` rows: ``other_s`` of compute and merge, ``read_s`` of state read."""
+def batch(
+    on: bool, read_s: float, other_s: float = 0.3, rows: int = 7500, device_bytes: int | None = 2 << 20
+) -> Sample:
+    """A batch of ``rows`` rows: ``other_s`` of compute and merge, ``read_s`` of state read that fetched
+    ``device_bytes`` from a device (None: not accounted)."""
     return Sample(on, rows, batch_s=other_s + read_s + 0.05, compute_s=other_s * 0.8, read_s=read_s,
-                  apply_s=other_s * 0.2)  # fmt: skip
+                  apply_s=other_s * 0.2, device_bytes=device_bytes)  # fmt: skip
 
 
 def run(regime: Regime, batches: int, policy: AutoPolicy = AutoPolicy()) -> tuple[list[bool], list[dict]]:
@@ -29,7 +32,7 @@ def run(regime: Regime, batches: int, policy: AutoPolicy = AutoPolicy()) -> tupl
 
 def memory(on: bool, i: int) -> Sample:
     """The default regime (CM2, state in memory): reads 6 ms of a 0.47 s batch; the cache costs 10 ms."""
-    return batch(on, 0.006, 0.41 + (0.01 if on else 0.0))
+    return batch(on, 0.006, 0.41 + (0.01 if on else 0.0), device_bytes=0)
 
 
 def slow_volume(on: bool, i: int) -> Sample:
@@ -48,6 +51,20 @@ def test_state_in_memory_stays_off_and_never_probes():
     assert {r["phase"] for r in records} == {OFF}
     assert records[0]["reason"] == "reads cheap: 1.3% of the batch (< 10%)"
     assert records[0]["prefetching"] == "off" and records[0]["next"] == "off"
+
+
+def test_reads_served_from_memory_never_start_a_probe_however_long_they_take():
+    """LR2 at 28,000 records/s with its state in memory: 0.2 s of a 1 s batch reading, nothing from a device."""
+    ran, records = run(lambda on, i: batch(on, 0.2, 0.75, rows=85_000, device_bytes=40 << 10), 200)
+    assert not any(ran)
+    assert records[0]["reason"] == "reads from memory: 20.0% of the batch, 40 KiB from a device (< 256 KiB)"
+    assert {r["phase"] for r in records} == {OFF}
+
+
+def test_without_device_accounting_the_read_share_alone_decides():
+    ran, records = run(lambda on, i: batch(on, 0.03 if on else 0.3, device_bytes=None), 10)
+    assert ran[:3] == [False] * 3 and all(ran[3:])
+    assert records[2]["reason"] == "probe: reads 46.2% of the batch for 3 batches"
 
 
 def test_slow_reads_are_probed_after_patience_and_prefetching_stays_on_where_it_pays():
@@ -109,7 +126,7 @@ def test_a_recheck_turns_prefetching_off_when_the_state_moved_into_memory():
     ran, records = run(shrinks, 40, AutoPolicy(recheck_every=10))
     recheck = ran.index(True) + 4 + 10
     assert not any(ran[recheck:])
-    assert records[recheck]["reason"].startswith("recheck: reads cheap without prefetching (1.3% of the batch)")
+    assert records[recheck]["reason"].startswith("recheck without prefetching: reads cheap: 1.3% of the batch")
 
 
 def test_a_recheck_turns_prefetching_off_when_off_costs_less():
@@ -138,7 +155,9 @@ def test_a_probe_without_a_measurement_of_off_does_not_keep_prefetching():
     assert not decision.on and decision.ratio is None and "cost unmeasured off" in decision.reason
 
 
-@pytest.mark.parametrize("kwargs", [{"min_read_share": 1.5}, {"margin": 1.0}, {"patience": 0}, {"window": 0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"min_read_share": 1.5}, {"margin": 1.0}, {"patience": 0}, {"window": 0}, {"min_device_bytes": -1}]
+)
 def test_invalid_policies_are_refused(kwargs):
     with pytest.raises(ValueError):
         AutoPolicy(**kwargs)

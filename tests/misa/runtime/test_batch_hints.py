@@ -16,7 +16,7 @@ from misa.operators.base import HintSource
 from misa.runtime.batch_hints import BatchHintLog, BatchHints, HintSession
 from misa.runtime.next_input import Peek
 from prefetch.cache import StateCache
-from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END
+from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END, HintSpec
 from prefetch.lookahead import AHEAD, IN_BATCH
 from prefetch.manager import PrefetchManager, PrefetchStats
 
@@ -48,11 +48,11 @@ def test_hints_ahead_stop_at_the_files_of_the_batch_spark_planned():
     extracted: list[str] = []
     hints._frame = lambda rows, stage: rows  # type: ignore[method-assign]
     hints._extract = lambda frame, stage, hinted=None: extracted.append(frame) or {  # type: ignore[method-assign]
-        "rows": 2, "hot_skipped": 0, "hinted": 2, "over_capacity": 0, "due_hinted": 0
+        "stage": 0, "rows": 2, "hot_skipped": 0, "hinted": 2, "over_capacity": 0, "due_hinted": 0, "reader": "spark"
     }  # fmt: skip
     found = hints._extract_ahead(lambda rows: rows, 0, stop)
     assert extracted == ["rows of a, b"]
-    assert found["next_files"] == 2 and found["rows"] == 2
+    assert found["next_files"] == 2 and found["rows"] == 2 and found["reader"] == "spark"
     hints.close()
 
 
@@ -287,7 +287,7 @@ def hints():
     hints._frame = lambda rows, stage: rows
     hints._extract = lambda frame, stage, hinted=None: hints.extracted.append(frame) or {  # type: ignore[method-assign]
         "source": IN_BATCH, "stage": stage, "rows": 1, "hot_skipped": 0, "hinted": 1, "over_capacity": 0,
-        "due_hinted": 0,
+        "due_hinted": 0, "reader": "spark",
     }  # fmt: skip
     yield hints
     hints.close()
@@ -458,4 +458,48 @@ def test_while_auto_probes_hints_stay_ahead_and_the_timing_starts_afresh(manager
     assert [hints._end_batch(AHEAD, poor)["next_source"] for _ in range(3)] == [AHEAD] * 3
     hints.hold_ahead(False)  # the probe paid: prefetching stays on and the timing adapts again
     assert [hints._end_batch(AHEAD, poor)["next_source"] for _ in range(2)] == [AHEAD, IN_BATCH]
+    hints.close()
+
+
+class KeyedByColumn(Operator):
+    """A hint source whose state key is column ``k`` of rows with an event time ``t`` (epoch ms)."""
+
+    def hint_spec(self) -> HintSpec:
+        return HintSpec(("k",), "t")
+
+
+class DriverReadInput:
+    """A file source that read its arrived files' hint rows itself (no Spark): ``a`` with three rows, then ``b``
+    with none; the batch starts after that."""
+
+    def __init__(self, stop: threading.Event):
+        rows = pa.table({"k": pa.array(["x", "y", "x"]), "t": pa.array([1, 2, 3], pa.int64())})
+        empty = pa.table({"k": pa.array([], pa.string()), "t": pa.array([], pa.int64())})
+        self.looks, self.stop = [Peek(("a",), hint_rows=rows), Peek(("b",), hint_rows=empty)], stop
+
+    def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
+        if len(self.looks) == 1:
+            self.stop.set()
+        return self.looks.pop(0) if self.looks else Peek(reason="no new files")
+
+    def follow(self, checkpoint: object) -> None:
+        pass
+
+
+def test_hint_rows_read_by_the_source_are_extracted_on_the_driver_without_a_hint_job(manager):
+    stop = threading.Event()
+    hints = batch_hints(manager, stages=2, operator=KeyedByColumn())
+    hints.next_input = DriverReadInput(stop)
+    hints.POLL_S = 0.0
+    hints._frame = lambda rows, stage: pytest.fail("no hint job: the rows were read on the driver")  # type: ignore
+    found = hints._extract_ahead(lambda rows: pytest.fail("no bad records to drop on the driver"), 0, stop)
+    assert {k: found[k] for k in ("reader", "stage", "rows", "hinted", "next_files")} == {
+        "reader": "driver",
+        "stage": 1,  # the source's hint rows come from the job's last hint stage
+        "rows": 2,  # x and y, once each
+        "hinted": 2,
+        "next_files": 2,
+    }
+    manager.quiesce()
+    assert manager.read([b"x", b"y"], 10_000) == [b"X", b"Y"] and manager.take_stats().prefetch_hits == 2
     hints.close()

@@ -6,7 +6,13 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
+from pyspark.sql.types import LongType, StructField, StructType
+
+from misa.io.json_arrow import read_json_lines_arrow
 from misa.runtime.next_input import FileSourcePeek
+
+SCHEMA = StructType([StructField("k", LongType())])
 
 
 def arrive(folder: Path, name: str, mtime: int) -> None:
@@ -82,3 +88,22 @@ def test_files_already_seen_are_skipped_but_still_fill_the_next_batch(tmp_path):
     assert names(first) == ["part-0.json"] and names(second) == ["part-1.json"]
     assert second.frame == list(second.files)  # only the new file is read
     assert peek.peek(frozenset(first.files + second.files)).reason == "no new files"  # part-2 is a later batch's
+
+
+def test_hint_rows_read_on_the_driver_spare_spark_and_a_file_pyarrow_cannot_read_goes_to_spark(tmp_path):
+    inp, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    inp.mkdir()
+    arrive(inp, "part-0.json", 100)
+    spark_reads: list[list[str]] = []
+
+    def hint_rows(files: list[str]) -> pa.Table:
+        return read_json_lines_arrow(files, SCHEMA, ("k",))
+
+    peek = FileSourcePeek(str(inp), str(ckpt), lambda f: spark_reads.append(f) or "rows", hint_rows=hint_rows)
+    (inp / "part-0.json").write_text('{"k": 1}\n{"k": 2}\n')
+    first = peek.peek()
+    assert first.hint_rows is not None and first.hint_rows.column("k").to_pylist() == [1, 2]
+    assert first.frame is None and spark_reads == []
+    (inp / "part-0.json").write_text('{"k": 1}\n{"k": \n')  # a malformed line: Spark sets it aside, pyarrow fails
+    second = peek.peek()
+    assert second.hint_rows is None and second.frame == "rows" and len(spark_reads) == 1

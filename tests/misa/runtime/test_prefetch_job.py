@@ -46,11 +46,18 @@ def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, 
 
 def test_lookahead_moves_to_the_filtered_stage(spark, tmp_path_factory, tmp_path, session_conf):
     """CM2's first hint stage has every event type; with many jobs, each batch's jobs that only other
-    event types touch (most of them here) are wasted prefetches, so the lookahead moves to the filter."""
+    event types touch (most of them here) are wasted prefetches, so the lookahead moves to the filter (for
+    hint jobs in the batch: read ahead on the driver, the hints come from the job's last stage)."""
     data = tmp_path_factory.mktemp("cm-many-jobs")
     generate_cm(data, rate=250, seconds=40, seed=6, files_per_second=0.125, jobs=20_000)
     reference = run_in_process(spark, "cm2", "misa", data, tmp_path / "no-prefetch")
-    session_conf({"spark.misa.prefetch.enabled": "true", "spark.misa.prefetch.wastedRatioThreshold": "0.1"})
+    session_conf(
+        {
+            "spark.misa.prefetch.enabled": "true",
+            "spark.misa.prefetch.wastedRatioThreshold": "0.1",
+            "spark.misa.prefetch.nextBatch": "false",
+        }
+    )
     assert_same_results(run_in_process(spark, "cm2", "misa", data, tmp_path), reference)
     stages = [r["prefetch"]["stage"] for r in metrics(tmp_path) if r["prefetch"]]
     assert stages[0] == 0 and stages[-1] == 1, stages
@@ -58,7 +65,7 @@ def test_lookahead_moves_to_the_filtered_stage(spark, tmp_path_factory, tmp_path
 
 def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_path, session_conf, without_prefetch):
     """After the first batch, each batch's keys were prefetched before it started, from its files read
-    ahead (two per batch here); with nextBatch off every batch extracts its own."""
+    ahead on the driver (two per batch here); with nextBatch off every batch extracts its own."""
     session_conf({"spark.misa.prefetch.enabled": "true"})
     assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
     prefetch = [r["prefetch"] for r in metrics(tmp_path)]
@@ -66,6 +73,8 @@ def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_
     assert prefetch[0]["source"] == "in-batch" and prefetch[0]["next_unavailable"] == "no extraction ahead"
     assert [p.get("next_files") for p in prefetch[1:]] == [2] * (len(prefetch) - 1)
     assert {p["source"] for p in prefetch[1:]} == {"ahead"} and {p["next_source"] for p in prefetch} == {"ahead"}
+    assert {p["reader"] for p in prefetch[1:]} == {"driver"}  # read with Arrow, no hint job at all
+    assert prefetch[0]["reader"] == "spark"  # the first batch's own hint job
     assert sum(p["prefetch_hits"] for p in prefetch[1:]) > 0
     session_conf({"spark.misa.prefetch.nextBatch": "false"})
     run_in_process(spark, "cm2", "misa", cm_data, tmp_path / "same-batch")
@@ -76,11 +85,30 @@ def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_
     }
 
 
-def test_auto_probes_prefetching_and_records_each_choice(spark, cm_data, tmp_path, session_conf, without_prefetch):
-    """Prefetching auto in a real job: reads always count as worth hiding here (minReadShare 0), so the
-    first batch starts a probe of two batches with prefetching; every record says on or off and why,
-    and the output is the same as without prefetching."""
+def test_auto_never_probes_reads_served_from_memory(spark, cm_data, tmp_path, session_conf, without_prefetch):
+    """Reads count as worth hiding by their share here (minReadShare 0), but the state is in memory: the
+    batches' reads fetch nothing from a device, so auto never tries prefetching, and each record says so."""
     session_conf({"spark.misa.prefetch.auto.minReadShare": "0", "spark.misa.prefetch.auto.patience": "1"})
+    assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
+    records = metrics(tmp_path)
+    assert all(0 <= r["state_device_read_bytes"] < 256 * 1024 for r in records)
+    choices = [r["prefetch_auto"] for r in records]
+    assert len(choices) >= 3 and {c["prefetching"] for c in choices} == {"off"}
+    assert all(c["reason"].startswith("reads from memory: ") for c in choices)
+    assert all(r["prefetch"] is None for r in records)
+
+
+def test_auto_probes_prefetching_and_records_each_choice(spark, cm_data, tmp_path, session_conf, without_prefetch):
+    """Prefetching auto in a real job: reads always count as worth hiding here (minReadShare 0, and no device
+    reads needed: the state is in memory), so the first batch starts a probe of two batches with
+    prefetching; every record says on or off and why, and the output is the same as without prefetching."""
+    session_conf(
+        {
+            "spark.misa.prefetch.auto.minReadShare": "0",
+            "spark.misa.prefetch.auto.minDeviceReadBytes": "0",
+            "spark.misa.prefetch.auto.patience": "1",
+        }
+    )
     assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
     records = metrics(tmp_path)
     choices = [r["prefetch_auto"] for r in records]

@@ -14,7 +14,7 @@ from state_helpers import key, pending_version
 from misa.runtime.batch_cache import attach_prefetcher
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
-from misa.state.view import StateView
+from misa.state.view import StateReads, StateView
 from prefetch.cache import StateCache
 
 
@@ -117,14 +117,22 @@ def test_reset_forgets_the_batch_and_the_pending_buffers(view):
     assert view.freeze(1).buffer.changes == {}
 
 
-def test_read_time_adds_up_over_reads_and_is_reset_when_taken(store, monkeypatch):
-    clock = iter([10.0, 10.25, 11.0, 11.5])
+def test_read_time_and_device_bytes_add_up_over_reads_and_are_reset_when_taken(store, monkeypatch):
+    clock, device = iter([10.0, 10.25, 11.0, 11.5]), iter([1000, 5096, 5096, 9192])
     monkeypatch.setattr("misa.state.view.time", SimpleNamespace(monotonic=lambda: next(clock)))
+    monkeypatch.setattr("misa.state.view.device_bytes_read", lambda: next(device))
     view = StateView(store)
     view.get_many([key(1)])
     view.get_many([key(2), key(3)])
-    assert view.read_s == 0.75
-    assert view.take_read_s() == 0.75 and view.read_s == 0.0 and view.take_read_s() == 0.0
+    assert view.take_reads() == StateReads(0.75, 8192)
+    assert view.take_reads() == StateReads(0.0, 0)
+
+
+def test_device_bytes_are_unknown_where_the_system_does_not_account_them(store, monkeypatch):
+    monkeypatch.setattr("misa.state.view.device_bytes_read", lambda: None)
+    view = StateView(store)
+    view.get_many([key(1)])
+    assert view.take_reads().device_bytes is None
 
 
 def test_with_prefetching_reads_still_see_the_pending_buffers_and_the_batchs_writes(store):
