@@ -132,8 +132,10 @@ def test_an_offset_based_source_is_replayed_from_sparks_offsets_log_as_plain_spa
     committed = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
     if first.version == committed:  # as if the driver died after the state's commit, before Spark's (which the
         for log_dir in (first.spark_checkpoint.local, ckpt):  # local copy Spark writes holds, the mirror too)
-            for name in (str(committed), f".{committed}.crc"):
-                (log_dir / "commits" / name).unlink(missing_ok=True)
+            # the stop may have come after Spark planned the next batch: before Spark's commit, it had not
+            for log, batch in (("commits", committed), ("offsets", committed + 1)):
+                for name in (str(batch), f".{batch}.crc"):
+                    (log_dir / log / name).unlink(missing_ok=True)
     replayed = first.version  # else the stop came in between: the state is ahead already
     planned = (ckpt / "offsets" / str(replayed)).read_text()
     second = rate_job(tmp_path, sink)
