@@ -37,8 +37,7 @@ class TimedFilter:
     def spark(self, events: DataFrame) -> DataFrame:
         """The stage in Spark."""
         rows = events.where(F.col(self.column) == self.value) if self.column else events
-        make = {"s": F.timestamp_seconds, "ms": F.timestamp_millis, "us": F.timestamp_micros}[self.unit]
-        return rows.withColumn(self.into, make(self.time))
+        return rows.withColumn(self.into, F.timestamp_micros(F.col(self.time).cast("long") * _MICROS[self.unit]))
 
     def arrow(self, events: pa.Table) -> pa.Table:
         """The stage in Arrow (rows without a time get none, as in Spark)."""

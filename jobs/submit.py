@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 import time
-from functools import reduce
+from functools import partial, reduce
 from typing import Any, Callable, Protocol, Sequence
 
 import pyarrow as pa
@@ -220,11 +220,10 @@ def peek_input(
         rows = parse_json_lines(spark.read.text(files), schema, required)
         return shape(rows) if shape else rows
 
-    def hint_rows(files: list[str]) -> pa.Table:
-        assert hint_stage is not None
-        return hint_stage(read_json_lines_arrow(files, schema, required))
+    def hint_rows(stage: Callable[[pa.Table], pa.Table], files: list[str]) -> pa.Table:
+        return stage(read_json_lines_arrow(files, schema, required))
 
-    rows = hint_rows if hint_stage else None
+    rows = partial(hint_rows, hint_stage) if hint_stage else None
     return FileSourcePeek(args.input, args.checkpoint, read, args.max_files_per_trigger, hint_rows=rows)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     IntegerType,
@@ -113,9 +114,7 @@ def hint_schema(df_schema: StructType, spec: HintSpec) -> StructType:
 
 def hint_arrow_schema(rows: pa.Schema, spec: HintSpec) -> pa.Schema:
     """:func:`hint_schema` for hint rows extracted on the driver from Arrow ``rows``."""
-    window = [pa.field(HINT_WINDOW_END, pa.int64())] if spec.windowed else []
-    measures = [pa.field(HINT_TS, pa.int64()), pa.field(HINT_COUNT, pa.int64()), pa.field(HINT_HASH, pa.int64())]
-    return pa.schema(window + [rows.field(c) for c in spec.key_columns] + measures + [pa.field(HINT_HOT, pa.bool_())])
+    return to_arrow_schema(hint_schema(from_arrow_schema(rows), spec))
 
 
 def hint_frame(df: DataFrame, spec: HintSpec, sketch: CountMinSketch | None) -> DataFrame:

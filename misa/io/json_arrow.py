@@ -26,13 +26,14 @@ def read_json_lines_arrow(files: Sequence[str], schema: StructType, required: Se
     """The records of the JSON-lines ``files`` (any location) as ``schema``'s columns, those with a null or missing
     ``required`` field left out; raises :class:`pyarrow.ArrowInvalid` where a file holds a record Spark would
     set aside as bad."""
-    options = pa_json.ParseOptions(explicit_schema=to_arrow_schema(schema), unexpected_field_behavior="ignore")
-    tables = []
+    columns = to_arrow_schema(schema)
+    options = pa_json.ParseOptions(explicit_schema=columns, unexpected_field_behavior="ignore")
+    tables = [columns.empty_table()]
     for file in files:
         fs, path = parse(file).filesystem()
         with fs.open(path, "rb") as lines:
             tables.append(pa_json.read_json(lines, parse_options=options))
-    table = pa.concat_tables(tables) if tables else to_arrow_schema(schema).empty_table()
+    table = pa.concat_tables(tables)
     for column in required:
         table = table.filter(pc.is_valid(table[column]))
     return table
