@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
+
+from misa.operators.base import OperatorResult, followed_by
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
 from misa.state.view import StateView
@@ -36,3 +39,8 @@ def pending_version(
     frozen = view.freeze(version)
     frozen.hand_over()
     return frozen
+
+
+def apply_then_idle(op, deltas: pa.Table, view: StateView) -> OperatorResult:
+    """A data batch and the batch without data Spark runs after it when no input waits (input fed a file at a time)."""
+    return followed_by(op.apply(deltas, view), op.no_data_batch(view))

@@ -179,6 +179,8 @@ class Aggregation(HintSource):
     _panes: PaneState | None = field(default=None, init=False, repr=False)  # sliding windows only
     _ansi: bool = field(default=False, init=False, repr=False)  # the session's, read by deltas()
     _cells: list[str] | None = field(default=None, init=False, repr=False)  # AggValues.cells of the state
+    _last_values: AggValues | None = field(default=None, init=False, repr=False)  # the last batch's, for no_data_batch
+    _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("update", "append"):
@@ -258,14 +260,31 @@ class Aggregation(HintSource):
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        """A data batch: rows of windows closed at the late-events watermark are dropped, the rest merged; then
+        windows closed at the eviction watermark are evicted (append mode emits them) (:mod:`.watermark`)."""
         values = self._values(deltas.schema)
         result = OperatorResult(self._empty_output(deltas.schema, values))
+        late, evict = self.watermark.begin_batch()
         if deltas.num_rows and self.event_time:
             self.watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
         if self._panes is not None:
-            self._apply_panes(self._panes, deltas, state, result, values)
+            self._apply_panes(self._panes, deltas, state, result, values, late)
         else:
-            self._apply_keys(deltas, state, result, values)
+            self._apply_keys(deltas, state, result, values, late)
+        self._evict(state, result, values, late, evict)
+        return result
+
+    def no_data_batch(self, state: StateView) -> OperatorResult:
+        """The batch Spark runs without data when the trigger finds no new input: evict (and in append mode emit)
+        the windows the batches so far closed."""
+        values = self._last_values
+        if values is None or not self.window:
+            return OperatorResult(pa.table({}))
+        result = OperatorResult(self._empty_output(self._last_schema, values))
+        previous = self.watermark.at_us
+        advanced = self.watermark.advance()
+        if advanced is not None:
+            self._evict(state, result, values, previous, advanced)
         return result
 
     def _values(self, schema: pa.Schema) -> AggValues:
@@ -277,13 +296,16 @@ class Aggregation(HintSource):
                 "(an input column changed type): run the query from a new checkpoint location and state dir"
             )
         self._cells = values.cells
+        self._last_values, self._last_schema = values, schema
         return values
 
-    def _apply_keys(self, deltas: pa.Table, state: StateView, result: OperatorResult, values: AggValues) -> None:
+    def _apply_keys(
+        self, deltas: pa.Table, state: StateView, result: OperatorResult, values: AggValues, late_us: int
+    ) -> None:
         """Unwindowed and tumbling state: one entry per (window, key), merged with the key's deltas."""
         codec = self._key_codec(deltas.schema)
         if self.window and deltas.num_rows:
-            late = pc.less_equal(deltas[WINDOW_END], self.watermark.at_us)
+            late = pc.less_equal(deltas[WINDOW_END], late_us)
             result.late_rows = int(pc.sum(pc.filter(deltas[ROWS], late)).as_py() or 0)
             deltas = deltas.filter(pc.invert(late))
         if deltas.num_rows:
@@ -298,16 +320,19 @@ class Aggregation(HintSource):
             result.state_reads = len(keys)
             if self.output_mode == "update":
                 result.output = self._output(deltas.select(self._key_columns()).take(first_rows), values, merged)
-        if self.window:
-            self._close_windows(state, result, values)
 
     def _apply_panes(
-        self, panes: PaneState, deltas: pa.Table, state: StateView, result: OperatorResult, values: AggValues
+        self,
+        panes: PaneState,
+        deltas: pa.Table,
+        state: StateView,
+        result: OperatorResult,
+        values: AggValues,
+        watermark: int,
     ) -> None:
-        """Sliding windows: drop pane deltas whose windows all closed (counting each late window's rows),
-        fold the rest into the pane records, emit changed windows (update) or closed ones (append)."""
+        """Sliding windows: drop pane deltas whose windows all closed at the late-events ``watermark`` (counting
+        each late window's rows), fold the rest into the pane records, emit changed windows (update mode)."""
         codec = self._key_codec(deltas.schema)
-        watermark = self.watermark.at_us
         if deltas.num_rows:
             ends = deltas[PANE_END].to_numpy()
             late = panes.windows.late_windows(ends, watermark)
@@ -321,11 +346,6 @@ class Aggregation(HintSource):
             result.state_reads = len(changed.group_keys)
             if self.output_mode == "update":
                 result.output = self._window_output(changed, values)
-        advanced = self.watermark.advance()
-        if advanced is not None:
-            closed = panes.close(watermark, advanced, state, values.states)
-            if self.output_mode == "append" and len(closed.keys):
-                result.output, result.closed_windows = self._window_output(closed, values), len(closed.keys)
 
     def _window_output(self, windows: Windows, values: AggValues) -> pa.Table:
         assert self._codec is not None
@@ -373,10 +393,17 @@ class Aggregation(HintSource):
             return [], np.zeros(0, np.int64)
         return self._panes.due_records(state, self.watermark.at_us, through)
 
-    def _close_windows(self, state: StateView, result: OperatorResult, values: AggValues) -> None:
-        """Advance the watermark; emit (append) and evict windows ending at or before it."""
-        watermark = self.watermark.advance()
-        if watermark is None:
+    def _evict(
+        self, state: StateView, result: OperatorResult, values: AggValues, previous: int, watermark: int
+    ) -> None:
+        """Evict the windows that close as the watermark moves from ``previous`` to ``watermark``; append mode adds
+        them to the batch's output."""
+        if not self.window or watermark <= previous:
+            return
+        if self._panes is not None:
+            closed = self._panes.close(previous, watermark, state, values.states)
+            if self.output_mode == "append" and len(closed.keys):
+                self._add_closed(result, self._window_output(closed, values), len(closed.keys))
             return
         begin, end = window_prefix(0), window_prefix(watermark + 1)
         if self.output_mode == "append":
@@ -385,9 +412,14 @@ class Aggregation(HintSource):
                 assert self._codec is not None
                 ends, cols = self._codec.decode([k for k, _ in closed])
                 keys = pa.table(dict(zip(self._key_columns(), self._window_columns(ends) + cols)))
-                result.output = self._output(keys, values, values.states.decode([v for _, v in closed]))
-                result.closed_windows = len(closed)
+                output = self._output(keys, values, values.states.decode([v for _, v in closed]))
+                self._add_closed(result, output, len(closed))
         state.delete_range(begin, end)
+
+    @staticmethod
+    def _add_closed(result: OperatorResult, output: pa.Table, windows: int) -> None:
+        result.output = pa.concat_tables([result.output, output.cast(result.output.schema)])
+        result.closed_windows += windows
 
     def _window_columns(self, ends: np.ndarray) -> list[pa.Array]:
         size_us = micros(self.window) or 0

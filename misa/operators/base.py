@@ -20,6 +20,12 @@ and when.
 * ``metadata()``: after ``apply`` and the sink, when the batch's state version is committed: JSON values
   stored with that version (a watermark).
 
+**Optional, the batch without data** (``no_data_batch(state) -> OperatorResult``): an operator with event-time
+state evicts it in ``apply`` with Spark's eviction watermark and judges rows by the late-events watermark
+(:mod:`misa.operators.watermark`). Spark runs a batch without data only when its trigger finds no new input; the
+runtime calls ``no_data_batch`` after ``apply``, on the same thread, when no input for a next batch has arrived
+(:mod:`misa.runtime.arrivals`), and its output is added to the batch's.
+
 **Optional, keyed-prefetching hints** (:class:`HintSource`, a base class an operator declares): an operator
 whose state keys can be named from upstream rows, before it runs, lets the runtime prefetch them
 (:mod:`misa.runtime.batch_hints`). Without it the job runs without prefetching. All three methods run on
@@ -69,6 +75,20 @@ class OperatorResult:
     state_reads: int = 0
     dropped_rows: int = 0  # input rows the operator could not use (each operator says which); logged too
     closed_windows: int = 0
+
+
+def followed_by(data: OperatorResult, no_data: OperatorResult) -> OperatorResult:
+    """A data batch's result followed by the no-data batch's Spark runs after it, as one batch's result."""
+    output = data.output
+    if no_data.output.num_rows:
+        output = pa.concat_tables([output, no_data.output.cast(output.schema)])
+    return OperatorResult(
+        output,
+        late_rows=data.late_rows,
+        state_reads=data.state_reads + no_data.state_reads,
+        dropped_rows=data.dropped_rows,
+        closed_windows=data.closed_windows + no_data.closed_windows,
+    )
 
 
 class StatefulOperator(Protocol):

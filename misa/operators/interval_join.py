@@ -20,11 +20,14 @@ column an int64 and a null flag), decoded with NumPy. A row at t reads the bucke
 before (out-of-order arrival: it may be the p of a stored r), then appends itself to its bucket.
 The first two are also named one stage early as prefetch hints (:meth:`hint_keys`).
 
-Watermark (Spark's): the maximum event time (ms) of earlier batches minus ``watermark_delay``; it
-starts at 0. A row at or before the watermark is late: counted in ``late_rows`` and dropped (neither
-joined nor stored), as Spark drops it; so is a row without event time, which can join nothing.
-After each batch, buckets whose rows are all at or before ``watermark - interval`` are deleted with
-one range delete: no row that is not late can join them any more.
+Watermarks (Spark's, :mod:`misa.operators.watermark`): the eviction watermark is the maximum event time
+(ms) of earlier batches minus ``watermark_delay``; it starts at 0. A row at or before the late-events
+watermark (the one the previous batch evicted with) is late: counted in ``late_rows`` and dropped
+(neither joined nor stored), as Spark drops it; so is a row without event time, which can join
+nothing. A row with a null key joins nothing and does not move the watermark (Spark filters it below
+``withWatermark``): counted in ``dropped_rows``. Keys are compared as Spark compares them (-0.0 is 0.0,
+NaN equals NaN). After each batch, buckets whose rows are all at or before ``watermark - interval`` are
+deleted with one range delete: no row that is not late can join them any more.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from misa.config import parse_seconds
 from misa.operators.base import HintSource, OperatorResult
 from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
-from misa.state.codec import KeyCodec
+from misa.state.codec import KeyCodec, normalize_float_keys
 from misa.state.keys import KEY_SPACE_VERSION, window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
@@ -111,22 +114,34 @@ class IntervalJoin(HintSource):
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        """A data batch: rows at or before the late-events watermark are dropped, the rest joined and stored; then
+        buckets no row after the eviction watermark can join are deleted (:mod:`.watermark`). Rows with a null key
+        join nothing and, as Spark's optimizer filters them below the watermark, do not move it."""
         self._check(deltas.schema)
-        deltas = deltas.select([*self.keys, EVENT_US, *self.payload])
+        deltas = normalize_float_keys(deltas.select([*self.keys, EVENT_US, *self.payload]), self.keys)
         if self._codec is None:
             self._codec = KeyCodec([deltas.schema.field(c) for c in self.keys], windowed=True)
         result = OperatorResult(self._empty_output(deltas.schema))
-        if not deltas.num_rows:
-            return result
-        seen_before = self.watermark.max_event_us
-        on_time = pc.fill_null(pc.greater(deltas[EVENT_US], self.watermark.at_us), False)
-        rows = deltas.filter(on_time)
-        result.late_rows = deltas.num_rows - rows.num_rows
-        if rows.num_rows:
-            result.output, result.state_reads = self._join(rows, state, seen_before)
-        self.watermark.observe(pc.max(deltas[EVENT_US]).as_py())
-        self._expire(state)
+        late_us, evict_us = self.watermark.begin_batch()
+        keyed = deltas.filter(_no_null(deltas, self.keys)) if deltas.num_rows else deltas
+        result.dropped_rows = deltas.num_rows - keyed.num_rows
+        if keyed.num_rows:
+            seen_before = self.watermark.max_event_us
+            rows = keyed.filter(pc.fill_null(pc.greater(keyed[EVENT_US], late_us), False))
+            result.late_rows = keyed.num_rows - rows.num_rows
+            if rows.num_rows:
+                result.output, result.state_reads = self._join(rows, state, seen_before)
+            self.watermark.observe(pc.max(keyed[EVENT_US]).as_py())
+        self._expire(state, evict_us)
         return result
+
+    def no_data_batch(self, state: StateView) -> OperatorResult:
+        """The batch Spark runs without data when the trigger finds no new input: delete the buckets the batches so
+        far expired."""
+        advanced = self.watermark.advance()
+        if advanced is not None:
+            self._expire(state, advanced)
+        return OperatorResult(pa.table({}))
 
     def _check(self, schema: pa.Schema) -> None:
         missing = [c for c in [*self.keys, EVENT_US, *self.payload] if c not in schema.names]
@@ -252,11 +267,8 @@ class IntervalJoin(HintSource):
             records[f"v{i}"] = column.fill_null(0).to_numpy(zero_copy_only=False)
         return records
 
-    def _expire(self, state: StateView) -> None:
-        """Advance the watermark; delete the buckets that no row after it can join."""
-        watermark = self.watermark.advance()
-        if watermark is None:
-            return
+    def _expire(self, state: StateView, watermark: int) -> None:
+        """Delete the buckets that no row after ``watermark`` can join."""
         limit = watermark - self.interval_us + 1  # buckets ending before it hold only rows <= watermark - interval
         if limit > 0:
             state.delete_range(window_prefix(0), window_prefix(limit))
@@ -266,3 +278,11 @@ class IntervalJoin(HintSource):
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
+
+
+def _no_null(rows: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """Rows whose key columns are all set (an inner join's null keys match nothing)."""
+    mask = pc.is_valid(rows[keys[0]])
+    for c in keys[1:]:
+        mask = pc.and_(mask, pc.is_valid(rows[c]))
+    return mask

@@ -41,7 +41,8 @@ from misa.config import STATE_FOLDER, CommitMode, MisaConfig
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
-from misa.operators.base import HintSource, OperatorResult, StatefulOperator
+from misa.operators.base import HintSource, OperatorResult, StatefulOperator, followed_by
+from misa.runtime.arrivals import Arrivals, arrivals_of
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
 from misa.runtime.commit import CommitController
@@ -86,6 +87,7 @@ class StatefulJob:
         upstream: Callable[[DataFrame], DataFrame] | None = None,
         hint_stages: Sequence[DataFrameStage] | None = None,
         next_input: NextInput | None = None,
+        arrivals: Arrivals | None = None,
         bad_records: BadRecordFilter | None = None,
         config: MisaConfig | None = None,
         state_dir: str | None = None,
@@ -105,6 +107,8 @@ class StatefulJob:
         self.sink = sink
         self.upstream = upstream
         self.bad_records = bad_records
+        self.arrivals = arrivals  # None: the stream's file source, found at start (else no input is taken as waiting)
+        self._arrivals: Arrivals | None = arrivals
         self.checkpoint_location = resolve_location(checkpoint_location)  # where Spark puts it
         self.store = StateStore(
             self.config,
@@ -203,6 +207,7 @@ class StatefulJob:
         if self.hints is not None:
             self.hints.follow_spark_log(self.spark_checkpoint)
         self._adopt_loaded()
+        self._arrivals = self.arrivals or _watch_source(stream, self.spark_checkpoint)
         self._awaiting_first_batch = True
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
@@ -376,10 +381,21 @@ class StatefulJob:
         return BatchRecord(input_rows=int(counts[_INPUT_ROWS]), bad_records=bad)
 
     def _merge(self, deltas: pa.Table) -> OperatorResult:
-        """The driver's state phase: the operator merges the deltas into the state."""
+        """The driver's state phase: the operator merges the deltas into the state; then, when no input waits for
+        the next batch, it runs the batch without data Spark would run (:mod:`misa.runtime.arrivals`)."""
         self.view.take_reads()  # reads before this phase (none expected) are not the batch's
         with self._state_phase():
-            return self.operator.apply(deltas, self.view)
+            result = self.operator.apply(deltas, self.view)
+            if self._spark_runs_no_data_batch():
+                result = followed_by(result, self.operator.no_data_batch(self.view))  # type: ignore[attr-defined]
+        return result
+
+    def _spark_runs_no_data_batch(self) -> bool:
+        """Whether Spark, running the operator itself, would run a batch without data next: the operator has one
+        and no input for a next batch has arrived."""
+        if not callable(getattr(self.operator, "no_data_batch", None)):
+            return False
+        return self._arrivals is None or not self._arrivals.waiting()
 
     def _prefetching(self) -> bool:
         """Whether the batch about to run (or running) prefetches."""
@@ -431,6 +447,15 @@ class StatefulJob:
             self.view.close()
             self.store.close()
             self.metrics.close()
+
+
+def _watch_source(stream: DataFrame, spark_checkpoint: Location) -> Arrivals | None:
+    """The stream's file source, watched for arrivals; None for another source (or a plan misa cannot read)."""
+    try:
+        return arrivals_of(stream, spark_checkpoint.url)
+    except Exception as error:  # noqa: BLE001 - a plan read through py4j (absent under Spark Connect)
+        log.info("the stream's source is not watched for arrivals (%s): no input is taken as waiting", error)
+        return None
 
 
 class _PhaseClock:

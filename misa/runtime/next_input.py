@@ -82,15 +82,29 @@ class FileSourcePeek:
     def follow(self, checkpoint: Location) -> None:
         self._spark_log = SparkCheckpointLog(checkpoint)
 
+    def waiting(self) -> bool:
+        """Whether files no batch read yet have arrived (so Spark's next trigger runs a batch with data); False when
+        the folder or the log cannot be read."""
+        try:
+            return bool(self._new_files())
+        except OSError as error:
+            log.warning("the source folder cannot be listed (%s): taking it as holding no new input", error)
+            return False
+
+    def _new_files(self) -> list[dict]:
+        """The arrived files no batch read yet, oldest first (as Spark takes them)."""
+        self._read_log()
+        arrived = self.fs.ls(self.input, detail=True)
+        new = [f for f in arrived if f.get("type") == "file" and self._is_new(posixpath.basename(f["name"]))]
+        new.sort(key=lambda f: (f.get("mtime") or f.get("created") or 0, f["name"]))
+        return new
+
     def peek(self, skip: frozenset[str] = frozenset()) -> Peek:
         try:
-            self._read_log()
-            arrived = self.fs.ls(self.input, detail=True)
+            new = self._new_files()
         except OSError as error:  # a log or folder that cannot be read now: no hints, the batch reads as usual
             log.warning("the next batch's input cannot be listed (%s); no hints ahead for it", error)
             return Peek(reason="unreadable", planned=self._read_through)
-        new = [f for f in arrived if f.get("type") == "file" and self._is_new(posixpath.basename(f["name"]))]
-        new.sort(key=lambda f: (f.get("mtime") or f.get("created") or 0, f["name"]))
         next_batch = (self.fs.unstrip_protocol(f["name"]) for f in new[: self.max_files or len(new)])
         names = tuple(name for name in next_batch if name not in skip)
         if not names:

@@ -60,6 +60,18 @@ def _to_int64(column: pa.Array) -> np.ndarray:
     return column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+def normalize_float_keys(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """``rows`` with float key columns normalized as Spark normalizes join and group keys (-0.0 is 0.0, every NaN
+    one NaN), so that values Spark takes as equal compare equal (and match the keys stored in state)."""
+    for c in keys:
+        column = rows[c].combine_chunks()
+        if pa.types.is_floating(column.type) and not pa.types.is_float16(column.type):
+            x = column.to_numpy(zero_copy_only=False).astype(column.type.to_pandas_dtype())
+            normal = pa.array(np.where(np.isnan(x), np.nan, x) + 0.0, mask=column.is_null().to_numpy(False))
+            rows = rows.set_column(rows.schema.get_field_index(c), rows.schema.field(c), normal.cast(column.type))
+    return rows
+
+
 def _from_int64(values: np.ndarray, nulls: np.ndarray, t: pa.DataType) -> pa.Array:
     """The column of type ``t`` that :func:`_to_int64` made ``values`` from."""
     if pa.types.is_floating(t):

@@ -9,6 +9,7 @@ from misa.state.codec import KeyCodec
 from misa.state.store import StateStore
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec
+from tests.state_helpers import apply_then_idle
 
 S = 1_000_000  # one second in microseconds
 
@@ -48,9 +49,9 @@ def bucket_ends(view: StateView) -> list[int]:
 
 def test_pairs_within_the_interval_are_found_and_outside_not(view):
     op = join()
-    first = op.apply(reports((1, 1, 10), (1, 11, 11), (2, 6, 20)), view)
+    first = apply_then_idle(op, reports((1, 1, 10), (1, 11, 11), (2, 6, 20)), view)
     assert pairs(first.output) == {(1, 11, 1)}
-    second = op.apply(reports((1, 31, 12), (1, 41, 13), (2, 37, 21), (3, 36, 30)), view)
+    second = apply_then_idle(op, reports((1, 31, 12), (1, 41, 13), (2, 37, 21), (3, 36, 30)), view)
     # 31 joins 1 (the bound is inclusive) and 11; 41 joins 11 and 31 but not 1; vid 2's 6 is 31 s before 37
     assert pairs(second.output) == {(1, 31, 1), (1, 31, 11), (1, 41, 11), (1, 41, 31)}
     row = next(r for r in second.output.to_pylist() if (r["time"], r["prev_time"]) == (41, 31))
@@ -60,7 +61,7 @@ def test_pairs_within_the_interval_are_found_and_outside_not(view):
 
 
 def test_rows_of_one_batch_join_each_other_and_equal_times_do_not(view):
-    out = join().apply(reports((7, 21, 1), (7, 1, 2), (7, 11, 3), (7, 11, 4), (8, 11, 5)), view).output
+    out = apply_then_idle(join(), reports((7, 21, 1), (7, 1, 2), (7, 11, 3), (7, 11, 4), (8, 11, 5)), view).output
     assert sorted((r["time"], r["prev_time"], r["spd"], r["prev_spd"]) for r in out.to_pylist()) == [
         (11, 1, 3, 2),
         (11, 1, 4, 2),
@@ -72,14 +73,14 @@ def test_rows_of_one_batch_join_each_other_and_equal_times_do_not(view):
 
 def test_an_older_row_arriving_later_still_pairs_with_the_stored_newer_one(view):
     op = join()
-    op.apply(reports((1, 65, 1)), view)
-    late_arrival = op.apply(reports((1, 40, 2), (1, 80, 3)), view)
+    apply_then_idle(op, reports((1, 65, 1)), view)
+    late_arrival = apply_then_idle(op, reports((1, 40, 2), (1, 80, 3)), view)
     assert pairs(late_arrival.output) == {(1, 65, 40), (1, 80, 65)}
 
 
 def test_state_layout_is_bucket_end_then_key_with_packed_records(view):
     op = join()
-    op.apply(reports((1, 5, 1), (1, 25, 2), (1, 31, 3), (2, 31, 4)), view)
+    apply_then_idle(op, reports((1, 5, 1), (1, 25, 2), (1, 31, 3), (2, 31, 4)), view)
     state = view.scan(b"", b"\xff" * 9)
     assert bucket_ends(view) == [30, 60]
     first = dict(state)[state[0][0]]
@@ -89,47 +90,49 @@ def test_state_layout_is_bucket_end_then_key_with_packed_records(view):
 
 def test_expiry_removes_buckets_no_future_row_can_join(view):
     op = join(delay="0s")
-    op.apply(reports((1, 5, 1)), view)
+    apply_then_idle(op, reports((1, 5, 1)), view)
     assert bucket_ends(view) == [30]
-    assert pairs(op.apply(reports((1, 35, 2), (2, 65, 3)), view).output) == {(1, 35, 5)}
+    assert pairs(apply_then_idle(op, reports((1, 35, 2), (2, 65, 3)), view).output) == {(1, 35, 5)}
     assert op.watermark.at_us == 65 * S
     # rows at or before 65 - 30 s can join nothing after the watermark: the bucket ending at 30 s goes
     assert bucket_ends(view) == [60, 90]
-    result = op.apply(reports((1, 100, 4)), view)
+    result = apply_then_idle(op, reports((1, 100, 4)), view)
     assert bucket_ends(view) == [90, 120] and pairs(result.output) == set()
 
 
 def test_late_rows_are_counted_not_joined_nor_stored(view):
     op = join(delay="10s")
-    assert op.apply(reports((1, 0, 0), (1, 50, 1)), view).late_rows == 1  # the watermark starts at 0, as Spark's
+    assert (
+        apply_then_idle(op, reports((1, 0, 0), (1, 50, 1)), view).late_rows == 1
+    )  # the watermark starts at 0, as Spark's
     assert op.watermark.at_us == 40 * S
-    result = op.apply(reports((1, 40, 2), (1, 35, 3), (2, None, 4), (1, 41, 5)), view)
+    result = apply_then_idle(op, reports((1, 40, 2), (1, 35, 3), (2, None, 4), (1, 41, 5)), view)
     assert result.late_rows == 3
     assert pairs(result.output) == {(1, 50, 41)}
-    assert op.apply(reports((1, 70, 6)), view).output.num_rows == 2  # 41 and 50, not the late 40
+    assert apply_then_idle(op, reports((1, 70, 6)), view).output.num_rows == 2  # 41 and 50, not the late 40
 
 
 def test_string_keys_and_null_payloads_round_trip(view):
     op = IntervalJoin(["user"], "ts", ["n"], interval="10s")
     table = pa.table({"user": ["a", "b", "a"], EVENT_US: pa.array([1 * S, 2 * S, 3 * S]), "n": pa.array([None, 1, 2])})
-    op.apply(table.slice(0, 2), view)
-    out = op.apply(table.slice(2), view).output.to_pylist()
+    apply_then_idle(op, table.slice(0, 2), view)
+    out = apply_then_idle(op, table.slice(2), view).output.to_pylist()
     assert out == [{"user": "a", "n": 2, "prev_n": None}]
 
 
 def test_restore_from_metadata_continues_with_the_stored_state(view):
     op = join(delay="5s")
-    op.apply(reports((1, 10, 1), (2, 20, 2)), view)
+    apply_then_idle(op, reports((1, 10, 1), (2, 20, 2)), view)
     resumed = join(delay="5s")
     resumed.restore(op.metadata())
     assert (resumed.watermark.at_us, resumed.watermark.max_event_us) == (15 * S, 20 * S)
-    result = resumed.apply(reports((1, 14, 3), (1, 30, 4), (2, 45, 5)), view)
+    result = apply_then_idle(resumed, reports((1, 14, 3), (1, 30, 4), (2, 45, 5)), view)
     assert result.late_rows == 1 and pairs(result.output) == {(1, 30, 10), (2, 45, 20)}
 
 
 def test_hint_keys_name_the_buckets_a_row_reads_and_leave_out_late_rows(view):
     op = join(delay="0s")
-    op.apply(reports((1, 40, 1)), view)  # watermark 40 s
+    apply_then_idle(op, reports((1, 40, 1)), view)  # watermark 40 s
     hints = pa.table({HINT_WINDOW_END: [60 * S, 90 * S], "vid": [1, 2], HINT_TS: [40 * S, 70 * S]})
     keys, ts = op.hint_keys(hints)
     ends, (vids,) = KeyCodec([pa.field("vid", pa.int64())], windowed=True).decode(keys)
@@ -138,7 +141,7 @@ def test_hint_keys_name_the_buckets_a_row_reads_and_leave_out_late_rows(view):
 
 
 def test_empty_batch_gives_typed_empty_output(view):
-    out = join().apply(reports((1, 1, 1)).slice(0, 0), view).output
+    out = apply_then_idle(join(), reports((1, 1, 1)).slice(0, 0), view).output
     assert out.num_rows == 0 and out.column_names == ["vid", "time", "prev_time", "spd", "prev_spd"]
 
 

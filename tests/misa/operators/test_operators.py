@@ -8,6 +8,7 @@ from misa.operators.aggregation import Agg, Aggregation
 from misa.state.codec import KeyCodec
 from misa.state.store import StateStore
 from misa.state.view import StateView
+from tests.state_helpers import apply_then_idle
 
 S = 1_000_000  # one second in microseconds
 
@@ -53,9 +54,9 @@ def test_codec_round_trips_ints_strings_and_nulls():
 
 def test_update_mode_outputs_changed_windows_with_current_values(view):
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="30s")
-    first = op.apply(deltas([(10, 1, 2, 5.0, 9), (20, 2, 1, 7.0, 12)]), view)
+    first = apply_then_idle(op, deltas([(10, 1, 2, 5.0, 9), (20, 2, 1, 7.0, 12)]), view)
     assert [(r["window_end"].second, r["g"], r["s"]) for r in rows_of(first.output)] == [(10, 1, 5.0), (20, 2, 7.0)]
-    second = op.apply(deltas([(10, 1, 1, 1.5, 13)]), view)
+    second = apply_then_idle(op, deltas([(10, 1, 1, 1.5, 13)]), view)
     assert [(r["g"], r["s"]) for r in second.output.to_pylist()] == [(1, 6.5)]
 
 
@@ -72,17 +73,17 @@ def test_every_aggregate_function(view):
     partials = [pa.array([6.0]), pa.array([6.0]), pa.array([2]), pa.array([1.0]), pa.array([5.0])]
     for i, partial in enumerate(partials):  # every aggregate reads the same input column (two rows: 1, 5)
         table = table.append_column(f"_v{i}", partial).append_column(f"_c{i}", pa.array([2]))
-    op.apply(table, view)
-    out = op.apply(table, view).output.to_pylist()
+    apply_then_idle(op, table, view)
+    out = apply_then_idle(op, table, view).output.to_pylist()
     assert out == [{"g": "k", "s": 12.0, "a": 3.0, "n": 4, "lo": 1.0, "hi": 5.0}]
 
 
 def test_watermark_drops_late_updates_and_evicts_closed_windows(view):
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="5s")
-    op.apply(deltas([(10, 1, 1, 1.0, 9), (20, 1, 1, 2.0, 16)]), view)
+    apply_then_idle(op, deltas([(10, 1, 1, 1.0, 9), (20, 1, 1, 2.0, 16)]), view)
     assert op.watermark.at_us == 11 * S  # 16 s - 5 s: the window ending at 10 s closes
     assert view.get_many(op._codec.encode(np.array([10 * S]), [pa.array([1])])) == [None]
-    late = op.apply(deltas([(10, 1, 3, 9.0, 8), (20, 1, 1, 1.0, 17)]), view)
+    late = apply_then_idle(op, deltas([(10, 1, 3, 9.0, 8), (20, 1, 1, 1.0, 17)]), view)
     assert late.late_rows == 3
     assert [(r["window_end"].second, r["s"]) for r in late.output.to_pylist()] == [(20, 3.0)]
 
@@ -91,11 +92,11 @@ def test_append_mode_emits_each_window_once_when_it_closes(view):
     op = Aggregation(
         ["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="0s", output_mode="append"
     )
-    first = op.apply(deltas([(10, 1, 1, 1.0, 5), (10, 2, 1, 2.0, 6)]), view)
+    first = apply_then_idle(op, deltas([(10, 1, 1, 1.0, 5), (10, 2, 1, 2.0, 6)]), view)
     assert first.output.num_rows == 0
-    second = op.apply(deltas([(10, 1, 1, 4.0, 9), (20, 1, 1, 1.0, 10)]), view)
+    second = apply_then_idle(op, deltas([(10, 1, 1, 4.0, 9), (20, 1, 1, 1.0, 10)]), view)
     assert [(r["window_end"].second, r["g"], r["s"]) for r in rows_of(second.output)] == [(10, 1, 5.0), (10, 2, 2.0)]
-    third = op.apply(deltas([(30, 1, 1, 1.0, 25)]), view)
+    third = apply_then_idle(op, deltas([(30, 1, 1, 1.0, 25)]), view)
     assert [(r["window_end"].second, r["s"]) for r in third.output.to_pylist()] == [(20, 1.0)]
 
 

@@ -13,6 +13,7 @@ from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.panes import PaneWindows
 from misa.state.store import StateStore
 from misa.state.view import StateView
+from tests.state_helpers import apply_then_idle
 
 S = 1_000_000
 
@@ -121,7 +122,7 @@ def test_panes_give_the_per_window_layouts_output_on_random_streams_with_late_ev
         now += 3 * S
         expected, late = reference.batch(events)
         deltas = pane_deltas(events, pane)
-        result = op.apply(deltas, view)
+        result = apply_then_idle(op, deltas, view)
         view.freeze(batch)  # the next batch reads this one's changes below the cache
         assert rows(result.output) == expected
         assert result.late_rows == late
@@ -132,7 +133,7 @@ def test_panes_give_the_per_window_layouts_output_on_random_streams_with_late_ev
 def test_an_event_writes_its_one_pane_not_every_window_that_holds_it(view):
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="30s", slide="1s", watermark_delay="10s")
     events = [(100 * S + i, g, 1.0) for i, g in enumerate(range(50))]
-    result = op.apply(pane_deltas(events, S), view)
+    result = apply_then_idle(op, pane_deltas(events, S), view)
     assert result.output.num_rows == 50 * 30  # every window of every key is emitted
     changes = view.freeze(0).buffer.changes
     assert len(changes) == 50 * 2  # one pane record and one timer per key, not 30 window entries
@@ -141,9 +142,9 @@ def test_an_event_writes_its_one_pane_not_every_window_that_holds_it(view):
 
 def test_closed_panes_and_their_records_leave_the_state(view):
     op = Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", slide="5s", watermark_delay="0s")
-    op.apply(pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
+    apply_then_idle(op, pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
     view.freeze(0)
-    op.apply(pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # the watermark passes every window of keys 1, 2
+    apply_then_idle(op, pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # the watermark passes every window of keys 1, 2
     view.freeze(1)
     assert op.watermark.at_us == 40 * S
     records, timers = view.scan(b"\xfep", b"\xfeq"), view.scan(b"\xfet", b"\xfeu")
@@ -159,12 +160,12 @@ def test_update_mode_drops_due_records_without_reading_them(view, monkeypatch, m
     op = Aggregation(
         ["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", slide="5s", watermark_delay="0s", output_mode=mode
     )
-    op.apply(pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
+    apply_then_idle(op, pane_deltas([(1 * S, 1, 2.0), (2 * S, 2, 3.0)], 5 * S), view)
     view.freeze(0)
     calls: list[int] = []
     real = view.get_many
     monkeypatch.setattr(view, "get_many", lambda keys, ts=0: calls.append(len(keys)) or real(keys, ts))
-    op.apply(pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # closes every window of keys 1 and 2
+    apply_then_idle(op, pane_deltas([(40 * S, 3, 1.0)], 5 * S), view)  # closes every window of keys 1 and 2
     assert len(calls) == reads  # the batch's own key, and in append mode the due records
     view.freeze(1)
     assert [k[-8:] for k, _ in view.scan(b"\xfep", b"\xfeq")] == [(3).to_bytes(8, "big")]
@@ -230,7 +231,7 @@ def test_the_records_due_at_the_next_watermark_are_named_before_the_batch_reads_
             t > op.watermark.at_us for t in timers
         )  # not closed yet
         reads.clear()
-        op.apply(pane_deltas(events, 2 * S), view)
+        apply_then_idle(op, pane_deltas(events, 2 * S), view)
         view.freeze(batch)
         own = set(reads[0]) if reads else set()
         closed = set(reads[1]) if len(reads) > 1 else set()

@@ -1,0 +1,188 @@
+"""Random cases for the differential test: a stream of JSON files, a query misa accepts, and misa's settings.
+
+A case's input is a list of *rounds*; a round is a list of files, each file one micro-batch (the source reads
+one file per trigger). Each round runs as one ``availableNow`` query, so its files run back to back (Spark runs
+no batch without data between them) and the query restarts between rounds. Event times move forward with a
+clock; some rows are late by more than the watermark delay and more than one batch's advance, some arrive
+out of order within the delay. Key columns take every type misa accepts, with nulls and edge values
+(-0.0, NaN, empty strings, extreme integers, dates and timestamps).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+KEY_TYPES = ("int", "bigint", "boolean", "double", "float", "string", "date", "timestamp")
+OPERATORS = ("tumbling", "sliding", "global", "join")
+FUNCTIONS = ("sum", "count", "avg", "min", "max")
+COMMIT_MODES = ("sync", "async-ckpt", "misa")
+PREFETCHING = ("true", "false", "auto")
+VALUE_TYPES = ("bigint", "double")
+
+
+@dataclass(frozen=True)
+class Query:
+    """What runs: ``operator`` over group (join) keys ``keys`` (name -> Spark type)."""
+
+    operator: str
+    keys: dict[str, str]
+    functions: tuple[str, ...] = ("sum",)
+    value_type: str = "bigint"
+    window_s: int = 10
+    slide_s: int = 10
+    delay_s: int = 0
+    output_mode: str = "update"
+    interval_s: int = 10  # the join's
+
+
+@dataclass(frozen=True)
+class Settings:
+    """misa's configuration for the case."""
+
+    commit_mode: str = "misa"
+    prefetching: str = "false"
+    shards: int = 2
+    cache_max_bytes: int = 1 << 20
+
+    def conf(self) -> dict[str, str]:
+        return {
+            "spark.misa.commit.mode": self.commit_mode,
+            "spark.misa.prefetch.enabled": self.prefetching,
+            "spark.misa.state.shards": str(self.shards),
+            "spark.misa.cache.maxBytes": str(self.cache_max_bytes),
+        }
+
+
+@dataclass(frozen=True)
+class Case:
+    seed: int
+    query: Query
+    settings: Settings
+    rounds: tuple[tuple[tuple[dict[str, Any], ...], ...], ...] = field(default=())  # rounds > files > rows
+
+    @property
+    def files(self) -> int:
+        return sum(len(r) for r in self.rounds)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(f) for r in self.rounds for f in r)
+
+    def schema(self) -> str:
+        """The source's schema (Spark DDL): keys, the event time in ms, the value."""
+        columns = [f"`{name}` {t}" for name, t in self.query.keys.items()]
+        return ", ".join([*columns, "t bigint", f"v {self.query.value_type}"])
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        raw = json.loads(text)
+        query = raw["query"]
+        return cls(
+            raw["seed"],
+            Query(**{**query, "functions": tuple(query["functions"])}),
+            Settings(**raw["settings"]),
+            tuple(tuple(tuple(f) for f in r) for r in raw["rounds"]),
+        )
+
+    def with_rounds(self, rounds: list[list[list[dict[str, Any]]]]) -> Case:
+        return replace(self, rounds=tuple(tuple(tuple(f) for f in r) for r in rounds if any(r)))
+
+    def describe(self) -> str:
+        q, s = self.query, self.settings
+        shape = {
+            "tumbling": f"window {q.window_s}s",
+            "sliding": f"window {q.window_s}s slide {q.slide_s}s",
+            "global": "no window",
+            "join": f"self-join within {q.interval_s}s",
+        }[q.operator]
+        keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
+        return (
+            f"seed {self.seed}: {q.operator} ({shape}; keys {keys}; {'/'.join(q.functions)} of {q.value_type}; "
+            f"delay {q.delay_s}s; {q.output_mode}) | {s.commit_mode}, prefetching {s.prefetching}, "
+            f"{s.shards} shards | {len(self.rounds)} rounds, {self.files} files, {self.rows} rows"
+        )
+
+
+def random_case(seed: int) -> Case:
+    """The case of ``seed``: the same seed gives the same case."""
+    rng = random.Random(seed)
+    operator = rng.choice(OPERATORS)
+    key_count = rng.choice((1, 1, 2)) if operator == "join" else rng.choice((0, 1, 1, 2))
+    keys = {f"k{i}": rng.choice(KEY_TYPES) for i in range(key_count)}
+    window = rng.choice((5, 10, 20))
+    query = Query(
+        operator=operator,
+        keys=keys,
+        functions=tuple(rng.sample(FUNCTIONS, rng.randint(1, 3))),
+        value_type="bigint" if operator == "join" else rng.choice(VALUE_TYPES),
+        window_s=window,
+        slide_s=rng.choice((window // 5, window // 2)) if operator == "sliding" else window,
+        delay_s=rng.choice((0, 0, 2, 5, 10)),
+        output_mode="append" if operator == "join" else rng.choice(("update", "append")),
+        interval_s=rng.choice((5, 10, 30)),
+    )
+    if operator == "global":
+        query = replace(query, output_mode="update")
+    settings = Settings(
+        commit_mode=rng.choice(COMMIT_MODES),
+        prefetching=rng.choice(PREFETCHING),
+        shards=rng.randint(1, 4),
+        cache_max_bytes=rng.choice((4096, 1 << 20)),
+    )
+    return Case(seed, query, settings, _rounds(rng, query))
+
+
+def _rounds(rng: random.Random, query: Query) -> tuple:
+    clock_ms = rng.randint(0, 20) * 1000
+    late_ms = (query.delay_s + rng.choice((2, 12, 25))) * 1000  # beyond the delay and one batch's advance
+    rounds = []
+    for _ in range(rng.randint(1, 3)):
+        files = []
+        for _ in range(rng.randint(1, 3)):
+            rows = []
+            for _ in range(rng.randint(1, 6)):
+                roll = rng.random()
+                if roll < 0.2:
+                    t = max(0, clock_ms - late_ms - rng.randint(0, 3000))  # late
+                elif roll < 0.4:
+                    t = max(0, clock_ms - rng.randint(0, query.delay_s * 1000 + 999))  # out of order, within delay
+                else:
+                    t = clock_ms + rng.randint(0, 2000)
+                rows.append(_row(rng, query, t))
+            files.append(tuple(rows))
+            clock_ms += rng.choice((1000, 4000, 9000, 15000))
+        rounds.append(tuple(files))
+    return tuple(rounds)
+
+
+def _row(rng: random.Random, query: Query, t_ms: int) -> dict[str, Any]:
+    row: dict[str, Any] = {name: _key_value(rng, t) for name, t in query.keys.items()}
+    row["t"] = t_ms
+    if query.value_type == "double":
+        row["v"] = rng.choice((None, 0.5, -2.25, 3.0, 10.125, -0.0))
+    else:
+        row["v"] = rng.choice((None, 1, 2, -3, 7, 100))
+    return row
+
+
+def _key_value(rng: random.Random, spark_type: str) -> Any:
+    """A few distinct values per type (so keys repeat and state is read back), nulls and edge values."""
+    if rng.random() < 0.12:
+        return None
+    choices: dict[str, tuple] = {
+        "int": (0, 1, -1, 2147483647, -2147483648),
+        "bigint": (0, 5, -7, 9223372036854775807, -9223372036854775808),
+        "boolean": (True, False),
+        "double": (0.0, -0.0, 1.5, float("nan"), -1e300),
+        "float": (0.0, -0.0, 2.5, float("nan")),
+        "string": ("", "a", "b", "ü€", "a b"),
+        "date": ("1970-01-01", "2024-02-29", "1969-12-31"),
+        "timestamp": ("1970-01-01T00:00:00Z", "2024-03-10T02:30:00Z", "2000-01-01T12:00:00.123456Z"),
+    }
+    return rng.choice(choices[spark_type])

@@ -1,0 +1,187 @@
+"""One differential case through misa and through the same query in plain Spark, compared batch by batch.
+
+Both engines read the case's files from one folder, one file per micro-batch, each round as an
+``availableNow`` query (so a round's batches run back to back and the query restarts between rounds). Spark
+numbers its batches without data too; a batch without data runs only after a round's last file, and its rows
+belong to that file's batch, where misa emits them (:mod:`misa.runtime.arrivals`). Each batch's rows are
+compared as multisets (floats up to summation order, NaN equal to NaN, -0.0 to 0.0) and its column names and
+Arrow types exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.differential.cases import Case
+from jobs.output_diff import canonical, diff_rows
+from jobs.submit import native_aggregation, native_interval_join
+from misa import Agg, Aggregation, IntervalJoin, MisaConfig, StatefulJob
+
+EVENT_TIME = "event_time"
+FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Where misa's output first differs from Spark's: the batch (or the run) and what differs."""
+
+    batch: int | None
+    what: str
+
+    def __str__(self) -> str:
+        where = f"batch {self.batch}" if self.batch is not None else "the run"
+        return f"{where}: {self.what}"
+
+
+def operator_of(case: Case) -> Aggregation | IntervalJoin:
+    """misa's operator for the case's query."""
+    q = case.query
+    keys = list(q.keys)
+    if q.operator == "join":
+        return IntervalJoin(keys, EVENT_TIME, ["t", "v"], interval=f"{q.interval_s} seconds", watermark_delay=f"{q.delay_s}s")
+    aggs = [Agg(f"{f}_v", f, "v") for f in q.functions]
+    if q.operator == "global":
+        return Aggregation(keys, aggs)
+    return Aggregation(
+        keys,
+        aggs,
+        event_time=EVENT_TIME,
+        window=f"{q.window_s} seconds",
+        slide=f"{q.slide_s} seconds",
+        watermark_delay=f"{q.delay_s}s",
+        output_mode=q.output_mode,
+    )
+
+
+def upstream(rows: DataFrame) -> DataFrame:
+    return rows.withColumn(EVENT_TIME, F.timestamp_millis("t"))
+
+
+def spark_query(case: Case, events: DataFrame) -> DataFrame:
+    """The plain-Spark query equal to the case's misa operator over the source's rows."""
+    op = operator_of(case)
+    if isinstance(op, IntervalJoin):
+        return native_interval_join(op, upstream(events))
+    if case.query.operator == "global":
+        return events.groupBy(*op.group_by).agg(*[FUNCTIONS[a.function](a.column).alias(a.name) for a in op.aggs])
+    return native_aggregation(op, upstream(events))
+
+
+def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | None:
+    """Run ``case`` through both engines under ``work`` (emptied first); the first mismatch, or None."""
+    shutil.rmtree(work, ignore_errors=True)
+    source = work / "input"
+    source.mkdir(parents=True)
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    try:
+        native, misa = [], []
+        written = 0
+        for files in case.rounds:
+            for rows in files:
+                _write_file(source, written, rows)
+                written += 1
+            native.extend(_data_batches(_run_native(spark, case, source, work / "native"), len(files)))
+            misa.extend(_run_misa(spark, case, source, work / "misa", len(misa), len(files)))
+    except Exception as error:  # noqa: BLE001 - a failure in either engine is a finding, reported with the case
+        return Mismatch(None, f"{type(error).__name__}: {_first_line(error)}")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    return compare(native, misa)
+
+
+def compare(native: list[pa.Table], misa: list[pa.Table]) -> Mismatch | None:
+    """The first batch whose rows or column types differ."""
+    if len(native) != len(misa):
+        return Mismatch(None, f"Spark ran {len(native)} data batches, misa {len(misa)}")
+    for batch, (expected, got) in enumerate(zip(native, misa)):
+        if expected.num_rows + got.num_rows == 0:
+            continue
+        if _types(expected) != _types(got):
+            return Mismatch(batch, f"columns {_types(got)}, Spark's {_types(expected)}")
+        diff = diff_rows(_rows(got), _rows(expected))
+        if not diff.ok:
+            return Mismatch(batch, diff.describe(expected.column_names))
+    return None
+
+
+def _types(table: pa.Table) -> list[tuple[str, str]]:
+    return [(f.name, str(f.type)) for f in table.schema]
+
+
+def _rows(table: pa.Table) -> Counter:
+    return Counter(tuple(_canonical(v) for v in row.values()) for row in table.to_pylist())
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return canonical(value)
+
+
+def _write_file(folder: Path, index: int, rows: tuple[dict[str, Any], ...]) -> None:
+    """One input file; modification times increase with the index, as Spark orders new files."""
+    path = folder / f"part-{index:05d}.json"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.utime(path, (1_000_000 + index, 1_000_000 + index))
+
+
+def _stream(spark: SparkSession, case: Case, source: Path) -> DataFrame:
+    return spark.readStream.schema(case.schema()).option("maxFilesPerTrigger", 1).json(str(source))
+
+
+def _run_native(spark: SparkSession, case: Case, source: Path, run: Path) -> list[pa.Table]:
+    """One round in plain Spark: every batch's output, in batch order (batches without data included)."""
+    outputs: dict[int, pa.Table] = {}
+    query = spark_query(case, _stream(spark, case, source))
+    writer = query.writeStream.outputMode(case.query.output_mode).option("checkpointLocation", str(run / "ckpt"))
+    writer.foreachBatch(lambda df, batch_id: outputs.__setitem__(batch_id, df.toArrow())).trigger(
+        availableNow=True
+    ).start().awaitTermination()
+    return [outputs[b] for b in sorted(outputs)]
+
+
+def _data_batches(batches: list[pa.Table], files: int) -> list[pa.Table]:
+    """A round's batches as misa cuts them: a batch without data (after the last file) joins the one before it."""
+    if len(batches) not in (files, files + 1):
+        raise AssertionError(f"Spark ran {len(batches)} batches for {files} files")
+    if len(batches) == files + 1:
+        batches = [*batches[:-2], pa.concat_tables([batches[-2], batches[-1].cast(batches[-2].schema)])]
+    return batches
+
+
+def _run_misa(spark: SparkSession, case: Case, source: Path, run: Path, first: int, files: int) -> list[pa.Table]:
+    """One round through misa (a new job over the same checkpoint, as a restarted driver): its batches' outputs."""
+    outputs: dict[int, pa.Table] = {}
+    config = MisaConfig.from_mapping(case.settings.conf())
+    job = StatefulJob(
+        operator_of(case),
+        outputs.__setitem__,
+        str(run / "ckpt"),
+        upstream=upstream,
+        config=config,
+        echo=None,
+    )
+    try:
+        job.start(spark, _stream(spark, case, source), trigger={"availableNow": True}).awaitTermination()
+    finally:
+        job.close(spark)
+    if sorted(outputs) != list(range(first, first + files)):
+        raise AssertionError(f"misa ran batches {sorted(outputs)}, expected {first}..{first + files - 1}")
+    return [outputs[b] for b in sorted(outputs)]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else repr(error)
