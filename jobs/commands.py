@@ -1,6 +1,6 @@
-"""The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``) and
-the job benchmarks (``misa bench cm``, ``misa bench jobs``, ``misa bench live``, ``misa bench recovery``),
-registered through the ``misa.commands`` entry point group."""
+"""The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``), the
+differential test against plain Spark (``misa fuzz``) and the job benchmarks (``misa bench cm``, ``misa bench
+jobs``, ``misa bench live``, ``misa bench recovery``), registered through the ``misa.commands`` entry point group."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from jobs.bench import cm as bench_cm
 from jobs.bench import live as bench_live
 from jobs.bench import queries as bench_jobs
 from jobs.bench import recovery as bench_recovery
+from jobs.differential import command as fuzz
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
@@ -133,6 +134,7 @@ def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubP
     ``misa bench recovery``."""
     add_gen_parser(commands)
     soak.add_parser(commands)
+    fuzz.add_parser(commands)
     bench_cm.add_parser(bench)
     bench_jobs.add_parser(bench)
     bench_live.add_parser(bench)

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
@@ -42,7 +43,8 @@ _BUCKET, _SHORT = "_hint_bucket_us", "_hint_short"  # internal pre-aggregation c
 
 @dataclass(frozen=True)
 class HintSpec:
-    """The state key: ``key_columns``, and for windowed state the event time and window sizes."""
+    """The state key: ``key_columns`` (none: one key, or one per window), and for windowed state the event time and
+    window sizes."""
 
     key_columns: tuple[str, ...]
     event_time: str | None = None  # a timestamp column, or integers of epoch ms; None: no event time (ts 0)
@@ -51,8 +53,6 @@ class HintSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))
-        if not self.key_columns:
-            raise ValueError("key_columns must name at least one column")
         if self.window_us is not None:
             if self.window_us <= 0:
                 raise ValueError(f"window_us must be positive, not {self.window_us}")
@@ -122,7 +122,8 @@ def hint_frame(df: DataFrame, spec: HintSpec, sketch: CountMinSketch | None) -> 
     ``sketch``."""
     validate(spec, df.schema)
     snapshot = sketch.copy() if sketch is not None else None
-    return df.select(*spec.input_columns).mapInArrow(
+    columns = spec.input_columns or [F.lit(True).alias("_hint_row")]  # Spark's batches of no columns count no rows
+    return df.select(*columns).mapInArrow(
         partial(extract_partition, spec=spec, sketch=snapshot), hint_schema(df.schema, spec)
     )
 
@@ -143,7 +144,7 @@ def extract_partition(
     table = _aggregate(pa.concat_tables(partials), groups)
     if spec.windowed:
         table = _aggregate(_assign_windows(table, spec), [HINT_WINDOW_END, *keys])
-    hashes = hash_keys([table[c] for c in keys])
+    hashes = hash_keys([table[c] for c in keys], table.num_rows)
     hot = sketch.is_hot(hashes) if sketch is not None else np.zeros(len(hashes), bool)
     out = table.select(([HINT_WINDOW_END] if spec.windowed else []) + keys)
     for name, column in (

@@ -116,7 +116,9 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 def _hash_column(column: pa.Array) -> np.ndarray:
     """uint64 hash of each value; nulls get one fixed hash."""
-    if pa.types.is_integer(column.type) or pa.types.is_boolean(column.type):
+    if pa.types.is_boolean(column.type):
+        column = column.cast(pa.int8())
+    if pa.types.is_integer(column.type):
         values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
         nulls = column.is_null().to_numpy(zero_copy_only=False)
         return np.where(nulls, _NULL, _mix64(values))
@@ -129,14 +131,17 @@ def _hash_column(column: pa.Array) -> np.ndarray:
     return np.append(distinct.astype(np.uint64), _NULL)[indices]
 
 
-def hash_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+def hash_keys(columns: Sequence[pa.Array | pa.ChunkedArray], rows: int | None = None) -> np.ndarray:
     """Deterministic uint64 hash of each row of the key ``columns`` (same in every process).
 
-    Integer columns hash by value whatever their width; strings by their UTF-8 bytes; nulls are a
-    value of their own. The combination depends on column order.
+    Integer and boolean columns hash by value whatever their width; strings by their UTF-8 bytes; nulls are a
+    value of their own. The combination depends on column order. With no columns (a state without group
+    columns) each of ``rows`` rows has the one key, and one hash.
     """
     if not columns:
-        raise ValueError("columns must name at least one key column")
+        if rows is None:
+            raise ValueError("with no key columns, give the number of rows")
+        return np.full(rows, _SEED, np.uint64)
     arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
     lengths = {len(a) for a in arrays}
     if len(lengths) != 1:

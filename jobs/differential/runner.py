@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -49,7 +50,9 @@ def operator_of(case: Case) -> Aggregation | IntervalJoin:
     q = case.query
     keys = list(q.keys)
     if q.operator == "join":
-        return IntervalJoin(keys, EVENT_TIME, ["t", "v"], interval=f"{q.interval_s} seconds", watermark_delay=f"{q.delay_s}s")
+        return IntervalJoin(
+            keys, EVENT_TIME, ["t", "v"], interval=f"{q.interval_s} seconds", watermark_delay=f"{q.delay_s}s"
+        )
     aggs = [Agg(f"{f}_v", f, "v") for f in q.functions]
     if q.operator == "global":
         return Aggregation(keys, aggs)
@@ -183,5 +186,7 @@ def _run_misa(spark: SparkSession, case: Case, source: Path, run: Path, first: i
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:300] if text else repr(error)
+    """The error's cause in one line: the innermost Python exception a streaming query's failure carries."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    return (causes[-1] if causes else lines[0] if lines else repr(error))[:300]

@@ -310,7 +310,8 @@ class Aggregation(HintSource):
             deltas = deltas.filter(pc.invert(late))
         if deltas.num_rows:
             ends = deltas[WINDOW_END].to_numpy() if self.window else None
-            keys, key_of_row = distinct_keys(codec.encode(ends, [deltas[c].combine_chunks() for c in self.group_by]))
+            columns = [deltas[c].combine_chunks() for c in self.group_by]
+            keys, key_of_row = distinct_keys(codec.encode(ends, columns, deltas.num_rows))
             delta, first_rows = values.states.per_key(values.delta_states(deltas), key_of_row, len(keys))
             ts: list[int] | int = 0
             if self.event_time:
@@ -339,7 +340,7 @@ class Aggregation(HintSource):
             result.late_rows = int((deltas[ROWS].to_numpy() * late).sum())
             deltas = deltas.filter(pa.array(panes.windows.last_window_end(ends) > watermark))
         if deltas.num_rows:
-            group_keys = codec.encode(None, [deltas[c].combine_chunks() for c in self.group_by])
+            group_keys = codec.encode(None, [deltas[c].combine_chunks() for c in self.group_by], deltas.num_rows)
             pane_ends, events = deltas[PANE_END].to_numpy(), deltas[MAX_EVENT].to_numpy()
             delta = values.delta_states(deltas)
             changed = panes.merge(group_keys, pane_ends, delta, events, watermark, state, values.states)
@@ -380,9 +381,9 @@ class Aggregation(HintSource):
         codec = self._key_codec(hints.schema)
         columns = [hints[c].combine_chunks() for c in self.group_by]
         if self._panes is not None:
-            return record_keys(codec.encode(None, columns)), hints[HINT_TS].to_numpy()
+            return record_keys(codec.encode(None, columns, hints.num_rows)), hints[HINT_TS].to_numpy()
         ends = hints[HINT_WINDOW_END].to_numpy() if self.window else None
-        return codec.encode(ends, columns), hints[HINT_TS].to_numpy()
+        return codec.encode(ends, columns, hints.num_rows), hints[HINT_TS].to_numpy()
 
     def due_keys(self, state: StateView, latest_event_us: int) -> tuple[list[bytes], np.ndarray]:
         """Sliding windows in append mode: the pane records whose windows close at the watermark events up to

@@ -36,7 +36,7 @@ class Arrivals(Protocol):
 def arrivals_of(stream: DataFrame, spark_checkpoint: str) -> FileSourcePeek | None:
     """A watch on ``stream``'s source when it reads one file source (None otherwise), following Spark's source log
     in ``spark_checkpoint`` (where Spark writes its checkpoint)."""
-    leaves = _plan_leaves(stream._jdf.queryExecution().logical())
+    leaves = _plan_leaves(stream._jdf.queryExecution().analyzed())
     if len(leaves) != 1 or leaves[0].nodeName() != "StreamingRelation":
         return None
     source = leaves[0].dataSource()

@@ -105,8 +105,15 @@ class KeyCodec:
             parts += [(f"n{i}", "u1"), (f"v{i}", ">i8")]
         self._dtype = np.dtype(parts)
 
-    def encode(self, window_end_us: np.ndarray | None, columns: Sequence[pa.Array]) -> list[bytes]:
-        n = len(columns[0]) if columns else len(window_end_us)  # type: ignore[arg-type]
+    def encode(
+        self, window_end_us: np.ndarray | None, columns: Sequence[pa.Array], rows: int | None = None
+    ) -> list[bytes]:
+        """The keys of each row; ``rows`` is needed only without columns and windows (every row has the one key)."""
+        n = len(columns[0]) if columns else len(window_end_us) if window_end_us is not None else rows
+        if n is None:
+            raise ValueError("keys without group columns or windows: give the number of rows")
+        if not self.fields and not self.windowed:
+            return [b""] * n  # the one key of a state without group columns
         if self.fixed:
             rows = np.zeros(n, dtype=self._dtype)
             if self.windowed:
@@ -122,6 +129,8 @@ class KeyCodec:
 
     def decode(self, keys: Sequence[bytes]) -> tuple[np.ndarray | None, list[pa.Array]]:
         """Window ends (or None) and the group columns of ``keys``."""
+        if not self.fields and not self.windowed:
+            return None, []
         if self.fixed:
             rows = np.frombuffer(b"".join(keys), dtype=self._dtype)
             cols = [
