@@ -118,6 +118,15 @@ def local_location(path: str | Path) -> Location:
     return Location(str(path), f"file://{resolved}", resolved)
 
 
+def _file_url_parts(text: str) -> tuple[str, str]:
+    """Host and path of a ``file:`` URL, read as Hadoop reads one: ``#``, ``?`` and ``%`` are part of the path."""
+    rest = text[len("file:") :]
+    if not rest.startswith("//"):
+        return "", rest
+    host, slash, path = rest[2:].partition("/")
+    return host, slash + path
+
+
 def parse(location: str | Path | Location) -> Location:
     """The :class:`Location` of ``location`` (a path, ``file:/x``, ``file:///x`` or any URL)."""
     if isinstance(location, Location):
@@ -133,10 +142,10 @@ def parse(location: str | Path | Location) -> Location:
         return Location(text, resolved.url, resolved.local)
     scheme = match.group(1).lower()
     if scheme == "file":
-        parts = urlsplit(text)
-        if parts.netloc not in ("", "localhost"):
-            raise LocationError(f"{redact(text)} names host {parts.netloc!r}: a file: location must be on this machine")
-        resolved = local_location(parts.path)
+        host, path = _file_url_parts(text)
+        if host not in ("", "localhost"):
+            raise LocationError(f"{redact(text)} names host {host!r}: a file: location must be on this machine")
+        resolved = local_location(path)
         return Location(text, resolved.url, resolved.local)
     url = _FSSPEC_SCHEMES.get(scheme, scheme) + text[len(scheme) :]
     return Location(text, url, None)

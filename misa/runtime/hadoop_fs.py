@@ -174,3 +174,10 @@ class _WriteOnClose(io.BytesIO):
             fs, path = self._target
             fs.pipe_file(path, self.getvalue())
         super().close()
+
+
+def hadoop_local_path(spark: SparkSession, option: str) -> str | None:
+    """The local folder Hadoop's ``Path`` makes of ``option`` (a ``checkpointLocation``), or None if not local."""
+    path = spark._jvm.org.apache.hadoop.fs.Path(option)
+    uri = path.getFileSystem(hadoop_conf(spark)).makeQualified(path).toUri()
+    return str(uri.getPath()) if str(uri.getScheme()) == "file" else None

@@ -47,7 +47,7 @@ from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
 from misa.runtime.commit import CommitController
 from misa.runtime.compat import check_compatible
-from misa.runtime.hadoop_fs import resolve_location
+from misa.runtime.hadoop_fs import hadoop_local_path, resolve_location
 from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import batch_gap_message, reconcile, require_fresh
@@ -216,10 +216,23 @@ class StatefulJob:
             if self.spark_checkpoint is not self.checkpoint_location
             else spark_location(self.checkpoint_location)
         )
+        self._check_spark_folder(spark, checkpoint)
         writer = stream.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", checkpoint)
         if query_name:
             writer = writer.queryName(query_name)
         return writer.trigger(**trigger).start()
+
+    def _check_spark_folder(self, spark: SparkSession, option: str) -> None:
+        """Refuse a ``checkpointLocation`` that Hadoop would read as another folder than the one recovery reads."""
+        expected = self.spark_checkpoint.local
+        if expected is None:
+            return
+        folder = hadoop_local_path(spark, option)
+        if folder is not None and Path(folder) != expected.resolve():
+            raise ConfigError(
+                f"Spark would write its checkpoint to {folder}, not to {expected.resolve()} where misa reads it "
+                f"(Hadoop reads {option!r} so): use a checkpoint location without URL escapes (%XX), or a plain path"
+            )
 
     def _resolve(self, stream: DataFrame) -> dict[str, Any]:
         """The operator's signature over the schema of the rows it will be given (Spark analyses the upstream

@@ -291,7 +291,8 @@ def _in_write_order(rels: Iterable[str]) -> list[list[str]]:
 
 
 def spark_checkpoint_uri(location: Location) -> str:
-    """The local copy as Spark's ``checkpointLocation``: a ``file:`` URL, so that a cluster whose default file
-    system is HDFS still writes it to this machine's disk."""
+    """The local copy as Spark's ``checkpointLocation``: ``file:`` and the path as it is, so that a cluster whose
+    default file system is HDFS still writes it to this machine's disk. Not percent-encoded: Hadoop's ``Path`` does
+    not decode a URL, and ``/a b`` sent as ``file:///a%20b`` is written to a folder named ``a%20b``."""
     assert location.local is not None
-    return location.local.resolve().as_uri()
+    return f"file:{location.local.resolve()}"

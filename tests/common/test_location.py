@@ -77,3 +77,10 @@ def test_credentials_are_redacted(url, shown):
     assert redact(url) == shown
     assert redact(f"upload to {url} failed") == f"upload to {shown} failed"
     assert str(parse(url)) == shown
+
+
+def test_a_file_url_keeps_hash_question_mark_and_percent_in_its_path_as_hadoop_does(tmp_path):
+    folder = tmp_path / "Shared Drive" / "josé #1 ?x %41"
+    for text in (f"file://{folder}", f"file:{folder}", str(folder)):
+        assert parse(text).local == folder.resolve()
+    assert parse(parse(str(folder)).url).local == folder.resolve()  # a location's URL reads back as itself

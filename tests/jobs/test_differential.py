@@ -91,3 +91,11 @@ def test_the_comparison_finds_a_changed_value_a_missing_row_and_a_changed_type()
     assert compare(spark_rows, [pa.table({"k": [1, 2], "s": [3.0, 4.5]})]) is not None
     assert "columns" in str(compare(spark_rows, [pa.table({"k": pa.array([1, 2], pa.int32()), "s": [3.0, 4.0]})]))
     assert "batches" in str(compare(spark_rows, spark_rows * 2))
+
+
+def test_a_checkpoint_path_with_a_space_non_ascii_hash_and_percent_restarts_where_it_left_off(spark, tmp_path):
+    """Spark is handed the local copy of its log as a path Hadoop reads back unchanged (not percent-encoded)."""
+    query = Query("tumbling", {"k": "bigint"}, ("sum",), window_s=10, delay_s=0, output_mode="append")
+    c = case(query, [rows((1, 5, 1)), rows((1, 25, 2))], [rows((1, 7, 4), (2, 40, 1))], [rows((2, 61, 1))])
+    assert_same_as_spark(spark, tmp_path / "Shared Drive" / "josé #1 %41 ckpt", c)
+    assert not list((tmp_path / "Shared Drive").rglob("*%20*")), "Spark wrote a folder of its own"
