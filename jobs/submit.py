@@ -29,7 +29,7 @@ from misa.io.quarantine import Quarantine, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
-from misa.operators.base import StatefulOperator
+from misa.operators.base import StatefulOperator, spark_interval
 from misa.operators.interval_join import PREV, IntervalJoin
 from misa.runtime.interrupt import EXIT_INTERRUPTED, StopOnInterrupt
 from misa.runtime.job import StatefulJob
@@ -243,7 +243,12 @@ def native_aggregation(operator: Aggregation, events: DataFrame) -> DataFrame:
     functions = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}
     grouped = (
         events.withWatermark(operator.event_time, f"{operator.delay_ms} milliseconds")
-        .groupBy(F.window(operator.event_time, operator.window, operator.slide or operator.window), *operator.group_by)
+        .groupBy(
+            F.window(
+                operator.event_time, spark_interval(operator.window), spark_interval(operator.slide or operator.window)
+            ),
+            *operator.group_by,
+        )
         .agg(*[functions[a.function](a.column).alias(a.name) for a in operator.aggs])
     )
     return grouped.select(
@@ -413,6 +418,7 @@ def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame,
             .trigger(**trigger(args))
             .start()
         )
+        metrics.follow(str(query.id))
         query.awaitTermination()
     finally:
         metrics.wait_reported()

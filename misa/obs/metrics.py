@@ -45,6 +45,8 @@ class BatchMetrics:
         self._reports: dict[int, BatchReport] = {}
         self._pending: dict[int, dict[str, Any]] = {}
         self.run_started: float | None = None  # set by listener(): when the current run's query started
+        self.query_id: str | None = None  # the query whose progress this object takes (follow())
+        self._unmatched: list[Any] = []  # progress that came before the query's id was known
         self._lock = threading.Lock()
         self._reported = threading.Condition(self._lock)
         if self.path:
@@ -92,6 +94,14 @@ class BatchMetrics:
         with self._reported:
             self._reported.wait_for(lambda: not self._pending, timeout_s)
 
+    def follow(self, query_id: str) -> None:
+        """Take only the progress of query ``query_id`` (Spark's query id, kept across restarts): several queries of
+        one session each report to every listener. Progress that came before is taken now if it is this query's."""
+        with self._lock:
+            self.query_id, early, self._unmatched = str(query_id), self._unmatched, []
+        for progress in early:
+            self.on_progress(progress)
+
     def on_progress(self, progress: Any) -> None:
         """Spark's side: input rows, the batch's wall time (``triggerExecution``) and, in native modes, Spark's
         state store: its rows (``spark_state_rows``, when Spark counts them), its memory
@@ -102,6 +112,12 @@ class BatchMetrics:
         job and the quarantine add jobs); when the runtime counted the batch's records itself, that
         count is ``input_rows`` and Spark's is kept as ``spark_input_rows``.
         """
+        with self._lock:
+            if self.query_id is None:
+                self._unmatched.append(progress)
+                return
+        if str(progress.id) != self.query_id:
+            return  # another query of the session
         durations = progress.durationMs or {}
         if "addBatch" not in durations:
             return  # an idle trigger, not a batch
@@ -154,6 +170,8 @@ class BatchMetrics:
         """A listener to add with ``spark.streams.addListener`` when a query starts: it begins a new run, whose
         records carry its start time as ``run_started`` (so that ``misa report`` marks restarts)."""
         self.run_started = time.time()
+        with self._lock:
+            self.query_id, self._unmatched = None, []
         metrics = self
 
         class _Listener(StreamingQueryListener):

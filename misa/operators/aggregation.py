@@ -47,6 +47,7 @@ from misa.operators.base import (
     HintSource,
     OperatorResult,
     micros,
+    spark_interval,
 )
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import column_type, duration, event_time, key_columns, typed
@@ -172,7 +173,7 @@ class Aggregation(HintSource):
     event_time: str | None = None  # a timestamp column; required for windows
     window: str | None = None
     slide: str | None = None
-    watermark_delay: str = "0s"
+    watermark_delay: str | None = "0s"  # None: no watermark (refused with a window)
     output_mode: str = "update"
     watermark: EventTimeWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
@@ -189,11 +190,23 @@ class Aggregation(HintSource):
             raise ValueError("a windowed aggregation needs event_time (a timestamp column)")
         if self.output_mode == "append" and not self.window:
             raise ValueError("append output needs windows with a watermark (rows must be final when emitted)")
+        if self.window and self.watermark_delay is None:
+            raise ValueError(
+                f"a windowed aggregation needs a watermark: give watermark_delay (Spark's withWatermark delay, for "
+                f'example "10 seconds"); without one Spark keeps every window of {self.window!r} forever, '
+                "which misa does not run"
+            )
+        if not self.window and self.event_time and self.event_time in self.group_by:
+            raise ValueError(
+                f"grouping by the event-time column {self.event_time!r} without a window: Spark drops late rows and "
+                "evicts such groups by the watermark, misa does not; group by window=... instead, or drop "
+                "event_time (without a window, misa, like Spark, ignores a watermark on a column it does not group by)"
+            )
         names = [*(OUTPUT_WINDOW if self.window else ()), *self.group_by, *(a.name for a in self.aggs)]
         clashes = sorted({n for n in names if names.count(n) > 1})
         if clashes:
             raise ValueError(f"aggregation: output column names {clashes} clash; rename aggregates or group columns")
-        self.delay_ms = int(parse_seconds(self.watermark_delay) * 1000)
+        self.delay_ms = int(parse_seconds(self.watermark_delay or "0s") * 1000)
         self.watermark = EventTimeWatermark(self.delay_ms)
         size, slide = micros(self.window), micros(self.slide)
         if size and slide and slide != size:
@@ -247,7 +260,8 @@ class Aggregation(HintSource):
             grouped = batch.groupBy(F.window(F.col(self.event_time), pane).alias("_w"), *groups).agg(*measures)
             times = [F.unix_micros("_w.end").alias(PANE_END)]
         else:
-            grouped = batch.groupBy(F.window(F.col(self.event_time), self.window).alias("_w"), *groups).agg(*measures)
+            window = F.window(F.col(self.event_time), spark_interval(self.window))
+            grouped = batch.groupBy(window.alias("_w"), *groups).agg(*measures)
             times = [F.unix_micros("_w.start").alias(WINDOW_START), F.unix_micros("_w.end").alias(WINDOW_END)]
         return grouped.select(*times, *group_by, *grouped.columns[1 + len(groups) :])
 

@@ -66,6 +66,11 @@ def micros(duration: str | None) -> int | None:
     return int(parse_seconds(duration) * 1_000_000) if duration else None
 
 
+def spark_interval(duration: str) -> str:
+    """A duration misa accepts ("30 seconds", "10s", "1.5 min") as an interval Spark's ``window`` parses."""
+    return f"{micros(duration)} microseconds"
+
+
 @dataclass
 class OperatorResult:
     """What one batch's merge produced."""

@@ -220,7 +220,9 @@ class StatefulJob:
         writer = stream.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", checkpoint)
         if query_name:
             writer = writer.queryName(query_name)
-        return writer.trigger(**trigger).start()
+        query = writer.trigger(**trigger).start()
+        self.metrics.follow(str(query.id))
+        return query
 
     def _check_spark_folder(self, spark: SparkSession, option: str) -> None:
         """Refuse a ``checkpointLocation`` that Hadoop would read as another folder than the one recovery reads."""

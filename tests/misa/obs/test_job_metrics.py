@@ -194,3 +194,23 @@ def test_a_busy_prometheus_port_fails_at_start_naming_the_key(spark, tmp_path):
         finally:
             job.close(spark)
     assert spark.streams.active == []
+
+
+def test_two_jobs_in_one_driver_each_record_only_their_own_batches(spark, tmp_path):
+    """Every listener hears every query of the session: each job keeps its query's batches (2 files and 3 files)."""
+    jobs, queries = [], []
+    for name, files in (("a", 2), ("b", 3)):
+        _input(spark, tmp_path / name / "in", files)
+        job = _job(tmp_path / name)
+        jobs.append(job)
+        queries.append(job.start(spark, _stream(spark, tmp_path / name / "in"), {"availableNow": True}))
+    try:
+        for query in queries:
+            query.awaitTermination()
+    finally:
+        for job in jobs:
+            job.close(spark)
+    for name, files in (("a", 2), ("b", 3)):
+        records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        assert [r["batch_id"] for r in records] == list(range(files)), name
+        assert all(r["input_rows"] == ROWS_PER_FILE and r["output_rows"] == KEYS for r in records), name

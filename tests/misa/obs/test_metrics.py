@@ -16,6 +16,7 @@ from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitRecord
 def _progress(batch_id: int, operators: list | None = None) -> SimpleNamespace:
     """What Spark's StreamingQueryProgress gives the listener (the fields the record reads)."""
     return SimpleNamespace(
+        id="q",
         batchId=batch_id,
         timestamp="2026-01-01T00:00:00.000Z",
         numInputRows=10,
@@ -50,15 +51,18 @@ def test_spark_state_store_sums_operators_and_skips_rows_spark_does_not_count():
 def test_records_carry_their_run_the_commit_lag_and_sparks_state(tmp_path):
     path = tmp_path / "m.jsonl"
     metrics = BatchMetrics(path, "misa")
+    metrics.follow("q")
     metrics.listener()
+    metrics.follow("q")
     first_run = metrics.run_started
     status = CommitStatus(pending=(0,), last_local=None, last_durable=None)
     metrics.report(BatchReport(0, BatchRecord(input_rows=10, state_keys=5), commit_status=status))
     metrics.on_progress(_progress(0, [_operator(0, 2_048, 1_024)]))
     metrics.listener()  # a restart: the query starts again
+    metrics.follow("q")
     metrics.report(BatchReport(1, BatchRecord(input_rows=10)))
     metrics.on_progress(_progress(1))
-    metrics.on_progress(SimpleNamespace(batchId=2, durationMs={"triggerExecution": 5}))  # idle: no record
+    metrics.on_progress(SimpleNamespace(id="q", batchId=2, durationMs={"triggerExecution": 5}))  # idle: no record
 
     first, second = [json.loads(line) for line in path.read_text().splitlines()]
     assert first["run_started"] == first_run and second["run_started"] > first_run
@@ -71,6 +75,7 @@ def test_records_carry_their_run_the_commit_lag_and_sparks_state(tmp_path):
 def test_a_record_is_the_runtimes_batch_record_joined_with_sparks_progress(tmp_path):
     metrics = BatchMetrics(tmp_path / "deep" / "m.jsonl", "misa")  # its folder is made
     metrics.listener()
+    metrics.follow("q")
     phases = BatchPhases(compute_s=0.25, state_read_s=0.125)
     batch = BatchRecord(input_rows=7, output_rows=3, bad_records=1, state_keys=5, phases=phases, batch_s=0.5)
     commits = (CommitRecord(version=0, bytes_uploaded=2048), CommitRecord(version=1, restarts=1))
@@ -98,6 +103,7 @@ def test_a_record_is_the_runtimes_batch_record_joined_with_sparks_progress(tmp_p
 def test_without_the_runtimes_side_spark_counts_the_input_and_nothing_is_written_without_a_path():
     echoed: list[dict] = []
     metrics = BatchMetrics(None, "native", echo=echoed.append)
+    metrics.follow("q")
     metrics.add(4)  # plain Spark: no record of the runtime's
     metrics.on_progress(_progress(4))
     assert [(r["batch_id"], r["input_rows"], r["spark_input_rows"], r["mode"]) for r in echoed] == [
@@ -108,6 +114,7 @@ def test_without_the_runtimes_side_spark_counts_the_input_and_nothing_is_written
 
 def test_listeners_hear_reported_batches_only_and_a_failing_listener_stops_nothing(tmp_path, caplog):
     metrics = BatchMetrics(tmp_path / "m.jsonl", "misa")
+    metrics.follow("q")
     heard: list[tuple[int, int]] = []
 
     def failing(report, progress):
@@ -127,6 +134,7 @@ def test_listeners_hear_reported_batches_only_and_a_failing_listener_stops_nothi
 
 def test_wait_reported_returns_once_spark_reported_every_batch():
     metrics = BatchMetrics(None, "misa")
+    metrics.follow("q")
     metrics.add(0)
     started = time.monotonic()
     metrics.wait_reported(timeout_s=0.05)  # batch 0 is still pending: only the timeout ends the wait
@@ -142,7 +150,9 @@ def test_wait_reported_returns_once_spark_reported_every_batch():
 
 def test_the_listener_passes_sparks_progress_events_on(tmp_path):
     metrics = BatchMetrics(tmp_path / "m.jsonl", "misa")
+    metrics.follow("q")
     listener = metrics.listener()
+    metrics.follow("q")
     listener.onQueryStarted(None)
     listener.onQueryProgress(SimpleNamespace(progress=_progress(9)))
     listener.onQueryIdle(None)
@@ -164,3 +174,15 @@ def test_the_summary_line_shows_the_phases_the_commit_and_late_and_dropped_rows(
         "batch   12 | rows    3000 | latency   1234 ms | compute   500 ms | state read   250 ms | "
         "apply   125 ms | ack wait    2 ms | committed v11 (10 KiB up) | late 4"
     )
+
+
+def test_progress_of_another_query_is_left_out_and_progress_before_the_id_is_known_is_kept(tmp_path):
+    metrics = BatchMetrics(tmp_path / "m.jsonl", "misa", None)
+    metrics.listener()  # a new run: its query's id is not known yet
+    metrics.on_progress(_progress(0))  # before start() returned the query's id
+    metrics.on_progress(SimpleNamespace(**{**vars(_progress(0)), "id": "other", "numInputRows": 99}))
+    metrics.follow("q")
+    metrics.on_progress(SimpleNamespace(**{**vars(_progress(1)), "id": "other", "numInputRows": 99}))
+    metrics.on_progress(_progress(1))
+    records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [(r["batch_id"], r["spark_input_rows"]) for r in records] == [(0, 10), (1, 10)]
