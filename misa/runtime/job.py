@@ -52,7 +52,7 @@ from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import batch_gap_message, reconcile, require_fresh
 from misa.runtime.spark_log import SparkCheckpointLog
-from misa.runtime.spark_mirror import SparkLogMirror, spark_checkpoint_uri
+from misa.runtime.spark_mirror import SparkLogMirror, forget_mirror, spark_checkpoint_uri
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
 from prefetch.auto import PROBE, AutoPolicy, AutoPrefetch, Sample
@@ -200,6 +200,8 @@ class StatefulJob:
         self.store.claim(query_id)
         if self.mirror is not None and self.mirror.prepare(self.checkpoints.check_owner):
             self.checkpoints.forget_local_only()  # newer local versions went with the local copy Spark's log replaced
+        if not self.config.mirror_spark_log:
+            forget_mirror(self.checkpoint_location)
         if self.controller.mode == CommitMode.NOCOMMIT:
             require_fresh(self.store, self.spark_checkpoint)
         # loads the version Spark continues from

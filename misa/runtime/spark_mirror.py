@@ -290,6 +290,18 @@ def _in_write_order(rels: Iterable[str]) -> list[list[str]]:
     return [sorted(group, key=lambda r: (_batch_of(r), r)) for group in groups.values() if group]
 
 
+def forget_mirror(remote: Location) -> None:
+    """Spark writes its log at ``remote`` itself (a run without the mirror): remove the mirror's id there, so that
+    the next start with the mirror takes the log from ``remote``, not from a local copy older than it."""
+    fs, root = remote.filesystem()
+    path = posixpath.join(root, MIRROR_ID_FILE)
+    if fs.exists(path):
+        log.warning(
+            "this run writes Spark's log at %s itself: the local copy of an earlier run no longer counts", remote
+        )
+        fs.rm(path)
+
+
 def spark_checkpoint_uri(location: Location) -> str:
     """The local copy as Spark's ``checkpointLocation``: ``file:`` and the path as it is, so that a cluster whose
     default file system is HDFS still writes it to this machine's disk. Not percent-encoded: Hadoop's ``Path`` does

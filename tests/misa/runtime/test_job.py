@@ -33,13 +33,14 @@ def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode):
     assert final == {k: (3 * s, 3 * n) for k, (s, n) in per_batch.items()}
 
 
-def run_count_job(spark, sink, checkpoint_location: str, input_dir) -> None:
+def run_count_job(spark, sink, checkpoint_location: str, input_dir, mirror: bool = True) -> None:
     """Count rows per ``k`` of the Parquet files in ``input_dir`` with one available-now run of a job."""
+    conf = {"spark.misa.state.shards": "1", "spark.misa.checkpoint.mirrorSparkLog": str(mirror).lower()}
     job = StatefulJob(
         Aggregation(["k"], [Agg("n", "count", "x")]),
         sink,
         checkpoint_location,
-        config=MisaConfig.from_mapping({"spark.misa.state.shards": "1"}),
+        config=MisaConfig.from_mapping(conf),
         echo=None,
     )
     stream = spark.readStream.schema("k long, x double").parquet(str(input_dir))
@@ -152,3 +153,16 @@ def test_an_idle_query_has_its_last_commit_mirrored_to_the_checkpoint_location(s
     finally:
         query.stop()
         job.close(spark)
+
+
+def test_a_run_without_the_spark_log_mirror_between_mirrored_runs_continues_from_its_log(spark, tmp_path):
+    """The run without the mirror writes Spark's log at the checkpoint location: the next mirrored start takes it
+    from there, not from the older local copy of the first run."""
+    outputs: dict[int, pa.Table] = {}
+    for i, mirror in enumerate([True, False, True]):
+        spark.range(i * 30, i * 30 + 30).select(
+            (F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x")
+        ).write.mode("append").parquet(str(tmp_path / "in"))
+        run_count_job(spark, outputs.__setitem__, str(tmp_path / "ckpt"), tmp_path / "in", mirror=mirror)
+    assert sorted(outputs) == [0, 1, 2]
+    assert {r["k"]: r["n"] for r in outputs[2].to_pylist()} == {0: 30, 1: 30, 2: 30}
