@@ -30,6 +30,13 @@ class StopOnInterrupt:
 
     Outside the main thread it does nothing (only the main thread receives signals)."""
 
+    _entered = 0  # instances active in the main thread
+
+    @classmethod
+    def active(cls) -> bool:
+        """Whether one is active (a job's entry point installed its own)."""
+        return cls._entered > 0
+
     def __init__(self, spark: SparkSession):
         self.spark = spark
         self.requested = threading.Event()
@@ -40,6 +47,7 @@ class StopOnInterrupt:
 
     def __enter__(self) -> StopOnInterrupt:
         if threading.current_thread() is threading.main_thread():
+            StopOnInterrupt._entered += 1
             self._previous = signal.signal(signal.SIGINT, self._on_sigint)
             self._jvm_previous = self._jvm_signal(lambda jvm: jvm.sun.misc.SignalHandler.SIG_IGN)
         return self
@@ -48,7 +56,9 @@ class StopOnInterrupt:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         if self._previous is not None:
+            StopOnInterrupt._entered -= 1
             signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
         if self._jvm_previous is not None:
             self._jvm_signal(lambda _: self._jvm_previous)
 

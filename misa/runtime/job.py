@@ -24,6 +24,7 @@ point asks for it).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
 from misa.runtime.commit import CommitController
 from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import hadoop_local_path, resolve_location
+from misa.runtime.interrupt import StopOnInterrupt
 from misa.runtime.next_input import NextInput
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import batch_gap_message, reconcile, require_fresh
@@ -154,6 +156,7 @@ class StatefulJob:
             self.metrics.add_listener(self._mirror_reported)
         self.version = self.store.version
         self._listener: Any = None
+        self._interrupt: StopOnInterrupt | None = None  # Ctrl-C stops the query (unless the entry point handles it)
         self._started = False
         self._awaiting_first_batch = False
         self._state_phase = gc_paused if pause_gc else nothing_paused
@@ -222,8 +225,12 @@ class StatefulJob:
         writer = stream.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", checkpoint)
         if query_name:
             writer = writer.queryName(query_name)
+        if self._interrupt is None and not StopOnInterrupt.active():
+            self._interrupt = StopOnInterrupt(spark).__enter__()
         query = writer.trigger(**trigger).start()
         self.metrics.follow(str(query.id))
+        if self._interrupt is not None:
+            self._interrupt.watch(query, self.batch_running)
         return query
 
     def _check_spark_folder(self, spark: SparkSession, option: str) -> None:
@@ -455,6 +462,7 @@ class StatefulJob:
             if self.mirror is not None and self._started:
                 self.mirror.sync(self.checkpoints.check_owner)
         finally:
+            self._end_interrupt()
             if spark is not None and self._listener is not None:
                 self.metrics.wait_reported()
                 spark.streams.removeListener(self._listener)
@@ -464,6 +472,17 @@ class StatefulJob:
             self.view.close()
             self.store.close()
             self.metrics.close()
+
+    def _end_interrupt(self) -> None:
+        """Give Ctrl-C back; after a stop by Ctrl-C, say in one line where the state is durable."""
+        if self._interrupt is None:
+            return
+        interrupt, self._interrupt = self._interrupt, None
+        interrupt.__exit__(None, None, None)
+        if interrupt.requested.is_set():
+            durable = self.checkpoints.newest_durable()
+            state = "no state is durable yet" if durable is None else f"the state is durable up to version {durable}"
+            print(f"stopped by Ctrl-C; {state}; restart resumes from there", file=sys.stderr)
 
 
 def _watch_source(stream: DataFrame, spark_checkpoint: Location) -> Arrivals | None:
