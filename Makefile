@@ -32,7 +32,7 @@ CM2 := jobs/cluster_monitoring.py --query cm2 --input $(RUN)/input --available-n
 	--metrics $(RUN)/metrics.jsonl
 run: $(STAMP)
 	rm -rf $(RUN)
-	$(BIN)/misa gen cm --out $(RUN)/input --rate 1500 --seconds 48 --jobs 3000
+	$(BIN)/misa gen cm --out $(RUN)/input --rate 1500 --seconds 48 --jobs 3000 --late-fraction 0.1 --lateness 12s
 	$(SUBMIT) $(CM2) --mode misa --output $(RUN)/misa/output --checkpoint $(RUN)/misa/checkpoint
 	$(SUBMIT) $(CM2) --mode native --output $(RUN)/native/output --checkpoint $(RUN)/native/checkpoint
 	$(BIN)/misa report $(RUN)/metrics.jsonl --out $(RUN)/report

@@ -19,8 +19,9 @@ from jobs.differential import command as fuzz
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
-from jobs.gen.parts import UNITS
+from jobs.gen.parts import UNITS, LateArrivals
 from jobs.gen.ysb import generate_ysb
+from misa.config import parse_seconds
 
 Option = tuple[str, type, Any, str]  # flag, type, default, help
 BAD_FRACTION: Option = (
@@ -90,8 +91,9 @@ GENERATORS = {
 def _generate(args: argparse.Namespace) -> int:
     generator = GENERATORS[args.gen_command]
     try:
+        late = LateArrivals(args.late_fraction, parse_seconds(args.lateness), args.seed) if args.late_fraction else None
         stats = generator.generate(
-            args.out, args.rate, args.seconds, args.seed, args.files_per_second, **generator.keywords(args)
+            args.out, args.rate, args.seconds, args.seed, args.files_per_second, late=late, **generator.keywords(args)
         )
     except ValueError as exc:
         print(f"misa: error: {exc}", file=sys.stderr)
@@ -106,10 +108,10 @@ def summary(name: str, stats: dict, out: Path, unit: str) -> str:
     span = (
         "no events" if first is None else f"event time {first} .. {last} {unit} ({(last - first) / UNITS[unit]:.1f} s)"
     )
-    bad = ""
+    bad = f" ({stats['late']} late)" if stats.get("late") else ""
     if "bad" in stats:
         kinds = ", ".join(f"{kind} {count}" for kind, count in stats["bad_by_kind"].items())
-        bad = f" and {stats['bad']} bad" + (f" ({kinds})" if stats["bad"] else "")
+        bad += f" and {stats['bad']} bad" + (f" ({kinds})" if stats["bad"] else "")
     return f"gen {name}: {stats['records']} records{bad} in {stats['files']} files in {out}; {span}"
 
 
@@ -124,6 +126,17 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("--seconds", type=int, required=True, help="seconds of event time")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--files-per-second", type=float, default=1.0, help="files per second of event time")
+        p.add_argument(
+            "--late-fraction",
+            type=float,
+            default=0.0,
+            help="share of records written late: into the file of event time LATENESS after their own",
+        )
+        p.add_argument(
+            "--lateness",
+            default="12s",
+            help="how late a late record arrives, in event time (beyond a watermark delay and a batch's advance)",
+        )
         for flag, kind, default, text in generator.options:
             p.add_argument(flag, type=kind, default=default, help=text)
         p.set_defaults(func=_generate)

@@ -55,6 +55,7 @@ from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
+from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
 from jobs.submit import RETRY_MESSAGE
 from misa.config import CommitMode
@@ -101,23 +102,26 @@ class SoakJob:
     keys: tuple[str, ...] | None
 
 
+#: Out-of-order input: a tenth of the records arrive 12 s of event time late (beyond the jobs' watermark delay and
+#: a batch's advance), so that late rows are judged as Spark judges them through every kill.
+LATE = LateArrivals(0.1, 12.0)
 JOBS = {
     "cm2": SoakJob(
         "cluster_monitoring.py",
         "cm2",
-        partial(generate_cm, rate=100, seconds=40, files_per_second=0.25, jobs=100, progress=False),
+        partial(generate_cm, rate=100, seconds=40, files_per_second=0.25, jobs=100, progress=False, late=LATE),
         CM_KEYS["cm2"],
     ),
     "lr2": SoakJob(
         "linear_road.py",
         "lr2",
-        partial(generate_lr, rate=2, seconds=150, files_per_second=1 / 15, progress=False),
+        partial(generate_lr, rate=2, seconds=150, files_per_second=1 / 15, progress=False, late=LATE),
         None,
     ),
     "q20": SoakJob(
         "nexmark.py",
         "q20",
-        partial(generate_nexmark, rate=100, seconds=40, files_per_second=0.25, side_rows=10, progress=False),
+        partial(generate_nexmark, rate=100, seconds=40, files_per_second=0.25, side_rows=10, progress=False, late=LATE),
         None,
     ),
 }

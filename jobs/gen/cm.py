@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.gen.parts import PartWriter
+from jobs.gen.parts import LateArrivals, PartWriter
 
 COLUMNS = (
     "time",
@@ -63,6 +63,7 @@ def generate_cm(
     *,
     jobs: int = 10_000,
     progress: bool = True,
+    late: LateArrivals | None = None,
 ) -> dict:
     """Write ``seconds`` of task events at about ``rate`` records/s into ``out_dir``.
 
@@ -73,7 +74,9 @@ def generate_cm(
         raise ValueError("rate >= 0, seconds > 0, files_per_second > 0 and jobs > 0 are required")
     rng = np.random.default_rng(seed)
     per_second = np.clip(np.rint(rng.normal(rate, rate * 0.1, seconds)), 0, None).astype(np.int64)
-    writer = PartWriter(out_dir, "cm", seconds, files_per_second, unit="us", start=start_time_us, progress=progress)
+    writer = PartWriter(
+        out_dir, "cm", seconds, files_per_second, unit="us", start=start_time_us, progress=progress, late=late
+    )
     users = user_tokens()
     cumulative = np.concatenate(([0], np.cumsum(per_second)))
     begin = 0

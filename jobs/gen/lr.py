@@ -24,7 +24,7 @@ import pandas as pd
 
 from jobs.gen import parts
 from jobs.gen.bad_records import BadRecordInjector, Target
-from jobs.gen.parts import PartWriter, json_lines, validate
+from jobs.gen.parts import LateArrivals, PartWriter, json_lines, validate
 
 REPORT_INTERVAL = 30  # seconds between a vehicle's reports
 SEGMENT_LENGTH = 5280
@@ -47,6 +47,7 @@ def generate_lr(
     vehicles: int = 0,
     *,
     progress: bool = True,
+    late: LateArrivals | None = None,
 ) -> dict:
     """Write ``seconds`` of position reports at about ``rate`` reports/s into ``out``.
 
@@ -62,7 +63,14 @@ def generate_lr(
             f"at once (30 s x rate); got {vehicles}"
         )
     writer = PartWriter(
-        out, "lr", seconds, files_per_second, BadRecordInjector(bad_fraction, seed, TARGET), "s", progress=progress
+        out,
+        "lr",
+        seconds,
+        files_per_second,
+        BadRecordInjector(bad_fraction, seed, TARGET),
+        "s",
+        progress=progress,
+        late=late,
     )
     traffic = Traffic(np.random.default_rng(seed), slots, xways, vehicles)
     for period_start in range(0, seconds, REPORT_INTERVAL):

@@ -34,6 +34,7 @@ import pandas as pd
 from jobs.gen.bad_records import BadRecordInjector, Target
 from jobs.gen.parts import (
     BASE_TIME_MS,
+    LateArrivals,
     PartWriter,
     event_times_ms,
     json_lines,
@@ -81,6 +82,7 @@ def generate_nexmark(
     *,
     in_flight_auctions: int = NUM_IN_FLIGHT_AUCTIONS,
     progress: bool = True,
+    late: LateArrivals | None = None,
 ) -> dict:
     """Write ``seconds`` of NEXMark events at ``rate`` events/s into ``out``, and the Q13 side table.
 
@@ -102,6 +104,7 @@ def generate_nexmark(
         "ms",
         BASE_TIME_MS,
         progress,
+        late=late,
     )
     events = Events(np.random.default_rng(seed), rate, in_flight_auctions)
     kinds = np.zeros(3, dtype=np.int64)

@@ -3,7 +3,8 @@
 :class:`PartWriter` writes JSON lines as files ``part-<8 digits>.json`` in event-time order, file
 ``i`` holding the records of ``[i / F, (i + 1) / F)`` seconds after the start, each written under a
 dot name (which Spark's file source ignores), given its modification time (``MTIME_BASE + i``) and
-renamed into place once no later chunk can add to it. With a
+renamed into place once no later chunk can add to it. With :class:`LateArrivals`, a share of the records
+is written into a later file than their event time's (out of order, possibly behind a query's watermark). With a
 :class:`~jobs.gen.bad_records.BadRecordInjector`, every bad line is also appended to
 ``OUT/_bad_records.txt`` (Spark ignores names starting with ``_``). Generators work in chunks of at
 most :data:`CHUNK_RECORDS` records, so memory stays bounded.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -91,6 +93,22 @@ def finish_part(out: Path, index: int) -> None:
     os.replace(staging, out / f"part-{index:08d}.json")
 
 
+@dataclass(frozen=True)
+class LateArrivals:
+    """A share of records delivered late: a late record of event time t is written into the file of event time
+    ``t + lateness_s`` (it arrives with the records of that time), so that a query's watermark may have passed it."""
+
+    fraction: float
+    lateness_s: float
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.fraction < 1 or self.lateness_s < 0:
+            raise ValueError(
+                f"late_fraction must be >= 0 and < 1 (got {self.fraction}) and lateness >= 0 (got {self.lateness_s})"
+            )
+
+
 class PartWriter:
     """Event-time ordered JSON-lines part files (with bad records injected, given an injector);
     ``close`` returns the stats."""
@@ -105,6 +123,7 @@ class PartWriter:
         unit: str = "s",
         start: int = 0,
         progress: bool = True,
+        late: LateArrivals | None = None,
     ):
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -115,6 +134,8 @@ class PartWriter:
         self.span = UNITS[unit] / files_per_second  # event time per file
         self.progress = progress and seconds >= 60
         self.lines, self.first, self.last, self.opened, self.done = 0, None, None, -1, 0
+        self.late, self.late_lines = late, 0
+        self._late_draws = np.random.default_rng(late.seed) if late is not None else None
 
     def write(self, times: np.ndarray, lines: list[str]) -> None:
         """Add the next lines (``times``: their event times, nondecreasing and after every earlier line's)."""
@@ -126,14 +147,27 @@ class PartWriter:
                 f.write("".join(line + "\n" for line in bad).encode())
         self.first = int(times[0]) if self.first is None else self.first
         self.last, self.lines = int(times[-1]), self.lines + len(lines)
-        file_of = np.minimum(((times - self.start) // self.span).astype(np.int64), self.files - 1)
-        indices = np.unique(file_of)
-        lows, highs = np.searchsorted(file_of, indices, "left"), np.searchsorted(file_of, indices, "right")
+        file_of = self._file_of(self._arrival_times(times))
+        order = np.argsort(file_of, kind="stable")
+        in_order = file_of[order]
+        indices = np.unique(in_order)
+        lows, highs = np.searchsorted(in_order, indices, "left"), np.searchsorted(in_order, indices, "right")
         for index, low, high in zip(indices.tolist(), lows.tolist(), highs.tolist()):
             self._open_through(index)
             with open(staging_path(self.out, index), "ab") as f:
-                f.write("".join(line + "\n" for line in lines[low:high]).encode())
-        self._finish_before(int(file_of[-1]))  # later lines go to this file or later ones
+                f.write("".join(lines[i] + "\n" for i in order[low:high].tolist()).encode())
+        self._finish_before(int(self._file_of(times[-1:])[0]))  # later lines go to this file or later ones
+
+    def _file_of(self, times: np.ndarray) -> np.ndarray:
+        return np.minimum(((times - self.start) // self.span).astype(np.int64), self.files - 1)
+
+    def _arrival_times(self, times: np.ndarray) -> np.ndarray:
+        """When each line arrives, in event time: its own, or ``lateness`` after it for the late ones."""
+        if self.late is None or self._late_draws is None or not self.late.fraction:
+            return times
+        late = self._late_draws.random(len(times)) < self.late.fraction
+        self.late_lines += int(late.sum())
+        return times + late * int(self.late.lateness_s * UNITS[self.unit])
 
     def close(self) -> dict:
         """Finish the remaining files; return ``files``, ``records`` (good), ``first_time_<unit>`` /
@@ -145,6 +179,8 @@ class PartWriter:
             f"first_time_{self.unit}": self.first,
             f"last_time_{self.unit}": self.last,
         }
+        if self.late is not None:
+            stats["late"] = self.late_lines
         if self.bad is not None:
             bad = sum(self.bad.by_kind.values())
             stats.update(records=self.lines - bad, bad=bad, bad_by_kind=dict(self.bad.by_kind))

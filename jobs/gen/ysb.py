@@ -20,6 +20,7 @@ import pandas as pd
 from jobs.gen.bad_records import BadRecordInjector, Target
 from jobs.gen.parts import (
     BASE_TIME_MS,
+    LateArrivals,
     PartWriter,
     event_times_ms,
     json_lines,
@@ -48,6 +49,7 @@ def generate_ysb(
     bad_fraction: float = 0.0,
     *,
     progress: bool = True,
+    late: LateArrivals | None = None,
 ) -> dict:
     """Write ``seconds`` of ad events at ``rate`` events/s into ``out``, and the ad-to-campaign mapping.
 
@@ -71,6 +73,7 @@ def generate_ysb(
         "ms",
         BASE_TIME_MS,
         progress,
+        late=late,
     )
     for numbers in number_chunks(record_count(rate, seconds)):
         n = len(numbers)

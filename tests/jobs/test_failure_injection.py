@@ -13,6 +13,7 @@ import pytest
 from cm_helpers import assert_same_output, output, run_in_process, spark_submit
 
 from jobs.gen.cm import generate_cm
+from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output
 
 # One restart chain over one input: each run is killed at the next point (its hit counted in that run;
@@ -30,7 +31,8 @@ DFS_DOWN = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoi
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("fi-input")
-    generate_cm(folder, rate=200, seconds=128, seed=5, files_per_second=0.125, jobs=200)  # 8 batches
+    late = LateArrivals(0.1, 12.0, seed=5)  # out of order: a tenth of the records 12 s late
+    generate_cm(folder, rate=200, seconds=128, seed=5, files_per_second=0.125, jobs=200, late=late)  # 8 batches
     return folder
 
 
