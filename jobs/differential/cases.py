@@ -138,6 +138,11 @@ def random_case(seed: int) -> Case:
     return Case(seed, query, settings, _rounds(rng, query))
 
 
+def case_of(query: Query, settings: Settings, seed: int) -> Case:
+    """A case of a given query and settings, with random input drawn from ``seed``."""
+    return Case(seed, query, settings, _rounds(random.Random(seed), query))
+
+
 def _rounds(rng: random.Random, query: Query) -> tuple:
     clock_ms = rng.randint(0, 20) * 1000
     late_ms = (query.delay_s + rng.choice((2, 12, 25))) * 1000  # beyond the delay and one batch's advance

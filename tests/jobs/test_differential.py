@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from jobs.differential.cases import Case, Query, Settings, random_case
+from jobs.differential.cases import KEY_TYPES, OPERATORS, PREFETCHING, Case, Query, Settings, case_of, random_case
 from jobs.differential.runner import compare, run_case
 
 SLICE = range(0, 8)  # seeds of the CI slice; `misa fuzz --cases N --seed S` runs any others
@@ -77,6 +77,30 @@ def test_no_group_columns(spark, tmp_path, operator, prefetching):
     query = Query(operator, {}, ("sum", "avg"), window_s=10, slide_s=5 if operator == "sliding" else 10, delay_s=0)
     files = [rows((None, 1, 1), (None, 12, 2))], [rows((None, 3, 3)), rows((None, 30, 4))]
     assert_same_as_spark(spark, tmp_path, case(query, *files, settings=Settings(prefetching=prefetching)))
+
+
+def every_key_type(operator: str) -> Query:
+    mode = "append" if operator == "join" else "update"
+    return Query(operator, {f"k_{t}": t for t in KEY_TYPES}, ("count", "max"), window_s=10, slide_s=5, output_mode=mode)
+
+
+@pytest.mark.parametrize("prefetching", PREFETCHING)
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_a_key_of_every_type_through_every_operator(spark, tmp_path, operator, prefetching):
+    """One key column of each type (nulls and edge values included), with prefetching on, off and auto."""
+    c = case_of(every_key_type(operator), Settings(prefetching=prefetching, cache_max_bytes=4096), seed=7)
+    assert_same_as_spark(spark, tmp_path, c)
+
+
+@pytest.mark.slow  # 96 cases: each key type alone through every operator and prefetching setting
+@pytest.mark.parametrize("key_type", KEY_TYPES)
+@pytest.mark.parametrize("prefetching", PREFETCHING)
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_each_key_type_alone_through_every_operator(spark, tmp_path, operator, prefetching, key_type):
+    query = Query(operator, {"k": key_type}, ("sum", "min"), window_s=10, slide_s=5, output_mode="update")
+    if operator == "join":
+        query = Query(operator, {"k": key_type}, output_mode="append", delay_s=5)
+    assert_same_as_spark(spark, tmp_path, case_of(query, Settings(prefetching=prefetching), seed=11))
 
 
 @pytest.mark.parametrize("seed", SLICE)
