@@ -9,6 +9,7 @@ from common import failpoints
 from common.location import Location, parse
 from misa.exceptions import RecoveryError
 from misa.runtime.spark_log import SparkCheckpointLog
+from misa.runtime.spark_mirror import LOCAL_COPY
 from misa.state.store import EMPTY_VERSION, StateStore
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,20 @@ def _gap_message(c: int, v: int, location: Location, store: StateStore) -> str:
         f"Nothing was changed. Usual causes: a mistyped checkpoint location, two queries sharing "
         f"spark.misa.state.dir or spark.misa.checkpoint.dfsUrl, or one of the two restored from an older copy. "
         f"Point the query at its own checkpoint location and state locations, or start from a new checkpoint "
-        f"location with new state locations."
+        f"location with new state locations.{_local_copy_remedy(location)}"
+    )
+
+
+def _local_copy_remedy(location: Location) -> str:
+    """The remedy when Spark's checkpoint is the runtime's local copy (``mirrorSparkLog``), which a run that wrote the
+    checkpoint location itself (or a hand edit there) can leave behind."""
+    if location.local is None or location.local.name != LOCAL_COPY:
+        return ""
+    index = location.local.with_name(f"{LOCAL_COPY}.json")
+    return (
+        f" Spark's checkpoint read here is the local copy {location.local}: if the checkpoint location was written "
+        f"since by another run or by hand, remove {index} so that the next start takes the checkpoint location "
+        "as it is."
     )
 
 

@@ -382,3 +382,15 @@ def test_the_heal_covers_every_retained_version_with_a_local_copy_not_only_the_t
         assert reconcile(one, str(tmp_path / "ckpt")) == 2
         one.checkpoints.wait_repair()
         assert one.checkpoints.dfs.verify([0, 1, 2], Check.DIGESTS) == []
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_a_state_ahead_of_sparks_log_is_refused_with_the_remedy_that_applies(store, tmp_path, copy):
+    """State at version 2 and Spark's log at batch 0: when that log is the runtime's local copy of it, the message
+    says how to make the next start take the checkpoint location instead."""
+    ckpt = tmp_path / "state" / "spark-checkpoint" if copy else tmp_path / "ckpt"
+    spark_log(ckpt, committed=0, offsets=0)
+    with pytest.raises(RecoveryError, match="ahead of Spark by more than the one version") as refused:
+        reconcile(store, str(ckpt))
+    remedy = f"remove {tmp_path / 'state' / 'spark-checkpoint.json'}"
+    assert (remedy in str(refused.value)) == copy
