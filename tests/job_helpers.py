@@ -11,8 +11,10 @@ from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
-from jobs.output_diff import Output, diff_rows, read_output
+from common.location import parse
+from jobs.output_diff import Output, diff_rows, read_output, with_no_data_batches_folded
 from misa.io.sink import final_results, read_batches
+from misa.runtime.spark_log import SparkCheckpointLog
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,6 +105,13 @@ def output_rows(run_dir: Path) -> Counter:
 def output(run_dir: Path) -> Output:
     """Every row of every batch with its batch id (floats rounded, see :mod:`jobs.output_diff`)."""
     return read_output(run_dir / "out")
+
+
+def native_output(run_dir: Path) -> Output:
+    """A native run's output as misa cuts it into batches: the rows of Spark's batches without data (which read no
+    file) in the data batch before them."""
+    data_batches = SparkCheckpointLog(parse(str(run_dir / "ckpt"))).batch_files()
+    return with_no_data_batches_folded(output(run_dir), data_batches)
 
 
 def assert_same_output(run_dir: Path, expected: Output) -> None:
