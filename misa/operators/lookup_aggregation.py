@@ -89,6 +89,10 @@ class LookupAggregation(HintSource):
         result.dropped_rows += self._count_missing(missing) if missing.num_rows else 0
         return result
 
+    def no_data_batch(self, state: StateView) -> OperatorResult:
+        """Spark's batch without data: the aggregation's."""
+        return self.aggregation.no_data_batch(state)
+
     # ------------------------------------------------------------------ prefetch hints
     def hint_spec(self) -> HintSpec:
         """A row names its looked-up value by ``key_column`` (its event time: the aggregation's)."""

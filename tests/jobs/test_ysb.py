@@ -20,6 +20,7 @@ import redis
 from job_helpers import assert_same_results, job_args, metrics, results, run_in_process
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from state_helpers import apply_then_idle
 
 from jobs import ysb
 from jobs.exceptions import RedisServerError
@@ -129,7 +130,7 @@ class Runtime:
     def batch(self, rows: list[tuple[int, str | None, int, int]]) -> dict[tuple[int, str], int]:
         """Run one batch and commit it; its output as {(window_end_s, campaign): views}."""
         self.version += 1
-        result = self.operator.apply(deltas(rows), self.view)
+        result = apply_then_idle(self.operator, deltas(rows), self.view)  # each batch followed by Spark's idle one
         self.dropped_rows = result.dropped_rows
         self.controller.commit(self.view.freeze(self.version), self.operator.metadata())
         return {(int(r["window_end"].timestamp()), r["campaign_id"]): r["views"] for r in result.output.to_pylist()}
