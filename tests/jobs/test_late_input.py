@@ -25,6 +25,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     return {"cm": cm, "lr": lr}
 
 
+@pytest.mark.slow  # about 40 s each: whole jobs in both engines (the differential tests cover the rules in CI)
 @pytest.mark.parametrize(
     "job,query,output_mode",
     [(cluster_monitoring, "cm2", "update"), (cluster_monitoring, "cm2", "append"), (linear_road, "lr2", None)],
