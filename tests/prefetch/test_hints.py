@@ -124,8 +124,7 @@ def test_output_batches_hold_at_most_64k_rows() -> None:
 
 
 def test_spec_and_schema_validation() -> None:
-    with pytest.raises(ValueError, match="key_columns"):
-        HintSpec(())
+    assert HintSpec(()).input_columns == []  # a state without group columns: one key (or one per window)
     with pytest.raises(ValueError, match="event_time"):
         HintSpec(("k",), window_us=S)
     with pytest.raises(ValueError, match="slide_us"):
@@ -215,3 +214,12 @@ def test_unwindowed_hints_match_spark_group_by(spark) -> None:
     hot = hint_frame(df, HintSpec(("k",), "event_time"), sketch).toArrow()
     flagged = {k for k, h in zip(hot["k"].to_pylist(), hot[HINT_HOT].to_pylist()) if h}
     assert flagged == {1, 2}
+
+
+def test_without_key_columns_every_row_counts_towards_the_one_key(spark) -> None:
+    """Spark hands a projection of no columns to mapInArrow as batches of no rows: the rows must still count."""
+    rows = spark.range(10).withColumn("t", F.timestamp_micros("id"))
+    unwindowed = hint_frame(rows, HintSpec(()), None).toArrow()
+    assert sum(unwindowed[HINT_COUNT].to_pylist()) == 10 and len(set(unwindowed[HINT_HASH].to_pylist())) == 1
+    windowed = hint_frame(rows, HintSpec((), "t", 5, 5), None).toArrow()
+    assert sorted(windowed[HINT_WINDOW_END].to_pylist()) == [5, 10] and sum(windowed[HINT_COUNT].to_pylist()) == 10

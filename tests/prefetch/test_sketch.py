@@ -170,3 +170,10 @@ def test_bad_add_arguments_raise() -> None:
         sketch.add(ids([1]), np.array([-1]))
     with pytest.raises(ValueError, match="hashes"):
         sketch.add(np.array([1.5]))
+
+
+def test_booleans_hash_by_value_with_nulls_and_no_columns_give_one_hash():
+    flags = hash_keys([pa.array([True, False, None, True])])
+    assert flags[0] == flags[3] and len(set(flags.tolist())) == 3
+    assert np.array_equal(flags[:2], hash_keys([pa.array([1, 0], pa.int8())]))  # as the integers 1 and 0
+    assert len(set(hash_keys([], rows=3).tolist())) == 1
