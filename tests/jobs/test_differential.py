@@ -125,3 +125,20 @@ def test_a_checkpoint_path_with_a_space_non_ascii_hash_and_percent_restarts_wher
     c = case(query, [rows((1, 5, 1)), rows((1, 25, 2))], [rows((1, 7, 4), (2, 40, 1))], [rows((2, 61, 1))])
     assert_same_as_spark(spark, tmp_path / "Shared Drive" / "josé #1 %41 ckpt", c)
     assert not list((tmp_path / "Shared Drive").rglob("*%20*")), "Spark wrote a folder of its own"
+
+
+def test_a_mismatch_is_shrunk_to_the_rows_that_cause_it(monkeypatch, tmp_path):
+    """The shrinker keeps cutting rounds, files and rows while the case still fails (here: while it holds the
+    row at 7 s after the row at 25 s, a stand-in for a real run)."""
+    from jobs.differential import shrink as shrinking
+    from jobs.differential.runner import Mismatch
+
+    def fails(spark, c: Case, work) -> Mismatch | None:
+        times = [row["t"] for r in c.rounds for f in r for row in f]
+        return Mismatch(0, "late row lost") if 25_000 in times and 7_000 in times[times.index(25_000) :] else None
+
+    monkeypatch.setattr(shrinking, "run_case", fails)
+    query = Query("tumbling", {"k": "bigint"})
+    big = case(query, [rows((1, 5, 1), (2, 6, 1)), rows((1, 25, 2))], [rows((3, 1, 1)), rows((1, 7, 4), (1, 8, 1))])
+    small = shrinking.shrink(None, big, tmp_path, progress=lambda line: None)
+    assert [[[row["t"] for row in f] for f in r] for r in small.rounds] == [[[25_000]], [[7_000]]]
