@@ -138,3 +138,25 @@ def assert_same_results(got: dict, expected: dict) -> None:
                 assert math.isclose(other, value, rel_tol=1e-9, abs_tol=1e-12), (key, column, other, value)
             else:
                 assert other == value, (key, column, other, value)
+
+
+def ctrl_c_after(cmd: list[str], env: dict[str, str], metrics_path: Path, batches: int) -> tuple[int, str]:
+    """Run ``cmd`` in its own process group (as a terminal's foreground job: Ctrl-C reaches the JVM and Python),
+    send SIGINT once ``metrics_path`` holds ``batches`` records; its exit status and everything it printed."""
+    import signal
+    import time
+
+    job = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics_path.exists() and len(metrics_path.read_text().splitlines()) >= batches):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
+            time.sleep(0.5)
+        os.killpg(job.pid, signal.SIGINT)
+        printed, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    return job.returncode, printed

@@ -180,8 +180,7 @@ class Aggregation(HintSource):
     _panes: PaneState | None = field(default=None, init=False, repr=False)  # sliding windows only
     _ansi: bool = field(default=False, init=False, repr=False)  # the session's, read by deltas()
     _cells: list[str] | None = field(default=None, init=False, repr=False)  # AggValues.cells of the state
-    _last_values: AggValues | None = field(default=None, init=False, repr=False)  # the last batch's, for no_data_batch
-    _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)
+    _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)  # the last deltas', for no_data_batch
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("update", "append"):
@@ -291,9 +290,9 @@ class Aggregation(HintSource):
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the trigger finds no new input: evict (and in append mode emit)
         the windows the batches so far closed."""
-        values = self._last_values
-        if values is None or not self.window:
+        if self._last_schema is None or not self.window:
             return OperatorResult(pa.table({}))
+        values = self._values(self._last_schema)
         result = OperatorResult(self._empty_output(self._last_schema, values))
         previous = self.watermark.at_us
         advanced = self.watermark.advance()
@@ -310,7 +309,7 @@ class Aggregation(HintSource):
                 "(an input column changed type): run the query from a new checkpoint location and state dir"
             )
         self._cells = values.cells
-        self._last_values, self._last_schema = values, schema
+        self._last_schema = schema
         return values
 
     def _apply_keys(

@@ -71,13 +71,10 @@ def test_a_bad_setting_value_ends_a_spark_submit_job_with_one_line(tmp_path, con
 
 @pytest.mark.slow  # about 40 s: a spark-submit job runs two batches before Ctrl-C, then again to its end
 def test_ctrl_c_stops_a_running_job_in_one_line_naming_its_last_durable_version(tmp_path):
-    import os
     import re
-    import signal
     import subprocess
-    import time
 
-    from job_helpers import job_args, metrics, spark_submit_command
+    from job_helpers import ctrl_c_after, job_args, metrics, spark_submit_command
 
     from jobs import cluster_monitoring
     from jobs.gen.cm import generate_cm
@@ -87,21 +84,8 @@ def test_ctrl_c_stops_a_running_job_in_one_line_naming_its_last_durable_version(
     log4j = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"  # as the README runs jobs
     conf = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
     cmd, env = spark_submit_command(cluster_monitoring, [*args, "--trigger", "1s"], conf=conf, master="local[1]")
-    # in its own process group, as a terminal's foreground job: Ctrl-C sends SIGINT to the JVM and to Python
-    job = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while not ((tmp_path / "metrics.jsonl").exists() and len(metrics(tmp_path)) >= 2):
-            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
-            time.sleep(0.5)
-        os.killpg(job.pid, signal.SIGINT)
-        printed, _ = job.communicate(timeout=120)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    assert job.returncode == 130, printed[-3000:]
+    returncode, printed = ctrl_c_after(cmd, env, tmp_path / "metrics.jsonl", batches=2)
+    assert returncode == 130, printed[-3000:]
     # Spark may log a warning or an error of the planning it interrupted, but no traceback
     assert "Traceback" not in printed and "py4j" not in printed.lower(), printed[-3000:]
     lines = [line for line in printed.splitlines() if "Ctrl-C" in line]

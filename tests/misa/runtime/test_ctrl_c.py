@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from job_helpers import ctrl_c_after
 
 SCRIPT = """
     import sys
@@ -44,27 +42,8 @@ def test_ctrl_c_stops_a_users_job_in_one_line(tmp_path: Path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(SCRIPT))
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    # in its own process group, as a terminal's foreground job: Ctrl-C sends SIGINT to the JVM and to Python
-    job = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        metrics = tmp_path / "metrics.jsonl"
-        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
-            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
-            time.sleep(0.5)
-        os.killpg(job.pid, signal.SIGINT)
-        printed, _ = job.communicate(timeout=120)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
+    returncode, printed = ctrl_c_after([sys.executable, str(script), str(tmp_path)], env, tmp_path / "metrics.jsonl", 2)
     assert "Traceback" not in printed and "py4j" not in printed.lower(), printed[-3000:]
     lines = [line for line in printed.splitlines() if "Ctrl-C" in line]
     assert len(lines) == 1 and lines[0].startswith("stopped by Ctrl-C; the state is durable up to version"), printed
-    assert job.returncode == 0, printed[-3000:]
+    assert returncode == 0, printed[-3000:]
