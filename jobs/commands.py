@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from jobs import soak
+from jobs.bench import ceiling as bench_ceiling
 from jobs.bench import cm as bench_cm
 from jobs.bench import live as bench_live
 from jobs.bench import queries as bench_jobs
@@ -149,6 +150,7 @@ def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubP
     soak.add_parser(commands)
     fuzz.add_parser(commands)
     bench_cm.add_parser(bench)
+    bench_ceiling.add_parser(bench)
     bench_jobs.add_parser(bench)
     bench_live.add_parser(bench)
     bench_recovery.add_parser(bench)

@@ -1,0 +1,221 @@
+"""``misa bench ceiling``: what one delta costs the driver's state phase, per phase, as the state grows.
+
+Spark computes each batch's deltas on the executors; the driver merges them into the state, emits the
+output rows and commits. That part runs on the driver whatever the cluster's size, so its CPU per delta
+is the ceiling of one query. Per shape (:mod:`jobs.bench.ceiling_shapes`) and state size, this preloads
+a store with the shape's steady state (checkpointed and uploaded as version 0), then runs the shape's
+real operator over ``--batches`` batches of deltas with Spark's columns, through the
+:class:`~misa.state.view.StateView` (the runtime's read cache), the store and the
+:class:`~misa.runtime.commit.CommitController` in mode ``sync``, so that every phase runs one after
+another and the process's CPU time (all threads: RocksDB's multi-gets and compactions too) is
+attributed to the phase running:
+
+=================  =========================================================================
+read               the operator's state reads (write buffer, cache, commit buffers, RocksDB)
+merge              the operator's own work: keys, merging, windows (what is left of ``apply``)
+output             building the batch's output rows
+buffer             the operator's writes into the write buffer, and freezing it
+write              the commit writing the buffer to RocksDB
+checkpoint         flush and local checkpoint (ack 1)
+upload             the copy to the DFS (``file://`` here) and its marker (ack 2)
+=================  =========================================================================
+
+A record per (shape, keys) gives CPU µs per delta per phase and in all, wall deltas per second, the
+process's resident memory and the state's disk bytes. The first ``--warmup`` batches are not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from jobs.bench.ceiling_shapes import SHAPES, Shape, shape
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError
+from misa.runtime.batch_cache import new_cache
+from misa.runtime.commit import CommitController
+from misa.runtime.process import gc_paused
+from misa.state.store import StateStore
+from misa.state.view import StateView
+
+PHASES = ("read", "merge", "output", "buffer", "write", "checkpoint", "upload")
+OUTPUT_METHODS = {  # the methods that build a shape's output rows
+    "cm2-update": ("_window_output", "_output"),
+    "cm2-append": ("_window_output", "_output"),
+    "lr2": ("_pairs",),
+    "q20": ("_pairs",),
+    "ysb": ("_output",),
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("ceiling", help="the driver's state phase: CPU per delta per phase, by state size")
+    p.add_argument("--shape", default="cm2-update,lr2", help=f"comma-separated, from {', '.join(SHAPES)}")
+    p.add_argument("--keys", default="1e6", help="comma-separated state sizes in keys (1e6,1e7,5e7)")
+    p.add_argument("--deltas", type=float, default=1e5, help="deltas per batch")
+    p.add_argument("--batches", type=int, default=5, help="measured batches")
+    p.add_argument("--warmup", type=int, default=1, help="batches run first and not measured")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a spark.misa.* setting")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temp dir, removed)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    shapes = [s.strip() for s in args.shape.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        print(f"misa: error: --shape {','.join(unknown)}: use {', '.join(SHAPES)}", file=sys.stderr)
+        return 2
+    try:
+        sizes = [int(float(k)) for k in args.keys.split(",")]
+        config = MisaConfig.from_mapping(dict(kv.split("=", 1) for kv in args.conf))
+    except (ValueError, ConfigError) as exc:
+        print(f"misa: error: --keys/--conf: {exc}", file=sys.stderr)
+        return 2
+    for name in shapes:
+        for keys in sizes:
+            scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-ceiling-")) / f"{name}-{keys}"
+            try:
+                record = measure(shape(name, keys, int(args.deltas), args.seed), config, scratch, args)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            print(json.dumps(record), flush=True)
+    return 0
+
+
+class PhaseMeter:
+    """CPU seconds (the process's, all threads) and wall seconds per phase; nested phases count exclusively."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.wall: dict[str, float] = defaultdict(float)
+        self._stack: list[str] = []
+        self._mark = (0.0, 0.0)
+
+    def _charge(self) -> None:
+        cpu, wall = time.process_time(), time.perf_counter()
+        if self._stack:
+            self.cpu[self._stack[-1]] += cpu - self._mark[0]
+            self.wall[self._stack[-1]] += wall - self._mark[1]
+        self._mark = (cpu, wall)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self._charge()
+        self._stack.append(name)
+        try:
+            yield
+        finally:
+            self._charge()
+            self._stack.pop()
+
+    def wrap(self, owner: Any, method: str, name: str) -> None:
+        """Charge every call of ``owner.method`` to phase ``name``."""
+        original = getattr(owner, method)
+
+        def metered(*args: Any, **kwargs: Any) -> Any:
+            with self.phase(name):
+                return original(*args, **kwargs)
+
+        setattr(owner, method, metered)
+
+    def reset(self) -> None:
+        self.cpu.clear()
+        self.wall.clear()
+
+
+def measure(bench: Shape, config: MisaConfig, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Preload ``bench``'s state, run its batches and return the record."""
+    with StateStore(config, scratch / "state", f"file://{scratch / 'dfs'}") as store:
+        started = time.monotonic()
+        preload(bench, store)
+        preload_s = time.monotonic() - started
+        keys_before = store.approximate_keys()
+        view = StateView(store, new_cache(config))
+        controller = CommitController(store, "sync")
+        controller.loaded(0)
+        operator = bench.operator
+        operator.restore(bench.metadata)
+        meter = PhaseMeter()
+        for method, phase in [("get_many", "read"), ("scan", "read"), ("put_many", "buffer"), ("delete_range", "buffer")]:
+            meter.wrap(view, method, phase)
+        for method, phase in [("apply", "write"), ("checkpoint", "checkpoint")]:
+            meter.wrap(store, method, phase)
+        meter.wrap(store.checkpoints, "upload", "upload")
+        inner = getattr(operator, "aggregation", operator)
+        for method in OUTPUT_METHODS[bench.name]:
+            meter.wrap(inner, method, "output")
+        deltas = outputs = 0
+        wall = 0.0
+        for number in range(args.warmup + args.batches):
+            if number == args.warmup:
+                meter.reset()
+                deltas = outputs = 0
+                wall = 0.0
+            batch = bench.batch(number)
+            begin = time.perf_counter()
+            with gc_paused():
+                with meter.phase("merge"):
+                    result = operator.apply(batch, view)
+                with meter.phase("buffer"):
+                    frozen = view.freeze(number + 1)
+            with meter.phase("commit"):
+                controller.commit(frozen, operator.metadata())
+            wall += time.perf_counter() - begin
+            deltas += batch.num_rows
+            outputs += result.output.num_rows
+            controller.finished()
+            total = args.warmup + args.batches
+            print(f"  {bench.name} {bench.keys:,} keys: batch {number + 1} of {total}", file=sys.stderr, flush=True)
+        controller.close()
+        return {
+            "shape": bench.name,
+            "keys": bench.keys,
+            "state_keys_before": keys_before,
+            "state_keys_after": store.approximate_keys(),
+            "batches": args.batches,
+            "deltas": deltas,
+            "output_rows_per_delta": round(outputs / deltas, 2),
+            "cpu_us_per_delta": round(sum(meter.cpu.values()) / deltas * 1e6, 2),
+            "phases_cpu_us_per_delta": {p: round(meter.cpu.get(p, 0.0) / deltas * 1e6, 2) for p in PHASES},
+            "unattributed_cpu_us_per_delta": round(meter.cpu.get("commit", 0.0) / deltas * 1e6, 2),
+            "wall_deltas_per_s": round(deltas / wall),
+            "rss_mb": round(_rss_bytes() / 2**20),
+            "disk_mb": round(_du(scratch / "state") / 2**20),
+            "preload_s": round(preload_s, 1),
+            "shards": store.shards,
+        }
+
+
+def preload(bench: Shape, store: StateStore) -> None:
+    """Write the shape's steady state, compact it, checkpoint and upload it as version 0."""
+    written = 0
+    for keys, values in bench.preload():
+        store.write(zip(keys, values))
+        written += len(keys)
+        print(f"  {bench.name}: preloaded {written:,} entries", file=sys.stderr, flush=True)
+    store.flush()
+    store.compact()
+    store.checkpoint(0, bench.metadata)
+    store.checkpoints.upload_and_retain(0)
+
+
+def _rss_bytes() -> int:
+    """The process's resident memory now (after the measured batches)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
