@@ -34,9 +34,9 @@ from jobs.ysb import campaign_views
 from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START
 from misa.operators.interval_join import EVENT_US
 from misa.operators.lookup_aggregation import LookupAggregation
-from misa.operators.panes import PaneRecords, Panes, record_keys, timer_key
+from misa.operators.panes import PaneRecords, Panes
 from misa.state.codec import KeyCodec
-from misa.state.keys import RIGHT_ROW, lookup_prefix, prefixed
+from misa.state.keys import PANE_RECORD, PANE_TIMER, RIGHT_ROW, lookup_prefix, prefixed
 from misa.state.record_codec import RecordCodec
 
 SECOND = 1_000_000
@@ -55,10 +55,14 @@ def _split(raw: bytes, width: int) -> list[bytes]:
     return [raw[i : i + width] for i in range(0, len(raw), width)]
 
 
-def _int_keys(ids: np.ndarray) -> list[bytes]:
-    """The group keys of one non-null integer column (:class:`KeyCodec`'s layout)."""
-    rows = np.zeros(len(ids), np.dtype([("n", "u1"), ("v", ">i8")]))
-    rows["v"] = ids
+def _int_keys(ids: np.ndarray, prefix: bytes, times_us: np.ndarray | None = None) -> list[bytes]:
+    """``prefix ++ time (8 B big-endian, if given) ++ group key`` of one non-null integer column (:class:`KeyCodec`'s
+    layout): the preload builds its keys itself, so that it runs unchanged against earlier releases."""
+    parts = [("p", f"V{len(prefix)}")] + ([("t", ">i8")] if times_us is not None else []) + [("n", "u1"), ("v", ">i8")]
+    rows = np.zeros(len(ids), np.dtype(parts))
+    rows["p"], rows["v"] = np.void(prefix), ids
+    if times_us is not None:
+        rows["t"] = times_us
     return _split(rows.tobytes(), rows.dtype.itemsize)
 
 
@@ -138,10 +142,9 @@ class Cm2(Shape):
             timers = np.maximum(windows.first_window_end(ends), windows.next_window_end(watermark))
         else:
             timers = windows.last_window_end(ends)
-        group = _int_keys(ids)
         records = PaneRecords(1).encode(len(ids), timers, Panes(np.arange(len(ids)), ends, cells))
-        keys = record_keys(group) + [timer_key(int(t), g) for t, g in zip(timers, group)]
-        return keys, records + [b""] * len(group)  # type: ignore[operator]
+        keys = _int_keys(ids, PANE_RECORD) + _int_keys(ids, PANE_TIMER, timers)
+        return keys, records + [b""] * len(ids)  # type: ignore[operator]
 
     def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
         pane = self.operator._panes.windows.pane_us

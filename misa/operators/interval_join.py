@@ -190,20 +190,23 @@ class IntervalJoin(HintSource):
             .group_by("k")
             .aggregate([("ts", "max")])
         )
-        keys, ts = distinct["k"].to_pylist(), distinct["ts_max"].to_numpy().tolist()
-        values = state.get_many(keys, ts)
-        stored = self._decode_rows([(k, v) for k, v in zip(keys, values) if v])
-        output = self._pairs(rows, stored)
-        self._append(rows, own, dict(zip(keys, values)), state)
+        keys = distinct["k"].combine_chunks()
+        values = pa.array(state.get_many(keys.to_pylist(), distinct["ts_max"].to_numpy().tolist()), pa.large_binary())
+        present = values.is_valid()
+        output = self._pairs(rows, self._decode_rows(keys.filter(present), values.filter(present)))
+        self._append(rows, own, keys, values, state)
         return output, len(keys)
 
-    def _decode_rows(self, entries: list[tuple[bytes, bytes]]) -> pa.Table:
-        """The stored rows of ``entries`` (bucket key, packed records) as a table shaped like the deltas."""
+    def _decode_rows(self, keys: pa.Array, values: pa.Array) -> pa.Table:
+        """The stored rows of bucket ``keys`` with (non-null) packed ``values``, as a table shaped like the deltas."""
         assert self._codec is not None
-        records = np.frombuffer(b"".join(v for _, v in entries), dtype=self._record)
-        counts = np.fromiter((len(v) // self._record.itemsize for _, v in entries), np.int64, len(entries))
-        _, key_columns = self._codec.decode([k for k, _ in entries])
-        owner = pa.array(np.repeat(np.arange(len(entries)), counts))
+        offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset : values.offset + len(values) + 1]
+        data = values.buffers()[2]
+        raw = np.frombuffer(data, np.uint8)[offsets[0] : offsets[-1]] if data is not None else np.zeros(0, np.uint8)
+        records = raw.view(self._record)
+        counts = np.diff(offsets) // self._record.itemsize
+        _, key_columns = self._codec.decode(keys.to_pylist())
+        owner = pa.array(np.repeat(np.arange(len(keys)), counts))
         columns = {c: col.take(owner) for c, col in zip(self.keys, key_columns)}
         columns[EVENT_US] = pa.array(records["t"])
         for i, c in enumerate(self.payload):
@@ -245,18 +248,18 @@ class IntervalJoin(HintSource):
             fields += [schema.field(c), schema.field(c).with_name(PREV + c)]
         return pa.schema(fields).empty_table()
 
-    def _append(self, rows: pa.Table, own: list[bytes], old: dict[bytes, bytes | None], state: StateView) -> None:
-        """Write each touched bucket back: its stored records followed by the batch's new ones."""
+    def _append(self, rows: pa.Table, own: list[bytes], keys: pa.Array, values: pa.Array, state: StateView) -> None:
+        """Write each touched bucket back: its stored records (``values`` of the read ``keys``, among which every
+        bucket of ``own``) followed by the batch's new ones, joined per column."""
         encoded = pa.array(own, pa.binary()).dictionary_encode()
-        group, buckets = encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
+        group, buckets = encoded.indices.to_numpy(), encoded.dictionary
         order = np.argsort(group, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=len(buckets)))])
-        records = self._pack(rows.take(pa.array(order))).tobytes()
         width = self._record.itemsize
-        values = [
-            (old[key] or b"") + records[starts[i] * width : starts[i + 1] * width] for i, key in enumerate(buckets)
-        ]
-        state.put_many(buckets, values)
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=len(buckets)))]) * width
+        records = pa.py_buffer(self._pack(rows.take(pa.array(order))).tobytes())
+        new = pa.Array.from_buffers(pa.large_binary(), len(buckets), [None, pa.py_buffer(offsets.astype(np.int64)), records])
+        old = values.take(pc.index_in(buckets, value_set=keys)).fill_null(pa.scalar(b"", pa.large_binary()))
+        state.put_many(buckets.to_pylist(), pc.binary_join_element_wise(old, new, pa.scalar(b"", pa.large_binary())).to_pylist())
 
     def _pack(self, rows: pa.Table) -> np.ndarray:
         records = np.zeros(rows.num_rows, dtype=self._record)

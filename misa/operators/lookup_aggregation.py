@@ -79,7 +79,7 @@ class LookupAggregation(HintSource):
         """Look the batch's keys up, drop and count rows of unknown keys, merge the rest per (window, value)."""
         keys = deltas[self.key_column].combine_chunks()
         distinct = pc.unique(keys.drop_null())
-        values = pa.array(self._values(distinct.to_pylist(), self._key_times(deltas, distinct), state), pa.string())
+        values = pa.array(self._values(distinct, self._key_times(deltas, distinct), state), pa.string())
         looked_up = pc.take(values, pc.index_in(keys, value_set=distinct))
         known = pc.is_valid(looked_up)
         missing = deltas.filter(pc.invert(known))
@@ -103,17 +103,21 @@ class LookupAggregation(HintSource):
         hints = hints.filter(pc.is_valid(hints[self.key_column])) if hints.num_rows else hints
         if not hints.num_rows:
             return no_hints()
-        keys = [self._prefix + str(k).encode() for k in hints[self.key_column].to_pylist()]
-        return keys, hints[HINT_TS].to_numpy()
+        return self._state_keys(hints[self.key_column].combine_chunks()), hints[HINT_TS].to_numpy()
 
-    def _values(self, keys: list[str], ts: list[int], state: StateView) -> list[str | None]:
+    def _state_keys(self, keys: pa.Array) -> list[bytes]:
+        """The state keys of the looked-up values of ``keys`` (strings), joined per column."""
+        binary = keys.cast(pa.string()).cast(pa.binary())
+        return pc.binary_join_element_wise(pa.scalar(self._prefix), binary, pa.scalar(b"")).to_pylist()
+
+    def _values(self, keys: pa.Array, ts: list[int], state: StateView) -> list[str | None]:
         """The values of ``keys`` (event times ``ts``): from the state, else from the lookup, then stored."""
-        state_keys = [self._prefix + k.encode() for k in keys]
-        stored = state.get_many(state_keys, ts)
-        absent = [i for i, v in enumerate(stored) if v is None]
-        found: list[str | None] = [None if v is None else v.decode() for v in stored]
+        state_keys = self._state_keys(keys)
+        stored = pa.array(state.get_many(state_keys, ts), pa.binary()).cast(pa.string())
+        absent = np.flatnonzero(stored.is_null().to_numpy(zero_copy_only=False)).tolist()
+        found: list[str | None] = stored.to_pylist()
         if absent:
-            answers = self.lookup([keys[i] for i in absent])
+            answers = self.lookup(keys.take(pa.array(absent, pa.int64())).to_pylist())
             self.lookups += len(absent)
             new = [(i, a) for i, a in zip(absent, answers) if a is not None]
             state.put_many([state_keys[i] for i, _ in new], [a.encode() for _, a in new])

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from misa.state.codec import AGG_CELLS, AggStates
-from misa.state.keys import PANE_RECORD, PANE_TIMER, window_prefix
+from misa.state.keys import PANE_RECORD, PANE_TIMER, joined, window_prefix
+from misa.state.record_codec import exclusive_cumsum, index_ranges
 
 TIMER = np.dtype("<i8")
 
@@ -102,11 +104,12 @@ class PaneWindows:
 
 
 def record_keys(group_keys: Sequence[bytes]) -> list[bytes]:
-    return [PANE_RECORD + k for k in group_keys]
+    return joined(PANE_RECORD, None, group_keys)
 
 
-def timer_key(timer_us: int, group_key: bytes) -> bytes:
-    return PANE_TIMER + window_prefix(timer_us) + group_key
+def timer_keys(timers_us: np.ndarray, group_keys: Sequence[bytes]) -> list[bytes]:
+    """The timer key of each group key at its timer (us)."""
+    return joined(PANE_TIMER, timers_us, group_keys)
 
 
 def timer_range(watermark_us: int) -> tuple[bytes, bytes]:
@@ -148,30 +151,44 @@ class PaneRecords:
 
     def decode(self, values: Sequence[bytes | None]) -> tuple[np.ndarray, Panes]:
         """The timers (-1 where there is no record) and the pane rows of ``values``, in key order."""
-        present = [v for v in values if v is not None]
-        timers = np.full(len(values), -1, np.int64)
-        if not present:
+        array = pa.array(values, pa.large_binary())
+        n, width = len(array), self.row.itemsize
+        timers = np.full(n, -1, np.int64)
+        present = np.flatnonzero(array.is_valid().to_numpy(zero_copy_only=False))
+        if not len(present):
             return timers, Panes.empty(self.cells)
-        timers[[i for i, v in enumerate(values) if v is not None]] = [
-            int.from_bytes(v[:8], "little", signed=True) for v in present
-        ]
-        counts = [(len(v) - 8) // self.row.itemsize if v is not None else 0 for v in values]
-        rows = np.frombuffer(b"".join(v[8:] for v in present), self.row)
-        keys = np.repeat(np.arange(len(values)), counts)
+        _, offsets, data = array.buffers()
+        buffer = np.frombuffer(data, np.uint8)
+        starts = np.frombuffer(offsets, np.int64)[array.offset : array.offset + n + 1]
+        lengths = np.diff(starts)[present]
+        starts = starts[present]
+        timers[present] = buffer[starts[:, None] + np.arange(TIMER.itemsize)].view(TIMER).ravel()
+        counts = np.zeros(n, np.int64)
+        counts[present] = (lengths - TIMER.itemsize) // width
+        rows = buffer[index_ranges(starts + TIMER.itemsize, counts[present] * width)].view(self.row)
         states = rows["state"].reshape(len(rows), self.cells).astype(np.int64, copy=False)
-        return timers, Panes(keys, rows["end"].astype(np.int64), states)
+        return timers, Panes(np.repeat(np.arange(n), counts), rows["end"].astype(np.int64), states)
 
     def encode(self, keys: int, timers: np.ndarray, panes: Panes) -> list[bytes | None]:
         """One record per key index below ``keys`` (None for a key without panes: delete it)."""
         rows = np.empty(len(panes.ends), self.row)
         rows["end"], rows["state"] = panes.ends, panes.states
-        raw = rows.tobytes()
-        bounds = np.searchsorted(panes.keys, np.arange(keys + 1)) * self.row.itemsize
-        out: list[bytes | None] = []
-        for k in range(keys):
-            lo, hi = int(bounds[k]), int(bounds[k + 1])
-            out.append(TIMER.type(timers[k]).tobytes() + raw[lo:hi] if hi > lo else None)
-        return out
+        counts = np.bincount(panes.keys, minlength=keys)
+        sizes = np.where(counts > 0, TIMER.itemsize + counts * self.row.itemsize, 0)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        buffer = np.empty(int(offsets[-1]), np.uint8)
+        present = np.flatnonzero(counts)
+        buffer[offsets[present][:, None] + np.arange(TIMER.itemsize)] = (
+            timers[present].astype(TIMER).view(np.uint8).reshape(-1, TIMER.itemsize)
+        )
+        in_key = np.arange(len(panes.keys)) - exclusive_cumsum(counts)[panes.keys]  # panes are sorted by key
+        row_starts = offsets[panes.keys] + TIMER.itemsize + in_key * self.row.itemsize
+        buffer[row_starts[:, None] + np.arange(self.row.itemsize)] = rows.view(np.uint8).reshape(-1, self.row.itemsize)
+        validity = pa.py_buffer(np.packbits(counts > 0, bitorder="little"))
+        records = pa.Array.from_buffers(
+            pa.large_binary(), keys, [validity, pa.py_buffer(offsets), pa.py_buffer(buffer)]
+        )
+        return records.to_pylist()
 
 
 def fold(panes: Panes, aggs: AggStates) -> Panes:

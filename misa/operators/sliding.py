@@ -20,12 +20,13 @@ from misa.operators.panes import (
     fold,
     group_key_of_timer,
     record_keys,
-    timer_key,
+    timer_keys,
     timer_of,
     timer_range,
     window_states,
 )
 from misa.state.codec import AggStates, distinct_keys, latest_per_key
+from misa.state.store import objects
 from misa.state.view import StateView
 
 
@@ -58,7 +59,7 @@ class PaneState:
         aggs: AggStates,
     ) -> Windows:
         """Fold the batch's pane deltas (rows of ``group_keys`` with no window closed at ``watermark_us``
-        only) into their records with ``aggs``; the windows they changed, with their new states."""
+        only) into their records with ``aggs``; in update mode the windows they changed, with their new states."""
         distinct, key_of_row = distinct_keys(group_keys)
         ts = latest_per_key(key_of_row, len(distinct), event_us)
         keys = record_keys(distinct)
@@ -67,6 +68,8 @@ class PaneState:
         merged = fold(_concat(old, delta), aggs)
         merged = merged.take(np.flatnonzero(self.windows.last_window_end(merged.ends) > watermark_us))
         self._write(state, distinct, old_timers, merged, watermark_us)
+        if self.append:  # append mode emits windows when they close, not when they change
+            return Windows(distinct, np.zeros(0, np.int64), np.zeros(0, np.int64), aggs.identity(0))
         first, last = self.windows.open_window_ends(pane_ends, watermark_us)
         out_keys, out_ends = self.windows.windows_of(key_of_row, first, last)
         return Windows(distinct, out_keys, out_ends, window_states(merged, self.windows, out_keys, out_ends, aggs))
@@ -115,15 +118,12 @@ class PaneState:
     ) -> None:
         """Write the records of ``distinct`` keys (deleting those without panes) and move changed timers."""
         timers = self._timers(len(distinct), panes, watermark_us)
-        keys: list[bytes] = record_keys(distinct)
-        values: list[bytes | None] = self.records.encode(len(distinct), timers, panes)
-        for k in np.flatnonzero(timers != old_timers):
-            if old_timers[k] >= 0:
-                keys.append(timer_key(int(old_timers[k]), distinct[k]))
-                values.append(None)
-            if timers[k] >= 0:
-                keys.append(timer_key(int(timers[k]), distinct[k]))
-                values.append(b"")
+        changed = np.flatnonzero(timers != old_timers)
+        gone, due = changed[old_timers[changed] >= 0], changed[timers[changed] >= 0]
+        group_keys = objects(distinct)
+        keys = record_keys(distinct) + timer_keys(old_timers[gone], group_keys[gone].tolist())
+        keys += timer_keys(timers[due], group_keys[due].tolist())
+        values = self.records.encode(len(distinct), timers, panes) + [None] * len(gone) + [b""] * len(due)
         state.put_many(keys, values)
 
     def _timers(self, count: int, panes: Panes, watermark_us: int) -> np.ndarray:

@@ -18,9 +18,11 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from misa.exceptions import AggregateOverflowError
-from misa.state.keys import window_prefix
+from misa.state.keys import split_fixed
+from misa.state.record_codec import index_ranges, utf8_parts
 
 WINDOW_END_DTYPE = np.dtype(">u8")  # a key's window end: big-endian, so keys sort by it
 AGG_CELLS = 2  # per aggregate: value, count
@@ -121,11 +123,15 @@ class KeyCodec:
             for i, col in enumerate(columns):
                 rows[f"n{i}"] = col.is_null().to_numpy(zero_copy_only=False)
                 rows[f"v{i}"] = _to_int64(col)
-            raw, width = rows.tobytes(), self._dtype.itemsize
-            return [raw[i : i + width] for i in range(0, n * width, width)]
+            return split_fixed(rows.tobytes(), self._dtype.itemsize, n)
         parts = [_variable_parts(col) for col in columns]
-        prefix = [window_prefix(w) for w in window_end_us] if self.windowed else [b""] * n  # type: ignore[union-attr]
-        return [prefix[r] + b"".join(p[r] for p in parts) for r in range(n)]
+        if self.windowed:
+            ends = np.asarray(window_end_us).astype(WINDOW_END_DTYPE).tobytes()
+            ends_array = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), n, [None, pa.py_buffer(ends)])
+            parts.insert(0, ends_array.cast(pa.large_binary()))
+        if len(parts) == 1:
+            return parts[0].to_pylist()
+        return pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary())).to_pylist()
 
     def decode(self, keys: Sequence[bytes]) -> tuple[np.ndarray | None, list[pa.Array]]:
         """Window ends (or None) and the group columns of ``keys``."""
@@ -151,13 +157,31 @@ class KeyCodec:
         return (np.array(ends, dtype=np.int64) if self.windowed else None), cols
 
 
-def _variable_parts(column: pa.Array) -> list[bytes]:
-    """Each row's part of a key with strings: a null flag, then 8 bytes big-endian or a 4-byte length and UTF-8."""
+def _variable_parts(column: pa.Array) -> pa.Array:
+    """Each row's part of a key with strings, as a binary column: a null flag, then 8 bytes big-endian or a 4-byte
+    big-endian length and UTF-8 (a null is the flag alone); built per column, not per row."""
+    n = len(column)
     if _is_fixed(column.type):
         nulls = column.is_null().to_numpy(zero_copy_only=False)
-        raw = _to_int64(column).astype(">i8").tobytes()
-        return [b"\x01" if null else b"\x00" + raw[8 * r : 8 * r + 8] for r, null in enumerate(nulls)]
-    return [b"\x01" if s is None else b"\x00" + struct.pack(">I", len(d := s.encode())) + d for s in column.to_pylist()]
+        lengths = np.where(nulls, 0, 8)
+        body = _to_int64(column).astype(">i8").view(np.uint8)
+        body_starts = np.arange(n, dtype=np.int64) * 8
+    else:
+        body, body_starts, lengths, nulls = utf8_parts(column)
+        lengths = np.where(nulls, 0, lengths + 4)
+    sizes = 1 + lengths
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    buffer = np.empty(int(offsets[-1]), np.uint8)
+    buffer[offsets[:-1]] = nulls
+    valid = np.flatnonzero(~nulls)
+    position = offsets[valid] + 1
+    if not _is_fixed(column.type):
+        length_bytes = (lengths[valid] - 4).astype(">u4").view(np.uint8).reshape(-1, 4)
+        buffer[position[:, None] + np.arange(4)] = length_bytes
+        position = position + 4
+    chars = lengths[valid] - (0 if _is_fixed(column.type) else 4)
+    buffer[index_ranges(position, chars)] = body[index_ranges(body_starts[valid], chars)]
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
 
 
 def _decode_value(field: pa.Field, key: bytes, pos: int) -> tuple[object, int]:
@@ -247,8 +271,7 @@ class AggStates:
         return np.frombuffer(raw, dtype=CELL).astype(np.int64, copy=False).reshape(len(values), self.width)
 
     def encode(self, states: np.ndarray) -> list[bytes]:
-        raw, width = np.ascontiguousarray(states, dtype=CELL).tobytes(), self.width * CELL.itemsize
-        return [raw[i : i + width] for i in range(0, len(raw), width)]
+        return split_fixed(np.ascontiguousarray(states, dtype=CELL).tobytes(), self.width * CELL.itemsize, len(states))
 
     def value(self, states: np.ndarray, i: int) -> np.ndarray:
         """Aggregate ``i``'s values: int64, or float64 for a floating aggregate."""
@@ -283,10 +306,12 @@ class AggStates:
 
 
 def distinct_keys(keys: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
-    """The distinct keys in first-seen order, and each key's index among them."""
-    index: dict[bytes, int] = {}
-    rows = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, len(keys))
-    return list(index), rows
+    """The distinct keys in first-seen order, and each key's index among them (hashed in Arrow, not per key in
+    Python)."""
+    if not len(keys):
+        return [], np.zeros(0, np.int64)
+    encoded = pa.array(keys, pa.large_binary()).dictionary_encode()
+    return encoded.dictionary.to_pylist(), encoded.indices.to_numpy().astype(np.int64)
 
 
 def latest_per_key(key_of_row: np.ndarray, keys: int, times: np.ndarray) -> np.ndarray:

@@ -27,6 +27,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 KEY_SPACE_VERSION = 1  # the layouts above; stored in each version's operator signature, raised when one changes
 SIDE_ROW = b"s"
 RIGHT_ROW = b"r"
@@ -48,4 +52,42 @@ def lookup_prefix(column: str) -> bytes:
 
 def prefixed(prefix: bytes, keys: Sequence[bytes]) -> list[bytes]:
     """``keys``, each behind ``prefix``."""
-    return [prefix + k for k in keys]
+    return joined(prefix, None, keys)
+
+
+def joined(prefix: bytes, times_us: np.ndarray | None, keys: Sequence[bytes]) -> list[bytes]:
+    """Per key ``prefix ++ time (8 B big-endian, when given) ++ key``, built per column, not per key: keys of
+    one length as a NumPy record array, others with Arrow's element-wise join."""
+    n = len(keys)
+    if not n:
+        return []
+    width = len(keys[0])
+    if len(set(map(len, keys))) == 1:
+        parts = [("p", f"V{len(prefix)}")] if prefix else []
+        parts += [("t", ">i8")] if times_us is not None else []
+        parts += [("k", f"V{width}")] if width else []
+        if not parts:
+            return [b""] * n
+        rows = np.empty(n, np.dtype(parts))
+        if prefix:
+            rows["p"] = np.void(prefix)
+        if times_us is not None:
+            rows["t"] = times_us
+        if width:
+            rows["k"] = np.frombuffer(b"".join(keys), f"V{width}")
+        return split_fixed(rows.tobytes(), rows.dtype.itemsize, n)
+    columns = [pa.scalar(prefix, pa.binary())]
+    if times_us is not None:
+        times = np.asarray(times_us).astype(">i8").tobytes()
+        columns.append(pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), n, [None, pa.py_buffer(times)]).cast(pa.binary()))
+    columns += [pa.array(keys, pa.binary()), pa.scalar(b"", pa.binary())]
+    return pc.binary_join_element_wise(*columns).to_pylist()
+
+
+def split_fixed(raw: bytes, width: int, n: int) -> list[bytes]:
+    """``raw`` cut into ``n`` keys of ``width`` bytes."""
+    if not width:
+        return [b""] * n
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)]).to_pylist()
+

@@ -27,7 +27,7 @@ def exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def index_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The concatenated index ranges ``[starts[i], starts[i] + lengths[i])``."""
     lengths = lengths.astype(np.int64)
     return np.repeat(starts.astype(np.int64) - exclusive_cumsum(lengths), lengths) + np.arange(lengths.sum())
@@ -41,7 +41,7 @@ def _get_u32(buffer: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return buffer[positions[:, None] + np.arange(4)].view(_U32).ravel().astype(np.int64)
 
 
-def _strings(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def utf8_parts(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A string column's UTF-8 bytes, each row's start and length in them, and its null mask."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     array = array.cast(pa.large_string())
@@ -81,7 +81,7 @@ class RecordCodec:
             column = rows[f.name].combine_chunks()
             fixed[f"i{i}"] = column.fill_null(0).to_numpy(zero_copy_only=False)
             fixed[f"n{self.names.index(f.name)}"] = column.is_null().to_numpy(zero_copy_only=False)
-        strings = [_strings(rows[f.name]) for f in self._strs]
+        strings = [utf8_parts(rows[f.name]) for f in self._strs]
         for i, (f, (_, _, lengths, nulls)) in enumerate(zip(self._strs, strings)):
             fixed[f"l{i}"] = lengths
             fixed[f"n{self.names.index(f.name)}"] = nulls
@@ -100,8 +100,8 @@ class RecordCodec:
         buffer[record_start[:, None] + np.arange(width)] = fixed.view(np.uint8).reshape(n, width)
         position = record_start + width
         for chars, starts, lengths, _ in strings:
-            source = _ranges(starts, lengths)
-            buffer[_ranges(position, lengths)] = chars[source]
+            source = index_ranges(starts, lengths)
+            buffer[index_ranges(position, lengths)] = chars[source]
             position = position + lengths
         offsets = np.concatenate([[0], np.cumsum(value_bytes)]).astype(np.int64)
         values = pa.Array.from_buffers(
@@ -133,7 +133,7 @@ class RecordCodec:
         for i, f in enumerate(self._strs):
             lengths = fixed[f"l{i}"].astype(np.int64)
             nulls = fixed[f"n{self.names.index(f.name)}"].astype(bool)
-            chars = buffer[_ranges(position, lengths)]
+            chars = buffer[index_ranges(position, lengths)]
             string_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
             validity = np.packbits(~nulls, bitorder="little")
             columns[f.name] = pa.Array.from_buffers(

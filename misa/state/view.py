@@ -171,7 +171,7 @@ class StateView:
     def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
         layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
-        merged: dict[bytes, bytes | None] = dict(self.store.scan(begin, end))
+        merged: dict[bytes, bytes | None] = dict(self.store.items(begin, end))
         for layer in reversed(layers):  # oldest first
             for b, e in layer.range_deletes:
                 for key in [k for k in merged if b <= k < e]:
