@@ -16,6 +16,7 @@ from jobs.bench import cm as bench_cm
 from jobs.bench import live as bench_live
 from jobs.bench import queries as bench_jobs
 from jobs.bench import recovery as bench_recovery
+from jobs.bench import spark_cpu as bench_spark_cpu
 from jobs.differential import command as fuzz
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
@@ -154,3 +155,4 @@ def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubP
     bench_jobs.add_parser(bench)
     bench_live.add_parser(bench)
     bench_recovery.add_parser(bench)
+    bench_spark_cpu.add_parser(bench)

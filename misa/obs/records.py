@@ -56,6 +56,7 @@ class BatchRecord:
     """The runtime's side of one batch; Spark's side (latency, input rows) is joined when Spark reports it."""
 
     input_rows: int
+    deltas: int = 0  # rows the Spark part handed to the driver's state phase
     output_rows: int = 0
     late_rows: int = 0
     dropped_rows: int = 0

@@ -330,6 +330,7 @@ class StatefulJob:
         good = self._good(counted)
         deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
         record = self._input_record(batch, batch_id, observation, deltas.num_rows)
+        record.deltas = deltas.num_rows
         phases.compute_s = clock.lap()
         session.wait()
         phases.hint_wait_s = clock.lap()
