@@ -22,7 +22,8 @@ upload             the copy to the DFS (``file://`` here) and its marker (ack 2)
 
 A record per (shape, keys) gives CPU µs per delta per phase and in all, the same for the batch's thread alone
 (the work that holds the GIL, so one process's ceiling however many cores it has; the rest is RocksDB on the
-store's pool threads), wall deltas per second, the process's resident memory and the state's disk bytes. The first ``--warmup`` batches are not measured.
+store's pool threads), wall deltas per second, the process's resident memory and the state's disk bytes. The
+first ``--warmup`` batches are not measured.
 """
 
 from __future__ import annotations
@@ -155,7 +156,12 @@ def measure(bench: Shape, config: MisaConfig, scratch: Path, args: argparse.Name
         operator = bench.operator
         operator.restore(bench.metadata)
         meter = PhaseMeter()
-        for method, phase in [("get_many", "read"), ("scan", "read"), ("put_many", "buffer"), ("delete_range", "buffer")]:
+        for method, phase in [
+            ("get_many", "read"),
+            ("scan", "read"),
+            ("put_many", "buffer"),
+            ("delete_range", "buffer"),
+        ]:
             meter.wrap(view, method, phase)
         for method, phase in [("apply", "write"), ("checkpoint", "checkpoint")]:
             meter.wrap(store, method, phase)

@@ -1,4 +1,4 @@
-"""The state shapes of ``misa bench ceiling``: each job's real operator, a preloaded state and deltas with Spark's columns.
+"""The shapes of ``misa bench ceiling``: each job's real operator, a preloaded state, deltas with Spark's columns.
 
 A shape holds ``keys`` state entries in a steady state: each key was last updated at an event time spread
 evenly over the ``lifetime`` a key lives without updates, and each measured batch advances event time by
@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from jobs.cluster_monitoring import QUERIES as CM_QUERIES
 from jobs.linear_road import QUERIES as LR_QUERIES
-from jobs.nexmark import AUCTION_PREFIX, Q20_CATEGORY, q20_operator
+from jobs.nexmark import Q20_CATEGORY, q20_operator
 from jobs.schemas import NEXMARK_AUCTION, NEXMARK_BID
 from jobs.ysb import campaign_views
 from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START
@@ -179,9 +179,7 @@ class Lr2(Shape):
         ends = (t_us // op.interval_us + 1) * op.interval_us
         rows = self.deltas(ids, t_us)
         codec = KeyCodec([rows.schema.field("vid")], windowed=True)
-        return codec.encode(ends, [rows["vid"].combine_chunks()]), _split(
-            op._pack(rows).tobytes(), op._record.itemsize
-        )
+        return codec.encode(ends, [rows["vid"].combine_chunks()]), _split(op._pack(rows).tobytes(), op._record.itemsize)
 
     def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
         n = len(ids)
@@ -235,7 +233,9 @@ class Q20(Shape):
         op = self.operator
         auctions = pa.Table.from_struct_array(self._auctions(ids, t_us))
         codec = RecordCodec(auctions.schema)
-        keys = prefixed(RIGHT_ROW, KeyCodec([pa.field("id", pa.int64())], windowed=False).encode(None, [auctions["id"]]))
+        keys = prefixed(
+            RIGHT_ROW, KeyCodec([pa.field("id", pa.int64())], windowed=False).encode(None, [auctions["id"]])
+        )
         return keys, codec.encode(op._stored_form(auctions), np.ones(len(ids), np.int64))
 
     def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
@@ -302,7 +302,13 @@ class Ysb(Shape):
 
 
 LIFETIMES_S = {"cm2-update": 40, "cm2-append": 40, "lr2": 40, "q20": 40, "ysb": 20}
-KINDS: dict[str, Callable[..., Shape]] = {"cm2-update": Cm2, "cm2-append": Cm2Append, "lr2": Lr2, "q20": Q20, "ysb": Ysb}
+KINDS: dict[str, Callable[..., Shape]] = {
+    "cm2-update": Cm2,
+    "cm2-append": Cm2Append,
+    "lr2": Lr2,
+    "q20": Q20,
+    "ysb": Ysb,
+}
 
 
 def shape(name: str, keys: int, deltas_per_batch: int, seed: int = 7) -> Shape:

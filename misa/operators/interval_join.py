@@ -257,9 +257,13 @@ class IntervalJoin(HintSource):
         width = self._record.itemsize
         offsets = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=len(buckets)))]) * width
         records = pa.py_buffer(self._pack(rows.take(pa.array(order))).tobytes())
-        new = pa.Array.from_buffers(pa.large_binary(), len(buckets), [None, pa.py_buffer(offsets.astype(np.int64)), records])
+        new = pa.Array.from_buffers(
+            pa.large_binary(), len(buckets), [None, pa.py_buffer(offsets.astype(np.int64)), records]
+        )
         old = values.take(pc.index_in(buckets, value_set=keys)).fill_null(pa.scalar(b"", pa.large_binary()))
-        state.put_many(buckets.to_pylist(), pc.binary_join_element_wise(old, new, pa.scalar(b"", pa.large_binary())).to_pylist())
+        state.put_many(
+            buckets.to_pylist(), pc.binary_join_element_wise(old, new, pa.scalar(b"", pa.large_binary())).to_pylist()
+        )
 
     def _pack(self, rows: pa.Table) -> np.ndarray:
         records = np.zeros(rows.num_rows, dtype=self._record)

@@ -79,7 +79,9 @@ def joined(prefix: bytes, times_us: np.ndarray | None, keys: Sequence[bytes]) ->
     columns = [pa.scalar(prefix, pa.binary())]
     if times_us is not None:
         times = np.asarray(times_us).astype(">i8").tobytes()
-        columns.append(pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), n, [None, pa.py_buffer(times)]).cast(pa.binary()))
+        columns.append(
+            pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), n, [None, pa.py_buffer(times)]).cast(pa.binary())
+        )
     columns += [pa.array(keys, pa.binary()), pa.scalar(b"", pa.binary())]
     return pc.binary_join_element_wise(*columns).to_pylist()
 
@@ -90,4 +92,3 @@ def split_fixed(raw: bytes, width: int, n: int) -> list[bytes]:
         return [b""] * n
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)]).to_pylist()
-

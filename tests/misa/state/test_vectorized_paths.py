@@ -118,7 +118,9 @@ def test_joined_keys_match_concatenation(seed: int) -> None:
     mixed = [bytes(rng.integers(0, 256, int(rng.integers(0, 6)), dtype=np.uint8)) for _ in range(200)]
     for keys in (same, mixed, [b""] * 3):
         n = len(keys)
-        assert joined(PANE_TIMER, times[:n], keys) == [PANE_TIMER + window_prefix(int(t)) + k for t, k in zip(times, keys)]
+        assert joined(PANE_TIMER, times[:n], keys) == [
+            PANE_TIMER + window_prefix(int(t)) + k for t, k in zip(times, keys)
+        ]
         assert prefixed(b"r", keys) == [b"r" + k for k in keys]
         assert record_keys(keys) == [PANE_RECORD + k for k in keys]
         assert timer_keys(times[:n], keys) == joined(PANE_TIMER, times[:n], keys)

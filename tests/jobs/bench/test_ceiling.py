@@ -1,0 +1,98 @@
+"""``misa bench ceiling`` and ``misa bench spark-cpu``: the deltas have Spark's columns, the state stays steady, the
+phases add up, and Spark's executor CPU is read from the batches of its event log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pyarrow as pa
+import pytest
+
+from jobs.bench import ceiling
+from jobs.bench.ceiling_shapes import SHAPES, shape
+from jobs.bench.spark_cpu import executor_cpu
+from jobs.cluster_monitoring import QUERIES as CM_QUERIES
+from jobs.cluster_monitoring import TASK_EVENTS
+from jobs.linear_road import QUERIES as LR_QUERIES
+from jobs.nexmark import bids_and_auctions
+from jobs.schemas import LR_REPORTS, NEXMARK_EVENTS, YSB_EVENTS
+from jobs.ysb import views
+from misa.config import MisaConfig
+
+UPSTREAMS = {  # each shape's job input and the job's upstream (the operator's input)
+    "cm2-update": (TASK_EVENTS, CM_QUERIES["cm2"].upstream),
+    "cm2-append": (TASK_EVENTS, CM_QUERIES["cm2"].upstream),
+    "lr2": (LR_REPORTS, LR_QUERIES["lr2"].upstream),
+    "q20": (NEXMARK_EVENTS, bids_and_auctions),
+    "ysb": (YSB_EVENTS, views),
+}
+
+
+def _types(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    return [(f.name, f.type) for f in schema]
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_the_deltas_have_the_columns_spark_gives_the_operator(spark, name: str) -> None:
+    bench = shape(name, keys=1000, deltas_per_batch=100)
+    events, upstream = UPSTREAMS[name]
+    from_spark = bench.operator.deltas(upstream(spark.createDataFrame([], events))).toArrow()
+    assert _types(bench.batch(0).schema) == _types(from_spark.schema)
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_a_shape_runs_its_operator_over_a_steady_state(tmp_path, name: str) -> None:
+    args = argparse.Namespace(warmup=1, batches=3)
+    record = ceiling.measure(shape(name, keys=4000, deltas_per_batch=400), MisaConfig(), tmp_path, args)
+    assert record["deltas"] > 900
+    phases = record["phases_cpu_us_per_delta"]
+    assert phases["read"] > 0 and phases["merge"] > 0 and phases["checkpoint"] > 0 and phases["upload"] > 0
+    total = sum(phases.values()) + record["unattributed_cpu_us_per_delta"]
+    assert total == pytest.approx(record["cpu_us_per_delta"], rel=0.02, abs=0.05)
+    assert record["batch_thread_cpu_us_per_delta"] <= record["cpu_us_per_delta"] * 1.05
+    if name != "q20":  # q20's auctions never expire: its state grows by the new ones
+        assert 0.5 < record["state_keys_after"] / record["state_keys_before"] < 1.6
+
+
+def test_the_command_prints_a_record_per_shape_and_size(tmp_path, capsys) -> None:
+    parser = argparse.ArgumentParser()
+    ceiling.add_parser(parser.add_subparsers())
+    args = parser.parse_args(
+        [
+            "ceiling",
+            "--shape",
+            "lr2",
+            "--keys",
+            "2000,3000",
+            "--deltas",
+            "200",
+            "--batches",
+            "1",
+            "--work",
+            str(tmp_path),
+        ]
+    )
+    assert args.func(args) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["shape"], r["keys"]) for r in records] == [("lr2", 2000), ("lr2", 3000)]
+    args = parser.parse_args(["ceiling", "--shape", "cm3"])
+    assert args.func(args) == 2
+    assert "--shape cm3" in capsys.readouterr().err
+
+
+def test_executor_cpu_sums_the_tasks_of_batches_after_the_warmup(tmp_path) -> None:
+    log = tmp_path / "eventlog_v2_app" / "events_1_app"
+    log.parent.mkdir()
+    events = [
+        {"Event": "SparkListenerJobStart", "Stage IDs": [0, 1], "Properties": {"streaming.sql.batchId": "0"}},
+        {"Event": "SparkListenerJobStart", "Stage IDs": [2], "Properties": {"streaming.sql.batchId": "2"}},
+        {"Event": "SparkListenerJobStart", "Stage IDs": [3], "Properties": {}},  # not a batch's job
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 1, "Task Metrics": {"Executor CPU Time": 5_000_000_000}},
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 2, "Task Metrics": {"Executor CPU Time": 1_500_000_000}},
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 2, "Task Metrics": {"Executor CPU Time": 500_000_000}},
+        {"Event": "SparkListenerTaskEnd", "Stage ID": 3, "Task Metrics": {"Executor CPU Time": 9_000_000_000}},
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert executor_cpu(tmp_path, warmup=1) == (2.0, 2)
+    assert executor_cpu(tmp_path, warmup=0) == (7.0, 3)
