@@ -30,14 +30,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import sys
 import tempfile
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from multiprocessing import shared_memory
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.bench.ceiling_shapes import SHAPES, Shape, shape
 from misa.config import MisaConfig
@@ -45,7 +51,8 @@ from misa.exceptions import ConfigError
 from misa.runtime.batch_cache import new_cache
 from misa.runtime.commit import CommitController
 from misa.runtime.process import gc_paused
-from misa.state.store import StateStore
+from misa.state.codec import KeyCodec
+from misa.state.store import StateStore, by_shard
 from misa.state.view import StateView
 
 PHASES = ("read", "merge", "output", "buffer", "write", "checkpoint", "upload")
@@ -66,6 +73,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batches", type=int, default=5, help="measured batches")
     p.add_argument("--warmup", type=int, default=1, help="batches run first and not measured")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a spark.misa.* setting")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="run the shape as N key partitions in N processes at once (each keys/N and deltas/N), plus the cost "
+        "of routing the deltas to them: what processes would give, measured without the runtime",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temp dir, removed)")
     p.set_defaults(func=run)
@@ -83,11 +97,17 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as exc:
         print(f"misa: error: --keys/--conf: {exc}", file=sys.stderr)
         return 2
+    if args.partitions > 1 and any(name not in ROUTING_KEYS for name in shapes):
+        print(f"misa: error: --partitions: shapes {', '.join(ROUTING_KEYS)} only", file=sys.stderr)
+        return 2
     for name in shapes:
         for keys in sizes:
             scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-ceiling-")) / f"{name}-{keys}"
             try:
-                record = measure(shape(name, keys, int(args.deltas), args.seed), config, scratch, args)
+                if args.partitions > 1:
+                    record = measure_partitions(name, keys, config, scratch, args)
+                else:
+                    record = measure(shape(name, keys, int(args.deltas), args.seed), config, scratch, args)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
             print(json.dumps(record), flush=True)
@@ -143,12 +163,16 @@ class PhaseMeter:
         return {p: round(totals.get(p, 0.0) / deltas * 1e6, 2) for p in PHASES}
 
 
-def measure(bench: Shape, config: MisaConfig, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Preload ``bench``'s state, run its batches and return the record."""
+def measure(
+    bench: Shape, config: MisaConfig, scratch: Path, args: argparse.Namespace, ready: Callable[[], Any] | None = None
+) -> dict[str, Any]:
+    """Preload ``bench``'s state, run its batches and return the record (``ready`` is called between the two)."""
     with StateStore(config, scratch / "state", f"file://{scratch / 'dfs'}") as store:
         started = time.monotonic()
         preload(bench, store)
         preload_s = time.monotonic() - started
+        if ready is not None:
+            ready()
         keys_before = store.approximate_keys()
         view = StateView(store, new_cache(config))
         controller = CommitController(store, "sync")
@@ -206,11 +230,106 @@ def measure(bench: Shape, config: MisaConfig, scratch: Path, args: argparse.Name
             "phases_batch_thread_cpu_us_per_delta": meter.per_delta(meter.thread_cpu, deltas),
             "unattributed_cpu_us_per_delta": round(meter.cpu.get("commit", 0.0) / deltas * 1e6, 2),
             "wall_deltas_per_s": round(deltas / wall),
+            "wall_s": round(wall, 3),
             "rss_mb": round(_rss_bytes() / 2**20),
             "disk_mb": round(_du(scratch / "state") / 2**20),
             "preload_s": round(preload_s, 1),
             "shards": store.shards,
         }
+
+
+def measure_partitions(name: str, keys: int, config: MisaConfig, scratch: Path, args: argparse.Namespace) -> dict:
+    """The shape as ``args.partitions`` key partitions, each in its own process with its own store, their measured
+    batches started together; and the driver's cost of routing the whole shape's deltas to them."""
+    context = multiprocessing.get_context("spawn")
+    parts = args.partitions
+    barrier, results = context.Barrier(parts), context.Queue()
+    workers = [
+        context.Process(
+            target=_measure_partition,
+            args=(name, keys // parts, int(args.deltas) // parts, args.seed + i, config, scratch / f"part-{i}"),
+            kwargs={"args": args, "barrier": barrier, "results": results},
+        )
+        for i in range(parts)
+    ]
+    for worker in workers:
+        worker.start()
+    records = [results.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    deltas = sum(r["deltas"] for r in records)
+    routing = routing_cost(shape(name, keys, int(args.deltas), args.seed), parts, args.batches)
+    return {
+        "shape": name,
+        "keys": keys,
+        "partitions": parts,
+        "deltas": deltas,
+        "wall_deltas_per_s": round(deltas / max(r["wall_s"] for r in records)),
+        "cpu_us_per_delta": round(sum(r["cpu_us_per_delta"] * r["deltas"] for r in records) / deltas, 2),
+        "routing_cpu_us_per_delta": routing,
+        "per_partition": records,
+    }
+
+
+def _measure_partition(
+    name: str, keys: int, deltas: int, seed: int, config: MisaConfig, scratch: Path, *, args, barrier, results
+) -> None:
+    try:
+        results.put(measure(shape(name, keys, deltas, seed), config, scratch, args, barrier.wait))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+ROUTING_KEYS = {"cm2-update": "job_id", "cm2-append": "job_id", "lr2": "vid", "q20": None}  # None: q20's join key
+
+
+def routing_cost(bench: Shape, partitions: int, batches: int) -> float:
+    """CPU µs per delta of what a driver routing deltas to ``partitions`` processes would do with each batch: each
+    row's partition from its key (its state key's group key, CRC-32), the rows taken per partition and written as an
+    Arrow IPC stream into shared memory, and read back there (zero copy), as a worker would."""
+    cpu = 0.0
+    rows = 0
+    for number in range(batches):
+        batch = bench.batch(number)
+        started = time.process_time()
+        for part in route(batch, ROUTING_KEYS[bench.name], partitions):
+            memory = shared_memory.SharedMemory(create=True, size=max(1, part.size))
+            try:
+                _through(memory, part)
+            finally:
+                memory.close()
+                memory.unlink()
+        cpu += time.process_time() - started
+        rows += batch.num_rows
+    return round(cpu / rows * 1e6, 3)
+
+
+def _through(memory: shared_memory.SharedMemory, stream: pa.Buffer) -> int:
+    """Write ``stream`` into ``memory`` and read its table back from there (zero copy); its row count."""
+    np.frombuffer(memory.buf, np.uint8, stream.size)[:] = np.frombuffer(stream, np.uint8)
+    with pa.ipc.open_stream(pa.py_buffer(memory.buf[: stream.size])) as reader:
+        return reader.read_all().num_rows
+
+
+def route(deltas: pa.Table, key: str | None, partitions: int) -> list[pa.Buffer]:
+    """``deltas`` split by the CRC-32 of each row's group key into ``partitions`` Arrow IPC streams (``key``: the
+    group column; None: a keyed join's key, the left row's ``auction`` or the right row's ``id``)."""
+    column = (
+        deltas[key]
+        if key
+        else pc.coalesce(pc.struct_field(deltas["bid"], "auction"), pc.struct_field(deltas["auction"], "id"))
+    )
+    column = column.combine_chunks()
+    group_keys = KeyCodec([pa.field("k", column.type)], windowed=False).encode(None, [column])
+    order, bounds = by_shard(group_keys, partitions)
+    ordered = deltas.take(pa.array(order))
+    streams = []
+    for part in range(partitions):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, deltas.schema) as writer:
+            writer.write_table(ordered.slice(int(bounds[part]), int(bounds[part + 1] - bounds[part])))
+        streams.append(sink.getvalue())
+    return streams
 
 
 def preload(bench: Shape, store: StateStore) -> None:

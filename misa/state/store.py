@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import shutil
@@ -185,29 +186,30 @@ class StateStore:
 
     # ------------------------------------------------------------------ writes
     def write(self, changes: Iterable[tuple[bytes, bytes | None]], fence: Fence = no_fence) -> int:
-        """Apply (key, value) puts and (key, None) deletes in WriteBatches of at most
-        ``spark.misa.state.writeChunkSize`` operations (``fence`` before each); returns the number applied."""
-        pairs = list(changes)
-        return self._write_columns([k for k, _ in pairs], [v for _, v in pairs], fence)
+        """Apply (key, value) puts and (key, None) deletes (of one key, the last) in WriteBatches of at most
+        ``spark.misa.state.writeChunkSize`` operations (``fence`` before each); returns the number of keys written."""
+        last = dict(changes)
+        return self._write_columns(list(last), list(last.values()), fence)
 
     def _write_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None], fence: Fence) -> int:
-        """:meth:`write` of ``keys[i]``, ``values[i]``: grouped by shard, each shard's in key order (RocksDB's
-        memtable takes sorted keys about ten times faster than random ones; a later write of one key stays later)."""
+        """:meth:`write` of distinct ``keys`` with ``values``: grouped by shard, each shard's in key order (RocksDB's
+        memtable takes sorted keys about ten times faster than random ones), puts and deletes each filled into the
+        WriteBatch by one C-level ``map`` (keys are distinct, so their order does not matter)."""
         if not keys:
             return 0
         order, bounds = by_shard(keys, self.shards, sort=True)
         ordered_keys, ordered_values = objects(keys)[order], objects(values)[order]
+        deletes = np.equal(ordered_values, None)
         chunk = self._write_chunk
         for shard, db in enumerate(self._dbs):
             for begin in range(int(bounds[shard]), int(bounds[shard + 1]), chunk):
                 end = min(begin + chunk, int(bounds[shard + 1]))
                 batch = rocksdict.WriteBatch(raw_mode=True)
-                put, delete = batch.put, batch.delete
-                for key, value in zip(ordered_keys[begin:end].tolist(), ordered_values[begin:end].tolist()):
-                    if value is None:
-                        delete(key)
-                    else:
-                        put(key, value)
+                gone = deletes[begin:end]
+                collections.deque(map(batch.delete, ordered_keys[begin:end][gone].tolist()), maxlen=0)
+                kept = ~gone
+                puts = zip(ordered_keys[begin:end][kept].tolist(), ordered_values[begin:end][kept].tolist())
+                collections.deque(itertools.starmap(batch.put, puts), maxlen=0)
                 fence()
                 db.write(batch)
         return len(keys)

@@ -11,6 +11,7 @@ import pytest
 
 from jobs.bench import ceiling
 from jobs.bench.ceiling_shapes import SHAPES, shape
+from jobs.bench.crossover import crossovers
 from jobs.bench.spark_cpu import executor_cpu
 from jobs.cluster_monitoring import QUERIES as CM_QUERIES
 from jobs.cluster_monitoring import TASK_EVENTS
@@ -96,3 +97,47 @@ def test_executor_cpu_sums_the_tasks_of_batches_after_the_warmup(tmp_path) -> No
     log.write_text("".join(json.dumps(e) + "\n" for e in events))
     assert executor_cpu(tmp_path, warmup=1) == (2.0, 2)
     assert executor_cpu(tmp_path, warmup=0) == (7.0, 3)
+
+
+def test_the_crossover_is_the_driver_rate_times_sparks_cpu_per_record() -> None:
+    ceiling = [
+        {"shape": "lr2", "keys": 1000, "cpu_us_per_delta": 99.0, "batch_thread_cpu_us_per_delta": 99.0},
+        {"shape": "lr2", "keys": 10**7, "cpu_us_per_delta": 12.0, "batch_thread_cpu_us_per_delta": 4.0},
+    ]
+    spark = [
+        {"query": "lr2", "mode": "native", "executor_cpu_us_per_record": 80.0},
+        {"query": "lr2", "mode": "misa", "executor_cpu_us_per_record": 5.0, "deltas_per_record": 0.5},
+        {"query": "cm2", "mode": "native", "executor_cpu_us_per_record": 60.0},  # no ceiling record: left out
+    ]
+    rows = crossovers(ceiling, spark, [2, 16], keys=None)
+    assert [(r["query"], r["driver_cores"], r["state_keys"]) for r in rows] == [("lr2", 2, 10**7), ("lr2", 16, 10**7)]
+    two, sixteen = rows
+    assert two["records_per_s"] == round(2 * 1e6 / 6.0)  # 2 cores: all threads' 6 us per record bound it
+    assert sixteen["records_per_s"] == round(1e6 / 2.0)  # 16 cores: the batch thread's 2 us per record does
+    assert sixteen["crossover_executor_cores"] == 40.0 and sixteen["misa_spark_part_executor_cores"] == 2.5
+
+
+@pytest.mark.parametrize("name", ["cm2-update", "lr2", "q20"])
+def test_routing_splits_the_deltas_by_the_group_key_without_losing_a_row(name: str) -> None:
+    batch = shape(name, keys=500, deltas_per_batch=300).batch(0)
+    parts = [pa.ipc.open_stream(buffer).read_all() for buffer in ceiling.route(batch, ceiling.ROUTING_KEYS[name], 3)]
+    rows = sorted(map(repr, batch.to_pylist()))
+    assert sorted(repr(row) for part in parts for row in part.to_pylist()) == rows
+    owner: dict = {}
+    for index, part in enumerate(parts):
+        for row in part.to_pylist():
+            if name == "q20":
+                key = row["bid"]["auction"] if row["bid"] else row["auction"]["id"]
+            else:
+                key = row[ceiling.ROUTING_KEYS[name]]
+            assert owner.setdefault(key, index) == index  # all rows of a key go to one partition
+    assert len(set(owner.values())) == 3
+
+
+def test_partitions_run_in_their_own_processes_and_count_every_delta(tmp_path) -> None:
+    args = argparse.Namespace(warmup=0, batches=1, deltas=400.0, seed=7, partitions=2)
+    record = ceiling.measure_partitions("lr2", 2000, MisaConfig(), tmp_path, args)
+    assert record["partitions"] == 2 and len(record["per_partition"]) == 2
+    assert record["deltas"] == sum(p["deltas"] for p in record["per_partition"]) == 400
+    assert {p["keys"] for p in record["per_partition"]} == {1000}
+    assert record["routing_cpu_us_per_delta"] > 0 and record["wall_deltas_per_s"] > 0
