@@ -1,6 +1,7 @@
 """The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``), the
-differential test against plain Spark (``misa fuzz``) and the job benchmarks (``misa bench cm``, ``misa bench
-jobs``, ``misa bench live``, ``misa bench recovery``), registered through the ``misa.commands`` entry point group."""
+differential test against plain Spark (``misa fuzz``) and the job benchmarks (``misa bench cm``, ``ceiling``,
+``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``), registered through the ``misa.commands`` entry point
+group."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Callable
 from jobs import soak
 from jobs.bench import ceiling as bench_ceiling
 from jobs.bench import cm as bench_cm
+from jobs.bench import crossover as bench_crossover
 from jobs.bench import live as bench_live
 from jobs.bench import queries as bench_jobs
 from jobs.bench import recovery as bench_recovery
@@ -145,13 +147,14 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...``, ``misa soak``, ``misa bench cm``, ``misa bench jobs``, ``misa bench live`` and
-    ``misa bench recovery``."""
+    """``misa gen ...``, ``misa soak``, ``misa fuzz`` and the job benchmarks (``misa bench cm``, ``ceiling``,
+    ``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``)."""
     add_gen_parser(commands)
     soak.add_parser(commands)
     fuzz.add_parser(commands)
     bench_cm.add_parser(bench)
     bench_ceiling.add_parser(bench)
+    bench_crossover.add_parser(bench)
     bench_jobs.add_parser(bench)
     bench_live.add_parser(bench)
     bench_recovery.add_parser(bench)

@@ -35,6 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
+import zlib
 from collections import defaultdict
 from contextlib import contextmanager
 from multiprocessing import shared_memory
@@ -52,7 +53,7 @@ from misa.runtime.batch_cache import new_cache
 from misa.runtime.commit import CommitController
 from misa.runtime.process import gc_paused
 from misa.state.codec import KeyCodec
-from misa.state.store import StateStore, by_shard
+from misa.state.store import StateStore
 from misa.state.view import StateView
 
 PHASES = ("read", "merge", "output", "buffer", "write", "checkpoint", "upload")
@@ -321,7 +322,9 @@ def route(deltas: pa.Table, key: str | None, partitions: int) -> list[pa.Buffer]
     )
     column = column.combine_chunks()
     group_keys = KeyCodec([pa.field("k", column.type)], windowed=False).encode(None, [column])
-    order, bounds = by_shard(group_keys, partitions)
+    partition = np.fromiter(map(zlib.crc32, group_keys), np.int64, len(group_keys)) % partitions
+    order = np.argsort(partition, kind="stable")
+    bounds = np.searchsorted(partition[order], np.arange(partitions + 1))
     ordered = deltas.take(pa.array(order))
     streams = []
     for part in range(partitions):

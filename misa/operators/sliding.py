@@ -26,7 +26,6 @@ from misa.operators.panes import (
     window_states,
 )
 from misa.state.codec import AggStates, distinct_keys, latest_per_key
-from misa.state.store import objects
 from misa.state.view import StateView
 
 
@@ -120,7 +119,7 @@ class PaneState:
         timers = self._timers(len(distinct), panes, watermark_us)
         changed = np.flatnonzero(timers != old_timers)
         gone, due = changed[old_timers[changed] >= 0], changed[timers[changed] >= 0]
-        group_keys = objects(distinct)
+        group_keys = np.array(distinct, dtype=object)
         keys = record_keys(distinct) + timer_keys(old_timers[gone], group_keys[gone].tolist())
         keys += timer_keys(timers[due], group_keys[due].tolist())
         values = self.records.encode(len(distinct), timers, panes) + [None] * len(gone) + [b""] * len(due)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 import shutil
@@ -12,9 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import rocksdict
 
 from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, no_fence
@@ -34,26 +30,6 @@ OPERATOR_KEY = "misa.operator"  # the signature of the operator that wrote a ver
 def shard_of(key: bytes, shards: int) -> int:
     """The shard that owns ``key`` (stable across processes)."""
     return zlib.crc32(key) % shards
-
-
-def by_shard(keys: Sequence[bytes], shards: int, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The order that groups ``keys`` by shard (:func:`shard_of`; each shard's keys in their order, or sorted when
-    ``sort``, equal keys in their order) and where each shard's run begins in it (``shards + 1`` bounds); no Python
-    step per key but the CRC."""
-    shard = np.fromiter(map(zlib.crc32, keys), np.int64, len(keys)) % shards
-    if sort:
-        by_key = pc.sort_indices(pa.array(keys, pa.large_binary())).to_numpy()
-        order = by_key[np.argsort(shard[by_key], kind="stable")]
-    else:
-        order = np.argsort(shard, kind="stable")
-    return order, np.searchsorted(shard[order], np.arange(shards + 1))
-
-
-def objects(items: Sequence[Any]) -> np.ndarray:
-    """``items`` as a NumPy object array (for gathers and scatters without a Python loop)."""
-    out = np.empty(len(items), object)
-    out[:] = items
-    return out
 
 
 class StateStore:
@@ -151,19 +127,19 @@ class StateStore:
     def get_many(self, keys: Sequence[bytes], parallel: bool = True) -> list[bytes | None]:
         """Values of ``keys`` in order (None when absent); one multi-get per shard, shards in parallel
         on the store's pool (or one after another on this thread when ``parallel`` is false)."""
-        if not keys:
-            return []
-        order, bounds = by_shard(keys, self.shards)
-        ordered = objects(keys)[order]
-        out = np.empty(len(keys), object)
+        groups: list[list[int]] = [[] for _ in range(self.shards)]
+        for i, key in enumerate(keys):
+            groups[shard_of(key, self.shards)].append(i)
+        out: list[bytes | None] = [None] * len(keys)
 
         def fetch(shard: int) -> None:
-            begin, end = bounds[shard], bounds[shard + 1]
-            if end > begin:
-                out[order[begin:end]] = self._dbs[shard].get(ordered[begin:end].tolist())
+            idx = groups[shard]
+            if idx:
+                for i, value in zip(idx, self._dbs[shard].get([keys[i] for i in idx])):
+                    out[i] = value
 
         list((self._pool.map if parallel else map)(fetch, range(self.shards)))
-        return out.tolist()
+        return out
 
     def scan(self, begin: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """All (key, value) with begin <= key < end in key order, merged across shards."""
@@ -186,33 +162,29 @@ class StateStore:
 
     # ------------------------------------------------------------------ writes
     def write(self, changes: Iterable[tuple[bytes, bytes | None]], fence: Fence = no_fence) -> int:
-        """Apply (key, value) puts and (key, None) deletes (of one key, the last) in WriteBatches of at most
-        ``spark.misa.state.writeChunkSize`` operations (``fence`` before each); returns the number of keys written."""
-        last = dict(changes)
-        return self._write_columns(list(last), list(last.values()), fence)
-
-    def _write_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None], fence: Fence) -> int:
-        """:meth:`write` of distinct ``keys`` with ``values``: grouped by shard, each shard's in key order (RocksDB's
-        memtable takes sorted keys about ten times faster than random ones), puts and deletes each filled into the
-        WriteBatch by one C-level ``map`` (keys are distinct, so their order does not matter)."""
-        if not keys:
-            return 0
-        order, bounds = by_shard(keys, self.shards, sort=True)
-        ordered_keys, ordered_values = objects(keys)[order], objects(values)[order]
-        deletes = np.equal(ordered_values, None)
+        """Apply (key, value) puts and (key, None) deletes in WriteBatches of at most
+        ``spark.misa.state.writeChunkSize`` operations (``fence`` before each); returns the number applied."""
         chunk = self._write_chunk
-        for shard, db in enumerate(self._dbs):
-            for begin in range(int(bounds[shard]), int(bounds[shard + 1]), chunk):
-                end = min(begin + chunk, int(bounds[shard + 1]))
-                batch = rocksdict.WriteBatch(raw_mode=True)
-                gone = deletes[begin:end]
-                collections.deque(map(batch.delete, ordered_keys[begin:end][gone].tolist()), maxlen=0)
-                kept = ~gone
-                puts = zip(ordered_keys[begin:end][kept].tolist(), ordered_values[begin:end][kept].tolist())
-                collections.deque(itertools.starmap(batch.put, puts), maxlen=0)
+        batches = [rocksdict.WriteBatch(raw_mode=True) for _ in range(self.shards)]
+        counts = [0] * self.shards
+        total = 0
+        for key, value in changes:
+            shard = shard_of(key, self.shards)
+            if value is None:
+                batches[shard].delete(key)
+            else:
+                batches[shard].put(key, value)
+            counts[shard] += 1
+            total += 1
+            if counts[shard] >= chunk:
                 fence()
-                db.write(batch)
-        return len(keys)
+                self._dbs[shard].write(batches[shard])
+                batches[shard], counts[shard] = rocksdict.WriteBatch(raw_mode=True), 0
+        for shard, batch in enumerate(batches):
+            if counts[shard]:
+                fence()
+                self._dbs[shard].write(batch)
+        return total
 
     def apply(
         self, changes: dict[bytes, bytes | None], range_deletes: Iterable[tuple[bytes, bytes]], fence: Fence = no_fence
@@ -222,7 +194,7 @@ class StateStore:
         for begin, end in range_deletes:
             fence()
             self.delete_range(begin, end)
-        self._write_columns(list(changes), list(changes.values()), fence)
+        self.write(changes.items(), fence)
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Delete every key in [begin, end) on every shard."""

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-import zlib
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from misa.config import MisaConfig
 from misa.operators.panes import PaneRecords, Panes, record_keys, timer_keys
 from misa.state.codec import KeyCodec, _to_int64, distinct_keys
 from misa.state.keys import PANE_RECORD, PANE_TIMER, joined, prefixed, split_fixed, window_prefix
-from misa.state.store import StateStore, by_shard, shard_of
 
 SEEDS = range(5)
 
@@ -145,36 +142,6 @@ def test_distinct_keys_match_first_seen_order(seed: int) -> None:
     distinct, of_row = distinct_keys(keys)
     assert distinct == list(index) and of_row.tolist() == rows
     assert distinct_keys([])[0] == []
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_shard_routing_matches_the_crc_per_key(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    keys = [bytes(rng.integers(0, 256, int(rng.integers(0, 20)), dtype=np.uint8)) for _ in range(400)]
-    for shards in (1, 3, 4):
-        for sort in (False, True):
-            order, bounds = by_shard(keys, shards, sort=sort)
-            assert sorted(order.tolist()) == list(range(len(keys)))
-            for shard in range(shards):
-                run = [keys[i] for i in order[bounds[shard] : bounds[shard + 1]]]
-                assert all(shard_of(k, shards) == shard for k in run)
-                expected = [k for k in keys if zlib.crc32(k) % shards == shard]
-                assert run == (sorted(expected) if sort else expected)
-
-
-def test_the_store_writes_and_reads_each_key_on_its_shard(tmp_path) -> None:
-    rng = np.random.default_rng(3)
-    keys = list({bytes(rng.integers(0, 256, int(rng.integers(1, 12)), dtype=np.uint8)) for _ in range(2000)})
-    values = [k[::-1] + b"v" for k in keys]
-    with StateStore(MisaConfig(), tmp_path / "state", f"file://{tmp_path / 'dfs'}") as store:
-        store.write([*zip(keys, values), (keys[0], b"second write wins")])
-        for shard, db in enumerate(store._dbs):
-            assert {bytes(k) for k in db.keys()} == {k for k in keys if shard_of(k, store.shards) == shard}
-        absent = [b"absent-" + k for k in keys[:50]]
-        got = store.get_many(keys + absent)
-        assert got == [b"second write wins"] + values[1:] + [None] * 50
-        assert store.get_many(keys + absent, parallel=False) == got
-        assert store.get_many([]) == []
 
 
 @pytest.mark.parametrize("seed", SEEDS)
