@@ -40,7 +40,14 @@ def test_the_reference_has_many_windows_and_groups_and_append_leaves_out_the_ope
     assert max(k[1] for k in append) < max(k[1] for k in update)
 
 
-@pytest.mark.parametrize("query,mode", [("cm1", "native"), ("cm2", "native"), ("cm2", "native-default")])
+@pytest.mark.parametrize(
+    "query,mode",
+    [
+        pytest.param("cm1", "native", marks=pytest.mark.slow),
+        ("cm2", "native"),
+        pytest.param("cm2", "native-default", marks=pytest.mark.slow),
+    ],
+)
 def test_plain_spark_equals_the_reference(spark, cm_data, reference, tmp_path, query, mode):
     """native (changelog checkpointing, format v2, bounded memory) and native-default (Spark's defaults)."""
     assert_same_results(run_in_process(spark, query, mode, cm_data, tmp_path), reference(query))

@@ -57,8 +57,14 @@ def bad_lines(data: Path) -> list[str]:
     return (data / BAD_RECORDS_FILE).read_bytes().decode().split("\n")[:-1]
 
 
-@pytest.mark.parametrize("mode", ["sync", "misa"])
-@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize(
+    "query,mode",
+    [
+        pytest.param(q, m, marks=pytest.mark.slow) if (q, m) == ("lr4", "sync") else (q, m)
+        for q in QUERIES
+        for m in ("sync", "misa")
+    ],
+)
 def test_equals_native(spark, good_data, reference, tmp_path, query, mode):
     run_in_process(spark, linear_road, query, mode, good_data, tmp_path)
     assert_same_output(tmp_path, reference(query, good_data))
@@ -72,7 +78,7 @@ def test_lr2_pairs_each_report_with_the_previous_one(reference, good_data):
     assert all(time - prev_time == 30 for _, _, time, prev_time, *_ in rows)  # (batch_id, vid, time, prev_time, ...)
 
 
-@pytest.mark.parametrize("query,mode", [("lr2", "misa"), ("lr4", "sync")])
+@pytest.mark.parametrize("query,mode", [("lr2", "misa"), pytest.param("lr4", "sync", marks=pytest.mark.slow)])
 def test_bad_records_are_quarantined_and_the_rest_equals_native(spark, bad_data, reference, tmp_path, query, mode):
     run_in_process(spark, linear_road, query, mode, bad_data, tmp_path)
     assert_same_output(tmp_path, reference(query, bad_data))

@@ -42,8 +42,14 @@ def reference(spark, data, tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("mode", ["sync", "misa"])
-@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize(
+    "query,mode",
+    [
+        pytest.param(q, m, marks=pytest.mark.slow) if (m == "sync" and q != "q20") else (q, m)
+        for q in QUERIES
+        for m in ("sync", "misa")
+    ],
+)
 def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
     final, rows = reference(query)
     assert_same_results(run_in_process(spark, nexmark, query, mode, data, tmp_path), final)
