@@ -167,3 +167,65 @@ def test_dates_and_timestamps_keep_their_values_through_keys() -> None:
     strings = pa.array(["a", None, "é"])
     _, (dates, texts) = codec.decode(codec.encode(None, [column, strings]))
     assert dates.to_pylist() == column.to_pylist() and texts.to_pylist() == strings.to_pylist()
+
+
+class _Writes:
+    """A state that records what an operator writes (put_many)."""
+
+    def __init__(self) -> None:
+        self.written: dict[bytes, bytes | None] = {}
+
+    def put_many(self, keys, values) -> None:
+        self.written.update(zip(keys, values))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_interval_join_buckets_match_the_per_key_code(seed: int) -> None:
+    from misa.operators.interval_join import EVENT_US, IntervalJoin
+
+    rng = np.random.default_rng(seed)
+    join = IntervalJoin(["vid"], "event_time", ["spd"], interval="10 seconds")
+    n = 200
+    rows = pa.table(
+        {
+            "vid": pa.array(rng.integers(0, 20, n)),
+            EVENT_US: pa.array(np.sort(rng.integers(0, 60_000_000, n))),
+            "spd": random_column(rng, "int", n),
+        }
+    )
+    join._codec = KeyCodec([rows.schema.field("vid")], windowed=True)
+    ends = (rows[EVENT_US].to_numpy() // join.interval_us + 1) * join.interval_us
+    own = join._bucket_keys(ends, rows)
+    read = list(dict.fromkeys(own + join._bucket_keys(ends - join.interval_us, rows)))
+    stored = [
+        None if rng.random() < 0.4 else join._pack(rows.slice(int(rng.integers(0, n)), 2)).tobytes() for _ in read
+    ]
+    state = _Writes()
+    join._append(rows, own, pa.array(read, pa.binary()), pa.array(stored, pa.large_binary()), state)
+    # the per-key code it replaced: each bucket's stored records, then the batch's rows of that bucket in order
+    records, width, old = join._pack(rows).tobytes(), join._record.itemsize, dict(zip(read, stored))
+    expected: dict[bytes, bytes] = {}
+    for i, key in enumerate(own):
+        expected[key] = expected.get(key, old[key] or b"") + records[i * width : (i + 1) * width]
+    assert state.written == expected
+    present = [(k, v) for k, v in zip(read, stored) if v is not None]
+    decoded = join._decode_rows(
+        pa.array([k for k, _ in present], pa.binary()), pa.array([v for _, v in present], pa.large_binary())
+    )
+    per_key = np.concatenate([np.frombuffer(v, join._record) for _, v in present])
+    assert decoded[EVENT_US].to_pylist() == per_key["t"].tolist()
+    assert decoded["spd"].to_pylist() == [None if null else int(v) for v, null in zip(per_key["v0"], per_key["n0"])]
+    owners = np.repeat(np.arange(len(present)), [len(v) // width for _, v in present])
+    assert decoded["vid"].to_pylist() == [int.from_bytes(present[o][0][9:17], "big", signed=True) for o in owners]
+
+
+def test_lookup_state_keys_match_the_per_key_code() -> None:
+    from misa.operators.aggregation import Agg, Aggregation
+    from misa.operators.lookup_aggregation import LookupAggregation
+
+    aggregation = Aggregation(
+        ["campaign"], [Agg("views", "count", "t")], event_time="ts", window="10s", watermark_delay="0s"
+    )
+    lookup = LookupAggregation("ad", aggregation, lambda keys: [None] * len(keys))
+    keys = pa.array(["", "ad-1", "é日本", "nul\x00", "x" * 50])
+    assert lookup._state_keys(keys) == [lookup._prefix + k.encode() for k in keys.to_pylist()]
