@@ -12,7 +12,7 @@ import pytest
 from jobs.differential.cases import KEY_TYPES, OPERATORS, PREFETCHING, Case, Query, Settings, case_of, random_case
 from jobs.differential.runner import compare, run_case
 
-SLICE = [0, 1, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (2, 3))]  # CI runs 0 and 1; `misa fuzz` any
+SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (1, 2, 3))]  # CI runs seed 0; `misa fuzz` any
 
 
 def case(query: Query, *rounds: list[list[dict]], settings: Settings = Settings()) -> Case:

@@ -59,11 +59,7 @@ def bad_lines(data: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     "query,mode",
-    [
-        pytest.param(q, m, marks=pytest.mark.slow) if (q, m) == ("lr4", "sync") else (q, m)
-        for q in QUERIES
-        for m in ("sync", "misa")
-    ],
+    [pytest.param(q, m, marks=pytest.mark.slow) if m == "sync" else (q, m) for q in QUERIES for m in ("sync", "misa")],
 )
 def test_equals_native(spark, good_data, reference, tmp_path, query, mode):
     run_in_process(spark, linear_road, query, mode, good_data, tmp_path)

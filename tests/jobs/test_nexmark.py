@@ -44,11 +44,7 @@ def reference(spark, data, tmp_path_factory):
 
 @pytest.mark.parametrize(
     "query,mode",
-    [
-        pytest.param(q, m, marks=pytest.mark.slow) if (m == "sync" and q != "q20") else (q, m)
-        for q in QUERIES
-        for m in ("sync", "misa")
-    ],
+    [pytest.param(q, m, marks=pytest.mark.slow) if m == "sync" else (q, m) for q in QUERIES for m in ("sync", "misa")],
 )
 def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
     final, rows = reference(query)
