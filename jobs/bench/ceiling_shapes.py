@@ -19,6 +19,7 @@ ysb            YSB: views per campaign in 10 s windows, the ad -> campaign looku
 from __future__ import annotations
 
 import argparse
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -67,7 +68,7 @@ def _int_keys(ids: np.ndarray, prefix: bytes, times_us: np.ndarray | None = None
 
 
 @dataclass
-class Shape:
+class Shape(ABC):
     """One job's operator with a preloaded state and a stream of deltas (see the module's docstring)."""
 
     name: str
@@ -81,17 +82,18 @@ class Shape:
         self.step_us = max(1, self.lifetime_us * self.deltas_per_batch // self.keys)
         self.operator = self.make_operator()
 
-    # -- for subclasses
+    # -- each shape's own
+    @abstractmethod
     def make_operator(self) -> Any:
-        raise NotImplementedError
+        """The job's operator, as ``jobs/`` builds it."""
 
+    @abstractmethod
     def state_of(self, ids: np.ndarray, t_us: np.ndarray) -> tuple[list[bytes], list[bytes]]:
         """The state entries of keys ``ids`` last updated at ``t_us`` (keys, values)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
         """A batch's deltas of keys ``ids`` at event times ``t_us``, with the operator's columns."""
-        raise NotImplementedError
 
     # -- shared
     @property
