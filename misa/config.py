@@ -192,6 +192,19 @@ def _prefetch_mode(text: str) -> str:
 PREFETCH_MODE = Kind("true, false or auto", _prefetch_mode)
 FRACTION = Kind("a number", float, Bounds(0.0, 1.0), lambda value: f"{value:g}")
 TEXT = Kind("any text", str.strip)
+AUTO_PROCESSES = 0  # spark.misa.state.processes=auto
+
+
+def _processes(text: str) -> int:
+    lowered = text.strip().lower()
+    if lowered == "auto":
+        return AUTO_PROCESSES
+    if int(lowered) < 1:
+        raise ValueError
+    return int(lowered)
+
+
+PROCESSES = Kind("auto or an integer >= 1", _processes, show=lambda n: "auto" if n == AUTO_PROCESSES else str(n))
 
 
 def setting(key: str, default: str, kind: Kind, doc: str) -> Any:
@@ -214,6 +227,15 @@ class MisaConfig:
         "4",
         _int(1),
         "Number of RocksDB instances the state is split into (flush, checkpoint, upload run per shard).",
+    )
+    state_processes: int = setting(
+        "spark.misa.state.processes",
+        "auto",
+        PROCESSES,
+        "Worker processes of the state phase, each owning a key partition of the state (its RocksDB shards, "
+        "cache and commit); 1 keeps the state in the driver's process. auto: the number the state was written "
+        "with, or for a new state the driver's cores less one (at least 1, at most spark.misa.state.shards). "
+        "Fixed per state: another number needs new state locations.",
     )
     state_retain_versions: int = setting(
         "spark.misa.state.retainVersions",

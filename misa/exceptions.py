@@ -33,3 +33,7 @@ class LifecycleError(MisaError, RuntimeError):
 
 class CommandError(MisaError):
     """What a ``misa`` command could not do, and where; printed as ``misa: error: <message>``, exit status 1."""
+
+
+class StateWorkerError(MisaError, RuntimeError):
+    """A state worker process (``spark.misa.state.processes`` > 1) died or stopped answering: the batch fails."""

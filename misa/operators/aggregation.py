@@ -45,6 +45,7 @@ from misa.operators.base import (
     WINDOW_END,
     WINDOW_START,
     HintSource,
+    KeyPartitioned,
     OperatorResult,
     micros,
     spark_interval,
@@ -165,7 +166,7 @@ def _integers(t: pa.DataType) -> pa.DataType:
 
 
 @dataclass
-class Aggregation(HintSource):
+class Aggregation(HintSource, KeyPartitioned):
     """Grouped aggregation, windowed when ``window`` is given (``slide`` defaults to ``window``)."""
 
     group_by: Sequence[str]
@@ -286,6 +287,13 @@ class Aggregation(HintSource):
             self._apply_keys(deltas, state, result, values, late)
         self._evict(state, result, values, late, evict)
         return result
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """A group's windows and panes live with the group: its columns pick the partition."""
+        return [deltas[c] for c in self.group_by]
+
+    def event_watermark(self) -> EventTimeWatermark | None:
+        return self.watermark if self.event_time else None
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the trigger finds no new input: evict (and in append mode emit)

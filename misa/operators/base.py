@@ -37,6 +37,13 @@ names the keys the operator's timers will read at the watermark that events up t
 (the next batch's, estimated from its hint rows): it is read from the state on the same thread, at the same
 times; by default there are none.
 
+**Optional, key partitions** (:class:`KeyPartitioned`, a base class an operator declares): with
+``spark.misa.state.processes`` above 1 each worker process runs its own copy of the operator over the deltas of its
+key partition (:mod:`misa.parallel`). ``partition_keys(deltas)`` names the columns whose values pick a row's
+partition: rows that meet the same state must agree on them. An operator with an event-time watermark
+returns it from ``event_watermark()``: the workers' watermarks observe the whole batch's latest event time,
+not only their partition's, so they stay Spark's.
+
 Aggregating operators' deltas carry the columns named here: the rows folded into each delta row, their
 latest event time and, for windows, the window's bounds or, for sliding windows, the pane's end (all times
 in microseconds).
@@ -54,6 +61,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
+from misa.operators.watermark import EventTimeWatermark
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
@@ -141,3 +149,18 @@ class HintSource(ABC):
         ``latest_event_us`` give, with their timers as hint timestamps (us), known from ``state`` before the batch
         runs; by default none (an operator whose timers read no state, or that has none)."""
         return [], np.zeros(0, np.int64)
+
+
+class KeyPartitioned(ABC):
+    """The optional key-partition capability: the operator's state splits by the values of some delta columns.
+
+    Declare it as a base class; the runtime checks ``isinstance`` before it starts worker processes."""
+
+    @abstractmethod
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """Per delta row, the values that pick its partition (equal for rows that meet the same state); no
+        columns: every row is in one partition."""
+
+    def event_watermark(self) -> EventTimeWatermark | None:
+        """The operator's event-time watermark, kept equal in every partition (None: it has none)."""
+        return None

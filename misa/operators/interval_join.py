@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.base import HintSource, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
 from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec, normalize_float_keys
@@ -58,7 +58,7 @@ _STORED = "_stored"
 
 
 @dataclass
-class IntervalJoin(HintSource):
+class IntervalJoin(HintSource, KeyPartitioned):
     """Self-join of a stream on ``keys`` where the partner is at most ``interval`` older."""
 
     keys: Sequence[str]
@@ -134,6 +134,13 @@ class IntervalJoin(HintSource):
             self.watermark.observe(pc.max(keyed[EVENT_US]).as_py())
         self._expire(state, evict_us)
         return result
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """Rows join rows of their key only: the keys pick the partition."""
+        return [deltas[c] for c in self.keys]
+
+    def event_watermark(self) -> EventTimeWatermark | None:
+        return self.watermark
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the trigger finds no new input: delete the buckets the batches so

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from common.location import local_path
-from misa.operators.base import HintSource, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
 from misa.operators.schema import INTEGERS, RECORD_TYPES, column_of, column_type, key_columns, struct_of
 from misa.state.codec import KeyCodec
 from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
@@ -90,7 +90,7 @@ def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
 
 # ---------------------------------------------------------------------------------------------- Q13
 @dataclass
-class LookupJoin(HintSource):
+class LookupJoin(HintSource, KeyPartitioned):
     """Each row joined with the row of a bounded side table whose key is ``key_column % side_rows`` (Q13).
 
     The side table (``side_path``, JSON lines with an integer ``side_key`` and a string
@@ -131,6 +131,10 @@ class LookupJoin(HintSource):
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The batch's rows, the output's columns only."""
         return batch.select(*self.columns)
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """Every partition holds the whole side table, so any column spreads the rows: the key column."""
+        return [deltas[self.key_column]]
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         if self.side_rows is None:
@@ -199,7 +203,7 @@ class LookupJoin(HintSource):
 
 # ---------------------------------------------------------------------------------------- Q18, Q19
 @dataclass
-class TopN(HintSource):
+class TopN(HintSource, KeyPartitioned):
     """The first ``n`` rows per key of ``keys`` in ``order`` (Q18: the latest bid, n = 1; Q19: the top 10 bids).
 
     ``order``: (column, "ascending" | "descending") pairs naming every one of ``columns`` (the rows'
@@ -254,6 +258,10 @@ class TopN(HintSource):
             .where(F.col(_RANK) <= self.n)
             .drop(_RANK)
         )
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """A key's first rows live with the key: its columns pick the partition."""
+        return [deltas[c] for c in self.keys]
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         rows = deltas.select([*self.keys, *self.columns])
@@ -326,7 +334,7 @@ class _JoinKeys:
 
 
 @dataclass
-class KeyedJoin(HintSource):
+class KeyedJoin(HintSource, KeyPartitioned):
     """Rows of a left input joined with the right input's row of the same key where that row passes a filter
     (Q20: each bid with its auction, where the auction's category is 10); an inner join on a key that
     is unique on the right.
@@ -379,6 +387,12 @@ class KeyedJoin(HintSource):
     def deltas(self, batch: DataFrame) -> DataFrame:
         """The batch's rows of either input."""
         return batch.where(F.col(self.left).isNotNull() | F.col(self.right).isNotNull()).select(self.left, self.right)
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """A left row meets the right row of its key: the join key (the left's or the right's) picks the partition."""
+        left = pc.struct_field(deltas[self.left].combine_chunks(), self.left_key)
+        right = pc.struct_field(deltas[self.right].combine_chunks(), self.right_key)
+        return [pc.coalesce(left, right.cast(left.type))]
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """Find each key's right row, join the left rows that have one, keep the others waiting."""

@@ -42,7 +42,9 @@ from misa.config import STATE_FOLDER, CommitMode, MisaConfig
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
-from misa.operators.base import HintSource, OperatorResult, StatefulOperator, followed_by
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StatefulOperator, followed_by
+from misa.parallel.layout import partition_count
+from misa.parallel.partitioned import PartitionedCommit, PartitionedOperator, PartitionedStore, PartitionedView
 from misa.runtime.arrivals import Arrivals, arrivals_of
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
@@ -112,16 +114,23 @@ class StatefulJob:
         self.arrivals = arrivals  # None: the stream's file source, found at start (else no input is taken as waiting)
         self._arrivals: Arrivals | None = arrivals
         self.checkpoint_location = resolve_location(checkpoint_location)  # where Spark puts it
-        self.store = StateStore(
-            self.config,
-            state_dir or self.config.state_dir or self._default_state_dir(),
-            dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url,
-        )
+        state_dir = state_dir or self.config.state_dir or self._default_state_dir()
+        dfs_url = dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url
+        self.processes = partition_count(self.config, state_dir, dfs_url)
+        if self.processes > 1:
+            self.store: Any = PartitionedStore(
+                self.config, _partitionable(operator, self.processes), state_dir, dfs_url, self.processes
+            )
+            self.view: Any = PartitionedView(self.store.pool)
+        else:
+            self.store = StateStore(self.config, state_dir, dfs_url)
+            self.view = StateView(self.store, new_cache(self.config))
         self.checkpoints = self.store.checkpoints
-        self.view = StateView(self.store, new_cache(self.config))
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch
-        if self.config.prefetching != "false" and isinstance(operator, HintSource):
+        if self.processes > 1 and self.config.prefetching == "true":
+            log.warning("spark.misa.state.processes=%d: the state workers read without prefetching", self.processes)
+        if self.config.prefetching != "false" and isinstance(operator, HintSource) and self.processes == 1:
             auto = self.config.prefetching == "auto"
             manager = attach_prefetcher(
                 self.view,
@@ -145,13 +154,18 @@ class StatefulJob:
                 type(operator).__name__,
             )
         self.spark_checkpoint, self.mirror = self._spark_checkpoint()
-        self.controller = CommitController(
-            self.store,
-            self.config.commit_mode,
-            self.mirror,
-            heartbeat_timeout_s=self.config.commit_heartbeat_timeout_s,
-            max_restarts=self.config.commit_max_restarts,
-        )
+        if self.processes > 1:
+            self.controller: Any = PartitionedCommit(self.store, self.config.commit_mode, self.mirror)
+            self._merger: Any = PartitionedOperator(operator, self.store, self.controller, self.view)
+        else:
+            self.controller = CommitController(
+                self.store,
+                self.config.commit_mode,
+                self.mirror,
+                heartbeat_timeout_s=self.config.commit_heartbeat_timeout_s,
+                max_restarts=self.config.commit_max_restarts,
+            )
+            self._merger = operator
         if self.mirror is not None:
             self.metrics.add_listener(self._mirror_reported)
         self.version = self.store.version
@@ -410,9 +424,9 @@ class StatefulJob:
         the next batch, it runs the batch without data Spark would run (:mod:`misa.runtime.arrivals`)."""
         self.view.take_reads()  # reads before this phase (none expected) are not the batch's
         with self._state_phase():
-            result = self.operator.apply(deltas, self.view)
+            result = self._merger.apply(deltas, self.view)
             if self._spark_runs_no_data_batch():
-                result = followed_by(result, self.operator.no_data_batch(self.view))  # type: ignore[attr-defined]
+                result = followed_by(result, self._merger.no_data_batch(self.view))
         return result
 
     def _spark_runs_no_data_batch(self) -> bool:
@@ -484,6 +498,16 @@ class StatefulJob:
             durable = self.checkpoints.newest_durable()
             state = "no state is durable yet" if durable is None else f"the state is durable up to version {durable}"
             print(f"stopped by Ctrl-C; {state}; restart resumes from there", file=sys.stderr)
+
+
+def _partitionable(operator: StatefulOperator, processes: int) -> KeyPartitioned:
+    """``operator``, which must split its state by key to run in ``processes`` worker processes."""
+    if not isinstance(operator, KeyPartitioned):
+        raise ConfigError(
+            f"spark.misa.state.processes={processes}, but {type(operator).__name__} does not say how its state splits "
+            f"by key (it does not declare misa.operators.base.KeyPartitioned): set spark.misa.state.processes=1 for it"
+        )
+    return operator
 
 
 def _watch_source(stream: DataFrame, spark_checkpoint: Location) -> Arrivals | None:

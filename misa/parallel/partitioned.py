@@ -1,0 +1,297 @@
+"""The driver's side of a partitioned state: the store, view, commit controller and operator faces the job uses,
+each answered by every worker process (:class:`misa.parallel.pool.WorkerPool`).
+
+A version counts as the workers' agreement: it is durable (ack 2) or locally committed (ack 1) only when every
+partition has it, so recovery (:func:`misa.runtime.recovery.reconcile`, unchanged) finds the newest version every
+partition holds and loads that one in all of them; a batch waits for ack 2 of the previous version in every
+partition. Spark's log is mirrored (``mirrorSparkLog``) while the batch applies and before any partition is handed
+the batch's version, so no partition's DFS marker runs ahead of the mirrored log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from misa.config import CommitMode, MisaConfig
+from misa.obs.records import CommitRecord, CommitStatus
+from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.parallel.layout import partition_locations, record_partitions, recorded_partitions
+from misa.parallel.pool import WorkerPool
+from misa.parallel.routing import partition_of_rows, split
+from misa.parallel.shared_arrow import discard, share, take
+from misa.parallel.worker import PartResult
+from misa.runtime.spark_mirror import SparkLogMirror
+from misa.state.store import EMPTY_VERSION
+from misa.state.view import StateReads
+
+
+class _Dfs:
+    def __init__(self, shown: str):
+        self.shown = shown
+
+
+class PartitionedCheckpoints:
+    """The versions every partition holds (the checkpoint store face recovery uses)."""
+
+    def __init__(self, pool: WorkerPool, dfs_shown: str):
+        self.pool = pool
+        self.dfs = _Dfs(dfs_shown)
+
+    def _each(self, method: str, *args: Any) -> list[Any]:
+        return self.pool.ask("call", "checkpoints", method, *args)
+
+    def newest_durable(self) -> int | None:
+        """The newest version durable in every partition."""
+        durable = self._each("newest_durable")
+        return None if None in durable else min(durable)
+
+    def locally_committed_after(self, version: int) -> list[int]:
+        """Versions after ``version`` and after the newest durable one that every partition holds, durable or
+        locally committed."""
+        durable = self.newest_durable()
+        floor = max(version, EMPTY_VERSION if durable is None else durable)
+        held = [set(v) for v in self.pool.ask("versions_after", floor)]
+        return sorted(set.intersection(*held))
+
+    def retained_versions(self) -> list[int]:
+        """Versions durable in every partition."""
+        return sorted(set.intersection(*(set(v) for v in self._each("retained_versions"))))
+
+    def upload_and_retain(self, version: int) -> None:
+        """Upload ``version`` in each partition that holds it only locally."""
+        self.pool.ask("upload_local", version)
+
+    def start_repair(self) -> None:
+        self._each("start_repair")
+
+    def forget_after(self, version: int) -> None:
+        self._each("forget_after", version)
+
+    def check_owner(self) -> None:
+        self._each("check_owner")
+
+    def forget_local_only(self) -> None:
+        self._each("forget_local_only")
+
+
+class PartitionedStore:
+    """The store face: every partition's state, loaded at one version."""
+
+    def __init__(self, config: MisaConfig, operator: KeyPartitioned, state_dir: str | Path, dfs_url: str, count: int):
+        self.root = Path(state_dir)
+        self.dfs_url = dfs_url
+        self.partitions = count
+        self._operator = operator
+        self.pool = WorkerPool(config, partition_locations(state_dir, dfs_url, count))
+        self.checkpoints = PartitionedCheckpoints(self.pool, f"{dfs_url} (partition-0..{count - 1})")
+        self.version = EMPTY_VERSION
+        self.metadata: dict[str, Any] = {}
+        self.operator: dict[str, Any] | None = None  # the operator's signature, set by the job
+        self.loaded_operator: dict[str, Any] | None = None
+
+    @property
+    def locations(self) -> str:
+        return f"local {self.root} and DFS {self.dfs_url}, {self.partitions} partitions (partition-i below each)"
+
+    def claim(self, query_id: str) -> None:
+        """Record the partition count (a new state), then claim every partition for ``query_id``; the workers get
+        the driver's resolved operator."""
+        if recorded_partitions(self.root, self.dfs_url) is None:
+            record_partitions(self.dfs_url, self.partitions)
+        self.pool.ask("claim", query_id, pickle.dumps(self._operator), self.operator)
+
+    def load(self, version: int) -> None:
+        """Load ``version`` in every partition (the operator metadata is partition 0's: the watermark is the same
+        in all)."""
+        self.metadata, self.loaded_operator = self.pool.ask("load", version)[0]
+        self.version = version
+
+    def restore_problems(self, version: int) -> list[str]:
+        if version == EMPTY_VERSION:
+            return []
+        problems = self.pool.ask("call", "store", "restore_problems", version)
+        return [f"partition {i}: {p}" for i, each in enumerate(problems) for p in each]
+
+    def approximate_keys(self) -> int:
+        return sum(self.pool.ask("call", "store", "approximate_keys"))
+
+    def approximate_bytes(self) -> int:
+        return sum(self.pool.ask("call", "store", "approximate_bytes"))
+
+    def sst_bytes(self) -> int:
+        return sum(self.pool.ask("call", "store", "sst_bytes"))
+
+    def close(self) -> None:
+        """Close every worker (raising a commit failure none of the batches saw)."""
+        self.pool.close()
+
+
+class PartitionedView:
+    """The view face: reads and cache counters of the last state phase, summed over partitions."""
+
+    prefetcher = None  # workers read without prefetching
+
+    def __init__(self, pool: WorkerPool):
+        self.pool = pool
+        self.reads = StateReads()
+
+    def take_reads(self) -> StateReads:
+        reads, self.reads = self.reads, StateReads()
+        return reads
+
+    def take_cache_stats(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for stats in self.pool.ask("call", "view", "take_cache_stats"):
+            for name, value in stats.items():
+                totals[name] = totals.get(name, 0) + value
+        return totals
+
+    def freeze(self, version: int) -> int:
+        """The batch's version, frozen in each worker when the controller face hands it over."""
+        return version
+
+    def reset(self) -> None:
+        """Nothing here: each worker resets its view when the controller face adopts a loaded version."""
+
+    def set_prefetching(self, on: bool) -> None:
+        """Nothing: workers read without prefetching."""
+
+    def close(self) -> None:
+        """Nothing: the workers close with the store face."""
+
+
+class PartitionedCommit:
+    """The commit controller face: every worker's controller, in the job's mode; Spark's log mirrored by the driver
+    while each batch applies, before the batch's version is handed over."""
+
+    def __init__(self, store: PartitionedStore, mode: str, spark_log: SparkLogMirror | None):
+        self.store = store
+        self.pool = store.pool
+        self.mode = CommitMode(mode)
+        self.spark_log = spark_log
+        self._mirroring = ThreadPoolExecutor(1, thread_name_prefix="misa-mirror") if spark_log else None
+        self._mirrored: Future | None = None
+
+    def renewed(self) -> PartitionedCommit:
+        """For a restart: new workers (the old ones' pending commits are dropped), to be claimed and recovered."""
+        self.pool.restart()
+        return self
+
+    def start_mirror(self) -> None:
+        """Start mirroring Spark's log (the batch is running, so Spark's entries up to it are written)."""
+        if self._mirroring is not None and self.spark_log is not None and self._mirrored is None:
+            self._mirrored = self._mirroring.submit(self.spark_log.sync, self.store.checkpoints.check_owner)
+
+    def mirror_spark_log(self) -> None:
+        """Mirror Spark's log now, in the background (Spark reported a batch)."""
+        if self._mirrored is None or self._mirrored.done():
+            self._mirrored = None
+            self.start_mirror()
+
+    def commit(self, version: int, metadata: dict[str, Any]) -> None:
+        """Hand ``version`` to every partition (each commits its own operator's metadata) once Spark's log is
+        mirrored."""
+        if self._mirrored is not None:
+            mirrored, self._mirrored = self._mirrored, None
+            mirrored.result()
+        self.pool.ask("commit", version)
+
+    def wait_durable(self, version: int) -> float:
+        """Block until every partition has ack 2 of ``version``; the longest wait."""
+        return max(self.pool.ask("call", "controller", "wait_durable", version))
+
+    def drain(self) -> None:
+        self.pool.ask("call", "controller", "drain")
+
+    def loaded(self, version: int) -> None:
+        """Every worker continues from the loaded ``version``: operator restored, view reset, nothing pending."""
+        self.pool.ask("adopt", version)
+
+    def status(self) -> CommitStatus:
+        """Versions pending in any partition; the newest versions with ack 1 and ack 2 in every partition."""
+        each: list[CommitStatus] = self.pool.ask("call", "controller", "status")
+        local = [s.last_local for s in each]
+        durable = [s.last_durable for s in each]
+        return CommitStatus(
+            tuple(sorted({v for s in each for v in s.pending})),
+            None if None in local else min(local),  # type: ignore[type-var]
+            None if None in durable else min(durable),  # type: ignore[type-var]
+        )
+
+    def finished(self) -> list[CommitRecord]:
+        """Records of versions that became durable, one per version over its partitions (times: the slowest;
+        counts and bytes: the sum)."""
+        by_version: dict[int, list[CommitRecord]] = {}
+        for records in self.pool.ask("call", "controller", "finished"):
+            for record in records:
+                by_version.setdefault(record.version, []).append(record)
+        return [merged(by_version[v]) for v in sorted(by_version)]
+
+    def close(self) -> None:
+        """Stop mirroring (the workers' controllers close with the store face)."""
+        if self._mirroring is not None:
+            self._mirroring.shutdown(wait=True)
+
+
+def merged(records: list[CommitRecord]) -> CommitRecord:
+    """One version's records of several partitions as one: durations the longest, counts the sum."""
+    values: dict[str, Any] = {}
+    for spec in dataclasses.fields(CommitRecord):
+        each = [getattr(r, spec.name) for r in records]
+        values[spec.name] = each[0] if spec.name == "version" else max(each) if spec.type == "float" else sum(each)
+    return CommitRecord(**values)
+
+
+class PartitionedOperator:
+    """The state-phase face of the operator: a batch's deltas routed by key partition to the workers, each running
+    its copy of the operator; their outputs gathered. Workers' watermarks observe the whole batch's latest event."""
+
+    def __init__(
+        self, operator: KeyPartitioned, store: PartitionedStore, commit: PartitionedCommit, view: PartitionedView
+    ):
+        self.operator = operator
+        self.pool = store.pool
+        self.commit = commit
+        self.view = view
+
+    def apply(self, deltas: pa.Table, state: Any) -> OperatorResult:
+        """Route, apply in every partition, then give every watermark the batch's latest event."""
+        self.commit.start_mirror()
+        partition = partition_of_rows(self.operator.partition_keys(deltas), deltas.num_rows, len(self.pool))
+        shared = [share(part) for part in split(deltas, partition, len(self.pool))]
+        try:
+            parts: list[PartResult] = self.pool.ask_each("apply", [(s,) for s in shared])
+        except BaseException:
+            for s in shared:
+                discard(s)
+            raise
+        events = [p.max_event_us for p in parts if p.max_event_us is not None]
+        if self.operator.event_watermark() is not None:
+            self.pool.ask("observe", max(events) if events else None)
+        return self._gathered(parts, data=True)
+
+    def no_data_batch(self, state: Any) -> OperatorResult:
+        """Spark's batch without data, in every partition."""
+        return self._gathered(self.pool.ask("no_data_batch"), data=False)
+
+    def _gathered(self, parts: list[PartResult], data: bool) -> OperatorResult:
+        outputs = [take(p.output) for p in parts]
+        rows = [t for t in outputs if t.num_columns]
+        output = pa.concat_tables([t.cast(rows[0].schema) for t in rows]) if rows else outputs[0]
+        self.view.reads = StateReads(
+            max(p.read_s for p in parts),
+            None if any(p.device_read_bytes is None for p in parts) else sum(p.device_read_bytes for p in parts),  # type: ignore[misc]
+        )
+        return OperatorResult(
+            output,
+            late_rows=sum(p.late_rows for p in parts) if data else 0,
+            state_reads=sum(p.state_reads for p in parts),
+            dropped_rows=sum(p.dropped_rows for p in parts) if data else 0,
+            closed_windows=sum(p.closed_windows for p in parts),
+        )

@@ -1,0 +1,142 @@
+"""The driver's state worker processes: started with ``spawn``, asked over pipes, watched for crashes."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, NoReturn, Sequence
+
+from misa.config import MisaConfig
+from misa.exceptions import StateWorkerError
+from misa.parallel.worker import CLOSE, serve
+
+log = logging.getLogger(__name__)
+_POLL_S = 0.2
+_CLOSE_S = 30.0
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: BaseProcess
+    conn: Connection
+    pid: int | None = None
+
+
+class WorkerPool:
+    """One worker process per partition location; :meth:`ask` sends a request to every worker and gathers the
+    replies. A worker that dies fails the request (and every later one, until :meth:`restart`)."""
+
+    def __init__(self, config: MisaConfig, locations: Sequence[tuple[str, str]]):
+        self.config = config
+        self.locations = list(locations)
+        self._context = multiprocessing.get_context("spawn")  # no fork of a process that runs a JVM gateway
+        self._workers: list[_Worker] = []
+        self._broken: StateWorkerError | None = None
+        self._lock = threading.Lock()  # one request at a time: the batch's thread and the mirror's both ask
+        self._start()
+
+    def __len__(self) -> int:
+        return len(self.locations)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """The workers' process ids."""
+        return [w.pid for w in self._workers]
+
+    def _start(self) -> None:
+        for index, (state_dir, dfs_url) in enumerate(self.locations):
+            parent, child = self._context.Pipe()
+            process = self._context.Process(
+                target=serve,
+                args=(child, index, self.config, state_dir, dfs_url),
+                name=f"misa-state-worker-{index}",
+                daemon=True,
+            )
+            process.start()
+            child.close()
+            self._workers.append(_Worker(index, process, parent))
+        try:
+            pids = self._gather("start")
+        except BaseException:
+            self._stop(graceful=False)
+            raise
+        for worker, pid in zip(self._workers, pids):
+            worker.pid = pid
+
+    def ask(self, name: str, *args: Any) -> list[Any]:
+        """Every worker's reply to request ``name`` with ``args``."""
+        return self.ask_each(name, [args] * len(self._workers))
+
+    def ask_each(self, name: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Every worker's reply to request ``name``, worker i with ``args[i]``."""
+        with self._lock:
+            if self._broken is not None:
+                raise self._broken
+            for worker, its_args in zip(self._workers, args):
+                try:
+                    worker.conn.send((name, its_args))
+                except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+                    self._crashed(worker, name)
+            return self._gather(name)
+
+    def _gather(self, name: str) -> list[Any]:
+        """The replies to ``name`` in worker order; the first error a worker sent back is raised (after every reply
+        is in, so no reply is left in a pipe)."""
+        replies = [self._reply(worker, name) for worker in self._workers]
+        for worker, (status, value) in zip(self._workers, replies):
+            if status == "error":
+                value.add_note(f"(in state worker {worker.index}, {self.locations[worker.index][0]})")
+                raise value
+        return [value for _, value in replies]
+
+    def _reply(self, worker: _Worker, name: str) -> tuple[str, Any]:
+        while not worker.conn.poll(_POLL_S):
+            if not worker.process.is_alive():
+                self._crashed(worker, name)
+        try:
+            return worker.conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            worker.process.join(1.0)
+            self._crashed(worker, name)
+
+    def _crashed(self, worker: _Worker, name: str) -> NoReturn:
+        code = worker.process.exitcode
+        how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited ({code})"
+        self._broken = StateWorkerError(
+            f"state worker {worker.index} (pid {worker.pid}, partition {self.locations[worker.index][0]}) {how} "
+            f"while answering {name!r}: the batch fails. Restart the query: every partition recovers from the newest "
+            f"version all of them made durable."
+        )
+        raise self._broken
+
+    def restart(self) -> None:
+        """Stop every worker (a live one without waiting for its commits) and start new ones."""
+        self._stop(graceful=False)
+        self._broken = None
+        self._start()
+
+    def close(self) -> None:
+        """Ask every live worker to close (each raises a commit failure nobody has seen), then end them."""
+        try:
+            if self._broken is None:
+                self.ask(CLOSE)
+        finally:
+            self._stop(graceful=True)
+
+    def _stop(self, graceful: bool) -> None:
+        for worker in self._workers:
+            if not graceful and worker.process.is_alive():
+                worker.process.kill()
+            worker.process.join(_CLOSE_S if graceful else 5.0)
+            if worker.process.is_alive():
+                log.warning("state worker %d did not end; killing it", worker.index)
+                worker.process.kill()
+                worker.process.join(5.0)
+            worker.conn.close()
+        self._workers = []

@@ -1,0 +1,192 @@
+"""A state worker process: one key partition's state store, view, cache, commit controller and operator copy.
+
+The driver (:class:`misa.parallel.pool.WorkerPool`) sends requests over a pipe and waits for each reply; the
+worker answers them in order on its main thread, while its commit controller's threads commit its versions
+in the background as in one process. A request's error goes back to the driver as the exception itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from misa.config import MisaConfig
+from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.parallel.shared_arrow import SharedTable, share, take
+from misa.runtime.batch_cache import new_cache
+from misa.runtime.commit import CommitController
+from misa.state.store import EMPTY_VERSION, StateStore
+from misa.state.view import StateView
+
+log = logging.getLogger(__name__)
+CLOSE = "close"
+
+
+@dataclass
+class PartResult:
+    """One partition's part of a batch: its output rows (in shared memory), its counters and reads, and the
+    latest event time its watermark has seen (None: no watermark, or no event yet)."""
+
+    output: SharedTable
+    late_rows: int
+    state_reads: int
+    dropped_rows: int
+    closed_windows: int
+    read_s: float
+    device_read_bytes: int | None
+    max_event_us: int | None
+
+
+class PartitionWorker:
+    """The requests a state worker answers (method names are the request names)."""
+
+    def __init__(self, config: MisaConfig, state_dir: str, dfs_url: str):
+        self.config = config
+        self.store = StateStore(config, state_dir, dfs_url)
+        self.checkpoints = self.store.checkpoints
+        self.view = StateView(self.store, new_cache(config))
+        self.controller = self._controller()
+        self.operator: KeyPartitioned | Any = None
+
+    def _controller(self) -> CommitController:
+        return CommitController(
+            self.store,
+            self.config.commit_mode,
+            heartbeat_timeout_s=self.config.commit_heartbeat_timeout_s,
+            max_restarts=self.config.commit_max_restarts,
+        )
+
+    # ------------------------------------------------------------------ at start
+    def claim(self, query_id: str, operator: bytes, signature: dict[str, Any]) -> None:
+        """Take the driver's resolved operator and claim this partition's state for ``query_id``."""
+        self.operator = pickle.loads(operator)
+        self.store.operator = signature
+        self.store.claim(query_id)
+
+    def load(self, version: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Load ``version``: its operator metadata and the signature recorded with it."""
+        self.store.load(version)
+        return self.store.metadata, self.store.loaded_operator
+
+    def adopt(self, version: int) -> None:
+        """Continue from the loaded version (its compatibility checked by the driver): restore the operator, drop
+        the cache, tell the controller."""
+        self.operator.restore(self.store.metadata)
+        self.view.reset()
+        self.controller.loaded(version)
+
+    def versions_after(self, version: int) -> list[int]:
+        """Versions newer than ``version`` this partition holds, durable or locally committed."""
+        retained = [v for v in self.checkpoints.retained_versions() if v > version]
+        return sorted({*retained, *self.checkpoints.locally_committed_after(version)})
+
+    def upload_local(self, version: int) -> None:
+        """Upload ``version`` if it is only locally committed here."""
+        durable = self.checkpoints.newest_durable()
+        if version in self.checkpoints.locally_committed_after(EMPTY_VERSION if durable is None else durable):
+            self.checkpoints.upload_and_retain(version)
+
+    def renew(self) -> None:
+        """Drop the previous run's commits (a restart of the query): a new controller, nothing pending."""
+        self.controller.close()
+        self.controller = self._controller()
+
+    # ------------------------------------------------------------------ a batch
+    def apply(self, deltas: SharedTable) -> PartResult:
+        """Merge this partition's deltas."""
+        self.view.take_reads()
+        return self._part(self.operator.apply(take(deltas), self.view))
+
+    def observe(self, batch_max_event_us: int | None) -> None:
+        """Every partition applied the batch: the watermark observes the whole batch's latest event time."""
+        watermark = self.operator.event_watermark()
+        if watermark is not None:
+            watermark.observe(batch_max_event_us)
+
+    def no_data_batch(self) -> PartResult:
+        """The batch without data Spark would run after this one."""
+        self.view.take_reads()
+        return self._part(self.operator.no_data_batch(self.view))
+
+    def _part(self, result: OperatorResult) -> PartResult:
+        reads = self.view.take_reads()
+        watermark = self.operator.event_watermark()
+        return PartResult(
+            share(result.output),
+            result.late_rows,
+            result.state_reads,
+            result.dropped_rows,
+            result.closed_windows,
+            reads.seconds,
+            reads.device_bytes,
+            None if watermark is None else watermark.max_event_us,
+        )
+
+    def commit(self, version: int) -> None:
+        """Hand version ``version`` (the batch just applied) to this partition's commit controller."""
+        self.controller.commit(self.view.freeze(version), self.operator.metadata())
+
+    def stats(self) -> dict[str, Any]:
+        """The partition's size and cache counters, for the batch's record."""
+        return {
+            "state_keys": self.store.approximate_keys(),
+            "state_bytes": self.store.approximate_bytes(),
+            "sst_bytes": self.store.sst_bytes(),
+            "cache": self.view.take_cache_stats(),
+        }
+
+    def call(self, target: str, method: str, *args: Any) -> Any:
+        """Any other request: ``method`` of the store, its checkpoints, the view or the controller."""
+        owner = {"store": self.store, "checkpoints": self.checkpoints, "view": self.view, "controller": self.controller}
+        return getattr(owner[target], method)(*args)
+
+    def close(self) -> None:
+        """Stop the commit threads and release the state (raises a commit failure nobody has seen)."""
+        try:
+            self.controller.close()
+        finally:
+            self.view.close()
+            self.store.close()
+
+
+def serve(conn: Connection, index: int, config: MisaConfig, state_dir: str, dfs_url: str) -> None:
+    """The worker process's main: answer requests until ``close`` (or the driver's end of the pipe closes)."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s %(levelname)s [state worker {index}] %(message)s"
+    )
+    try:
+        worker = PartitionWorker(config, state_dir, dfs_url)
+    except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
+        conn.send(("error", _portable(exc)))
+        return
+    conn.send(("ok", os.getpid()))
+    while True:
+        try:
+            name, args = conn.recv()
+        except EOFError:  # the driver is gone
+            worker.close()
+            return
+        try:
+            reply = ("ok", getattr(worker, name)(*args))
+        except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
+            log.debug("request %s failed", name, exc_info=True)
+            reply = ("error", _portable(exc))
+        conn.send(reply)
+        if name == CLOSE:
+            return
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a RuntimeError with its type, text and traceback."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any pickling failure
+        text = "".join(traceback.format_exception(exc))
+        return RuntimeError(f"{type(exc).__name__}: {exc}\n{text}")
