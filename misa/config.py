@@ -192,19 +192,19 @@ def _prefetch_mode(text: str) -> str:
 PREFETCH_MODE = Kind("true, false or auto", _prefetch_mode)
 FRACTION = Kind("a number", float, Bounds(0.0, 1.0), lambda value: f"{value:g}")
 TEXT = Kind("any text", str.strip)
-AUTO_PROCESSES = 0  # spark.misa.state.processes=auto
 
 
-def _processes(text: str) -> int:
+def _processes(text: str) -> int | None:
+    """None for ``auto``, else a count from 1."""
     lowered = text.strip().lower()
     if lowered == "auto":
-        return AUTO_PROCESSES
+        return None
     if int(lowered) < 1:
         raise ValueError
     return int(lowered)
 
 
-PROCESSES = Kind("auto or an integer >= 1", _processes, show=lambda n: "auto" if n == AUTO_PROCESSES else str(n))
+PROCESSES = Kind("auto or an integer >= 1", _processes, show=lambda n: "auto" if n is None else str(n))
 
 
 def setting(key: str, default: str, kind: Kind, doc: str) -> Any:
@@ -228,7 +228,7 @@ class MisaConfig:
         _int(1),
         "Number of RocksDB instances the state is split into (flush, checkpoint, upload run per shard).",
     )
-    state_processes: int = setting(
+    state_processes: int | None = setting(
         "spark.misa.state.processes",
         "auto",
         PROCESSES,

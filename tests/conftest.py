@@ -22,6 +22,13 @@ def _no_failpoints() -> Iterator[None]:
     failpoints.configure("")
 
 
+@pytest.fixture(autouse=True)
+def _one_process_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``spark.misa.state.processes=auto`` means one process in every test, whatever this machine's cores (tests of
+    worker processes ask for them)."""
+    monkeypatch.setattr("misa.parallel.layout.auto_processes", lambda config: 1)
+
+
 @pytest.fixture
 def config() -> MisaConfig:
     """Small shards and fast retries, so that tests run quickly."""

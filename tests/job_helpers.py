@@ -79,6 +79,7 @@ def spark_submit_command(
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.misa.state.shards": "2",
+        "spark.misa.state.processes": "1",  # whatever this machine's cores (tests of worker processes ask for 2)
         "spark.sql.session.timeZone": "UTC",
         **(conf or {}),
     }

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from common.location import parse
-from misa.config import AUTO_PROCESSES, MisaConfig
+from misa.config import MisaConfig
 from misa.exceptions import ConfigError
 
 PARTITIONS_FILE = "partitions.json"
@@ -30,8 +30,8 @@ def partition_count(config: MisaConfig, state_dir: str | Path, dfs_url: str) -> 
     recorded = recorded_partitions(state_dir, dfs_url)
     wanted = config.state_processes
     if recorded is None:
-        return auto_processes(config) if wanted == AUTO_PROCESSES else wanted
-    if wanted not in (AUTO_PROCESSES, recorded):
+        return auto_processes(config) if wanted is None else wanted
+    if wanted not in (None, recorded):
         raise ConfigError(
             f"{KEY}={wanted}, but the state at {parse(dfs_url).given} was written by {recorded} process(es): its keys "
             f"are partitioned {recorded} ways for good. Set {KEY}={recorded} (or auto), or start from a new checkpoint "

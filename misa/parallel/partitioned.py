@@ -88,7 +88,7 @@ class PartitionedStore:
         self.dfs_url = dfs_url
         self.partitions = count
         self._operator = operator
-        self.pool = WorkerPool(config, partition_locations(state_dir, dfs_url, count))
+        self.pool = WorkerPool(config, partition_locations(state_dir, dfs_url, count), pickle.dumps(operator))
         self.checkpoints = PartitionedCheckpoints(self.pool, f"{dfs_url} (partition-0..{count - 1})")
         self.version = EMPTY_VERSION
         self.metadata: dict[str, Any] = {}
@@ -108,9 +108,12 @@ class PartitionedStore:
 
     def load(self, version: int) -> None:
         """Load ``version`` in every partition (the operator metadata is partition 0's: the watermark is the same
-        in all)."""
+        in all); a partition that holds newer versions (it ran ahead of another before a crash) forgets them,
+        markers first, so that the batches replayed after ``version`` never overwrite a version that counts."""
         self.metadata, self.loaded_operator = self.pool.ask("load", version)[0]
         self.version = version
+        if any(self.pool.ask("versions_after", version)):
+            self.checkpoints.forget_after(version)
 
     def restore_problems(self, version: int) -> list[str]:
         if version == EMPTY_VERSION:

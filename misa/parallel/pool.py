@@ -29,11 +29,12 @@ class _Worker:
 
 
 class WorkerPool:
-    """One worker process per partition location; :meth:`ask` sends a request to every worker and gathers the
+    """One worker process per partition location, each with a copy of the (pickled) operator; :meth:`ask` sends a request to every worker and gathers the
     replies. A worker that dies fails the request (and every later one, until :meth:`restart`)."""
 
-    def __init__(self, config: MisaConfig, locations: Sequence[tuple[str, str]]):
+    def __init__(self, config: MisaConfig, locations: Sequence[tuple[str, str]], operator: bytes):
         self.config = config
+        self.operator = operator  # pickled: each worker's copy of the operator
         self.locations = list(locations)
         self._context = multiprocessing.get_context("spawn")  # no fork of a process that runs a JVM gateway
         self._workers: list[_Worker] = []
@@ -54,7 +55,7 @@ class WorkerPool:
             parent, child = self._context.Pipe()
             process = self._context.Process(
                 target=serve,
-                args=(child, index, self.config, state_dir, dfs_url),
+                args=(child, index, self.config, state_dir, dfs_url, self.operator),
                 name=f"misa-state-worker-{index}",
                 daemon=True,
             )

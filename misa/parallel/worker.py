@@ -46,13 +46,13 @@ class PartResult:
 class PartitionWorker:
     """The requests a state worker answers (method names are the request names)."""
 
-    def __init__(self, config: MisaConfig, state_dir: str, dfs_url: str):
+    def __init__(self, config: MisaConfig, state_dir: str, dfs_url: str, operator: bytes):
         self.config = config
         self.store = StateStore(config, state_dir, dfs_url)
         self.checkpoints = self.store.checkpoints
         self.view = StateView(self.store, new_cache(config))
         self.controller = self._controller()
-        self.operator: KeyPartitioned | Any = None
+        self.operator: KeyPartitioned | Any = pickle.loads(operator)
 
     def _controller(self) -> CommitController:
         return CommitController(
@@ -64,7 +64,7 @@ class PartitionWorker:
 
     # ------------------------------------------------------------------ at start
     def claim(self, query_id: str, operator: bytes, signature: dict[str, Any]) -> None:
-        """Take the driver's resolved operator and claim this partition's state for ``query_id``."""
+        """Take the driver's operator as resolved at start and claim this partition's state for ``query_id``."""
         self.operator = pickle.loads(operator)
         self.store.operator = signature
         self.store.claim(query_id)
@@ -155,13 +155,14 @@ class PartitionWorker:
             self.store.close()
 
 
-def serve(conn: Connection, index: int, config: MisaConfig, state_dir: str, dfs_url: str) -> None:
-    """The worker process's main: answer requests until ``close`` (or the driver's end of the pipe closes)."""
+def serve(conn: Connection, index: int, config: MisaConfig, state_dir: str, dfs_url: str, operator: bytes) -> None:
+    """The worker process's main: answer requests with the pickled ``operator`` until ``close`` (or until the
+    driver's end of the pipe closes)."""
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s %(levelname)s [state worker {index}] %(message)s"
     )
     try:
-        worker = PartitionWorker(config, state_dir, dfs_url)
+        worker = PartitionWorker(config, state_dir, dfs_url, operator)
     except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
         conn.send(("error", _portable(exc)))
         return

@@ -46,6 +46,8 @@ def test_unknown_key_is_named_with_a_suggestion():
     [
         ("spark.misa.state.shards", "four", "an integer >= 1"),
         ("spark.misa.state.shards", "1.5", "an integer >= 1"),
+        ("spark.misa.state.processes", "0", "auto or an integer >= 1"),
+        ("spark.misa.state.processes", "many", "auto or an integer >= 1"),
         ("spark.misa.rocksdb.compression", "brotli", "one of none, snappy, lz4, zstd, zlib"),
         ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size >= 0, such as"),
         ("spark.misa.cache.maxBytes", "-1m", "a size >= 1, such as"),
@@ -128,6 +130,12 @@ def test_every_numeric_setting_has_a_range_and_a_test_of_it():
     untested = set(numeric) - {key for key, *_ in RANGES}
     # >= 0: no text that parses is outside it
     assert untested == {"spark.misa.rocksdb.blockCacheSize", "spark.misa.prefetch.auto.minDeviceReadBytes"}
+
+
+def test_processes_are_auto_or_a_count():
+    assert MisaConfig().state_processes is None
+    assert MisaConfig.from_mapping({"spark.misa.state.processes": " AUTO "}).state_processes is None
+    assert MisaConfig.from_mapping({"spark.misa.state.processes": "3"}).state_processes == 3
 
 
 def test_typed_values_are_checked_too():

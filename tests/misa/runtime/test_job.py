@@ -10,14 +10,16 @@ from misa.runtime.job import StatefulJob
 from misa.runtime.process import switch_interval
 
 
-@pytest.mark.parametrize("mode", ["sync", "misa"])
-def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode):
+@pytest.mark.parametrize("mode, processes", [("sync", 1), ("misa", 1), ("misa", 2)])
+def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode, processes):
+    """Batch 1 runs twice: the second run rewinds to version 0 (with two processes: in both partitions)."""
     outputs: dict[int, pa.Table] = {}
+    conf = {"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode, "spark.misa.state.processes": str(processes)}
     job = StatefulJob(
         Aggregation(["k"], [Agg("total", "sum", "x"), Agg("n", "count", "x")]),
         lambda batch_id, table: outputs.__setitem__(batch_id, table),
         str(tmp_path / "ckpt"),
-        config=MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode}),
+        config=MisaConfig.from_mapping(conf),
         echo=None,
     )
     batch = spark.range(100).select((F.col("id") % 3).alias("k"), F.col("id").cast("double").alias("x"))
