@@ -29,8 +29,9 @@ class _Worker:
 
 
 class WorkerPool:
-    """One worker process per partition location, each with a copy of the (pickled) operator; :meth:`ask` sends a request to every worker and gathers the
-    replies. A worker that dies fails the request (and every later one, until :meth:`restart`)."""
+    """One worker process per partition location, each with a copy of the (pickled) operator; :meth:`ask` sends a
+    request to every worker and gathers the replies. A worker that dies fails the request (and every later one,
+    until :meth:`restart`)."""
 
     def __init__(self, config: MisaConfig, locations: Sequence[tuple[str, str]], operator: bytes):
         self.config = config

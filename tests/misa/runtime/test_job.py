@@ -14,7 +14,8 @@ from misa.runtime.process import switch_interval
 def test_replayed_batch_is_not_counted_twice(spark, tmp_path, mode, processes):
     """Batch 1 runs twice: the second run rewinds to version 0 (with two processes: in both partitions)."""
     outputs: dict[int, pa.Table] = {}
-    conf = {"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode, "spark.misa.state.processes": str(processes)}
+    conf = {"spark.misa.state.shards": "2", "spark.misa.commit.mode": mode}
+    conf["spark.misa.state.processes"] = str(processes)
     job = StatefulJob(
         Aggregation(["k"], [Agg("total", "sum", "x"), Agg("n", "count", "x")]),
         lambda batch_id, table: outputs.__setitem__(batch_id, table),
