@@ -46,9 +46,11 @@ class Settings:
     prefetching: str = "false"
     shards: int = 2
     cache_max_bytes: int = 1 << 20
+    processes: int = 1
 
     def conf(self) -> dict[str, str]:
         return {
+            "spark.misa.state.processes": str(self.processes),
             "spark.misa.commit.mode": self.commit_mode,
             "spark.misa.prefetch.enabled": self.prefetching,
             "spark.misa.state.shards": str(self.shards),
@@ -135,7 +137,10 @@ def random_case(seed: int) -> Case:
         shards=rng.randint(1, 4),
         cache_max_bytes=rng.choice((4096, 1 << 20)),
     )
-    return Case(seed, query, settings, _rounds(rng, query))
+    rounds = _rounds(rng, query)
+    return Case(
+        seed, query, replace(settings, processes=rng.choice((1, 2))), rounds
+    )  # drawn last: seeds keep their rows
 
 
 def case_of(query: Query, settings: Settings, seed: int) -> Case:
