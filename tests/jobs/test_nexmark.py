@@ -58,6 +58,18 @@ def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
 
 
 @pytest.mark.parametrize("query", QUERIES)
+def test_query_in_two_worker_processes_equals_native(spark, data, reference, tmp_path, session_conf, query):
+    """Q13's lookup join (the side table in each partition), Q18/Q19's top n and Q20's keyed join split their state
+    into two key partitions, each in its worker; the results do not change."""
+    session_conf({"spark.misa.state.processes": "2"})
+    final, rows = reference(query)
+    assert_same_results(run_in_process(spark, nexmark, query, "misa", data, tmp_path), final)
+    if query in APPEND_QUERIES:
+        assert output_rows(tmp_path) == rows
+    assert (tmp_path / "ckpt" / "misa-state" / "partitions.json").exists()
+
+
+@pytest.mark.parametrize("query", QUERIES)
 def test_query_with_prefetching_equals_native(spark, data, reference, tmp_path, session_conf, query):
     """Every query's operator names its keys one stage early; prefetching them changes no result."""
     session_conf({"spark.misa.prefetch.enabled": "true"})

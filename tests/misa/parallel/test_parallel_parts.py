@@ -15,10 +15,12 @@ from misa.config import MisaConfig
 from misa.exceptions import ConfigError, StateWorkerError
 from misa.obs.records import CommitRecord
 from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.lookup_aggregation import LookupAggregation
 from misa.parallel.layout import auto_processes, partition_count, partition_locations, record_partitions
 from misa.parallel.partitioned import PartitionedStore, merged
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.shared_arrow import share, take
+from misa.runtime.job import StatefulJob
 from misa.runtime.recovery import reconcile
 from misa.state.store import StateStore
 
@@ -147,3 +149,11 @@ def test_a_killed_worker_fails_the_request_then_a_restart_brings_every_worker_ba
         assert all(pid is not None and pid != os.getpid() for pid in store.pool.pids)
     finally:
         store.close()
+
+
+def test_an_operator_that_does_not_split_by_key_is_refused_with_the_key_to_set(config, tmp_path):
+    """YSB's lookup aggregation looks a key up and aggregates by the value found: no delta column picks its state."""
+    operator = LookupAggregation("ad_id", Aggregation(["campaign_id"], [Agg("n", "count", "x")]), lookup=None)
+    with pytest.raises(ConfigError, match=r"processes=2, but LookupAggregation .* set spark.misa.state.processes=1"):
+        StatefulJob(operator, lambda b, t: None, str(tmp_path / "ckpt"), config=config.with_values(state_processes=2))
+    assert not (tmp_path / "ckpt" / "misa-state" / "partitions.json").exists()
