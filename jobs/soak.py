@@ -1,11 +1,14 @@
 """``misa soak``: a randomized crash soak of the jobs on the MiSA runtime, compared with plain Spark.
 
 Each iteration draws a job (CM2, LR2 or NEXMark Q20), a commit mode, a DFS (``file://`` under the
-run's folder, or a bucket on an S3 server on loopback, moto's, that the soak starts) and a scenario:
+run's folder, or a bucket on an S3 server on loopback, moto's, that the soak starts), the state's process
+count (``spark.misa.state.processes``: 1, or 2 worker processes whose failpoints fire in the workers) and a
+scenario:
 
 * ``kill``: one or two SIGKILLs in a row, each at a random hit of a random failpoint
-  (``MISA_FAILPOINTS``) or of the whole spark-submit process group after a random delay; then a
-  run without kills that must finish.
+  (``MISA_FAILPOINTS``) or of the whole spark-submit process group after a random delay, or, in an
+  iteration with state worker processes, of one worker after a random delay (the driver must fail the
+  batch and exit on its own); then a run without kills that must finish.
 * ``moved``: the same kills, but every run after a kill starts on "another machine": a new, empty
   local state dir (``--state-dir``), so it recovers from the DFS.
 * ``damaged``: the same kills, then one byte of a random SST or meta file on the DFS flipped, or
@@ -68,6 +71,8 @@ MODES = (CommitMode.MISA.value, CommitMode.SYNC.value, CommitMode.ASYNC_CKPT.val
 DFS_KINDS = ("file", "s3")
 TWICE = 0.3  # share of plans whose first restart is killed too
 TIMED = 0.25  # share of kills at a random moment rather than at a failpoint
+WORKER_KILLS = 0.3  # with worker processes: share of kills of one worker at a random moment
+PROCESSES = (1, 2)  # spark.misa.state.processes drawn per iteration
 SCENARIOS = ("kill", "standby", "moved", "damaged", "retry")
 RETRY_KILLED = 0.5  # share of retry plans with a kill before the retried run
 RETRY_POINTS = ("commit.after_apply", "dfs.put")  # where a retried run's first start fails
@@ -130,11 +135,12 @@ JOBS = {
 @dataclass(frozen=True)
 class Kill:
     """A planned SIGKILL: at the ``hit``-th hit of failpoint ``point``, or (no point) of the whole
-    spark-submit process group ``delay_s`` seconds after it started."""
+    spark-submit process group (``worker``: of one state worker process) ``delay_s`` seconds after it started."""
 
     point: str | None = None
     hit: int = 0
     delay_s: float = 0.0
+    worker: bool = False
 
     @property
     def failpoints(self) -> str:
@@ -142,7 +148,9 @@ class Kill:
         return f"{self.point}=kill({self.hit})" if self.point else ""
 
     def __str__(self) -> str:
-        return f"{self.point}#{self.hit}" if self.point else f"after {self.delay_s:.1f}s"
+        if self.point:
+            return f"{self.point}#{self.hit}"
+        return f"{'a worker ' if self.worker else ''}after {self.delay_s:.1f}s"
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,7 @@ class Plan:
     damage: Damage | None = None
     retry: str | None = None
     standby_s: float = 0.0
+    processes: int = 1
 
 
 def max_hits(point: str, versions: int) -> int:
@@ -190,17 +199,20 @@ def max_hits(point: str, versions: int) -> int:
     return per_version * versions
 
 
-def sample_kill(rng: random.Random, versions: int, clean_s: float) -> Kill:
-    """A kill at a random failpoint and hit, or of the process group after 20-100 % of a clean run."""
+def sample_kill(rng: random.Random, versions: int, clean_s: float, workers: bool = False) -> Kill:
+    """A kill at a random failpoint and hit, or of the process group after 20-100 % of a clean run, or (``workers``:
+    the run has state worker processes) of one worker after 20-100 % of a clean run."""
+    if workers and rng.random() < WORKER_KILLS:
+        return Kill(delay_s=round(rng.uniform(0.2, 1.0) * clean_s, 1), worker=True)
     if rng.random() < TIMED:
         return Kill(delay_s=round(rng.uniform(0.2, 1.0) * clean_s, 1))
     point = rng.choice(sorted(FAILPOINTS))
     return Kill(point, rng.randint(1, max_hits(point, versions)))
 
 
-def sample_kills(rng: random.Random, versions: int, clean_s: float) -> tuple[Kill, ...]:
+def sample_kills(rng: random.Random, versions: int, clean_s: float, workers: bool = False) -> tuple[Kill, ...]:
     """One kill, or (share :data:`TWICE`) two in a row."""
-    return tuple(sample_kill(rng, versions, clean_s) for _ in range(2 if rng.random() < TWICE else 1))
+    return tuple(sample_kill(rng, versions, clean_s, workers) for _ in range(2 if rng.random() < TWICE else 1))
 
 
 def sample_plan(
@@ -211,18 +223,20 @@ def sample_plan(
     versions: dict[str, int],
     clean_s: dict[str, float],
     scenarios: Sequence[str] = SCENARIOS,
+    processes: Sequence[int] = PROCESSES,
 ) -> Plan:
     """One iteration's plan; ``versions`` and ``clean_s``: per job, the batches of its input and a clean run's time."""
     job = rng.choice(list(jobs))
     mode, dfs = rng.choice(list(modes)), rng.choice(list(dfs_kinds))
     scenario = rng.choice(list(scenarios))
-    plan = Plan(job, mode, dfs, (), scenario)
+    plan = Plan(job, mode, dfs, (), scenario, processes=rng.choice(list(processes)))
+    workers = plan.processes > 1
     if scenario == "standby":
         return replace(plan, standby_s=round(rng.uniform(*STANDBY_START) * clean_s[job], 1))
     if scenario == "retry":
-        kills = (sample_kill(rng, versions[job], clean_s[job]),) if rng.random() < RETRY_KILLED else ()
+        kills = (sample_kill(rng, versions[job], clean_s[job], workers),) if rng.random() < RETRY_KILLED else ()
         return replace(plan, kills=kills, retry=rng.choice(RETRY_POINTS))
-    plan = replace(plan, kills=sample_kills(rng, versions[job], clean_s[job]))
+    plan = replace(plan, kills=sample_kills(rng, versions[job], clean_s[job], workers))
     if scenario == "damaged":
         return replace(plan, damage=Damage(rng.choice(DAMAGE_KINDS), rng.randrange(1 << 32)))
     return plan
@@ -336,11 +350,38 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def _state_workers(group: int) -> list[int]:
+    """The state worker processes (multiprocessing's spawned children) in process group ``group``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.getpgid(int(proc.name)) == group:
+                if b"spawn_main" in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+    return sorted(found)
+
+
+def _kill_a_worker(proc: subprocess.Popen, deadline: float) -> tuple[int | None, bool]:
+    """SIGKILL one state worker of ``proc``'s group, then wait for the driver to end on its own by ``deadline``: its
+    exit code (None: still running, then killed) and whether a worker was there to kill."""
+    workers = _state_workers(proc.pid)
+    if workers:
+        os.kill(workers[-1], signal.SIGKILL)
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic())), bool(workers)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.wait()
+        return None, bool(workers)
+
+
 def run_attempt(
     cmd: list[str], env: dict[str, str], log: Path, deadline: float, kill: Kill | None, failpoints: str = ""
 ) -> Attempt:
     """Run ``cmd`` in its own process group until it exits, ``kill`` fires, or ``deadline`` (monotonic) passes;
-    ``failpoints``: more ``MISA_FAILPOINTS`` beside the kill's."""
+    ``failpoints``: more ``MISA_FAILPOINTS`` beside the kill's. A worker kill leaves the driver to end by itself."""
     started = time.monotonic()
     timed = kill is not None and kill.point is None
     until = min(deadline, started + kill.delay_s) if timed else deadline
@@ -356,6 +397,10 @@ def run_attempt(
             code: int | None = proc.wait(timeout=max(0.0, until - time.monotonic()))
             stopped = False
         except subprocess.TimeoutExpired:
+            if kill is not None and kill.worker and until < deadline:
+                code, fired = _kill_a_worker(proc, deadline)
+                _kill_group(proc)
+                return Attempt(str(kill), fired, code, time.monotonic() - started, log)
             _kill_group(proc)
             proc.wait()
             code, stopped = None, True
@@ -438,6 +483,7 @@ class Record:
     dfs: str
     plan: list[str]
     scenario: str = "kill"
+    processes: int = 1  # spark.misa.state.processes of every run
     kills: list[str] = field(default_factory=list)  # the planned kills that fired
     attempts: list[dict] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)  # "<run>: <message>" of runs that refused
@@ -481,7 +527,7 @@ class Record:
         events += ["start() retried"] if self.retried else []
         events += [f"{len(self.refusals)} refusal(s)"] if self.refusals else []
         return (
-            f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} {self.mode:10} {self.dfs:4} "
+            f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} p{self.processes} {self.mode:10} {self.dfs:4} "
             f"{' + '.join(self.plan)}; {'; '.join(events)} | {result} {self.seconds:.0f}s"
         )
 
@@ -690,11 +736,14 @@ class Soak:
         share = "SharedArchiveFile" if self.archive.exists() else "ArchiveClassesAtExit"
         return f"{options} -XX:{share}={self.archive}".strip()
 
-    def command(self, job: str, mode: str, run_dir: Path, dfs: str, run: Run | None = None) -> list[str]:
+    def command(
+        self, job: str, mode: str, run_dir: Path, dfs: str, run: Run | None = None, processes: int = 1
+    ) -> list[str]:
         """The spark-submit command line of ``job`` in ``mode`` writing under ``run_dir`` (``run``: its own state
-        dir, Spark conf and ``--retry-start``)."""
+        dir, Spark conf and ``--retry-start``; ``processes``: state worker processes, unless ``--conf`` sets them)."""
         spec = JOBS[job]
         conf = {**self.conf, **dict(run.conf if run else ()), "spark.driver.extraJavaOptions": self.java_options()}
+        conf.setdefault("spark.misa.state.processes", str(processes))
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"]
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
@@ -754,6 +803,7 @@ class Soak:
             plan.dfs,
             describe(steps),
             plan.scenario,
+            plan.processes,
             run_dir=str(run_dir),
         )
         started = time.monotonic()
@@ -799,7 +849,7 @@ class Soak:
     def _run(self, plan: Plan, run: Run, run_dir: Path, dfs: str, log: Path, deadline: float) -> Attempt:
         """One spark-submit of ``run``, started after its delay."""
         time.sleep(max(0.0, min(run.delay_s, deadline - time.monotonic())))
-        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run)
+        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run, plan.processes)
         return run_attempt(cmd, self.env, log, deadline, run.kill, run.failpoints)
 
     def _verify_dfs(self, dfs: str, record: Record) -> None:
@@ -892,6 +942,7 @@ def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan
                 soak.versions,
                 soak.clean_s,
                 args.scenarios,
+                args.processes,
             ),
         )
 
@@ -950,6 +1001,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=lambda t: name_list(t, SCENARIOS),
         default=list(SCENARIOS),
         help=f"drawn among per iteration; default: {','.join(SCENARIOS)}",
+    )
+    p.add_argument(
+        "--processes",
+        type=lambda t: [int(n) for n in t.split(",")],
+        default=list(PROCESSES),
+        help="spark.misa.state.processes drawn among per iteration (2: worker kills too); default: 1,2",
     )
     p.add_argument(
         "--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help=f"default: {','.join(MODES)}"

@@ -47,13 +47,22 @@ def test_plans_are_seeded_and_cover_every_failpoint_job_mode_dfs_and_scenario():
     killed = [p for p in plans if p.scenario in ("kill", "moved", "damaged")]
     assert all(len(p.kills) in (1, 2) for p in killed)
     assert 0.25 < sum(len(p.kills) == 2 for p in killed) / len(killed) < 0.35
-    timed = [k for k in kills if not k.point]
-    assert 0.2 < len(timed) / len(kills) < 0.3
-    assert all(0.2 * CLEAN_S["cm2"] <= k.delay_s <= CLEAN_S["lr2"] for k in timed)
+    timed = [k for k in kills if not k.point and not k.worker]
+    assert 0.2 < len(timed) / len([k for k in kills if not k.worker]) < 0.3
+    assert all(0.2 * CLEAN_S["cm2"] <= k.delay_s <= CLEAN_S["lr2"] for k in timed + [k for k in kills if k.worker])
     assert all(1 <= k.hit <= soak.max_hits(k.point, 5) for k in kills if k.point)
     assert max(k.hit for k in kills if k.point == "dfs.put") == 4 * soak.SHARDS * 5
     for kill in kills:
         failpoints.parse(kill.failpoints)  # a valid MISA_FAILPOINTS value
+
+
+def test_half_the_plans_run_two_state_workers_and_only_those_kill_a_worker():
+    plans = draw(3000)
+    assert 0.45 < sum(p.processes == 2 for p in plans) / len(plans) < 0.55
+    assert all(not k.worker for p in plans if p.processes == 1 for k in p.kills)
+    kills = [k for p in plans if p.processes == 2 for k in p.kills]
+    assert 0.25 < sum(k.worker for k in kills) / len(kills) < 0.35
+    assert all(k.failpoints == "" and str(k).startswith("a worker after") for k in kills if k.worker)
 
 
 def test_each_scenario_draws_its_own_parts():
