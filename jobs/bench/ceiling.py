@@ -35,24 +35,20 @@ import shutil
 import sys
 import tempfile
 import time
-import zlib
 from collections import defaultdict
 from contextlib import contextmanager
-from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any, Callable, Iterator
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from jobs.bench.ceiling_shapes import SHAPES, Shape, shape
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError
+from misa.operators.base import KeyPartitioned
+from misa.parallel.routing import partition_of_rows, split
+from misa.parallel.shared_arrow import share, take
 from misa.runtime.batch_cache import new_cache
 from misa.runtime.commit import CommitController
 from misa.runtime.process import gc_paused
-from misa.state.codec import KeyCodec
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -98,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as exc:
         print(f"misa: error: --keys/--conf: {exc}", file=sys.stderr)
         return 2
-    if args.partitions > 1 and any(name not in ROUTING_KEYS for name in shapes):
-        print(f"misa: error: --partitions: shapes {', '.join(ROUTING_KEYS)} only", file=sys.stderr)
+    if args.partitions > 1 and any(not isinstance(shape(name, 1, 1).operator, KeyPartitioned) for name in shapes):
+        print("misa: error: --partitions: the shape's operator does not split by key (ysb)", file=sys.stderr)
         return 2
     for name in shapes:
         for keys in sizes:
@@ -281,58 +277,22 @@ def _measure_partition(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-ROUTING_KEYS = {"cm2-update": "job_id", "cm2-append": "job_id", "lr2": "vid", "q20": None}  # None: q20's join key
-
-
 def routing_cost(bench: Shape, partitions: int, batches: int) -> float:
-    """CPU µs per delta of what a driver routing deltas to ``partitions`` processes would do with each batch: each
-    row's partition from its key (its state key's group key, CRC-32), the rows taken per partition and written as an
-    Arrow IPC stream into shared memory, and read back there (zero copy), as a worker would."""
+    """CPU µs per delta of the driver's routing of each batch to ``partitions`` worker processes, as the runtime does
+    it (:class:`misa.parallel.partitioned.PartitionedOperator`): each row's partition from the operator's partition
+    keys, the rows split per partition and put in shared memory, and taken out there as a worker does."""
     cpu = 0.0
     rows = 0
+    operator = bench.operator
     for number in range(batches):
         batch = bench.batch(number)
         started = time.process_time()
-        for part in route(batch, ROUTING_KEYS[bench.name], partitions):
-            memory = shared_memory.SharedMemory(create=True, size=max(1, part.size))
-            try:
-                _through(memory, part)
-            finally:
-                memory.close()
-                memory.unlink()
+        partition = partition_of_rows(operator.partition_keys(batch), batch.num_rows, partitions)
+        for part in split(batch, partition, partitions):
+            take(share(part))
         cpu += time.process_time() - started
         rows += batch.num_rows
     return round(cpu / rows * 1e6, 3)
-
-
-def _through(memory: shared_memory.SharedMemory, stream: pa.Buffer) -> int:
-    """Write ``stream`` into ``memory`` and read its table back from there (zero copy); its row count."""
-    np.frombuffer(memory.buf, np.uint8, stream.size)[:] = np.frombuffer(stream, np.uint8)
-    with pa.ipc.open_stream(pa.py_buffer(memory.buf[: stream.size])) as reader:
-        return reader.read_all().num_rows
-
-
-def route(deltas: pa.Table, key: str | None, partitions: int) -> list[pa.Buffer]:
-    """``deltas`` split by the CRC-32 of each row's group key into ``partitions`` Arrow IPC streams (``key``: the
-    group column; None: a keyed join's key, the left row's ``auction`` or the right row's ``id``)."""
-    column = (
-        deltas[key]
-        if key
-        else pc.coalesce(pc.struct_field(deltas["bid"], "auction"), pc.struct_field(deltas["auction"], "id"))
-    )
-    column = column.combine_chunks()
-    group_keys = KeyCodec([pa.field("k", column.type)], windowed=False).encode(None, [column])
-    partition = np.fromiter(map(zlib.crc32, group_keys), np.int64, len(group_keys)) % partitions
-    order = np.argsort(partition, kind="stable")
-    bounds = np.searchsorted(partition[order], np.arange(partitions + 1))
-    ordered = deltas.take(pa.array(order))
-    streams = []
-    for part in range(partitions):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, deltas.schema) as writer:
-            writer.write_table(ordered.slice(int(bounds[part]), int(bounds[part + 1] - bounds[part])))
-        streams.append(sink.getvalue())
-    return streams
 
 
 def preload(bench: Shape, store: StateStore) -> None:
