@@ -23,6 +23,7 @@ _EXPORTS = {
     "MisaConfig": "misa.config",
     "StatefulOperator": "misa.operators.base",
     "HintSource": "misa.operators.base",
+    "KeyPartitioned": "misa.operators.base",
     "OperatorResult": "misa.operators.base",
     "StateView": "misa.state.view",
     "Agg": "misa.operators.aggregation",

@@ -15,6 +15,7 @@ from checkpoint.owner import OwnerRecord
 from common.location import Location, parse
 from misa.config import STATE_FOLDER, MisaConfig
 from misa.exceptions import CommandError
+from misa.parallel.layout import partition_dfs_urls, partitions_file
 from misa.units import human_bytes
 
 URL_HELP = (
@@ -141,8 +142,37 @@ def require_version(dfs: DfsCheckpoints, committed: list[int], version: int) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    """``misa ckpt COMMAND``."""
-    dfs, committed = open_checkpoints(args.url)
+    """``misa ckpt COMMAND``; over a state of several key partitions (``spark.misa.state.processes``), the command
+    for each partition in turn (``restore`` into ``DEST/partition-<i>/``); the exit status is the worst."""
+    partitions = partition_urls(args.url)
+    if not partitions:
+        return _run_on(args, args.url, getattr(args, "dest", None))
+    status = 0
+    for index, url in enumerate(partitions):
+        print(f"partition {index}: {url}")
+        dest = args.dest / f"partition-{index}" if getattr(args, "dest", None) else None
+        status = max(status, _run_on(args, url, dest))
+    return status
+
+
+def partition_urls(url: str) -> list[str]:
+    """The DFS locations of the partitions of a state written by worker processes, at ``url`` or at its
+    ``misa-state`` folder; empty for a state written by one process."""
+    given = parse(url)
+    for location in (given, given.child(STATE_FOLDER)):
+        _dfs(location)  # a LocationError naming the fix when no file system serves the URL
+        try:
+            count = partitions_file(location.url)
+        except Exception:  # noqa: BLE001 - an unreadable location: reading its versions reports why, in one line
+            return []
+        if count is not None and count > 1:
+            return partition_dfs_urls(location.url, count)
+    return []
+
+
+def _run_on(args: argparse.Namespace, url: str, dest: Path | None) -> int:
+    """The command on one store's durable copy at ``url``."""
+    dfs, committed = open_checkpoints(url)
     if args.ckpt_command == "list":
         infos = dfs.list_versions()
         print(f"{'version':>8} {'shards':>6} {'files':>6} {'size':>11} {'new':>11}  created")
@@ -159,10 +189,10 @@ def run(args: argparse.Namespace) -> int:
         require_version(dfs, committed, args.version)
         try:
             manifests = dfs.manifests(args.version)
-            dfs.restore(args.version, manifests, [args.dest / f"shard-{m.shard}" for m in manifests])
+            dfs.restore(args.version, manifests, [dest / f"shard-{m.shard}" for m in manifests])
         except (ValueError, FileNotFoundError, CorruptCheckpointError) as exc:
             raise CommandError(f"cannot restore version {args.version} from {dfs.shown}: {exc}") from exc
-        print(f"restored version {args.version} ({len(manifests)} shards) into {args.dest}")
+        print(f"restored version {args.version} ({len(manifests)} shards) into {dest}")
         return 0
     if args.ckpt_command == "gc":
         running = None if args.force else _running_query(dfs)

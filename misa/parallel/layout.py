@@ -43,14 +43,23 @@ def partition_count(config: MisaConfig, state_dir: str | Path, dfs_url: str) -> 
 def recorded_partitions(state_dir: str | Path, dfs_url: str) -> int | None:
     """The partition count of the state at these locations (1 for a state written in the driver's process);
     None for a new state."""
+    recorded = partitions_file(dfs_url)
+    if recorded is not None:
+        return recorded
     fs, root = parse(dfs_url).filesystem()
-    path = f"{root.rstrip('/')}/{PARTITIONS_FILE}"
-    if fs.exists(path):
-        with fs.open(path, "rb") as f:
-            return int(json.loads(f.read())["partitions"])
     local = Path(state_dir)
     in_one_process = local.is_dir() and any(local.glob("shard-*"))
     return 1 if in_one_process or (fs.exists(root) and fs.ls(root)) else None
+
+
+def partitions_file(dfs_url: str) -> int | None:
+    """The partition count recorded at the DFS location (None: no record, a new state or one process's)."""
+    fs, root = parse(dfs_url).filesystem()
+    path = f"{root.rstrip('/')}/{PARTITIONS_FILE}"
+    if not fs.exists(path):
+        return None
+    with fs.open(path, "rb") as f:
+        return int(json.loads(f.read())["partitions"])
 
 
 def record_partitions(dfs_url: str, partitions: int) -> None:
@@ -63,5 +72,10 @@ def record_partitions(dfs_url: str, partitions: int) -> None:
 
 def partition_locations(state_dir: str | Path, dfs_url: str, partitions: int) -> list[tuple[str, str]]:
     """Each partition's working state dir and DFS location."""
-    dfs = parse(dfs_url)
-    return [(str(Path(state_dir) / f"partition-{i}"), dfs.child(f"partition-{i}").url) for i in range(partitions)]
+    dfs = partition_dfs_urls(dfs_url, partitions)
+    return [(str(Path(state_dir) / f"partition-{i}"), dfs[i]) for i in range(partitions)]
+
+
+def partition_dfs_urls(dfs_url: str, partitions: int) -> list[str]:
+    """Each partition's DFS location."""
+    return [parse(dfs_url).child(f"partition-{i}").url for i in range(partitions)]

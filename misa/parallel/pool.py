@@ -132,13 +132,16 @@ class WorkerPool:
             self._stop(graceful=True)
 
     def _stop(self, graceful: bool) -> None:
+        """End every worker: killed at once unless ``graceful``; its pipe closed (a live worker then closes its state
+        and exits); waited for, and killed after a grace period."""
         for worker in self._workers:
             if not graceful and worker.process.is_alive():
                 worker.process.kill()
+            worker.conn.close()
+        for worker in self._workers:
             worker.process.join(_CLOSE_S if graceful else 5.0)
             if worker.process.is_alive():
                 log.warning("state worker %d did not end; killing it", worker.index)
                 worker.process.kill()
                 worker.process.join(5.0)
-            worker.conn.close()
         self._workers = []

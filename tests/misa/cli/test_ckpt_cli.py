@@ -10,6 +10,7 @@ from state_helpers import fill
 
 from checkpoint.manifest import marker_path
 from misa.cli import main as misa
+from misa.parallel.layout import partition_locations, record_partitions
 from misa.state.store import StateStore
 
 
@@ -178,3 +179,22 @@ def test_gc_refuses_a_location_a_query_committed_to_just_now(config, tmp_path, c
         assert "not collected: version 2 was committed" in out and "query query-1" in out and "--force" in out
         assert sorted(p.name for p in (tmp_path / "dfs").rglob("*")) == before
         assert misa(["ckpt", "gc", f"file://{tmp_path / 'dfs'}", "--retain", "2", "--force"]) == 0
+
+
+def test_a_state_of_two_partitions_is_listed_verified_and_restored_partition_by_partition(config, tmp_path, capsys):
+    """A state written by two worker processes: each command runs on each partition; damage in one fails verify."""
+    checkpoint = tmp_path / "checkpoint"
+    root = f"file://{checkpoint / 'misa-state'}"
+    for state, url in partition_locations(checkpoint / "misa-local", root, 2):
+        committed(config, Path(state), Path(url.removeprefix("file://")), versions=2)
+    record_partitions(root, 2)
+    assert misa(["ckpt", "verify", str(checkpoint), "--deep"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("verified 2 version(s)") == 2 and "partition 1: " in out
+    assert misa(["ckpt", "restore", str(checkpoint), "1", str(tmp_path / "restored")]) == 0
+    assert sorted(p.name for p in (tmp_path / "restored").iterdir()) == ["partition-0", "partition-1"]
+    assert (tmp_path / "restored" / "partition-1" / "shard-0").is_dir()
+    an_sst(checkpoint / "misa-state" / "partition-1").unlink()
+    capsys.readouterr()
+    assert misa(["ckpt", "verify", str(checkpoint)]) == 1
+    assert "DAMAGED" in capsys.readouterr().out
