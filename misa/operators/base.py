@@ -42,7 +42,9 @@ times; by default there are none.
 key partition (:mod:`misa.parallel`). ``partition_keys(deltas)`` names the columns whose values pick a row's
 partition: rows that meet the same state must agree on them. An operator with an event-time watermark
 returns it from ``event_watermark()``: the workers' watermarks observe the whole batch's latest event time,
-not only their partition's, so they stay Spark's.
+not only their partition's, so they stay Spark's. With prefetching, ``hint_partition_keys(hints)`` picks the
+partition of a hint row the same way (by default its hint key columns), and the worker of that partition names
+and prefetches its keys.
 
 Aggregating operators' deltas carry the columns named here: the rows folded into each delta row, their
 latest event time and, for windows, the window's bounds or, for sliding windows, the pane's end (all times
@@ -164,3 +166,9 @@ class KeyPartitioned(ABC):
     def event_watermark(self) -> EventTimeWatermark | None:
         """The operator's event-time watermark, kept equal in every partition (None: it has none)."""
         return None
+
+    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """Per hint row (:class:`HintSource`), the values that pick the partition whose state it names: the same
+        values as :meth:`partition_keys` gives the rows of that state; by default the hint's key columns."""
+        spec = self.hint_spec()  # type: ignore[attr-defined]
+        return [hints[c] for c in spec.key_columns]

@@ -429,6 +429,10 @@ class KeyedJoin(HintSource, KeyPartitioned):
         """The columns of :meth:`hint_input`."""
         return HintSpec((_JOIN_KEY, _IS_RIGHT), _HINT_TIME if self.time_column else None)
 
+    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        """The join key alone, as :meth:`partition_keys` takes it (either side's rows of a key meet there)."""
+        return [hints[_JOIN_KEY]]
+
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """Every key's right row; a right row's key also its waiting left rows (read when it arrives)."""
         if not hints.num_rows:

@@ -26,9 +26,11 @@ from misa.parallel.pool import WorkerPool
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.shared_arrow import discard, share, take
 from misa.parallel.worker import PartResult
+from misa.runtime.hint_target import BatchHintLog, HintCounts
 from misa.runtime.spark_mirror import SparkLogMirror
 from misa.state.store import EMPTY_VERSION
 from misa.state.view import StateReads
+from prefetch.manager import PrefetchStats
 
 
 class _Dfs:
@@ -136,13 +138,19 @@ class PartitionedStore:
 
 
 class PartitionedView:
-    """The view face: reads and cache counters of the last state phase, summed over partitions."""
-
-    prefetcher = None  # workers read without prefetching
+    """The view face: reads and cache counters of the last state phase, summed over partitions; whether the workers
+    read through their prefetchers (``prefetcher`` is not None then)."""
 
     def __init__(self, pool: WorkerPool):
         self.pool = pool
         self.reads = StateReads()
+        self.prefetcher: PartitionedView | None = None
+        self._can_prefetch = False
+
+    def enable_prefetch(self, *, active: bool) -> None:
+        """The workers have prefetch managers (they read through them from the start when ``active``)."""
+        self._can_prefetch = True
+        self.prefetcher = self if active else None
 
     def take_reads(self) -> StateReads:
         reads, self.reads = self.reads, StateReads()
@@ -163,7 +171,11 @@ class PartitionedView:
         """Nothing here: each worker resets its view when the controller face adopts a loaded version."""
 
     def set_prefetching(self, on: bool) -> None:
-        """Nothing: workers read without prefetching."""
+        """Between batches: every worker reads through its prefetcher, or not."""
+        if not self._can_prefetch or on == (self.prefetcher is not None):
+            return
+        self.pool.ask("set_prefetching", on)
+        self.prefetcher = self if on else None
 
     def close(self) -> None:
         """Nothing: the workers close with the store face."""
@@ -240,6 +252,41 @@ class PartitionedCommit:
         """Stop mirroring (the workers' controllers close with the store face)."""
         if self._mirroring is not None:
             self._mirroring.shutdown(wait=True)
+
+
+class PartitionedHints:
+    """Hint rows to the workers (:class:`misa.runtime.hint_target.HintTarget`): each row to the partition whose state
+    it names, where the worker's copy of the operator names the keys and its prefetch manager fetches them."""
+
+    def __init__(self, operator: KeyPartitioned, pool: WorkerPool):
+        self.operator = operator
+        self.pool = pool
+
+    def hint_rows(self, hints: pa.Table, latest_event_us: int | None, hinted: BatchHintLog) -> HintCounts:
+        partition = partition_of_rows(self.operator.hint_partition_keys(hints), hints.num_rows, len(self.pool))
+        shared = [share(part) for part in split(hints, partition, len(self.pool))]
+        try:
+            counts: list[HintCounts] = self.pool.ask_each("hint", [(s, latest_event_us) for s in shared])
+        except BaseException:
+            for s in shared:
+                discard(s)
+            raise
+        total = sum(counts, HintCounts())
+        hinted.rows += total.hinted
+        return total
+
+    def take_stats(self) -> PrefetchStats:
+        """The batch's prefetch counters of every worker: counts summed, the smallest slack."""
+        total = PrefetchStats()
+        for stats in self.pool.ask("prefetch_stats"):
+            for spec in dataclasses.fields(PrefetchStats):
+                mine, theirs = getattr(total, spec.name), getattr(stats, spec.name)
+                if spec.name == "slack_s_min":
+                    both = [v for v in (mine, theirs) if v is not None]
+                    setattr(total, spec.name, min(both) if both else None)
+                else:
+                    setattr(total, spec.name, mine + theirs)
+        return total
 
 
 def merged(records: list[CommitRecord]) -> CommitRecord:

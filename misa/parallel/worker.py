@@ -17,12 +17,14 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from misa.config import MisaConfig
-from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
 from misa.parallel.shared_arrow import SharedTable, share, take
-from misa.runtime.batch_cache import new_cache
+from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.commit import CommitController
+from misa.runtime.hint_target import BatchHintLog, HintCounts, LocalHints
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
+from prefetch.manager import PrefetchStats
 
 log = logging.getLogger(__name__)
 CLOSE = "close"
@@ -53,6 +55,17 @@ class PartitionWorker:
         self.view = StateView(self.store, new_cache(config))
         self.controller = self._controller()
         self.operator: KeyPartitioned | Any = pickle.loads(operator)
+        self.hints: LocalHints | None = None  # with prefetching: this partition's prefetch manager
+        self._hinted = BatchHintLog()  # what the running batch's hints named so far
+        if config.prefetching != "false" and isinstance(self.operator, HintSource):
+            manager = attach_prefetcher(
+                self.view,
+                config.prefetch_threads,
+                config.prefetch_chunk_keys,
+                config.cache_max_bytes,
+                active=config.prefetching == "true",
+            )
+            self.hints = LocalHints(self.operator, manager, self.view)
 
     def _controller(self) -> CommitController:
         return CommitController(
@@ -66,6 +79,8 @@ class PartitionWorker:
     def claim(self, query_id: str, operator: bytes, signature: dict[str, Any]) -> None:
         """Take the driver's operator as resolved at start and claim this partition's state for ``query_id``."""
         self.operator = pickle.loads(operator)
+        if self.hints is not None:
+            self.hints.operator = self.operator
         self.store.operator = signature
         self.store.claim(query_id)
 
@@ -127,6 +142,22 @@ class PartitionWorker:
             reads.device_bytes,
             None if watermark is None else watermark.max_event_us,
         )
+
+    def hint(self, rows: SharedTable, latest_event_us: int | None) -> HintCounts:
+        """Prefetch the state keys this partition's hint rows name, then those its timers will read."""
+        if self.hints is None:
+            take(rows)
+            return HintCounts()
+        return self.hints.hint_rows(take(rows), latest_event_us, self._hinted)
+
+    def prefetch_stats(self) -> PrefetchStats:
+        """The batch's prefetch counters (a new batch's hints start)."""
+        self._hinted = BatchHintLog()
+        return PrefetchStats() if self.hints is None else self.hints.take_stats()
+
+    def set_prefetching(self, on: bool) -> None:
+        """Read through the prefetcher (or not) from the next batch on (``spark.misa.prefetch.enabled=auto``)."""
+        self.view.set_prefetching(on)
 
     def commit(self, version: int) -> None:
         """Hand version ``version`` (the batch just applied) to this partition's commit controller."""

@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -40,6 +39,7 @@ from pyspark.sql import DataFrame
 from common.location import Location
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
+from misa.runtime.hint_target import BatchHintLog, HintTarget, LocalHints
 from misa.runtime.next_input import NextInput, Peek
 from misa.state.view import StateView
 from prefetch.hints import (
@@ -62,14 +62,6 @@ DRIVER, SPARK, BOTH = "driver", "spark", "driver and spark"
 DataFrameStage = Callable[[DataFrame], DataFrame]  # a stage before the stateful one: the batch's DataFrame up to it
 
 
-@dataclass
-class BatchHintLog:
-    """What the hint extractions of one batch (one in the batch, or one per file read ahead) hinted so far."""
-
-    rows: int = 0  # keys named by the batch's rows
-    due: set[bytes] = field(default_factory=set)  # keys the operator's timers will read
-
-
 class BatchHints:
     """Extracts each batch's hints from one of ``stages`` (earliest first) and hands them to ``manager``;
     with ``next_input`` (and ``spark.misa.prefetch.nextBatch``), ahead of the batch from its arrived input
@@ -86,16 +78,17 @@ class BatchHints:
         config: MisaConfig,
         operator: HintSource,
         stages: Sequence[DataFrameStage],
-        manager: PrefetchManager,
-        state: StateView,
+        manager: PrefetchManager | None,
+        state: StateView | None,
         next_input: NextInput | None = None,
+        target: HintTarget | None = None,
     ):
         if not stages:
             raise ValueError("at least one hint stage is needed")
         self.operator = operator
         self.stages = list(stages)
-        self.manager = manager
-        self.state = state  # read for the keys the operator's timers will read (HintSource.due_keys)
+        # where the hint rows go: this process's manager, the operator's timers reading ``state``; or ``target``
+        self.target: HintTarget = target or LocalHints(operator, manager, state)  # type: ignore[arg-type]
         self.next_input = next_input if config.prefetch_next_batch else None
         self._never_ahead = "source not peekable" if next_input is None else "spark.misa.prefetch.nextBatch=false"
         self.sketch = CountMinSketch(
@@ -254,49 +247,18 @@ class BatchHints:
         hinted = BatchHintLog() if hinted is None else hinted
         self._count(table)
         hot = table[HINT_HOT]
-        hints = table.filter(pc.invert(hot))
-        named, named_ts = self.operator.hint_keys(hints)
-        keys, ts = self._within_capacity(named, named_ts, hinted)
-        self.manager.hint(keys, ts)
-        hinted.rows += len(keys)
+        latest = pc.max(table[HINT_TS]).as_py() if table.num_rows else None
+        counts = self.target.hint_rows(table.filter(pc.invert(hot)), latest, hinted)
         return {
             "source": IN_BATCH,
             "stage": stage,
             "rows": table.num_rows,
             "hot_skipped": int(pc.sum(hot).as_py() or 0),
-            "hinted": len(keys),
-            "over_capacity": len(named) - len(keys),
-            "due_hinted": self._hint_due(table, hinted),
+            "hinted": counts.hinted,
+            "over_capacity": counts.over_capacity,
+            "due_hinted": counts.due_hinted,
             "extract_s": time.monotonic() - started,
         }
-
-    def _within_capacity(
-        self, keys: list[bytes], ts: np.ndarray, hinted: BatchHintLog
-    ) -> tuple[list[bytes], np.ndarray]:
-        """Of ``keys`` (with their hint times ``ts``), the soonest that the state cache holds beside what the batch
-        ``hinted`` already (at the mean size of its entries): keys beyond it would be evicted before the batch
-        reads them, each prefetch a wasted read (measured on the slow volume: at 19,000 records/s a batch's
-        22,000 keys in a 1 MiB cache made the state read 0.71 s against 0.47 s without prefetching)."""
-        capacity = self.manager.capacity_entries()
-        room = None if capacity is None else max(0, capacity - hinted.rows - len(hinted.due))
-        if room is None or len(keys) <= room:
-            return keys, ts
-        soonest = np.argsort(ts, kind="stable")[:room]
-        return [keys[i] for i in soonest], np.asarray(ts)[soonest]
-
-    def _hint_due(self, table: pa.Table, hinted: BatchHintLog) -> int:
-        """Hint the keys the operator's timers will read at the watermark the rows' latest event time gives
-        (records whose windows close in the batch), those the batch did not hint yet (``hinted``, updated), soonest
-        due first, within the cache's capacity; how many."""
-        latest = pc.max(table[HINT_TS]).as_py() if table.num_rows else None
-        if latest is None:
-            return 0
-        due, timers = self.operator.due_keys(self.state, int(latest))
-        new = [i for i, key in enumerate(due) if key not in hinted.due]
-        keys, ts = self._within_capacity([due[i] for i in new], np.asarray(timers)[new], hinted)
-        self.manager.hint(keys, ts)
-        hinted.due.update(keys)
-        return len(keys)
 
     def _count(self, table: pa.Table) -> None:
         """Add the batch's records per key to the sketch (a key's windows overlap: take the largest)."""
@@ -370,7 +332,7 @@ class HintSession:
         self._advance("finish")
         if self._found is None or self._hints is None:
             return None
-        stats = self._hints.manager.take_stats()
+        stats = self._hints.target.take_stats()
         return {**self._found, **stats.as_dict(), **self._hints._end_batch(self._found.get("source", ""), stats)}
 
     def close(self, ended: bool = False) -> None:

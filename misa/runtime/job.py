@@ -44,7 +44,13 @@ from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StatefulOperator, followed_by
 from misa.parallel.layout import partition_count
-from misa.parallel.partitioned import PartitionedCommit, PartitionedOperator, PartitionedStore, PartitionedView
+from misa.parallel.partitioned import (
+    PartitionedCommit,
+    PartitionedHints,
+    PartitionedOperator,
+    PartitionedStore,
+    PartitionedView,
+)
 from misa.runtime.arrivals import Arrivals, arrivals_of
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
@@ -128,19 +134,22 @@ class StatefulJob:
         self.checkpoints = self.store.checkpoints
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch
-        if self.processes > 1 and self.config.prefetching == "true":
-            log.warning("spark.misa.state.processes=%d: the state workers read without prefetching", self.processes)
-        if self.config.prefetching != "false" and isinstance(operator, HintSource) and self.processes == 1:
+        if self.config.prefetching != "false" and isinstance(operator, HintSource):
             auto = self.config.prefetching == "auto"
-            manager = attach_prefetcher(
-                self.view,
-                self.config.prefetch_threads,
-                self.config.prefetch_chunk_keys,
-                self.config.cache_max_bytes,
-                active=not auto,
-            )
             stages = list(hint_stages or [upstream or (lambda df: df)])
-            self.hints = BatchHints(self.config, operator, stages, manager, self.view, next_input)
+            if self.processes > 1:  # each worker prefetches its partition's keys
+                self.view.enable_prefetch(active=not auto)
+                target = PartitionedHints(operator, self.store.pool)  # type: ignore[arg-type]
+                self.hints = BatchHints(self.config, operator, stages, None, None, next_input, target)
+            else:
+                manager = attach_prefetcher(
+                    self.view,
+                    self.config.prefetch_threads,
+                    self.config.prefetch_chunk_keys,
+                    self.config.cache_max_bytes,
+                    active=not auto,
+                )
+                self.hints = BatchHints(self.config, operator, stages, manager, self.view, next_input)
             policy = AutoPolicy(
                 min_read_share=self.config.prefetch_auto_min_read_share,
                 min_device_bytes=self.config.prefetch_auto_min_device_read_bytes,

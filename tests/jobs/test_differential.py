@@ -107,11 +107,11 @@ def test_each_key_type_alone_through_every_operator(spark, tmp_path, operator, p
 
 @pytest.mark.parametrize("operator", [o if o == "join" else pytest.param(o, marks=pytest.mark.slow) for o in OPERATORS])
 def test_every_operator_in_two_worker_processes(spark, tmp_path, operator):
-    """Two key partitions, each in its worker: the rows of two string keys (one of them a null) meet in one."""
+    """Two key partitions, each in its worker, prefetching: the rows of two keys (nulls among them) meet in one."""
     query = Query(operator, {"k": "string", "k2": "int"}, ("sum", "max"), window_s=10, slide_s=5, output_mode="update")
     if operator == "join":
         query = Query(operator, {"k": "string"}, output_mode="append", delay_s=5)
-    assert_same_as_spark(spark, tmp_path, case_of(query, Settings(processes=2), seed=5))
+    assert_same_as_spark(spark, tmp_path, case_of(query, Settings(prefetching="true", processes=2), seed=5))
 
 
 @pytest.mark.parametrize("seed", SLICE)
