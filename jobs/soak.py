@@ -76,6 +76,8 @@ PROCESSES = (1, 2)  # spark.misa.state.processes drawn per iteration
 SCENARIOS = ("kill", "standby", "moved", "damaged", "retry")
 RETRY_KILLED = 0.5  # share of retry plans with a kill before the retried run
 RETRY_POINTS = ("commit.after_apply", "dfs.put")  # where a retried run's first start fails
+# with worker processes: a failpoint of the driver's (the workers' counts restart with the workers a retry starts)
+WORKER_RETRY_POINTS = ("mirror.put",)
 STANDBY_SLOW_MS = 1000  # standby: each commit of both drivers sleeps this long, so that they overlap
 STANDBY_START = (0.1, 0.7)  # standby: the second driver starts after this share of a clean run's time
 DAMAGE_KINDS = ("flip", "delete")
@@ -235,7 +237,7 @@ def sample_plan(
         return replace(plan, standby_s=round(rng.uniform(*STANDBY_START) * clean_s[job], 1))
     if scenario == "retry":
         kills = (sample_kill(rng, versions[job], clean_s[job], workers),) if rng.random() < RETRY_KILLED else ()
-        return replace(plan, kills=kills, retry=rng.choice(RETRY_POINTS))
+        return replace(plan, kills=kills, retry=rng.choice(WORKER_RETRY_POINTS if workers else RETRY_POINTS))
     plan = replace(plan, kills=sample_kills(rng, versions[job], clean_s[job], workers))
     if scenario == "damaged":
         return replace(plan, damage=Damage(rng.choice(DAMAGE_KINDS), rng.randrange(1 << 32)))
@@ -277,10 +279,10 @@ STANDBY_REFUSALS = ("OwnershipError", "RecoveryError", "ConcurrentModificationEx
 
 def retry_failure(point: str, conf: Mapping[str, str]) -> tuple[str, dict[str, str]]:
     """The failpoints and Spark conf that make a run's first start fail once, at ``point``: ``commit.after_apply``
-    raises once and the commit is not redone; ``dfs.put`` raises as often as one file is tried, files being
-    uploaded one at a time."""
-    if point == "dfs.put":
-        return f"dfs.put=raise({conf['spark.misa.checkpoint.retry.maxAttempts']})", {
+    raises once and the commit is not redone; ``dfs.put`` (and ``mirror.put``, Spark's log mirrored by the driver)
+    raises as often as one file is tried, files being uploaded one at a time."""
+    if point in ("dfs.put", "mirror.put"):
+        return f"{point}=raise({conf['spark.misa.checkpoint.retry.maxAttempts']})", {
             "spark.misa.checkpoint.uploadThreads": "1"
         }
     return f"{point}=raise(1)", {"spark.misa.commit.maxRestarts": "0"}

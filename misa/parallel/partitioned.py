@@ -190,12 +190,17 @@ class PartitionedCommit:
         self.pool = store.pool
         self.mode = CommitMode(mode)
         self.spark_log = spark_log
-        self._mirroring = ThreadPoolExecutor(1, thread_name_prefix="misa-mirror") if spark_log else None
+        self._mirroring = self._mirror_thread()
         self._mirrored: Future | None = None
 
+    def _mirror_thread(self) -> ThreadPoolExecutor | None:
+        return ThreadPoolExecutor(1, thread_name_prefix="misa-mirror") if self.spark_log else None
+
     def renewed(self) -> PartitionedCommit:
-        """For a restart: new workers (the old ones' pending commits are dropped), to be claimed and recovered."""
+        """For a restart, after :meth:`close`: new workers (the old ones' pending commits are dropped), to be claimed
+        and recovered, and a new mirror thread (this object stays the job's)."""
         self.pool.restart()
+        self._mirroring, self._mirrored = self._mirror_thread(), None
         return self
 
     def start_mirror(self) -> None:

@@ -7,11 +7,14 @@ partition from the newest version all of them hold) must lose and double nothing
 """
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from cm_helpers import assert_same_output, output, run_in_process, spark_submit
+from job_helpers import job_args, spark_submit_command
 
+from jobs import cluster_monitoring
 from jobs.gen.cm import generate_cm
 from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output
@@ -90,4 +93,18 @@ def test_worker_kills_while_restoring_from_the_dfs_then_restart_is_exactly_once(
     shutil.rmtree(local_disk)
     done = spark_submit("cm2", "misa", data, tmp_path, conf=TWO)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_output(tmp_path, expected)
+
+
+@pytest.mark.slow
+def test_start_called_again_after_a_failed_commit_starts_new_workers_and_finishes(data, expected, tmp_path):
+    """The driver's mirror of Spark's log fails for good (DfsUnavailableError) in the first run's first commit; the
+    job calls start() again in the same driver (--retry-start 1), which starts new workers and recovers them."""
+    conf = {**TWO, "spark.misa.checkpoint.retry.maxAttempts": "3", "spark.misa.checkpoint.uploadThreads": "1"}
+    args = [*job_args("cm2", "misa", data, tmp_path), "--retry-start", "1"]
+    cmd, env = spark_submit_command(cluster_monitoring, args, "mirror.put=raise(3)", conf)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    logs = done.stdout + done.stderr
+    assert done.returncode == 0, logs[-3000:]
+    assert "DfsUnavailableError" in logs and "calling start() again" in logs
     assert_same_output(tmp_path, expected)

@@ -71,7 +71,8 @@ def test_each_scenario_draws_its_own_parts():
     assert all(p.damage is None and p.retry is None and p.standby_s == 0 for p in by["kill"] + by["moved"])
     assert {p.damage.kind for p in by["damaged"]} == set(soak.DAMAGE_KINDS)
     assert len({p.damage.seed for p in by["damaged"]}) == len(by["damaged"])
-    assert {p.retry for p in by["retry"]} == set(soak.RETRY_POINTS)
+    assert {p.retry for p in by["retry"] if p.processes == 1} == set(soak.RETRY_POINTS)
+    assert {p.retry for p in by["retry"] if p.processes == 2} == set(soak.WORKER_RETRY_POINTS)
     assert 0.4 < sum(len(p.kills) == 1 for p in by["retry"]) / len(by["retry"]) < 0.6
     assert all(len(p.kills) <= 1 and p.damage is None for p in by["retry"])
     assert all(not p.kills and p.damage is None and p.retry is None for p in by["standby"])
