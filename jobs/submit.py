@@ -27,12 +27,12 @@ from misa.exceptions import AnalysisError, ConfigError, IncompatibleStateError, 
 from misa.io.json_arrow import read_json_lines_arrow
 from misa.io.quarantine import Quarantine, good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
+from misa.job import StatefulJob
 from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator, spark_interval
 from misa.operators.interval_join import PREV, IntervalJoin
 from misa.runtime.interrupt import EXIT_INTERRUPTED, StopOnInterrupt
-from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
 

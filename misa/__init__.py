@@ -18,8 +18,8 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "StatefulJob": "misa.runtime.job",
-    "BadRecordFilter": "misa.runtime.job",
+    "StatefulJob": "misa.job",
+    "BadRecordFilter": "misa.job",
     "MisaConfig": "misa.config",
     "StatefulOperator": "misa.operators.base",
     "HintSource": "misa.operators.base",

@@ -18,7 +18,7 @@ def test_readme_documents_every_setting_and_both_commands():
 
 
 def test_every_repository_path_the_guide_names_exists():
-    """Paths in backticks (`misa/runtime/job.py`, `jobs/gen/`) in the README and docs/ name real files."""
+    """Paths in backticks (`misa/job.py`, `jobs/gen/`) in the README and docs/ name real files."""
     for name, text in [("README.md", README), *((p.name, t) for p, t in DOCS.items())]:
         named = {p for p in re.findall(r"`([\w./-]+)`", text) if p.startswith(PACKAGES)}
         missing = sorted(p for p in named if not (ROOT / p).exists())

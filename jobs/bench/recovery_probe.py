@@ -77,7 +77,7 @@ def instrument(log: EventLog) -> None:
     from pyspark.sql.streaming import DataStreamWriter
 
     import jobs.submit
-    import misa.runtime.job
+    import misa.job
     from checkpoint.checkpoints import CheckpointStore
     from misa.state.store import StateStore
 
@@ -89,7 +89,7 @@ def instrument(log: EventLog) -> None:
         return spark
 
     jobs.submit.spark_session = spark_session
-    misa.runtime.job.reconcile = timed(log, "reconcile", misa.runtime.job.reconcile, lambda a, r: {"version": r})
+    misa.job.reconcile = timed(log, "reconcile", misa.job.reconcile, lambda a, r: {"version": r})
     if hasattr(StateStore, "claim"):
         StateStore.claim = timed(log, "claim", StateStore.claim)
     StateStore.load = timed(log, "load", StateStore.load, lambda a, r: {"version": a[1]})

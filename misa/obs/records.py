@@ -98,7 +98,7 @@ class CommitStatus:
 
 @dataclass(frozen=True)
 class BatchReport:
-    """One batch as the runtime saw it when the batch ended (:meth:`misa.runtime.job.StatefulJob.last_batch`)."""
+    """One batch as the runtime saw it when the batch ended (:meth:`misa.job.StatefulJob.last_batch`)."""
 
     batch_id: int
     record: BatchRecord

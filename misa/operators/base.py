@@ -1,7 +1,7 @@
 """The operator contract: what a stateful operator is to the runtime, its per-batch result, its delta columns.
 
 An operator is one stateful step of a query, driven once per micro-batch by
-:class:`misa.runtime.job.StatefulJob`. Like Spark's ``StateStore`` trait, the contract says who calls what
+:class:`misa.job.StatefulJob`. Like Spark's ``StateStore`` trait, the contract says who calls what
 and when.
 
 **Required** (:class:`StatefulOperator`, a structural protocol: no base class needed):

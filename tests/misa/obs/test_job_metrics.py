@@ -16,9 +16,9 @@ from pyspark.sql import functions as F
 from jobs.ports import free_port
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError
+from misa.job import StatefulJob
 from misa.obs.records import BATCH_PHASES, CommitStatus
 from misa.operators.aggregation import Agg, Aggregation
-from misa.runtime.job import StatefulJob
 
 ROWS_PER_FILE, KEYS = 30, 5
 

@@ -13,6 +13,7 @@ from state_helpers import fill
 
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError, StateWorkerError
+from misa.job import StatefulJob
 from misa.obs.records import CommitRecord
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.lookup_aggregation import LookupAggregation
@@ -20,7 +21,6 @@ from misa.parallel.layout import auto_processes, partition_count, partition_loca
 from misa.parallel.partitioned import PartitionedStore, merged
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.shared_arrow import share, take
-from misa.runtime.job import StatefulJob
 from misa.runtime.recovery import reconcile
 from misa.state.store import StateStore
 

@@ -12,9 +12,9 @@ from pyspark.sql import types as T
 
 from misa.config import MisaConfig
 from misa.exceptions import AnalysisError, IncompatibleStateError
+from misa.job import StatefulJob
 from misa.operators.aggregation import Agg, Aggregation
 from misa.runtime.compat import changes, check_compatible
-from misa.runtime.job import StatefulJob
 
 SCHEMA = T.StructType(
     [

@@ -9,9 +9,9 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from misa.config import MisaConfig
+from misa.job import StatefulJob
 from misa.operators.aggregation import Agg, Aggregation
 from misa.runtime.hadoop_fs import resolve_location
-from misa.runtime.job import StatefulJob
 
 
 def _viewfs_default(spark, mount: str, target) -> dict[str, str | None]:

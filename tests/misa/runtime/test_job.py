@@ -5,8 +5,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from misa.config import MisaConfig
+from misa.job import StatefulJob
 from misa.operators.aggregation import Agg, Aggregation
-from misa.runtime.job import StatefulJob
 from misa.runtime.process import switch_interval
 
 

@@ -11,11 +11,11 @@ from pyspark.sql import functions as F
 
 from checkpoint.exceptions import OwnershipError
 from common import failpoints
+from misa import job as job_module
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError, RecoveryError
+from misa.job import StatefulJob
 from misa.operators.aggregation import Agg, Aggregation
-from misa.runtime import job as job_module
-from misa.runtime.job import StatefulJob
 from misa.state.store import StateStore
 
 

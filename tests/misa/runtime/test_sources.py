@@ -19,8 +19,8 @@ from checkpoint.retry import RetryPolicy
 from common.location import parse
 from misa.config import MisaConfig
 from misa.io.quarantine import Quarantine, parse_json_lines, read_quarantine
+from misa.job import StatefulJob
 from misa.operators.aggregation import Agg, Aggregation
-from misa.runtime.job import StatefulJob
 from misa.runtime.next_input import FileSourcePeek
 from misa.runtime.spark_mirror import SparkLogMirror
 
