@@ -57,7 +57,8 @@ def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
     assert len(records) == 5 and sum(r["bad_records"] for r in records) == len(bad)
 
 
-@pytest.mark.parametrize("query", [q if q == "q20" else pytest.param(q, marks=pytest.mark.slow) for q in QUERIES])
+@pytest.mark.slow  # q20 in two prefetching workers runs in make test (test_query_with_prefetching_equals_native)
+@pytest.mark.parametrize("query", QUERIES)
 def test_query_in_two_worker_processes_equals_native(spark, data, reference, tmp_path, session_conf, query):
     """Q13's lookup join (the side table in each partition), Q18/Q19's top n and Q20's keyed join split their state
     into two key partitions, each in its worker; the results do not change."""
