@@ -34,6 +34,8 @@ from prefetch.manager import PrefetchStats
 
 
 class _Dfs:
+    """Where the partitions' DFS copies are, as messages show it."""
+
     def __init__(self, shown: str):
         self.shown = shown
 
@@ -155,6 +157,12 @@ class PartitionedView:
     def take_reads(self) -> StateReads:
         reads, self.reads = self.reads, StateReads()
         return reads
+
+    def add_reads(self, seconds: float, device_bytes: int | None) -> None:
+        """A state phase's reads in the workers: the slowest worker's time, every worker's device bytes."""
+        before = self.reads.device_bytes
+        total = None if before is None or device_bytes is None else before + device_bytes
+        self.reads = StateReads(self.reads.seconds + seconds, total)
 
     def take_cache_stats(self) -> dict[str, int]:
         totals: dict[str, int] = {}
@@ -339,10 +347,8 @@ class PartitionedOperator:
         outputs = [take(p.output) for p in parts]
         rows = [t for t in outputs if t.num_columns]
         output = pa.concat_tables([t.cast(rows[0].schema) for t in rows]) if rows else outputs[0]
-        self.view.reads = StateReads(
-            max(p.read_s for p in parts),
-            None if any(p.device_read_bytes is None for p in parts) else sum(p.device_read_bytes for p in parts),  # type: ignore[misc]
-        )
+        devices = [p.device_read_bytes for p in parts]
+        self.view.add_reads(max(p.read_s for p in parts), None if None in devices else sum(devices))  # type: ignore[arg-type]
         return OperatorResult(
             output,
             late_rows=sum(p.late_rows for p in parts) if data else 0,

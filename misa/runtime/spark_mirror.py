@@ -283,11 +283,15 @@ def _batch_of(rel: str) -> int:
 
 
 def _in_write_order(rels: Iterable[str]) -> list[list[str]]:
-    """``rels`` grouped by Spark entry, in the order Spark writes a batch's entries, each group by batch."""
-    groups: dict[str, list[str]] = {entry: [] for entry in SPARK_ENTRIES}
+    """``rels`` in groups in the order Spark writes them: batch by batch, and within a batch its source entries,
+    its offsets entry, then its commit entry (:data:`SPARK_ENTRIES`); one group per batch and entry. A step that
+    sees two batches' files (batch b's commit and batch b+1's plan) so never mirrors b+1's offsets before b's
+    commit, which Spark's restart would read as a batch to run past an uncommitted one."""
+    rank = {entry: index for index, entry in enumerate(SPARK_ENTRIES)}
+    groups: dict[tuple[int, int], list[str]] = {}
     for rel in rels:
-        groups[rel.split("/", 1)[0]].append(rel)
-    return [sorted(group, key=lambda r: (_batch_of(r), r)) for group in groups.values() if group]
+        groups.setdefault((_batch_of(rel), rank[rel.split("/", 1)[0]]), []).append(rel)
+    return [sorted(groups[key]) for key in sorted(groups)]
 
 
 def forget_mirror(remote: Location) -> None:

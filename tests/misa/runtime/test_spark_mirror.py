@@ -19,11 +19,12 @@ from common.location import parse
 from misa.runtime.commit import CommitController
 from misa.runtime.recovery import reconcile
 from misa.runtime.spark_log import SparkCheckpointLog
-from misa.runtime.spark_mirror import MIRROR_ID_FILE, SparkLogMirror
+from misa.runtime.spark_mirror import MIRROR_ID_FILE, SparkLogMirror, _batch_of, _in_write_order
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
 NO_RETRY = RetryPolicy(max_attempts=1)
+SPARK_LOGS = ("sources/0", "offsets", "commits")
 
 
 def mirror_of(state_dir: Path, ckpt: Path | str) -> SparkLogMirror:
@@ -280,3 +281,19 @@ def test_spark_log_is_mirrored_on_request_without_a_next_upload(store, config, t
         new = mirror_of(tmp_path / "new-machine", tmp_path / "ckpt")
         assert new.prepare() is True
         assert reconcile(moved, new.local) == 0 and moved.get(key(0)) == b"x"  # C = V = 0: no replay
+
+
+def test_a_step_over_two_batches_never_mirrors_a_batchs_offsets_before_the_commit_of_the_batch_before():
+    """One step sees batch 1 run and committed and batch 2 planned (a step at the start of batch 2, or an upload
+    that overlaps Spark's writes). A step cut short after any of its groups must leave a log Spark's restart reads
+    as written: its newest offsets entry at most one past its newest commit (else Spark would run batch 2 without
+    batch 1's commit, and recovery would see a gap)."""
+    new = ["sources/0/1", "offsets/1", "commits/1", "sources/0/2", "offsets/2"]
+    groups = _in_write_order(reversed(new))
+    copied = {"metadata", "sources/0/0", "offsets/0", "commits/0"}  # mirrored by the steps before
+    for group in groups:
+        copied |= set(group)
+        newest = {log: max((_batch_of(r) for r in copied if r.startswith(log)), default=-1) for log in SPARK_LOGS}
+        assert newest["offsets"] <= newest["commits"] + 1, (group, sorted(copied))
+        assert newest["sources/0"] <= newest["offsets"] + 1, (group, sorted(copied))
+    assert [r for group in groups for r in group] == new
