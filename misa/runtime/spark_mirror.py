@@ -9,8 +9,8 @@ of each version's upload, before the version's DFS marker. So ack 2 of version `
 ``v`` needs (``offsets/v``, ``commits/v-1`` and the source entries planned with them, all written before
 Spark called the batch), and the mirror keeps recovery's rule with the durable state V: Spark's last
 commit C in the mirror is at least V - 1 (covered by ack 2) and at most V + 1 (the local log never runs
-further ahead). Copies go in the order Spark writes (sources, offsets, commits), removals in the reverse
-order, highest batch first; each file is written whole (a temporary name renamed where the file system
+further ahead). Copies go in the order Spark writes, batch by batch (a batch's sources, offsets, commits),
+removals in the reverse order, highest batch first; each file is written whole (a temporary name renamed where the file system
 renames, a single PUT on object stores), so a crash between any two steps leaves a mirror that recovery
 handles.
 
