@@ -10,9 +10,9 @@ of each version's upload, before the version's DFS marker. So ack 2 of version `
 Spark called the batch), and the mirror keeps recovery's rule with the durable state V: Spark's last
 commit C in the mirror is at least V - 1 (covered by ack 2) and at most V + 1 (the local log never runs
 further ahead). Copies go in the order Spark writes, batch by batch (a batch's sources, offsets, commits),
-removals in the reverse order, highest batch first; each file is written whole (a temporary name renamed where the file system
-renames, a single PUT on object stores), so a crash between any two steps leaves a mirror that recovery
-handles.
+removals in the reverse order, highest batch first; each file is written whole (a temporary name renamed
+where the file system renames, a single PUT on object stores), so a crash between any two steps leaves a
+mirror that recovery handles.
 
 Which copy counts at start (:meth:`SparkLogMirror.prepare`): the local copy when this state dir mirrored
 last, that is when its index (``STATE_DIR/spark-checkpoint.json``) names the id the mirror records
