@@ -72,6 +72,7 @@ DFS_KINDS = ("file", "s3")
 TWICE = 0.3  # share of plans whose first restart is killed too
 TIMED = 0.25  # share of kills at a random moment rather than at a failpoint
 WORKER_KILLS = 0.3  # with worker processes: share of kills of one worker at a random moment
+WORKER_KILL_WINDOW = (0.45, 0.95)  # when, as shares of a clean run: the workers live after Spark and the job start
 PROCESSES = (1, 2)  # spark.misa.state.processes drawn per iteration
 SCENARIOS = ("kill", "standby", "moved", "damaged", "retry")
 RETRY_KILLED = 0.5  # share of retry plans with a kill before the retried run
@@ -203,9 +204,9 @@ def max_hits(point: str, versions: int) -> int:
 
 def sample_kill(rng: random.Random, versions: int, clean_s: float, workers: bool = False) -> Kill:
     """A kill at a random failpoint and hit, or of the process group after 20-100 % of a clean run, or (``workers``:
-    the run has state worker processes) of one worker after 20-100 % of a clean run."""
+    the run has state worker processes) of one worker within :data:`WORKER_KILL_WINDOW` of a clean run."""
     if workers and rng.random() < WORKER_KILLS:
-        return Kill(delay_s=round(rng.uniform(0.2, 1.0) * clean_s, 1), worker=True)
+        return Kill(delay_s=round(rng.uniform(*WORKER_KILL_WINDOW) * clean_s, 1), worker=True)
     if rng.random() < TIMED:
         return Kill(delay_s=round(rng.uniform(0.2, 1.0) * clean_s, 1))
     point = rng.choice(sorted(FAILPOINTS))

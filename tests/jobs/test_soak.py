@@ -50,6 +50,8 @@ def test_plans_are_seeded_and_cover_every_failpoint_job_mode_dfs_and_scenario():
     timed = [k for k in kills if not k.point and not k.worker]
     assert 0.2 < len(timed) / len([k for k in kills if not k.worker]) < 0.3
     assert all(0.2 * CLEAN_S["cm2"] <= k.delay_s <= CLEAN_S["lr2"] for k in timed + [k for k in kills if k.worker])
+    low, high = soak.WORKER_KILL_WINDOW
+    assert all(low * CLEAN_S["cm2"] - 0.05 <= k.delay_s <= high * CLEAN_S["lr2"] + 0.05 for k in kills if k.worker)
     assert all(1 <= k.hit <= soak.max_hits(k.point, 5) for k in kills if k.point)
     assert max(k.hit for k in kills if k.point == "dfs.put") == 4 * soak.SHARDS * 5
     for kill in kills:
