@@ -13,6 +13,9 @@ import pandas as pd
 from job_helpers import assert_same_output, assert_same_results, output  # noqa: F401  (re-exported for the CM tests)
 
 from jobs import cluster_monitoring
+from jobs.gen.cm import generate_cm
+from jobs.gen.parts import LateArrivals
+from jobs.output_diff import Output
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -22,6 +25,21 @@ def run_in_process(spark, query: str, mode: str, data: Path, run_dir: Path, outp
 
 
 spark_submit = partial(job_helpers.spark_submit, cluster_monitoring)
+
+
+def late_cm2_input(folder: Path, seed: int) -> Path:
+    """CM2's kill-test input: 8 batches of two files, a tenth of the records 12 s late (out of order)."""
+    late = LateArrivals(0.1, 12.0, seed=seed)
+    generate_cm(folder, rate=200, seconds=128, seed=seed, files_per_second=0.125, jobs=200, late=late)
+    return folder
+
+
+def native_cm2_output(spark, data: Path, run_dir: Path) -> Output:
+    """Plain Spark's whole CM2 output over ``data``, every row with its batch id."""
+    run_in_process(spark, "cm2", "native", data, run_dir)
+    return output(run_dir)
+
+
 results = partial(job_helpers.results, cluster_monitoring)
 
 

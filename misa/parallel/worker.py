@@ -163,15 +163,6 @@ class PartitionWorker:
         """Hand version ``version`` (the batch just applied) to this partition's commit controller."""
         self.controller.commit(self.view.freeze(version), self.operator.metadata())
 
-    def stats(self) -> dict[str, Any]:
-        """The partition's size and cache counters, for the batch's record."""
-        return {
-            "state_keys": self.store.approximate_keys(),
-            "state_bytes": self.store.approximate_bytes(),
-            "sst_bytes": self.store.sst_bytes(),
-            "cache": self.view.take_cache_stats(),
-        }
-
     def call(self, target: str, method: str, *args: Any) -> Any:
         """Any other request: ``method`` of the store, its checkpoints, the view or the controller."""
         owner = {"store": self.store, "checkpoints": self.checkpoints, "view": self.view, "controller": self.controller}

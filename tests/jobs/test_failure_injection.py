@@ -10,10 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cm_helpers import assert_same_output, output, run_in_process, spark_submit
+from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output, spark_submit
 
-from jobs.gen.cm import generate_cm
-from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output
 
 # One restart chain over one input: each run is killed at the next point (its hit counted in that run;
@@ -30,17 +28,12 @@ DFS_DOWN = {"spark.misa.checkpoint.retry.maxAttempts": "2", "spark.misa.checkpoi
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("fi-input")
-    late = LateArrivals(0.1, 12.0, seed=5)  # out of order: a tenth of the records 12 s late
-    generate_cm(folder, rate=200, seconds=128, seed=5, files_per_second=0.125, jobs=200, late=late)  # 8 batches
-    return folder
+    return late_cm2_input(tmp_path_factory.mktemp("fi-input"), seed=5)
 
 
 @pytest.fixture(scope="module")
 def expected(spark, data, tmp_path_factory) -> Output:
-    run_dir = tmp_path_factory.mktemp("fi-native")
-    run_in_process(spark, "cm2", "native", data, run_dir)
-    return output(run_dir)
+    return native_cm2_output(spark, data, tmp_path_factory.mktemp("fi-native"))
 
 
 @pytest.mark.slow  # minutes of spark-submits: run on demand (-m slow); the crash soak covers every point

@@ -11,12 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cm_helpers import assert_same_output, output, run_in_process, spark_submit
+from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output, run_in_process, spark_submit
 from job_helpers import job_args, spark_submit_command
 
 from jobs import cluster_monitoring
-from jobs.gen.cm import generate_cm
-from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output
 
 TWO = {"spark.misa.state.processes": "2"}
@@ -34,17 +32,12 @@ WORKER_CHAIN = [
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("proc-input")
-    late = LateArrivals(0.1, 12.0, seed=7)  # out of order: a tenth of the records 12 s late
-    generate_cm(folder, rate=200, seconds=128, seed=7, files_per_second=0.125, jobs=200, late=late)  # 8 batches
-    return folder
+    return late_cm2_input(tmp_path_factory.mktemp("proc-input"), seed=7)
 
 
 @pytest.fixture(scope="module")
 def expected(spark, data, tmp_path_factory) -> Output:
-    run_dir = tmp_path_factory.mktemp("proc-native")
-    run_in_process(spark, "cm2", "native", data, run_dir)
-    return output(run_dir)
+    return native_cm2_output(spark, data, tmp_path_factory.mktemp("proc-native"))
 
 
 @pytest.fixture
