@@ -19,6 +19,10 @@ from typing import Any
 
 _EXPORTS = {
     "StatefulJob": "misa.job",
+    "from_query": "misa.query.job",
+    "QueryJob": "misa.query.job",
+    "Deduplicate": "misa.operators.dedup",
+    "UnsupportedQueryError": "misa.exceptions",
     "BadRecordFilter": "misa.job",
     "MisaConfig": "misa.config",
     "StatefulOperator": "misa.operators.base",

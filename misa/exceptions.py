@@ -37,3 +37,7 @@ class CommandError(MisaError):
 
 class StateWorkerError(MisaError, RuntimeError):
     """A state worker process (``spark.misa.state.processes`` > 1) died or stopped answering: the batch fails."""
+
+
+class UnsupportedQueryError(AnalysisError):
+    """A streaming query :func:`misa.from_query` cannot run: names the plan node and the nearest supported form."""

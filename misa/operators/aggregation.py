@@ -26,6 +26,7 @@ value is combined from its panes when it is emitted.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -55,23 +56,28 @@ from misa.operators.schema import column_type, duration, event_time, key_columns
 from misa.operators.sliding import PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
-from misa.state.keys import KEY_SPACE_VERSION, window_prefix
+from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
+ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
+OUTPUT_MODES = ("update", "append", "complete")
+NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
 OUTPUT_WINDOW = ("window_start", "window_end")  # the output's window columns
 NUMBERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType)
 ORDERED = (*NUMBERS, T.DateType, T.TimestampType, T.TimestampNTZType)
 INPUT_TYPES = {"sum": NUMBERS, "avg": NUMBERS, "min": ORDERED, "max": ORDERED}  # count takes any type
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
+log = logging.getLogger(__name__)
 LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding windows as panes"}
 
 
 @dataclass(frozen=True)
 class Agg:
-    """One output column: ``function`` (sum, count, avg, min, max) of input ``column``."""
+    """One output column: ``function`` (sum, count, avg, min, max) of input ``column`` (count: ``"*"`` counts
+    rows, Spark's ``count(*)``)."""
 
     name: str
     function: str
@@ -80,6 +86,8 @@ class Agg:
     def __post_init__(self) -> None:
         if self.function not in AGG_FUNCTIONS:
             raise ValueError(f"aggregate {self.name}: unknown function {self.function!r}; use one of {AGG_FUNCTIONS}")
+        if self.column == ROWS_COLUMN and self.function != "count":
+            raise ValueError(f'aggregate {self.name}: "*" is count\'s column only (count(*)); name a column')
 
     def __str__(self) -> str:
         return f'Agg("{self.name}", "{self.function}", "{self.column}")'
@@ -97,10 +105,14 @@ class Agg:
 
     def partial(self) -> Column:
         """This aggregate's partial value over a group of rows, in Spark's result type (avg: the double sum)."""
-        column = F.col(self.column)
+        column = F.lit(1) if self.column == ROWS_COLUMN else F.col(self.column)
         if self.function == "avg":
             return F.sum(column.cast("double"))
         return {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}[self.function](column)
+
+    def partial_count(self) -> Column:
+        """How many non-null inputs this aggregate saw in a group of rows."""
+        return F.count(F.lit(1) if self.column == ROWS_COLUMN else F.col(self.column))
 
     def fold(self, value_type: pa.DataType) -> Fold:
         """How partial values of ``value_type`` (the Arrow type of :meth:`partial`) combine."""
@@ -174,8 +186,9 @@ class Aggregation(HintSource, KeyPartitioned):
     event_time: str | None = None  # a timestamp column; required for windows
     window: str | None = None
     slide: str | None = None
-    watermark_delay: str | None = "0s"  # None: no watermark (refused with a window)
-    output_mode: str = "update"
+    watermark_delay: str | None = "0s"  # None: no watermark (windows are kept forever, nothing is late)
+    output_mode: str = "update"  # update, append or complete (every group's row, each batch)
+    start_time: str | None = None  # Spark's window startTime: windows start at it plus multiples of slide
     watermark: EventTimeWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _panes: PaneState | None = field(default=None, init=False, repr=False)  # sliding windows only
@@ -184,17 +197,22 @@ class Aggregation(HintSource, KeyPartitioned):
     _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)  # the last deltas', for no_data_batch
 
     def __post_init__(self) -> None:
-        if self.output_mode not in ("update", "append"):
-            raise ValueError(f"output mode {self.output_mode!r}: use update or append")
+        if self.output_mode not in OUTPUT_MODES:
+            raise ValueError(f"output mode {self.output_mode!r}: use one of {', '.join(OUTPUT_MODES)}")
         if self.window and not self.event_time:
             raise ValueError("a windowed aggregation needs event_time (a timestamp column)")
         if self.output_mode == "append" and not self.window:
             raise ValueError("append output needs windows with a watermark (rows must be final when emitted)")
-        if self.window and self.watermark_delay is None:
+        if self.output_mode == "append" and self.watermark_delay is None:
             raise ValueError(
-                f"a windowed aggregation needs a watermark: give watermark_delay (Spark's withWatermark delay, for "
-                f'example "10 seconds"); without one Spark keeps every window of {self.window!r} forever, '
-                "which misa does not run"
+                "append output needs a watermark: give watermark_delay (Spark's withWatermark delay, for example "
+                '"10 seconds"), or use update or complete output'
+            )
+        if self.window and self.watermark_delay is None:
+            log.warning(
+                "a windowed aggregation without a watermark keeps every window of %r forever (as Spark does): its "
+                "state grows without bound; give watermark_delay (Spark's withWatermark) to bound it",
+                self.window,
             )
         if not self.window and self.event_time and self.event_time in self.group_by:
             raise ValueError(
@@ -209,9 +227,20 @@ class Aggregation(HintSource, KeyPartitioned):
         self.delay_ms = int(parse_seconds(self.watermark_delay or "0s") * 1000)
         self.watermark = EventTimeWatermark(self.delay_ms)
         size, slide = micros(self.window), micros(self.slide)
+        self._start_us = (micros(self.start_time) or 0) % (slide or size or 1)
+        if self._start_us and slide and size and slide != size:
+            raise ValueError(
+                f"start_time {self.start_time!r} with sliding windows is not in misa yet: use tumbling windows "
+                "(slide equal to the window) with start_time, or sliding windows starting at 0"
+            )
         if size and slide and slide != size:
             if not 0 < slide < size:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
+            if self.output_mode == "complete":
+                raise ValueError(
+                    "complete output of sliding windows is not in misa yet: use update output (each changed window "
+                    "every batch), or tumbling windows with complete output"
+                )
             self._panes = PaneState(PaneWindows(size, slide), len(self.aggs), append=self.output_mode == "append")
 
     # ------------------------------------------------------------------ at start
@@ -220,6 +249,9 @@ class Aggregation(HintSource, KeyPartitioned):
         the signature of the state this aggregation keeps."""
         aggregations = []
         for agg in self.aggs:
+            if agg.column == ROWS_COLUMN:
+                aggregations.append(f"{agg.name}=count(*)")
+                continue
             dtype = column_type(schema, agg.column, str(agg))
             agg.check_input(dtype)
             aggregations.append(f"{agg.name}={agg.function}({typed(agg.column, dtype)})")
@@ -235,7 +267,7 @@ class Aggregation(HintSource, KeyPartitioned):
             "output_mode": self.output_mode,
             "state_layout": self._layout,
             "key_space": KEY_SPACE_VERSION,
-        }
+        } | ({"start_time": duration(self.start_time)} if self._start_us else {})
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame, group_by: Sequence[str] | None = None) -> DataFrame:
@@ -251,7 +283,7 @@ class Aggregation(HintSource, KeyPartitioned):
         if self.event_time:
             measures.append(F.max(F.unix_micros(F.col(self.event_time))).alias(MAX_EVENT))
         for i, agg in enumerate(self.aggs):
-            measures += [agg.partial().alias(f"_v{i}"), F.count(F.col(agg.column)).alias(f"_c{i}")]
+            measures += [agg.partial().alias(f"_v{i}"), agg.partial_count().alias(f"_c{i}")]
         groups: list[Column] = [F.col(c) for c in group_by]
         if not self.window:
             return batch.groupBy(*groups).agg(*measures)
@@ -260,7 +292,8 @@ class Aggregation(HintSource, KeyPartitioned):
             grouped = batch.groupBy(F.window(F.col(self.event_time), pane).alias("_w"), *groups).agg(*measures)
             times = [F.unix_micros("_w.end").alias(PANE_END)]
         else:
-            window = F.window(F.col(self.event_time), spark_interval(self.window))
+            size = spark_interval(self.window)
+            window = F.window(F.col(self.event_time), size, size, f"{self._start_us} microseconds")
             grouped = batch.groupBy(window.alias("_w"), *groups).agg(*measures)
             times = [F.unix_micros("_w.start").alias(WINDOW_START), F.unix_micros("_w.end").alias(WINDOW_END)]
         return grouped.select(*times, *group_by, *grouped.columns[1 + len(groups) :])
@@ -279,6 +312,8 @@ class Aggregation(HintSource, KeyPartitioned):
         values = self._values(deltas.schema)
         result = OperatorResult(self._empty_output(deltas.schema, values))
         late, evict = self.watermark.begin_batch()
+        if not self._bounded:
+            late = evict = NO_WATERMARK
         if deltas.num_rows and self.event_time:
             self.watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
         if self._panes is not None:
@@ -286,7 +321,15 @@ class Aggregation(HintSource, KeyPartitioned):
         else:
             self._apply_keys(deltas, state, result, values, late)
         self._evict(state, result, values, late, evict)
+        if self.output_mode == "complete":
+            result.output = self._rows(state.scan(b"", PANE_RECORD), values)
         return result
+
+    @property
+    def _bounded(self) -> bool:
+        """Whether the watermark drops late rows and closes windows (Spark: with a watermark, not in complete
+        output, which keeps every group)."""
+        return self.watermark_delay is not None and self.output_mode != "complete"
 
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         """A group's windows and panes live with the group: its columns pick the partition."""
@@ -298,7 +341,7 @@ class Aggregation(HintSource, KeyPartitioned):
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the trigger finds no new input: evict (and in append mode emit)
         the windows the batches so far closed."""
-        if self._last_schema is None or not self.window:
+        if self._last_schema is None or not self.window or not self._bounded:
             return OperatorResult(pa.table({}))
         values = self._values(self._last_schema)
         result = OperatorResult(self._empty_output(self._last_schema, values))
@@ -342,6 +385,16 @@ class Aggregation(HintSource, KeyPartitioned):
             result.state_reads = len(keys)
             if self.output_mode == "update":
                 result.output = self._output(deltas.select(self._key_columns()).take(first_rows), values, merged)
+
+    def _rows(self, entries: list[tuple[bytes, bytes]], values: AggValues) -> pa.Table:
+        """The output rows of state entries (window or group keys and their aggregate states)."""
+        if not entries:
+            return self._empty_output(self._last_schema, values) if self._last_schema else pa.table({})
+        assert self._codec is not None
+        ends, cols = self._codec.decode([k for k, _ in entries])
+        window = self._window_columns(ends) if self.window else []
+        keys = pa.table(dict(zip(self._key_columns(), window + cols)))
+        return self._output(keys, values, values.states.decode([v for _, v in entries]))
 
     def _apply_panes(
         self,
@@ -396,7 +449,7 @@ class Aggregation(HintSource, KeyPartitioned):
             ends = hints[HINT_WINDOW_END]
             if self._panes is not None:
                 ends = pa.array(self._panes.windows.last_window_end(ends.to_numpy()))
-            hints = hints.filter(pc.greater(ends, self.watermark.at_us))
+            hints = hints.filter(pc.greater(ends, self.watermark.at_us if self._bounded else NO_WATERMARK))
         if not hints.num_rows:
             return no_hints()
         codec = self._key_codec(hints.schema)
@@ -431,11 +484,7 @@ class Aggregation(HintSource, KeyPartitioned):
         if self.output_mode == "append":
             closed = state.scan(begin, end)
             if closed:
-                assert self._codec is not None
-                ends, cols = self._codec.decode([k for k, _ in closed])
-                keys = pa.table(dict(zip(self._key_columns(), self._window_columns(ends) + cols)))
-                output = self._output(keys, values, values.states.decode([v for _, v in closed]))
-                self._add_closed(result, output, len(closed))
+                self._add_closed(result, self._rows(closed, values), len(closed))
         state.delete_range(begin, end)
 
     @staticmethod

@@ -8,6 +8,8 @@ window state           window end (8 B big-endian, µs) ++ group key        Aggr
 group state            group key                                           Aggregation (unwindowed), TopN
 sliding-window panes   0xFE ``p`` ++ group key                             Aggregation (sliding windows)
 pane timers            0xFE ``t`` ++ time (8 B big-endian, µs) ++ key      Aggregation (sliding windows)
+deduplicated keys      key, or event time (8 B big-endian, µs) ++ key      Deduplicate
+dedup expiry timers    0xFE ``d`` ++ expiry (8 B big-endian, µs) ++ key    Deduplicate (within watermark)
 side table             ``s`` ++ side key                                   LookupJoin
 right rows             ``r`` ++ key                                        KeyedJoin
 waiting left rows      ``l`` ++ key                                        KeyedJoin
@@ -38,6 +40,7 @@ WAITING_LEFT = b"l"
 LOOKUP = b"\xfflookup:"
 PANE_RECORD = b"\xfep"
 PANE_TIMER = b"\xfet"
+DEDUP_EXPIRY = b"\xfed"
 
 
 def window_prefix(window_end_us: int) -> bytes:

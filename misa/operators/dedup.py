@@ -1,0 +1,162 @@
+"""Streaming deduplication with Spark's semantics: ``dropDuplicates`` and ``dropDuplicatesWithinWatermark``.
+
+Each batch's rows come to the driver in the order Spark reads them; the first row of each key that the state
+has not seen is emitted (the whole row) and its key remembered:
+
+* **without a watermark** (``event_time=None``) every key is kept forever, as Spark keeps it;
+* **with the event time among the keys** (``dropDuplicates([..., event_time])`` after ``withWatermark``) a
+  row whose event time is at or before the late-events watermark is late (dropped and counted), and a key
+  is forgotten once its event time is at or before the eviction watermark; keys are stored behind their
+  event time, so eviction is one range delete;
+* **within the watermark** (``within_watermark=True``) a key (without the event time) is remembered until
+  its first row's event time plus the delay; late rows are dropped as above. The key's expiry is stored
+  with it and as a timer key (``0xFE d`` ++ expiry ++ key), so eviction scans only the expired timers.
+
+The watermarks are Spark's (:mod:`misa.operators.watermark`); the batch's latest event time counts every row,
+late ones included, as Spark's ``EventTimeWatermark`` counts them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from misa.config import parse_seconds
+from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.operators.schema import event_time, key_columns
+from misa.operators.watermark import EventTimeWatermark
+from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
+from misa.state.keys import DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, window_prefix
+from misa.state.view import StateView
+
+NO_EVENT_TIME = (1 << 63) - 1  # the key time of a row without an event time: never evicted, as in Spark
+SEEN = b"\x01"
+
+
+@dataclass
+class Deduplicate(KeyPartitioned):
+    """Drops rows whose ``columns`` (and ``event_time``, unless ``within_watermark``) were seen before."""
+
+    columns: Sequence[str]
+    event_time: str | None = None  # a timestamp column withWatermark marked
+    watermark_delay: str | None = None  # Spark's withWatermark delay; required with event_time
+    within_watermark: bool = False
+    watermark: EventTimeWatermark = field(init=False)
+    _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _schema: pa.Schema | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.event_time and self.watermark_delay is None:
+            raise ValueError("deduplication by event time needs watermark_delay (Spark's withWatermark delay)")
+        if self.within_watermark and not self.event_time:
+            raise ValueError("dropDuplicatesWithinWatermark needs event_time, the column withWatermark marked")
+        self.delay_us = int(parse_seconds(self.watermark_delay or "0s") * 1_000_000)
+        self.watermark = EventTimeWatermark(self.delay_us // 1000)
+
+    # ------------------------------------------------------------------ at start
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Resolve the key columns (and the event time) against the input's schema."""
+        if self.event_time:
+            event_time(schema, self.event_time, f"the deduplication's event_time {self.event_time!r}")
+        return {
+            "operator": "Deduplicate",
+            "key_columns": key_columns(schema, self.columns, f"the deduplication's columns {list(self.columns)}"),
+            "event_time": self.event_time,
+            "within_watermark": self.within_watermark,
+            "lateness": self.watermark_delay,
+            "key_space": KEY_SPACE_VERSION,
+        }
+
+    # ------------------------------------------------------------------ Spark side
+    def deltas(self, batch: DataFrame) -> DataFrame:
+        """The batch's rows, in the order Spark reads them."""
+        return batch
+
+    # ------------------------------------------------------------------ driver side
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        """Emit each new key's first row; drop late rows and rows of keys seen; evict what the watermark expired."""
+        self._schema = deltas.schema
+        result = OperatorResult(deltas.slice(0, 0))
+        late, evict = self.watermark.begin_batch()
+        times = self._event_us(deltas)
+        if self.event_time and deltas.num_rows:
+            present = times[times != NO_EVENT_TIME]
+            self.watermark.observe(int(present.max()) if len(present) else None)
+            on_time = times > late
+            result.late_rows = int((~on_time).sum())
+            deltas, times = deltas.filter(pa.array(on_time)), times[on_time]
+        if deltas.num_rows:
+            keys, key_of_row = distinct_keys(self._keys(deltas, times))
+            first_rows = np.full(len(keys), -1, np.int64)
+            first_rows[key_of_row[::-1]] = np.arange(len(key_of_row))[::-1]  # each key's first row
+            new = np.array([v is None for v in state.get_many(keys)], bool)
+            result.state_reads = len(keys)
+            new_keys, new_times = [k for k, n in zip(keys, new) if n], times[first_rows[new]]
+            if self.within_watermark:
+                expiries = self._expiries(new_times)
+                state.put_many(new_keys, [int(t).to_bytes(8, "big") for t in expiries])
+                state.put_many(joined(DEDUP_EXPIRY, expiries, new_keys), [SEEN] * len(new_keys))
+            else:
+                state.put_many(new_keys, [SEEN] * len(new_keys))
+            result.output = deltas.take(pa.array(np.sort(first_rows[new]), pa.int64()))
+        self._evict(state, late, evict)
+        return result
+
+    def no_data_batch(self, state: StateView) -> OperatorResult:
+        """The batch Spark runs without data when the watermark moved: forget the keys it expired."""
+        previous = self.watermark.at_us
+        advanced = self.watermark.advance() if self.event_time else None
+        if advanced is not None:
+            self._evict(state, previous, advanced)
+        return OperatorResult(self._schema.empty_table() if self._schema is not None else pa.table({}))
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        return [deltas[c] for c in self.columns]
+
+    def event_watermark(self) -> EventTimeWatermark | None:
+        return self.watermark if self.event_time else None
+
+    def _event_us(self, rows: pa.Table) -> np.ndarray:
+        if not self.event_time:
+            return np.zeros(rows.num_rows, np.int64)
+        times = pc.cast(rows[self.event_time], pa.timestamp("us")).cast(pa.int64())
+        return times.fill_null(NO_EVENT_TIME).to_numpy()
+
+    def _keys(self, rows: pa.Table, times: np.ndarray) -> list[bytes]:
+        """Per row, its key: the key columns, behind the event time when it is one of the keys."""
+        rows = normalize_float_keys(rows.select(list(self.columns)), self.columns)
+        by_time = bool(self.event_time) and not self.within_watermark
+        if self._codec is None:
+            self._codec = KeyCodec([rows.schema.field(c) for c in self.columns], windowed=by_time)
+        columns = [rows[c].combine_chunks() for c in self.columns]
+        return self._codec.encode(times if by_time else None, columns, rows.num_rows)
+
+    def _expiries(self, times: np.ndarray) -> np.ndarray:
+        """When keys first seen at ``times`` expire: the event time plus the delay (no event time: never)."""
+        return np.where(times == NO_EVENT_TIME, NO_EVENT_TIME, times + self.delay_us).astype(np.int64)
+
+    def _evict(self, state: StateView, previous: int, watermark: int) -> None:
+        """Forget the keys expired as the eviction watermark moved from ``previous`` to ``watermark``."""
+        if not self.event_time or watermark <= previous:
+            return
+        if not self.within_watermark:
+            state.delete_range(window_prefix(0), window_prefix(watermark + 1))
+            return
+        begin, end = DEDUP_EXPIRY + window_prefix(0), DEDUP_EXPIRY + window_prefix(watermark + 1)
+        timers = state.scan(begin, end)
+        if timers:
+            state.put_many([k[len(DEDUP_EXPIRY) + 8 :] for k, _ in timers], [None] * len(timers))
+            state.delete_range(begin, end)
+
+    # ------------------------------------------------------------------ versions
+    def metadata(self) -> dict[str, Any]:
+        return self.watermark.metadata()
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.watermark.restore(metadata)

@@ -1,0 +1,92 @@
+"""``misa.from_query``: a Spark user's streaming DataFrame, as written, run with its stateful part on misa.
+
+::
+
+    counts = (events.withWatermark("event_time", "10 seconds")
+              .groupBy(F.window("event_time", "10 seconds"), "user").agg(F.count("*").alias("n")))
+    job = misa.from_query(counts, sink, checkpoint_location="/data/ckpt", output_mode="update")
+    job.start(trigger={"processingTime": "3 seconds"}).awaitTermination(); job.close()
+
+Spark checks the query first as it would at ``writeStream.start()`` (an output mode it does not allow
+fails with Spark's own message); :mod:`misa.query.translate` then splits the analyzed plan: the source runs
+in Spark, the stateful node on misa (:class:`misa.job.StatefulJob`, with every option it takes), and the
+steps above it on each batch's output (:mod:`misa.query.output`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from misa.exceptions import UnsupportedQueryError
+from misa.job import Sink, StatefulJob
+from misa.query.output import QueryOutput
+from misa.query.plan import PlanNode, dataframe_of, read_plan
+from misa.query.translate import Translation, stateful_node, translate
+
+log = logging.getLogger(__name__)
+OUTPUT_MODES = ("append", "update", "complete")
+
+
+class QueryJob:
+    """A streaming query whose stateful operation runs on misa: :meth:`start` it as ``writeStream`` would."""
+
+    def __init__(
+        self, query: DataFrame, sink: Sink, checkpoint_location: str, *, output_mode: str = "append", **options: Any
+    ):
+        if output_mode not in OUTPUT_MODES:
+            raise ValueError(f"output_mode {output_mode!r}: use one of {', '.join(OUTPUT_MODES)} (Spark's)")
+        if not query.isStreaming:
+            raise UnsupportedQueryError(
+                "[MISA_UNSUPPORTED_QUERY] from_query takes a streaming DataFrame (spark.readStream...); this one "
+                "is a batch DataFrame: run it in Spark"
+            )
+        self.spark: SparkSession = query.sparkSession
+        plan = read_plan(query)
+        _spark_accepts(self.spark, plan, output_mode)
+        self.translation: Translation = translate(plan, output_mode)
+        for warning in self.translation.warnings:
+            log.warning(warning)
+        self.source = _source_rows(self.spark, self.translation)
+        output = QueryOutput(self.spark, self.translation, stateful_node(plan).output, sink)
+        self.job = StatefulJob(self.translation.operator, output, checkpoint_location, **options)
+
+    def start(self, trigger: dict[str, Any] | None = None) -> StreamingQuery:
+        """Start the query (``trigger`` as ``DataStreamWriter.trigger`` takes it; Spark's default without)."""
+        return self.job.start(self.spark, self.source, trigger=trigger)
+
+    def close(self) -> None:
+        """Stop the query if it runs and release misa's state (commits finish first)."""
+        self.job.close(self.spark)
+
+
+def from_query(
+    query: DataFrame, sink: Sink, checkpoint_location: str, *, output_mode: str = "append", **options: Any
+) -> QueryJob:
+    """misa's job for a streaming ``query`` written in Spark's DataFrame API (one stateful operation: an
+    aggregation, with or without a time window, or a deduplication); ``sink(batch_id, pyarrow.Table)`` gets each
+    batch's output rows as plain Spark's ``writeStream`` in ``output_mode`` would write them. ``options`` are
+    :class:`~misa.job.StatefulJob`'s (``config``, ``state_dir``, ``dfs_url``, ``echo``, ...). A plan misa
+    cannot run fails here with :class:`~misa.exceptions.UnsupportedQueryError` naming the node."""
+    return QueryJob(query, sink, checkpoint_location, output_mode=output_mode, **options)
+
+
+def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> None:
+    """Spark's own checks of a streaming query for ``output_mode`` (its AnalysisException if it refuses)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    mode = getattr(jvm.org.apache.spark.sql.streaming.OutputMode, output_mode.capitalize())()
+    jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(plan.jvm, mode)
+
+
+def _source_rows(spark: SparkSession, translation: Translation) -> DataFrame:
+    """The stream of rows the operator reads: the plan below the stateful node, as Spark ran it."""
+    rows = dataframe_of(spark, translation.source)
+    for column in translation.not_null:
+        rows = rows.where(F.col(column).isNotNull())
+    for name, sql in translation.extra_columns:
+        rows = rows.withColumn(name, F.expr(sql))
+    return rows

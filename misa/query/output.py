@@ -1,0 +1,76 @@
+"""misa's output of a batch in the shape of Spark's stateful node, then what the query does above it.
+
+The operator's rows become the node's columns in Spark's order and types (a window as Spark's
+``struct<start, end>``); the projections and filters above the node (``select``, ``where``, ``withColumn``
+after the aggregation) run on them in Spark, as SQL read from the analyzed plan, and the sink gets the result.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from misa.exceptions import UnsupportedQueryError
+from misa.operators.aggregation import OUTPUT_WINDOW
+from misa.query.plan import Attr
+from misa.query.translate import Translation
+
+Sink = Callable[[int, pa.Table], None]
+
+
+class QueryOutput:
+    """Turns each batch's operator output into the query's output and hands it to ``sink``."""
+
+    def __init__(self, spark: SparkSession, translation: Translation, node_output: list[Attr], sink: Sink):
+        self.spark = spark
+        self.translation = translation
+        self.schema = T.StructType([T.StructField(a.name, a.dtype) for a in node_output])
+        self.arrow_schema = to_arrow_schema(self.schema, timezone="UTC", prefers_large_types=False)
+        self.sink = sink
+        self.check()
+
+    def check(self) -> None:
+        """Apply the steps above the stateful node to an empty batch: a step Spark cannot run again from its SQL
+        fails here, at start, naming the step."""
+        rows = self.spark.createDataFrame([], self.schema)
+        for kind, texts in self.translation.above:
+            try:
+                rows = _step(rows, kind, texts)
+            except Exception as error:  # noqa: BLE001 - any failure is the step's, reported with it
+                raise UnsupportedQueryError(
+                    f"[MISA_UNSUPPORTED_QUERY] misa cannot run the {kind} {texts} after {self.translation.stateful!r} "
+                    f"on its output ({type(error).__name__}: {str(error).splitlines()[0]}). Write instead: the "
+                    "step with built-in functions of the columns, or run it in your sink."
+                ) from error
+
+    def __call__(self, batch_id: int, table: pa.Table) -> None:
+        self.sink(batch_id, self.shape(table))
+
+    def shape(self, table: pa.Table) -> pa.Table:
+        """The query's output rows of the operator's output ``table``."""
+        if not table.num_columns:
+            table = self.arrow_schema.empty_table()
+        else:
+            table = pa.table(
+                [self._column(table, c.kind, c.source) for c in self.translation.output], schema=self.arrow_schema
+            )
+        if not self.translation.above:
+            return table
+        rows = self.spark.createDataFrame(table if table.num_rows else [], self.schema)
+        for kind, texts in self.translation.above:
+            rows = _step(rows, kind, texts)
+        return rows.toArrow()
+
+    def _column(self, table: pa.Table, kind: str, source: str) -> pa.Array:
+        if kind == "window":
+            start, end = (table[c].combine_chunks() for c in OUTPUT_WINDOW)
+            return pa.StructArray.from_arrays([start, end], names=["start", "end"])
+        return table[source].combine_chunks()
+
+
+def _step(rows: DataFrame, kind: str, texts: list[str]) -> DataFrame:
+    return rows.selectExpr(*texts) if kind == "select" else rows.where(texts[0])

@@ -1,0 +1,147 @@
+"""Spark's analyzed logical plan of a streaming DataFrame, read once at start into plain Python values.
+
+:func:`read_plan` walks the JVM plan through Py4J and keeps what :mod:`misa.query.translate` needs: each node's
+kind (the Catalyst class name: ``Aggregate``, ``Project``, ``EventTimeWatermark``, ...), its output attributes,
+its expressions as trees (:class:`Expr`), and the JVM node itself, so that the part of the plan below the
+stateful operation can run in Spark again as a streaming DataFrame (:func:`dataframe_of`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute (a column of a node's output): Spark tells two apart by ``expr_id``, not by name."""
+
+    name: str
+    expr_id: int
+    dtype: T.DataType
+    watermark_delay_ms: int | None = None  # set on a column withWatermark made the event time
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A Catalyst expression: its class name, children, SQL text, and the attribute or literal it is."""
+
+    kind: str
+    children: tuple[Expr, ...]
+    sql: str
+    dtype: T.DataType | None = None
+    attr: Attr | None = None  # an attribute reference
+    value: Any = None  # a literal's value
+    name: str | None = None  # an alias's name
+
+    def walk(self) -> list[Expr]:
+        """This expression and every expression under it, parents first."""
+        found = [self]
+        for child in self.children:
+            found += child.walk()
+        return found
+
+
+@dataclass
+class PlanNode:
+    """A logical plan node: ``fields`` holds the node-specific parts the translation reads."""
+
+    kind: str
+    children: list[PlanNode]
+    output: list[Attr]
+    jvm: Any = field(repr=False)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The node as Spark prints it (its first line)."""
+        return str(self.jvm.simpleString(200))
+
+
+def read_plan(df: DataFrame) -> PlanNode:
+    """The analyzed plan of ``df`` (a streaming DataFrame of the classic, non-Connect API)."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        raise TypeError(
+            "from_query reads the plan of a classic PySpark DataFrame; this one is from Spark Connect: "
+            "build the query in a local or cluster session (SparkSession.builder.master(...))"
+        )
+    return _node(jdf.queryExecution().analyzed())
+
+
+def dataframe_of(spark: SparkSession, node: PlanNode) -> DataFrame:
+    """The DataFrame whose plan is ``node`` (streaming when the node reads a stream)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    jdf = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, node.jvm)  # type: ignore[attr-defined]
+    return DataFrame(jdf, spark)
+
+
+def _seq(scala_seq: Any) -> list[Any]:
+    return [scala_seq.apply(i) for i in range(scala_seq.size())]
+
+
+def _node(jnode: Any) -> PlanNode:
+    kind = str(jnode.getClass().getSimpleName())
+    children = [_node(c) for c in _seq(jnode.children())]
+    output = [_attr(a) for a in _seq(jnode.output())]
+    return PlanNode(kind, children, output, jnode, _fields(kind, jnode))
+
+
+def _fields(kind: str, jnode: Any) -> dict[str, Any]:
+    if kind == "Project":
+        return {"list": [expr_of(e) for e in _seq(jnode.projectList())]}
+    if kind == "Filter":
+        return {"condition": expr_of(jnode.condition())}
+    if kind == "Aggregate":
+        return {
+            "grouping": [expr_of(e) for e in _seq(jnode.groupingExpressions())],
+            "aggregates": [expr_of(e) for e in _seq(jnode.aggregateExpressions())],
+        }
+    if kind in ("Deduplicate", "DeduplicateWithinWatermark"):
+        return {"keys": [_attr(a) for a in _seq(jnode.keys())]}
+    if kind == "EventTimeWatermark":
+        event_time = _attr(jnode.eventTime())
+        marked = [a for a in _seq(jnode.output()) if int(a.exprId().id()) == event_time.expr_id]
+        return {"event_time": _attr(marked[0]), "delay": str(jnode.delay().toString())}
+    if kind == "Expand":
+        return {"projections": [[expr_of(e) for e in _seq(p)] for p in _seq(jnode.projections())]}
+    if kind == "Join":
+        condition = jnode.condition()
+        return {
+            "join_type": str(jnode.joinType().toString()),
+            "condition": expr_of(condition.get()) if condition.isDefined() else None,
+        }
+    return {}
+
+
+def expr_of(jexpr: Any) -> Expr:
+    """The Python tree of a Catalyst expression."""
+    kind = str(jexpr.getClass().getSimpleName())
+    children = tuple(expr_of(c) for c in _seq(jexpr.children()))
+    dtype = _dtype(jexpr) if jexpr.resolved() else None
+    attr = _attr(jexpr) if kind == "AttributeReference" else None
+    value = _literal(jexpr) if kind == "Literal" else None
+    if kind == "AggregateExpression":  # value: DISTINCT or FILTER (WHERE ...), which misa does not compute
+        value = bool(jexpr.isDistinct()) or bool(jexpr.filter().isDefined())
+    name = str(jexpr.name()) if kind == "Alias" else None
+    return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name)
+
+
+def _dtype(jexpr: Any) -> T.DataType:
+    return T._parse_datatype_json_string(str(jexpr.dataType().json()))
+
+
+def _attr(jattr: Any) -> Attr:
+    metadata = json.loads(str(jattr.metadata().json()))
+    delay = metadata.get("spark.watermarkDelayMs")
+    return Attr(str(jattr.name()), int(jattr.exprId().id()), _dtype(jattr), None if delay is None else int(delay))
+
+
+def _literal(jexpr: Any) -> Any:
+    value = jexpr.value()
+    if value is None or isinstance(value, (int, float, bool, str)):
+        return value
+    return str(value.toString())

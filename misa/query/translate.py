@@ -1,0 +1,357 @@
+"""From Spark's analyzed plan to misa's job: the source below the stateful node, the operator, the steps above.
+
+A plan misa takes has one stateful node (an ``Aggregate``, a ``Deduplicate`` or a
+``DeduplicateWithinWatermark``) over a stream with at most one ``withWatermark``:
+
+* **below** it, everything runs in Spark as the job's source, except the node Spark's analyzer made of
+  ``window(...)`` (a ``Project`` for a tumbling window, an ``Expand`` for a sliding one): misa reads the
+  window's size, slide and start time from it and assigns windows itself (sliding windows as panes);
+* the **stateful node** becomes misa's operator (:class:`~misa.operators.aggregation.Aggregation` or
+  :class:`~misa.operators.dedup.Deduplicate`), with the watermark delay of the ``EventTimeWatermark`` node;
+* **above** it, projections and filters run on each batch's output (:mod:`misa.query.output`).
+
+Anything else is refused at start with :class:`~misa.exceptions.UnsupportedQueryError`, naming the node and
+the nearest form misa runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from misa.exceptions import UnsupportedQueryError
+from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.dedup import Deduplicate
+from misa.query.plan import Attr, Expr, PlanNode
+
+STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
+ABOVE = ("Project", "Filter", "SubqueryAlias")
+FUNCTIONS = {"Sum": "sum", "Count": "count", "Average": "avg", "Min": "min", "Max": "max"}
+NOT_YET = {
+    "First": "first",
+    "Last": "last",
+    "HyperLogLogPlusPlus": "approx_count_distinct",
+    "CollectSet": "collect_set",
+    "CollectList": "collect_list",
+}
+ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """``window(event_time, size, slide, start)`` as the analyzer expanded it (microseconds)."""
+
+    event_time: Attr
+    size_us: int
+    slide_us: int
+    start_us: int
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of the stateful node's output: its name and what it is in misa's output."""
+
+    name: str
+    kind: str  # "window" (the struct of window_start, window_end), "column" (misa's column ``source``)
+    source: str = ""
+
+
+@dataclass
+class Translation:
+    """How a query runs on misa: the source plan, the operator, its output and what runs above it."""
+
+    source: PlanNode
+    operator: Any
+    output: list[OutputColumn]
+    above: list[tuple[str, list[str]]] = field(default_factory=list)  # ("select" | "where", SQL texts)
+    extra_columns: list[tuple[str, str]] = field(default_factory=list)  # (name, SQL) added to the source rows
+    not_null: list[str] = field(default_factory=list)  # source columns whose null rows Spark drops first
+    warnings: list[str] = field(default_factory=list)
+    stateful: str = ""  # the stateful node, as Spark prints it
+
+
+def translate(plan: PlanNode, output_mode: str) -> Translation:
+    """misa's form of ``plan``, or :class:`UnsupportedQueryError` naming the node it cannot take."""
+    above, node = _above(plan)
+    if node.kind == "Aggregate":
+        translation = _aggregation(node, output_mode)
+    else:
+        translation = _deduplication(node)
+    _refuse_filters_on_event_time(node)
+    translation.above = above
+    translation.stateful = node.describe()
+    return translation
+
+
+def _above(plan: PlanNode) -> tuple[list[tuple[str, list[str]]], PlanNode]:
+    """The projections and filters above the stateful node (applied bottom up), and the node."""
+    steps: list[tuple[str, list[str]]] = []
+    node = plan
+    while node.kind not in STATEFUL:
+        if not _reads_stream(node):
+            raise _refused(node, "it reads no stream", "a streaming DataFrame (spark.readStream...)")
+        if node.kind not in ABOVE or len(node.children) != 1:
+            stateful = _stateful_below(node)
+            if stateful is None:
+                raise _refused(
+                    node,
+                    "the query has no stateful operation misa runs",
+                    "groupBy(...).agg(...), dropDuplicates(...) or dropDuplicatesWithinWatermark(...) on the "
+                    "stream; a query without state needs no misa: run it in Spark",
+                )
+            raise _refused(
+                node,
+                f"misa runs only projections and filters after the stateful {stateful.kind}",
+                "select/where/withColumn after the aggregation, and anything else in your sink",
+            )
+        if node.kind == "Project":
+            steps.append(("select", [e.sql for e in node.fields["list"]]))
+        elif node.kind == "Filter":
+            steps.append(("where", [node.fields["condition"].sql]))
+        node = node.children[0]
+    if _stateful_below(node.children[0]) is not None:
+        raise _refused(node, "the query has more than one stateful operation", "one stateful operation per query")
+    return steps[::-1], node
+
+
+def stateful_node(plan: PlanNode) -> PlanNode:
+    """The plan's stateful node (the plan is one :func:`translate` took)."""
+    found = _stateful_below(plan)
+    assert found is not None
+    return found
+
+
+def _stateful_below(node: PlanNode) -> PlanNode | None:
+    if node.kind in STATEFUL or node.kind == "Join" and all(_reads_stream(c) for c in node.children):
+        return node
+    for child in node.children:
+        found = _stateful_below(child)
+        if found is not None:
+            return found
+    return None
+
+
+def _reads_stream(node: PlanNode) -> bool:
+    return node.kind.startswith("Streaming") or any(_reads_stream(c) for c in node.children)
+
+
+def _watermarks(node: PlanNode) -> list[PlanNode]:
+    found = [node] if node.kind == "EventTimeWatermark" else []
+    for child in node.children:
+        found += _watermarks(child)
+    return found
+
+
+def _watermark(source: PlanNode, stateful: PlanNode) -> Attr | None:
+    """The event-time column ``withWatermark`` marked (with its delay), or None without a watermark."""
+    marks = _watermarks(source)
+    if len(marks) > 1:
+        raise _refused(stateful, "its input has more than one withWatermark", "one withWatermark on the stream")
+    return marks[0].fields["event_time"] if marks else None
+
+
+def _refuse_filters_on_event_time(stateful: PlanNode) -> None:
+    """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
+    the filter drops, misa's sees only the rows that reach the operator."""
+    marks = _watermarks(stateful)
+    if not marks:
+        return
+    event_time = marks[0].fields["event_time"].expr_id
+    node = stateful.children[0]
+    while node.kind != "EventTimeWatermark" and node.children:
+        condition = node.fields.get("condition") if node.kind == "Filter" else None
+        if condition is not None and condition.kind != "IsNotNull":
+            if any(e.attr is not None and e.attr.expr_id == event_time for e in condition.walk()):
+                raise _refused(
+                    node,
+                    "it filters on the event-time column after withWatermark (Spark's watermark counts the rows "
+                    "it drops)",
+                    "the same filter before withWatermark",
+                )
+        node = node.children[0]
+
+
+# ---------------------------------------------------------------------------------------------- aggregation
+def _aggregation(node: PlanNode, output_mode: str) -> Translation:
+    grouping = node.fields["grouping"]
+    for g in grouping:
+        if g.attr is None:
+            raise _refused(
+                node,
+                f"it groups by the expression {g.sql}",
+                f"the expression as a column first: .withColumn('g', {g.sql}).groupBy('g', ...)",
+            )
+    window, source, not_null = _window(node, [g.attr for g in grouping if g.attr is not None])
+    keys = [g.attr for g in grouping if g.attr is not None and (window is None or g.attr != _window_attr(node))]
+    watermark = _watermark(source, node)
+    translation = Translation(source, None, [], not_null=not_null)
+    aggs = _aggs(node, keys, translation)
+    event_time, delay = None, None
+    if window is not None:
+        event_time = window.event_time.name
+        if watermark is not None and watermark.expr_id == window.event_time.expr_id:
+            delay = f"{watermark.watermark_delay_ms}ms"
+        elif watermark is not None:
+            raise _refused(
+                node,
+                f"its window is over {window.event_time.name!r}, the watermark over {watermark.name!r}",
+                "withWatermark on the window's time column",
+            )
+        else:
+            translation.warnings.append(
+                f"{node.describe()}: a windowed aggregation without withWatermark keeps every window forever "
+                "(as Spark does): its state grows without bound; add withWatermark(...) to bound it"
+            )
+    elif any(k.watermark_delay_ms is not None for k in keys):
+        raise _refused(
+            node,
+            "it groups by the event-time column without a window",
+            "groupBy(window(event_time, ...), ...) over the watermarked column",
+        )
+    translation.operator = Aggregation(
+        [k.name for k in keys],
+        aggs,
+        event_time=event_time,
+        window=_ms(window.size_us) if window else None,
+        slide=_ms(window.slide_us) if window else None,
+        start_time=_ms(window.start_us) if window else None,
+        watermark_delay=delay if window else "0s",
+        output_mode=output_mode,
+    )
+    return translation
+
+
+def _aggs(node: PlanNode, keys: list[Attr], translation: Translation) -> list[Agg]:
+    """misa's aggregates of the node, filling the translation's output columns in Spark's order."""
+    aggs: list[Agg] = []
+    key_ids = {k.expr_id: k.name for k in keys}
+    window_attr = _window_attr(node)
+    for e in node.fields["aggregates"]:
+        name = e.name if e.kind == "Alias" else e.attr.name if e.attr else e.sql
+        inner = e.children[0] if e.kind == "Alias" else e
+        if inner.attr is not None and window_attr is not None and inner.attr.expr_id == window_attr.expr_id:
+            translation.output.append(OutputColumn(name, "window"))
+        elif inner.attr is not None and inner.attr.expr_id in key_ids:
+            translation.output.append(OutputColumn(name, "column", key_ids[inner.attr.expr_id]))
+        elif inner.kind == "AggregateExpression":
+            aggs.append(_agg(node, name, inner, translation))
+            translation.output.append(OutputColumn(name, "column", name))
+        else:
+            raise _refused(
+                node,
+                f"its output {e.sql} computes over aggregates",
+                "the aggregate alone in agg(...) and the arithmetic in a select(...) after it",
+            )
+    return aggs
+
+
+def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -> Agg:
+    function = aggregate.children[0]
+    if aggregate.value:
+        raise _refused(node, f"{aggregate.sql} is DISTINCT or FILTERed", "the aggregate without DISTINCT or FILTER")
+    if function.kind not in FUNCTIONS:
+        spark_name = NOT_YET.get(function.kind, function.kind)
+        raise _refused(
+            node,
+            f"misa does not compute {spark_name} ({aggregate.sql}) yet",
+            f"one of {', '.join(sorted(set(FUNCTIONS.values())))} (docs/spark-queries.md lists every function)",
+        )
+    arguments = [c for c in function.children if c.kind != "Literal" or function.kind == "Count"]
+    if len(arguments) != 1:
+        raise _refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
+    argument = arguments[0]
+    if function.kind == "Count" and argument.kind == "Literal" and argument.value is not None:
+        return Agg(name, "count", "*")
+    if argument.attr is not None:
+        return Agg(name, FUNCTIONS[function.kind], argument.attr.name)
+    column = ARGUMENT.format(len(translation.extra_columns))
+    translation.extra_columns.append((column, argument.sql))
+    return Agg(name, FUNCTIONS[function.kind], column)
+
+
+def _window_attr(node: PlanNode) -> Attr | None:
+    """The grouping attribute the analyzer's window node made (None: the aggregation has no window)."""
+    defined = _window_node(node)
+    if defined is None:
+        return None
+    return defined[0]
+
+
+def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:
+    """(window attribute, the node that assigns it, its struct expression), found under the aggregate."""
+    grouping = {g.attr.expr_id for g in aggregate.fields["grouping"] if g.attr is not None}
+    node = aggregate.children[0]
+    while True:
+        if node.kind == "Project":
+            for e in node.fields["list"]:
+                if e.kind == "Alias" and e.children[0].kind == "CreateNamedStruct":
+                    attr = next(a for a in node.output if a.name == e.name)
+                    if attr.expr_id in grouping:
+                        return attr, node, e.children[0]
+        if node.kind == "Expand" and node.output and node.output[0].expr_id in grouping:
+            return node.output[0], node, node.fields["projections"][0][0]
+        if node.kind != "Filter":
+            return None
+        node = node.children[0]
+
+
+def _window(aggregate: PlanNode, grouping: list[Attr]) -> tuple[TimeWindow | None, PlanNode, list[str]]:
+    """The aggregation's time window, the source plan (below the window node) and the columns Spark requires
+    non-null (the window's event time)."""
+    found = _window_node(aggregate)
+    if found is None:
+        return None, aggregate.children[0], []
+    attr, assigns, struct = found
+    parts = [e for e in struct.walk() if e.kind == "Remainder"]
+    if not parts:
+        raise _refused(
+            aggregate,
+            f"its group column {attr.name!r} is a session window",
+            "window(...) (tumbling or sliding); session_window is not yet in misa",
+        )
+    remainder = parts[0]
+    slide = remainder.children[1].value
+    shifted = remainder.children[0]  # precisetimestampconversion(event_time) - start
+    start = shifted.children[1].value
+    event_time = next(e.attr for e in shifted.walk() if e.attr is not None)
+    end = struct.children[3]
+    while end.kind in ("KnownNullable", "PreciseTimestampConversion"):
+        end = end.children[0]
+    size = end.children[1].value
+    if event_time.dtype.typeName() != "timestamp":
+        raise _refused(aggregate, f"its window is over {event_time.name!r} of type {event_time.dtype}", "a timestamp")
+    return TimeWindow(event_time, int(size), int(slide), int(start)), assigns.children[0], [event_time.name]
+
+
+def _ms(us: int) -> str:
+    return f"{us / 1000:g}ms"
+
+
+# ---------------------------------------------------------------------------------------------- deduplication
+def _deduplication(node: PlanNode) -> Translation:
+    source = node.children[0]
+    watermark = _watermark(source, node)
+    keys: list[Attr] = node.fields["keys"]
+    within = node.kind == "DeduplicateWithinWatermark"
+    event_time = None
+    if within:
+        if watermark is None:
+            raise _refused(node, "it has no withWatermark", "withWatermark(...) before dropDuplicatesWithinWatermark")
+        event_time = watermark.name
+    elif watermark is not None and any(k.expr_id == watermark.expr_id for k in keys):
+        event_time = watermark.name
+    delay = f"{watermark.watermark_delay_ms}ms" if watermark is not None and event_time else None
+    operator = Deduplicate(
+        [k.name for k in keys if k.name != event_time or within],
+        event_time=event_time,
+        watermark_delay=delay,
+        within_watermark=within,
+    )
+    output = [OutputColumn(a.name, "column", a.name) for a in node.output]
+    return Translation(source, operator, output)
+
+
+def _refused(node: PlanNode, why: str, instead: str) -> UnsupportedQueryError:
+    return UnsupportedQueryError(
+        f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {why}. Write instead: {instead}."
+    )
