@@ -36,6 +36,9 @@ class Query:
     delay_s: int = 0
     output_mode: str = "update"
     interval_s: int = 10  # the join's
+    start_s: int = 0  # the window's startTime (from_query cases)
+    count_star: bool = False  # count(*) among the aggregates (from_query cases)
+    above: bool = False  # a projection and a filter after the stateful operation (from_query cases)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Settings:
     shards: int = 2
     cache_max_bytes: int = 1 << 20
     processes: int = 1
+    from_query: bool = False  # the query written in Spark's API, run through misa.from_query
 
     def conf(self) -> dict[str, str]:
         return {
@@ -102,10 +106,16 @@ class Case:
             "sliding": f"window {q.window_s}s slide {q.slide_s}s",
             "global": "no window",
             "join": f"self-join within {q.interval_s}s",
+            "dedup": "dropDuplicates(keys)",
+            "dedup_time": "dropDuplicates(keys + event_time)",
+            "dedup_within": "dropDuplicatesWithinWatermark(keys)",
         }[q.operator]
         keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
+        shape += f" start {q.start_s}s" if q.start_s else ""
+        shape += (", count(*)" if q.count_star else "") + (", select+where after" if q.above else "")
+        via = "from_query, " if s.from_query else ""
         return (
-            f"seed {self.seed}: {q.operator} ({shape}; keys {keys}; {'/'.join(q.functions)} of {q.value_type}; "
+            f"seed {self.seed}: {via}{q.operator} ({shape}; keys {keys}; {'/'.join(q.functions)} of {q.value_type}; "
             f"delay {q.delay_s}s; {q.output_mode}) | {s.commit_mode}, prefetching {s.prefetching}, "
             f"{s.shards} shards | {len(self.rounds)} rounds, {self.files} files, {self.rows} rows"
         )
@@ -137,7 +147,7 @@ def random_case(seed: int) -> Case:
         shards=rng.randint(1, 4),
         cache_max_bytes=rng.choice((4096, 1 << 20)),
     )
-    rounds = _rounds(rng, query)
+    rounds = random_rounds(rng, query)
     return Case(
         seed, query, replace(settings, processes=rng.choice((1, 2))), rounds
     )  # drawn last: seeds keep their rows
@@ -145,10 +155,10 @@ def random_case(seed: int) -> Case:
 
 def case_of(query: Query, settings: Settings, seed: int) -> Case:
     """A case of a given query and settings, with random input drawn from ``seed``."""
-    return Case(seed, query, settings, _rounds(random.Random(seed), query))
+    return Case(seed, query, settings, random_rounds(random.Random(seed), query))
 
 
-def _rounds(rng: random.Random, query: Query) -> tuple:
+def random_rounds(rng: random.Random, query: Query) -> tuple:
     clock_ms = rng.randint(0, 20) * 1000
     late_ms = (query.delay_s + rng.choice((2, 12, 25))) * 1000  # beyond the delay and one batch's advance
     rounds = []

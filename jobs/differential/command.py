@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from jobs.differential.cases import Case, random_case
+from jobs.differential.queries import random_query_case
 from jobs.differential.runner import run_case
 from jobs.differential.shrink import shrink
 
@@ -23,6 +24,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cases", type=int, default=50, help="random cases to run")
     parser.add_argument("--seed", type=int, default=0, help="the first case's seed (case i has seed SEED + i)")
     parser.add_argument("--work", default="runs/fuzz", help="folder for the runs' files and the failing cases")
+    parser.add_argument(
+        "--from-query",
+        action="store_true",
+        help="queries written in Spark's DataFrame API (windows with startTime, count(*), complete output, "
+        "dropDuplicates, select/where after), run through misa.from_query",
+    )
     parser.add_argument("--replay", help="run one saved case (a JSON file this command wrote) instead")
     parser.add_argument("--no-shrink", action="store_true", help="report mismatches without shrinking them")
     parser.set_defaults(func=run)
@@ -37,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     coverage: Counter = Counter()
     failures = 0
     started = time.monotonic()
-    for n, case in enumerate(cases or (random_case(s) for s in seeds), 1):
+    draw = random_query_case if args.from_query else random_case
+    for n, case in enumerate(cases or (draw(s) for s in seeds), 1):
         _count(coverage, case)
         mismatch = run_case(spark, case, work / "run")
         print(
@@ -62,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
 def _count(coverage: Counter, case: Case) -> None:
     q, s = case.query, case.settings
     coverage[f"op:{q.operator}"] += 1
+    coverage[f"processes:{s.processes}"] += 1
+    coverage["count(*)"] += q.count_star
+    coverage["above"] += q.above
+    coverage["start_time"] += bool(q.start_s)
     coverage[f"mode:{q.output_mode}"] += 1
     coverage[f"commit:{s.commit_mode}"] += 1
     coverage[f"prefetch:{s.prefetching}"] += 1

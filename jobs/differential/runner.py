@@ -25,9 +25,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.differential.cases import Case
+from jobs.differential.queries import spark_api_query
 from jobs.output_diff import canonical, diff_rows
 from jobs.submit import native_aggregation, native_interval_join
-from misa import Agg, Aggregation, IntervalJoin, MisaConfig, StatefulJob
+from misa import Agg, Aggregation, IntervalJoin, MisaConfig, StatefulJob, from_query
 
 EVENT_TIME = "event_time"
 FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}
@@ -130,6 +131,10 @@ def _rows(table: pa.Table) -> Counter:
 def _canonical(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
+    if isinstance(value, dict):  # a struct (a window)
+        return tuple((k, _canonical(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_canonical(v) for v in value)
     return canonical(value)
 
 
@@ -147,7 +152,8 @@ def _stream(spark: SparkSession, case: Case, source: Path) -> DataFrame:
 def _run_native(spark: SparkSession, case: Case, source: Path, run: Path) -> list[pa.Table]:
     """One round in plain Spark: every batch's output, in batch order (batches without data included)."""
     outputs: dict[int, pa.Table] = {}
-    query = spark_query(case, _stream(spark, case, source))
+    build = spark_api_query if case.settings.from_query else spark_query
+    query = build(case, _stream(spark, case, source))
     writer = query.writeStream.outputMode(case.query.output_mode).option("checkpointLocation", str(run / "ckpt"))
     writer.foreachBatch(lambda df, batch_id: outputs.__setitem__(batch_id, df.toArrow())).trigger(
         availableNow=True
@@ -168,18 +174,24 @@ def _run_misa(spark: SparkSession, case: Case, source: Path, run: Path, first: i
     """One round through misa (a new job over the same checkpoint, as a restarted driver): its batches' outputs."""
     outputs: dict[int, pa.Table] = {}
     config = MisaConfig.from_mapping(case.settings.conf())
-    job = StatefulJob(
-        operator_of(case),
-        outputs.__setitem__,
-        str(run / "ckpt"),
-        upstream=upstream,
-        config=config,
-        echo=None,
-    )
-    try:
-        job.start(spark, _stream(spark, case, source), trigger={"availableNow": True}).awaitTermination()
-    finally:
-        job.close(spark)
+    trigger = {"availableNow": True}
+    if case.settings.from_query:
+        query = spark_api_query(case, _stream(spark, case, source))
+        job = from_query(
+            query, outputs.__setitem__, str(run / "ckpt"), output_mode=case.query.output_mode, config=config, echo=None
+        )
+        try:
+            job.start(trigger).awaitTermination()
+        finally:
+            job.close()
+    else:
+        plain = StatefulJob(
+            operator_of(case), outputs.__setitem__, str(run / "ckpt"), upstream=upstream, config=config, echo=None
+        )
+        try:
+            plain.start(spark, _stream(spark, case, source), trigger=trigger).awaitTermination()
+        finally:
+            plain.close(spark)
     if sorted(outputs) != list(range(first, first + files)):
         raise AssertionError(f"misa ran batches {sorted(outputs)}, expected {first}..{first + files - 1}")
     return [outputs[b] for b in sorted(outputs)]

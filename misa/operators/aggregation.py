@@ -51,6 +51,7 @@ from misa.operators.base import (
     micros,
     spark_interval,
 )
+from misa.operators.object_aggs import OBJECT_FUNCTIONS, OBJECT_ORDERED, ObjectValues, is_object, object_partial
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import column_type, duration, event_time, key_columns, typed
 from misa.operators.sliding import PaneState, Windows
@@ -60,14 +61,16 @@ from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
-AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max")
+AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", *OBJECT_FUNCTIONS)
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
 OUTPUT_MODES = ("update", "append", "complete")
 NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
 OUTPUT_WINDOW = ("window_start", "window_end")  # the output's window columns
 NUMBERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType)
 ORDERED = (*NUMBERS, T.DateType, T.TimestampType, T.TimestampNTZType)
-INPUT_TYPES = {"sum": NUMBERS, "avg": NUMBERS, "min": ORDERED, "max": ORDERED}  # count takes any type
+# count, first, last, collect_list, collect_set and approx_count_distinct take any type
+INPUT_TYPES = {"sum": (*NUMBERS, T.DecimalType), "avg": (*NUMBERS, T.DecimalType)}
+INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_ORDERED)}
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
 log = logging.getLogger(__name__)
@@ -76,8 +79,10 @@ LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding wind
 
 @dataclass(frozen=True)
 class Agg:
-    """One output column: ``function`` (sum, count, avg, min, max) of input ``column`` (count: ``"*"`` counts
-    rows, Spark's ``count(*)``)."""
+    """One output column: ``function`` of input ``column`` (count: ``"*"`` counts rows, Spark's ``count(*)``).
+
+    Functions: sum, count, avg, min, max, and (:mod:`misa.operators.object_aggs`) first, last, collect_list,
+    collect_set, approx_count_distinct."""
 
     name: str
     function: str
@@ -103,6 +108,17 @@ class Agg:
                 "only: cast the column to one of them in the upstream"
             )
 
+    def partials(self, index: int, dtype: T.DataType | None) -> list[Column]:
+        """The delta columns of this aggregate (number ``index``) over a group of rows of input type ``dtype``:
+        ``_v{index}`` (vectorized) or ``_o{index}`` (and ``_r{index}``; :mod:`.object_aggs`), then ``_c{index}``."""
+        if is_object(self.function, dtype):
+            assert dtype is not None
+            columns = object_partial(self.function, F.col(self.column), dtype)
+            named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
+        else:
+            named = [self.partial().alias(f"_v{index}")]
+        return [*named, self.partial_count().alias(f"_c{index}")]
+
     def partial(self) -> Column:
         """This aggregate's partial value over a group of rows, in Spark's result type (avg: the double sum)."""
         column = F.lit(1) if self.column == ROWS_COLUMN else F.col(self.column)
@@ -124,21 +140,49 @@ class Agg:
 class AggValues:
     """The aggregates' partial values as the deltas carry them: their states and output types.
 
-    Delta column ``_v{i}`` holds aggregate i's partial value in Spark's result type, ``_c{i}`` its
-    count of non-null inputs.
+    Delta column ``_v{i}`` holds vectorized aggregate i's partial value in Spark's result type, ``_c{i}`` its
+    count of non-null inputs; the other aggregates are ``objects`` (:mod:`.object_aggs`). A state value is
+    the vectorized cells, then (with object aggregates) their pickled states.
     """
 
-    aggs: Sequence[Agg]
+    aggs: Sequence[Agg]  # the vectorized ones
+    indexes: tuple[int, ...]  # their positions among all aggregates (their delta columns' numbers)
     types: tuple[pa.DataType, ...]
     states: AggStates
+    objects: ObjectValues
+    names: tuple[str, ...]  # every aggregate's output name, in order
 
     @classmethod
-    def of(cls, aggs: Sequence[Agg], schema: pa.Schema, ansi: bool) -> AggValues:
-        types = tuple(schema.field(f"_v{i}").type for i in range(len(aggs)))
-        for agg, t in zip(aggs, types):
+    def of(cls, aggs: Sequence[Agg], schema: pa.Schema, ansi: bool, collect_limit: int) -> AggValues:
+        indexes = tuple(i for i in range(len(aggs)) if f"_v{i}" in schema.names)
+        types = tuple(schema.field(f"_v{i}").type for i in indexes)
+        vectorized = [aggs[i] for i in indexes]
+        for agg, t in zip(vectorized, types):
             if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)):
                 raise TypeError(f"aggregate {agg.name}: partial values of type {t} cannot be kept exactly")
-        return cls(aggs, types, AggStates(tuple(a.fold(t) for a, t in zip(aggs, types)), ansi))
+        objects = ObjectValues.of([(i, a.name, a.function) for i, a in enumerate(aggs)], schema, ansi, collect_limit)
+        folds = AggStates(tuple(a.fold(t) for a, t in zip(vectorized, types)), ansi)
+        return cls(vectorized, indexes, types, folds, objects, tuple(a.name for a in aggs))
+
+    def decode(self, values: Sequence[bytes | None]) -> tuple[np.ndarray, list[list[Any]]]:
+        """Stored values (None: no state yet) as vectorized states and object states."""
+        width = self.states.width * 8
+        cells = self.states.decode([v[:width] if v is not None else None for v in values])
+        objects = self.objects.decode([v[width:] if v is not None else None for v in values]) if self.objects else []
+        return cells, objects
+
+    def encode(self, states: np.ndarray, objects: list[list[Any]]) -> list[bytes]:
+        cells = self.states.encode(states)
+        return [c + o for c, o in zip(cells, self.objects.encode(objects))] if self.objects else cells
+
+    def delta_objects(self, deltas: pa.Table, key_of_row: np.ndarray, keys: int) -> list[list[Any]]:
+        """The deltas' object states folded per key (rows in order)."""
+        if not self.objects:
+            return []
+        return self.objects.per_key(self.objects.delta_states(deltas), key_of_row, keys)
+
+    def merge_objects(self, old: list[list[Any]], delta: list[list[Any]]) -> list[list[Any]]:
+        return self.objects.merge(old, delta) if self.objects else []
 
     @property
     def cells(self) -> list[str]:
@@ -148,7 +192,7 @@ class AggValues:
     def delta_states(self, deltas: pa.Table) -> np.ndarray:
         """The deltas' states: per aggregate its partial value (null: the identity) and count."""
         columns = []
-        for i, (fold, t) in enumerate(zip(self.states.folds, self.types)):
+        for i, fold, t in zip(self.indexes, self.states.folds, self.types):
             value = deltas[f"_v{i}"].combine_chunks()
             if fold.floating:
                 cells = value.cast(pa.float64()).fill_null(fold.identity).to_numpy().view(np.int64)
@@ -157,9 +201,9 @@ class AggValues:
             columns += [cells, deltas[f"_c{i}"].to_numpy().astype(np.int64)]
         return np.column_stack(columns) if columns else self.states.identity(deltas.num_rows)
 
-    def columns(self, states: np.ndarray) -> dict[str, pa.Array]:
+    def columns(self, states: np.ndarray, objects: list[list[Any]]) -> dict[str, pa.Array]:
         """The output columns of ``states``: null where an aggregate saw no non-null input (count: 0)."""
-        out = {}
+        out = self.objects.columns(objects) if self.objects else {}
         for i, (agg, t) in enumerate(zip(self.aggs, self.types)):
             value, count = self.states.value(states, i), self.states.count(states, i)
             if agg.function == "avg":
@@ -169,7 +213,7 @@ class AggValues:
                 out[agg.name] = pa.array(value, mask=empty).cast(t)
             else:
                 out[agg.name] = pa.array(value, mask=empty).cast(_integers(t)).view(t)
-        return out
+        return {name: out[name] for name in self.names}
 
 
 def _integers(t: pa.DataType) -> pa.DataType:
@@ -189,6 +233,7 @@ class Aggregation(HintSource, KeyPartitioned):
     watermark_delay: str | None = "0s"  # None: no watermark (windows are kept forever, nothing is late)
     output_mode: str = "update"  # update, append or complete (every group's row, each batch)
     start_time: str | None = None  # Spark's window startTime: windows start at it plus multiples of slide
+    collect_max_items: int = 10_000  # collect_list / collect_set: items per group (more fails the batch)
     watermark: EventTimeWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _panes: PaneState | None = field(default=None, init=False, repr=False)  # sliding windows only
@@ -282,8 +327,9 @@ class Aggregation(HintSource, KeyPartitioned):
         measures = [F.count(F.lit(1)).alias(ROWS)]
         if self.event_time:
             measures.append(F.max(F.unix_micros(F.col(self.event_time))).alias(MAX_EVENT))
+        types = {f.name: f.dataType for f in batch.schema.fields}
         for i, agg in enumerate(self.aggs):
-            measures += [agg.partial().alias(f"_v{i}"), agg.partial_count().alias(f"_c{i}")]
+            measures += agg.partials(i, types.get(agg.column))
         groups: list[Column] = [F.col(c) for c in group_by]
         if not self.window:
             return batch.groupBy(*groups).agg(*measures)
@@ -304,6 +350,12 @@ class Aggregation(HintSource, KeyPartitioned):
         for agg in self.aggs:
             if agg.column in types:  # else Spark names the missing column
                 agg.check_input(types[agg.column])
+                if self._panes is not None and is_object(agg.function, types[agg.column]):
+                    raise AnalysisError(
+                        f"[MISA_UNSUPPORTED_QUERY] aggregate {agg.name} ({agg.function} of "
+                        f"{types[agg.column].simpleString()}) over sliding windows is not in misa yet: use it over "
+                        "tumbling windows or without a window, or sum/count/avg/min/max of numbers over sliding windows"
+                    )
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
@@ -353,7 +405,7 @@ class Aggregation(HintSource, KeyPartitioned):
 
     def _values(self, schema: pa.Schema) -> AggValues:
         """The deltas' aggregate values; they must be kept as the state's are."""
-        values = AggValues.of(self.aggs, schema, self._ansi)
+        values = AggValues.of(self.aggs, schema, self._ansi, self.collect_max_items)
         if self._cells is not None and values.cells != self._cells:
             raise ValueError(
                 f"the state holds aggregate values as {self._cells}, this batch's inputs give {values.cells} "
@@ -380,11 +432,14 @@ class Aggregation(HintSource, KeyPartitioned):
             ts: list[int] | int = 0
             if self.event_time:
                 ts = latest_per_key(key_of_row, len(keys), deltas[MAX_EVENT].fill_null(0).to_numpy()).tolist()
-            merged = values.states.merge(values.states.decode(state.get_many(keys, ts)), delta)
-            state.put_many(keys, values.states.encode(merged))
+            old, old_objects = values.decode(state.get_many(keys, ts))
+            merged = values.states.merge(old, delta)
+            objects = values.merge_objects(old_objects, values.delta_objects(deltas, key_of_row, len(keys)))
+            state.put_many(keys, values.encode(merged, objects))
             result.state_reads = len(keys)
             if self.output_mode == "update":
-                result.output = self._output(deltas.select(self._key_columns()).take(first_rows), values, merged)
+                keys_table = deltas.select(self._key_columns()).take(first_rows)
+                result.output = self._output(keys_table, values, merged, objects)
 
     def _rows(self, entries: list[tuple[bytes, bytes]], values: AggValues) -> pa.Table:
         """The output rows of state entries (window or group keys and their aggregate states)."""
@@ -394,7 +449,7 @@ class Aggregation(HintSource, KeyPartitioned):
         ends, cols = self._codec.decode([k for k, _ in entries])
         window = self._window_columns(ends) if self.window else []
         keys = pa.table(dict(zip(self._key_columns(), window + cols)))
-        return self._output(keys, values, values.states.decode([v for _, v in entries]))
+        return self._output(keys, values, *values.decode([v for _, v in entries]))
 
     def _apply_panes(
         self,
@@ -427,7 +482,7 @@ class Aggregation(HintSource, KeyPartitioned):
         _, columns = self._codec.decode(windows.group_keys)
         picked = [pc.take(c, pa.array(windows.keys)) for c in columns]
         keys = pa.table(dict(zip(self._key_columns(), self._window_columns(windows.ends) + picked)))
-        return self._output(keys, values, windows.states)
+        return self._output(keys, values, windows.states, [])
 
     def _key_codec(self, schema: pa.Schema) -> KeyCodec:
         if self._codec is None:
@@ -499,19 +554,19 @@ class Aggregation(HintSource, KeyPartitioned):
     def _key_columns(self) -> list[str]:
         return ([WINDOW_START, WINDOW_END] if self.window else []) + list(self.group_by)
 
-    def _output(self, keys: pa.Table, values: AggValues, states: np.ndarray) -> pa.Table:
+    def _output(self, keys: pa.Table, values: AggValues, states: np.ndarray, objects: list[list[Any]]) -> pa.Table:
         columns: dict[str, pa.Array] = {}
         if self.window:
             for name, column in zip(OUTPUT_WINDOW, (WINDOW_START, WINDOW_END)):
                 columns[name] = pc.cast(keys[column], pa.timestamp("us", tz="UTC"))
         for c in self.group_by:
             columns[c] = keys[c]
-        return pa.table(columns | values.columns(states))
+        return pa.table(columns | values.columns(states, objects))
 
     def _empty_output(self, schema: pa.Schema, values: AggValues) -> pa.Table:
         types = {WINDOW_START: pa.int64(), WINDOW_END: pa.int64()} | {c: schema.field(c).type for c in self.group_by}
         keys = pa.table({c: pa.array([], types[c]) for c in self._key_columns()})
-        return self._output(keys, values, values.states.identity(0))
+        return self._output(keys, values, values.states.identity(0), [])
 
     # ------------------------------------------------------------------ versions
     @property

@@ -126,6 +126,10 @@ def expr_of(jexpr: Any) -> Expr:
     value = _literal(jexpr) if kind == "Literal" else None
     if kind == "AggregateExpression":  # value: DISTINCT or FILTER (WHERE ...), which misa does not compute
         value = bool(jexpr.isDistinct()) or bool(jexpr.filter().isDefined())
+    if kind == "HyperLogLogPlusPlus":  # value: the relative error asked for
+        value = float(jexpr.relativeSD())
+    if kind in ("First", "Last"):  # value: whether nulls are skipped
+        value = bool(jexpr.ignoreNulls())
     name = str(jexpr.name()) if kind == "Alias" else None
     return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name)
 

@@ -26,14 +26,10 @@ from misa.query.plan import Attr, Expr, PlanNode
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
 ABOVE = ("Project", "Filter", "SubqueryAlias")
-FUNCTIONS = {"Sum": "sum", "Count": "count", "Average": "avg", "Min": "min", "Max": "max"}
-NOT_YET = {
-    "First": "first",
-    "Last": "last",
-    "HyperLogLogPlusPlus": "approx_count_distinct",
-    "CollectSet": "collect_set",
-    "CollectList": "collect_list",
-}
+FUNCTIONS = {"Sum": "sum", "Count": "count", "Average": "avg", "Min": "min", "Max": "max", "First": "first"}
+FUNCTIONS |= {"Last": "last", "HyperLogLogPlusPlus": "approx_count_distinct"}
+FUNCTIONS |= {"CollectSet": "collect_set", "CollectList": "collect_list"}
+SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
 
 
@@ -250,13 +246,18 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     if aggregate.value:
         raise _refused(node, f"{aggregate.sql} is DISTINCT or FILTERed", "the aggregate without DISTINCT or FILTER")
     if function.kind not in FUNCTIONS:
-        spark_name = NOT_YET.get(function.kind, function.kind)
         raise _refused(
             node,
-            f"misa does not compute {spark_name} ({aggregate.sql}) yet",
-            f"one of {', '.join(sorted(set(FUNCTIONS.values())))} (docs/spark-queries.md lists every function)",
+            f"misa does not compute {aggregate.sql} yet",
+            f"one of {', '.join(FUNCTIONS.values())} (docs/spark-queries.md lists every function)",
         )
-    arguments = [c for c in function.children if c.kind != "Literal" or function.kind == "Count"]
+    if function.kind in ("First", "Last") and function.value:
+        raise _refused(node, f"{aggregate.sql} skips nulls", f"{FUNCTIONS[function.kind]}(column) without ignorenulls")
+    if function.kind == "HyperLogLogPlusPlus" and function.value != SPARK_RELATIVE_SD:
+        raise _refused(
+            node, f"{aggregate.sql} asks for relative error {function.value}", "approx_count_distinct(column)"
+        )
+    arguments = function.children
     if len(arguments) != 1:
         raise _refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
     argument = arguments[0]

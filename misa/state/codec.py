@@ -284,8 +284,8 @@ class AggStates:
 
     def reduce(self, states: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """The states of the row segments beginning at ``starts`` (each non-empty): counts add, values fold."""
-        if not len(starts):
-            return self.identity(0)
+        if not len(starts) or not self.width:
+            return self.identity(len(starts))
         out = np.empty((len(starts), self.width), np.int64)
         out[:, 1::AGG_CELLS] = np.add.reduceat(states[:, 1::AGG_CELLS], starts, axis=0)
         for i, fold in enumerate(self.folds):
@@ -301,6 +301,8 @@ class AggStates:
 
     def merge(self, old: np.ndarray, delta: np.ndarray) -> np.ndarray:
         """Row ``r`` of ``old`` folded with row ``r`` of ``delta``."""
+        if not self.width:
+            return self.identity(len(old))
         pairs = np.stack([old, delta], axis=1).reshape(-1, self.width)
         return self.reduce(pairs, np.arange(0, len(pairs), 2))
 

@@ -1,0 +1,117 @@
+"""Differential cases written in Spark's DataFrame API: the one query runs in plain Spark and through
+``misa.from_query``.
+
+:func:`spark_api_query` writes a case's query as a Spark user would (``withWatermark``, ``groupBy(window(...))``,
+``agg``, ``dropDuplicates``, ``select``/``where`` after); :func:`random_query_case` draws the forms misa runs
+(docs/spark-queries.md), with the inputs of :mod:`jobs.differential.cases` (late rows, rows out of order,
+back-to-back batches, restarts, every key type).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from jobs.differential.cases import (
+    COMMIT_MODES,
+    FUNCTIONS,
+    KEY_TYPES,
+    PREFETCHING,
+    Case,
+    Query,
+    Settings,
+    random_rounds,
+)
+
+EVENT_TIME = "event_time"
+QUERY_FORMS = ("tumbling", "sliding", "global", "dedup", "dedup_time", "dedup_within")
+SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}
+
+
+def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
+    """The case's query over the source's rows, in Spark's DataFrame API."""
+    q = case.query
+    events = rows.withColumn(EVENT_TIME, F.timestamp_millis("t"))
+    keys = list(q.keys)
+    if q.operator.startswith("dedup"):
+        watermarked = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds")
+        if q.operator == "dedup":
+            deduplicated = events.dropDuplicates(keys)
+        elif q.operator == "dedup_time":
+            deduplicated = watermarked.dropDuplicates([*keys, EVENT_TIME])
+        else:
+            deduplicated = watermarked.dropDuplicatesWithinWatermark(keys)
+        return (
+            deduplicated.where("v IS NULL OR v <> 7").select("*", (F.col("t") + 1).alias("t1"))
+            if q.above
+            else (deduplicated)
+        )
+    aggregates = [SPARK_FUNCTIONS[f]("v").alias(f"{f}_v") for f in q.functions]
+    if q.count_star:
+        aggregates.append(F.count("*"))
+    if q.operator == "global":
+        grouped = events.groupBy(*keys).agg(*aggregates)
+        return _above(grouped, q, [F.col(k) for k in keys]) if q.above else grouped
+    window = F.window(EVENT_TIME, f"{q.window_s} seconds", f"{q.slide_s} seconds", f"{q.start_s} seconds")
+    grouped = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds").groupBy(window, *keys).agg(*aggregates)
+    if not q.above:
+        return grouped
+    return _above(grouped, q, [F.col("window.end").alias("ends"), *[F.col(k) for k in keys]])
+
+
+def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame:
+    """A select with arithmetic and a rename, then a filter, over the aggregation's output."""
+    first = f"{query.functions[0]}_v"
+    return grouped.select(*leading, (F.col(first) * 2).alias("twice"), F.col(first).alias("renamed")).where(
+        "twice IS NULL OR twice <> 4"
+    )
+
+
+def random_query_case(seed: int) -> Case:
+    """A random case of a query form misa runs, written in Spark's API and run through from_query."""
+    rng = random.Random(f"from_query-{seed}")
+    form = rng.choice(QUERY_FORMS)
+    dedup = form.startswith("dedup")
+    key_count = rng.choice((1, 1, 2)) if dedup else rng.choice((0, 1, 1, 2))
+    window = rng.choice((5, 10, 20))
+    slide = rng.choice((window // 5, window // 2)) if form == "sliding" else window
+    query = Query(
+        operator=form,
+        keys={f"k{i}": rng.choice(KEY_TYPES) for i in range(key_count)},
+        functions=tuple(rng.sample(FUNCTIONS, rng.randint(1, 3))),
+        value_type=rng.choice(("bigint", "double")),
+        window_s=window,
+        slide_s=slide,
+        delay_s=rng.choice((0, 0, 2, 5, 10)),
+        output_mode=_output_mode(rng, form),
+        start_s=rng.choice((0, 0, 1, 3)) % slide if form == "tumbling" else 0,
+        count_star=rng.random() < 0.4,
+        above=rng.random() < 0.3,
+    )
+    settings = Settings(
+        commit_mode=rng.choice(COMMIT_MODES),
+        prefetching=rng.choice(PREFETCHING),
+        shards=rng.randint(1, 4),
+        cache_max_bytes=rng.choice((4096, 1 << 20)),
+        processes=rng.choice((1, 1, 2)) if form != "global" or key_count else 1,
+        from_query=True,
+    )
+    return Case(seed, query, settings, random_rounds(rng, query))
+
+
+def _output_mode(rng: random.Random, form: str) -> str:
+    if form.startswith("dedup"):
+        return rng.choice(("append", "update"))
+    if form == "global":
+        return rng.choice(("update", "complete"))
+    if form == "tumbling":
+        return rng.choice(("update", "append", "complete"))
+    return rng.choice(("update", "append"))
+
+
+def query_case_of(query: Query, settings: Settings, seed: int) -> Case:
+    """A from_query case of a given query and settings, with random input drawn from ``seed``."""
+    return Case(seed, query, replace(settings, from_query=True), random_rounds(random.Random(seed), query))

@@ -1,0 +1,267 @@
+"""Aggregates whose state is a Python value per group, merged group by group on the driver.
+
+The vectorized states of :class:`misa.state.codec.AggStates` hold one int64 or float64 per aggregate; these
+do not fit there, and are kept here with Spark's semantics:
+
+* ``first`` / ``last`` (Spark's default ``ignoreNulls=false``): the value of the group's first (last) row,
+  null included, in the order Spark reads the rows; any input type;
+* ``min`` / ``max`` of strings, booleans and binary values;
+* ``sum`` / ``avg`` of decimals, exactly: Spark's result types (sum: ``decimal(p + 10, s)``, avg:
+  ``decimal(p + 4, s + 4)``, rounded half up); a sum beyond its precision is null, as Spark's is without ANSI
+  mode and an error with it;
+* ``collect_list`` / ``collect_set`` (nulls skipped; an empty group gives an empty array), bounded by
+  ``spark.misa.aggregate.collectMaxItems`` items per group: more fails the batch, naming the group's
+  aggregate and the setting, rather than dropping values;
+* ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
+  count for its default relative error (0.05: 512 registers); small counts use linear counting, as Spark's
+  HyperLogLog++ does, so they equal Spark's; larger ones are within Spark's error bound.
+
+Each delta row carries, per aggregate ``i``, its partial value ``_o{i}`` (Spark computes it per group of the
+batch) and its count of non-null inputs ``_c{i}``; the state value of a group is the pickled list of the
+aggregates' states, stored after the vectorized cells.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, localcontext
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from misa.exceptions import AggregateOverflowError, MisaError
+
+OBJECT_FUNCTIONS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
+OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType)
+HLL_PRECISION = 9  # Spark's for relativeSD 0.05: ceil(2 * log2(1.106 / 0.05))
+HLL_LINEAR_LIMIT = 400  # HyperLogLog++'s threshold for linear counting at this precision
+OVERFLOW = "overflow"  # a decimal sum past its precision
+
+
+class CollectLimitError(MisaError, RuntimeError):
+    """A collect_list / collect_set group grew past ``spark.misa.aggregate.collectMaxItems``."""
+
+
+def is_object(function: str, dtype: T.DataType | None) -> bool:
+    """Whether ``function`` over ``dtype`` keeps its state here."""
+    if function in OBJECT_FUNCTIONS:
+        return True
+    if function in ("min", "max"):
+        return isinstance(dtype, OBJECT_ORDERED)
+    return function in ("sum", "avg") and isinstance(dtype, T.DecimalType)
+
+
+def object_partial(function: str, column: Column, dtype: T.DataType) -> list[Column]:
+    """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals)
+    a typed null carrying the result type."""
+    if function == "approx_count_distinct":
+        return [F.collect_set(F.when(column.isNotNull(), F.xxhash64(column)))]
+    if function == "avg":
+        assert isinstance(dtype, T.DecimalType)
+        result = T.DecimalType(min(38, dtype.precision + 4), min(38, dtype.scale + 4))
+        return [F.sum(column), F.lit(None).cast(result)]
+    functions = {
+        "first": F.first,
+        "last": F.last,
+        "min": F.min,
+        "max": F.max,
+        "sum": F.sum,
+        "collect_list": F.collect_list,
+        "collect_set": F.collect_set,
+    }
+    return [functions[function](column)]
+
+
+@dataclass(frozen=True)
+class ObjectAgg:
+    """One object aggregate: output ``name``, ``function``, its partial values' Arrow type and output type."""
+
+    name: str
+    function: str
+    index: int  # the aggregate's position: its delta columns are _o{index}, _c{index}
+    value_type: pa.DataType
+    output_type: pa.DataType
+
+    def identity(self) -> Any:
+        if self.function == "approx_count_distinct":
+            return bytes(1 << HLL_PRECISION)
+        return [None, 0]  # value, count (first/last: rows seen)
+
+    def of_row(self, value: Any, count: int) -> Any:
+        """The state of one delta row."""
+        if self.function == "approx_count_distinct":
+            return _registers(value or [])
+        if self.function in ("first", "last"):
+            return [value, 1]
+        return [value, count]
+
+    def merge(self, a: Any, b: Any, limit: int) -> Any:
+        """``a`` (earlier rows) folded with ``b`` (later rows)."""
+        f = self.function
+        if f == "approx_count_distinct":
+            return bytes(np.maximum(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)))
+        (x, n), (y, m) = a, b
+        if f == "first":
+            return a if n else b
+        if f == "last":
+            return b if m else a
+        if not n or x is None:
+            return b
+        if not m or y is None:
+            return a
+        if f == "min":
+            return [min(x, y), n + m]
+        if f == "max":
+            return [max(x, y), n + m]
+        if f in ("sum", "avg"):
+            total = OVERFLOW if OVERFLOW in (x, y) else x + y
+            if total != OVERFLOW and _digits(total) > self.value_type.precision - self.value_type.scale:
+                total = OVERFLOW
+            return [total, n + m]
+        merged = x + [v for v in y if v not in x] if f == "collect_set" else x + y
+        if len(merged) > limit:
+            raise CollectLimitError(
+                f"{f} {self.name}: a group holds more than {limit} items (spark.misa.aggregate.collectMaxItems); "
+                "raise the setting, or bound the group (a window, a coarser key) so its list stays small"
+            )
+        return [merged, n + m]
+
+    def result(self, state: Any, ansi: bool) -> Any:
+        """The output value of a state."""
+        f = self.function
+        if f == "approx_count_distinct":
+            return _estimate(state)
+        value, count = state
+        if f in ("collect_list", "collect_set"):
+            return value if count else []
+        if f in ("first", "last"):
+            return value
+        if not count or value is None:
+            return None
+        if value == OVERFLOW:
+            if ansi:
+                raise AggregateOverflowError(
+                    f"[ARITHMETIC_OVERFLOW] decimal sum {self.name} exceeds {self.value_type}, as Spark raises with "
+                    "spark.sql.ansi.enabled=true; set it to false for a null result, or cast to a wider decimal"
+                )
+            return None
+        if f == "avg":
+            with localcontext() as context:
+                context.prec = 80
+                return (value / count).quantize(Decimal(1).scaleb(-self.output_type.scale), rounding=ROUND_HALF_UP)
+        return value
+
+
+class ObjectValues:
+    """The object aggregates of a batch's deltas: states per row, folded per key, merged, stored, output."""
+
+    def __init__(self, aggs: Sequence[ObjectAgg], ansi: bool, limit: int):
+        self.aggs = list(aggs)
+        self.ansi = ansi
+        self.limit = limit
+
+    @classmethod
+    def of(cls, names: Sequence[tuple[int, str, str]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
+        """The object aggregates among ``names`` ((index, name, function)) whose columns the deltas carry."""
+        aggs = []
+        for index, name, function in names:
+            if f"_o{index}" not in schema.names:
+                continue
+            value_type = schema.field(f"_o{index}").type
+            output_type = _output_type(function, value_type, schema, index)
+            aggs.append(ObjectAgg(name, function, index, value_type, output_type))
+        return cls(aggs, ansi, limit)
+
+    def __bool__(self) -> bool:
+        return bool(self.aggs)
+
+    def delta_states(self, deltas: pa.Table) -> list[list[Any]]:
+        """Per delta row, the list of its aggregates' states."""
+        columns = [
+            zip(deltas[f"_o{a.index}"].to_pylist(), deltas[f"_c{a.index}"].to_pylist(), strict=True) for a in self.aggs
+        ]
+        return [[a.of_row(v, c) for a, (v, c) in zip(self.aggs, row)] for row in zip(*columns)]
+
+    def per_key(self, states: list[list[Any]], key_of_row: np.ndarray, keys: int) -> list[list[Any]]:
+        """The rows' states folded per key, rows in order."""
+        folded: list[list[Any] | None] = [None] * keys
+        for row, key in zip(states, key_of_row.tolist()):
+            previous = folded[key]
+            folded[key] = row if previous is None else self.merge_one(previous, row)
+        return [f if f is not None else self.identity() for f in folded]
+
+    def identity(self) -> list[Any]:
+        return [a.identity() for a in self.aggs]
+
+    def merge_one(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return [agg.merge(x, y, self.limit) for agg, x, y in zip(self.aggs, a, b)]
+
+    def merge(self, old: list[list[Any]], delta: list[list[Any]]) -> list[list[Any]]:
+        return [self.merge_one(a, b) for a, b in zip(old, delta)]
+
+    def decode(self, tails: Sequence[bytes | None]) -> list[list[Any]]:
+        return [pickle.loads(t) if t else self.identity() for t in tails]
+
+    @staticmethod
+    def encode(states: list[list[Any]]) -> list[bytes]:
+        return [pickle.dumps(s, protocol=5) for s in states]
+
+    def columns(self, states: list[list[Any]]) -> dict[str, pa.Array]:
+        """The output columns of ``states``."""
+        return {
+            a.name: pa.array([a.result(s[i], self.ansi) for s in states], a.output_type)
+            for i, a in enumerate(self.aggs)
+        }
+
+
+def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, index: int) -> pa.DataType:
+    if function == "approx_count_distinct":
+        return pa.int64()
+    if function == "avg":
+        return schema.field(f"_r{index}").type
+    return value_type
+
+
+def _digits(value: Decimal) -> int:
+    """Digits left of the point."""
+    return max(0, value.adjusted() + 1) if value else 0
+
+
+def _registers(hashes: list[int]) -> bytes:
+    """HyperLogLog registers of 64-bit hashes, as Spark's HyperLogLog++ sets them."""
+    registers = np.zeros(1 << HLL_PRECISION, np.uint8)
+    if hashes:
+        h = np.array(hashes, np.int64).view(np.uint64)
+        index = (h >> np.uint64(64 - HLL_PRECISION)).astype(np.int64)
+        w = (h << np.uint64(HLL_PRECISION)) | np.uint64(1 << (HLL_PRECISION - 1))
+        rho = (_leading_zeros(w) + 1).astype(np.uint8)
+        np.maximum.at(registers, index, rho)
+    return registers.tobytes()
+
+
+def _leading_zeros(w: np.ndarray) -> np.ndarray:
+    zeros = np.zeros(len(w), np.int64)
+    for shift in (32, 16, 8, 4, 2, 1):
+        empty = (w >> np.uint64(64 - shift)) == 0
+        zeros += np.where(empty, shift, 0)
+        w = np.where(empty, w << np.uint64(shift), w)
+    return zeros + ((w >> np.uint64(63)) == 0)
+
+
+def _estimate(registers: bytes) -> int:
+    """HyperLogLog's estimate: linear counting while registers are empty and it is below Spark's threshold."""
+    m = 1 << HLL_PRECISION
+    values = np.frombuffer(registers, np.uint8).astype(np.float64)
+    empty = int((values == 0).sum())
+    if empty:
+        linear = m * math.log(m / empty)
+        if linear <= HLL_LINEAR_LIMIT:
+            return round(linear)
+    alpha = 0.7213 / (1 + 1.079 / m)
+    return round(alpha * m * m / float(np.sum(2.0**-values)))
