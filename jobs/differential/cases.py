@@ -184,11 +184,17 @@ def random_rounds(rng: random.Random, query: Query) -> tuple:
 def _row(rng: random.Random, query: Query, t_ms: int) -> dict[str, Any]:
     row: dict[str, Any] = {name: _key_value(rng, t) for name, t in query.keys.items()}
     row["t"] = t_ms
-    if query.value_type == "double":
-        row["v"] = rng.choice((None, 0.5, -2.25, 3.0, 10.125, -0.0))
-    else:
-        row["v"] = rng.choice((None, 1, 2, -3, 7, 100))
+    row["v"] = rng.choice(VALUES.get(query.value_type.split("(")[0], VALUES["bigint"]))
     return row
+
+
+VALUES: dict[str, tuple] = {
+    "double": (None, 0.5, -2.25, 3.0, 10.125, -0.0),
+    "bigint": (None, 1, 2, -3, 7, 100),
+    "decimal": (None, 1.25, -3.5, 0.01, 99999999.99, -0.0),
+    "string": (None, "", "a", "b", "zz", "ü€"),
+    "boolean": (None, True, False),
+}
 
 
 def _key_value(rng: random.Random, spark_type: str) -> Any:

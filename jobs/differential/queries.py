@@ -28,7 +28,17 @@ from jobs.differential.cases import (
 
 EVENT_TIME = "event_time"
 QUERY_FORMS = ("tumbling", "sliding", "global", "dedup", "dedup_time", "dedup_within")
-SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}
+SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
+SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
+SPARK_FUNCTIONS |= {"approx_count_distinct": F.approx_count_distinct}
+OBJECT_FUNCTIONS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
+VALUE_TYPES = {  # value type -> the functions of it misa runs
+    "bigint": (*FUNCTIONS, *OBJECT_FUNCTIONS),
+    "double": (*FUNCTIONS, *OBJECT_FUNCTIONS),
+    "decimal(12,2)": (*FUNCTIONS, *OBJECT_FUNCTIONS),
+    "string": ("count", "min", "max", *OBJECT_FUNCTIONS),
+    "boolean": ("count", "min", "max", *OBJECT_FUNCTIONS),
+}
 
 
 def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
@@ -63,11 +73,12 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
 
 
 def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame:
-    """A select with arithmetic and a rename, then a filter, over the aggregation's output."""
+    """A select with a cast, a rename and arithmetic, then a filter, over the aggregation's output."""
     first = f"{query.functions[0]}_v"
-    return grouped.select(*leading, (F.col(first) * 2).alias("twice"), F.col(first).alias("renamed")).where(
-        "twice IS NULL OR twice <> 4"
-    )
+    columns = [*leading, F.coalesce(F.col(first).cast("string"), F.lit("-")).alias("text"), F.col(first).alias("x")]
+    if query.count_star:
+        columns.append((F.col("count(1)") * 2).alias("twice"))
+    return grouped.select(*columns).where("text <> '2'")
 
 
 def random_query_case(seed: int) -> Case:
@@ -78,11 +89,14 @@ def random_query_case(seed: int) -> Case:
     key_count = rng.choice((1, 1, 2)) if dedup else rng.choice((0, 1, 1, 2))
     window = rng.choice((5, 10, 20))
     slide = rng.choice((window // 5, window // 2)) if form == "sliding" else window
+    value_type = rng.choice(("bigint", "double")) if form == "sliding" else rng.choice(list(VALUE_TYPES))
+    functions = FUNCTIONS if form == "sliding" or value_type == "decimal(12,2)" and rng.random() < 0.5 else None
+    functions = [f for f in functions or VALUE_TYPES[value_type] if form != "sliding" or f in FUNCTIONS]
     query = Query(
         operator=form,
         keys={f"k{i}": rng.choice(KEY_TYPES) for i in range(key_count)},
-        functions=tuple(rng.sample(FUNCTIONS, rng.randint(1, 3))),
-        value_type=rng.choice(("bigint", "double")),
+        functions=tuple(rng.sample(functions, rng.randint(1, 3))),
+        value_type=value_type,
         window_s=window,
         slide_s=slide,
         delay_s=rng.choice((0, 0, 2, 5, 10)),

@@ -125,7 +125,13 @@ def _types(table: pa.Table) -> list[tuple[str, str]]:
 
 
 def _rows(table: pa.Table) -> Counter:
-    return Counter(tuple(_canonical(v) for v in row.values()) for row in table.to_pylist())
+    """The rows as a multiset; a collect_set's items sorted (Spark's order is its hash set's)."""
+    rows = table.to_pylist()
+    for row in rows:
+        for name, value in row.items():
+            if "collect_set" in name and isinstance(value, list):
+                row[name] = sorted(value, key=lambda v: (v is None, str(v)))
+    return Counter(tuple(_canonical(v) for v in row.values()) for row in rows)
 
 
 def _canonical(value: Any) -> Any:
