@@ -39,6 +39,7 @@ class Query:
     start_s: int = 0  # the window's startTime (from_query cases)
     count_star: bool = False  # count(*) among the aggregates (from_query cases)
     above: bool = False  # a projection and a filter after the stateful operation (from_query cases)
+    dynamic_gap: bool = False  # session windows: a gap per row (window_s, or twice it for some keys)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class Case:
             "dedup": "dropDuplicates(keys)",
             "dedup_time": "dropDuplicates(keys + event_time)",
             "dedup_within": "dropDuplicatesWithinWatermark(keys)",
+            "session": f"session window gap {q.window_s}s" + (" or per row" if q.dynamic_gap else ""),
         }[q.operator]
         keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
         shape += f" start {q.start_s}s" if q.start_s else ""

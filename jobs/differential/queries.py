@@ -27,7 +27,7 @@ from jobs.differential.cases import (
 )
 
 EVENT_TIME = "event_time"
-QUERY_FORMS = ("tumbling", "sliding", "global", "dedup", "dedup_time", "dedup_within")
+QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within")
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
 SPARK_FUNCTIONS |= {"approx_count_distinct": F.approx_count_distinct}
@@ -55,7 +55,7 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
         else:
             deduplicated = watermarked.dropDuplicatesWithinWatermark(keys)
         return (
-            deduplicated.where("v IS NULL OR v <> 7").select("*", (F.col("t") + 1).alias("t1"))
+            deduplicated.where("v IS NULL OR CAST(v AS STRING) <> '7'").select("*", (F.col("t") + 1).alias("t1"))
             if q.above
             else (deduplicated)
         )
@@ -65,11 +65,20 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     if q.operator == "global":
         grouped = events.groupBy(*keys).agg(*aggregates)
         return _above(grouped, q, [F.col(k) for k in keys]) if q.above else grouped
-    window = F.window(EVENT_TIME, f"{q.window_s} seconds", f"{q.slide_s} seconds", f"{q.start_s} seconds")
+    if q.operator == "session":
+        gap: str | Column = f"{q.window_s} seconds"
+        if q.dynamic_gap:  # rows of a null or zero-valued first key: twice the gap; of value 2: none (dropped)
+            first = F.col(keys[0]).cast("string") if keys else F.lit(None)
+            gap = F.when(first.isNull() | (first == "0"), f"{2 * q.window_s} seconds")
+            gap = gap.when(first == "2", "0 seconds").otherwise(f"{q.window_s} seconds")
+        window = F.session_window(EVENT_TIME, gap)
+    else:
+        window = F.window(EVENT_TIME, f"{q.window_s} seconds", f"{q.slide_s} seconds", f"{q.start_s} seconds")
     grouped = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds").groupBy(window, *keys).agg(*aggregates)
     if not q.above:
         return grouped
-    return _above(grouped, q, [F.col("window.end").alias("ends"), *[F.col(k) for k in keys]])
+    window_column = "session_window" if q.operator == "session" else "window"
+    return _above(grouped, q, [F.col(f"{window_column}.end").alias("ends"), *[F.col(k) for k in keys]])
 
 
 def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame:
@@ -86,7 +95,7 @@ def random_query_case(seed: int) -> Case:
     rng = random.Random(f"from_query-{seed}")
     form = rng.choice(QUERY_FORMS)
     dedup = form.startswith("dedup")
-    key_count = rng.choice((1, 1, 2)) if dedup else rng.choice((0, 1, 1, 2))
+    key_count = rng.choice((1, 1, 2)) if dedup or form == "session" else rng.choice((0, 1, 1, 2))
     window = rng.choice((5, 10, 20))
     slide = rng.choice((window // 5, window // 2)) if form == "sliding" else window
     value_type = rng.choice(("bigint", "double")) if form == "sliding" else rng.choice(list(VALUE_TYPES))
@@ -104,6 +113,7 @@ def random_query_case(seed: int) -> Case:
         start_s=rng.choice((0, 0, 1, 3)) % slide if form == "tumbling" else 0,
         count_star=rng.random() < 0.4,
         above=rng.random() < 0.3,
+        dynamic_gap=form == "session" and rng.random() < 0.4,
     )
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
@@ -123,6 +133,8 @@ def _output_mode(rng: random.Random, form: str) -> str:
         return rng.choice(("update", "complete"))
     if form == "tumbling":
         return rng.choice(("update", "append", "complete"))
+    if form == "session":
+        return rng.choice(("append", "complete"))
     return rng.choice(("update", "append"))
 
 

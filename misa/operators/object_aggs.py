@@ -5,7 +5,7 @@ do not fit there, and are kept here with Spark's semantics:
 
 * ``first`` / ``last`` (Spark's default ``ignoreNulls=false``): the value of the group's first (last) row,
   null included, in the order Spark reads the rows; any input type;
-* ``min`` / ``max`` of strings, booleans and binary values;
+* ``min`` / ``max`` of strings, booleans, binary values and decimals;
 * ``sum`` / ``avg`` of decimals, exactly: Spark's result types (sum: ``decimal(p + 10, s)``, avg:
   ``decimal(p + 4, s + 4)``, rounded half up); a sum beyond its precision is null, as Spark's is without ANSI
   mode and an error with it;
@@ -38,7 +38,7 @@ from pyspark.sql import types as T
 from misa.exceptions import AggregateOverflowError, MisaError
 
 OBJECT_FUNCTIONS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
-OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType)
+OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
 HLL_PRECISION = 9  # Spark's for relativeSD 0.05: ceil(2 * log2(1.106 / 0.05))
 HLL_LINEAR_LIMIT = 400  # HyperLogLog++'s threshold for linear counting at this precision
 OVERFLOW = "overflow"  # a decimal sum past its precision

@@ -85,8 +85,8 @@ def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> Non
 def _source_rows(spark: SparkSession, translation: Translation) -> DataFrame:
     """The stream of rows the operator reads: the plan below the stateful node, as Spark ran it."""
     rows = dataframe_of(spark, translation.source)
-    for column in translation.not_null:
-        rows = rows.where(F.col(column).isNotNull())
+    for condition in translation.conditions:
+        rows = rows.where(condition)
     for name, sql in translation.extra_columns:
         rows = rows.withColumn(name, F.expr(sql))
     return rows

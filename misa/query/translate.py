@@ -22,6 +22,7 @@ from typing import Any
 from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.dedup import Deduplicate
+from misa.operators.sessions import SessionAggregation
 from misa.query.plan import Attr, Expr, PlanNode
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
@@ -41,6 +42,7 @@ class TimeWindow:
     size_us: int
     slide_us: int
     start_us: int
+    session: str | None = None  # a session window: the name of its struct column in the source
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Translation:
     output: list[OutputColumn]
     above: list[tuple[str, list[str]]] = field(default_factory=list)  # ("select" | "where", SQL texts)
     extra_columns: list[tuple[str, str]] = field(default_factory=list)  # (name, SQL) added to the source rows
-    not_null: list[str] = field(default_factory=list)  # source columns whose null rows Spark drops first
+    conditions: list[str] = field(default_factory=list)  # SQL filters Spark's windowing applies to the source
     warnings: list[str] = field(default_factory=list)
     stateful: str = ""  # the stateful node, as Spark prints it
 
@@ -73,7 +75,7 @@ def translate(plan: PlanNode, output_mode: str) -> Translation:
         translation = _aggregation(node, output_mode)
     else:
         translation = _deduplication(node)
-    _refuse_filters_on_event_time(node)
+    _refuse_filters_on_event_time(node, translation.source)
     translation.above = above
     translation.stateful = node.describe()
     return translation
@@ -146,14 +148,14 @@ def _watermark(source: PlanNode, stateful: PlanNode) -> Attr | None:
     return marks[0].fields["event_time"] if marks else None
 
 
-def _refuse_filters_on_event_time(stateful: PlanNode) -> None:
+def _refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
     """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
     the filter drops, misa's sees only the rows that reach the operator."""
     marks = _watermarks(stateful)
     if not marks:
         return
     event_time = marks[0].fields["event_time"].expr_id
-    node = stateful.children[0]
+    node = source
     while node.kind != "EventTimeWatermark" and node.children:
         condition = node.fields.get("condition") if node.kind == "Filter" else None
         if condition is not None and condition.kind != "IsNotNull":
@@ -177,10 +179,10 @@ def _aggregation(node: PlanNode, output_mode: str) -> Translation:
                 f"it groups by the expression {g.sql}",
                 f"the expression as a column first: .withColumn('g', {g.sql}).groupBy('g', ...)",
             )
-    window, source, not_null = _window(node, [g.attr for g in grouping if g.attr is not None])
+    window, source, conditions = _window(node)
     keys = [g.attr for g in grouping if g.attr is not None and (window is None or g.attr != _window_attr(node))]
     watermark = _watermark(source, node)
-    translation = Translation(source, None, [], not_null=not_null)
+    translation = Translation(source, None, [], conditions=conditions)
     aggs = _aggs(node, keys, translation)
     event_time, delay = None, None
     if window is not None:
@@ -204,6 +206,17 @@ def _aggregation(node: PlanNode, output_mode: str) -> Translation:
             "it groups by the event-time column without a window",
             "groupBy(window(event_time, ...), ...) over the watermarked column",
         )
+    if window is not None and window.session and not keys:
+        raise _refused(
+            node,
+            "a session window without group columns (Spark refuses it when the query runs)",
+            "groupBy(session_window(...), key)",
+        )
+    if window is not None and window.session:
+        translation.operator = SessionAggregation(
+            [k.name for k in keys], aggs, window.session, event_time, delay, output_mode
+        )
+        return translation
     translation.operator = Aggregation(
         [k.name for k in keys],
         aggs,
@@ -296,32 +309,32 @@ def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:
         node = node.children[0]
 
 
-def _window(aggregate: PlanNode, grouping: list[Attr]) -> tuple[TimeWindow | None, PlanNode, list[str]]:
-    """The aggregation's time window, the source plan (below the window node) and the columns Spark requires
-    non-null (the window's event time)."""
+def _window(aggregate: PlanNode) -> tuple[TimeWindow | None, PlanNode, list[str]]:
+    """The aggregation's time or session window, the source plan, and the filters Spark's windowing applies to it.
+
+    A time window is read from the analyzer's expressions (``(t - start) % slide`` and ``start + size``) and
+    assigned by misa, so the source is the plan below the window node; a session window's struct is kept in
+    the source, as Spark computes it (``[t, t + gap)``, the gap fixed or per row)."""
     found = _window_node(aggregate)
     if found is None:
         return None, aggregate.children[0], []
     attr, assigns, struct = found
-    parts = [e for e in struct.walk() if e.kind == "Remainder"]
-    if not parts:
-        raise _refused(
-            aggregate,
-            f"its group column {attr.name!r} is a session window",
-            "window(...) (tumbling or sliding); session_window is not yet in misa",
-        )
-    remainder = parts[0]
+    remainders = [e for e in struct.walk() if e.kind == "Remainder"]
+    event_time = next(e.attr for e in struct.walk() if e.attr is not None)
+    if event_time.dtype.typeName() != "timestamp":
+        raise _refused(aggregate, f"its window is over {event_time.name!r} of type {event_time.dtype}", "a timestamp")
+    not_null = f"`{event_time.name}` IS NOT NULL"
+    if not remainders:
+        session = TimeWindow(event_time, 0, 0, 0, session=attr.name)
+        return session, assigns, [not_null, f"`{attr.name}`.`end` > `{attr.name}`.`start`"]
+    remainder = remainders[0]
     slide = remainder.children[1].value
-    shifted = remainder.children[0]  # precisetimestampconversion(event_time) - start
-    start = shifted.children[1].value
-    event_time = next(e.attr for e in shifted.walk() if e.attr is not None)
+    start = remainder.children[0].children[1].value  # (precisetimestampconversion(event_time) - start) % slide
     end = struct.children[3]
     while end.kind in ("KnownNullable", "PreciseTimestampConversion"):
         end = end.children[0]
-    size = end.children[1].value
-    if event_time.dtype.typeName() != "timestamp":
-        raise _refused(aggregate, f"its window is over {event_time.name!r} of type {event_time.dtype}", "a timestamp")
-    return TimeWindow(event_time, int(size), int(slide), int(start)), assigns.children[0], [event_time.name]
+    size = end.children[1].value  # window start + size
+    return TimeWindow(event_time, int(size), int(slide), int(start)), assigns.children[0], [not_null]
 
 
 def _ms(us: int) -> str:

@@ -10,6 +10,8 @@ sliding-window panes   0xFE ``p`` ++ group key                             Aggre
 pane timers            0xFE ``t`` ++ time (8 B big-endian, µs) ++ key      Aggregation (sliding windows)
 deduplicated keys      key, or event time (8 B big-endian, µs) ++ key      Deduplicate
 dedup expiry timers    0xFE ``d`` ++ expiry (8 B big-endian, µs) ++ key    Deduplicate (within watermark)
+session records        0xFE ``s`` ++ group key                             SessionAggregation
+session timers         0xFE ``S`` ++ earliest end (8 B big-endian) ++ key  SessionAggregation
 side table             ``s`` ++ side key                                   LookupJoin
 right rows             ``r`` ++ key                                        KeyedJoin
 waiting left rows      ``l`` ++ key                                        KeyedJoin
@@ -41,6 +43,8 @@ LOOKUP = b"\xfflookup:"
 PANE_RECORD = b"\xfep"
 PANE_TIMER = b"\xfet"
 DEDUP_EXPIRY = b"\xfed"
+SESSION_RECORD = b"\xfes"
+SESSION_TIMER = b"\xfeS"
 
 
 def window_prefix(window_end_us: int) -> bytes:

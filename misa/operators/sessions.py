@@ -1,0 +1,286 @@
+"""Session windows with Spark's semantics (``groupBy(session_window(event_time, gap), ...)``).
+
+Each input row opens a session ``[event time, event time + gap)`` (the gap fixed, or per row); sessions of
+one group that overlap or touch merge into one, within a batch, across batches and with the sessions in
+state. As in Spark:
+
+* output is ``append`` (a session is emitted once, when its end is at or before the eviction watermark)
+  or ``complete`` (every session, each batch, none evicted); Spark refuses ``update``;
+* a row whose own session ends at or before the late-events watermark is late (dropped, counted), in
+  complete output too (unlike Spark's time-window aggregation, whose complete output takes late rows).
+
+The input carries each row's session as a struct column of ``start`` and ``end`` timestamps, as Spark's
+analyzer computes it for ``session_window`` (:func:`misa.from_query` keeps that step in the source).
+
+State layout (:mod:`misa.state.keys`): per group key one record ``0xFE s`` ++ group key holding the
+group's open sessions (start, end, aggregate states), and a timer ``0xFE S`` ++ earliest session end ++
+group key, so eviction reads only the groups with a session due.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from misa.config import parse_seconds
+from misa.exceptions import AnalysisError
+from misa.operators.aggregation import NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValues
+from misa.operators.base import MAX_EVENT, ROWS, KeyPartitioned, OperatorResult
+from misa.operators.schema import column_type, event_time, key_columns, typed
+from misa.operators.watermark import EventTimeWatermark
+from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
+from misa.state.keys import KEY_SPACE_VERSION, SESSION_RECORD, SESSION_TIMER, joined, prefixed, window_prefix
+from misa.state.view import StateView
+
+START, END = "_session_start", "_session_end"
+
+
+@dataclass
+class Session:
+    """One session of a group: [start, end) in microseconds and its aggregate states."""
+
+    start: int
+    end: int
+    cells: np.ndarray
+    objects: list[Any]
+
+
+@dataclass
+class SessionAggregation(KeyPartitioned):
+    """Aggregation per (session, group); ``session`` names the input's struct column of start and end."""
+
+    group_by: Sequence[str]
+    aggs: Sequence[Agg]
+    session: str
+    event_time: str
+    watermark_delay: str | None = "0s"  # None: no watermark (complete output only)
+    output_mode: str = "append"
+    collect_max_items: int = 10_000
+    watermark: EventTimeWatermark = field(init=False)
+    _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _ansi: bool = field(default=False, init=False, repr=False)
+    _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.output_mode not in ("append", "complete"):
+            raise ValueError(
+                f"output mode {self.output_mode!r}: session windows run in append or complete output (as in Spark)"
+            )
+        if self.output_mode == "append" and self.watermark_delay is None:
+            raise ValueError("append output of session windows needs watermark_delay (Spark's withWatermark)")
+        self.watermark = EventTimeWatermark(int(parse_seconds(self.watermark_delay or "0s") * 1000))
+
+    @property
+    def _evicts(self) -> bool:
+        return self.watermark_delay is not None and self.output_mode == "append"
+
+    # ------------------------------------------------------------------ at start
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Resolve the group, session, event-time and aggregate columns against the input's schema."""
+        session = column_type(schema, self.session, f"the session column {self.session!r}")
+        if not isinstance(session, T.StructType) or [f.name for f in session.fields] != ["start", "end"]:
+            raise AnalysisError(
+                f'[DATATYPE_MISMATCH] the session column "{self.session}" has type {session.simpleString()}; it '
+                "must be session_window's struct<start: timestamp, end: timestamp>"
+            )
+        event_time(schema, self.event_time, f"the session aggregation's event_time {self.event_time!r}")
+        aggregations = []
+        for agg in self.aggs:
+            if agg.column == "*":
+                aggregations.append(f"{agg.name}=count(*)")
+                continue
+            dtype = column_type(schema, agg.column, str(agg))
+            agg.check_input(dtype)
+            aggregations.append(f"{agg.name}={agg.function}({typed(agg.column, dtype)})")
+        return {
+            "operator": "SessionAggregation",
+            "group_columns": key_columns(schema, self.group_by, f"the session aggregation's group_by {self.group_by}"),
+            "aggregations": aggregations,
+            "lateness": self.watermark_delay,
+            "output_mode": self.output_mode,
+            "key_space": KEY_SPACE_VERSION,
+        }
+
+    # ------------------------------------------------------------------ Spark side
+    def deltas(self, batch: DataFrame) -> DataFrame:
+        """Partial aggregates per (group, row session) of the batch."""
+        self._ansi = str(batch.sparkSession.conf.get("spark.sql.ansi.enabled")).lower() == "true"
+        types = {f.name: f.dataType for f in batch.schema.fields}
+        measures = [F.count(F.lit(1)).alias(ROWS), F.max(F.unix_micros(F.col(self.event_time))).alias(MAX_EVENT)]
+        for i, agg in enumerate(self.aggs):
+            measures += agg.partials(i, types.get(agg.column))
+        session = F.col(self.session)
+        starts = [F.unix_micros(session["start"]).alias(START), F.unix_micros(session["end"]).alias(END)]
+        return batch.groupBy(*[F.col(c) for c in self.group_by], *starts).agg(*measures)
+
+    # ------------------------------------------------------------------ driver side
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        """Merge the batch's row sessions into each group's sessions; emit what the watermark closes."""
+        values = AggValues.of(self.aggs, deltas.schema, self._ansi, self.collect_max_items)
+        self._last_schema = deltas.schema
+        result = OperatorResult(self._output([], [], values))
+        late, evict = self.watermark.begin_batch()
+        if self.watermark_delay is None:
+            late = NO_WATERMARK
+        if not self._evicts:
+            evict = late
+        if deltas.num_rows:
+            self.watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
+            on_time = pc.greater(deltas[END], late)
+            result.late_rows = int(pc.sum(pc.filter(deltas[ROWS], pc.invert(on_time))).as_py() or 0)
+            deltas = deltas.filter(on_time)
+        if deltas.num_rows:
+            result.state_reads = self._merge(deltas, values, state)
+        closed = self._evict(state, values, late, evict)
+        if self.output_mode == "append":
+            result.output = self._output(*closed, values)
+        else:
+            result.output = self._output(*self._everything(state), values)
+        return result
+
+    def no_data_batch(self, state: StateView) -> OperatorResult:
+        """The batch Spark runs without data when the watermark moved: emit and forget the sessions it closes."""
+        if self._last_schema is None or not self._evicts:
+            return OperatorResult(pa.table({}))
+        values = AggValues.of(self.aggs, self._last_schema, self._ansi, self.collect_max_items)
+        previous = self.watermark.at_us
+        advanced = self.watermark.advance()
+        closed = self._evict(state, values, previous, advanced) if advanced is not None else ([], [])
+        return OperatorResult(self._output(*closed, values))
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        return [deltas[c] for c in self.group_by]
+
+    def event_watermark(self) -> EventTimeWatermark | None:
+        return self.watermark
+
+    def _merge(self, deltas: pa.Table, values: AggValues, state: StateView) -> int:
+        """Fold the deltas' row sessions into their groups' records; the number of groups read."""
+        rows = normalize_float_keys(deltas, list(self.group_by))
+        if self._codec is None:
+            self._codec = KeyCodec([rows.schema.field(c) for c in self.group_by], windowed=False)
+        group_keys, key_of_row = distinct_keys(
+            self._codec.encode(None, [rows[c].combine_chunks() for c in self.group_by], rows.num_rows)
+        )
+        cells = values.delta_states(rows)
+        objects = values.objects.delta_states(rows) if values.objects else [[] for _ in range(rows.num_rows)]
+        starts, ends = rows[START].to_numpy(), rows[END].to_numpy()
+        new: list[list[Session]] = [[] for _ in group_keys]
+        for r, key in enumerate(key_of_row.tolist()):
+            new[key].append(Session(int(starts[r]), int(ends[r]), cells[r], objects[r]))
+        records = state.get_many(prefixed(SESSION_RECORD, group_keys))
+        timers_out, timers_in, written = [], [], []
+        for key, record, sessions in zip(group_keys, records, new):
+            old_timer, stored = _decode(record)
+            merged = _merged(sorted(stored + sessions, key=lambda s: s.start), values)
+            written.append(_encode(merged))
+            if old_timer is not None:
+                timers_out.append((old_timer, key))
+            timers_in.append((min(s.end for s in merged), key))
+        state.put_many(prefixed(SESSION_RECORD, group_keys), written)
+        _set_timers(state, timers_out, timers_in)
+        return len(group_keys)
+
+    def _evict(
+        self, state: StateView, values: AggValues, previous: int, watermark: int
+    ) -> tuple[list[bytes], list[Session]]:
+        """Forget the sessions ending at or before ``watermark``; they and their group keys, for append output."""
+        if watermark <= previous:
+            return [], []
+        begin, end = SESSION_TIMER + window_prefix(0), SESSION_TIMER + window_prefix(watermark + 1)
+        due = state.scan(begin, end)
+        if not due:
+            return [], []
+        group_keys = sorted({k[len(SESSION_TIMER) + 8 :] for k, _ in due})
+        state.delete_range(begin, end)
+        records = state.get_many(prefixed(SESSION_RECORD, group_keys))
+        closed_keys, closed, written, timers = [], [], [], []
+        for key, record in zip(group_keys, records):
+            _, sessions = _decode(record)
+            open_ = [s for s in sessions if s.end > watermark]
+            for s in sessions:
+                if s.end <= watermark:
+                    closed_keys.append(key)
+                    closed.append(s)
+            written.append(_encode(open_) if open_ else None)
+            if open_:
+                timers.append((min(s.end for s in open_), key))
+        state.put_many(prefixed(SESSION_RECORD, group_keys), written)
+        _set_timers(state, [], timers)
+        return closed_keys, closed
+
+    def _everything(self, state: StateView) -> tuple[list[bytes], list[Session]]:
+        """Every group's sessions (complete output)."""
+        keys, sessions = [], []
+        for key, record in state.scan(SESSION_RECORD, SESSION_RECORD + b"\xff"):
+            for s in _decode(record)[1]:
+                keys.append(key[len(SESSION_RECORD) :])
+                sessions.append(s)
+        return keys, sessions
+
+    def _output(self, group_keys: list[bytes], sessions: list[Session], values: AggValues) -> pa.Table:
+        """Rows of (session start, end, group columns, aggregates)."""
+        window = [
+            pa.array([s.start for s in sessions], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array([s.end for s in sessions], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        ]
+        if self._codec is not None and group_keys:
+            _, columns = self._codec.decode(group_keys)
+        else:
+            types = {f.name: f.type for f in self._last_schema} if self._last_schema is not None else {}
+            columns = [pa.array([], types.get(c, pa.null())) for c in self.group_by]
+        cells = np.array([s.cells for s in sessions], np.int64).reshape(len(sessions), values.states.width)
+        aggregates = values.columns(cells, [s.objects for s in sessions])
+        return pa.table(dict(zip([*OUTPUT_WINDOW, *self.group_by], window + list(columns))) | aggregates)
+
+    # ------------------------------------------------------------------ versions
+    def metadata(self) -> dict[str, Any]:
+        return self.watermark.metadata()
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.watermark.restore(metadata)
+
+
+def _merged(sessions: list[Session], values: AggValues) -> list[Session]:
+    """Sessions sorted by start, those that overlap or touch merged (states folded in start order)."""
+    out: list[Session] = []
+    for s in sessions:
+        if out and s.start <= out[-1].end:
+            last = out[-1]
+            cells = values.states.merge(last.cells[None, :], s.cells[None, :])[0]
+            objects = values.objects.merge_one(last.objects, s.objects) if values.objects else []
+            out[-1] = Session(last.start, max(last.end, s.end), cells, objects)
+        else:
+            out.append(s)
+    return out
+
+
+def _decode(record: bytes | None) -> tuple[int | None, list[Session]]:
+    if record is None:
+        return None, []
+    timer, rows = pickle.loads(record)
+    return timer, [Session(start, end, np.frombuffer(cells, np.int64), objects) for start, end, cells, objects in rows]
+
+
+def _encode(sessions: list[Session]) -> bytes:
+    timer = min(s.end for s in sessions)
+    rows = [(s.start, s.end, np.asarray(s.cells, np.int64).tobytes(), s.objects) for s in sessions]
+    return pickle.dumps((timer, rows), protocol=5)
+
+
+def _set_timers(state: StateView, remove: list[tuple[int, bytes]], add: list[tuple[int, bytes]]) -> None:
+    """Delete the timers ``remove`` and write ``add`` ((time, group key) pairs)."""
+    if remove:
+        times, keys = zip(*remove)
+        state.put_many(joined(SESSION_TIMER, np.array(times, np.int64), list(keys)), [None] * len(remove))
+    if add:
+        times, keys = zip(*add)
+        state.put_many(joined(SESSION_TIMER, np.array(times, np.int64), list(keys)), [b"\x01"] * len(add))
