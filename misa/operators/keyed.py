@@ -53,6 +53,16 @@ def _group(codec: KeyCodec, columns: Sequence[pa.Array | pa.ChunkedArray]) -> tu
     return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+def _matches(a: pa.Table, a_group: np.ndarray, b: pa.Table, b_group: np.ndarray) -> tuple[pa.Table, pa.Table]:
+    """Every pair of rows of ``a`` and ``b`` in the same group, as two aligned tables."""
+    order = np.argsort(b_group, kind="stable")
+    lo = np.searchsorted(b_group[order], a_group, "left")
+    counts = np.searchsorted(b_group[order], a_group, "right") - lo
+    a_rows = np.repeat(np.arange(len(a_group)), counts)
+    b_rows = order[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))]
+    return a.take(pa.array(a_rows, pa.int64())), b.take(pa.array(b_rows, pa.int64()))
+
+
 def _times_us(rows: pa.Table, column: str | None) -> np.ndarray:
     """Each row's event time in microseconds (``column`` in epoch ms; 0 without one or when null)."""
     if column is None:
@@ -337,7 +347,7 @@ class _JoinKeys:
 class KeyedJoin(HintSource, KeyPartitioned):
     """Rows of a left input joined with the right input's row of the same key where that row passes a filter
     (Q20: each bid with its auction, where the auction's category is 10); an inner join on a key that
-    is unique on the right.
+    is unique on the right, or (``unique_right=False``) Spark's inner stream-stream join on any key.
 
     Both inputs come in one stream as struct columns ``left`` and ``right`` (a row has one of them).
     State: ``b"r" ++ key`` -> the right row (all right rows: for those failing ``where`` only the key
@@ -347,6 +357,11 @@ class KeyedJoin(HintSource, KeyPartitioned):
     columns: the left fields, then the right fields but its key, those whose names clash with a left
     field prefixed with ``right_prefix``. Dropped and counted: rows with a null key, and a right row
     whose key is known already (stored, or earlier in the batch's order).
+
+    With ``unique_right=False`` every right row of a key joins, as in Spark's join without a watermark:
+    ``b"r" ++ key`` holds the key's right rows that pass ``where`` and ``b"l" ++ key`` every left row of
+    the key, both kept for good (the state grows with the input, as Spark's does); each batch outputs its
+    new left rows with the key's earlier and new right rows, and its new right rows with the earlier left rows.
     """
 
     left: str
@@ -356,6 +371,7 @@ class KeyedJoin(HintSource, KeyPartitioned):
     where: tuple[str, Any]  # (right field, value): only right rows with that value join
     right_prefix: str = ""
     time_column: str | None = None  # a field of both inputs
+    unique_right: bool = True  # False: repeated right keys join too (Spark's semantics; both sides kept)
     dropped_rows: int = field(default=0, init=False)
     _codec: KeyCodec = field(init=False, repr=False)  # the join key
     _left_records: RecordCodec | None = field(default=None, init=False, repr=False)
@@ -399,6 +415,9 @@ class KeyedJoin(HintSource, KeyPartitioned):
         left, right, null_keys = self._inputs(deltas)
         result = OperatorResult(self._pairs(left.slice(0, 0), right.slice(0, 0)))
         keys = self._join_keys(left, right)
+        if not self.unique_right:
+            self._count(0, null_keys, result)
+            return self._join_every_pair(left, right, keys, state, result)
         catalogue, position, new_right, new_group = self._right_rows(right, keys, state)
         self._count(right.num_rows - len(new_group), null_keys, result)
         matched = position[keys.left_group] >= 0
@@ -414,6 +433,54 @@ class KeyedJoin(HintSource, KeyPartitioned):
         self._store_right(new_right, new_group, keys, state)
         result.state_reads = len(keys.keys) + len(new_group) + len(np.unique(keys.left_group[~matched]))
         return result
+
+    def _join_every_pair(
+        self, left: pa.Table, right: pa.Table, keys: _JoinKeys, state: StateView, result: OperatorResult
+    ) -> OperatorResult:
+        """Spark's inner join: the batch's left rows with the key's stored and new right rows, the stored left rows
+        with the new right rows; then both sides' new rows appended to their keys' lists."""
+        assert self._left_records is not None and self._right_records is not None
+        column, value = self.where
+        passes = pc.fill_null(pc.equal(right[column], value), False).to_numpy(zero_copy_only=False)
+        right, right_group = right.filter(pa.array(passes)), keys.right_group[passes]
+        old_left, old_left_group = self._left_records.decode(state.get_many(prefixed(WAITING_LEFT, keys.keys), keys.ts))
+        old_right, old_right_group = self._right_records.decode(state.get_many(prefixed(RIGHT_ROW, keys.keys), keys.ts))
+        every_right = pa.concat_tables([old_right, right.cast(old_right.schema)])
+        every_right_group = np.concatenate([old_right_group, right_group])
+        pairs = [
+            _matches(left, keys.left_group, every_right, every_right_group),
+            _matches(old_left, old_left_group, right.cast(old_right.schema), right_group),
+        ]
+        result.output = pa.concat_tables([self._pairs(*pair) for pair in pairs])
+        self._append(
+            state, WAITING_LEFT, self._left_records, keys.keys, old_left, old_left_group, left, keys.left_group
+        )
+        self._append(state, RIGHT_ROW, self._right_records, keys.keys, old_right, old_right_group, right, right_group)
+        result.state_reads = 2 * len(keys.keys)
+        return result
+
+    @staticmethod
+    def _append(
+        state: StateView,
+        prefix: bytes,
+        records: RecordCodec,
+        keys: list[bytes],
+        old: pa.Table,
+        old_group: np.ndarray,
+        new: pa.Table,
+        new_group: np.ndarray,
+    ) -> None:
+        """Write the lists of the keys with new rows: their stored rows, then the batch's."""
+        if not new.num_rows:
+            return
+        rows = pa.concat_tables([old, new.cast(old.schema)])
+        group = np.concatenate([old_group, new_group])
+        touched = np.unique(new_group)
+        keep = np.isin(group, touched)
+        rows, group = rows.filter(pa.array(keep)), group[keep]
+        order = np.argsort(group, kind="stable")
+        counts = np.bincount(group, minlength=len(keys))[touched]
+        state.put_many(prefixed(prefix, [keys[g] for g in touched]), records.encode(rows.take(order), counts))
 
     def hint_input(self, rows: DataFrame) -> DataFrame:
         """Upstream rows as hint input: the join key of either side, whether the row is a right row, its time."""

@@ -7,6 +7,8 @@ operator's metadata, and go on.
 from __future__ import annotations
 
 import argparse
+import random
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -334,3 +336,31 @@ def test_empty_batches_give_typed_empty_output(run, side):
     ]:
         result = run(operator).batch(table)
         assert result.output.num_rows == 0 and len(result.output.column_names) == columns
+
+
+def test_with_repeated_right_keys_every_pair_joins_once_as_in_spark(run):
+    """unique_right=False: Spark's inner join. Over random batches (repeated auction ids, bids before, after and
+    with their auctions, other categories), the batches' outputs are every matching (bid, auction) pair once."""
+    rng = random.Random(3)
+    operator = KeyedJoin(
+        "bid", "auction", "auction", "id", ("category", 10), right_prefix="auction_", unique_right=False
+    )
+    runner = run(operator)
+    seen: list[tuple] = []
+    got: Counter = Counter()
+    bidder = 0
+    for _ in range(6):
+        batch = []
+        for _ in range(rng.randint(1, 8)):
+            bidder += 1
+            batch.append(
+                ("a", rng.randint(1, 4), rng.choice((10, 10, 11)))
+                if rng.random() < 0.4
+                else ("b", rng.randint(1, 4), bidder)
+            )
+        seen += batch
+        got.update((r["auction"], r["bidder"], r["category"]) for r in runner.batch(events(*batch)).output.to_pylist())
+    expected = Counter(
+        (b[1], b[2], a[2]) for b in seen if b[0] == "b" for a in seen if a[0] == "a" and a[1] == b[1] and a[2] == 10
+    )
+    assert got == expected and sum(expected.values()) > 10
