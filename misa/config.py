@@ -493,6 +493,13 @@ class MisaConfig:
         "5ms; set by the entry point, not the library): how long a prefetch or commit thread whose I/O returned "
         "may wait for the GIL behind the batch's own Python work (Python counts it in whole microseconds).",
     )
+    collect_max_items: int = setting(
+        "spark.misa.aggregate.collectMaxItems",
+        "10000",
+        _int(1, C_INT_MAX),
+        "collect_list / collect_set: the most items one group's list may hold; a batch that would grow a list "
+        "past it fails naming the aggregate (nothing is dropped): raise it, or bound the group (a window).",
+    )
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):

@@ -40,6 +40,7 @@ class Query:
     count_star: bool = False  # count(*) among the aggregates (from_query cases)
     above: bool = False  # a projection and a filter after the stateful operation (from_query cases)
     dynamic_gap: bool = False  # session windows: a gap per row (window_s, or twice it for some keys)
+    watermark: bool = True  # withWatermark before the stateful operation (from_query window cases)
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class Case:
         keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
         shape += f" start {q.start_s}s" if q.start_s else ""
         shape += (", count(*)" if q.count_star else "") + (", select+where after" if q.above else "")
+        shape += "" if q.watermark else ", no watermark"
         via = "from_query, " if s.from_query else ""
         return (
             f"seed {self.seed}: {via}{q.operator} ({shape}; keys {keys}; {'/'.join(q.functions)} of {q.value_type}; "

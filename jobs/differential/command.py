@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from jobs.differential.cases import Case, random_case
-from jobs.differential.queries import random_query_case
+from jobs.differential.queries import case_tags, random_query_case
 from jobs.differential.runner import run_case
 from jobs.differential.shrink import shrink
 
@@ -74,6 +74,8 @@ def _count(coverage: Counter, case: Case) -> None:
     coverage["count(*)"] += q.count_star
     coverage["above"] += q.above
     coverage["start_time"] += bool(q.start_s)
+    if s.from_query:
+        coverage.update(case_tags(case))
     coverage[f"mode:{q.output_mode}"] += 1
     coverage[f"commit:{s.commit_mode}"] += 1
     coverage[f"prefetch:{s.prefetching}"] += 1

@@ -74,7 +74,9 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
         window = F.session_window(EVENT_TIME, gap)
     else:
         window = F.window(EVENT_TIME, f"{q.window_s} seconds", f"{q.slide_s} seconds", f"{q.start_s} seconds")
-    grouped = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds").groupBy(window, *keys).agg(*aggregates)
+    if q.watermark:
+        events = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds")
+    grouped = events.groupBy(window, *keys).agg(*aggregates)
     if not q.above:
         return grouped
     window_column = "session_window" if q.operator == "session" else "window"
@@ -115,6 +117,9 @@ def random_query_case(seed: int) -> Case:
         above=rng.random() < 0.3,
         dynamic_gap=form == "session" and rng.random() < 0.4,
     )
+    if form in ("tumbling", "sliding", "session") and rng.random() < 0.15:  # Spark keeps every window
+        modes = ("complete",) if form == "session" else ("update", "complete") if form == "tumbling" else ("update",)
+        query = replace(query, watermark=False, output_mode=rng.choice(modes))
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -136,6 +141,20 @@ def _output_mode(rng: random.Random, form: str) -> str:
     if form == "session":
         return rng.choice(("append", "complete"))
     return rng.choice(("update", "append"))
+
+
+def case_tags(case: Case) -> set[str]:
+    """What a case exercises, as the docs table's rows name it (docs/spark-queries.md)."""
+    q = case.query
+    tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
+    tags |= {"count(*)"} if q.count_star and not q.operator.startswith("dedup") else set()
+    tags |= {"startTime"} if q.start_s else set()
+    tags |= {"select/where after"} if q.above else set()
+    tags |= {"per-row gap"} if q.dynamic_gap else set()
+    tags |= {f"no watermark:{q.operator}"} if not q.watermark else set()
+    if not q.operator.startswith("dedup"):
+        tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
+    return tags
 
 
 def query_case_of(query: Query, settings: Settings, seed: int) -> Case:

@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.exceptions import AnalysisError
+from misa.exceptions import AnalysisError, UnsupportedQueryError
 from misa.operators.base import (
     MAX_EVENT,
     PANE_END,
@@ -292,6 +292,7 @@ class Aggregation(HintSource, KeyPartitioned):
     def signature(self, schema: T.StructType) -> dict[str, Any]:
         """Resolve against the input's schema (each column must exist, with a type misa handles exactly);
         the signature of the state this aggregation keeps."""
+        self._check_inputs(schema)
         aggregations = []
         for agg in self.aggs:
             if agg.column == ROWS_COLUMN:
@@ -351,7 +352,7 @@ class Aggregation(HintSource, KeyPartitioned):
             if agg.column in types:  # else Spark names the missing column
                 agg.check_input(types[agg.column])
                 if self._panes is not None and is_object(agg.function, types[agg.column]):
-                    raise AnalysisError(
+                    raise UnsupportedQueryError(
                         f"[MISA_UNSUPPORTED_QUERY] aggregate {agg.name} ({agg.function} of "
                         f"{types[agg.column].simpleString()}) over sliding windows is not in misa yet: use it over "
                         "tumbling windows or without a window, or sum/count/avg/min/max of numbers over sliding windows"

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
 from misa.job import Sink, StatefulJob
 from misa.query.output import QueryOutput
@@ -48,10 +49,12 @@ class QueryJob:
         self.spark: SparkSession = query.sparkSession
         plan = read_plan(query)
         _spark_accepts(self.spark, plan, output_mode)
-        self.translation: Translation = translate(plan, output_mode)
+        config = options.get("config") or MisaConfig()
+        self.translation: Translation = translate(plan, output_mode, config.collect_max_items)
         for warning in self.translation.warnings:
             log.warning(warning)
         self.source = _source_rows(self.spark, self.translation)
+        self.translation.operator.signature(self.source.schema)  # columns and types, before anything starts
         output = QueryOutput(self.spark, self.translation, stateful_node(plan).output, sink)
         self.job = StatefulJob(self.translation.operator, output, checkpoint_location, **options)
 

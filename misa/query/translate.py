@@ -27,6 +27,13 @@ from misa.query.plan import Attr, Expr, PlanNode
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
 ABOVE = ("Project", "Filter", "SubqueryAlias")
+ARBITRARY_STATE = (
+    "FlatMapGroupsWithState",
+    "FlatMapGroupsInPandasWithState",
+    "TransformWithState",
+    "TransformWithStateInPandas",
+    "TransformWithStateInPySpark",
+)
 FUNCTIONS = {"Sum": "sum", "Count": "count", "Average": "avg", "Min": "min", "Max": "max", "First": "first"}
 FUNCTIONS |= {"Last": "last", "HyperLogLogPlusPlus": "approx_count_distinct"}
 FUNCTIONS |= {"CollectSet": "collect_set", "CollectList": "collect_list"}
@@ -68,13 +75,17 @@ class Translation:
     stateful: str = ""  # the stateful node, as Spark prints it
 
 
-def translate(plan: PlanNode, output_mode: str) -> Translation:
-    """misa's form of ``plan``, or :class:`UnsupportedQueryError` naming the node it cannot take."""
+def translate(plan: PlanNode, output_mode: str, collect_max_items: int = 10_000) -> Translation:
+    """misa's form of ``plan``, or :class:`UnsupportedQueryError` naming the node it cannot take
+    (``collect_max_items``: spark.misa.aggregate.collectMaxItems)."""
     above, node = _above(plan)
-    if node.kind == "Aggregate":
-        translation = _aggregation(node, output_mode)
-    else:
-        translation = _deduplication(node)
+    try:
+        if node.kind == "Aggregate":
+            translation = _aggregation(node, output_mode, collect_max_items)
+        else:
+            translation = _deduplication(node)
+    except ValueError as error:  # the operator refuses the combination (its message says what to write)
+        raise UnsupportedQueryError(f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {error}") from error
     _refuse_filters_on_event_time(node, translation.source)
     translation.above = above
     translation.stateful = node.describe()
@@ -88,6 +99,12 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[str]]], PlanNode]:
     while node.kind not in STATEFUL:
         if not _reads_stream(node):
             raise _refused(node, "it reads no stream", "a streaming DataFrame (spark.readStream...)")
+        if node.kind in ARBITRARY_STATE:
+            raise _refused(
+                node,
+                f"arbitrary state ({node.kind}) is not run through from_query",
+                "an aggregation or a deduplication, or the state in a misa operator of your own (docs/extending.md)",
+            )
         if node.kind not in ABOVE or len(node.children) != 1:
             stateful = _stateful_below(node)
             if stateful is None:
@@ -170,7 +187,7 @@ def _refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- aggregation
-def _aggregation(node: PlanNode, output_mode: str) -> Translation:
+def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Translation:
     grouping = node.fields["grouping"]
     for g in grouping:
         if g.attr is None:
@@ -214,7 +231,7 @@ def _aggregation(node: PlanNode, output_mode: str) -> Translation:
         )
     if window is not None and window.session:
         translation.operator = SessionAggregation(
-            [k.name for k in keys], aggs, window.session, event_time, delay, output_mode
+            [k.name for k in keys], aggs, window.session, event_time, delay, output_mode, collect_max_items
         )
         return translation
     translation.operator = Aggregation(
@@ -226,6 +243,7 @@ def _aggregation(node: PlanNode, output_mode: str) -> Translation:
         start_time=_ms(window.start_us) if window else None,
         watermark_delay=delay if window else "0s",
         output_mode=output_mode,
+        collect_max_items=collect_max_items,
     )
     return translation
 

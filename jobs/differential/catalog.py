@@ -1,0 +1,325 @@
+"""Spark's stateful operations and functions, and what ``misa.from_query`` does with each: the docs table.
+
+Each :class:`Entry` is one row of docs/spark-queries.md: a query written in Spark's API over a small stream,
+what misa does (``runs``, ``runs, with a difference``, or ``refused`` with its message), and for a query that
+runs, the tags of the random differential cases that cover it (:func:`jobs.differential.queries.case_tags`).
+tests/jobs/test_spark_queries.py builds every query through ``from_query`` and checks the table in the docs
+is :func:`render`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+RUNS, DIFFERS, REFUSED = "runs", "runs, with a difference", "refused"
+SOURCE_SCHEMA = "k string, k2 bigint, t bigint, v bigint, d decimal(10,2), s string, b boolean"
+W, T = "10 seconds", "event_time"
+
+
+def events(rows: DataFrame) -> DataFrame:
+    """The catalog's stream: the source's rows with an event time."""
+    return rows.withColumn(T, F.timestamp_millis("t"))
+
+
+def watermarked(rows: DataFrame) -> DataFrame:
+    return events(rows).withWatermark(T, W)
+
+
+def windowed(rows: DataFrame, *aggs: F.Column) -> DataFrame:
+    return watermarked(rows).groupBy(F.window(T, W), "k").agg(*aggs)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of the table."""
+
+    spark: str  # the operation or function as a Spark user writes it
+    misa: str  # RUNS, DIFFERS or REFUSED
+    build: Callable[[DataFrame], DataFrame] = field(repr=False)
+    output_mode: str = "update"
+    note: str = ""  # the difference, or what to write instead
+    refusal: str = ""  # a refused query's message contains this
+    covered_by: tuple[str, ...] = ()  # differential case tags that exercise it (a runs row needs one)
+
+
+ENTRIES: tuple[Entry, ...] = (
+    # ------------------------------------------------------------------ stateful operations
+    Entry(
+        "`groupBy(cols).agg(...)` (no window), update output",
+        RUNS,
+        lambda r: events(r).groupBy("k").agg(F.sum("v")),
+        covered_by=("mode:global:update",),
+    ),
+    Entry(
+        "`groupBy(cols).agg(...)`, complete output",
+        RUNS,
+        lambda r: events(r).groupBy("k").agg(F.sum("v")),
+        "complete",
+        covered_by=("mode:global:complete",),
+    ),
+    Entry(
+        "`withWatermark` + `groupBy(window(t, size), cols)`: update, append, complete",
+        RUNS,
+        lambda r: windowed(r, F.sum("v")),
+        "append",
+        covered_by=("mode:tumbling:update", "mode:tumbling:append", "mode:tumbling:complete"),
+    ),
+    Entry(
+        "`window(t, size, slide)` (sliding): update, append",
+        RUNS,
+        lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.max("v")),
+        covered_by=("mode:sliding:update", "mode:sliding:append"),
+    ),
+    Entry(
+        "`window(t, size, slide)`, complete output",
+        REFUSED,
+        lambda r: events(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.max("v")),
+        "complete",
+        "tumbling windows, or update output",
+        "complete output of sliding windows is not in misa yet",
+    ),
+    Entry(
+        "`window(t, size, size, startTime)` (tumbling, with a start time)",
+        RUNS,
+        lambda r: watermarked(r).groupBy(F.window(T, W, W, "3 seconds"), "k").agg(F.sum("v")),
+        covered_by=("startTime",),
+    ),
+    Entry(
+        "`window(t, size, slide, startTime)` (sliding, with a start time)",
+        REFUSED,
+        lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds", "3 seconds"), "k").agg(F.sum("v")),
+        note="a start time with tumbling windows, or sliding windows starting at 0",
+        refusal="with sliding windows is not in misa yet",
+    ),
+    Entry(
+        "a window without `withWatermark` (update, complete)",
+        RUNS,
+        lambda r: events(r).groupBy(F.window(T, W), "k").agg(F.sum("v")),
+        note="logs a warning: every window is kept, the state grows without bound (as in Spark)",
+        covered_by=("no watermark:tumbling", "no watermark:sliding", "no watermark:session"),
+    ),
+    Entry(
+        "`session_window(t, gap)`: append, complete",
+        RUNS,
+        lambda r: watermarked(r).groupBy(F.session_window(T, "5 seconds"), "k").agg(F.sum("v")),
+        "append",
+        covered_by=("mode:session:append", "mode:session:complete"),
+    ),
+    Entry(
+        "`session_window(t, gap_column)` (a gap per row)",
+        RUNS,
+        lambda r: (
+            watermarked(r)
+            .groupBy(F.session_window(T, F.when(F.col("k") == "a", "5 seconds").otherwise(W)), "k")
+            .agg(F.sum("v"))
+        ),
+        "append",
+        covered_by=("per-row gap",),
+    ),
+    Entry(
+        "`session_window`, update output",
+        REFUSED,
+        lambda r: watermarked(r).groupBy(F.session_window(T, "5 seconds"), "k").agg(F.sum("v")),
+        note="Spark refuses it too: append or complete output",
+        refusal="STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION",
+    ),
+    Entry(
+        "`session_window` without group columns",
+        REFUSED,
+        lambda r: watermarked(r).groupBy(F.session_window(T, "5 seconds")).agg(F.sum("v")),
+        "append",
+        "Spark fails such a query when it runs: group by a key too",
+        "a session window without group columns",
+    ),
+    Entry(
+        "`dropDuplicates(cols)`",
+        RUNS,
+        lambda r: events(r).dropDuplicates(["k"]),
+        "append",
+        covered_by=("op:dedup",),
+    ),
+    Entry(
+        "`withWatermark` + `dropDuplicates(cols + [t])`",
+        RUNS,
+        lambda r: watermarked(r).dropDuplicates(["k", T]),
+        "append",
+        covered_by=("op:dedup_time",),
+    ),
+    Entry(
+        "`withWatermark` + `dropDuplicatesWithinWatermark(cols)`",
+        RUNS,
+        lambda r: watermarked(r).dropDuplicatesWithinWatermark(["k"]),
+        "append",
+        covered_by=("op:dedup_within",),
+    ),
+    Entry(
+        "`select` / `where` / `withColumn` after the stateful operation",
+        RUNS,
+        lambda r: (
+            windowed(r, F.sum("v").alias("s")).select("window.start", "k", (F.col("s") * 2).alias("x")).where("x > 0")
+        ),
+        covered_by=("select/where after",),
+    ),
+    Entry(
+        "a filter on the event time between `withWatermark` and the stateful operation",
+        REFUSED,
+        lambda r: watermarked(r).where(F.col(T) > F.lit("1970-01-01").cast("timestamp")).groupBy("k").agg(F.sum("v")),
+        note="the same filter before `withWatermark` (Spark's watermark counts the rows such a filter drops)",
+        refusal="it filters on the event-time column after withWatermark",
+    ),
+    Entry(
+        "two stateful operations in one query",
+        REFUSED,
+        lambda r: events(r).dropDuplicates(["k"]).groupBy("k").agg(F.count("*")),
+        note="one stateful operation per query (a second query reads the first one's output)",
+        refusal="more than one stateful operation",
+    ),
+    Entry(
+        "stream-stream join (`join` of two streams)",
+        REFUSED,
+        lambda r: (
+            watermarked(r)
+            .alias("a")
+            .join(
+                watermarked(r).alias("b"),
+                F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}"),
+            )
+        ),
+        "append",
+        "misa runs the self-join of one stream with `misa.IntervalJoin` and joins on a key with "
+        "`misa.KeyedJoin` (`unique_right=False`: Spark's inner join), not through from_query yet",
+        "misa runs only projections and filters after the stateful Join",
+    ),
+    Entry(
+        "`applyInPandasWithState` / `transformWithStateInPandas`",
+        REFUSED,
+        lambda r: (
+            events(r)
+            .groupBy("k")
+            .applyInPandasWithState(
+                lambda key, pdfs, state: pdfs, "k string, t bigint", "n long", "append", "NoTimeout"
+            )
+        ),
+        "append",
+        "an aggregation or deduplication, or a misa operator of your own",
+        "arbitrary state",
+    ),
+    Entry(
+        "`groupBy(expression)`",
+        REFUSED,
+        lambda r: events(r).groupBy(F.col("k2") % 10).agg(F.sum("v")),
+        note="the expression as a column first: `.withColumn('g', ...).groupBy('g')`",
+        refusal="it groups by the expression",
+    ),
+    Entry(
+        "an expression over aggregates inside `agg` (`agg(sum(v) * 2)`)",
+        REFUSED,
+        lambda r: events(r).groupBy("k").agg((F.sum("v") * 2).alias("x")),
+        note="the aggregate alone in `agg`, the arithmetic in a `select` after it",
+        refusal="computes over aggregates",
+    ),
+    # ------------------------------------------------------------------ functions
+    Entry(
+        "`count(*)`, `count(col)`",
+        RUNS,
+        lambda r: windowed(r, F.count("*"), F.count("s")),
+        covered_by=("count(*)", "fn:count:bigint", "fn:count:string"),
+    ),
+    Entry(
+        "`sum`, `avg`, `min`, `max` of integers and doubles (an expression argument too)",
+        RUNS,
+        lambda r: windowed(r, F.sum(F.col("v") * 2), F.avg("v"), F.min("v"), F.max("v")),
+        covered_by=("fn:sum:bigint", "fn:sum:double", "fn:avg:double", "fn:min:double", "fn:max:bigint"),
+    ),
+    Entry(
+        "`sum`, `avg` of decimals (exact; Spark's result types and overflow)",
+        RUNS,
+        lambda r: windowed(r, F.sum("d"), F.avg("d")),
+        covered_by=("fn:sum:decimal", "fn:avg:decimal"),
+    ),
+    Entry(
+        "`min`, `max` of strings, booleans, decimals, dates, timestamps",
+        RUNS,
+        lambda r: windowed(r, F.min("s"), F.max("b"), F.max("d"), F.min(T)),
+        covered_by=("fn:min:string", "fn:max:boolean", "fn:max:decimal"),
+    ),
+    Entry(
+        "`first(col)`, `last(col)`",
+        RUNS,
+        lambda r: windowed(r, F.first("v"), F.last("s")),
+        covered_by=("fn:first:bigint", "fn:last:string"),
+    ),
+    Entry(
+        "`first(col, ignorenulls=True)`, `last(col, ignorenulls=True)`",
+        REFUSED,
+        lambda r: windowed(r, F.first("v", ignorenulls=True)),
+        note="`first(col)` / `last(col)`",
+        refusal="skips nulls",
+    ),
+    Entry(
+        "`collect_list(col)`",
+        DIFFERS,
+        lambda r: windowed(r, F.collect_list("v")),
+        note="bounded: a group's list holds at most `spark.misa.aggregate.collectMaxItems` items (more fails "
+        "the batch, naming the aggregate)",
+        covered_by=("fn:collect_list:bigint", "fn:collect_list:string"),
+    ),
+    Entry(
+        "`collect_set(col)`",
+        DIFFERS,
+        lambda r: windowed(r, F.collect_set("s")),
+        note="bounded like collect_list; its items in first-seen order (Spark's are in its hash set's order)",
+        covered_by=("fn:collect_set:string", "fn:collect_set:bigint"),
+    ),
+    Entry(
+        "`approx_count_distinct(col)`",
+        DIFFERS,
+        lambda r: windowed(r, F.approx_count_distinct("s")),
+        note="Spark's hash and registers; equal to Spark's up to 400 distinct values per group, within its 5 % "
+        "error bound beyond (no bias table)",
+        covered_by=("fn:approx_count_distinct:string", "fn:approx_count_distinct:bigint"),
+    ),
+    Entry(
+        "`approx_count_distinct(col, rsd)` with another error",
+        REFUSED,
+        lambda r: windowed(r, F.approx_count_distinct("s", 0.01)),
+        note="`approx_count_distinct(col)`",
+        refusal="asks for relative error",
+    ),
+    Entry(
+        "functions of sliding windows other than sum, count, avg, min, max of numbers",
+        REFUSED,
+        lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.first("s")),
+        note="tumbling windows or no window",
+        refusal="over sliding windows is not in misa yet",
+    ),
+    Entry(
+        "`count(DISTINCT col)`",
+        REFUSED,
+        lambda r: windowed(r, F.count_distinct("v")),
+        note="Spark refuses it too: `approx_count_distinct(col)`",
+        refusal="Distinct aggregations are not supported",
+    ),
+    Entry(
+        "other aggregate functions (`percentile_approx`, `stddev`, `max_by`, ...)",
+        REFUSED,
+        lambda r: windowed(r, F.stddev("v")),
+        note="the functions above",
+        refusal="misa does not compute",
+    ),
+)
+
+
+def render() -> str:
+    """The docs table of :data:`ENTRIES`."""
+    lines = ["| Spark | misa | notes |", "|---|---|---|"]
+    for e in ENTRIES:
+        note = e.note or ("-" if e.misa != REFUSED else "")
+        if e.misa == REFUSED:
+            note = f"{note}; message: `{e.refusal}`" if note else f"message: `{e.refusal}`"
+        lines.append(f"| {e.spark} | {e.misa} | {note} |")
+    return "\n".join(lines)
