@@ -12,6 +12,9 @@ deduplicated keys      key, or event time (8 B big-endian, µs) ++ key      Dedu
 dedup expiry timers    0xFE ``d`` ++ expiry (8 B big-endian, µs) ++ key    Deduplicate (within watermark)
 session records        0xFE ``s`` ++ group key                             SessionAggregation
 session timers         0xFE ``S`` ++ earliest end (8 B big-endian) ++ key  SessionAggregation
+processor state        0xFE ``v`` ++ variable ++ key [++ 0x00 ++ map key]  StatefulProcessorOperator
+processor timers       0xFE ``w`` ++ time (8 B big-endian, ms) ++ key      StatefulProcessorOperator
+a key's timers         0xFE ``x`` ++ key                                   StatefulProcessorOperator
 side table             ``s`` ++ side key                                   LookupJoin
 right rows             ``r`` ++ key                                        KeyedJoin
 waiting left rows      ``l`` ++ key                                        KeyedJoin
@@ -45,6 +48,9 @@ PANE_TIMER = b"\xfet"
 DEDUP_EXPIRY = b"\xfed"
 SESSION_RECORD = b"\xfes"
 SESSION_TIMER = b"\xfeS"
+PROCESSOR_STATE = b"\xfev"
+PROCESSOR_TIMER = b"\xfew"
+PROCESSOR_KEY_TIMERS = b"\xfex"
 
 
 def window_prefix(window_end_us: int) -> bytes:

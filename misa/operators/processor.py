@@ -1,0 +1,421 @@
+"""Spark's Python stateful processor (``transformWithStateInPandas``) with its state in misa's store.
+
+A user's :class:`pyspark.sql.streaming.StatefulProcessor` runs unchanged: ``init(handle)`` once, then per batch
+``handleInputRows(key, rows, timerValues)`` once per grouping key with the key's rows as an iterator of pandas
+DataFrames (keys in no particular order, as Spark's), then ``handleExpiredTimer`` for each timer that fell due;
+what they yield is the batch's output. The handle gives value, list and map state (with TTL) and timers, as
+Spark's does, but the state lives in the driver's process: a state call is a dictionary lookup or a RocksDB read,
+not a message to the JVM's state server.
+
+Before the processor runs, every value and list state of the batch's keys is read in one multi-get (the batch
+knows its keys: misa's prefetch of the keys the batch will call); a key's map state is read with one prefix scan
+when the processor first touches it. Writes go to misa's versioned store, so they commit with the batch
+(asynchronously in misa's mode) and a restart recovers them.
+
+Time modes, as Spark's: ``None``; ``ProcessingTime`` (timers fire at or before the batch's start time, TTL counts
+from it); ``EventTime`` (``event_time`` names the input's timestamp column: rows at or before the late-events
+watermark are dropped, timers fire at or before the eviction watermark). TTL: a value past its time is not
+returned (a read finds it absent) and is deleted when read or written after that.
+
+State layout (:mod:`misa.state.keys`): ``0xFE v`` ++ state number ++ grouping key [++ ``0x00`` ++ map key] ->
+pickled value (with its expiry); ``0xFE w`` ++ time (8 B big-endian, ms) ++ grouping key: timers by time;
+``0xFE x`` ++ grouping key: the key's timers.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from misa.config import parse_seconds
+from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.operators.schema import event_time, key_columns
+from misa.operators.watermark import EventTimeWatermark
+from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
+from misa.state.keys import KEY_SPACE_VERSION, PROCESSOR_KEY_TIMERS, PROCESSOR_STATE, PROCESSOR_TIMER, window_prefix
+from misa.state.view import StateView
+
+TIME_MODES = ("None", "ProcessingTime", "EventTime")
+NEVER = 1 << 62  # the expiry of a value without TTL
+MAP_KEY = b"\x00"
+
+
+def _plain(values: Sequence[Any]) -> tuple:
+    """A state value as Spark hands it back: a tuple of plain Python values (numpy scalars converted)."""
+    return tuple(v.item() if isinstance(v, np.generic) else v for v in values)
+
+
+class _KeyedState:
+    """The state of the key being processed: reads through the batch's prefetched values, writes to the view."""
+
+    def __init__(self, view: StateView, now_ms: int):
+        self.view = view
+        self.now_ms = now_ms
+        self.key = b""  # the current grouping key (encoded)
+        self.known: dict[bytes, Any] = {}  # state keys read or written this batch -> decoded value (None: absent)
+
+    def state_key(self, number: int, extra: bytes = b"") -> bytes:
+        return PROCESSOR_STATE + bytes([number]) + self.key + extra
+
+    def read(self, key: bytes) -> Any:
+        if key not in self.known:
+            self.known[key] = _decode(self.view.get_many([key])[0])
+        entry = self.known[key]
+        if entry is not None and entry[1] <= self.now_ms:  # past its TTL
+            self.write(key, None)
+            return None
+        return None if entry is None else entry[0]
+
+    def write(self, key: bytes, value: Any, ttl_ms: int | None = None) -> None:
+        entry = None if value is None else (value, self.now_ms + ttl_ms if ttl_ms else NEVER)
+        self.known[key] = entry
+        self.view.put_many([key], [None if entry is None else pickle.dumps(entry, protocol=5)])
+
+    def prefetch(self, keys: list[bytes]) -> None:
+        """Read ``keys`` in one multi-get (the batch's value and list states)."""
+        missing = [k for k in keys if k not in self.known]
+        for key, raw in zip(missing, self.view.get_many(missing)):
+            self.known[key] = _decode(raw)
+
+
+def _decode(raw: bytes | None) -> Any:
+    return None if raw is None else pickle.loads(raw)
+
+
+@dataclass
+class ValueState:
+    """Spark's ValueState: one tuple per grouping key."""
+
+    state: _KeyedState
+    number: int
+    ttl_ms: int | None
+
+    def exists(self) -> bool:
+        return self.get() is not None
+
+    def get(self) -> tuple | None:
+        return self.state.read(self.state.state_key(self.number))
+
+    def update(self, newValue: tuple) -> None:  # noqa: N803 - Spark's parameter names
+        self.state.write(self.state.state_key(self.number), _plain(newValue), self.ttl_ms)
+
+    def clear(self) -> None:
+        self.state.write(self.state.state_key(self.number), None)
+
+
+@dataclass
+class ListState:
+    """Spark's ListState: a list of tuples per grouping key."""
+
+    state: _KeyedState
+    number: int
+    ttl_ms: int | None
+
+    def exists(self) -> bool:
+        return bool(self._items())
+
+    def get(self) -> Iterator[tuple]:
+        return iter(list(self._items()))
+
+    def put(self, newState: list[tuple]) -> None:  # noqa: N803
+        self.state.write(self.state.state_key(self.number), [_plain(v) for v in newState] or None, self.ttl_ms)
+
+    def appendValue(self, newState: tuple) -> None:  # noqa: N802, N803
+        self.put([*self._items(), newState])
+
+    def appendList(self, newState: list[tuple]) -> None:  # noqa: N802, N803
+        self.put([*self._items(), *newState])
+
+    def clear(self) -> None:
+        self.state.write(self.state.state_key(self.number), None)
+
+    def _items(self) -> list[tuple]:
+        return self.state.read(self.state.state_key(self.number)) or []
+
+
+@dataclass
+class MapState:
+    """Spark's MapState: a map of tuples to tuples per grouping key."""
+
+    state: _KeyedState
+    number: int
+    ttl_ms: int | None
+
+    def _key(self, user_key: tuple) -> bytes:
+        return self.state.state_key(self.number, MAP_KEY + pickle.dumps(_plain(user_key), protocol=5))
+
+    def exists(self) -> bool:
+        return any(True for _ in self.iterator())
+
+    def getValue(self, key: tuple) -> tuple | None:  # noqa: N802
+        return self.state.read(self._key(key))
+
+    def containsKey(self, key: tuple) -> bool:  # noqa: N802
+        return self.getValue(key) is not None
+
+    def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802
+        self.state.write(self._key(key), _plain(value), self.ttl_ms)
+
+    def removeKey(self, key: tuple) -> None:  # noqa: N802
+        self.state.write(self._key(key), None)
+
+    def iterator(self) -> Iterator[tuple[tuple, tuple]]:
+        prefix = self.state.state_key(self.number, MAP_KEY)
+        for key, raw in self.state.view.scan(prefix, prefix + b"\xff"):
+            self.state.known.setdefault(key, _decode(raw))
+        entries = [(k, self.state.read(k)) for k in sorted(k for k in self.state.known if k.startswith(prefix))]
+        return iter([(pickle.loads(k[len(prefix) :]), v) for k, v in entries if v is not None])
+
+    def keys(self) -> Iterator[tuple]:
+        return (k for k, _ in self.iterator())
+
+    def values(self) -> Iterator[tuple]:
+        return (v for _, v in self.iterator())
+
+    def clear(self) -> None:
+        for key in list(self.keys()):
+            self.removeKey(key)
+
+
+class MisaProcessorHandle(StatefulProcessorHandle):
+    """The handle a processor's ``init`` gets: its state variables and timers live in misa's store."""
+
+    def __init__(self, state: _KeyedState):  # noqa: D107 - Spark's handle's base takes an API client
+        self._state = state
+        self.variables: dict[str, ValueState | ListState | MapState] = {}
+
+    def _variable(self, kind: type, name: str, ttl_ms: int | None) -> Any:
+        if name not in self.variables:
+            if len(self.variables) >= 255:
+                raise ValueError("a processor may have at most 255 state variables")
+            self.variables[name] = kind(self._state, len(self.variables) + 1, ttl_ms)
+        return self.variables[name]
+
+    def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803
+        return self._variable(ValueState, stateName, ttlDurationMs)
+
+    def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803
+        return self._variable(ListState, stateName, ttlDurationMs)
+
+    def getMapState(  # noqa: N802
+        self,
+        stateName: str,
+        userKeySchema: Any,
+        valueSchema: Any,
+        ttlDurationMs: int | None = None,  # noqa: N803
+    ) -> Any:
+        return self._variable(MapState, stateName, ttlDurationMs)
+
+    def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        timers = self._timers()
+        if expiryTimestampMs not in timers:
+            self._set_timers(sorted([*timers, int(expiryTimestampMs)]))
+            self._state.view.put_many([_timer_key(expiryTimestampMs, self._state.key)], [b"\x01"])
+
+    def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        timers = self._timers()
+        if expiryTimestampMs in timers:
+            self._set_timers([t for t in timers if t != expiryTimestampMs])
+            self._state.view.put_many([_timer_key(expiryTimestampMs, self._state.key)], [None])
+
+    def listTimers(self) -> Iterator[int]:  # noqa: N802
+        return iter(self._timers())
+
+    def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
+        variable = self.variables.get(stateName)
+        if variable is not None:
+            variable.clear()
+
+    def _timers(self) -> list[int]:
+        key = PROCESSOR_KEY_TIMERS + self._state.key
+        if key not in self._state.known:
+            self._state.known[key] = _decode(self._state.view.get_many([key])[0])
+        return list(self._state.known[key] or [])
+
+    def _set_timers(self, timers: list[int]) -> None:
+        key = PROCESSOR_KEY_TIMERS + self._state.key
+        self._state.known[key] = timers or None
+        self._state.view.put_many([key], [pickle.dumps(timers, protocol=5) if timers else None])
+
+
+def _timer_key(at_ms: int, group_key: bytes) -> bytes:
+    return PROCESSOR_TIMER + window_prefix(at_ms) + group_key
+
+
+@dataclass
+class StatefulProcessorOperator(KeyPartitioned):
+    """Runs ``processor`` over the rows of each ``group_by`` key, as ``transformWithStateInPandas`` does."""
+
+    processor: StatefulProcessor
+    group_by: Sequence[str]
+    output_schema: T.StructType | str
+    time_mode: str = "None"
+    event_time: str | None = None  # EventTime mode: the input's timestamp column (withWatermark's)
+    watermark_delay: str | None = None  # EventTime mode: Spark's withWatermark delay
+    watermark: EventTimeWatermark = field(init=False)
+    _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _handle: MisaProcessorHandle | None = field(default=None, init=False, repr=False)
+    _state: _KeyedState | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.time_mode not in TIME_MODES:
+            raise ValueError(f"time_mode {self.time_mode!r}: use one of {', '.join(TIME_MODES)} (Spark's timeMode)")
+        if self.time_mode == "EventTime" and not (self.event_time and self.watermark_delay is not None):
+            raise ValueError("EventTime mode needs event_time and watermark_delay (withWatermark's column and delay)")
+        if isinstance(self.output_schema, str):
+            self.output_schema = T._parse_datatype_string(self.output_schema)  # type: ignore[assignment]
+        self.watermark = EventTimeWatermark(int(parse_seconds(self.watermark_delay or "0s") * 1000))
+
+    def __getstate__(self) -> dict[str, Any]:  # worker processes get the processor, not this process's state
+        return {**self.__dict__, "_handle": None, "_state": None}
+
+    # ------------------------------------------------------------------ at start
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
+        """Resolve the grouping (and event-time) columns; the processor's class names its state."""
+        if self.event_time:
+            event_time(schema, self.event_time, f"the processor's event_time {self.event_time!r}")
+        processor = type(self.processor)
+        groups = to_arrow_schema(T.StructType([schema[c] for c in self.group_by]))
+        self._codec = KeyCodec(list(groups), windowed=False)  # timers due after a restart name their keys with it
+        return {
+            "operator": "StatefulProcessor",
+            "processor": f"{processor.__module__}.{processor.__qualname__}",
+            "group_columns": key_columns(schema, self.group_by, f"the processor's grouping {list(self.group_by)}"),
+            "output": self.output_schema.simpleString(),  # type: ignore[union-attr]
+            "time_mode": self.time_mode,
+            "key_space": KEY_SPACE_VERSION,
+        }
+
+    # ------------------------------------------------------------------ Spark side
+    def deltas(self, batch: DataFrame) -> DataFrame:
+        """The batch's rows, in the order Spark reads them."""
+        return batch
+
+    # ------------------------------------------------------------------ driver side
+    def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
+        """Call the processor for each key of the batch, then for each timer due; its rows are the output."""
+        now_ms = int(time.time() * 1000)
+        handle = self._bind(state, now_ms)
+        late, evict = self.watermark.begin_batch()
+        result = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
+        if self.time_mode == "EventTime" and deltas.num_rows:
+            times = pc.cast(deltas[self.event_time], pa.timestamp("us")).cast(pa.int64())
+            self.watermark.observe(pc.max(times).as_py())
+            on_time = pc.fill_null(pc.greater(times, late), True)
+            result.late_rows = deltas.num_rows - int(pc.sum(on_time).as_py() or 0)
+            deltas = deltas.filter(on_time)
+        values = TimerValues(*self._times(now_ms, evict))
+        outputs = self._input_rows(deltas, handle, values) + self._expired(state, handle, values, now_ms, evict)
+        frames = [f for f in outputs if len(f)]
+        if frames:
+            result.output = pa.Table.from_pandas(
+                pd.concat(frames, ignore_index=True), schema=to_arrow_schema(self.output_schema), preserve_index=False
+            )
+        result.state_reads = len(self._state.known) if self._state is not None else 0
+        return result
+
+    def no_data_batch(self, state: StateView) -> OperatorResult:
+        """The batch Spark runs without data when the watermark moved: fire the event-time timers it made due."""
+        empty = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
+        if self.time_mode != "EventTime":
+            return empty
+        now_ms = int(time.time() * 1000)
+        advanced = self.watermark.advance()
+        if advanced is None:
+            return empty
+        handle = self._bind(state, now_ms)
+        values = TimerValues(*self._times(now_ms, advanced))
+        frames = [f for f in self._expired(state, handle, values, now_ms, advanced) if len(f)]
+        if frames:
+            empty.output = pa.Table.from_pandas(
+                pd.concat(frames, ignore_index=True), schema=to_arrow_schema(self.output_schema), preserve_index=False
+            )
+        return empty
+
+    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        return [deltas[c] for c in self.group_by]
+
+    def event_watermark(self) -> EventTimeWatermark | None:
+        return self.watermark if self.time_mode == "EventTime" else None
+
+    def _bind(self, view: StateView, now_ms: int) -> MisaProcessorHandle:
+        """The handle, its state bound to this batch's view (``init`` runs once, on the first batch)."""
+        if self._state is None or self._handle is None:
+            self._state = _KeyedState(view, now_ms)
+            self._handle = MisaProcessorHandle(self._state)
+            self.processor.init(self._handle)
+        self._state.view, self._state.now_ms, self._state.known = view, now_ms, {}
+        return self._handle
+
+    def _times(self, now_ms: int, evict_us: int) -> tuple[int, int]:
+        processing = now_ms if self.time_mode == "ProcessingTime" else -1
+        return processing, evict_us // 1000 if self.time_mode == "EventTime" else -1
+
+    def _input_rows(self, rows: pa.Table, handle: MisaProcessorHandle, values: TimerValues) -> list[pd.DataFrame]:
+        """handleInputRows once per key of the batch, its rows in input order."""
+        if not rows.num_rows:
+            return []
+        assert self._state is not None
+        normalized = normalize_float_keys(rows.select(list(self.group_by)), list(self.group_by))
+        if self._codec is None:  # an operator used without start()'s signature (tests)
+            self._codec = KeyCodec([normalized.schema.field(c) for c in self.group_by], windowed=False)
+        keys, key_of_row = distinct_keys(
+            self._codec.encode(None, [normalized[c].combine_chunks() for c in self.group_by], rows.num_rows)
+        )
+        singles = [n for n, v in handle.variables.items() if isinstance(v, (ValueState, ListState))]
+        numbers = [handle.variables[n].number for n in singles]
+        self._state.prefetch([PROCESSOR_STATE + bytes([n]) + k for k in keys for n in numbers])
+        order = np.argsort(key_of_row, kind="stable")
+        bounds = np.searchsorted(key_of_row[order], np.arange(len(keys) + 1))
+        frame = rows.take(pa.array(order)).to_pandas()
+        group_values = [rows[c].take(pa.array(order[bounds[:-1]])).to_pylist() for c in self.group_by]
+        outputs: list[pd.DataFrame] = []
+        for i, key in enumerate(keys):
+            self._state.key = key
+            part = frame.iloc[bounds[i] : bounds[i + 1]].reset_index(drop=True)
+            grouping = tuple(column[i] for column in group_values)
+            outputs += list(self.processor.handleInputRows(grouping, iter([part]), values) or [])
+        return outputs
+
+    def _expired(
+        self, view: StateView, handle: MisaProcessorHandle, values: TimerValues, now_ms: int, evict_us: int
+    ) -> list[pd.DataFrame]:
+        """handleExpiredTimer for each timer due (processing time: the batch's start; event time: the watermark),
+        each deleted before its call."""
+        if self.time_mode == "None":
+            return []
+        due_ms = now_ms if self.time_mode == "ProcessingTime" else evict_us // 1000
+        begin, end = PROCESSOR_TIMER + window_prefix(0), PROCESSOR_TIMER + window_prefix(max(due_ms, -1) + 1)
+        outputs: list[pd.DataFrame] = []
+        for timer_key, _ in view.scan(begin, end):
+            at_ms = int.from_bytes(timer_key[len(PROCESSOR_TIMER) : len(PROCESSOR_TIMER) + 8], "big")
+            group_key = timer_key[len(PROCESSOR_TIMER) + 8 :]
+            assert self._state is not None and self._codec is not None
+            self._state.key = group_key
+            handle.deleteTimer(at_ms)
+            grouping = tuple(c[0].as_py() for c in self._codec.decode([group_key])[1])
+            outputs += list(self.processor.handleExpiredTimer(grouping, values, ExpiredTimerInfo(at_ms)) or [])
+        return outputs
+
+    # ------------------------------------------------------------------ versions
+    def metadata(self) -> dict[str, Any]:
+        return self.watermark.metadata()
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.watermark.restore(metadata)
