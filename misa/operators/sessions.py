@@ -126,6 +126,8 @@ class SessionAggregation(KeyPartitioned):
         """Merge the batch's row sessions into each group's sessions; emit what the watermark closes."""
         values = AggValues.of(self.aggs, deltas.schema, self._ansi, self.collect_max_items)
         self._last_schema = deltas.schema
+        if self._codec is None:  # from the deltas' schema, empty or not: complete output decodes every group
+            self._codec = KeyCodec([deltas.schema.field(c) for c in self.group_by], windowed=False)
         result = OperatorResult(self._output([], [], values))
         late, evict = self.watermark.begin_batch()
         if self.watermark_delay is None:
@@ -165,8 +167,7 @@ class SessionAggregation(KeyPartitioned):
     def _merge(self, deltas: pa.Table, values: AggValues, state: StateView) -> int:
         """Fold the deltas' row sessions into their groups' records; the number of groups read."""
         rows = normalize_float_keys(deltas, list(self.group_by))
-        if self._codec is None:
-            self._codec = KeyCodec([rows.schema.field(c) for c in self.group_by], windowed=False)
+        assert self._codec is not None
         group_keys, key_of_row = distinct_keys(
             self._codec.encode(None, [rows[c].combine_chunks() for c in self.group_by], rows.num_rows)
         )
