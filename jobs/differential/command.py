@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from jobs.differential.cases import Case, random_case
+from jobs.differential.processor import random_processor_case, run_processor_case
 from jobs.differential.queries import case_tags, random_query_case
 from jobs.differential.runner import run_case
 from jobs.differential.shrink import shrink
@@ -30,6 +31,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="queries written in Spark's DataFrame API (windows with startTime, count(*), complete output, "
         "dropDuplicates, select/where after), run through misa.from_query",
     )
+    parser.add_argument(
+        "--processor",
+        action="store_true",
+        help="a StatefulProcessor (session-tracking fraud rule) through Spark's transformWithStateInPandas and "
+        "misa's adapter",
+    )
     parser.add_argument("--replay", help="run one saved case (a JSON file this command wrote) instead")
     parser.add_argument("--no-shrink", action="store_true", help="report mismatches without shrinking them")
     parser.set_defaults(func=run)
@@ -44,10 +51,11 @@ def run(args: argparse.Namespace) -> int:
     coverage: Counter = Counter()
     failures = 0
     started = time.monotonic()
-    draw = random_query_case if args.from_query else random_case
+    draw = random_processor_case if args.processor else random_query_case if args.from_query else random_case
+    run_one = run_processor_case if args.processor else run_case
     for n, case in enumerate(cases or (draw(s) for s in seeds), 1):
         _count(coverage, case)
-        mismatch = run_case(spark, case, work / "run")
+        mismatch = run_one(spark, case, work / "run")
         print(
             f"[{n}/{len(cases or seeds)} {time.monotonic() - started:.0f}s] {case.describe()}: "
             f"{'MISMATCH ' + str(mismatch) if mismatch else 'same as Spark'}",
@@ -56,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         if mismatch is None:
             continue
         failures += 1
-        small = case if args.no_shrink else shrink(spark, case, work / "run")
+        small = case if args.no_shrink or args.processor else shrink(spark, case, work / "run")
         saved = work / f"case-{case.seed}.json"
         saved.write_text(small.to_json())
         print(f"  saved ({small.files} files, {small.rows} rows): misa fuzz --replay {saved}", flush=True)

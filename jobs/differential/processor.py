@@ -24,10 +24,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from jobs.differential.cases import Case
+from jobs.differential.cases import Case, Query, Settings, case_of
 from jobs.differential.runner import Mismatch, _data_batches, _first_line, _write_file, compare
-from misa import MisaConfig, StatefulJob
-from misa.operators.processor import StatefulProcessorOperator
+from misa import MisaConfig, transform_with_state_in_pandas
 
 OUTPUT = "card string, kind string, payments long, total long, largest long, merchants long, flagged boolean"
 GAP_MS = 10_000
@@ -99,6 +98,13 @@ class SessionFraudProcessor(StatefulProcessor):
         pass
 
 
+def random_processor_case(seed: int) -> Case:
+    """Random payments of a few cards (nulls and edge strings among them), with late and out-of-order rows,
+    back-to-back batches and restarts; misa with one or two worker processes."""
+    settings = Settings(processes=1 + seed % 2, commit_mode=("misa", "sync", "async-ckpt")[seed % 3])
+    return case_of(Query("processor", {"k0": "string"}, delay_s=(0, 2, 5)[seed % 3]), settings, seed)
+
+
 def payments(rows: DataFrame) -> DataFrame:
     return rows.withColumn(EVENT_TIME, F.timestamp_millis("t"))
 
@@ -152,25 +158,24 @@ def _native(spark: SparkSession, case: Case, source: Path, run: Path) -> list[pa
     return [outputs[b] for b in sorted(outputs)]
 
 
-def processor_operator(delay_s: int) -> StatefulProcessorOperator:
-    return StatefulProcessorOperator(
-        SessionFraudProcessor(), ["card"], OUTPUT, "EventTime", event_time=EVENT_TIME, watermark_delay=f"{delay_s}s"
-    )
-
-
 def _misa(spark: SparkSession, case: Case, source: Path, run: Path, first: int, files: int) -> list[pa.Table]:
     outputs: dict[int, pa.Table] = {}
-    job = StatefulJob(
-        processor_operator(case.query.delay_s),
+    job = transform_with_state_in_pandas(
+        _stream(spark, source).withWatermark(EVENT_TIME, f"{case.query.delay_s} seconds"),
+        ["card"],
+        SessionFraudProcessor(),
+        OUTPUT,
+        "Append",
+        "EventTime",
         outputs.__setitem__,
         str(run / "ckpt"),
         config=MisaConfig.from_mapping(case.settings.conf()),
         echo=None,
     )
     try:
-        job.start(spark, _stream(spark, source), trigger={"availableNow": True}).awaitTermination()
+        job.start({"availableNow": True}).awaitTermination()
     finally:
-        job.close(spark)
+        job.close()
     if sorted(outputs) != list(range(first, first + files)):
         raise AssertionError(f"misa ran batches {sorted(outputs)}, expected {first}..{first + files - 1}")
     return [outputs[b] for b in sorted(outputs)]

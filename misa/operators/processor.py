@@ -27,7 +27,7 @@ from __future__ import annotations
 import pickle
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -268,6 +268,7 @@ class StatefulProcessorOperator(KeyPartitioned):
     time_mode: str = "None"
     event_time: str | None = None  # EventTime mode: the input's timestamp column (withWatermark's)
     watermark_delay: str | None = None  # EventTime mode: Spark's withWatermark delay
+    clock: Callable[[], float] = time.time  # the batch's processing time (seconds); tests give their own
     watermark: EventTimeWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _handle: MisaProcessorHandle | None = field(default=None, init=False, repr=False)
@@ -310,7 +311,7 @@ class StatefulProcessorOperator(KeyPartitioned):
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """Call the processor for each key of the batch, then for each timer due; its rows are the output."""
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.clock() * 1000)
         handle = self._bind(state, now_ms)
         late, evict = self.watermark.begin_batch()
         result = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
@@ -335,7 +336,7 @@ class StatefulProcessorOperator(KeyPartitioned):
         empty = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
         if self.time_mode != "EventTime":
             return empty
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.clock() * 1000)
         advanced = self.watermark.advance()
         if advanced is None:
             return empty

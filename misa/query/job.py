@@ -16,25 +16,43 @@ steps above it on each batch's output (:mod:`misa.query.output`).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import types as T
+from pyspark.sql.streaming import StatefulProcessor, StreamingQuery
 
 from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
 from misa.job import Sink, StatefulJob
+from misa.operators.processor import StatefulProcessorOperator
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, dataframe_of, read_plan
-from misa.query.translate import Translation, stateful_node, translate
+from misa.query.translate import Translation, stateful_node, translate, watermarks
 
 log = logging.getLogger(__name__)
 OUTPUT_MODES = ("append", "update", "complete")
 
 
-class QueryJob:
-    """A streaming query whose stateful operation runs on misa: :meth:`start` it as ``writeStream`` would."""
+class _SparkQueryJob:
+    """A misa job over a streaming DataFrame of a Spark session: :meth:`start` it as ``writeStream`` would."""
+
+    spark: SparkSession
+    source: DataFrame
+    job: StatefulJob
+
+    def start(self, trigger: dict[str, Any] | None = None) -> StreamingQuery:
+        """Start the query (``trigger`` as ``DataStreamWriter.trigger`` takes it; Spark's default without)."""
+        return self.job.start(self.spark, self.source, trigger=trigger)
+
+    def close(self) -> None:
+        """Stop the query if it runs and release misa's state (commits finish first)."""
+        self.job.close(self.spark)
+
+
+class QueryJob(_SparkQueryJob):
+    """A streaming query whose stateful operation runs on misa (what :func:`from_query` returns)."""
 
     def __init__(
         self, query: DataFrame, sink: Sink, checkpoint_location: str, *, output_mode: str = "append", **options: Any
@@ -58,13 +76,36 @@ class QueryJob:
         output = QueryOutput(self.spark, self.translation, stateful_node(plan).output, sink)
         self.job = StatefulJob(self.translation.operator, output, checkpoint_location, **options)
 
-    def start(self, trigger: dict[str, Any] | None = None) -> StreamingQuery:
-        """Start the query (``trigger`` as ``DataStreamWriter.trigger`` takes it; Spark's default without)."""
-        return self.job.start(self.spark, self.source, trigger=trigger)
 
-    def close(self) -> None:
-        """Stop the query if it runs and release misa's state (commits finish first)."""
-        self.job.close(self.spark)
+class ProcessorJob(_SparkQueryJob):
+    """A Spark StatefulProcessor over a stream's groups, its state in misa (what
+    :func:`transform_with_state_in_pandas` returns)."""
+
+    def __init__(
+        self,
+        stream: DataFrame,
+        group_by: Sequence[str],
+        processor: StatefulProcessor,
+        output_schema: T.StructType | str,
+        time_mode: str,
+        sink: Sink,
+        checkpoint_location: str,
+        **options: Any,
+    ):
+        self.spark, self.source = stream.sparkSession, stream
+        event_time, delay = None, None
+        if time_mode == "EventTime":
+            marks = watermarks(read_plan(stream))
+            if len(marks) != 1:
+                raise UnsupportedQueryError(
+                    "[MISA_UNSUPPORTED_QUERY] EventTime mode needs one withWatermark on the stream (found "
+                    f"{len(marks)}): stream.withWatermark(event_time, delay) before transform_with_state_in_pandas"
+                )
+            event_time = marks[0].fields["event_time"].name
+            delay = f"{marks[0].fields['event_time'].watermark_delay_ms}ms"
+        schema = T._parse_datatype_string(output_schema) if isinstance(output_schema, str) else output_schema
+        operator = StatefulProcessorOperator(processor, list(group_by), schema, time_mode, event_time, delay)
+        self.job = StatefulJob(operator, sink, checkpoint_location, **options)
 
 
 def from_query(
@@ -76,6 +117,27 @@ def from_query(
     :class:`~misa.job.StatefulJob`'s (``config``, ``state_dir``, ``dfs_url``, ``echo``, ...). A plan misa
     cannot run fails here with :class:`~misa.exceptions.UnsupportedQueryError` naming the node."""
     return QueryJob(query, sink, checkpoint_location, output_mode=output_mode, **options)
+
+
+def transform_with_state_in_pandas(
+    stream: DataFrame,
+    group_by: Sequence[str],
+    processor: StatefulProcessor,
+    output_schema: T.StructType | str,
+    output_mode: str,
+    time_mode: str,
+    sink: Sink,
+    checkpoint_location: str,
+    **options: Any,
+) -> ProcessorJob:
+    """``stream.groupBy(*group_by).transformWithStateInPandas(processor, output_schema, output_mode, time_mode)``
+    with the processor's state in misa; ``sink(batch_id, pyarrow.Table)`` gets the rows it yields. ``output_mode``
+    (Append or Update) is Spark's contract with the sink and changes nothing here; ``time_mode`` is None,
+    ProcessingTime or EventTime (the stream's withWatermark gives the event time). ``options`` are
+    :class:`~misa.job.StatefulJob`'s."""
+    if output_mode.lower() not in ("append", "update"):
+        raise ValueError(f"output_mode {output_mode!r}: transformWithStateInPandas takes Append or Update")
+    return ProcessorJob(stream, group_by, processor, output_schema, time_mode, sink, checkpoint_location, **options)
 
 
 def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> None:

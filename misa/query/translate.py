@@ -150,16 +150,17 @@ def _reads_stream(node: PlanNode) -> bool:
     return node.kind.startswith("Streaming") or any(_reads_stream(c) for c in node.children)
 
 
-def _watermarks(node: PlanNode) -> list[PlanNode]:
+def watermarks(node: PlanNode) -> list[PlanNode]:
+    """The plan's ``EventTimeWatermark`` nodes."""
     found = [node] if node.kind == "EventTimeWatermark" else []
     for child in node.children:
-        found += _watermarks(child)
+        found += watermarks(child)
     return found
 
 
 def _watermark(source: PlanNode, stateful: PlanNode) -> Attr | None:
     """The event-time column ``withWatermark`` marked (with its delay), or None without a watermark."""
-    marks = _watermarks(source)
+    marks = watermarks(source)
     if len(marks) > 1:
         raise _refused(stateful, "its input has more than one withWatermark", "one withWatermark on the stream")
     return marks[0].fields["event_time"] if marks else None
@@ -168,7 +169,7 @@ def _watermark(source: PlanNode, stateful: PlanNode) -> Attr | None:
 def _refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
     """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
     the filter drops, misa's sees only the rows that reach the operator."""
-    marks = _watermarks(stateful)
+    marks = watermarks(stateful)
     if not marks:
         return
     event_time = marks[0].fields["event_time"].expr_id

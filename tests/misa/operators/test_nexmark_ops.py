@@ -16,8 +16,6 @@ import pytest
 
 from jobs import nexmark
 from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
-from misa.runtime.commit import CommitController
-from misa.state.store import StateStore
 from misa.state.view import StateView
 
 BID = pa.struct(
@@ -40,49 +38,6 @@ AUCTION = pa.struct(
         ("extra", pa.string()),
     ]
 )
-
-
-class Runner:
-    """An operator over a real state store, each batch committed in sync mode as the job does."""
-
-    def __init__(self, config, root: Path, operator, version: int | None = None):
-        self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
-        self.view = StateView(self.store)
-        self.controller = CommitController(self.store, "sync")
-        self.operator = operator
-        if version is not None:  # a restart: the state and the metadata of a committed version
-            operator.restore(self.store.load(version).metadata)
-        self.version = self.store.version
-
-    def batch(self, deltas: pa.Table):
-        self.version += 1
-        result = self.operator.apply(deltas, self.view)
-        self.controller.commit(self.view.freeze(self.version), self.operator.metadata())
-        return result
-
-    def keys(self, prefix: bytes = b"") -> list[bytes]:
-        return [k for k, _ in self.view.scan(prefix, prefix + b"\xff" * 16)]
-
-    def close(self) -> None:
-        self.controller.drain()
-        self.controller.close()
-        self.view.close()
-        self.store.close()
-
-
-@pytest.fixture
-def run(config, tmp_path):
-    """Start a runner (``run(operator)``, or ``run(operator, version)`` to restart); all are closed at the end."""
-    runners: list[Runner] = []
-
-    def start(operator, version: int | None = None) -> Runner:
-        if runners:
-            runners[-1].close()
-        runners.append(Runner(config, tmp_path, operator, version))
-        return runners[-1]
-
-    yield start
-    runners[-1].close()
 
 
 def bids(*rows: tuple) -> pa.Table:
