@@ -112,7 +112,7 @@ class Case:
             "dedup_time": "dropDuplicates(keys + event_time)",
             "dedup_within": "dropDuplicatesWithinWatermark(keys)",
             "session": f"session window gap {q.window_s}s" + (" or per row" if q.dynamic_gap else ""),
-            "processor": "SessionFraudProcessor per card",
+            "processor": "SessionFraudProcessor per card" + (", initial state" if q.above else ""),
         }[q.operator]
         keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
         shape += f" start {q.start_s}s" if q.start_s else ""

@@ -32,6 +32,7 @@ OUTPUT = "card string, kind string, payments long, total long, largest long, mer
 GAP_MS = 10_000
 EVENT_TIME = "event_time"
 SOURCE = "card string, t bigint, amount bigint, merchant string"
+INITIAL = [("", 3, 30), ("a", 1, 500), ("b", 2, 4)]  # cards' (payments, total) before the stream
 RUN_CONF = {
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -72,6 +73,10 @@ class SessionFraudProcessor(StatefulProcessor):
         self.session_end.update((end,))
         yield self._row(key, "batch", payments, total, largest, flagged)
 
+    def handleInitialState(self, key, initialState: pd.DataFrame, timerValues: TimerValues) -> None:  # noqa: N802, N803
+        """A card's history before the stream: its payments and total so far."""
+        self.totals.update((int(initialState["payments"].sum()), int(initialState["total"].sum())))
+
     def handleExpiredTimer(self, key, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo):  # noqa: N802, N803
         payments, total = self.totals.get() if self.totals.exists() else (0, 0)
         largest = max((v[0] for v in self.largest.get()), default=0)
@@ -102,7 +107,15 @@ def random_processor_case(seed: int) -> Case:
     """Random payments of a few cards (nulls and edge strings among them), with late and out-of-order rows,
     back-to-back batches and restarts; misa with one or two worker processes."""
     settings = Settings(processes=1 + seed % 2, commit_mode=("misa", "sync", "async-ckpt")[seed % 3])
-    return case_of(Query("processor", {"k0": "string"}, delay_s=(0, 2, 5)[seed % 3]), settings, seed)
+    query = Query("processor", {"k0": "string"}, delay_s=(0, 2, 5)[seed % 3], above=seed % 4 < 2)
+    return case_of(query, settings, seed)
+
+
+def initial_state(spark: SparkSession, case: Case) -> DataFrame | None:
+    """The cards' history the case starts from (cases whose ``above`` flag is set), or None."""
+    if not case.query.above:
+        return None
+    return spark.createDataFrame(INITIAL, "card string, payments long, total long")
 
 
 def payments(rows: DataFrame) -> DataFrame:
@@ -145,11 +158,18 @@ def _stream(spark: SparkSession, source: Path) -> DataFrame:
 
 def _native(spark: SparkSession, case: Case, source: Path, run: Path) -> list[pa.Table]:
     outputs: dict[int, pa.Table] = {}
+    initial = initial_state(spark, case)
     query = (
         _stream(spark, source)
         .withWatermark(EVENT_TIME, f"{case.query.delay_s} seconds")
         .groupBy("card")
-        .transformWithStateInPandas(SessionFraudProcessor(), OUTPUT, "Append", "EventTime")
+        .transformWithStateInPandas(
+            SessionFraudProcessor(),
+            OUTPUT,
+            "Append",
+            "EventTime",
+            initialState=initial.groupBy("card") if initial is not None else None,
+        )
     )
     writer = query.writeStream.outputMode("append").option("checkpointLocation", str(run / "ckpt"))
     writer.foreachBatch(lambda df, b: outputs.__setitem__(b, df.toArrow())).trigger(
@@ -169,6 +189,7 @@ def _misa(spark: SparkSession, case: Case, source: Path, run: Path, first: int, 
         "EventTime",
         outputs.__setitem__,
         str(run / "ckpt"),
+        initial_state=initial_state(spark, case),
         config=MisaConfig.from_mapping(case.settings.conf()),
         echo=None,
     )

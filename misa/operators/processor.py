@@ -7,9 +7,9 @@ what they yield is the batch's output. The handle gives value, list and map stat
 Spark's does, but the state lives in the driver's process: a state call is a dictionary lookup or a RocksDB read,
 not a message to the JVM's state server.
 
-Before the processor runs, every value and list state of the batch's keys is read in one multi-get (the batch
-knows its keys: misa's prefetch of the keys the batch will call); a key's map state is read with one prefix scan
-when the processor first touches it. Writes go to misa's versioned store, so they commit with the batch
+Before the processor runs, every state variable and the timers of the batch's keys are read in one multi-get (the
+batch knows its keys: misa's prefetch of the keys the batch will call); a map is one record per key, each entry
+with its own TTL. Writes go to misa's versioned store, so they commit with the batch
 (asynchronously in misa's mode) and a restart recovers them.
 
 Time modes, as Spark's: ``None``; ``ProcessingTime`` (timers fire at or before the batch's start time, TTL counts
@@ -17,8 +17,8 @@ from it); ``EventTime`` (``event_time`` names the input's timestamp column: rows
 watermark are dropped, timers fire at or before the eviction watermark). TTL: a value past its time is not
 returned (a read finds it absent) and is deleted when read or written after that.
 
-State layout (:mod:`misa.state.keys`): ``0xFE v`` ++ state number ++ grouping key [++ ``0x00`` ++ map key] ->
-pickled value (with its expiry); ``0xFE w`` ++ time (8 B big-endian, ms) ++ grouping key: timers by time;
+State layout (:mod:`misa.state.keys`): ``0xFE v`` ++ state number ++ grouping key -> the pickled value, list or
+map (with expiries); ``0xFE w`` ++ time (8 B big-endian, ms) ++ grouping key: timers by time;
 ``0xFE x`` ++ grouping key: the key's timers.
 """
 
@@ -34,6 +34,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import (
@@ -52,8 +53,8 @@ from misa.state.keys import KEY_SPACE_VERSION, PROCESSOR_KEY_TIMERS, PROCESSOR_S
 from misa.state.view import StateView
 
 TIME_MODES = ("None", "ProcessingTime", "EventTime")
+INITIAL = "_misa_initial_state"  # marks the initial state's rows among the first batch's
 NEVER = 1 << 62  # the expiry of a value without TTL
-MAP_KEY = b"\x00"
 
 
 def _plain(values: Sequence[Any]) -> tuple:
@@ -70,8 +71,8 @@ class _KeyedState:
         self.key = b""  # the current grouping key (encoded)
         self.known: dict[bytes, Any] = {}  # state keys read or written this batch -> decoded value (None: absent)
 
-    def state_key(self, number: int, extra: bytes = b"") -> bytes:
-        return PROCESSOR_STATE + bytes([number]) + self.key + extra
+    def state_key(self, number: int) -> bytes:
+        return PROCESSOR_STATE + bytes([number]) + self.key
 
     def read(self, key: bytes) -> Any:
         if key not in self.known:
@@ -151,46 +152,55 @@ class ListState:
 
 @dataclass
 class MapState:
-    """Spark's MapState: a map of tuples to tuples per grouping key."""
+    """Spark's MapState: a map of tuples to tuples per grouping key (stored as one record per key, each entry
+    with its own TTL, so that a key's map is one read, prefetched with its other state)."""
 
     state: _KeyedState
     number: int
     ttl_ms: int | None
 
-    def _key(self, user_key: tuple) -> bytes:
-        return self.state.state_key(self.number, MAP_KEY + pickle.dumps(_plain(user_key), protocol=5))
+    def _entries(self) -> dict[tuple, tuple[tuple, int]]:
+        """The live entries (user key -> (value, expiry)); expired ones are dropped (and the map rewritten)."""
+        entries = self.state.read(self.state.state_key(self.number)) or {}
+        live = {k: e for k, e in entries.items() if e[1] > self.state.now_ms}
+        if len(live) != len(entries):
+            self._write(live)
+        return live
+
+    def _write(self, entries: dict[tuple, tuple[tuple, int]]) -> None:
+        self.state.write(self.state.state_key(self.number), entries or None)
 
     def exists(self) -> bool:
-        return any(True for _ in self.iterator())
+        return bool(self._entries())
 
     def getValue(self, key: tuple) -> tuple | None:  # noqa: N802
-        return self.state.read(self._key(key))
+        entry = self._entries().get(_plain(key))
+        return None if entry is None else entry[0]
 
     def containsKey(self, key: tuple) -> bool:  # noqa: N802
-        return self.getValue(key) is not None
+        return _plain(key) in self._entries()
 
     def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802
-        self.state.write(self._key(key), _plain(value), self.ttl_ms)
+        entries = self._entries()
+        entries[_plain(key)] = (_plain(value), self.state.now_ms + self.ttl_ms if self.ttl_ms else NEVER)
+        self._write(entries)
 
     def removeKey(self, key: tuple) -> None:  # noqa: N802
-        self.state.write(self._key(key), None)
+        entries = self._entries()
+        if entries.pop(_plain(key), None) is not None:
+            self._write(entries)
 
     def iterator(self) -> Iterator[tuple[tuple, tuple]]:
-        prefix = self.state.state_key(self.number, MAP_KEY)
-        for key, raw in self.state.view.scan(prefix, prefix + b"\xff"):
-            self.state.known.setdefault(key, _decode(raw))
-        entries = [(k, self.state.read(k)) for k in sorted(k for k in self.state.known if k.startswith(prefix))]
-        return iter([(pickle.loads(k[len(prefix) :]), v) for k, v in entries if v is not None])
+        return iter([(k, e[0]) for k, e in self._entries().items()])
 
     def keys(self) -> Iterator[tuple]:
-        return (k for k, _ in self.iterator())
+        return iter(list(self._entries()))
 
     def values(self) -> Iterator[tuple]:
-        return (v for _, v in self.iterator())
+        return iter([e[0] for e in self._entries().values()])
 
     def clear(self) -> None:
-        for key in list(self.keys()):
-            self.removeKey(key)
+        self._write({})
 
 
 class MisaProcessorHandle(StatefulProcessorHandle):
@@ -269,7 +279,9 @@ class StatefulProcessorOperator(KeyPartitioned):
     event_time: str | None = None  # EventTime mode: the input's timestamp column (withWatermark's)
     watermark_delay: str | None = None  # EventTime mode: Spark's withWatermark delay
     clock: Callable[[], float] = time.time  # the batch's processing time (seconds); tests give their own
+    initial_state: DataFrame | None = None  # rows for handleInitialState, grouped by the same columns (batch 0)
     watermark: EventTimeWatermark = field(init=False)
+    _initialized: bool = field(default=False, init=False, repr=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _handle: MisaProcessorHandle | None = field(default=None, init=False, repr=False)
     _state: _KeyedState | None = field(default=None, init=False, repr=False)
@@ -284,7 +296,7 @@ class StatefulProcessorOperator(KeyPartitioned):
         self.watermark = EventTimeWatermark(int(parse_seconds(self.watermark_delay or "0s") * 1000))
 
     def __getstate__(self) -> dict[str, Any]:  # worker processes get the processor, not this process's state
-        return {**self.__dict__, "_handle": None, "_state": None}
+        return {**self.__dict__, "_handle": None, "_state": None, "initial_state": None}
 
     # ------------------------------------------------------------------ at start
     def signature(self, schema: T.StructType) -> dict[str, Any]:
@@ -305,8 +317,14 @@ class StatefulProcessorOperator(KeyPartitioned):
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:
-        """The batch's rows, in the order Spark reads them."""
-        return batch
+        """The batch's rows, in the order Spark reads them; the first batch's also carry the initial state's rows
+        (marked), which reach the partitions of their keys as the input rows do."""
+        if self.initial_state is None or self._initialized:
+            return batch
+        state_columns = [F.col(c).alias(INITIAL + c) for c in self.initial_state.columns if c not in self.group_by]
+        initial = self.initial_state.select(*self.group_by, *state_columns, F.lit(True).alias(INITIAL))
+        self._initialized = True  # on the driver too: its copy runs no apply() with worker processes
+        return batch.withColumn(INITIAL, F.lit(False)).unionByName(initial, allowMissingColumns=True)
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
@@ -322,6 +340,14 @@ class StatefulProcessorOperator(KeyPartitioned):
             result.late_rows = deltas.num_rows - int(pc.sum(on_time).as_py() or 0)
             deltas = deltas.filter(on_time)
         values = TimerValues(*self._times(now_ms, evict))
+        if INITIAL in deltas.column_names:  # the first batch's rows of the initial state: their columns are prefixed
+            initial = pc.fill_null(deltas[INITIAL], False)
+            prefixed = [c for c in deltas.column_names if c.startswith(INITIAL)]
+            rows = deltas.filter(initial).select([*self.group_by, *(c for c in prefixed if c != INITIAL)])
+            names = [c.removeprefix(INITIAL) for c in rows.column_names]
+            self._initial_rows(rows.rename_columns(names), handle, values)
+            deltas = deltas.filter(pc.invert(initial)).drop_columns(prefixed)
+        self._initialized = True
         outputs = self._input_rows(deltas, handle, values) + self._expired(state, handle, values, now_ms, evict)
         frames = [f for f in outputs if len(f)]
         if frames:
@@ -368,10 +394,22 @@ class StatefulProcessorOperator(KeyPartitioned):
         processing = now_ms if self.time_mode == "ProcessingTime" else -1
         return processing, evict_us // 1000 if self.time_mode == "EventTime" else -1
 
+    def _initial_rows(self, rows: pa.Table, handle: MisaProcessorHandle, values: TimerValues) -> None:
+        """handleInitialState once per key of the initial state, with its rows."""
+        for grouping, part in self._by_key(rows, handle):
+            self.processor.handleInitialState(grouping, part, values)
+
     def _input_rows(self, rows: pa.Table, handle: MisaProcessorHandle, values: TimerValues) -> list[pd.DataFrame]:
         """handleInputRows once per key of the batch, its rows in input order."""
+        outputs: list[pd.DataFrame] = []
+        for grouping, part in self._by_key(rows, handle):
+            outputs += list(self.processor.handleInputRows(grouping, iter([part]), values) or [])
+        return outputs
+
+    def _by_key(self, rows: pa.Table, handle: MisaProcessorHandle) -> Iterator[tuple[tuple, pd.DataFrame]]:
+        """Each key's grouping values and rows (in input order), its state bound and prefetched with the batch's."""
         if not rows.num_rows:
-            return []
+            return
         assert self._state is not None
         normalized = normalize_float_keys(rows.select(list(self.group_by)), list(self.group_by))
         if self._codec is None:  # an operator used without start()'s signature (tests)
@@ -379,20 +417,19 @@ class StatefulProcessorOperator(KeyPartitioned):
         keys, key_of_row = distinct_keys(
             self._codec.encode(None, [normalized[c].combine_chunks() for c in self.group_by], rows.num_rows)
         )
-        singles = [n for n, v in handle.variables.items() if isinstance(v, (ValueState, ListState))]
-        numbers = [handle.variables[n].number for n in singles]
-        self._state.prefetch([PROCESSOR_STATE + bytes([n]) + k for k in keys for n in numbers])
+        numbers = [v.number for v in handle.variables.values()]
+        stored = [PROCESSOR_STATE + bytes([n]) + k for k in keys for n in numbers]
+        self._state.prefetch(stored + [PROCESSOR_KEY_TIMERS + k for k in keys])
         order = np.argsort(key_of_row, kind="stable")
         bounds = np.searchsorted(key_of_row[order], np.arange(len(keys) + 1))
         frame = rows.take(pa.array(order)).to_pandas()
         group_values = [rows[c].take(pa.array(order[bounds[:-1]])).to_pylist() for c in self.group_by]
-        outputs: list[pd.DataFrame] = []
         for i, key in enumerate(keys):
             self._state.key = key
-            part = frame.iloc[bounds[i] : bounds[i + 1]].reset_index(drop=True)
-            grouping = tuple(column[i] for column in group_values)
-            outputs += list(self.processor.handleInputRows(grouping, iter([part]), values) or [])
-        return outputs
+            yield (
+                tuple(column[i] for column in group_values),
+                frame.iloc[bounds[i] : bounds[i + 1]].reset_index(drop=True),
+            )
 
     def _expired(
         self, view: StateView, handle: MisaProcessorHandle, values: TimerValues, now_ms: int, evict_us: int
@@ -416,7 +453,8 @@ class StatefulProcessorOperator(KeyPartitioned):
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:
-        return self.watermark.metadata()
+        return {**self.watermark.metadata(), "initialized": self._initialized}
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
+        self._initialized = bool(metadata.get("initialized", False))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, GroupedData, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import StatefulProcessor, StreamingQuery
@@ -90,6 +90,7 @@ class ProcessorJob(_SparkQueryJob):
         time_mode: str,
         sink: Sink,
         checkpoint_location: str,
+        initial_state: DataFrame | GroupedData | None = None,
         **options: Any,
     ):
         self.spark, self.source = stream.sparkSession, stream
@@ -104,7 +105,11 @@ class ProcessorJob(_SparkQueryJob):
             event_time = marks[0].fields["event_time"].name
             delay = f"{marks[0].fields['event_time'].watermark_delay_ms}ms"
         schema = T._parse_datatype_string(output_schema) if isinstance(output_schema, str) else output_schema
-        operator = StatefulProcessorOperator(processor, list(group_by), schema, time_mode, event_time, delay)
+        if isinstance(initial_state, GroupedData):
+            initial_state = initial_state._df
+        operator = StatefulProcessorOperator(
+            processor, list(group_by), schema, time_mode, event_time, delay, initial_state=initial_state
+        )
         self.job = StatefulJob(operator, sink, checkpoint_location, **options)
 
 
@@ -128,16 +133,20 @@ def transform_with_state_in_pandas(
     time_mode: str,
     sink: Sink,
     checkpoint_location: str,
+    initial_state: DataFrame | GroupedData | None = None,
     **options: Any,
 ) -> ProcessorJob:
     """``stream.groupBy(*group_by).transformWithStateInPandas(processor, output_schema, output_mode, time_mode)``
     with the processor's state in misa; ``sink(batch_id, pyarrow.Table)`` gets the rows it yields. ``output_mode``
     (Append or Update) is Spark's contract with the sink and changes nothing here; ``time_mode`` is None,
     ProcessingTime or EventTime (the stream's withWatermark gives the event time). ``options`` are
-    :class:`~misa.job.StatefulJob`'s."""
+    :class:`~misa.job.StatefulJob`'s. ``initial_state`` (a DataFrame with the grouping columns, or Spark's
+    ``df.groupBy(...)``) goes to ``handleInitialState`` once per key in the query's first batch."""
     if output_mode.lower() not in ("append", "update"):
         raise ValueError(f"output_mode {output_mode!r}: transformWithStateInPandas takes Append or Update")
-    return ProcessorJob(stream, group_by, processor, output_schema, time_mode, sink, checkpoint_location, **options)
+    return ProcessorJob(
+        stream, group_by, processor, output_schema, time_mode, sink, checkpoint_location, initial_state, **options
+    )
 
 
 def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> None:

@@ -12,7 +12,7 @@ deduplicated keys      key, or event time (8 B big-endian, µs) ++ key      Dedu
 dedup expiry timers    0xFE ``d`` ++ expiry (8 B big-endian, µs) ++ key    Deduplicate (within watermark)
 session records        0xFE ``s`` ++ group key                             SessionAggregation
 session timers         0xFE ``S`` ++ earliest end (8 B big-endian) ++ key  SessionAggregation
-processor state        0xFE ``v`` ++ variable ++ key [++ 0x00 ++ map key]  StatefulProcessorOperator
+processor state        0xFE ``v`` ++ variable ++ key                       StatefulProcessorOperator
 processor timers       0xFE ``w`` ++ time (8 B big-endian, ms) ++ key      StatefulProcessorOperator
 a key's timers         0xFE ``x`` ++ key                                   StatefulProcessorOperator
 side table             ``s`` ++ side key                                   LookupJoin

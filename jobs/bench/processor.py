@@ -1,0 +1,161 @@
+"""``misa bench processor``: one StatefulProcessor on Spark's transformWithStateInPandas and on misa, side by side.
+
+The processor is :class:`jobs.differential.processor.SessionFraudProcessor` (per card: value, list and map state
+and an event-time session timer). The input is ``--batches`` Parquet files of ``--records`` payments each, cards
+drawn uniformly from ``--keys`` (so a batch touches about ``records`` distinct cards and the state grows towards
+``keys``); event times advance 5 s per batch under a 60 s watermark delay, so no session closes during the run
+and every batch is input rows against a growing state. Both engines read the same files one per batch
+(``availableNow``) in one Spark session (``local[2]``): Spark with its RocksDB state store tuned as its docs advise
+(changelog checkpointing, checkpoint format v2; :func:`jobs.submit.native_state_store_conf`), misa with
+``--processes`` worker processes. A batch's time is Spark's ``triggerExecution`` of the micro-batch for both
+(for misa it includes the state phase and hands the commit off as misa does); records/s is the records over the
+sum of those times. The order of the engines alternates between ``--repeats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+from statistics import quantiles
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs.differential.processor import EVENT_TIME, OUTPUT, SessionFraudProcessor, payments
+from jobs.submit import native_state_store_conf
+from misa import MisaConfig, transform_with_state_in_pandas
+
+DELAY = "60 seconds"
+SCHEMA = "card string, t bigint, amount bigint, merchant string"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "processor",
+        help="a StatefulProcessor (session-tracking fraud rule) on Spark's transformWithStateInPandas (RocksDB, "
+        "tuned) and on misa, side by side: records/s and batch p50/p99",
+    )
+    parser.add_argument("--keys", type=int, default=1_000_000, help="distinct cards the payments are drawn from")
+    parser.add_argument("--records", type=int, default=100_000, help="payments per batch (one input file)")
+    parser.add_argument("--batches", type=int, default=5, help="batches per run")
+    parser.add_argument("--processes", type=int, default=1, help="misa's spark.misa.state.processes")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each engine, alternating")
+    parser.add_argument("--work", default="runs/bench-processor", help="folder for the input and the checkpoints")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    _generate(work / "input", args.keys, args.records, args.batches)
+    spark = _session()
+    results: dict[str, list[list[float]]] = {"spark": [], "misa": []}
+    for repeat in range(args.repeats):
+        for engine in ("spark", "misa") if repeat % 2 == 0 else ("misa", "spark"):
+            started = time.monotonic()
+            run_dir = work / f"{engine}-{repeat}"
+            times = _spark(spark, work / "input", run_dir) if engine == "spark" else _misa(spark, args, run_dir)
+            results[engine].append(times)
+            print(f"{engine} run {repeat + 1}: {len(times)} batches, {time.monotonic() - started:.0f} s", flush=True)
+    print(table(results, args.records))
+    return 0
+
+
+def table(results: dict[str, list[list[float]]], records: int) -> str:
+    """Markdown rows: per engine its records/s, batch p50 and p99 (ms), and misa's ratio to Spark."""
+    rates = {}
+    lines = ["| engine | batches | records/s | batch p50 ms | batch p99 ms |", "|---|---:|---:|---:|---:|"]
+    for engine, runs in results.items():
+        times = [t for run in runs for t in run]
+        rates[engine] = records * len(times) / (sum(times) / 1000)
+        p50, p99 = _percentiles(times)
+        lines.append(f"| {engine} | {len(times)} | {rates[engine]:,.0f} | {p50:,.0f} | {p99:,.0f} |")
+    lines.append(f"\nmisa / Spark records/s: {rates['misa'] / rates['spark']:.2f}")
+    return "\n".join(lines)
+
+
+def _percentiles(times: list[float]) -> tuple[float, float]:
+    if len(times) < 2:
+        return times[0], times[0]
+    cuts = quantiles(times, n=100, method="inclusive")
+    return cuts[49], cuts[98]
+
+
+def _generate(folder: Path, keys: int, records: int, batches: int) -> None:
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(7)
+    for b in range(batches):
+        cards = rng.integers(0, keys, records)
+        table = pa.table(
+            {
+                "card": pa.array([f"c{c}" for c in cards]),
+                "t": pa.array(b * 5000 + rng.integers(0, 5000, records), pa.int64()),
+                "amount": pa.array(rng.integers(1, 500, records), pa.int64()),
+                "merchant": pa.array([f"m{m}" for m in rng.integers(0, 20, records)]),
+            }
+        )
+        pq.write_table(table, folder / f"part-{b:05d}.parquet")
+
+
+def _session() -> SparkSession:
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("misa-bench-processor")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _stream(spark: SparkSession, folder: Path) -> DataFrame:
+    rows = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
+    return payments(rows).withWatermark(EVENT_TIME, DELAY)
+
+
+def _data_batch_times(query) -> list[float]:
+    return [float(p["durationMs"]["triggerExecution"]) for p in query.recentProgress if p["numInputRows"] > 0]
+
+
+def _spark(spark: SparkSession, folder: Path, run_dir: Path) -> list[float]:
+    for key, value in native_state_store_conf("native", MisaConfig()).items():
+        spark.conf.set(key, value)
+    query = (
+        _stream(spark, folder)
+        .groupBy("card")
+        .transformWithStateInPandas(SessionFraudProcessor(), OUTPUT, "Append", "EventTime")
+        .writeStream.foreachBatch(lambda df, _: df.count())
+        .option("checkpointLocation", str(run_dir / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return _data_batch_times(query)
+
+
+def _misa(spark: SparkSession, args: argparse.Namespace, run_dir: Path) -> list[float]:
+    config = MisaConfig.from_mapping({"spark.misa.state.processes": str(args.processes)})
+    job = transform_with_state_in_pandas(
+        _stream(spark, Path(args.work) / "input"),
+        ["card"],
+        SessionFraudProcessor(),
+        OUTPUT,
+        "Append",
+        "EventTime",
+        lambda batch_id, table: None,
+        str(run_dir / "ckpt"),
+        config=config,
+        echo=None,
+    )
+    try:
+        query = job.start({"availableNow": True})
+        query.awaitTermination()
+        return _data_batch_times(query)
+    finally:
+        job.close()

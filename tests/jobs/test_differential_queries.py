@@ -1,0 +1,76 @@
+"""Queries written in Spark's DataFrame API, through misa.from_query and through plain Spark, batch by batch: fixed
+cases of each form, then a slice of the random ones (`misa fuzz --from-query` runs more; docs/spark-queries.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.differential.cases import Query, Settings
+from jobs.differential.queries import query_case_of, random_query_case
+from jobs.differential.runner import run_case
+
+OBJECTS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
+CASES = {
+    "tumbling window with a start time, complete output, count(*), decimal sums and averages, a select after": (
+        Query(
+            "tumbling",
+            {"k0": "string"},
+            ("sum", "avg", "max"),
+            "decimal(12,2)",
+            10,
+            10,
+            2,
+            "complete",
+            start_s=3,
+            count_star=True,
+            above=True,
+        ),
+        Settings(processes=2),
+    ),
+    "session windows with a gap per row, append output, first/last/collect of strings": (
+        Query(
+            "session",
+            {"k0": "bigint"},
+            ("first", "last", "collect_set"),
+            "string",
+            5,
+            delay_s=2,
+            output_mode="append",
+            dynamic_gap=True,
+        ),
+        Settings(prefetching="true"),
+    ),
+    "dropDuplicatesWithinWatermark, update output, two worker processes": (
+        Query("dedup_within", {"k0": "double", "k1": "boolean"}, delay_s=2, output_mode="update"),
+        Settings(processes=2, commit_mode="sync"),
+    ),
+    "sliding windows without a watermark": (
+        Query("sliding", {"k0": "int"}, ("sum", "count"), "double", 10, 5, output_mode="update", watermark=False),
+        Settings(),
+    ),
+    "dropDuplicates with the event time, append output": (
+        Query("dedup_time", {"k0": "timestamp"}, delay_s=5, output_mode="append"),
+        Settings(commit_mode="async-ckpt"),
+    ),
+    "no window, complete output, min/max of booleans, approx_count_distinct": (
+        Query("global", {"k0": "date"}, ("min", "max", "approx_count_distinct"), "boolean", output_mode="complete"),
+        Settings(),
+    ),
+}
+IN_CI = list(CASES)[:3]
+SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
+
+
+@pytest.mark.parametrize("name", [n if n in IN_CI else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
+def test_each_form_gives_sparks_rows_and_types(spark, tmp_path, name):
+    query, settings = CASES[name]
+    case = query_case_of(query, settings, seed=13)
+    mismatch = run_case(spark, case, tmp_path / "run")
+    assert mismatch is None, f"{case.describe()}\n{mismatch}"
+
+
+@pytest.mark.parametrize("seed", SLICE)
+def test_random_queries_give_sparks_rows_and_types(spark, tmp_path, seed):
+    case = random_query_case(seed)
+    mismatch = run_case(spark, case, tmp_path / "run")
+    assert mismatch is None, f"{case.describe()}\n{mismatch}"
