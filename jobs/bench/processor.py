@@ -1,15 +1,17 @@
 """``misa bench processor``: one StatefulProcessor on Spark's transformWithStateInPandas and on misa, side by side.
 
 The processor is :class:`jobs.differential.processor.SessionFraudProcessor` (per card: value, list and map state
-and an event-time session timer). The input is ``--batches`` Parquet files of ``--records`` payments each, cards
-drawn uniformly from ``--keys`` (so a batch touches about ``records`` distinct cards and the state grows towards
-``keys``); event times advance 5 s per batch under a 60 s watermark delay, so no session closes during the run
+and an event-time session timer). Its initial state holds ``--keys`` cards (``handleInitialState`` once per card
+in the first batch, as in SPARK-54392's measurement); the input is ``--batches`` Parquet files of ``--records``
+payments each, cards drawn uniformly from the same ``--keys`` (so each batch reads that many cards' state); event
+times advance 5 s per batch under a 60 s watermark delay, so no session closes during the run
 and every batch is input rows against a growing state. Both engines read the same files one per batch
 (``availableNow``) in one Spark session (``local[2]``): Spark with its RocksDB state store tuned as its docs advise
 (changelog checkpointing, checkpoint format v2; :func:`jobs.submit.native_state_store_conf`), misa with
 ``--processes`` worker processes. A batch's time is Spark's ``triggerExecution`` of the micro-batch for both
 (for misa it includes the state phase and hands the commit off as misa does); records/s is the records over the
-sum of those times. The order of the engines alternates between ``--repeats``.
+sum of those times; the first batch, which loads the initial state too, is reported apart as initial-state
+keys/s. The order of the engines alternates between ``--repeats``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a StatefulProcessor (session-tracking fraud rule) on Spark's transformWithStateInPandas (RocksDB, "
         "tuned) and on misa, side by side: records/s and batch p50/p99",
     )
-    parser.add_argument("--keys", type=int, default=1_000_000, help="distinct cards the payments are drawn from")
+    parser.add_argument("--keys", type=int, default=1_000_000, help="cards in the initial state (payments' cards too)")
     parser.add_argument("--records", type=int, default=100_000, help="payments per batch (one input file)")
     parser.add_argument("--batches", type=int, default=5, help="batches per run")
     parser.add_argument("--processes", type=int, default=1, help="misa's spark.misa.state.processes")
@@ -52,29 +54,42 @@ def run(args: argparse.Namespace) -> int:
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     _generate(work / "input", args.keys, args.records, args.batches)
+    _initial(work / "initial", args.keys)
     spark = _session()
     results: dict[str, list[list[float]]] = {"spark": [], "misa": []}
     for repeat in range(args.repeats):
         for engine in ("spark", "misa") if repeat % 2 == 0 else ("misa", "spark"):
             started = time.monotonic()
             run_dir = work / f"{engine}-{repeat}"
-            times = _spark(spark, work / "input", run_dir) if engine == "spark" else _misa(spark, args, run_dir)
+            times = _spark(spark, work, run_dir) if engine == "spark" else _misa(spark, args, run_dir)
             results[engine].append(times)
             print(f"{engine} run {repeat + 1}: {len(times)} batches, {time.monotonic() - started:.0f} s", flush=True)
-    print(table(results, args.records))
+    print(table(results, args.records, args.keys))
     return 0
 
 
-def table(results: dict[str, list[list[float]]], records: int) -> str:
-    """Markdown rows: per engine its records/s, batch p50 and p99 (ms), and misa's ratio to Spark."""
-    rates = {}
-    lines = ["| engine | batches | records/s | batch p50 ms | batch p99 ms |", "|---|---:|---:|---:|---:|"]
+def table(results: dict[str, list[list[float]]], records: int, keys: int) -> str:
+    """Markdown rows: per engine the first batch (initial state) as keys/s, then the other batches' records/s,
+    p50 and p99 (ms), and misa's ratios to Spark."""
+    rates, loads = {}, {}
+    lines = [
+        "| engine | first batch s (initial state) | initial keys/s | batches | records/s | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for engine, runs in results.items():
-        times = [t for run in runs for t in run]
+        first = [run[0] for run in runs]
+        times = [t for run in runs for t in run[1:]]
+        loads[engine] = keys * len(first) / (sum(first) / 1000)
         rates[engine] = records * len(times) / (sum(times) / 1000)
         p50, p99 = _percentiles(times)
-        lines.append(f"| {engine} | {len(times)} | {rates[engine]:,.0f} | {p50:,.0f} | {p99:,.0f} |")
-    lines.append(f"\nmisa / Spark records/s: {rates['misa'] / rates['spark']:.2f}")
+        lines.append(
+            f"| {engine} | {sum(first) / len(first) / 1000:,.1f} | {loads[engine]:,.0f} | {len(times)} | "
+            f"{rates[engine]:,.0f} | {p50:,.0f} | {p99:,.0f} |"
+        )
+    lines.append(
+        f"\nmisa / Spark: initial keys/s {loads['misa'] / loads['spark']:.2f}, "
+        f"records/s {rates['misa'] / rates['spark']:.2f}"
+    )
     return "\n".join(lines)
 
 
@@ -101,6 +116,20 @@ def _generate(folder: Path, keys: int, records: int, batches: int) -> None:
         pq.write_table(table, folder / f"part-{b:05d}.parquet")
 
 
+def _initial(folder: Path, keys: int) -> None:
+    """Every card's history: payments and total so far."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(8)
+    table = pa.table(
+        {
+            "card": pa.array([f"c{c}" for c in range(keys)]),
+            "payments": pa.array(rng.integers(1, 50, keys), pa.int64()),
+            "total": pa.array(rng.integers(1, 5000, keys), pa.int64()),
+        }
+    )
+    pq.write_table(table, folder / "initial.parquet")
+
+
 def _session() -> SparkSession:
     spark = (
         SparkSession.builder.master("local[2]")
@@ -123,13 +152,14 @@ def _data_batch_times(query) -> list[float]:
     return [float(p["durationMs"]["triggerExecution"]) for p in query.recentProgress if p["numInputRows"] > 0]
 
 
-def _spark(spark: SparkSession, folder: Path, run_dir: Path) -> list[float]:
+def _spark(spark: SparkSession, work: Path, run_dir: Path) -> list[float]:
     for key, value in native_state_store_conf("native", MisaConfig()).items():
         spark.conf.set(key, value)
+    initial = spark.read.parquet(str(work / "initial")).groupBy("card")
     query = (
-        _stream(spark, folder)
+        _stream(spark, work / "input")
         .groupBy("card")
-        .transformWithStateInPandas(SessionFraudProcessor(), OUTPUT, "Append", "EventTime")
+        .transformWithStateInPandas(SessionFraudProcessor(), OUTPUT, "Append", "EventTime", initialState=initial)
         .writeStream.foreachBatch(lambda df, _: df.count())
         .option("checkpointLocation", str(run_dir / "ckpt"))
         .trigger(availableNow=True)
@@ -150,6 +180,7 @@ def _misa(spark: SparkSession, args: argparse.Namespace, run_dir: Path) -> list[
         "EventTime",
         lambda batch_id, table: None,
         str(run_dir / "ckpt"),
+        initial_state=spark.read.parquet(str(Path(args.work) / "initial")),
         config=config,
         echo=None,
     )
