@@ -86,7 +86,8 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
 def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame:
     """A select with a cast, a rename and arithmetic, then a filter, over the aggregation's output."""
     first = f"{query.functions[0]}_v"
-    columns = [*leading, F.coalesce(F.col(first).cast("string"), F.lit("-")).alias("text"), F.col(first).alias("x")]
+    value = F.sort_array(F.col(first)) if first.startswith("collect_set") else F.col(first)  # its order is Spark's own
+    columns = [*leading, F.coalesce(value.cast("string"), F.lit("-")).alias("text"), value.alias("x")]
     if query.count_star:
         columns.append((F.col("count(1)") * 2).alias("twice"))
     return grouped.select(*columns).where("text <> '2'")
