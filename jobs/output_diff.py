@@ -37,9 +37,14 @@ class Output:
 
 
 def canonical(value: Any) -> Any:
-    """``value`` with a float rounded to :data:`SIGNIFICANT` significant digits (-0.0 as 0.0)."""
+    """``value`` with a float rounded to :data:`SIGNIFICANT` significant digits (-0.0 as 0.0); a struct (a window)
+    or a list as a tuple of canonical values."""
     if isinstance(value, float) and math.isfinite(value):
         return float(f"{value:.{SIGNIFICANT}g}") + 0.0
+    if isinstance(value, dict):
+        return tuple((k, canonical(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(canonical(v) for v in value)
     return value
 
 

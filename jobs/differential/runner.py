@@ -137,7 +137,7 @@ def _rows(table: pa.Table) -> Counter:
 def _canonical(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
-    if isinstance(value, dict):  # a struct (a window)
+    if isinstance(value, dict):  # a struct (a window): NaN inside too
         return tuple((k, _canonical(v)) for k, v in value.items())
     if isinstance(value, list):
         return tuple(_canonical(v) for v in value)

@@ -57,24 +57,33 @@ class QueryJob(_SparkQueryJob):
     def __init__(
         self, query: DataFrame, sink: Sink, checkpoint_location: str, *, output_mode: str = "append", **options: Any
     ):
-        if output_mode not in OUTPUT_MODES:
-            raise ValueError(f"output_mode {output_mode!r}: use one of {', '.join(OUTPUT_MODES)} (Spark's)")
-        if not query.isStreaming:
-            raise UnsupportedQueryError(
-                "[MISA_UNSUPPORTED_QUERY] from_query takes a streaming DataFrame (spark.readStream...); this one "
-                "is a batch DataFrame: run it in Spark"
-            )
-        self.spark: SparkSession = query.sparkSession
-        plan = read_plan(query)
-        _spark_accepts(self.spark, plan, output_mode)
         config = options.get("config") or MisaConfig()
-        self.translation: Translation = translate(plan, output_mode, config.collect_max_items)
-        for warning in self.translation.warnings:
-            log.warning(warning)
-        self.source = _source_rows(self.spark, self.translation)
-        self.translation.operator.signature(self.source.schema)  # columns and types, before anything starts
-        output = QueryOutput(self.spark, self.translation, stateful_node(plan).output, sink)
+        self.spark: SparkSession = query.sparkSession
+        self.translation, self.source, output = planned(query, output_mode, sink, config.collect_max_items)
         self.job = StatefulJob(self.translation.operator, output, checkpoint_location, **options)
+
+
+def planned(
+    query: DataFrame, output_mode: str, sink: Sink, collect_max_items: int = 10_000
+) -> tuple[Translation, DataFrame, QueryOutput]:
+    """Everything :func:`from_query` checks and builds before a job exists: Spark's own checks, the translation,
+    the operator resolved against its source rows, the steps above it compiled; refusals raise here."""
+    if output_mode not in OUTPUT_MODES:
+        raise ValueError(f"output_mode {output_mode!r}: use one of {', '.join(OUTPUT_MODES)} (Spark's)")
+    if not query.isStreaming:
+        raise UnsupportedQueryError(
+            "[MISA_UNSUPPORTED_QUERY] from_query takes a streaming DataFrame (spark.readStream...); this one "
+            "is a batch DataFrame: run it in Spark"
+        )
+    spark = query.sparkSession
+    plan = read_plan(query)
+    _spark_accepts(spark, plan, output_mode)
+    translation = translate(plan, output_mode, collect_max_items)
+    for warning in translation.warnings:
+        log.warning(warning)
+    source = _source_rows(spark, translation)
+    translation.operator.signature(source.schema)  # columns and types, before anything starts
+    return translation, source, QueryOutput(spark, translation, stateful_node(plan).output, sink)
 
 
 class ProcessorJob(_SparkQueryJob):

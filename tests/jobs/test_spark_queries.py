@@ -12,6 +12,7 @@ from pyspark.errors import AnalysisException
 from jobs.differential.catalog import ENTRIES, REFUSED, SOURCE_SCHEMA, Entry, render
 from jobs.differential.queries import case_tags, random_query_case
 from misa import MisaConfig, UnsupportedQueryError, from_query
+from misa.query.job import planned
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark-queries.md"
 FUZZ_CASES = 500  # the fuzz run the docs report covers these seeds
@@ -25,23 +26,31 @@ def test_the_docs_table_is_the_catalogs():
 def test_each_query_of_the_table_runs_or_is_refused_as_it_says(spark, tmp_path, entry: Entry):
     (tmp_path / "in").mkdir()
     rows = spark.readStream.schema(SOURCE_SCHEMA).json(str(tmp_path / "in"))
-    config = MisaConfig.from_mapping({"spark.misa.state.processes": "1"})
 
     def build():
-        return from_query(
-            entry.build(rows),
-            lambda b, t: None,
-            str(tmp_path / "ckpt"),
-            output_mode=entry.output_mode,
-            config=config,
-            echo=None,
-        )
+        return planned(entry.build(rows), entry.output_mode, lambda batch_id, table: None)
 
     if entry.misa == REFUSED:
         with pytest.raises((UnsupportedQueryError, AnalysisException), match=entry.refusal.replace("(", r"\(")):
             build()
     else:
-        build().close()
+        translation, source, _ = build()
+        assert source.isStreaming and translation.operator is not None
+
+
+def test_from_query_builds_a_job_that_closes(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    rows = spark.readStream.schema(SOURCE_SCHEMA).json(str(tmp_path / "in"))
+    config = MisaConfig.from_mapping({"spark.misa.state.processes": "1"})
+    job = from_query(
+        ENTRIES[0].build(rows),
+        lambda b, t: None,
+        str(tmp_path / "ckpt"),
+        output_mode="update",
+        config=config,
+        echo=None,
+    )
+    job.close()
 
 
 def test_the_random_cases_cover_every_row_that_runs():
