@@ -101,7 +101,7 @@ class Agg:
         """Refuse an input type whose aggregate misa cannot compute exactly as Spark does."""
         supported = INPUT_TYPES.get(self.function)
         if supported is not None and not isinstance(dtype, supported):
-            names = ", ".join(t().simpleString() for t in supported)
+            names = ", ".join("decimal" if t is T.DecimalType else t().simpleString() for t in supported)
             raise AnalysisError(
                 f"[DATATYPE_MISMATCH] aggregate {self.name}: {self.function} of column {self.column} of type "
                 f"{dtype.simpleString()} is not supported; misa computes {self.function} exactly over {names} "

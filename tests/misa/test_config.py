@@ -67,6 +67,7 @@ def test_malformed_value_names_key_and_form(key, value, form):
 #: (key, a value outside its range, the value at that end of the range, the range as errors show it)
 RANGES = [
     ("spark.misa.state.shards", "0", "1", ">= 1"),
+    ("spark.misa.aggregate.collectMaxItems", "0", "1", "from 1 to 2147483647"),
     ("spark.misa.state.retainVersions", "1", "2", ">= 2"),  # a rollback by one version needs the one before
     ("spark.misa.state.writeChunkSize", "0", "1", ">= 1"),
     ("spark.misa.commit.heartbeatTimeout", "0", "1ms", "> 0s and <= 1000h"),  # 0: every thread "silent"

@@ -14,9 +14,11 @@ def test_every_duration_form_misa_accepts_runs_in_sparks_window(spark, window, s
     assert deltas.num_rows == 1 and deltas["_rows"].to_pylist() == [1]
 
 
-def test_a_windowed_aggregation_without_a_watermark_is_refused_with_the_fix():
-    with pytest.raises(ValueError, match="needs a watermark: give watermark_delay"):
-        Aggregation(["k"], [Agg("n", "count", "v")], event_time="t", window="10s", watermark_delay=None)
+def test_a_windowed_aggregation_without_a_watermark_runs_with_a_warning_but_not_in_append_output(caplog):
+    Aggregation(["k"], [Agg("n", "count", "v")], event_time="t", window="10s", watermark_delay=None)
+    assert "keeps every window of '10s' forever" in caplog.text and "grows without bound" in caplog.text
+    with pytest.raises(ValueError, match="append output needs a watermark: give watermark_delay"):
+        Aggregation(["k"], [Agg("n", "count", "v")], "t", "10s", watermark_delay=None, output_mode="append")
 
 
 def test_grouping_by_the_event_time_without_a_window_is_refused():
