@@ -116,7 +116,8 @@ class Case:
         }[q.operator]
         keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
         shape += f" start {q.start_s}s" if q.start_s else ""
-        shape += (", count(*)" if q.count_star else "") + (", select+where after" if q.above else "")
+        after = q.above and q.operator != "processor"  # a processor case's flag gives it an initial state instead
+        shape += (", count(*)" if q.count_star else "") + (", select+where after" if after else "")
         shape += "" if q.watermark else ", no watermark"
         via = "from_query, " if s.from_query else ""
         return (
