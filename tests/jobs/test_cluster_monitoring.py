@@ -44,7 +44,7 @@ def test_the_reference_has_many_windows_and_groups_and_append_leaves_out_the_ope
     "query,mode",
     [
         pytest.param("cm1", "native", marks=pytest.mark.slow),
-        ("cm2", "native"),
+        pytest.param("cm2", "native", marks=pytest.mark.slow),  # the reference model against plain Spark: -m slow
         pytest.param("cm2", "native-default", marks=pytest.mark.slow),
     ],
 )

@@ -95,6 +95,7 @@ def test_lr2_output_mode_must_be_append():
     )
 
 
+@pytest.mark.slow  # a spark-submit killed and restarted: the kill tests run with -m slow, the soak covers them
 def test_kill_during_commit_then_restart_is_exactly_once(bad_data, reference, tmp_path):
     killed = spark_submit(
         linear_road, "lr2", "misa", bad_data, tmp_path, failpoints="ckpt.after_local_checkpoint=kill(3)"

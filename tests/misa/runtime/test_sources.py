@@ -114,6 +114,7 @@ def test_the_rate_sources_empty_first_batch_runs_and_is_counted(spark, tmp_path)
     assert inputs[0] == 0  # the empty first batch ran and was counted as empty
 
 
+@pytest.mark.slow  # 13 s: runs with -m slow (CI time)
 def test_an_offset_based_source_is_replayed_from_sparks_offsets_log_as_plain_spark_runs_it(spark, tmp_path):
     """rate-micro-batch, like Kafka, keeps no log of its own that says what a batch read: Spark's offsets log
     does. After a restart whose state is ahead of Spark's commits, Spark replays the batch from its logged
@@ -225,7 +226,9 @@ def test_a_batch_whose_rows_yield_no_deltas_is_counted(spark, tmp_path):
     assert read_quarantine(tmp_path / "bad") == ['{"k": -3}', '{"k": 1, "x": "a"}']
 
 
-@pytest.mark.parametrize("mirrored", [True, False], ids=["local-copy", "spark-writes-the-location"])
+@pytest.mark.parametrize(
+    "mirrored", [pytest.param(True, marks=pytest.mark.slow), False], ids=["local-copy", "spark-writes-the-location"]
+)
 def test_a_temp_file_left_by_a_kill_during_sparks_first_offsets_write_does_not_block_the_restart(
     spark, tmp_path, mirrored
 ):
