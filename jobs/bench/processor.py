@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.differential.command import local_session
 from jobs.differential.processor import EVENT_TIME, OUTPUT, SessionFraudProcessor, payments
 from jobs.submit import native_state_store_conf
 from misa import MisaConfig, transform_with_state_in_pandas
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     shutil.rmtree(work, ignore_errors=True)
     _generate(work / "input", args.keys, args.records, args.batches)
     _initial(work / "initial", args.keys)
-    spark = _session()
+    spark = local_session("misa-bench-processor")
     results: dict[str, list[list[float]]] = {"spark": [], "misa": []}
     for repeat in range(args.repeats):
         for engine in ("spark", "misa") if repeat % 2 == 0 else ("misa", "spark"):
@@ -128,19 +129,6 @@ def _initial(folder: Path, keys: int) -> None:
         }
     )
     pq.write_table(table, folder / "initial.parquet")
-
-
-def _session() -> SparkSession:
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("misa-bench-processor")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def _stream(spark: SparkSession, folder: Path) -> DataFrame:

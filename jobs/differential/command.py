@@ -45,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the cases; exit status 1 if any mismatched."""
     work = Path(args.work)
-    spark = _session()
+    spark = local_session()
     cases = [Case.from_json(Path(args.replay).read_text())] if args.replay else None
     seeds = range(args.seed, args.seed + args.cases)
     coverage: Counter = Counter()
@@ -94,13 +94,14 @@ def _count(coverage: Counter, case: Case) -> None:
     coverage["files"] += case.files
 
 
-def _session():
+def local_session(app_name: str = "misa-fuzz"):
+    """A local[2] session for the differential runs and benchmarks that run in this process (UI and progress off)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master("local[2]")
-        .appName("misa-fuzz")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -113,11 +113,10 @@ class ProcessorJob(_SparkQueryJob):
                 )
             event_time = marks[0].fields["event_time"].name
             delay = f"{marks[0].fields['event_time'].watermark_delay_ms}ms"
-        schema = T._parse_datatype_string(output_schema) if isinstance(output_schema, str) else output_schema
         if isinstance(initial_state, GroupedData):
             initial_state = initial_state._df
         operator = StatefulProcessorOperator(
-            processor, list(group_by), schema, time_mode, event_time, delay, initial_state=initial_state
+            processor, list(group_by), output_schema, time_mode, event_time, delay, initial_state=initial_state
         )
         self.job = StatefulJob(operator, sink, checkpoint_location, **options)
 

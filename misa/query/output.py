@@ -7,19 +7,16 @@ after the aggregation) run on them in Spark, as SQL read from the analyzed plan,
 
 from __future__ import annotations
 
-from typing import Callable
-
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from misa.exceptions import UnsupportedQueryError
+from misa.job import Sink
 from misa.operators.aggregation import OUTPUT_WINDOW
 from misa.query.plan import Attr
 from misa.query.translate import Translation
-
-Sink = Callable[[int, pa.Table], None]
 
 
 class QueryOutput:

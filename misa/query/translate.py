@@ -43,13 +43,14 @@ ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argumen
 
 @dataclass(frozen=True)
 class TimeWindow:
-    """``window(event_time, size, slide, start)`` as the analyzer expanded it (microseconds)."""
+    """``window(event_time, size, slide, start)`` as the analyzer expanded it (microseconds), or a session window."""
 
     event_time: Attr
-    size_us: int
-    slide_us: int
-    start_us: int
-    session: str | None = None  # a session window: the name of its struct column in the source
+    attr: Attr  # the window's grouping column (a struct of start and end)
+    size_us: int = 0
+    slide_us: int = 0
+    start_us: int = 0
+    session: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,10 +199,10 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Tr
                 f"the expression as a column first: .withColumn('g', {g.sql}).groupBy('g', ...)",
             )
     window, source, conditions = _window(node)
-    keys = [g.attr for g in grouping if g.attr is not None and (window is None or g.attr != _window_attr(node))]
+    keys = [g.attr for g in grouping if g.attr is not None and (window is None or g.attr != window.attr)]
     watermark = _watermark(source, node)
     translation = Translation(source, None, [], conditions=conditions)
-    aggs = _aggs(node, keys, translation)
+    aggs = _aggs(node, keys, window.attr if window else None, translation)
     event_time, delay = None, None
     if window is not None:
         event_time = window.event_time.name
@@ -232,7 +233,7 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Tr
         )
     if window is not None and window.session:
         translation.operator = SessionAggregation(
-            [k.name for k in keys], aggs, window.session, event_time, delay, output_mode, collect_max_items
+            [k.name for k in keys], aggs, window.attr.name, event_time, delay, output_mode, collect_max_items
         )
         return translation
     translation.operator = Aggregation(
@@ -249,11 +250,10 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Tr
     return translation
 
 
-def _aggs(node: PlanNode, keys: list[Attr], translation: Translation) -> list[Agg]:
+def _aggs(node: PlanNode, keys: list[Attr], window_attr: Attr | None, translation: Translation) -> list[Agg]:
     """misa's aggregates of the node, filling the translation's output columns in Spark's order."""
     aggs: list[Agg] = []
     key_ids = {k.expr_id: k.name for k in keys}
-    window_attr = _window_attr(node)
     for e in node.fields["aggregates"]:
         name = e.name if e.kind == "Alias" else e.attr.name if e.attr else e.sql
         inner = e.children[0] if e.kind == "Alias" else e
@@ -302,14 +302,6 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     return Agg(name, FUNCTIONS[function.kind], column)
 
 
-def _window_attr(node: PlanNode) -> Attr | None:
-    """The grouping attribute the analyzer's window node made (None: the aggregation has no window)."""
-    defined = _window_node(node)
-    if defined is None:
-        return None
-    return defined[0]
-
-
 def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:
     """(window attribute, the node that assigns it, its struct expression), found under the aggregate."""
     grouping = {g.attr.expr_id for g in aggregate.fields["grouping"] if g.attr is not None}
@@ -344,8 +336,11 @@ def _window(aggregate: PlanNode) -> tuple[TimeWindow | None, PlanNode, list[str]
         raise _refused(aggregate, f"its window is over {event_time.name!r} of type {event_time.dtype}", "a timestamp")
     not_null = f"`{event_time.name}` IS NOT NULL"
     if not remainders:
-        session = TimeWindow(event_time, 0, 0, 0, session=attr.name)
-        return session, assigns, [not_null, f"`{attr.name}`.`end` > `{attr.name}`.`start`"]
+        return (
+            TimeWindow(event_time, attr, session=True),
+            assigns,
+            [not_null, f"`{attr.name}`.`end` > `{attr.name}`.`start`"],
+        )
     remainder = remainders[0]
     slide = remainder.children[1].value
     start = remainder.children[0].children[1].value  # (precisetimestampconversion(event_time) - start) % slide
@@ -353,7 +348,7 @@ def _window(aggregate: PlanNode) -> tuple[TimeWindow | None, PlanNode, list[str]
     while end.kind in ("KnownNullable", "PreciseTimestampConversion"):
         end = end.children[0]
     size = end.children[1].value  # window start + size
-    return TimeWindow(event_time, int(size), int(slide), int(start)), assigns.children[0], [not_null]
+    return TimeWindow(event_time, attr, int(size), int(slide), int(start)), assigns.children[0], [not_null]
 
 
 def _ms(us: int) -> str:
