@@ -63,7 +63,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.watermark import EventTimeWatermark
+from misa.operators.watermark import EventTimeWatermark, InputsWatermark
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
@@ -163,7 +163,7 @@ class KeyPartitioned(ABC):
         """Per delta row, the values that pick its partition (equal for rows that meet the same state); no
         columns: every row is in one partition."""
 
-    def event_watermark(self) -> EventTimeWatermark | None:
+    def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         """The operator's event-time watermark, kept equal in every partition (None: it has none)."""
         return None
 

@@ -17,7 +17,7 @@ calls the operator's ``no_data_batch`` when Spark would run one (:meth:`EventTim
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -65,3 +65,57 @@ class EventTimeWatermark:
     def restore(self, metadata: dict[str, Any]) -> None:
         self.at_us = int(metadata.get("watermark_us", 0))
         self.max_event_us = metadata.get("max_event_us")
+
+    def merge(self, maxima: list[int | None]) -> None:
+        """Take the latest event times key partitions observed (worker processes): the whole batch's."""
+        self.observe(max((m for m in maxima if m is not None), default=None))
+
+
+@dataclass
+class InputsWatermark:
+    """Spark's global watermark of a query with several ``withWatermark`` inputs (a stream-stream join's sides).
+
+    Each input's watermark is its latest event time (ms) minus its delay, kept in memory only, as Spark's
+    ``WatermarkTracker`` keeps it (a restart starts each again from the next batch's rows); the global one is
+    their minimum (``spark.sql.streaming.multipleWatermarkPolicy=min``, the default) or maximum, over the inputs
+    that have seen rows, and never goes back. ``at_us`` and the two watermarks of a batch are as in
+    :class:`EventTimeWatermark`."""
+
+    delays_ms: tuple[int, ...]
+    policy: str = "min"
+    at_us: int = 0
+    max_event_us: dict[int, int] = field(default_factory=dict)  # per input, since the query (re)started
+
+    def begin_batch(self) -> tuple[int, int]:
+        """A data batch starts: its late-events and eviction watermarks."""
+        late = self.at_us
+        self.advance()
+        return late, self.at_us
+
+    def observe_input(self, index: int, batch_max_us: int) -> None:
+        """Input ``index`` had rows this batch, the latest at ``batch_max_us``."""
+        self.max_event_us[index] = max(batch_max_us, self.max_event_us.get(index, batch_max_us))
+
+    def merge(self, maxima: list[dict[int, int] | None]) -> None:
+        """Take what key partitions observed (worker processes): every input's latest event time of the batch."""
+        for part in maxima:
+            for index, latest in (part or {}).items():
+                self.observe_input(int(index), latest)
+
+    def advance(self) -> int | None:
+        """Move to the policy's choice of the inputs' watermarks; the new watermark, or None if it did not move."""
+        marks = [(latest // 1000 - self.delays_ms[i]) * 1000 for i, latest in self.max_event_us.items()]
+        if not marks:
+            return None
+        candidate = min(marks) if self.policy == "min" else max(marks)
+        if candidate <= self.at_us:
+            return None
+        self.at_us = candidate
+        return candidate
+
+    def metadata(self) -> dict[str, Any]:
+        return {"watermark_us": self.at_us}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.at_us = int(metadata.get("watermark_us", 0))
+        self.max_event_us = {}

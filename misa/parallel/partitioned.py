@@ -334,9 +334,8 @@ class PartitionedOperator:
             for s in shared:
                 discard(s)
             raise
-        events = [p.max_event_us for p in parts if p.max_event_us is not None]
         if self.operator.event_watermark() is not None:
-            self.pool.ask("observe", max(events) if events else None)
+            self.pool.ask("observe", [p.max_event_us for p in parts])
         return self._gathered(parts, data=True)
 
     def no_data_batch(self, state: Any) -> OperatorResult:

@@ -42,7 +42,7 @@ class PartResult:
     closed_windows: int
     read_s: float
     device_read_bytes: int | None
-    max_event_us: int | None
+    max_event_us: Any  # the watermark's: an int (one input) or per input (InputsWatermark)
 
 
 class PartitionWorker:
@@ -118,11 +118,12 @@ class PartitionWorker:
         self.view.take_reads()
         return self._part(self.operator.apply(take(deltas), self.view))
 
-    def observe(self, batch_max_event_us: int | None) -> None:
-        """Every partition applied the batch: the watermark observes the whole batch's latest event time."""
+    def observe(self, maxima: list[Any]) -> None:
+        """Every partition applied the batch: the watermark observes the whole batch's latest event times (each
+        partition's ``max_event_us``)."""
         watermark = self.operator.event_watermark()
         if watermark is not None:
-            watermark.observe(batch_max_event_us)
+            watermark.merge(maxima)
 
     def no_data_batch(self) -> PartResult:
         """The batch without data Spark would run after this one."""

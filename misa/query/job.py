@@ -27,9 +27,10 @@ from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
 from misa.job import Sink, StatefulJob
 from misa.operators.processor import StatefulProcessorOperator
+from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, dataframe_of, read_plan
-from misa.query.translate import Translation, stateful_node, translate, watermarks
+from misa.query.translate import JoinInput, Translation, stateful_node, translate, watermarks
 
 log = logging.getLogger(__name__)
 OUTPUT_MODES = ("append", "update", "complete")
@@ -78,7 +79,8 @@ def planned(
     spark = query.sparkSession
     plan = read_plan(query)
     _spark_accepts(spark, plan, output_mode)
-    translation = translate(plan, output_mode, collect_max_items)
+    policy = spark.conf.get("spark.sql.streaming.multipleWatermarkPolicy", "min") or "min"
+    translation = translate(plan, output_mode, collect_max_items, policy.lower())
     for warning in translation.warnings:
         log.warning(warning)
     source = _source_rows(spark, translation)
@@ -166,9 +168,24 @@ def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> Non
 
 def _source_rows(spark: SparkSession, translation: Translation) -> DataFrame:
     """The stream of rows the operator reads: the plan below the stateful node, as Spark ran it."""
+    if translation.join_inputs:
+        return _join_rows(spark, translation.join_inputs)
     rows = dataframe_of(spark, translation.source)
     for condition in translation.conditions:
         rows = rows.where(condition)
     for name, sql in translation.extra_columns:
         rows = rows.withColumn(name, F.expr(sql))
     return rows
+
+
+def _join_rows(spark: SparkSession, inputs: list[JoinInput]) -> DataFrame:
+    """A join's two sides as one stream (:mod:`misa.operators.stream_join`): the side, its keys, its row."""
+    sides = []
+    for index, side in enumerate(inputs):
+        rows = dataframe_of(spark, side.plan).toDF(*side.names)
+        keys = [F.expr(sql).alias(f"_k{i}") for i, sql in enumerate(side.keys)]
+        sides.append(rows.select(*keys, F.struct(*side.names).alias(ROW_COLUMNS[index])))
+    types = [rows.schema[ROW_COLUMNS[i]].dataType for i, rows in enumerate(sides)]
+    left = sides[0].select(F.lit(0).alias(SIDE), "*", F.lit(None).cast(types[1]).alias(ROW_COLUMNS[1]))
+    right = sides[1].select(F.lit(1).alias(SIDE), "*", F.lit(None).cast(types[0]).alias(ROW_COLUMNS[0]))
+    return left.unionByName(right)

@@ -25,7 +25,8 @@ class QueryOutput:
     def __init__(self, spark: SparkSession, translation: Translation, node_output: list[Attr], sink: Sink):
         self.spark = spark
         self.translation = translation
-        self.schema = T.StructType([T.StructField(a.name, a.dtype) for a in node_output])
+        names = [c.name for c in translation.output] if translation.output_names else [a.name for a in node_output]
+        self.schema = T.StructType([T.StructField(name, a.dtype) for name, a in zip(names, node_output)])
         self.arrow_schema = to_arrow_schema(self.schema, timezone="UTC", prefers_large_types=False)
         self.sink = sink
         self.check()
@@ -55,12 +56,13 @@ class QueryOutput:
             table = pa.table(
                 [self._column(table, c.kind, c.source) for c in self.translation.output], schema=self.arrow_schema
             )
+        names = self.translation.output_names
         if not self.translation.above:
-            return table
+            return table.rename_columns(names) if names else table
         rows = self.spark.createDataFrame(table if table.num_rows else [], self.schema)
         for kind, texts in self.translation.above:
             rows = _step(rows, kind, texts)
-        return rows.toArrow()
+        return (rows.toDF(*names) if names else rows).toArrow()
 
     def _column(self, table: pa.Table, kind: str, source: str) -> pa.Array:
         if kind == "window":

@@ -12,8 +12,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+
+
+RUNTIME_REPLACEABLE = "org.apache.spark.sql.catalyst.expressions.RuntimeReplaceable"
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class Expr:
     attr: Attr | None = None  # an attribute reference
     value: Any = None  # a literal's value
     name: str | None = None  # an alias's name
+    jvm: Any = field(default=None, repr=False, compare=False)  # the Catalyst expression
 
     def walk(self) -> list[Expr]:
         """This expression and every expression under it, parents first."""
@@ -131,7 +136,49 @@ def expr_of(jexpr: Any) -> Expr:
     if kind in ("First", "Last"):  # value: whether nulls are skipped
         value = bool(jexpr.ignoreNulls())
     name = str(jexpr.name()) if kind == "Alias" else None
-    return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name)
+    return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name, jexpr)
+
+
+def renamed_sql(expr: Expr, names: dict[int, str]) -> str:
+    """``expr``'s SQL with the attributes whose ids ``names`` maps renamed (and unqualified): the expression over
+    a DataFrame whose columns have those names."""
+    return str(_renamed(expr.jvm, names).sql())
+
+
+def _renamed(jexpr: Any, names: dict[int, str]) -> Any:
+    jvm = SparkContext._jvm  # type: ignore[attr-defined]
+    if jvm.java.lang.Class.forName(RUNTIME_REPLACEABLE).isInstance(jexpr):  # its SQL is its own arguments'
+        return _renamed(jexpr.replacement(), names)
+    if str(jexpr.getClass().getSimpleName()) == "AttributeReference":
+        name = names.get(int(jexpr.exprId().id()))
+        return jexpr if name is None else jexpr.withName(name).withQualifier(_scala_seq([]))
+    children = [_renamed(c, names) for c in _seq(jexpr.children())]
+    return jexpr.withNewChildren(_scala_seq(children)) if children else jexpr
+
+
+def state_offset_ms(join: PlanNode, side: int) -> int | None:
+    """Spark's state watermark of a stream-stream join's ``side`` (0 left, 1 right) minus the eviction watermark
+    (``StreamingJoinHelper.getStateValueWatermark`` of the join's condition), or None if Spark derives none."""
+    jvm = SparkContext._jvm  # type: ignore[attr-defined]
+    helper = jvm.org.apache.spark.sql.catalyst.analysis.StreamingJoinHelper
+    sides = (join.jvm.left().outputSet(), join.jvm.right().outputSet())
+    offsets = set()
+    for watermark in (10**12, 2 * 10**12):  # ms; as Longs (Py4J passes small ints as Integers)
+        found = helper.getStateValueWatermark(sides[side], sides[1 - side], join.jvm.condition(), jvm.scala.Some(watermark))
+        if not found.isDefined():
+            return None
+        offsets.add(int(found.get()) - watermark)
+    if len(offsets) != 1:
+        raise ValueError(f"the join condition's state watermark is not the eviction watermark plus a constant: {offsets}")
+    return offsets.pop()
+
+
+def _scala_seq(items: list[Any]) -> Any:
+    jvm = SparkContext._jvm  # type: ignore[attr-defined]
+    java_list = jvm.java.util.ArrayList()
+    for item in items:
+        java_list.add(item)
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java_list).toList()
 
 
 def _dtype(jexpr: Any) -> T.DataType:

@@ -1,7 +1,8 @@
 """From Spark's analyzed plan to misa's job: the source below the stateful node, the operator, the steps above.
 
 A plan misa takes has one stateful node (an ``Aggregate``, a ``Deduplicate`` or a
-``DeduplicateWithinWatermark``) over a stream with at most one ``withWatermark``:
+``DeduplicateWithinWatermark`` over a stream with at most one ``withWatermark``; or an inner ``Join`` of two
+streams, :func:`_join`):
 
 * **below** it, everything runs in Spark as the job's source, except the node Spark's analyzer made of
   ``window(...)`` (a ``Project`` for a tumbling window, an ``Expand`` for a sliding one): misa reads the
@@ -23,7 +24,8 @@ from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.dedup import Deduplicate
 from misa.operators.sessions import SessionAggregation
-from misa.query.plan import Attr, Expr, PlanNode
+from misa.operators.stream_join import JoinSide, StreamJoin
+from misa.query.plan import Attr, Expr, PlanNode, renamed_sql, state_offset_ms
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
 ABOVE = ("Project", "Filter", "SubqueryAlias")
@@ -62,6 +64,16 @@ class OutputColumn:
     source: str = ""
 
 
+@dataclass(frozen=True)
+class JoinInput:
+    """One side of a stream-stream join as misa's source reads it: the side's plan, its columns renamed (``l0``,
+    ``l1``, ... or ``r0``, ...), and the SQL of its equi-join keys over those names."""
+
+    plan: PlanNode
+    names: list[str]
+    keys: list[str]
+
+
 @dataclass
 class Translation:
     """How a query runs on misa: the source plan, the operator, its output and what runs above it."""
@@ -70,34 +82,50 @@ class Translation:
     operator: Any
     output: list[OutputColumn]
     above: list[tuple[str, list[str]]] = field(default_factory=list)  # ("select" | "where", SQL texts)
+    join_inputs: list[JoinInput] = field(default_factory=list)  # a join's two sides (then ``source`` is the join)
+    output_names: list[str] | None = None  # set when ``output`` holds misa's names: the query's names, at the end
     extra_columns: list[tuple[str, str]] = field(default_factory=list)  # (name, SQL) added to the source rows
     conditions: list[str] = field(default_factory=list)  # SQL filters Spark's windowing applies to the source
     warnings: list[str] = field(default_factory=list)
     stateful: str = ""  # the stateful node, as Spark prints it
 
 
-def translate(plan: PlanNode, output_mode: str, collect_max_items: int = 10_000) -> Translation:
+def translate(
+    plan: PlanNode, output_mode: str, collect_max_items: int = 10_000, watermark_policy: str = "min"
+) -> Translation:
     """misa's form of ``plan``, or :class:`UnsupportedQueryError` naming the node it cannot take
-    (``collect_max_items``: spark.misa.aggregate.collectMaxItems)."""
+    (``collect_max_items``: spark.misa.aggregate.collectMaxItems; ``watermark_policy``: Spark's
+    spark.sql.streaming.multipleWatermarkPolicy)."""
     above, node = _above(plan)
     try:
         if node.kind == "Aggregate":
             translation = _aggregation(node, output_mode, collect_max_items)
+        elif node.kind == "Join":
+            translation = _join(node, watermark_policy)
         else:
             translation = _deduplication(node)
     except ValueError as error:  # the operator refuses the combination (its message says what to write)
         raise UnsupportedQueryError(f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {error}") from error
-    _refuse_filters_on_event_time(node, translation.source)
-    translation.above = above
+    if translation.join_inputs:
+        names = {a.expr_id: c.name for a, c in zip(node.output, translation.output)}
+        translation.above += [(kind, [renamed_sql(e, names) for e in exprs]) for kind, exprs in above]
+        translation.output_names = [a.name for a in plan.output]
+    else:
+        _refuse_filters_on_event_time(node, translation.source)
+        translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
     return translation
 
 
-def _above(plan: PlanNode) -> tuple[list[tuple[str, list[str]]], PlanNode]:
+def _is_stateful(node: PlanNode) -> bool:
+    return node.kind in STATEFUL or node.kind == "Join" and all(_reads_stream(c) for c in node.children)
+
+
+def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
     """The projections and filters above the stateful node (applied bottom up), and the node."""
-    steps: list[tuple[str, list[str]]] = []
+    steps: list[tuple[str, list[Expr]]] = []
     node = plan
-    while node.kind not in STATEFUL:
+    while not _is_stateful(node):
         if not _reads_stream(node):
             raise _refused(node, "it reads no stream", "a streaming DataFrame (spark.readStream...)")
         if node.kind in ARBITRARY_STATE:
@@ -121,11 +149,11 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[str]]], PlanNode]:
                 "select/where/withColumn after the aggregation, and anything else in your sink",
             )
         if node.kind == "Project":
-            steps.append(("select", [e.sql for e in node.fields["list"]]))
+            steps.append(("select", node.fields["list"]))
         elif node.kind == "Filter":
-            steps.append(("where", [node.fields["condition"].sql]))
+            steps.append(("where", [node.fields["condition"]]))
         node = node.children[0]
-    if _stateful_below(node.children[0]) is not None:
+    if any(_stateful_below(c) is not None for c in node.children):
         raise _refused(node, "the query has more than one stateful operation", "one stateful operation per query")
     return steps[::-1], node
 
@@ -138,7 +166,7 @@ def stateful_node(plan: PlanNode) -> PlanNode:
 
 
 def _stateful_below(node: PlanNode) -> PlanNode | None:
-    if node.kind in STATEFUL or node.kind == "Join" and all(_reads_stream(c) for c in node.children):
+    if _is_stateful(node):
         return node
     for child in node.children:
         found = _stateful_below(child)
@@ -377,6 +405,139 @@ def _deduplication(node: PlanNode) -> Translation:
     )
     output = [OutputColumn(a.name, "column", a.name) for a in node.output]
     return Translation(source, operator, output)
+
+
+# ---------------------------------------------------------------------------------------------- stream-stream join
+NULL_INTOLERANT = {"EqualTo", "LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual", "Add", "Subtract"}
+NULL_INTOLERANT |= {"Multiply", "UnaryMinus", "Cast", "TimeAdd", "TimestampAddInterval", "DatetimeSub", "Not"}
+
+
+def _join(node: PlanNode, watermark_policy: str) -> Translation:
+    """An inner join of two streams: the equalities of the two sides' columns in its condition become the keys of
+    :class:`StreamJoin`; the rest of the condition (the event-time bounds, other predicates) filters its output."""
+    if node.fields["join_type"] != "Inner":
+        raise _refused(
+            node,
+            f"it is a {node.fields['join_type']} join: misa runs inner stream-stream joins (an outer join's "
+            "unmatched rows depend on when each side's state is evicted, which misa does not reproduce)",
+            "an inner join (join(other, condition) or how='inner')",
+        )
+    left, right = node.children
+    sides = ({a.expr_id for a in left.output}, {a.expr_id for a in right.output})
+    keys: list[tuple[Expr, Expr]] = []
+    rest: list[Expr] = []
+    for conjunct in _conjuncts(node.fields["condition"]):
+        pair = _equi_key(conjunct, sides)
+        if pair is None:
+            rest.append(conjunct)
+        else:
+            keys.append(pair)
+    if not keys:
+        raise _refused(node, "its condition has no equality of a left and a right column", "a.k = b.k AND ...")
+    names = [[f"{p}{i}" for i in range(len(n.output))] for p, n in zip("lr", node.children)]
+    renames = {a.expr_id: name for n, ns in zip(node.children, names) for a, name in zip(n.output, ns)}
+    marked = [_event_time_of(node, side) for side in node.children]
+    key_time = _key_time(node, keys)
+    join_sides = []
+    for index, side in enumerate(node.children):
+        _refuse_filters_on_event_time(side, side)
+        event_time = marked[index]
+        offset = state_offset_ms(node, index) if event_time is not None and key_time is None else None
+        join_sides.append(
+            JoinSide(
+                event_time=renames[event_time.expr_id] if event_time else None,
+                delay_ms=event_time.watermark_delay_ms or 0 if event_time else 0,
+                not_null=tuple(sorted(_not_null(keys, rest, sides[index], event_time, renames))),
+                state_offset_ms=offset,
+            )
+        )
+    operator = StreamJoin(len(keys), join_sides[0], join_sides[1], key_time, watermark_policy)
+    inputs = [
+        JoinInput(side, names[index], [renamed_sql(pair[index], renames) for pair in keys])
+        for index, side in enumerate(node.children)
+    ]
+    output = [OutputColumn(name, "column", name) for name in names[0] + names[1]]
+    above = [("where", [" AND ".join(f"({renamed_sql(e, renames)})" for e in rest)])] if rest else []
+    return Translation(node, operator, output, above=above, join_inputs=inputs)
+
+
+def _conjuncts(condition: Expr | None) -> list[Expr]:
+    if condition is None:
+        return []
+    if condition.kind == "And":
+        return [c for child in condition.children for c in _conjuncts(child)]
+    return [condition]
+
+
+def _references(expr: Expr) -> set[int]:
+    return {e.attr.expr_id for e in expr.walk() if e.attr is not None}
+
+
+def _equi_key(conjunct: Expr, sides: tuple[set[int], set[int]]) -> tuple[Expr, Expr] | None:
+    """(left expression, right expression) of an equality of the two sides, or None."""
+    if conjunct.kind != "EqualTo":
+        return None
+    a, b = conjunct.children
+    ra, rb = _references(a), _references(b)
+    if not ra or not rb:
+        return None
+    if ra <= sides[0] and rb <= sides[1]:
+        return a, b
+    if ra <= sides[1] and rb <= sides[0]:
+        return b, a
+    return None
+
+
+def _event_time_of(join: PlanNode, side: PlanNode) -> Attr | None:
+    """The side's column its withWatermark marked, as Spark's join finds it (None: the side has no watermark)."""
+    marked = [a for a in side.output if a.watermark_delay_ms is not None]
+    if len(marked) > 1:
+        names = ", ".join(a.name for a in marked)
+        raise _refused(join, f"a side of the join has two event-time columns ({names})", "one per side")
+    if not marked and watermarks(side):
+        raise _refused(
+            join,
+            "a side of the join drops the column its withWatermark marked (Spark's watermark still moves with it)",
+            "keep the event-time column in each side's select",
+        )
+    return marked[0] if marked else None
+
+
+def _key_time(join: PlanNode, keys: list[tuple[Expr, Expr]]) -> int | None:
+    """The position of the first join key that is a watermarked column (Spark then evicts state by key)."""
+    for side in (0, 1):
+        for index, pair in enumerate(keys):
+            attr = pair[side].attr
+            if attr is not None and attr.watermark_delay_ms is not None:
+                if attr.dtype.typeName() != "timestamp":
+                    raise _refused(
+                        join,
+                        f"it joins on the watermarked {attr.name!r} of type {attr.dtype.simpleString()}",
+                        "join on the event time itself (a timestamp), or on a key and an event-time interval",
+                    )
+                return index
+    return None
+
+
+def _not_null(
+    keys: list[tuple[Expr, Expr]], rest: list[Expr], side: set[int], event_time: Attr | None, renames: dict[int, str]
+) -> set[str]:
+    """The side's columns Spark's optimizer filters nulls of below its withWatermark: those the condition's
+    null-intolerant conjuncts read, but the event time (that filter stays above the watermark)."""
+    found: set[int] = set()
+    for conjunct in [e for pair in keys for e in pair] + rest:
+        found |= _null_intolerant_references(conjunct)
+    found &= side
+    found -= {event_time.expr_id} if event_time else set()
+    return {renames[i] for i in found}
+
+
+def _null_intolerant_references(expr: Expr) -> set[int]:
+    if expr.attr is not None:
+        return {expr.attr.expr_id}
+    if expr.kind not in NULL_INTOLERANT:
+        return set()
+    return {i for child in expr.children for i in _null_intolerant_references(child)}
 
 
 def _refused(node: PlanNode, why: str, instead: str) -> UnsupportedQueryError:

@@ -7,8 +7,8 @@ A foreachBatch query has no stateful operator, so Spark never runs a no-data bat
 each batch the runtime asks an :class:`Arrivals` whether input waits and, if none does, runs the operator's
 ``no_data_batch`` itself.
 
-A streaming DataFrame read from one file source is watched without being asked (:func:`arrivals_of`). For
-other sources (Kafka, the rate source, several sources) the runtime cannot tell and takes no input as
+A streaming DataFrame read from one file source (read once, or several times as the two sides of a self-join
+read it) is watched without being asked (:func:`arrivals_of`). For other sources (Kafka, the rate source, several sources) the runtime cannot tell and takes no input as
 waiting, the answer Spark gives when input arrives slower than the trigger; pass ``arrivals`` to
 ``StatefulJob`` to tell it otherwise.
 """
@@ -19,6 +19,7 @@ import logging
 from typing import Any, Protocol
 
 from pyspark.sql import DataFrame
+from pyspark.sql import types as T
 
 from misa.runtime.next_input import FileSourcePeek
 
@@ -37,7 +38,10 @@ def arrivals_of(stream: DataFrame, spark_checkpoint: str) -> FileSourcePeek | No
     """A watch on ``stream``'s source when it reads one file source (None otherwise), following Spark's source log
     in ``spark_checkpoint`` (where Spark writes its checkpoint)."""
     leaves = _plan_leaves(stream._jdf.queryExecution().analyzed())
-    if len(leaves) != 1 or leaves[0].nodeName() != "StreamingRelation":
+    if any(leaf.nodeName() != "StreamingRelation" for leaf in leaves):
+        return None
+    sources = {(str(leaf.dataSource().className()), str(leaf.dataSource().options())) for leaf in leaves}
+    if len(sources) != 1:
         return None
     source = leaves[0].dataSource()
     fmt = str(source.className()).lower()
@@ -46,7 +50,7 @@ def arrivals_of(stream: DataFrame, spark_checkpoint: str) -> FileSourcePeek | No
     if fmt not in FILE_FORMATS or not path:
         return None
     limit = options.get("maxFilesPerTrigger") or options.get("maxfilespertrigger")
-    session, schema = stream.sparkSession, stream.schema
+    session, schema = stream.sparkSession, T._parse_datatype_json_string(str(leaves[0].schema().json()))
     reader_options = {k: v for k, v in options.items() if k != "path"}
 
     def read(files: list[str]) -> DataFrame:

@@ -15,6 +15,8 @@ session timers         0xFE ``S`` ++ earliest end (8 B big-endian) ++ key  Sessi
 processor state        0xFE ``v`` ++ variable ++ key                       StatefulProcessorOperator
 processor timers       0xFE ``w`` ++ time (8 B big-endian, ms) ++ key      StatefulProcessorOperator
 a key's timers         0xFE ``x`` ++ key                                   StatefulProcessorOperator
+join rows              0xFE ``j`` ++ side ++ join key                      StreamJoin
+join eviction timers   0xFE ``J`` ++ side ++ time (8 B, µs + 2^63) ++ key  StreamJoin
 side table             ``s`` ++ side key                                   LookupJoin
 right rows             ``r`` ++ key                                        KeyedJoin
 waiting left rows      ``l`` ++ key                                        KeyedJoin
@@ -51,6 +53,8 @@ SESSION_TIMER = b"\xfeS"
 PROCESSOR_STATE = b"\xfev"
 PROCESSOR_TIMER = b"\xfew"
 PROCESSOR_KEY_TIMERS = b"\xfex"
+JOIN_ROWS = b"\xfej"
+JOIN_TIMER = b"\xfeJ"
 
 
 def window_prefix(window_end_us: int) -> bytes:
