@@ -40,7 +40,11 @@ class Query:
     count_star: bool = False  # count(*) among the aggregates (from_query cases)
     above: bool = False  # a projection and a filter after the stateful operation (from_query cases)
     dynamic_gap: bool = False  # session windows: a gap per row (window_s, or twice it for some keys)
-    watermark: bool = True  # withWatermark before the stateful operation (from_query window cases)
+    watermark: bool = True  # withWatermark before the stateful operation (from_query window cases; a join's right)
+    join_shape: str = "interval"  # stream_join: the event-time condition (queries.JOIN_SHAPES)
+    right_delay_s: int = 0  # stream_join: the right side's withWatermark delay
+    residual: bool = False  # stream_join: a predicate of both sides' values in the condition (a.v < b.v)
+    right_filter: bool = False  # stream_join: the right side filtered (its rows differ from the left's)
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,9 @@ class Case:
             "sliding": f"window {q.window_s}s slide {q.slide_s}s",
             "global": "no window",
             "join": f"self-join within {q.interval_s}s",
+            "stream_join": f"inner join, {q.join_shape} {q.interval_s}s, right delay {q.right_delay_s}s"
+            + (", a.v < b.v" if q.residual else "")
+            + (", right side filtered" if q.right_filter else ""),
             "dedup": "dropDuplicates(keys)",
             "dedup_time": "dropDuplicates(keys + event_time)",
             "dedup_within": "dropDuplicatesWithinWatermark(keys)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -27,7 +28,8 @@ from jobs.differential.cases import (
 )
 
 EVENT_TIME = "event_time"
-QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within")
+QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
+JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
 SPARK_FUNCTIONS |= {"approx_count_distinct": F.approx_count_distinct}
@@ -46,6 +48,8 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     q = case.query
     events = rows.withColumn(EVENT_TIME, F.timestamp_millis("t"))
     keys = list(q.keys)
+    if q.operator == "stream_join":
+        return _stream_join(q, events)
     if q.operator.startswith("dedup"):
         watermarked = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds")
         if q.operator == "dedup":
@@ -93,6 +97,30 @@ def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame
     return grouped.select(*columns).where("text <> '2'")
 
 
+def _stream_join(q: Query, events: DataFrame) -> DataFrame:
+    """The stream joined with itself (the right side maybe filtered) on the keys and an event-time condition."""
+    left = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds").alias("a")
+    right = events.where("v IS NULL OR CAST(v AS STRING) <> '1'") if q.right_filter else events
+    right = (right.withWatermark(EVENT_TIME, f"{q.right_delay_s} seconds") if q.watermark else right).alias("b")
+    a_t, b_t = F.col(f"a.{EVENT_TIME}"), F.col(f"b.{EVENT_TIME}")
+    interval = F.expr(f"INTERVAL {q.interval_s} SECONDS")
+    condition = [F.col(f"a.{k}") == F.col(f"b.{k}") for k in q.keys]
+    condition += {
+        "interval": [b_t.between(a_t - interval, a_t)],
+        "strict": [b_t > a_t - interval, b_t < a_t + F.expr(f"INTERVAL {q.window_s} SECONDS")],
+        "one_bound": [b_t <= a_t + interval],
+        "no_bound": [],
+        "key_time": [a_t == b_t],
+    }[q.join_shape]
+    condition += [F.col("a.v") < F.col("b.v")] if q.residual else []
+    joined = left.join(right, reduce(lambda x, y: x & y, condition))
+    if not q.above:
+        return joined  # both sides' columns, with the same names
+    columns = [F.col(f"a.{k}").alias(k) for k in q.keys]
+    columns += [F.col("a.v").alias("av"), F.col("b.v").alias("bv"), a_t.alias("at"), b_t.alias("bt")]
+    return joined.select(*columns).where("bv IS NULL OR CAST(bv AS STRING) <> '7'")
+
+
 def random_query_case(seed: int) -> Case:
     """A random case of a query form misa runs, written in Spark's API and run through from_query."""
     rng = random.Random(f"from_query-{seed}")
@@ -104,6 +132,8 @@ def random_query_case(seed: int) -> Case:
     value_type = rng.choice(("bigint", "double")) if form == "sliding" else rng.choice(list(VALUE_TYPES))
     functions = FUNCTIONS if form == "sliding" or value_type == "decimal(12,2)" and rng.random() < 0.5 else None
     functions = [f for f in functions or VALUE_TYPES[value_type] if form != "sliding" or f in FUNCTIONS]
+    if form == "stream_join":
+        return _random_join_case(rng, seed)
     query = Query(
         operator=form,
         keys={f"k{i}": rng.choice(KEY_TYPES) for i in range(key_count)},
@@ -132,6 +162,33 @@ def random_query_case(seed: int) -> Case:
     return Case(seed, query, settings, random_rounds(rng, query))
 
 
+def _random_join_case(rng: random.Random, seed: int) -> Case:
+    shape = rng.choice(JOIN_SHAPES)
+    query = Query(
+        operator="stream_join",
+        keys={f"k{i}": rng.choice(KEY_TYPES) for i in range(rng.choice((0, 1, 2) if shape == "key_time" else (1, 1, 2)))},
+        value_type=rng.choice(list(VALUE_TYPES)),
+        window_s=rng.choice((2, 5, 10)),
+        delay_s=rng.choice((0, 0, 2, 5, 10)),
+        output_mode="append",
+        interval_s=rng.choice((2, 5, 10, 30)),
+        above=rng.random() < 0.5,
+        watermark=rng.random() < 0.8,
+        join_shape=shape,
+        right_delay_s=rng.choice((0, 2, 5, 10)),
+        residual=rng.random() < 0.3,
+        right_filter=rng.random() < 0.4,
+    )
+    settings = Settings(
+        commit_mode=rng.choice(COMMIT_MODES),
+        shards=rng.randint(1, 4),
+        cache_max_bytes=rng.choice((4096, 1 << 20)),
+        processes=rng.choice((1, 1, 2)),
+        from_query=True,
+    )
+    return Case(seed, query, settings, random_rounds(rng, query))
+
+
 def _output_mode(rng: random.Random, form: str) -> str:
     if form.startswith("dedup"):
         return rng.choice(("append", "update"))
@@ -148,6 +205,10 @@ def case_tags(case: Case) -> set[str]:
     """What a case exercises, as the docs table's rows name it (docs/spark-queries.md)."""
     q = case.query
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
+    if q.operator == "stream_join":
+        tags |= {f"join:{q.join_shape}"} | ({"join:a.v < b.v"} if q.residual else set())
+        tags |= {"select/where after"} if q.above else set()
+        return tags | ({"join:right side without watermark"} if not q.watermark else set())
     tags |= {"count(*)"} if q.count_star and not q.operator.startswith("dedup") else set()
     tags |= {"startTime"} if q.start_s else set()
     tags |= {"select/where after"} if q.above else set()

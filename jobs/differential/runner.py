@@ -125,13 +125,15 @@ def _types(table: pa.Table) -> list[tuple[str, str]]:
 
 
 def _rows(table: pa.Table) -> Counter:
-    """The rows as a multiset; a collect_set's items sorted (Spark's order is its hash set's)."""
-    rows = table.to_pylist()
-    for row in rows:
-        for name, value in row.items():
-            if "collect_set" in name and isinstance(value, list):
-                row[name] = sorted(value, key=lambda v: (v is None, str(v)))
-    return Counter(tuple(_canonical(v) for v in row.values()) for row in rows)
+    """The rows as a multiset (columns by position: a join's may share names); a collect_set's items sorted (Spark's
+    order is its hash set's)."""
+    columns = [c.to_pylist() for c in table.columns]
+    for index, name in enumerate(table.column_names):
+        if "collect_set" in name:
+            columns[index] = [
+                sorted(v, key=lambda x: (x is None, str(x))) if isinstance(v, list) else v for v in columns[index]
+            ]
+    return Counter(tuple(_canonical(v) for v in row) for row in zip(*columns))
 
 
 def _canonical(value: Any) -> Any:

@@ -19,7 +19,8 @@ gives the same rows. What this operator does is Spark's ``StreamingSymmetricHash
   sides' rows whose key time is at or before the eviction watermark are evicted; otherwise a side with an event
   time and a ``state_offset_ms`` (Spark's ``StreamingJoinHelper.getStateValueWatermark`` of the condition, minus
   the watermark) evicts rows whose event time is at or before the watermark plus the offset. A row that one of
-  these would evict is not stored at all, as in Spark. Without either, a side keeps every row (as Spark does).
+  these would evict is stored all the same on the left (this batch's right rows join it before eviction) and
+  not at all on the right, as in Spark. Without either, a side keeps every row (as Spark does).
 
 State: ``0xFE j ++ side ++ key`` -> the key's stored rows of that side (pickled: event time in µs or None, the
 row's values); ``0xFE J ++ side ++ time ++ key`` -> a timer per (side, eviction time, key), so eviction reads
@@ -142,7 +143,7 @@ class StreamJoin(KeyPartitioned):
             for key, t, row in zip(side_keys, times, values):
                 for _, partner in stored[other].get(key, ()):
                     pairs.append((row, partner) if index == 0 else (partner, row))
-                bound = bounds[index]
+                bound = bounds[index] if index == 1 else None  # left rows are stored: the right's meet them first
                 if bound is None or t is None or t > bound:
                     stored[index].setdefault(key, []).append((t, row))
                     changed.add((index, key))
