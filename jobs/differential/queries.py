@@ -164,9 +164,10 @@ def random_query_case(seed: int) -> Case:
 
 def _random_join_case(rng: random.Random, seed: int) -> Case:
     shape = rng.choice(JOIN_SHAPES)
+    key_count = rng.choice((0, 1, 2) if shape == "key_time" else (1, 1, 2))  # the event time may be the only key
     query = Query(
         operator="stream_join",
-        keys={f"k{i}": rng.choice(KEY_TYPES) for i in range(rng.choice((0, 1, 2) if shape == "key_time" else (1, 1, 2)))},
+        keys={f"k{i}": rng.choice(KEY_TYPES) for i in range(key_count)},
         value_type=rng.choice(list(VALUE_TYPES)),
         window_s=rng.choice((2, 5, 10)),
         delay_s=rng.choice((0, 0, 2, 5, 10)),

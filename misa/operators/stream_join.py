@@ -30,7 +30,6 @@ only the keys due. Output: the left row's fields then the right row's, named ``l
 from __future__ import annotations
 
 import pickle
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,10 +233,9 @@ class StreamJoin(KeyPartitioned):
         if not changed:
             return
         order = sorted(changed)
-        state.put_many([JOIN_ROWS + SIDE_BYTES[i] + k for i, k in order], [pickle.dumps(stored[i][k]) for i, k in order])
-        timers = {
-            _timer(i, t, k) for i, k in order for t, _ in stored[i][k] if t is not None and self._may_evict(i)
-        }
+        records = [pickle.dumps(stored[i][k]) for i, k in order]
+        state.put_many([JOIN_ROWS + SIDE_BYTES[i] + k for i, k in order], records)
+        timers = {_timer(i, t, k) for i, k in order for t, _ in stored[i][k] if t is not None and self._may_evict(i)}
         if timers:
             state.put_many(sorted(timers), [b""] * len(timers))
 
@@ -256,7 +254,7 @@ class StreamJoin(KeyPartitioned):
             keys = sorted({k[len(JOIN_TIMER) + 9 :] for k, _ in due})
             records = state.get_many([JOIN_ROWS + SIDE_BYTES[index] + k for k in keys])
             updates = []
-            for key, record in zip(keys, records):
+            for record in records:
                 rows = [] if record is None else [r for r in pickle.loads(record) if r[0] is None or r[0] > bound]
                 updates.append(pickle.dumps(rows) if rows else None)
             state.put_many([JOIN_ROWS + SIDE_BYTES[index] + k for k in keys], updates)

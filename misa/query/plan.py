@@ -16,7 +16,6 @@ from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-
 RUNTIME_REPLACEABLE = "org.apache.spark.sql.catalyst.expressions.RuntimeReplaceable"
 
 
@@ -164,12 +163,13 @@ def state_offset_ms(join: PlanNode, side: int) -> int | None:
     sides = (join.jvm.left().outputSet(), join.jvm.right().outputSet())
     offsets = set()
     for watermark in (10**12, 2 * 10**12):  # ms; as Longs (Py4J passes small ints as Integers)
-        found = helper.getStateValueWatermark(sides[side], sides[1 - side], join.jvm.condition(), jvm.scala.Some(watermark))
+        condition, at = join.jvm.condition(), jvm.scala.Some(watermark)
+        found = helper.getStateValueWatermark(sides[side], sides[1 - side], condition, at)
         if not found.isDefined():
             return None
         offsets.add(int(found.get()) - watermark)
     if len(offsets) != 1:
-        raise ValueError(f"the join condition's state watermark is not the eviction watermark plus a constant: {offsets}")
+        raise ValueError(f"the join's state watermark is not the eviction watermark plus a constant: {offsets}")
     return offsets.pop()
 
 

@@ -8,9 +8,9 @@ each batch the runtime asks an :class:`Arrivals` whether input waits and, if non
 ``no_data_batch`` itself.
 
 A streaming DataFrame read from one file source (read once, or several times as the two sides of a self-join
-read it) is watched without being asked (:func:`arrivals_of`). For other sources (Kafka, the rate source, several sources) the runtime cannot tell and takes no input as
-waiting, the answer Spark gives when input arrives slower than the trigger; pass ``arrivals`` to
-``StatefulJob`` to tell it otherwise.
+read it) is watched without being asked (:func:`arrivals_of`). For other sources (Kafka, the rate source,
+several sources) the runtime cannot tell and takes no input as waiting, the answer Spark gives when input
+arrives slower than the trigger; pass ``arrivals`` to ``StatefulJob`` to tell it otherwise.
 """
 
 from __future__ import annotations
