@@ -33,6 +33,11 @@ def windowed(rows: DataFrame, *aggs: F.Column) -> DataFrame:
     return watermarked(rows).groupBy(F.window(T, W), "k").agg(*aggs)
 
 
+def joined(rows: DataFrame, condition: str, how: str = "inner") -> DataFrame:
+    """The stream joined with itself on ``k`` and ``condition`` (both sides watermarked)."""
+    return watermarked(rows).alias("a").join(watermarked(rows).alias("b"), F.expr(f"a.k = b.k AND {condition}"), how)
+
+
 @dataclass(frozen=True)
 class Entry:
     """One row of the table."""
@@ -179,20 +184,37 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="more than one stateful operation",
     ),
     Entry(
-        "stream-stream join (`join` of two streams)",
-        REFUSED,
-        lambda r: (
-            watermarked(r)
-            .alias("a")
-            .join(
-                watermarked(r).alias("b"),
-                F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}"),
-            )
-        ),
+        "inner stream-stream join with an event-time interval (`a.join(b, keys & time bounds)`)",
+        RUNS,
+        lambda r: joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}"),
         "append",
-        "misa runs the self-join of one stream with `misa.IntervalJoin` and joins on a key with "
-        "`misa.KeyedJoin` (`unique_right=False`: Spark's inner join), not through from_query yet",
-        "misa runs only projections and filters after the stateful Join",
+        "the two sides' state watermarks are Spark's own (`StreamingJoinHelper`), the global watermark the minimum "
+        "of both sides' (`spark.sql.streaming.multipleWatermarkPolicy`)",
+        covered_by=("join:interval", "join:strict", "join:one_bound"),
+    ),
+    Entry(
+        "inner stream-stream join on keys only, or with a predicate of both sides' values",
+        RUNS,
+        lambda r: joined(r, "a.v < b.v"),
+        "append",
+        "without time bounds both sides keep every row, as in Spark",
+        covered_by=("join:no_bound", "join:a.v < b.v"),
+    ),
+    Entry(
+        "inner stream-stream join on the event time (`a.t = b.t` among the keys)",
+        RUNS,
+        lambda r: joined(r, f"a.{T} = b.{T}"),
+        "append",
+        "state is evicted by key, as Spark's key watermark does",
+        covered_by=("join:key_time",),
+    ),
+    Entry(
+        "outer and semi stream-stream joins (`how='left_outer'`, ...)",
+        REFUSED,
+        lambda r: joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}", "left_outer"),
+        "append",
+        "an inner join; unmatched rows of an outer join depend on when Spark evicts each side",
+        "misa runs inner stream-stream joins",
     ),
     Entry(
         "`applyInPandasWithState` / `transformWithStateInPandas`",

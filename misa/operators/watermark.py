@@ -76,15 +76,17 @@ class InputsWatermark:
     """Spark's global watermark of a query with several ``withWatermark`` inputs (a stream-stream join's sides).
 
     Each input's watermark is its latest event time (ms) minus its delay, kept in memory only, as Spark's
-    ``WatermarkTracker`` keeps it (a restart starts each again from the next batch's rows); the global one is
-    their minimum (``spark.sql.streaming.multipleWatermarkPolicy=min``, the default) or maximum, over the inputs
-    that have seen rows, and never goes back. ``at_us`` and the two watermarks of a batch are as in
+    ``WatermarkTracker`` keeps it; the global one is their minimum (``spark.sql.streaming.multipleWatermarkPolicy
+    =min``, the default) or maximum, over the inputs that have seen rows, and never goes back. A restart starts
+    each input's again from the next batch's rows, from the global watermark the last batch left for the next
+    one (Spark's commit log keeps it). ``at_us`` and the two watermarks of a batch are as in
     :class:`EventTimeWatermark`."""
 
     delays_ms: tuple[int, ...]
     policy: str = "min"
     at_us: int = 0
     max_event_us: dict[int, int] = field(default_factory=dict)  # per input, since the query (re)started
+    restored_next_us: int = 0  # the next batch's watermark when the query (re)started
 
     def begin_batch(self) -> tuple[int, int]:
         """A data batch starts: its late-events and eviction watermarks."""
@@ -104,18 +106,21 @@ class InputsWatermark:
 
     def advance(self) -> int | None:
         """Move to the policy's choice of the inputs' watermarks; the new watermark, or None if it did not move."""
-        marks = [(latest // 1000 - self.delays_ms[i]) * 1000 for i, latest in self.max_event_us.items()]
-        if not marks:
-            return None
-        candidate = min(marks) if self.policy == "min" else max(marks)
+        candidate = self._next()
         if candidate <= self.at_us:
             return None
         self.at_us = candidate
         return candidate
 
+    def _next(self) -> int:
+        marks = [(latest // 1000 - self.delays_ms[i]) * 1000 for i, latest in self.max_event_us.items()]
+        chosen = (min(marks) if self.policy == "min" else max(marks)) if marks else self.restored_next_us
+        return max(chosen, self.restored_next_us)
+
     def metadata(self) -> dict[str, Any]:
-        return {"watermark_us": self.at_us}
+        return {"watermark_us": self.at_us, "next_watermark_us": max(self._next(), self.at_us)}
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.at_us = int(metadata.get("watermark_us", 0))
+        self.restored_next_us = int(metadata.get("next_watermark_us", self.at_us))
         self.max_event_us = {}

@@ -29,7 +29,7 @@ from misa.job import Sink, StatefulJob
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.output import QueryOutput
-from misa.query.plan import PlanNode, dataframe_of, read_plan
+from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
 from misa.query.translate import JoinInput, Translation, stateful_node, translate, watermarks
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def planned(
         log.warning(warning)
     source = _source_rows(spark, translation)
     translation.operator.signature(source.schema)  # columns and types, before anything starts
-    return translation, source, QueryOutput(spark, translation, stateful_node(plan).output, sink)
+    return translation, source, QueryOutput(spark, translation, stateful_node(plan), sink)
 
 
 class ProcessorJob(_SparkQueryJob):
@@ -182,9 +182,10 @@ def _join_rows(spark: SparkSession, inputs: list[JoinInput]) -> DataFrame:
     """A join's two sides as one stream (:mod:`misa.operators.stream_join`): the side, its keys, its row."""
     sides = []
     for index, side in enumerate(inputs):
-        rows = dataframe_of(spark, side.plan).toDF(*side.names)
-        keys = [F.expr(sql).alias(f"_k{i}") for i, sql in enumerate(side.keys)]
-        sides.append(rows.select(*keys, F.struct(*side.names).alias(ROW_COLUMNS[index])))
+        rows = dataframe_of(spark, side.plan)
+        keys = [key.alias(f"_k{i}") for i, key in enumerate(side.keys)]
+        fields = [column_of(a).alias(name) for a, name in zip(attributes_of(side.plan), side.names)]
+        sides.append(rows.select(*keys, F.struct(*fields).alias(ROW_COLUMNS[index])))
     types = [rows.schema[ROW_COLUMNS[i]].dataType for i, rows in enumerate(sides)]
     left = sides[0].select(F.lit(0).alias(SIDE), "*", F.lit(None).cast(types[1]).alias(ROW_COLUMNS[1]))
     right = sides[1].select(F.lit(1).alias(SIDE), "*", F.lit(None).cast(types[0]).alias(ROW_COLUMNS[0]))

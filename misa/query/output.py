@@ -8,25 +8,28 @@ after the aggregation) run on them in Spark, as SQL read from the analyzed plan,
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from misa.exceptions import UnsupportedQueryError
 from misa.job import Sink
 from misa.operators.aggregation import OUTPUT_WINDOW
-from misa.query.plan import Attr
+from misa.query.plan import PlanNode, with_attributes
 from misa.query.translate import Translation
 
 
 class QueryOutput:
     """Turns each batch's operator output into the query's output and hands it to ``sink``."""
 
-    def __init__(self, spark: SparkSession, translation: Translation, node_output: list[Attr], sink: Sink):
+    def __init__(self, spark: SparkSession, translation: Translation, node: PlanNode, sink: Sink):
         self.spark = spark
         self.translation = translation
-        names = [c.name for c in translation.output] if translation.output_names else [a.name for a in node_output]
-        self.schema = T.StructType([T.StructField(name, a.dtype) for name, a in zip(names, node_output)])
+        self.node = node
+        self.names = [a.name for a in node.output]  # a join's two sides may share names: misa's rows have its own
+        own = [c.name for c in translation.output] if translation.join_inputs else self.names
+        self.schema = T.StructType([T.StructField(name, a.dtype) for name, a in zip(own, node.output)])
         self.arrow_schema = to_arrow_schema(self.schema, timezone="UTC", prefers_large_types=False)
         self.sink = sink
         self.check()
@@ -34,7 +37,7 @@ class QueryOutput:
     def check(self) -> None:
         """Apply the steps above the stateful node to an empty batch: a step Spark cannot run again from its SQL
         fails here, at start, naming the step."""
-        rows = self.spark.createDataFrame([], self.schema)
+        rows = self._rows(self.spark.createDataFrame([], self.schema))
         for kind, texts in self.translation.above:
             try:
                 rows = _step(rows, kind, texts)
@@ -56,13 +59,17 @@ class QueryOutput:
             table = pa.table(
                 [self._column(table, c.kind, c.source) for c in self.translation.output], schema=self.arrow_schema
             )
-        names = self.translation.output_names
         if not self.translation.above:
-            return table.rename_columns(names) if names else table
-        rows = self.spark.createDataFrame(table if table.num_rows else [], self.schema)
+            return table.rename_columns(self.names)
+        rows = self._rows(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
         for kind, texts in self.translation.above:
             rows = _step(rows, kind, texts)
-        return (rows.toDF(*names) if names else rows).toArrow()
+        return rows.toArrow()
+
+    def _rows(self, rows: DataFrame) -> DataFrame:
+        """The operator's rows for the steps above: a join's as the join's own attributes (its steps are the plan's
+        expressions, which read them), other nodes' by name (their steps are SQL)."""
+        return with_attributes(rows, self.node) if self.translation.join_inputs else rows
 
     def _column(self, table: pa.Table, kind: str, source: str) -> pa.Array:
         if kind == "window":
@@ -71,5 +78,8 @@ class QueryOutput:
         return table[source].combine_chunks()
 
 
-def _step(rows: DataFrame, kind: str, texts: list[str]) -> DataFrame:
-    return rows.selectExpr(*texts) if kind == "select" else rows.where(texts[0])
+def _step(rows: DataFrame, kind: str, items: list[str | Column]) -> DataFrame:
+    """A select or a where, of SQL texts or Columns."""
+    if kind == "where":
+        return rows.where(items[0])
+    return rows.select(*[F.expr(item) if isinstance(item, str) else item for item in items])

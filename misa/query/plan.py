@@ -15,8 +15,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-
-RUNTIME_REPLACEABLE = "org.apache.spark.sql.catalyst.expressions.RuntimeReplaceable"
+from pyspark.sql.classic.column import Column
 
 
 @dataclass(frozen=True)
@@ -138,21 +137,30 @@ def expr_of(jexpr: Any) -> Expr:
     return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name, jexpr)
 
 
-def renamed_sql(expr: Expr, names: dict[int, str]) -> str:
-    """``expr``'s SQL with the attributes whose ids ``names`` maps renamed (and unqualified): the expression over
-    a DataFrame whose columns have those names."""
-    return str(_renamed(expr.jvm, names).sql())
-
-
-def _renamed(jexpr: Any, names: dict[int, str]) -> Any:
+def column_of(expr: Any) -> Column:
+    """A Catalyst expression of the plan (an :class:`Expr`'s ``jvm``, or an attribute's) as a Column: it selects
+    from a DataFrame whose plan outputs the attributes it reads (:func:`with_attributes`)."""
     jvm = SparkContext._jvm  # type: ignore[attr-defined]
-    if jvm.java.lang.Class.forName(RUNTIME_REPLACEABLE).isInstance(jexpr):  # its SQL is its own arguments'
-        return _renamed(jexpr.replacement(), names)
-    if str(jexpr.getClass().getSimpleName()) == "AttributeReference":
-        name = names.get(int(jexpr.exprId().id()))
-        return jexpr if name is None else jexpr.withName(name).withQualifier(_scala_seq([]))
-    children = [_renamed(c, names) for c in _seq(jexpr.children())]
-    return jexpr.withNewChildren(_scala_seq(children)) if children else jexpr
+    return Column(jvm.org.apache.spark.sql.classic.ExpressionUtils.column(expr))
+
+
+def with_attributes(rows: DataFrame, node: PlanNode) -> DataFrame:
+    """``rows`` (the columns of ``node``'s output, in order) as a DataFrame whose output is ``node``'s attributes
+    themselves (names, ids and qualifiers), so that the plan's expressions above ``node`` resolve on it."""
+    jvm = SparkContext._jvm  # type: ignore[attr-defined]
+    expressions = jvm.org.apache.spark.sql.catalyst.expressions
+    plan = rows._jdf.queryExecution().analyzed()
+    aliases = [
+        expressions.Alias(column, a.name(), a.exprId(), a.qualifier(), jvm.scala.Option.empty(), _scala_seq([]))
+        for column, a in zip(_seq(plan.output()), _seq(node.jvm.output()))
+    ]
+    project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project(_scala_seq(aliases), plan)
+    return dataframe_of(rows.sparkSession, PlanNode("Project", [], [], project))
+
+
+def attributes_of(node: PlanNode) -> list[Any]:
+    """The Catalyst attributes of ``node``'s output."""
+    return _seq(node.jvm.output())
 
 
 def state_offset_ms(join: PlanNode, side: int) -> int | None:

@@ -18,14 +18,17 @@ the nearest form misa runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
+
+from pyspark.sql import Column
 
 from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.dedup import Deduplicate
 from misa.operators.sessions import SessionAggregation
 from misa.operators.stream_join import JoinSide, StreamJoin
-from misa.query.plan import Attr, Expr, PlanNode, renamed_sql, state_offset_ms
+from misa.query.plan import Attr, Expr, PlanNode, column_of, state_offset_ms
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
 ABOVE = ("Project", "Filter", "SubqueryAlias")
@@ -66,12 +69,12 @@ class OutputColumn:
 
 @dataclass(frozen=True)
 class JoinInput:
-    """One side of a stream-stream join as misa's source reads it: the side's plan, its columns renamed (``l0``,
-    ``l1``, ... or ``r0``, ...), and the SQL of its equi-join keys over those names."""
+    """One side of a stream-stream join as misa's source reads it: the side's plan, the names of its columns in
+    misa's rows (``l0``, ``l1``, ... or ``r0``, ...), and its equi-join keys (Columns over the side's plan)."""
 
     plan: PlanNode
     names: list[str]
-    keys: list[str]
+    keys: list[Column]
 
 
 @dataclass
@@ -81,9 +84,8 @@ class Translation:
     source: PlanNode
     operator: Any
     output: list[OutputColumn]
-    above: list[tuple[str, list[str]]] = field(default_factory=list)  # ("select" | "where", SQL texts)
+    above: list[tuple[str, list[str | Column]]] = field(default_factory=list)  # ("select" | "where", SQL or Columns)
     join_inputs: list[JoinInput] = field(default_factory=list)  # a join's two sides (then ``source`` is the join)
-    output_names: list[str] | None = None  # set when ``output`` holds misa's names: the query's names, at the end
     extra_columns: list[tuple[str, str]] = field(default_factory=list)  # (name, SQL) added to the source rows
     conditions: list[str] = field(default_factory=list)  # SQL filters Spark's windowing applies to the source
     warnings: list[str] = field(default_factory=list)
@@ -106,10 +108,8 @@ def translate(
             translation = _deduplication(node)
     except ValueError as error:  # the operator refuses the combination (its message says what to write)
         raise UnsupportedQueryError(f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {error}") from error
-    if translation.join_inputs:
-        names = {a.expr_id: c.name for a, c in zip(node.output, translation.output)}
-        translation.above += [(kind, [renamed_sql(e, names) for e in exprs]) for kind, exprs in above]
-        translation.output_names = [a.name for a in plan.output]
+    if translation.join_inputs:  # run on the join's own attributes (its two sides may share column names)
+        translation.above += [(kind, [column_of(e.jvm) for e in exprs]) for kind, exprs in above]
     else:
         _refuse_filters_on_event_time(node, translation.source)
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
@@ -453,11 +453,13 @@ def _join(node: PlanNode, watermark_policy: str) -> Translation:
         )
     operator = StreamJoin(len(keys), join_sides[0], join_sides[1], key_time, watermark_policy)
     inputs = [
-        JoinInput(side, names[index], [renamed_sql(pair[index], renames) for pair in keys])
+        JoinInput(side, names[index], [column_of(pair[index].jvm) for pair in keys])
         for index, side in enumerate(node.children)
     ]
     output = [OutputColumn(name, "column", name) for name in names[0] + names[1]]
-    above = [("where", [" AND ".join(f"({renamed_sql(e, renames)})" for e in rest)])] if rest else []
+    above: list[tuple[str, list[str | Column]]] = []
+    if rest:
+        above.append(("where", [reduce(lambda a, b: a & b, [column_of(e.jvm) for e in rest])]))
     return Translation(node, operator, output, above=above, join_inputs=inputs)
 
 

@@ -83,7 +83,7 @@ def test_a_null_key_joins_nothing_and_does_not_move_the_watermark(run):
     assert runner.batch(rows(("r", 1, 20))).late_rows == 0  # the watermark is 10 s, not 500 s
 
 
-def test_a_restart_keeps_the_watermark_and_forgets_each_sides_latest_event_time():
+def test_a_restart_keeps_the_next_batchs_watermark_and_forgets_each_sides_latest_event_time():
     mark = InputsWatermark((0, 0))
     mark.begin_batch()
     mark.observe_input(0, 100_000_000)
@@ -96,6 +96,11 @@ def test_a_restart_keeps_the_watermark_and_forgets_each_sides_latest_event_time(
     mark.begin_batch()
     assert restarted.begin_batch() == (10_000_000, 50_000_000)  # as Spark's WatermarkTracker after a restart
     assert mark.at_us == 10_000_000  # without the restart the right side still holds it
+    mark.observe_input(0, 200_000_000)
+    mark.observe_input(1, 90_000_000)  # the next batch's watermark becomes 90 s
+    again = InputsWatermark((0, 0))
+    again.restore(mark.metadata())
+    assert again.begin_batch() == (10_000_000, 90_000_000)  # restored from the commit, before any new row
 
 
 def test_with_the_event_time_as_a_join_key_both_sides_evict_by_key(run):
