@@ -56,8 +56,26 @@ CASES = {
         Query("global", {"k0": "date"}, ("min", "max", "approx_count_distinct"), "boolean", output_mode="complete"),
         Settings(),
     ),
+    "inner stream-stream join within an interval, a predicate of both sides, the right side filtered": (
+        Query(
+            "stream_join",
+            {"k0": "string"},
+            delay_s=2,
+            output_mode="append",
+            join_shape="interval",
+            right_delay_s=5,
+            residual=True,
+            right_filter=True,
+            above=True,
+        ),
+        Settings(processes=2),
+    ),
+    "inner stream-stream join on the event time, all columns of both sides (shared names)": (
+        Query("stream_join", {"k0": "double"}, ("sum",), "decimal(12,2)", output_mode="append", join_shape="key_time"),
+        Settings(commit_mode="sync"),
+    ),
 }
-IN_CI = list(CASES)[1:2]
+IN_CI = [list(CASES)[1], list(CASES)[6]]
 SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
 
 
