@@ -91,14 +91,14 @@ ENTRIES: tuple[Entry, ...] = (
         "`window(t, size, size, startTime)` (tumbling, with a start time)",
         RUNS,
         lambda r: watermarked(r).groupBy(F.window(T, W, W, "3 seconds"), "k").agg(F.sum("v")),
-        covered_by=("startTime",),
+        covered_by=("startTime:tumbling",),
     ),
     Entry(
         "`window(t, size, slide, startTime)` (sliding, with a start time)",
-        REFUSED,
+        RUNS,
         lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds", "3 seconds"), "k").agg(F.sum("v")),
-        note="a start time with tumbling windows, or sliding windows starting at 0",
-        refusal="with sliding windows is not in misa yet",
+        note="panes start at the start time too",
+        covered_by=("startTime:sliding",),
     ),
     Entry(
         "a window without `withWatermark` (update, complete)",

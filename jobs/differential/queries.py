@@ -143,7 +143,7 @@ def random_query_case(seed: int) -> Case:
         slide_s=slide,
         delay_s=rng.choice((0, 0, 2, 5, 10)),
         output_mode=_output_mode(rng, form),
-        start_s=rng.choice((0, 0, 1, 3)) % slide if form == "tumbling" else 0,
+        start_s=rng.choice((0, 0, 1, 3)) % slide if form in ("tumbling", "sliding") else 0,
         count_star=rng.random() < 0.4,
         above=rng.random() < 0.3,
         dynamic_gap=form == "session" and rng.random() < 0.4,
@@ -211,7 +211,7 @@ def case_tags(case: Case) -> set[str]:
         tags |= {"select/where after"} if q.above else set()
         return tags | ({"join:right side without watermark"} if not q.watermark else set())
     tags |= {"count(*)"} if q.count_star and not q.operator.startswith("dedup") else set()
-    tags |= {"startTime"} if q.start_s else set()
+    tags |= {f"startTime:{q.operator}"} if q.start_s else set()
     tags |= {"select/where after"} if q.above else set()
     tags |= {"per-row gap"} if q.dynamic_gap else set()
     tags |= {f"no watermark:{q.operator}"} if not q.watermark else set()

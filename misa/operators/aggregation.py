@@ -273,11 +273,6 @@ class Aggregation(HintSource, KeyPartitioned):
         self.watermark = EventTimeWatermark(self.delay_ms)
         size, slide = micros(self.window), micros(self.slide)
         self._start_us = (micros(self.start_time) or 0) % (slide or size or 1)
-        if self._start_us and slide and size and slide != size:
-            raise ValueError(
-                f"start_time {self.start_time!r} with sliding windows is not in misa yet: use tumbling windows "
-                "(slide equal to the window) with start_time, or sliding windows starting at 0"
-            )
         if size and slide and slide != size:
             if not 0 < slide < size:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
@@ -286,7 +281,8 @@ class Aggregation(HintSource, KeyPartitioned):
                     "complete output of sliding windows is not in misa yet: use update output (each changed window "
                     "every batch), or tumbling windows with complete output"
                 )
-            self._panes = PaneState(PaneWindows(size, slide), len(self.aggs), append=self.output_mode == "append")
+            windows = PaneWindows(size, slide, self._start_us)
+            self._panes = PaneState(windows, len(self.aggs), append=self.output_mode == "append")
 
     # ------------------------------------------------------------------ at start
     def signature(self, schema: T.StructType) -> dict[str, Any]:
@@ -335,8 +331,10 @@ class Aggregation(HintSource, KeyPartitioned):
         if not self.window:
             return batch.groupBy(*groups).agg(*measures)
         if self._panes is not None:  # each event into its one pane
-            pane = f"{self._panes.windows.pane_us} microseconds"
-            grouped = batch.groupBy(F.window(F.col(self.event_time), pane).alias("_w"), *groups).agg(*measures)
+            windows = self._panes.windows
+            pane, start = f"{windows.pane_us} microseconds", f"{windows.pane_offset_us} microseconds"
+            grouped = batch.groupBy(F.window(F.col(self.event_time), pane, pane, start).alias("_w"), *groups)
+            grouped = grouped.agg(*measures)
             times = [F.unix_micros("_w.end").alias(PANE_END)]
         else:
             size = spark_interval(self.window)

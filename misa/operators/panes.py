@@ -3,8 +3,8 @@
 A sliding window of ``size`` every ``slide`` is cut into panes of ``gcd(size, slide)``: an event
 updates the one pane it falls in, not the ``size/slide`` windows that contain it, and a window's
 value is combined from its panes when it is emitted. Spark's window semantics are kept: windows
-start at multiples of ``slide`` (start time 0) and ``[start, start + size)`` holds an event time
-``t`` when ``start <= t < start + size``.
+start at the start time plus multiples of ``slide`` (``offset_us``; panes start at it plus multiples of
+their size) and ``[start, start + size)`` holds an event time ``t`` when ``start <= t < start + size``.
 
 State layout per group key (:mod:`misa.state.keys`):
 
@@ -38,26 +38,35 @@ TIMER = np.dtype("<i8")
 
 @dataclass(frozen=True)
 class PaneWindows:
-    """The geometry of sliding windows of ``size_us`` every ``slide_us`` over panes of their gcd."""
+    """The geometry of sliding windows of ``size_us`` every ``slide_us``, starting at ``offset_us`` (Spark's
+    startTime, below the slide) plus multiples of the slide, over panes of their gcd."""
 
     size_us: int
     slide_us: int
+    offset_us: int = 0
 
     @property
     def pane_us(self) -> int:
         return math.gcd(self.size_us, self.slide_us)
 
+    @property
+    def pane_offset_us(self) -> int:
+        """Where panes start, below their size (panes tile every window)."""
+        return self.offset_us % self.pane_us
+
     def first_window_end(self, pane_ends: np.ndarray) -> np.ndarray:
-        """End of the earliest window holding each pane (its start: the first multiple of slide >= end - size)."""
-        return -((self.size_us - pane_ends) // self.slide_us) * self.slide_us + self.size_us
+        """End of the earliest window holding each pane (its start: the first window start >= end - size)."""
+        ends = pane_ends - self.offset_us
+        return -((self.size_us - ends) // self.slide_us) * self.slide_us + self.size_us + self.offset_us
 
     def last_window_end(self, pane_ends: np.ndarray) -> np.ndarray:
-        """End of the latest window holding each pane (its start is the last multiple of slide <= pane start)."""
-        return (pane_ends - self.pane_us) // self.slide_us * self.slide_us + self.size_us
+        """End of the latest window holding each pane (its start is the last window start <= pane start)."""
+        starts = pane_ends - self.pane_us - self.offset_us
+        return starts // self.slide_us * self.slide_us + self.size_us + self.offset_us
 
     def last_closed_end(self, watermark_us: int) -> int:
         """The end of the latest window closed at ``watermark_us`` (ending at or before it)."""
-        remainder = self.size_us % self.slide_us
+        remainder = (self.size_us + self.offset_us) % self.slide_us
         return (watermark_us - remainder) // self.slide_us * self.slide_us + remainder
 
     def next_window_end(self, watermark_us: int) -> int:

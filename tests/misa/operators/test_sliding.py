@@ -178,18 +178,22 @@ def test_a_version_written_per_window_is_refused_by_the_pane_layout():
     op.restore(op.metadata())
 
 
-@pytest.mark.parametrize(("size", "slide"), [(30, 1), (20, 5), (10, 4), (60, 10), (7, 3)])
-def test_pane_geometry_matches_sparks_window_assignment(size, slide):
-    windows = PaneWindows(size, slide)
-    for pane_end in range(windows.pane_us, 5 * size, windows.pane_us):
+@pytest.mark.parametrize(
+    ("size", "slide", "start"), [(30, 1, 0), (20, 5, 0), (10, 4, 0), (60, 10, 0), (7, 3, 0), (20, 5, 3), (10, 4, 2)]
+)
+def test_pane_geometry_matches_sparks_window_assignment(size, slide, start):
+    windows = PaneWindows(size, slide, start)
+    window_ends = range(start + size - 100 * slide, 10 * size, slide)  # Spark's: start + k * slide + size
+    for pane_end in range(windows.pane_offset_us + windows.pane_us, 5 * size, windows.pane_us):
         t = pane_end - windows.pane_us  # any event time in the pane gives the same windows
-        spark = sorted(start + size for start in range(t // slide * slide, t - size, -slide))
+        spark = [e for e in window_ends if e - size <= t < e]
         first, last = windows.first_window_end(np.array([pane_end])), windows.last_window_end(np.array([pane_end]))
         assert list(range(int(first[0]), int(last[0]) + 1, slide)) == spark
         for watermark in range(0, 6 * size, 1):
             late = int(windows.late_windows(np.array([pane_end]), watermark)[0])
             assert late == sum(1 for e in spark if e <= watermark)
-            assert windows.next_window_end(watermark) > watermark >= windows.last_closed_end(watermark)
+            assert windows.last_closed_end(watermark) == max(e for e in window_ends if e <= watermark)
+            assert windows.next_window_end(watermark) == min(e for e in window_ends if e > watermark)
 
 
 @pytest.mark.parametrize("seed", range(4))
