@@ -81,11 +81,11 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "`window(t, size, slide)`, complete output",
-        REFUSED,
+        RUNS,
         lambda r: events(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.max("v")),
         "complete",
-        "tumbling windows, or update output",
-        "complete output of sliding windows is not in misa yet",
+        "every window of every key, combined from the pane records each batch",
+        covered_by=("mode:sliding:complete",),
     ),
     Entry(
         "`window(t, size, size, startTime)` (tumbling, with a start time)",

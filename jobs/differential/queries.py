@@ -149,7 +149,7 @@ def random_query_case(seed: int) -> Case:
         dynamic_gap=form == "session" and rng.random() < 0.4,
     )
     if form in ("tumbling", "sliding", "session") and rng.random() < 0.15:  # Spark keeps every window
-        modes = ("complete",) if form == "session" else ("update", "complete") if form == "tumbling" else ("update",)
+        modes = ("complete",) if form == "session" else ("update", "complete")
         query = replace(query, watermark=False, output_mode=rng.choice(modes))
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
@@ -195,11 +195,9 @@ def _output_mode(rng: random.Random, form: str) -> str:
         return rng.choice(("append", "update"))
     if form == "global":
         return rng.choice(("update", "complete"))
-    if form == "tumbling":
+    if form in ("tumbling", "sliding"):
         return rng.choice(("update", "append", "complete"))
-    if form == "session":
-        return rng.choice(("append", "complete"))
-    return rng.choice(("update", "append"))
+    return rng.choice(("append", "complete"))  # session windows
 
 
 def case_tags(case: Case) -> set[str]:

@@ -276,11 +276,6 @@ class Aggregation(HintSource, KeyPartitioned):
         if size and slide and slide != size:
             if not 0 < slide < size:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
-            if self.output_mode == "complete":
-                raise ValueError(
-                    "complete output of sliding windows is not in misa yet: use update output (each changed window "
-                    "every batch), or tumbling windows with complete output"
-                )
             windows = PaneWindows(size, slide, self._start_us)
             self._panes = PaneState(windows, len(self.aggs), append=self.output_mode == "append")
 
@@ -372,7 +367,9 @@ class Aggregation(HintSource, KeyPartitioned):
         else:
             self._apply_keys(deltas, state, result, values, late)
         self._evict(state, result, values, late, evict)
-        if self.output_mode == "complete":
+        if self.output_mode == "complete" and self._panes is not None:
+            result.output = self._window_output(self._panes.every_window(state, values.states), values)
+        elif self.output_mode == "complete":
             result.output = self._rows(state.scan(b"", PANE_RECORD), values)
         return result
 

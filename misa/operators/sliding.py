@@ -26,6 +26,7 @@ from misa.operators.panes import (
     window_states,
 )
 from misa.state.codec import AggStates, distinct_keys, latest_per_key
+from misa.state.keys import PANE_RECORD
 from misa.state.view import StateView
 
 
@@ -97,6 +98,16 @@ class PaneState:
         live = panes.take(np.flatnonzero(self.windows.last_window_end(panes.ends) > watermark_us))
         self._write(state, distinct, np.full(len(distinct), -1), live, watermark_us)
         return emitted
+
+    def every_window(self, state: StateView, aggs: AggStates) -> Windows:
+        """Complete output: every window of every key's panes, with its state (one scan of the records)."""
+        records = state.scan(PANE_RECORD, PANE_RECORD[:-1] + bytes([PANE_RECORD[-1] + 1]))
+        distinct = [k[len(PANE_RECORD) :] for k, _ in records]
+        _, panes = self.records.decode([v for _, v in records])
+        keys, ends = self.windows.windows_of(
+            panes.keys, self.windows.first_window_end(panes.ends), self.windows.last_window_end(panes.ends)
+        )
+        return Windows(distinct, keys, ends, window_states(panes, self.windows, keys, ends, aggs))
 
     def due_records(self, state: StateView, after_us: int, through_us: int) -> tuple[list[bytes], np.ndarray]:
         """Append mode: the records :meth:`close` will read when the watermark moves from ``after_us`` to

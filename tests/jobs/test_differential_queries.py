@@ -48,6 +48,10 @@ CASES = {
         Query("sliding", {"k0": "int"}, ("sum", "count"), "double", 10, 5, output_mode="update", watermark=False),
         Settings(),
     ),
+    "sliding windows with a start time, complete output, two worker processes": (
+        Query("sliding", {"k0": "string"}, ("avg", "max"), "bigint", 10, 4, 2, "complete", start_s=3),
+        Settings(processes=2),
+    ),
     "dropDuplicates with the event time, append output": (
         Query("dedup_time", {"k0": "timestamp"}, delay_s=5, output_mode="append"),
         Settings(commit_mode="async-ckpt"),
@@ -75,7 +79,7 @@ CASES = {
         Settings(commit_mode="sync"),
     ),
 }
-IN_CI = [list(CASES)[1], list(CASES)[6]]
+IN_CI = [list(CASES)[1], list(CASES)[7]]
 SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
 
 
