@@ -182,6 +182,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
     )
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
+        prefetching=rng.choice(PREFETCHING),
         shards=rng.randint(1, 4),
         cache_max_bytes=rng.choice((4096, 1 << 20)),
         processes=rng.choice((1, 1, 2)),

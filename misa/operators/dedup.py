@@ -28,19 +28,21 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, window_prefix
 from misa.state.view import StateView
+from prefetch.hints import HintSpec
 
 NO_EVENT_TIME = (1 << 63) - 1  # the key time of a row without an event time: never evicted, as in Spark
 SEEN = b"\x01"
 
 
 @dataclass
-class Deduplicate(KeyPartitioned):
+class Deduplicate(HintSource, KeyPartitioned):
     """Drops rows whose ``columns`` (and ``event_time``, unless ``within_watermark``) were seen before."""
 
     columns: Sequence[str]
@@ -118,6 +120,20 @@ class Deduplicate(KeyPartitioned):
 
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         return [deltas[c] for c in self.columns]
+
+    # ------------------------------------------------------------------ prefetch hints
+    def hint_spec(self) -> HintSpec:
+        """The key columns (and the event time, when it is part of the key)."""
+        by_time = bool(self.event_time) and not self.within_watermark
+        return HintSpec((*self.columns, *([self.event_time] if by_time else [])), self.event_time)
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """The keys the batch will look up: the key columns, behind the event time when it is one of the keys."""
+        by_time = bool(self.event_time) and not self.within_watermark
+        return group_hint_keys(hints, self.columns, [b""], self._event_us(hints) if by_time else None)
+
+    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        return [hints[c] for c in self.columns]
 
     def event_watermark(self) -> EventTimeWatermark | None:
         return self.watermark if self.event_time else None

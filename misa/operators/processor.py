@@ -45,12 +45,14 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from misa.config import parse_seconds
-from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import KEY_SPACE_VERSION, PROCESSOR_KEY_TIMERS, PROCESSOR_STATE, PROCESSOR_TIMER, window_prefix
 from misa.state.view import StateView
+from prefetch.hints import HintSpec
 
 TIME_MODES = ("None", "ProcessingTime", "EventTime")
 INITIAL = "_misa_initial_state"  # marks the initial state's rows among the first batch's
@@ -269,7 +271,7 @@ def _timer_key(at_ms: int, group_key: bytes) -> bytes:
 
 
 @dataclass
-class StatefulProcessorOperator(KeyPartitioned):
+class StatefulProcessorOperator(HintSource, KeyPartitioned):
     """Runs ``processor`` over the rows of each ``group_by`` key, as ``transformWithStateInPandas`` does."""
 
     processor: StatefulProcessor
@@ -380,6 +382,17 @@ class StatefulProcessorOperator(KeyPartitioned):
 
     def event_watermark(self) -> EventTimeWatermark | None:
         return self.watermark if self.time_mode == "EventTime" else None
+
+    def hint_spec(self) -> HintSpec:
+        return HintSpec(tuple(self.group_by))
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """Each hint row's key's state variables and timers, as the batch reads them before calling the processor
+        (none before ``init`` has named the variables, in the first batch)."""
+        if self._handle is None:
+            return [], np.zeros(0, np.int64)
+        prefixes = [PROCESSOR_STATE + bytes([v.number]) for v in list(self._handle.variables.values())]
+        return group_hint_keys(hints, self.group_by, [*prefixes, PROCESSOR_KEY_TIMERS])
 
     def _bind(self, view: StateView, now_ms: int) -> MisaProcessorHandle:
         """The handle, its state bound to this batch's view (``init`` runs once, on the first batch)."""

@@ -33,12 +33,14 @@ from pyspark.sql import types as T
 from misa.config import parse_seconds
 from misa.exceptions import AnalysisError
 from misa.operators.aggregation import NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValues
-from misa.operators.base import MAX_EVENT, ROWS, KeyPartitioned, OperatorResult
+from misa.operators.base import MAX_EVENT, ROWS, HintSource, KeyPartitioned, OperatorResult
+from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import column_type, event_time, key_columns, typed
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import KEY_SPACE_VERSION, SESSION_RECORD, SESSION_TIMER, joined, prefixed, window_prefix
 from misa.state.view import StateView
+from prefetch.hints import HintSpec
 
 START, END = "_session_start", "_session_end"
 
@@ -54,7 +56,7 @@ class Session:
 
 
 @dataclass
-class SessionAggregation(KeyPartitioned):
+class SessionAggregation(HintSource, KeyPartitioned):
     """Aggregation per (session, group); ``session`` names the input's struct column of start and end."""
 
     group_by: Sequence[str]
@@ -163,6 +165,13 @@ class SessionAggregation(KeyPartitioned):
 
     def event_watermark(self) -> EventTimeWatermark | None:
         return self.watermark
+
+    def hint_spec(self) -> HintSpec:
+        return HintSpec(tuple(self.group_by), self.event_time)
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """The session records of the hint rows' groups (the batch reads each group's record)."""
+        return group_hint_keys(hints, self.group_by, [SESSION_RECORD])
 
     def _merge(self, deltas: pa.Table, values: AggValues, state: StateView) -> int:
         """Fold the deltas' row sessions into their groups' records; the number of groups read."""

@@ -40,11 +40,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.exceptions import AnalysisError
-from misa.operators.base import KeyPartitioned, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.group_hints import group_hint_keys
 from misa.operators.watermark import InputsWatermark
 from misa.state.codec import KeyCodec, normalize_float_keys
 from misa.state.keys import JOIN_ROWS, JOIN_TIMER, KEY_SPACE_VERSION
 from misa.state.view import StateView
+from prefetch.hints import HintSpec
 
 SIDE, ROW_COLUMNS, PREFIXES = "_side", ("_l", "_r"), ("l", "r")
 SIDE_BYTES = (b"L", b"R")
@@ -63,7 +65,7 @@ class JoinSide:
 
 
 @dataclass
-class StreamJoin(KeyPartitioned):
+class StreamJoin(HintSource, KeyPartitioned):
     """Spark's inner join of two streams on ``keys`` equi-join keys (see the module's docstring)."""
 
     keys: int
@@ -163,6 +165,16 @@ class StreamJoin(KeyPartitioned):
 
     def event_watermark(self) -> InputsWatermark:
         return self.watermark
+
+    def hint_spec(self) -> HintSpec:
+        return HintSpec(tuple(self.key_columns))
+
+    def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """Both sides' row lists of the hint rows' keys (a row of either side reads both)."""
+        return group_hint_keys(hints, self.key_columns, [JOIN_ROWS + side for side in SIDE_BYTES])
+
+    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        return self.partition_keys(hints)
 
     # ------------------------------------------------------------------ the batch's rows
     def _usable(self, rows: pa.Table, index: int, side: JoinSide, late: int) -> tuple[pa.Table, int, int]:

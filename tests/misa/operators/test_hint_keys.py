@@ -12,10 +12,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from test_nexmark_ops import bids, events, q13, q20
+from test_processor import Clock
+from test_processor import operator as processor_operator
+from test_processor import rows as processor_rows
 
 from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.dedup import Deduplicate
 from misa.operators.keyed import TopN
 from misa.operators.lookup_aggregation import LookupAggregation
+from misa.operators.sessions import END, START, SessionAggregation
+from misa.operators.stream_join import JoinSide, StreamJoin
 from misa.state.store import StateStore
 from misa.state.view import StateView
 from prefetch.hints import extract_partition
@@ -114,3 +120,58 @@ def test_lookup_aggregation_hints_the_looked_up_values(view):
     keys, ts = hinted(op, upstream)
     assert keys == {k for k in reads_of(op, deltas, view) if k.startswith(b"\xfflookup:")} and len(keys) == 2
     assert sorted(ts.tolist()) == [2_000_000, 3_000_000]
+
+
+TS = pa.timestamp("us", "UTC")
+
+
+@pytest.mark.parametrize("form", ["dropDuplicates", "with the event time", "within the watermark"])
+def test_deduplication_hints_the_keys_it_looks_up(view, form):
+    event_time = None if form == "dropDuplicates" else "ts"
+    op = Deduplicate(["k", "x"], event_time, "5s" if event_time else None, within_watermark=form.startswith("within"))
+    batch = pa.table(
+        {"k": [1, 2, 1, None], "x": [-0.0, 0.0, 0.0, 1.5], "ts": pa.array([1, 2, 3, 4], pa.int64()).cast(TS)}
+    )
+    keys, _ = hinted(op, batch)
+    read = reads_of(op, batch, view)
+    assert keys == read and len(read) == (4 if form == "with the event time" else 3)  # -0.0 is 0.0
+
+
+def test_session_windows_hint_each_groups_record(view):
+    op = SessionAggregation(["k"], [Agg("n", "count", "t")], "session", "ts")
+    upstream = pa.table({"k": ["a", "b", "a"], "t": [1, 2, 3], "ts": pa.array([1, 2, 3], pa.int64()).cast(TS)})
+    deltas = pa.table(
+        {
+            "k": ["a", "b"],
+            START: [1, 2],
+            END: [5_000_001, 5_000_002],
+            "_rows": [2, 1],
+            "_max_event_us": [3, 2],
+            **{f"_{f}0": [2, 1] for f in "vc"},
+        }
+    )
+    keys, _ = hinted(op, upstream)
+    assert keys == reads_of(op, deltas, view) and len(keys) == 2
+
+
+def test_a_stream_join_hints_both_sides_rows_of_each_key(view):
+    op = StreamJoin(1, JoinSide("l0"), JoinSide("r0"))
+    left, right = pa.struct([("l0", TS)]), pa.struct([("r0", TS)])
+    batch = pa.table(
+        {
+            "_side": pa.array([0, 1, 1], pa.int32()),
+            "_k0": [1.0, -0.0, 0.0],
+            "_l": pa.array([{"l0": 5}, None, None], left),
+            "_r": pa.array([None, {"r0": 6}, {"r0": 7}], right),
+        }
+    )
+    keys, _ = hinted(op, batch)
+    assert keys == reads_of(op, batch, view) and len(keys) == 4  # two keys (-0.0 is 0.0), both sides each
+
+
+def test_a_stateful_processor_hints_its_keys_variables_and_timers(run):
+    runner = run(processor_operator(Clock()))
+    runner.batch(processor_rows(("a", 1), ("b", 1)))  # init names the variables
+    batch = processor_rows(("a", 2), ("c", 3))
+    keys, _ = hinted(runner.operator, batch)
+    assert keys == reads_of(runner.operator, batch, runner.view) and len(keys) == 2 * 5  # 4 variables, timers
