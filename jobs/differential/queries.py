@@ -33,13 +33,21 @@ JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a s
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
 SPARK_FUNCTIONS |= {"approx_count_distinct": F.approx_count_distinct}
+SPARK_FUNCTIONS |= {"first_ignore_nulls": lambda c: F.first(c, ignorenulls=True)}
+SPARK_FUNCTIONS |= {"last_ignore_nulls": lambda c: F.last(c, ignorenulls=True)}
 OBJECT_FUNCTIONS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
-VALUE_TYPES = {  # value type -> the functions of it misa runs
+OBJECT_FUNCTIONS += ("first_ignore_nulls", "last_ignore_nulls")
+ORDER_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls")
+UNORDERED = tuple(f for f in OBJECT_FUNCTIONS if f not in ORDER_FUNCTIONS)
+VALUE_TYPES = {  # value type -> the functions of it the random cases draw
     "bigint": (*FUNCTIONS, *OBJECT_FUNCTIONS),
     "double": (*FUNCTIONS, *OBJECT_FUNCTIONS),
-    "decimal(12,2)": (*FUNCTIONS, *OBJECT_FUNCTIONS),
-    "string": ("count", "min", "max", *OBJECT_FUNCTIONS),
     "boolean": ("count", "min", "max", *OBJECT_FUNCTIONS),
+    # Spark aggregates these with a sort (their buffers are not fixed-width), which reorders a key's rows of a
+    # batch: its first/last then depend on its plan, not on the input's order (a difference docs/spark-queries.md
+    # states), so the random cases draw first/last over the three types above only
+    "decimal(12,2)": (*FUNCTIONS, *UNORDERED),
+    "string": ("count", "min", "max", *UNORDERED),
 }
 
 

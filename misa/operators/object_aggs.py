@@ -4,7 +4,8 @@ The vectorized states of :class:`misa.state.codec.AggStates` hold one int64 or f
 do not fit there, and are kept here with Spark's semantics:
 
 * ``first`` / ``last`` (Spark's default ``ignoreNulls=false``): the value of the group's first (last) row,
-  null included, in the order Spark reads the rows; any input type;
+  null included, in the order Spark reads the rows; any input type; ``first_ignore_nulls`` /
+  ``last_ignore_nulls`` (``ignorenulls=True``): the first (last) non-null value, null if there is none;
 * ``min`` / ``max`` of strings, booleans, binary values and decimals;
 * ``sum`` / ``avg`` of decimals, exactly: Spark's result types (sum: ``decimal(p + 10, s)``, avg:
   ``decimal(p + 4, s + 4)``, rounded half up); a sum beyond its precision is null, as Spark's is without ANSI
@@ -38,7 +39,9 @@ from pyspark.sql import types as T
 
 from misa.exceptions import AggregateOverflowError, MisaError
 
-OBJECT_FUNCTIONS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
+OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
+OBJECT_FUNCTIONS += ("approx_count_distinct",)
+FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
 OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
 HLL_PRECISION = 9  # Spark's for relativeSD 0.05: ceil(2 * log2(1.106 / 0.05))
 HLL_LINEAR_LIMIT = 400  # HyperLogLog++'s threshold for linear counting at this precision
@@ -70,6 +73,8 @@ def object_partial(function: str, column: Column, dtype: T.DataType) -> list[Col
     functions = {
         "first": F.first,
         "last": F.last,
+        "first_ignore_nulls": lambda c: F.first(c, ignorenulls=True),
+        "last_ignore_nulls": lambda c: F.last(c, ignorenulls=True),
         "min": F.min,
         "max": F.max,
         "sum": F.sum,
@@ -92,7 +97,7 @@ class ObjectAgg:
     def identity(self) -> Any:
         if self.function == "approx_count_distinct":
             return bytes(1 << HLL_PRECISION)
-        return [None, 0]  # value, count (first/last: rows seen)
+        return [None, 0]  # value, count (first/last: rows seen; ignoring nulls: values seen)
 
     def of_row(self, value: Any, count: int) -> Any:
         """The state of one delta row."""
@@ -100,6 +105,8 @@ class ObjectAgg:
             return _registers(value or [])
         if self.function in ("first", "last"):
             return [value, 1]
+        if self.function in FIRST + LAST:
+            return [value, int(value is not None)]
         return [value, count]
 
     def merge(self, a: Any, b: Any, limit: int) -> Any:
@@ -108,9 +115,9 @@ class ObjectAgg:
         if f == "approx_count_distinct":
             return bytes(np.maximum(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)))
         (x, n), (y, m) = a, b
-        if f == "first":
+        if f in FIRST:
             return a if n else b
-        if f == "last":
+        if f in LAST:
             return b if m else a
         if not n or x is None:
             return b
@@ -141,7 +148,7 @@ class ObjectAgg:
         value, count = state
         if f in ("collect_list", "collect_set"):
             return value if count else []
-        if f in ("first", "last"):
+        if f in FIRST + LAST:
             return value
         if not count or value is None:
             return None

@@ -311,8 +311,6 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
             f"misa does not compute {aggregate.sql} yet",
             f"one of {', '.join(FUNCTIONS.values())} (docs/spark-queries.md lists every function)",
         )
-    if function.kind in ("First", "Last") and function.value:
-        raise _refused(node, f"{aggregate.sql} skips nulls", f"{FUNCTIONS[function.kind]}(column) without ignorenulls")
     if function.kind == "HyperLogLogPlusPlus" and function.value != SPARK_RELATIVE_SD:
         raise _refused(
             node, f"{aggregate.sql} asks for relative error {function.value}", "approx_count_distinct(column)"
@@ -323,11 +321,14 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     argument = arguments[0]
     if function.kind == "Count" and argument.kind == "Literal" and argument.value is not None:
         return Agg(name, "count", "*")
+    misa_function = FUNCTIONS[function.kind] + (
+        "_ignore_nulls" if function.kind in ("First", "Last") and function.value else ""
+    )
     if argument.attr is not None:
-        return Agg(name, FUNCTIONS[function.kind], argument.attr.name)
+        return Agg(name, misa_function, argument.attr.name)
     column = ARGUMENT.format(len(translation.extra_columns))
     translation.extra_columns.append((column, argument.sql))
-    return Agg(name, FUNCTIONS[function.kind], column)
+    return Agg(name, misa_function, column)
 
 
 def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:

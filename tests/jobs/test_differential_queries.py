@@ -27,12 +27,12 @@ CASES = {
         ),
         Settings(processes=2),
     ),
-    "session windows with a gap per row, append output, first/last/collect of strings": (
+    "session windows with a gap per row, append output, first/last/collect_set of doubles": (
         Query(
             "session",
             {"k0": "bigint"},
             ("first", "last", "collect_set"),
-            "string",
+            "double",
             5,
             delay_s=2,
             output_mode="append",
