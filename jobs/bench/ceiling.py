@@ -59,6 +59,9 @@ OUTPUT_METHODS = {  # the methods that build a shape's output rows
     "lr2": ("_pairs",),
     "q20": ("_pairs",),
     "ysb": ("_output",),
+    "dedup": (),  # its output is a take of the batch's rows, inside its merge
+    "session": ("_output",),
+    "join": ("_output",),
 }
 
 

@@ -13,12 +13,16 @@ cm2-append     the same in append mode (each live key is visited at each window 
 lr2            Linear Road LR2: each report joined with the vehicle's reports of the 30 s before
 q20            NEXMark Q20: bids joined with their auction (category 10), auctions kept in state
 ysb            YSB: views per campaign in 10 s windows, the ad -> campaign lookup served by the state
+dedup          ``dropDuplicatesWithinWatermark("k")`` (from_query's Deduplicate): a key per id, expiring 10 s on
+session        ``groupBy(session_window(t, "5 seconds"), "k").count()`` in append mode (SessionAggregation)
+join           a stream joined with itself on ``k`` within 10 s (from_query's StreamJoin): a row per key and side
 =============  ===================================================================================
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -32,19 +36,40 @@ from jobs.linear_road import QUERIES as LR_QUERIES
 from jobs.nexmark import Q20_CATEGORY, q20_operator
 from jobs.schemas import NEXMARK_AUCTION, NEXMARK_BID
 from jobs.ysb import campaign_views
+from misa.config import parse_seconds
+from misa.operators.aggregation import Agg
 from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START
+from misa.operators.dedup import Deduplicate
 from misa.operators.interval_join import EVENT_US
 from misa.operators.lookup_aggregation import LookupAggregation
 from misa.operators.panes import PaneRecords, Panes
+from misa.operators.sessions import END as SESSION_END
+from misa.operators.sessions import START as SESSION_START
+from misa.operators.sessions import Session as Stored
+from misa.operators.sessions import SessionAggregation
+from misa.operators.sessions import _encode as _encode_sessions
+from misa.operators.stream_join import SIDE_BYTES, JoinSide, StreamJoin
 from misa.state.codec import KeyCodec
-from misa.state.keys import PANE_RECORD, PANE_TIMER, RIGHT_ROW, lookup_prefix, prefixed
+from misa.state.keys import (
+    DEDUP_EXPIRY,
+    JOIN_ROWS,
+    JOIN_TIMER,
+    PANE_RECORD,
+    PANE_TIMER,
+    RIGHT_ROW,
+    SESSION_RECORD,
+    SESSION_TIMER,
+    joined,
+    lookup_prefix,
+    prefixed,
+)
 from misa.state.record_codec import RecordCodec
 
 SECOND = 1_000_000
 START_US = 1_700_000_000 * SECOND  # event time of the newest preloaded update
 DELAY = "10s"  # the jobs' default watermark delay
 WATERMARK = {"watermark_us": START_US - 10 * SECOND, "max_event_us": START_US}  # after the preload
-SHAPES = ("cm2-update", "cm2-append", "lr2", "q20", "ysb")
+SHAPES = ("cm2-update", "cm2-append", "lr2", "q20", "ysb", "dedup", "session", "join")
 ADS_PER_CAMPAIGN = 10  # YSB's
 
 
@@ -303,13 +328,103 @@ class Ysb(Shape):
         )
 
 
-LIFETIMES_S = {"cm2-update": 40, "cm2-append": 40, "lr2": 40, "q20": 40, "ysb": 20}
+class Dedup(Shape):
+    """dropDuplicatesWithinWatermark: each key's expiry and its timer; deltas are the stream's rows."""
+
+    def make_operator(self) -> Any:
+        return Deduplicate(["k"], event_time="event_time", watermark_delay=DELAY, within_watermark=True)
+
+    def state_of(self, ids: np.ndarray, t_us: np.ndarray) -> tuple[list[bytes], list[bytes]]:
+        keys = _int_keys(ids, b"")
+        expiries = t_us + 10 * SECOND
+        timers = joined(DEDUP_EXPIRY, expiries, keys)
+        return keys + timers, [int(e).to_bytes(8, "big") for e in expiries] + [b"\x01"] * len(keys)
+
+    def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
+        return pa.table(
+            {
+                "k": pa.array(ids, pa.int64()),
+                "t": pa.array(t_us // 1000, pa.int64()),
+                "event_time": pa.array(t_us, pa.timestamp("us", "UTC")),
+            }
+        )
+
+
+class Session(Shape):
+    """Session windows (gap 5 s, count per key): one open session per key and its timer; deltas per (key, row
+    session) of the batch, as Spark's partial aggregation gives them."""
+
+    gap_us = 5 * SECOND
+
+    def make_operator(self) -> Any:
+        return SessionAggregation(["k"], [Agg("count", "count", "t")], "session_window", "event_time", DELAY)
+
+    def state_of(self, ids: np.ndarray, t_us: np.ndarray) -> tuple[list[bytes], list[bytes]]:
+        groups = _int_keys(ids, b"")
+        ends = t_us + self.gap_us
+        one = np.array([1, 1], np.int64)  # the count's cells: one row
+        records = [_encode_sessions([Stored(int(t), int(e), one, [])]) for t, e in zip(t_us, ends)]
+        return prefixed(SESSION_RECORD, groups) + joined(SESSION_TIMER, ends, groups), records + [b"\x01"] * len(ids)
+
+    def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
+        ones = pa.array(np.ones(len(ids), np.int64))
+        return pa.table(
+            {
+                "k": pa.array(ids, pa.int64()),
+                SESSION_START: pa.array(t_us, pa.int64()),
+                SESSION_END: pa.array(t_us + self.gap_us, pa.int64()),
+                ROWS: ones,
+                MAX_EVENT: pa.array(t_us, pa.int64()),
+                "_v0": ones,
+                "_c0": ones,
+            }
+        )
+
+
+class Join(Shape):
+    """A stream joined with itself on k, b.t BETWEEN a.t - 10 s AND a.t: each key's one stored row per side and
+    their timers; deltas are both sides' rows (half each)."""
+
+    def make_operator(self) -> Any:
+        delay = int(parse_seconds(DELAY) * 1000)
+        return StreamJoin(1, JoinSide("l1", delay, (), 0), JoinSide("r1", delay, (), -10_001))
+
+    def state_of(self, ids: np.ndarray, t_us: np.ndarray) -> tuple[list[bytes], list[bytes]]:
+        groups = _int_keys(ids, b"")
+        keys, values = [], []
+        for side in SIDE_BYTES:
+            keys += prefixed(JOIN_ROWS + side, groups)
+            values += [pickle.dumps([(int(t), (int(i), int(t)))]) for i, t in zip(ids, t_us)]
+            keys += [JOIN_TIMER + side + (int(t) + (1 << 63)).to_bytes(8, "big") + g for t, g in zip(t_us, groups)]
+            values += [b""] * len(ids)
+        return keys, values
+
+    def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
+        side = np.arange(len(ids)) % 2
+        times = pa.array(t_us, pa.timestamp("us", "UTC"))
+        rows = {p: pa.StructArray.from_arrays([pa.array(ids, pa.int64()), times], [f"{p}0", f"{p}1"]) for p in "lr"}
+        none = [pa.nulls(len(ids), rows[p].type) for p in "lr"]
+        return pa.table(
+            {
+                "_side": pa.array(side, pa.int32()),
+                "_k0": pa.array(ids, pa.int64()),
+                "_l": pc.if_else(pa.array(side == 0), rows["l"], none[0]),
+                "_r": pc.if_else(pa.array(side == 1), rows["r"], none[1]),
+            }
+        )
+
+
+LIFETIMES_S = {"cm2-update": 40, "cm2-append": 40, "lr2": 40, "q20": 40, "ysb": 20, "dedup": 10, "session": 15}
+LIFETIMES_S |= {"join": 20}
 KINDS: dict[str, Callable[..., Shape]] = {
     "cm2-update": Cm2,
     "cm2-append": Cm2Append,
     "lr2": Lr2,
     "q20": Q20,
     "ysb": Ysb,
+    "dedup": Dedup,
+    "session": Session,
+    "join": Join,
 }
 
 

@@ -8,6 +8,8 @@ import json
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from jobs.bench import ceiling
 from jobs.bench.ceiling_shapes import SHAPES, shape
@@ -29,7 +31,30 @@ UPSTREAMS = {  # each shape's job input and the job's upstream (the operator's i
     "lr2": (LR_REPORTS, LR_QUERIES["lr2"].upstream),
     "q20": (NEXMARK_EVENTS, bids_and_auctions),
     "ysb": (YSB_EVENTS, views),
+    "dedup": ("k bigint, t bigint", lambda rows: rows.withColumn("event_time", F.timestamp_millis("t"))),
+    "session": ("k bigint, t bigint", lambda rows: _sessions(rows.withColumn("event_time", F.timestamp_millis("t")))),
+    "join": ("k bigint, t bigint", lambda rows: _join_sides(rows.withColumn("event_time", F.timestamp_millis("t")))),
 }
+
+
+def _sessions(events: DataFrame) -> DataFrame:
+    """The rows with the session struct Spark's analyzer adds for ``session_window(event_time, "5 seconds")``."""
+    end = F.col("event_time") + F.expr("INTERVAL 5 SECONDS")
+    return events.withColumn("session_window", F.struct(F.col("event_time").alias("start"), end.alias("end")))
+
+
+def _join_sides(events: DataFrame) -> DataFrame:
+    """Both sides of the self-join as from_query unions them (misa.query.job)."""
+    sides = [
+        events.select(
+            F.col("k").alias("_k0"),
+            F.struct(F.col("k").alias(f"{p}0"), F.col("event_time").alias(f"{p}1")).alias(f"_{p}"),
+        )
+        for p in "lr"
+    ]
+    left = sides[0].select(F.lit(0).alias("_side"), "*", F.lit(None).cast(sides[1].schema["_r"].dataType).alias("_r"))
+    right = sides[1].select(F.lit(1).alias("_side"), "*", F.lit(None).cast(sides[0].schema["_l"].dataType).alias("_l"))
+    return left.unionByName(right)
 
 
 def _types(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
