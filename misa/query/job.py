@@ -30,7 +30,8 @@ from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
-from misa.query.translate import JoinInput, Translation, stateful_node, translate, watermarks
+from misa.query.translate import stateful_node, translate
+from misa.query.translation import JoinInput, Translation, watermarks
 
 log = logging.getLogger(__name__)
 OUTPUT_MODES = ("append", "update", "complete")

@@ -17,7 +17,7 @@ from misa.exceptions import UnsupportedQueryError
 from misa.job import Sink
 from misa.operators.aggregation import OUTPUT_WINDOW
 from misa.query.plan import PlanNode, with_attributes
-from misa.query.translate import Translation
+from misa.query.translation import Translation
 
 
 class QueryOutput:

@@ -2,7 +2,7 @@
 
 A plan misa takes has one stateful node (an ``Aggregate``, a ``Deduplicate`` or a
 ``DeduplicateWithinWatermark`` over a stream with at most one ``withWatermark``; or an inner ``Join`` of two
-streams, :func:`_join`):
+streams, :mod:`misa.query.joins`):
 
 * **below** it, everything runs in Spark as the job's source, except the node Spark's analyzer made of
   ``window(...)`` (a ``Project`` for a tumbling window, an ``Expand`` for a sliding one): misa reads the
@@ -17,18 +17,21 @@ the nearest form misa runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import reduce
-from typing import Any
-
-from pyspark.sql import Column
+from dataclasses import dataclass
 
 from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.dedup import Deduplicate
 from misa.operators.sessions import SessionAggregation
-from misa.operators.stream_join import JoinSide, StreamJoin
-from misa.query.plan import Attr, Expr, PlanNode, column_of, state_offset_ms
+from misa.query.joins import translate_join
+from misa.query.plan import Attr, Expr, PlanNode, column_of
+from misa.query.translation import (
+    OutputColumn,
+    Translation,
+    refuse_filters_on_event_time,
+    refused,
+    watermark_of,
+)
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
 ABOVE = ("Project", "Filter", "SubqueryAlias")
@@ -58,40 +61,6 @@ class TimeWindow:
     session: bool = False
 
 
-@dataclass(frozen=True)
-class OutputColumn:
-    """One column of the stateful node's output: its name and what it is in misa's output."""
-
-    name: str
-    kind: str  # "window" (the struct of window_start, window_end), "column" (misa's column ``source``)
-    source: str = ""
-
-
-@dataclass(frozen=True)
-class JoinInput:
-    """One side of a stream-stream join as misa's source reads it: the side's plan, the names of its columns in
-    misa's rows (``l0``, ``l1``, ... or ``r0``, ...), and its equi-join keys (Columns over the side's plan)."""
-
-    plan: PlanNode
-    names: list[str]
-    keys: list[Column]
-
-
-@dataclass
-class Translation:
-    """How a query runs on misa: the source plan, the operator, its output and what runs above it."""
-
-    source: PlanNode
-    operator: Any
-    output: list[OutputColumn]
-    above: list[tuple[str, list[str | Column]]] = field(default_factory=list)  # ("select" | "where", SQL or Columns)
-    join_inputs: list[JoinInput] = field(default_factory=list)  # a join's two sides (then ``source`` is the join)
-    extra_columns: list[tuple[str, str]] = field(default_factory=list)  # (name, SQL) added to the source rows
-    conditions: list[str] = field(default_factory=list)  # SQL filters Spark's windowing applies to the source
-    warnings: list[str] = field(default_factory=list)
-    stateful: str = ""  # the stateful node, as Spark prints it
-
-
 def translate(
     plan: PlanNode, output_mode: str, collect_max_items: int = 10_000, watermark_policy: str = "min"
 ) -> Translation:
@@ -103,7 +72,7 @@ def translate(
         if node.kind == "Aggregate":
             translation = _aggregation(node, output_mode, collect_max_items)
         elif node.kind == "Join":
-            translation = _join(node, watermark_policy)
+            translation = translate_join(node, watermark_policy)
         else:
             translation = _deduplication(node)
     except ValueError as error:  # the operator refuses the combination (its message says what to write)
@@ -111,7 +80,7 @@ def translate(
     if translation.join_inputs:  # run on the join's own attributes (its two sides may share column names)
         translation.above += [(kind, [column_of(e.jvm) for e in exprs]) for kind, exprs in above]
     else:
-        _refuse_filters_on_event_time(node, translation.source)
+        refuse_filters_on_event_time(node, translation.source)
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
     return translation
@@ -127,9 +96,9 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
     node = plan
     while not _is_stateful(node):
         if not _reads_stream(node):
-            raise _refused(node, "it reads no stream", "a streaming DataFrame (spark.readStream...)")
+            raise refused(node, "it reads no stream", "a streaming DataFrame (spark.readStream...)")
         if node.kind in ARBITRARY_STATE:
-            raise _refused(
+            raise refused(
                 node,
                 f"arbitrary state ({node.kind}) is not run through from_query",
                 "an aggregation or a deduplication, or the state in a misa operator of your own (docs/extending.md)",
@@ -137,13 +106,13 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
         if node.kind not in ABOVE or len(node.children) != 1:
             stateful = _stateful_below(node)
             if stateful is None:
-                raise _refused(
+                raise refused(
                     node,
                     "the query has no stateful operation misa runs",
                     "groupBy(...).agg(...), dropDuplicates(...) or dropDuplicatesWithinWatermark(...) on the "
                     "stream; a query without state needs no misa: run it in Spark",
                 )
-            raise _refused(
+            raise refused(
                 node,
                 f"misa runs only projections and filters after the stateful {stateful.kind}",
                 "select/where/withColumn after the aggregation, and anything else in your sink",
@@ -154,7 +123,7 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
             steps.append(("where", [node.fields["condition"]]))
         node = node.children[0]
     if any(_stateful_below(c) is not None for c in node.children):
-        raise _refused(node, "the query has more than one stateful operation", "one stateful operation per query")
+        raise refused(node, "the query has more than one stateful operation", "one stateful operation per query")
     return steps[::-1], node
 
 
@@ -179,56 +148,19 @@ def _reads_stream(node: PlanNode) -> bool:
     return node.kind.startswith("Streaming") or any(_reads_stream(c) for c in node.children)
 
 
-def watermarks(node: PlanNode) -> list[PlanNode]:
-    """The plan's ``EventTimeWatermark`` nodes."""
-    found = [node] if node.kind == "EventTimeWatermark" else []
-    for child in node.children:
-        found += watermarks(child)
-    return found
-
-
-def _watermark(source: PlanNode, stateful: PlanNode) -> Attr | None:
-    """The event-time column ``withWatermark`` marked (with its delay), or None without a watermark."""
-    marks = watermarks(source)
-    if len(marks) > 1:
-        raise _refused(stateful, "its input has more than one withWatermark", "one withWatermark on the stream")
-    return marks[0].fields["event_time"] if marks else None
-
-
-def _refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
-    """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
-    the filter drops, misa's sees only the rows that reach the operator."""
-    marks = watermarks(stateful)
-    if not marks:
-        return
-    event_time = marks[0].fields["event_time"].expr_id
-    node = source
-    while node.kind != "EventTimeWatermark" and node.children:
-        condition = node.fields.get("condition") if node.kind == "Filter" else None
-        if condition is not None and condition.kind != "IsNotNull":
-            if any(e.attr is not None and e.attr.expr_id == event_time for e in condition.walk()):
-                raise _refused(
-                    node,
-                    "it filters on the event-time column after withWatermark (Spark's watermark counts the rows "
-                    "it drops)",
-                    "the same filter before withWatermark",
-                )
-        node = node.children[0]
-
-
 # ---------------------------------------------------------------------------------------------- aggregation
 def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Translation:
     grouping = node.fields["grouping"]
     for g in grouping:
         if g.attr is None:
-            raise _refused(
+            raise refused(
                 node,
                 f"it groups by the expression {g.sql}",
                 f"the expression as a column first: .withColumn('g', {g.sql}).groupBy('g', ...)",
             )
     window, source, conditions = _window(node)
     keys = [g.attr for g in grouping if g.attr is not None and (window is None or g.attr != window.attr)]
-    watermark = _watermark(source, node)
+    watermark = watermark_of(source, node)
     translation = Translation(source, None, [], conditions=conditions)
     aggs = _aggs(node, keys, window.attr if window else None, translation)
     event_time, delay = None, None
@@ -237,7 +169,7 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Tr
         if watermark is not None and watermark.expr_id == window.event_time.expr_id:
             delay = f"{watermark.watermark_delay_ms}ms"
         elif watermark is not None:
-            raise _refused(
+            raise refused(
                 node,
                 f"its window is over {window.event_time.name!r}, the watermark over {watermark.name!r}",
                 "withWatermark on the window's time column",
@@ -248,13 +180,13 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Tr
                 "(as Spark does): its state grows without bound; add withWatermark(...) to bound it"
             )
     elif any(k.watermark_delay_ms is not None for k in keys):
-        raise _refused(
+        raise refused(
             node,
             "it groups by the event-time column without a window",
             "groupBy(window(event_time, ...), ...) over the watermarked column",
         )
     if window is not None and window.session and not keys:
-        raise _refused(
+        raise refused(
             node,
             "a session window without group columns (Spark refuses it when the query runs)",
             "groupBy(session_window(...), key)",
@@ -293,7 +225,7 @@ def _aggs(node: PlanNode, keys: list[Attr], window_attr: Attr | None, translatio
             aggs.append(_agg(node, name, inner, translation))
             translation.output.append(OutputColumn(name, "column", name))
         else:
-            raise _refused(
+            raise refused(
                 node,
                 f"its output {e.sql} computes over aggregates",
                 "the aggregate alone in agg(...) and the arithmetic in a select(...) after it",
@@ -304,20 +236,20 @@ def _aggs(node: PlanNode, keys: list[Attr], window_attr: Attr | None, translatio
 def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -> Agg:
     function = aggregate.children[0]
     if aggregate.value:
-        raise _refused(node, f"{aggregate.sql} is DISTINCT or FILTERed", "the aggregate without DISTINCT or FILTER")
+        raise refused(node, f"{aggregate.sql} is DISTINCT or FILTERed", "the aggregate without DISTINCT or FILTER")
     if function.kind not in FUNCTIONS:
-        raise _refused(
+        raise refused(
             node,
             f"misa does not compute {aggregate.sql} yet",
             f"one of {', '.join(FUNCTIONS.values())} (docs/spark-queries.md lists every function)",
         )
     if function.kind == "HyperLogLogPlusPlus" and function.value != SPARK_RELATIVE_SD:
-        raise _refused(
+        raise refused(
             node, f"{aggregate.sql} asks for relative error {function.value}", "approx_count_distinct(column)"
         )
     arguments = function.children
     if len(arguments) != 1:
-        raise _refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
+        raise refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
     argument = arguments[0]
     if function.kind == "Count" and argument.kind == "Literal" and argument.value is not None:
         return Agg(name, "count", "*")
@@ -362,7 +294,7 @@ def _window(aggregate: PlanNode) -> tuple[TimeWindow | None, PlanNode, list[str]
     remainders = [e for e in struct.walk() if e.kind == "Remainder"]
     event_time = next(e.attr for e in struct.walk() if e.attr is not None)
     if event_time.dtype.typeName() != "timestamp":
-        raise _refused(aggregate, f"its window is over {event_time.name!r} of type {event_time.dtype}", "a timestamp")
+        raise refused(aggregate, f"its window is over {event_time.name!r} of type {event_time.dtype}", "a timestamp")
     not_null = f"`{event_time.name}` IS NOT NULL"
     if not remainders:
         return (
@@ -387,13 +319,13 @@ def _ms(us: int) -> str:
 # ---------------------------------------------------------------------------------------------- deduplication
 def _deduplication(node: PlanNode) -> Translation:
     source = node.children[0]
-    watermark = _watermark(source, node)
+    watermark = watermark_of(source, node)
     keys: list[Attr] = node.fields["keys"]
     within = node.kind == "DeduplicateWithinWatermark"
     event_time = None
     if within:
         if watermark is None:
-            raise _refused(node, "it has no withWatermark", "withWatermark(...) before dropDuplicatesWithinWatermark")
+            raise refused(node, "it has no withWatermark", "withWatermark(...) before dropDuplicatesWithinWatermark")
         event_time = watermark.name
     elif watermark is not None and any(k.expr_id == watermark.expr_id for k in keys):
         event_time = watermark.name
@@ -406,144 +338,3 @@ def _deduplication(node: PlanNode) -> Translation:
     )
     output = [OutputColumn(a.name, "column", a.name) for a in node.output]
     return Translation(source, operator, output)
-
-
-# ---------------------------------------------------------------------------------------------- stream-stream join
-NULL_INTOLERANT = {"EqualTo", "LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual", "Add", "Subtract"}
-NULL_INTOLERANT |= {"Multiply", "UnaryMinus", "Cast", "TimeAdd", "TimestampAddInterval", "DatetimeSub", "Not"}
-
-
-def _join(node: PlanNode, watermark_policy: str) -> Translation:
-    """An inner join of two streams: the equalities of the two sides' columns in its condition become the keys of
-    :class:`StreamJoin`; the rest of the condition (the event-time bounds, other predicates) filters its output."""
-    if node.fields["join_type"] != "Inner":
-        raise _refused(
-            node,
-            f"it is a {node.fields['join_type']} join: misa runs inner stream-stream joins (an outer join's "
-            "unmatched rows depend on when each side's state is evicted, which misa does not reproduce)",
-            "an inner join (join(other, condition) or how='inner')",
-        )
-    left, right = node.children
-    sides = ({a.expr_id for a in left.output}, {a.expr_id for a in right.output})
-    keys: list[tuple[Expr, Expr]] = []
-    rest: list[Expr] = []
-    for conjunct in _conjuncts(node.fields["condition"]):
-        pair = _equi_key(conjunct, sides)
-        if pair is None:
-            rest.append(conjunct)
-        else:
-            keys.append(pair)
-    if not keys:
-        raise _refused(node, "its condition has no equality of a left and a right column", "a.k = b.k AND ...")
-    names = [[f"{p}{i}" for i in range(len(n.output))] for p, n in zip("lr", node.children)]
-    renames = {a.expr_id: name for n, ns in zip(node.children, names) for a, name in zip(n.output, ns)}
-    marked = [_event_time_of(node, side) for side in node.children]
-    key_time = _key_time(node, keys)
-    join_sides = []
-    for index, side in enumerate(node.children):
-        _refuse_filters_on_event_time(side, side)
-        event_time = marked[index]
-        offset = state_offset_ms(node, index) if event_time is not None and key_time is None else None
-        join_sides.append(
-            JoinSide(
-                event_time=renames[event_time.expr_id] if event_time else None,
-                delay_ms=event_time.watermark_delay_ms or 0 if event_time else 0,
-                not_null=tuple(sorted(_not_null(keys, rest, sides[index], event_time, renames))),
-                state_offset_ms=offset,
-            )
-        )
-    operator = StreamJoin(len(keys), join_sides[0], join_sides[1], key_time, watermark_policy)
-    inputs = [
-        JoinInput(side, names[index], [column_of(pair[index].jvm) for pair in keys])
-        for index, side in enumerate(node.children)
-    ]
-    output = [OutputColumn(name, "column", name) for name in names[0] + names[1]]
-    above: list[tuple[str, list[str | Column]]] = []
-    if rest:
-        above.append(("where", [reduce(lambda a, b: a & b, [column_of(e.jvm) for e in rest])]))
-    return Translation(node, operator, output, above=above, join_inputs=inputs)
-
-
-def _conjuncts(condition: Expr | None) -> list[Expr]:
-    if condition is None:
-        return []
-    if condition.kind == "And":
-        return [c for child in condition.children for c in _conjuncts(child)]
-    return [condition]
-
-
-def _references(expr: Expr) -> set[int]:
-    return {e.attr.expr_id for e in expr.walk() if e.attr is not None}
-
-
-def _equi_key(conjunct: Expr, sides: tuple[set[int], set[int]]) -> tuple[Expr, Expr] | None:
-    """(left expression, right expression) of an equality of the two sides, or None."""
-    if conjunct.kind != "EqualTo":
-        return None
-    a, b = conjunct.children
-    ra, rb = _references(a), _references(b)
-    if not ra or not rb:
-        return None
-    if ra <= sides[0] and rb <= sides[1]:
-        return a, b
-    if ra <= sides[1] and rb <= sides[0]:
-        return b, a
-    return None
-
-
-def _event_time_of(join: PlanNode, side: PlanNode) -> Attr | None:
-    """The side's column its withWatermark marked, as Spark's join finds it (None: the side has no watermark)."""
-    marked = [a for a in side.output if a.watermark_delay_ms is not None]
-    if len(marked) > 1:
-        names = ", ".join(a.name for a in marked)
-        raise _refused(join, f"a side of the join has two event-time columns ({names})", "one per side")
-    if not marked and watermarks(side):
-        raise _refused(
-            join,
-            "a side of the join drops the column its withWatermark marked (Spark's watermark still moves with it)",
-            "keep the event-time column in each side's select",
-        )
-    return marked[0] if marked else None
-
-
-def _key_time(join: PlanNode, keys: list[tuple[Expr, Expr]]) -> int | None:
-    """The position of the first join key that is a watermarked column (Spark then evicts state by key)."""
-    for side in (0, 1):
-        for index, pair in enumerate(keys):
-            attr = pair[side].attr
-            if attr is not None and attr.watermark_delay_ms is not None:
-                if attr.dtype.typeName() != "timestamp":
-                    raise _refused(
-                        join,
-                        f"it joins on the watermarked {attr.name!r} of type {attr.dtype.simpleString()}",
-                        "join on the event time itself (a timestamp), or on a key and an event-time interval",
-                    )
-                return index
-    return None
-
-
-def _not_null(
-    keys: list[tuple[Expr, Expr]], rest: list[Expr], side: set[int], event_time: Attr | None, renames: dict[int, str]
-) -> set[str]:
-    """The side's columns Spark's optimizer filters nulls of below its withWatermark: those the condition's
-    null-intolerant conjuncts read, but the event time (that filter stays above the watermark)."""
-    found: set[int] = set()
-    for conjunct in [e for pair in keys for e in pair] + rest:
-        found |= _null_intolerant_references(conjunct)
-    found &= side
-    found -= {event_time.expr_id} if event_time else set()
-    return {renames[i] for i in found}
-
-
-def _null_intolerant_references(expr: Expr) -> set[int]:
-    if expr.attr is not None:
-        return {expr.attr.expr_id}
-    if expr.kind not in NULL_INTOLERANT:
-        return set()
-    return {i for child in expr.children for i in _null_intolerant_references(child)}
-
-
-def _refused(node: PlanNode, why: str, instead: str) -> UnsupportedQueryError:
-    return UnsupportedQueryError(
-        f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {why}. Write instead: {instead}."
-    )

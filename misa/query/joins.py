@@ -1,0 +1,157 @@
+"""A stream-stream join of Spark's analyzed plan as misa's :class:`~misa.operators.stream_join.StreamJoin`.
+
+The condition's equalities of a left and a right expression are the join's keys; everything else in it (the
+event-time bounds, other predicates) filters the joined rows, with the steps above the join. Each side's event
+time, Spark's state watermarks of the condition (:func:`misa.query.plan.state_offset_ms`) and the columns whose
+nulls Spark's optimizer filters below ``withWatermark`` are read here.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import Column
+
+from misa.operators.stream_join import JoinSide, StreamJoin
+from misa.query.plan import Attr, Expr, PlanNode, column_of, state_offset_ms
+from misa.query.translation import (
+    JoinInput,
+    OutputColumn,
+    Translation,
+    refuse_filters_on_event_time,
+    refused,
+    watermarks,
+)
+
+NULL_INTOLERANT = {"EqualTo", "LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual", "Add", "Subtract"}
+NULL_INTOLERANT |= {"Multiply", "UnaryMinus", "Cast", "TimeAdd", "TimestampAddInterval", "DatetimeSub", "Not"}
+
+
+def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
+    """An inner join of two streams: the equalities of the two sides' columns in its condition become the keys of
+    :class:`StreamJoin`; the rest of the condition (the event-time bounds, other predicates) filters its output."""
+    if node.fields["join_type"] != "Inner":
+        raise refused(
+            node,
+            f"it is a {node.fields['join_type']} join: misa runs inner stream-stream joins (an outer join's "
+            "unmatched rows depend on when each side's state is evicted, which misa does not reproduce)",
+            "an inner join (join(other, condition) or how='inner')",
+        )
+    left, right = node.children
+    sides = ({a.expr_id for a in left.output}, {a.expr_id for a in right.output})
+    keys: list[tuple[Expr, Expr]] = []
+    rest: list[Expr] = []
+    for conjunct in _conjuncts(node.fields["condition"]):
+        pair = _equi_key(conjunct, sides)
+        if pair is None:
+            rest.append(conjunct)
+        else:
+            keys.append(pair)
+    if not keys:
+        raise refused(node, "its condition has no equality of a left and a right column", "a.k = b.k AND ...")
+    names = [[f"{p}{i}" for i in range(len(n.output))] for p, n in zip("lr", node.children)]
+    renames = {a.expr_id: name for n, ns in zip(node.children, names) for a, name in zip(n.output, ns)}
+    marked = [_event_time_of(node, side) for side in node.children]
+    key_time = _key_time(node, keys)
+    join_sides = []
+    for index, side in enumerate(node.children):
+        refuse_filters_on_event_time(side, side)
+        event_time = marked[index]
+        offset = state_offset_ms(node, index) if event_time is not None and key_time is None else None
+        join_sides.append(
+            JoinSide(
+                event_time=renames[event_time.expr_id] if event_time else None,
+                delay_ms=event_time.watermark_delay_ms or 0 if event_time else 0,
+                not_null=tuple(sorted(_not_null(keys, rest, sides[index], event_time, renames))),
+                state_offset_ms=offset,
+            )
+        )
+    operator = StreamJoin(len(keys), join_sides[0], join_sides[1], key_time, watermark_policy)
+    inputs = [
+        JoinInput(side, names[index], [column_of(pair[index].jvm) for pair in keys])
+        for index, side in enumerate(node.children)
+    ]
+    output = [OutputColumn(name, "column", name) for name in names[0] + names[1]]
+    above: list[tuple[str, list[str | Column]]] = []
+    if rest:
+        above.append(("where", [reduce(lambda a, b: a & b, [column_of(e.jvm) for e in rest])]))
+    return Translation(node, operator, output, above=above, join_inputs=inputs)
+
+
+def _conjuncts(condition: Expr | None) -> list[Expr]:
+    if condition is None:
+        return []
+    if condition.kind == "And":
+        return [c for child in condition.children for c in _conjuncts(child)]
+    return [condition]
+
+
+def _references(expr: Expr) -> set[int]:
+    return {e.attr.expr_id for e in expr.walk() if e.attr is not None}
+
+
+def _equi_key(conjunct: Expr, sides: tuple[set[int], set[int]]) -> tuple[Expr, Expr] | None:
+    """(left expression, right expression) of an equality of the two sides, or None."""
+    if conjunct.kind != "EqualTo":
+        return None
+    a, b = conjunct.children
+    ra, rb = _references(a), _references(b)
+    if not ra or not rb:
+        return None
+    if ra <= sides[0] and rb <= sides[1]:
+        return a, b
+    if ra <= sides[1] and rb <= sides[0]:
+        return b, a
+    return None
+
+
+def _event_time_of(join: PlanNode, side: PlanNode) -> Attr | None:
+    """The side's column its withWatermark marked, as Spark's join finds it (None: the side has no watermark)."""
+    marked = [a for a in side.output if a.watermark_delay_ms is not None]
+    if len(marked) > 1:
+        names = ", ".join(a.name for a in marked)
+        raise refused(join, f"a side of the join has two event-time columns ({names})", "one per side")
+    if not marked and watermarks(side):
+        raise refused(
+            join,
+            "a side of the join drops the column its withWatermark marked (Spark's watermark still moves with it)",
+            "keep the event-time column in each side's select",
+        )
+    return marked[0] if marked else None
+
+
+def _key_time(join: PlanNode, keys: list[tuple[Expr, Expr]]) -> int | None:
+    """The position of the first join key that is a watermarked column (Spark then evicts state by key)."""
+    for side in (0, 1):
+        for index, pair in enumerate(keys):
+            attr = pair[side].attr
+            if attr is not None and attr.watermark_delay_ms is not None:
+                if attr.dtype.typeName() != "timestamp":
+                    raise refused(
+                        join,
+                        f"it joins on the watermarked {attr.name!r} of type {attr.dtype.simpleString()}",
+                        "join on the event time itself (a timestamp), or on a key and an event-time interval",
+                    )
+                return index
+    return None
+
+
+def _not_null(
+    keys: list[tuple[Expr, Expr]], rest: list[Expr], side: set[int], event_time: Attr | None, renames: dict[int, str]
+) -> set[str]:
+    """The side's columns Spark's optimizer filters nulls of below its withWatermark: those the condition's
+    null-intolerant conjuncts read, but the event time (that filter stays above the watermark)."""
+    found: set[int] = set()
+    for conjunct in [e for pair in keys for e in pair] + rest:
+        found |= _null_intolerant_references(conjunct)
+    found &= side
+    found -= {event_time.expr_id} if event_time else set()
+    return {renames[i] for i in found}
+
+
+def _null_intolerant_references(expr: Expr) -> set[int]:
+    if expr.attr is not None:
+        return {expr.attr.expr_id}
+    if expr.kind not in NULL_INTOLERANT:
+        return set()
+    return {i for child in expr.children for i in _null_intolerant_references(child)}
