@@ -293,7 +293,8 @@ ENTRIES: tuple[Entry, ...] = (
         DIFFERS,
         lambda r: windowed(r, F.collect_list("v")),
         note="bounded: a group's list holds at most `spark.misa.aggregate.collectMaxItems` items (more fails "
-        "the batch, naming the aggregate)",
+        "the batch, naming the aggregate); its items in the order Spark reads the rows (Spark's own order changes "
+        "where its hash aggregation falls back to sorting, past 128 keys in a task)",
         covered_by=("fn:collect_list:bigint", "fn:collect_list:string"),
     ),
     Entry(
