@@ -1,6 +1,6 @@
 """A user's job written only in Spark's DataFrame API, run on misa through ``misa.from_query`` (or in plain Spark).
 
-    spark-submit jobs/spark_queries.py --query sliding|dedup|session --input DIR --output DIR --checkpoint DIR
+    spark-submit jobs/spark_queries.py --query sliding|dedup|session|repeat --input DIR --output DIR --checkpoint DIR
         [--mode misa|native]
 
 Input: JSON lines of payments ``user string, payment_id bigint, t bigint (epoch ms), amount bigint``, one file
@@ -8,7 +8,9 @@ per batch (``availableNow``, the files in order). The queries, as a Spark user w
 
 * ``sliding``: per user, count, total and largest amount over 10 s windows sliding every 5 s, update output;
 * ``dedup``: payments deduplicated by ``payment_id`` within the watermark (a payment re-sent), append output;
-* ``session``: per user, sessions of payments at most 10 s apart: count, total, first amount; append output.
+* ``session``: per user, sessions of payments at most 10 s apart: count, total, first amount; append output;
+* ``repeat``: each payment joined with the same user's payments of the 30 s before it (a stream-stream self-join
+  with an event-time interval), append output.
 
 Each has a 5 s watermark on the payment time. ``--mode misa`` runs the query through ``from_query`` (its stateful
 part on misa, ``spark.misa.*`` from the session's conf); ``--mode native`` runs the same DataFrame with
@@ -27,7 +29,7 @@ from jobs.submit import native_state_store_conf
 from misa import MisaConfig, ParquetBatchSink, from_query
 
 SCHEMA = "user string, payment_id bigint, t bigint, amount bigint"
-OUTPUT_MODES = {"sliding": "update", "dedup": "append", "session": "append"}
+OUTPUT_MODES = {"sliding": "update", "dedup": "append", "session": "append", "repeat": "append"}
 
 
 def query(payments: DataFrame, name: str) -> DataFrame:
@@ -39,6 +41,13 @@ def query(payments: DataFrame, name: str) -> DataFrame:
         )
     if name == "dedup":
         return events.dropDuplicatesWithinWatermark(["payment_id"]).select("payment_id", "user", "amount")
+    if name == "repeat":
+        within = "r.user = p.user AND p.event_time BETWEEN r.event_time - INTERVAL 30 SECONDS AND r.event_time"
+        return (
+            events.alias("r")
+            .join(events.alias("p"), F.expr(within))
+            .select("r.payment_id", "r.user", "r.amount", F.col("p.payment_id").alias("previous_id"))
+        )
     return events.groupBy(F.session_window("event_time", "10 seconds"), "user").agg(
         F.count("*").alias("n"), F.sum("amount").alias("total"), F.first("amount").alias("first_amount")
     )

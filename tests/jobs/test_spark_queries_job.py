@@ -1,6 +1,7 @@
 """A user's job written only in Spark's DataFrame API (jobs/spark_queries.py: a sliding-window aggregation, a
-deduplication, a session window), each query through misa.from_query with spark-submit, killed mid-run and
-restarted: the whole output equals plain Spark's, batch by batch (nothing lost, nothing doubled)."""
+deduplication, a session window, a stream-stream join), each query through misa.from_query with spark-submit,
+killed mid-run and restarted: the whole output equals plain Spark's, batch by batch (nothing lost, nothing
+doubled)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def submit(query: str, mode: str, data: Path, run_dir: Path, failpoints: str = "
 
 
 @pytest.mark.slow  # three spark-submits per query: run on demand (-m slow)
-@pytest.mark.parametrize("query", ["sliding", "dedup", "session"])
+@pytest.mark.parametrize("query", ["sliding", "dedup", "session", "repeat"])
 def test_the_users_query_on_misa_survives_a_kill_and_equals_plain_spark(payments, tmp_path, query):
     native = submit(query, "native", payments, tmp_path / "native")
     assert native.returncode == 0, native.stderr[-3000:]
