@@ -105,8 +105,12 @@ class SessionFraudProcessor(StatefulProcessor):
 
 def random_processor_case(seed: int) -> Case:
     """Random payments of a few cards (nulls and edge strings among them), with late and out-of-order rows,
-    back-to-back batches and restarts; misa with one or two worker processes."""
-    settings = Settings(processes=1 + seed % 2, commit_mode=("misa", "sync", "async-ckpt")[seed % 3])
+    back-to-back batches and restarts; misa with one or two worker processes, prefetching on, off or auto."""
+    settings = Settings(
+        processes=1 + seed % 2,
+        commit_mode=("misa", "sync", "async-ckpt")[seed % 3],
+        prefetching=("true", "false", "auto")[seed // 3 % 3],
+    )
     query = Query("processor", {"k0": "string"}, delay_s=(0, 2, 5)[seed % 3], above=seed % 4 < 2)
     return case_of(query, settings, seed)
 
