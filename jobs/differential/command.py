@@ -77,13 +77,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _count(coverage: Counter, case: Case) -> None:
     q, s = case.query, case.settings
-    coverage[f"op:{q.operator}"] += 1
     coverage[f"processes:{s.processes}"] += 1
-    coverage["count(*)"] += q.count_star
     coverage["above"] += q.above
     coverage["start_time"] += bool(q.start_s)
-    if s.from_query:
+    if s.from_query:  # its tags name the form and count(*)
         coverage.update(case_tags(case))
+    else:
+        coverage[f"op:{q.operator}"] += 1
+        coverage["count(*)"] += q.count_star
     coverage[f"mode:{q.output_mode}"] += 1
     coverage[f"commit:{s.commit_mode}"] += 1
     coverage[f"prefetch:{s.prefetching}"] += 1
