@@ -79,7 +79,7 @@ CASES = {
         Settings(commit_mode="sync"),
     ),
 }
-IN_CI = [list(CASES)[1], list(CASES)[7]]
+IN_CI = [list(CASES)[1], list(CASES)[7]]  # session windows; a join (the other join case: -m slow)
 SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
 
 
