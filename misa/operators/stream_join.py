@@ -138,6 +138,7 @@ class StreamJoin(HintSource, KeyPartitioned):
         result.state_reads = 2 * len(keys)
         pairs: list[tuple[tuple, tuple]] = []
         changed: set[tuple[int, bytes]] = set()
+        timers: set[bytes] = set()  # the new rows' eviction timers (the stored rows' exist)
         bounds = self._bounds(evict)
         for index, (side_keys, times, values) in enumerate(batch):
             other = 1 - index
@@ -148,14 +149,16 @@ class StreamJoin(HintSource, KeyPartitioned):
                 if bound is None or t is None or t > bound:
                     stored[index].setdefault(key, []).append((t, row))
                     changed.add((index, key))
-        self._write(state, stored, changed)
+                    if bounds[index] is not None and t is not None:
+                        timers.add(_timer(index, t, key))
+        self._write(state, stored, changed, timers)
         self._evict(state, bounds)
         result.output = self._output(pairs)
         return result
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the watermark moved and a side has a state watermark: evicts."""
-        if any(b is not None for b in self._bounds(self.watermark.at_us)) and self.watermark.advance() is not None:
+        if self._bounds(0) != (None, None) and self.watermark.advance() is not None:
             self._evict(state, self._bounds(self.watermark.at_us))
         return OperatorResult(self._empty())
 
@@ -240,19 +243,14 @@ class StreamJoin(HintSource, KeyPartitioned):
             {k: pickle.loads(v) for k, v in zip(keys, right) if v is not None},
         )
 
-    def _write(self, state: StateView, stored: tuple[dict, dict], changed: set[tuple[int, bytes]]) -> None:
-        """Store the changed (side, key) row lists, with a timer per eviction time of their new rows."""
-        if not changed:
-            return
+    def _write(
+        self, state: StateView, stored: tuple[dict, dict], changed: set[tuple[int, bytes]], timers: set[bytes]
+    ) -> None:
+        """Store the changed (side, key) row lists and their new rows' eviction timers."""
         order = sorted(changed)
         records = [pickle.dumps(stored[i][k]) for i, k in order]
         state.put_many([JOIN_ROWS + SIDE_BYTES[i] + k for i, k in order], records)
-        timers = {_timer(i, t, k) for i, k in order for t, _ in stored[i][k] if t is not None and self._may_evict(i)}
-        if timers:
-            state.put_many(sorted(timers), [b""] * len(timers))
-
-    def _may_evict(self, index: int) -> bool:
-        return self._bounds(0)[index] is not None
+        state.put_many(sorted(timers), [b""] * len(timers))
 
     def _evict(self, state: StateView, bounds: tuple[int | None, int | None]) -> None:
         """Delete each side's rows at or before its bound: the keys come from the timers due."""
