@@ -1,10 +1,10 @@
 """The one typed, validated, immutable configuration of MiSA, built from ``spark.misa.*`` keys.
 
-Sources: a SparkConf (``--conf`` / ``--properties-file``), a plain mapping, or a Spark properties
-file. An unknown ``spark.misa.*`` key, a malformed value, or a number outside its key's range raises
-:class:`ConfigError` naming the key, the value and the expected form with its range, when the
-configuration is built (also for typed values given to :meth:`MisaConfig.with_values`).
-``conf/misa-defaults.conf`` is :func:`defaults_file_text` written out.
+Sources: a Spark session (what the jobs read when given no ``config=``), a SparkConf (``--conf`` /
+``--properties-file``), a plain mapping, or a Spark properties file. An unknown ``spark.misa.*`` key, a
+malformed value, or a number outside its key's range raises :class:`ConfigError` naming the key, the value
+and the expected form with its range, when the configuration is built (also for typed values given to
+:meth:`MisaConfig.with_values`). ``conf/misa-defaults.conf`` is :func:`defaults_file_text` written out.
 """
 
 from __future__ import annotations
@@ -214,7 +214,8 @@ def setting(key: str, default: str, kind: Kind, doc: str) -> Any:
 
 @dataclass(frozen=True)
 class MisaConfig:
-    """Every MiSA setting, typed. Build with :meth:`from_mapping`, :meth:`from_spark_conf` or :meth:`from_file`."""
+    """Every MiSA setting, typed. Build with :meth:`from_session`, :meth:`from_mapping`, :meth:`from_spark_conf` or
+    :meth:`from_file`."""
 
     state_dir: str = setting(
         "spark.misa.state.dir",
@@ -563,8 +564,16 @@ class MisaConfig:
         return cls.from_mapping(dict(conf.getAll()))
 
     @classmethod
-    def from_session(cls, spark: Any) -> MisaConfig:
-        """Build from a SparkSession: its launch conf, overridden by ``spark.conf.set`` in the session."""
+    def from_session(cls, spark: Any = None) -> MisaConfig:
+        """Build from a SparkSession (default: the active one): its launch conf (``--conf``, spark-defaults.conf,
+        the builder's ``.config``), overridden by ``spark.conf.set`` in the session; the defaults without a session.
+        What every entry point given no ``config=`` uses."""
+        if spark is None:
+            from pyspark.sql import SparkSession  # here: importing misa.config stays light
+
+            spark = SparkSession.getActiveSession()
+            if spark is None:
+                return cls()
         values = dict(spark.sparkContext.getConf().getAll())
         values.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)})
         return cls.from_mapping(values)

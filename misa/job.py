@@ -42,7 +42,14 @@ from misa.config import STATE_FOLDER, CommitMode, MisaConfig
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StatefulOperator, followed_by
+from misa.operators.base import (
+    HintSource,
+    KeyPartitioned,
+    OperatorResult,
+    StatefulOperator,
+    runs_no_data_batches,
+    watermark_moves,
+)
 from misa.parallel.layout import partition_count
 from misa.parallel.partitioned import (
     PartitionedCommit,
@@ -51,7 +58,6 @@ from misa.parallel.partitioned import (
     PartitionedStore,
     PartitionedView,
 )
-from misa.runtime.arrivals import Arrivals, arrivals_of
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
 from misa.runtime.commit import CommitController
@@ -59,6 +65,7 @@ from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import hadoop_local_path, resolve_location
 from misa.runtime.interrupt import StopOnInterrupt
 from misa.runtime.next_input import NextInput
+from misa.runtime.no_data_batches import NoDataBatches, SparkWatermark, has_watermark, no_data_batches_enabled
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import batch_gap_message, reconcile, require_fresh
 from misa.runtime.spark_log import SparkCheckpointLog
@@ -97,7 +104,6 @@ class StatefulJob:
         upstream: Callable[[DataFrame], DataFrame] | None = None,
         hint_stages: Sequence[DataFrameStage] | None = None,
         next_input: NextInput | None = None,
-        arrivals: Arrivals | None = None,
         bad_records: BadRecordFilter | None = None,
         config: MisaConfig | None = None,
         state_dir: str | None = None,
@@ -106,7 +112,7 @@ class StatefulJob:
         echo: Callable[[str], None] | None = print,
         pause_gc: bool = False,
     ):
-        self.config = config or MisaConfig()
+        self.config = config if config is not None else MisaConfig.from_session()  # the active session's
         self.metrics = BatchMetrics(  # first: a missing metrics extra fails before the state is opened
             metrics_path,
             self.config.commit_mode,
@@ -117,8 +123,6 @@ class StatefulJob:
         self.sink = sink
         self.upstream = upstream
         self.bad_records = bad_records
-        self.arrivals = arrivals  # None: the stream's file source, found at start (else no input is taken as waiting)
-        self._arrivals: Arrivals | None = arrivals
         self.checkpoint_location = resolve_location(checkpoint_location)  # where Spark puts it
         state_dir = state_dir or self.config.state_dir or self._default_state_dir()
         dfs_url = dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url
@@ -163,6 +167,11 @@ class StatefulJob:
                 type(operator).__name__,
             )
         self.spark_checkpoint, self.mirror = self._spark_checkpoint()
+        self.no_data = NoDataBatches(self.store.root / "spark-no-data-batch.json", self.spark_checkpoint)
+        self._spark_watermark: SparkWatermark | None = None  # the running query's, when its stream has withWatermark
+        self._query_started = threading.Event()
+        self._requested = EMPTY_VERSION  # the batch after which this run requested a batch without data
+        self._no_data_batches = False  # whether Spark would run batches without data for the operator (at start)
         if self.processes > 1:
             self.controller: Any = PartitionedCommit(self.store, self.config.commit_mode, self.mirror)
             self._merger: Any = PartitionedOperator(operator, self.store, self.controller, self.view)
@@ -235,8 +244,9 @@ class StatefulJob:
         if self.hints is not None:
             self.hints.follow_spark_log(self.spark_checkpoint)
         self._adopt_loaded()
-        self._arrivals = self.arrivals or _watch_source(stream, self.spark_checkpoint)
         self._awaiting_first_batch = True
+        self._query_started.clear()
+        self._requested = EMPTY_VERSION
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
         checkpoint = (
@@ -245,12 +255,16 @@ class StatefulJob:
             else spark_location(self.checkpoint_location)
         )
         self._check_spark_folder(spark, checkpoint)
-        writer = stream.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", checkpoint)
+        requesting = self.no_data.attach(spark, stream)
+        writer = requesting.writeStream.foreachBatch(self.run_batch).option("checkpointLocation", checkpoint)
         if query_name:
             writer = writer.queryName(query_name)
         if self._interrupt is None and not StopOnInterrupt.active():
             self._interrupt = StopOnInterrupt(spark).__enter__()
         query = writer.trigger(**trigger).start()
+        self._spark_watermark = SparkWatermark(query) if has_watermark(stream) else None
+        self._no_data_batches = runs_no_data_batches(self.operator) and no_data_batches_enabled(spark)
+        self._query_started.set()
         self.metrics.follow(str(query.id))
         if self._interrupt is not None:
             self._interrupt.watch(query, self.batch_running)
@@ -333,9 +347,16 @@ class StatefulJob:
         """
         with self.batch_running:
             started = time.monotonic()
+            first = self._awaiting_first_batch
             self._check_continuity(batch_id)
-            with self._hint_session(batch) as session:
-                self._run_batch(session, batch_id, started)
+            asked = first or self._requested == batch_id - 1
+            if asked and self.no_data.is_no_data_batch(batch_id):
+                with HintSession(batch) as session:
+                    self._run_batch(session, batch_id, started, no_data=True)
+            else:
+                with self._hint_session(batch) as session:
+                    self._run_batch(session, batch_id, started)
+            self._request_no_data_batch(batch_id)
 
     def _hint_session(self, batch: DataFrame) -> HintSession:
         """The batch's hint session: it starts the batch's hints (none without prefetching)."""
@@ -343,17 +364,20 @@ class StatefulJob:
             return HintSession(batch)
         return self.hints.begin(batch, self._good, on=self._prefetching(), next_on=self._prefetching)
 
-    def _run_batch(self, session: HintSession, batch_id: int, started: float) -> None:
+    def _run_batch(self, session: HintSession, batch_id: int, started: float, no_data: bool = False) -> None:
         """The batch's phases in order (after a rewind on replay): compute, merge, sink, commit, wait for ack 2;
-        leaving ``session`` then starts the next batch's hints ahead."""
+        leaving ``session`` then starts the next batch's hints ahead. A batch without data (``no_data``) computes
+        nothing and runs the operator's ``no_data_batch`` as its state phase."""
         phases = BatchPhases()
         clock = _PhaseClock(started)
-        batch = session.rows
-        counted, observation = self._observed(batch, batch_id)
-        good = self._good(counted)
-        deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
-        record = self._input_record(batch, batch_id, observation, deltas.num_rows)
-        record.deltas = deltas.num_rows
+        deltas, record = None, BatchRecord(input_rows=0)
+        if not no_data:
+            batch = session.rows
+            counted, observation = self._observed(batch, batch_id)
+            good = self._good(counted)
+            deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
+            record = self._input_record(batch, batch_id, observation, deltas.num_rows)
+            record.deltas = deltas.num_rows
         phases.compute_s = clock.lap()
         session.wait()
         phases.hint_wait_s = clock.lap()
@@ -428,22 +452,32 @@ class StatefulJob:
         self.bad_records.write_aside(batch, batch_id, bad)
         return BatchRecord(input_rows=int(counts[_INPUT_ROWS]), bad_records=bad)
 
-    def _merge(self, deltas: pa.Table) -> OperatorResult:
-        """The driver's state phase: the operator merges the deltas into the state; then, when no input waits for
-        the next batch, it runs the batch without data Spark would run (:mod:`misa.runtime.arrivals`)."""
+    def _merge(self, deltas: pa.Table | None) -> OperatorResult:
+        """The driver's state phase: the operator merges the deltas into the state, or runs the batch without data
+        (``deltas`` None)."""
         self.view.take_reads()  # reads before this phase (none expected) are not the batch's
         with self._state_phase():
-            result = self._merger.apply(deltas, self.view)
-            if self._spark_runs_no_data_batch():
-                result = followed_by(result, self._merger.no_data_batch(self.view))
-        return result
+            if deltas is None:
+                return self._merger.no_data_batch(self.view)
+            return self._merger.apply(deltas, self.view)
 
-    def _spark_runs_no_data_batch(self) -> bool:
-        """Whether Spark, running the operator itself, would run a batch without data next: the operator has one
-        and no input for a next batch has arrived."""
-        if not callable(getattr(self.operator, "no_data_batch", None)):
-            return False
-        return self._arrivals is None or not self._arrivals.waiting()
+    def _request_no_data_batch(self, batch_id: int) -> None:
+        """After batch ``batch_id``: ask Spark's trigger for a batch without data when Spark, running the operator
+        itself, would run one once a trigger finds no input (:mod:`misa.runtime.no_data_batches`)."""
+        if self._no_data_batches and self._watermark_moved():
+            self.no_data.request(batch_id)
+            self._requested = batch_id
+
+    def _watermark_moved(self) -> bool:
+        """Whether the next batch's watermark is ahead of this batch's: Spark's, when the stream has withWatermark,
+        else the operator's own (its watermark_delay)."""
+        if not self._query_started.wait(timeout=60):
+            raise RuntimeError("the streaming query did not finish starting within 60 s of its first batch")
+        if self._spark_watermark is not None:
+            return self._spark_watermark.moved()
+        if self.processes > 1:
+            return self._merger.watermark_moves()
+        return watermark_moves(self.operator)
 
     def _prefetching(self) -> bool:
         """Whether the batch about to run (or running) prefetches."""
@@ -517,15 +551,6 @@ def _partitionable(operator: StatefulOperator, processes: int) -> KeyPartitioned
             f"by key (it does not declare misa.operators.base.KeyPartitioned): set spark.misa.state.processes=1 for it"
         )
     return operator
-
-
-def _watch_source(stream: DataFrame, spark_checkpoint: Location) -> Arrivals | None:
-    """The stream's file source, watched for arrivals; None for another source (or a plan misa cannot read)."""
-    try:
-        return arrivals_of(stream, spark_checkpoint.url)
-    except Exception as error:  # noqa: BLE001 - a plan read through py4j (absent under Spark Connect)
-        log.info("the stream's source is not watched for arrivals (%s): no input is taken as waiting", error)
-        return None
 
 
 class _PhaseClock:

@@ -6,7 +6,7 @@ import random
 
 import pyarrow as pa
 
-from misa.operators.base import OperatorResult, followed_by
+from misa.operators.base import OperatorResult
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
 from misa.state.view import StateView
@@ -42,5 +42,16 @@ def pending_version(
 
 
 def apply_then_idle(op, deltas: pa.Table, view: StateView) -> OperatorResult:
-    """A data batch and the batch without data Spark runs after it when no input waits (input fed a file at a time)."""
-    return followed_by(op.apply(deltas, view), op.no_data_batch(view))
+    """A data batch and the batch without data Spark runs after it when no input waits (input fed a file at a time),
+    their outputs as one."""
+    data, no_data = op.apply(deltas, view), op.no_data_batch(view)
+    output = data.output
+    if no_data.output.num_rows:
+        output = pa.concat_tables([output, no_data.output.cast(output.schema)])
+    return OperatorResult(
+        output,
+        late_rows=data.late_rows,
+        state_reads=data.state_reads + no_data.state_reads,
+        dropped_rows=data.dropped_rows,
+        closed_windows=data.closed_windows + no_data.closed_windows,
+    )

@@ -379,6 +379,10 @@ class Aggregation(HintSource, KeyPartitioned):
         output, which keeps every group)."""
         return self.watermark_delay is not None and self.output_mode != "complete"
 
+    def spark_runs_no_data_batches(self) -> bool:
+        """Spark's aggregation runs batches without data in append and update output, not in complete."""
+        return self.output_mode != "complete"
+
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         """A group's windows and panes live with the group: its columns pick the partition."""
         return [deltas[c] for c in self.group_by]

@@ -22,9 +22,10 @@ and when.
 
 **Optional, the batch without data** (``no_data_batch(state) -> OperatorResult``): an operator with event-time
 state evicts it in ``apply`` with Spark's eviction watermark and judges rows by the late-events watermark
-(:mod:`misa.operators.watermark`). Spark runs a batch without data only when its trigger finds no new input; the
-runtime calls ``no_data_batch`` after ``apply``, on the same thread, when no input for a next batch has arrived
-(:mod:`misa.runtime.arrivals`), and its output is added to the batch's.
+(:mod:`misa.operators.watermark`). Spark runs a batch without data only when its trigger finds no new input and the
+watermark moved; the runtime runs one as its own batch, with Spark's batch id, exactly then
+(:mod:`misa.runtime.no_data_batches`), calling ``no_data_batch`` instead of ``apply``. An operator whose Spark
+counterpart never runs one (complete output) says so with ``spark_runs_no_data_batches() -> False``.
 
 **Optional, keyed-prefetching hints** (:class:`HintSource`, a base class an operator declares): an operator
 whose state keys can be named from upstream rows, before it runs, lets the runtime prefetch them
@@ -92,18 +93,22 @@ class OperatorResult:
     closed_windows: int = 0
 
 
-def followed_by(data: OperatorResult, no_data: OperatorResult) -> OperatorResult:
-    """A data batch's result followed by the no-data batch's Spark runs after it, as one batch's result."""
-    output = data.output
-    if no_data.output.num_rows:
-        output = pa.concat_tables([output, no_data.output.cast(output.schema)])
-    return OperatorResult(
-        output,
-        late_rows=data.late_rows,
-        state_reads=data.state_reads + no_data.state_reads,
-        dropped_rows=data.dropped_rows,
-        closed_windows=data.closed_windows + no_data.closed_windows,
-    )
+def runs_no_data_batches(operator: Any) -> bool:
+    """Whether Spark's stateful node for ``operator`` runs a batch without data once its watermark moves (its
+    ``shouldRunAnotherBatch``): an operator with ``no_data_batch`` does, unless its ``spark_runs_no_data_batches()``
+    says otherwise (complete output, for one)."""
+    if not callable(getattr(operator, "no_data_batch", None)):
+        return False
+    says = getattr(operator, "spark_runs_no_data_batches", None)
+    return bool(says()) if callable(says) else True
+
+
+def watermark_moves(operator: Any) -> bool:
+    """Whether ``operator``'s own watermark (``event_watermark()``) is ahead for the next batch of the one it last
+    evicted with."""
+    get = getattr(operator, "event_watermark", None)
+    watermark = get() if callable(get) else None
+    return watermark is not None and watermark.moves()
 
 
 class StatefulOperator(Protocol):

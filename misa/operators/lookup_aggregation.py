@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import MAX_EVENT, ROWS, HintSource, OperatorResult
 from misa.operators.schema import column_of
+from misa.operators.watermark import EventTimeWatermark
 from misa.state.keys import lookup_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
@@ -92,6 +93,12 @@ class LookupAggregation(HintSource):
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """Spark's batch without data: the aggregation's."""
         return self.aggregation.no_data_batch(state)
+
+    def spark_runs_no_data_batches(self) -> bool:
+        return self.aggregation.spark_runs_no_data_batches()
+
+    def event_watermark(self) -> EventTimeWatermark | None:
+        return self.aggregation.event_watermark()
 
     # ------------------------------------------------------------------ prefetch hints
     def hint_spec(self) -> HintSpec:

@@ -377,6 +377,10 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned):
             )
         return empty
 
+    def spark_runs_no_data_batches(self) -> bool:
+        """Batches without data fire event-time timers (processing-time timers fire in data batches only)."""
+        return self.time_mode == "EventTime"
+
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         return [deltas[c] for c in self.group_by]
 

@@ -160,6 +160,10 @@ class SessionAggregation(HintSource, KeyPartitioned):
         closed = self._evict(state, values, previous, advanced) if advanced is not None else ([], [])
         return OperatorResult(self._output(*closed, values))
 
+    def spark_runs_no_data_batches(self) -> bool:
+        """Spark's session windows run batches without data in append output, not in complete."""
+        return self.output_mode != "complete"
+
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         return [deltas[c] for c in self.group_by]
 

@@ -162,6 +162,10 @@ class StreamJoin(HintSource, KeyPartitioned):
             self._evict(state, self._bounds(self.watermark.at_us))
         return OperatorResult(self._empty())
 
+    def spark_runs_no_data_batches(self) -> bool:
+        """Spark's join runs batches without data only when a side's state has a watermark to evict by."""
+        return self._bounds(0) != (None, None)
+
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         rows = normalize_float_keys(deltas.select(self.key_columns), self.key_columns)
         return [rows[c] for c in self.key_columns]

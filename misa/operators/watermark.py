@@ -11,8 +11,9 @@ in batch N uses two watermarks:
 Spark runs a batch without data between two data batches only when the trigger finds no new input
 (the watermark moved and an operator could evict with it); a backlog or a busy source runs data
 batches back to back, so a row that is late by the newest watermark may still count. The runtime
-tells an operator which happened: after each data batch (:meth:`EventTimeWatermark.begin_batch`) it
-calls the operator's ``no_data_batch`` when Spark would run one (:meth:`EventTimeWatermark.advance`).
+tells an operator which happened: it runs the operator's ``no_data_batch`` as its own batch when Spark's trigger
+would run one (:mod:`misa.runtime.no_data_batches`), and ``apply`` for a data batch
+(:meth:`EventTimeWatermark.begin_batch`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ class EventTimeWatermark:
         if candidate is not None:
             self.at_us = candidate
         return candidate
+
+    def moves(self) -> bool:
+        """Whether the next batch's eviction watermark is ahead of :attr:`at_us` (Spark would run a batch without
+        data for it when no input arrives)."""
+        return self.after(None) is not None
 
     def after(self, event_us: int | None) -> int | None:
         """The watermark once events up to ``event_us`` (and those seen) are observed, or None if it would not move."""
@@ -111,6 +117,10 @@ class InputsWatermark:
             return None
         self.at_us = candidate
         return candidate
+
+    def moves(self) -> bool:
+        """Whether the next batch's eviction watermark is ahead of :attr:`at_us`."""
+        return self._next() > self.at_us
 
     def _next(self) -> int:
         marks = [(latest // 1000 - self.delays_ms[i]) * 1000 for i, latest in self.max_event_us.items()]

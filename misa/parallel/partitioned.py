@@ -11,7 +11,6 @@ the batch's version, so no partition's DFS marker runs ahead of the mirrored log
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from misa.config import CommitMode, MisaConfig
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.operators.base import KeyPartitioned, OperatorResult
 from misa.parallel.layout import partition_locations, record_partitions, recorded_partitions
-from misa.parallel.pool import WorkerPool
+from misa.parallel.pool import WorkerPool, worker_copy
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.shared_arrow import discard, share, take
 from misa.parallel.worker import PartResult
@@ -92,7 +91,7 @@ class PartitionedStore:
         self.dfs_url = dfs_url
         self.partitions = count
         self._operator = operator
-        self.pool = WorkerPool(config, partition_locations(state_dir, dfs_url, count), pickle.dumps(operator))
+        self.pool = WorkerPool(config, partition_locations(state_dir, dfs_url, count), worker_copy(operator))
         self.checkpoints = PartitionedCheckpoints(self.pool, f"{dfs_url} (partition-0..{count - 1})")
         self.version = EMPTY_VERSION
         self.metadata: dict[str, Any] = {}
@@ -108,7 +107,7 @@ class PartitionedStore:
         the driver's resolved operator."""
         if recorded_partitions(self.root, self.dfs_url) is None:
             record_partitions(self.dfs_url, self.partitions)
-        self.pool.ask("claim", query_id, pickle.dumps(self._operator), self.operator)
+        self.pool.ask("claim", query_id, worker_copy(self._operator), self.operator)
 
     def load(self, version: int) -> None:
         """Load ``version`` in every partition (the operator metadata is partition 0's: the watermark is the same
@@ -341,6 +340,10 @@ class PartitionedOperator:
     def no_data_batch(self, state: Any) -> OperatorResult:
         """Spark's batch without data, in every partition."""
         return self._gathered(self.pool.ask("no_data_batch"), data=False)
+
+    def watermark_moves(self) -> bool:
+        """Whether the workers' watermark (every worker's is the whole batch's) moves at the next batch."""
+        return any(self.pool.ask("watermark_moves"))
 
     def _gathered(self, parts: list[PartResult], data: bool) -> OperatorResult:
         outputs = [take(p.output) for p in parts]

@@ -1,15 +1,27 @@
-"""The driver's state worker processes: started with ``spawn``, asked over pipes, watched for crashes."""
+"""The driver's state worker processes: started with ``spawn``, asked over pipes, watched for crashes.
+
+A worker runs misa's code only, never the user's main script: spawn would run the script again in each child (as
+``__mp_main__``), and a script without ``if __name__ == "__main__":`` would start Spark there, then its own
+workers, which spawn refuses in a child still starting. So the workers are started while spawn sees a main module
+without a file, as in an interactive session (:func:`_main_script_hidden`), and what they get from the script, a
+processor class, travels by value (:func:`worker_copy`), as Spark ships a processor to its Python workers.
+"""
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
 import signal
+import sys
 import threading
+import types
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
+
+from pyspark import cloudpickle
 
 from misa.config import MisaConfig
 from misa.exceptions import StateWorkerError
@@ -18,6 +30,27 @@ from misa.parallel.worker import CLOSE, serve
 log = logging.getLogger(__name__)
 _POLL_S = 0.2
 _CLOSE_S = 30.0
+_STARTING = "start"
+_MAIN_SWAP = threading.Lock()  # one pool's workers start at a time: each swaps the main module
+
+
+def worker_copy(value: Any) -> bytes:
+    """``value`` pickled for the workers: what the user's script defines goes by value (the workers never import
+    the script), anything else by reference."""
+    return cloudpickle.dumps(value)
+
+
+@contextmanager
+def _main_script_hidden() -> Iterator[None]:
+    """While processes start in this block, spawn sees an empty main module, so their children import no main
+    script (``sys.modules``' entry is swapped, not the script's globals, which its threads may be using)."""
+    with _MAIN_SWAP:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
 
 
 @dataclass
@@ -52,19 +85,20 @@ class WorkerPool:
         return [w.pid for w in self._workers]
 
     def _start(self) -> None:
-        for index, (state_dir, dfs_url) in enumerate(self.locations):
-            parent, child = self._context.Pipe()
-            process = self._context.Process(
-                target=serve,
-                args=(child, index, self.config, state_dir, dfs_url, self.operator),
-                name=f"misa-state-worker-{index}",
-                daemon=True,
-            )
-            process.start()
-            child.close()
-            self._workers.append(_Worker(index, process, parent))
         try:
-            pids = self._gather("start")
+            with _main_script_hidden():
+                for index, (state_dir, dfs_url) in enumerate(self.locations):
+                    parent, child = self._context.Pipe()
+                    process = self._context.Process(
+                        target=serve,
+                        args=(child, index, self.config, state_dir, dfs_url, self.operator),
+                        name=f"misa-state-worker-{index}",
+                        daemon=True,
+                    )
+                    process.start()
+                    child.close()
+                    self._workers.append(_Worker(index, process, parent))
+            pids = self._gather(_STARTING)
         except BaseException:
             self._stop(graceful=False)
             raise
@@ -110,10 +144,15 @@ class WorkerPool:
     def _crashed(self, worker: _Worker, name: str) -> NoReturn:
         code = worker.process.exitcode
         how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited ({code})"
+        died = (
+            f"state worker {worker.index} (pid {worker.process.pid}, partition {self.locations[worker.index][0]}) {how}"
+        )
         self._broken = StateWorkerError(
-            f"state worker {worker.index} (pid {worker.pid}, partition {self.locations[worker.index][0]}) {how} "
-            f"while answering {name!r}: the batch fails. Restart the query: every partition recovers from the newest "
-            f"version all of them made durable."
+            f"{died} while starting, before it could report an error (its output is above, on stderr): the state "
+            f"workers cannot start, and a restart of the query would fail the same way"
+            if name == _STARTING
+            else f"{died} while answering {name!r}: the batch fails. Restart the query: every partition recovers from "
+            f"the newest version all of them made durable."
         )
         raise self._broken
 

@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from misa.config import MisaConfig
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, watermark_moves
 from misa.parallel.shared_arrow import SharedTable, share, take
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.commit import CommitController
@@ -124,6 +124,10 @@ class PartitionWorker:
         watermark = self.operator.event_watermark()
         if watermark is not None:
             watermark.merge(maxima)
+
+    def watermark_moves(self) -> bool:
+        """Whether this partition's watermark moves at the next batch."""
+        return watermark_moves(self.operator)
 
     def no_data_batch(self) -> PartResult:
         """The batch without data Spark would run after this one."""

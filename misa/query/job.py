@@ -59,10 +59,16 @@ class QueryJob(_SparkQueryJob):
     def __init__(
         self, query: DataFrame, sink: Sink, checkpoint_location: str, *, output_mode: str = "append", **options: Any
     ):
-        config = options.get("config") or MisaConfig()
         self.spark: SparkSession = query.sparkSession
-        self.translation, self.source, output = planned(query, output_mode, sink, config.collect_max_items)
+        options = _with_config(self.spark, options)
+        self.translation, self.source, output = planned(query, output_mode, sink, options["config"].collect_max_items)
         self.job = StatefulJob(self.translation.operator, output, checkpoint_location, **options)
+
+
+def _with_config(spark: SparkSession, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``config``: the one given, else the ``spark.misa.*`` settings of ``spark``'s session."""
+    config = options.get("config")
+    return {**options, "config": config if config is not None else MisaConfig.from_session(spark)}
 
 
 def planned(
@@ -106,6 +112,7 @@ class ProcessorJob(_SparkQueryJob):
         **options: Any,
     ):
         self.spark, self.source = stream.sparkSession, stream
+        options = _with_config(self.spark, options)
         event_time, delay = None, None
         if time_mode == "EventTime":
             marks = watermarks(read_plan(stream))
@@ -130,8 +137,9 @@ def from_query(
     """misa's job for a streaming ``query`` written in Spark's DataFrame API (one stateful operation: an
     aggregation, with or without a time window, or a deduplication); ``sink(batch_id, pyarrow.Table)`` gets each
     batch's output rows as plain Spark's ``writeStream`` in ``output_mode`` would write them. ``options`` are
-    :class:`~misa.job.StatefulJob`'s (``config``, ``state_dir``, ``dfs_url``, ``echo``, ...). A plan misa
-    cannot run fails here with :class:`~misa.exceptions.UnsupportedQueryError` naming the node."""
+    :class:`~misa.job.StatefulJob`'s (``config``, ``state_dir``, ``dfs_url``, ``echo``, ...); without ``config``, the
+    query's session's ``spark.misa.*`` settings apply. A plan misa cannot run fails here with
+    :class:`~misa.exceptions.UnsupportedQueryError` naming the node."""
     return QueryJob(query, sink, checkpoint_location, output_mode=output_mode, **options)
 
 
@@ -151,8 +159,9 @@ def transform_with_state_in_pandas(
     with the processor's state in misa; ``sink(batch_id, pyarrow.Table)`` gets the rows it yields. ``output_mode``
     (Append or Update) is Spark's contract with the sink and changes nothing here; ``time_mode`` is None,
     ProcessingTime or EventTime (the stream's withWatermark gives the event time). ``options`` are
-    :class:`~misa.job.StatefulJob`'s. ``initial_state`` (a DataFrame with the grouping columns, or Spark's
-    ``df.groupBy(...)``) goes to ``handleInitialState`` once per key in the query's first batch."""
+    :class:`~misa.job.StatefulJob`'s (without ``config``, the stream's session's ``spark.misa.*`` settings apply).
+    ``initial_state`` (a DataFrame with the grouping columns, or Spark's ``df.groupBy(...)``) goes to
+    ``handleInitialState`` once per key in the query's first batch."""
     if output_mode.lower() not in ("append", "update"):
         raise ValueError(f"output_mode {output_mode!r}: transformWithStateInPandas takes Append or Update")
     return ProcessorJob(

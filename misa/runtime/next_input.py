@@ -82,15 +82,6 @@ class FileSourcePeek:
     def follow(self, checkpoint: Location) -> None:
         self._spark_log = SparkCheckpointLog(checkpoint)
 
-    def waiting(self) -> bool:
-        """Whether files no batch read yet have arrived (so Spark's next trigger runs a batch with data); False when
-        the folder or the log cannot be read."""
-        try:
-            return bool(self._new_files())
-        except OSError as error:
-            log.warning("the source folder cannot be listed (%s): taking it as holding no new input", error)
-            return False
-
     def _new_files(self) -> list[dict]:
         """The arrived files no batch read yet, oldest first (as Spark takes them)."""
         self._read_log()

@@ -1,0 +1,120 @@
+"""Batches without data exactly when Spark runs them: decided by Spark's own trigger, for every source and trigger.
+
+Spark runs a batch without data (its stateful operators evict with the new watermark; append mode emits what
+closed) only when a trigger finds no new input on any source and the last batch's plan asks for one: a stateful
+node whose input watermark moved (``shouldRunAnotherBatch``). A foreachBatch query has no stateful node, so
+Spark never asks for misa. misa asks instead, and leaves the rest to Spark:
+
+* misa's query reads one more source, :class:`NoDataBatchSource`, which never has rows. Its offset moves only
+  when the runtime *requests* a batch (:meth:`NoDataBatches.request`), after a batch that left the watermark
+  ahead of the one that batch evicted with (Spark's tracker says so, :class:`SparkWatermark`);
+* at its next trigger Spark then constructs a batch as it would for the stateful query: with the other sources'
+  new input when any arrived (a data batch, the request spent with it), else a batch of the request alone,
+  which the runtime runs as the batch without data (:meth:`NoDataBatches.is_no_data_batch`, read from Spark's
+  offsets log). It has Spark's batch id, so the sink sees Spark's numbering;
+* which sources have input, admission control (``maxFilesPerTrigger``, Kafka's limits), and the trigger's rules
+  (``once`` runs one batch; ``availableNow`` ends when a trigger constructs none; processing time) are Spark's
+  own. A restart forgets the request, as Spark forgets its last plan: after a restart Spark runs no batch without
+  data before a data batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from checkpoint.local import write_atomically
+from common.location import Location
+from misa.runtime.no_data_source import NO_REQUEST, OFFSET_KEY, SOURCE_NAME, NoDataBatchSource
+
+log = logging.getLogger(__name__)
+
+
+class SparkWatermark:
+    """Spark's global watermark of the running query (its ``withWatermark`` nodes, the policy of
+    ``spark.sql.streaming.multipleWatermarkPolicy``), read from Spark's own tracker."""
+
+    def __init__(self, query: StreamingQuery):
+        self.execution = query._jsq.streamingQuery()  # Spark's MicroBatchExecution
+
+    def moved(self) -> bool:
+        """Whether the next batch's watermark is ahead of the one the batch now ending ran with. Spark updates its
+        tracker from the batch's plan when the sink returns; updating it from the same plan now gives the same."""
+        last = self.execution.lastExecution()
+        tracker = self.execution.watermarkTracker()
+        tracker.updateWatermark(last.executedPlan())
+        return int(tracker.currentWatermark()) > int(last.offsetSeqMetadata().batchWatermarkMs())
+
+
+class NoDataBatches:
+    """Requests batches without data from Spark's trigger and tells them from data batches. ``requests`` is a file
+    on the driver (read by Spark's Python source process); ``spark_checkpoint`` is where Spark writes its logs."""
+
+    def __init__(self, requests: Path, spark_checkpoint: Location):
+        self.requests = requests
+        self.fs, self.offsets = spark_checkpoint.filesystem()
+        self.offsets = posixpath.join(self.offsets, "offsets")
+
+    def attach(self, spark: SparkSession, stream: DataFrame) -> DataFrame:
+        """``stream`` with the request source unioned in (no rows, the same columns); no request pending."""
+        spark.dataSource.register(NoDataBatchSource)
+        self._write(NO_REQUEST)
+        requests = spark.readStream.format(SOURCE_NAME).schema(stream.schema).option("requests", str(self.requests))
+        return stream.union(requests.load())
+
+    def request(self, after_batch: int) -> None:
+        """Ask for a batch without data after ``after_batch``, at Spark's next trigger that finds no input."""
+        self._write(after_batch)
+
+    def is_no_data_batch(self, batch_id: int) -> bool:
+        """Whether Spark planned ``batch_id`` with no new input on any of the query's own sources (only the request
+        source moved), from its offsets log."""
+        if batch_id <= 0:
+            return False
+        now, before = self._offsets(batch_id), self._offsets(batch_id - 1)
+        if before is None or len(now) != len(before):
+            return False
+        moved = [i for i, (a, b) in enumerate(zip(now, before)) if a != b]
+        return bool(moved) and all(_is_request(now[i]) for i in moved)
+
+    def _offsets(self, batch_id: int) -> list[str] | None:
+        """The per-source offset lines of offsets entry ``batch_id`` (None: not in the log)."""
+        try:
+            text = self.fs.cat_file(posixpath.join(self.offsets, str(batch_id))).decode()
+        except FileNotFoundError:
+            return None
+        return text.splitlines()[2:]  # a version line, the batch's metadata, then one line per source
+
+    def _write(self, after_batch: int) -> None:
+        write_atomically(self.requests, json.dumps({OFFSET_KEY: after_batch}).encode())
+
+
+def has_watermark(stream: DataFrame) -> bool:
+    """Whether ``stream``'s plan has a ``withWatermark`` node (so Spark keeps a watermark for the query)."""
+    stack = [stream._jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        if node.nodeName() == "EventTimeWatermark":
+            return True
+        children = node.children().iterator()
+        while children.hasNext():
+            stack.append(children.next())
+    return False
+
+
+def no_data_batches_enabled(spark: SparkSession) -> bool:
+    """Spark's ``spark.sql.streaming.noDataMicroBatches.enabled`` (true by default): false, and Spark runs none."""
+    return spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").strip().lower() == "true"
+
+
+def _is_request(line: str) -> bool:
+    try:
+        offset = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(offset, dict) and OFFSET_KEY in offset
