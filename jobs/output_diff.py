@@ -58,19 +58,6 @@ def read_output(root: str | Path) -> Output:
     return Output(columns, rows)
 
 
-def with_no_data_batches_folded(output: Output, data_batches: Iterable[int]) -> Output:
-    """Plain Spark's output with the rows of each batch without data (one not in ``data_batches``) counted in the
-    data batch before it, where misa emits them (the runtime runs Spark's batch without data at the end of the
-    batch before it)."""
-    data = sorted(data_batches)
-    rows: Counter = Counter()
-    for row, n in output.rows.items():
-        batch = row[0]
-        folded = max((b for b in data if b <= batch), default=batch)
-        rows[(folded, *row[1:])] += n
-    return Output(output.columns, rows)
-
-
 def without_batch_ids(rows: Counter) -> Counter:
     """The rows with their batch ids dropped (an append-mode output whose batches were cut differently)."""
     result: Counter = Counter()

@@ -8,11 +8,14 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from jobs.differential.cases import Case, random_case
+from jobs.differential.deployments import random_deployment
 from jobs.differential.processor import random_processor_case, run_processor_case
 from jobs.differential.queries import case_tags, random_query_case
 from jobs.differential.runner import run_case
+from jobs.differential.scenarios import run_scenario
 from jobs.differential.shrink import shrink
 
 
@@ -37,6 +40,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a StatefulProcessor (session-tracking fraud rule) through Spark's transformWithStateInPandas and "
         "misa's adapter",
     )
+    parser.add_argument(
+        "--deployments",
+        action="store_true",
+        help="queries as users deploy them, drawn independently of what misa runs (several sources, globs, "
+        "subfolders, a Python source with a backlog, rate-micro-batch, two streams, static sides, unions, triggers "
+        "once/availableNow/processing time, restarts): Spark's rows, or a refusal at start",
+    )
     parser.add_argument("--replay", help="run one saved case (a JSON file this command wrote) instead")
     parser.add_argument("--no-shrink", action="store_true", help="report mismatches without shrinking them")
     parser.set_defaults(func=run)
@@ -46,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the cases; exit status 1 if any mismatched."""
     work = Path(args.work)
     spark = local_session()
+    if args.deployments:
+        return run_deployments(spark, range(args.seed, args.seed + args.cases), work)
     cases = [Case.from_json(Path(args.replay).read_text())] if args.replay else None
     seeds = range(args.seed, args.seed + args.cases)
     coverage: Counter = Counter()
@@ -72,6 +84,30 @@ def run(args: argparse.Namespace) -> int:
         f"{failures} of {len(cases or seeds)} cases mismatched; coverage: "
         + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
     )
+    return 1 if failures else 0
+
+
+def run_deployments(spark: Any, seeds: range, work: Path) -> int:
+    """Random deployments (:mod:`jobs.differential.deployments`); exit status 1 if any mismatched. Each line names
+    the case's shapes and its outcome; the end counts every shape drawn, and the refusals by message."""
+    coverage: Counter = Counter()
+    refusals: Counter = Counter()
+    failures, started = 0, time.monotonic()
+    for n, seed in enumerate(seeds, 1):
+        deployment = random_deployment(seed)
+        outcome = run_scenario(spark, deployment.scenario(), work / "run")
+        coverage.update(deployment.tags)
+        if outcome.refused:
+            refusals[f"{outcome.refused}: {outcome.message[:140]}"] += 1
+            coverage[f"refused:{outcome.refused}"] += 1
+        failures += outcome.mismatch is not None
+        said = f"refused by {outcome.refused}" if outcome.refused else "same as Spark"
+        said = f"MISMATCH {outcome.mismatch}" if outcome.mismatch else said
+        print(f"[{n}/{len(seeds)} {time.monotonic() - started:.0f}s] {deployment.describe()}: {said}", flush=True)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
+    print(f"{failures} of {len(seeds)} cases mismatched; coverage: {counts}")
+    for message, count in refusals.most_common():
+        print(f"  refused {count}x: {message}")
     return 1 if failures else 0
 
 

@@ -1,11 +1,10 @@
 """One differential case through misa and through the same query in plain Spark, compared batch by batch.
 
 Both engines read the case's files from one folder, one file per micro-batch, each round as an
-``availableNow`` query (so a round's batches run back to back and the query restarts between rounds). Spark
-numbers its batches without data too; a batch without data runs only after a round's last file, and its rows
-belong to that file's batch, where misa emits them (:mod:`misa.runtime.arrivals`). Each batch's rows are
-compared as multisets (floats up to summation order, NaN equal to NaN, -0.0 to 0.0) and its column names and
-Arrow types exactly.
+``availableNow`` query (so a round's batches run back to back and the query restarts between rounds). Batches are
+compared by Spark's batch id, batches without data included (misa runs them as Spark numbers them,
+:mod:`misa.runtime.no_data_batches`): each batch's rows as multisets (floats up to summation order, NaN equal to
+NaN, -0.0 to 0.0), its column names and Arrow types exactly, and the batch ids each engine ran.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from jobs.submit import native_aggregation, native_interval_join
 from misa import Agg, Aggregation, IntervalJoin, MisaConfig, StatefulJob, from_query
 
 EVENT_TIME = "event_time"
+_NONE = pa.table({})  # the output of a batch an engine did not run
 FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}
 
 
@@ -90,14 +90,15 @@ def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | None:
     previous = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     try:
-        native, misa = [], []
+        native: dict[int, pa.Table] = {}
+        misa: dict[int, pa.Table] = {}
         written = 0
         for files in case.rounds:
             for rows in files:
                 _write_file(source, written, rows)
                 written += 1
-            native.extend(_data_batches(_run_native(spark, case, source, work / "native"), len(files)))
-            misa.extend(_run_misa(spark, case, source, work / "misa", len(misa), len(files)))
+            native.update(_run_native(spark, case, source, work / "native"))
+            misa.update(_run_misa(spark, case, source, work / "misa"))
     except Exception as error:  # noqa: BLE001 - a failure in either engine is a finding, reported with the case
         return Mismatch(None, f"{type(error).__name__}: {_first_line(error)}")
     finally:
@@ -105,18 +106,23 @@ def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | None:
     return compare(native, misa)
 
 
-def compare(native: list[pa.Table], misa: list[pa.Table]) -> Mismatch | None:
-    """The first batch whose rows or column types differ."""
-    if len(native) != len(misa):
-        return Mismatch(None, f"Spark ran {len(native)} data batches, misa {len(misa)}")
-    for batch, (expected, got) in enumerate(zip(native, misa)):
+def compare(native: dict[int, pa.Table], misa: dict[int, pa.Table]) -> Mismatch | None:
+    """The first batch whose rows or column types differ (a batch one engine did not run has none), else the batch
+    ids run by one engine only (a batch without data, with no rows, run where the other ran none)."""
+    for batch in sorted(set(native) | set(misa)):
+        expected, got = native.get(batch, _NONE), misa.get(batch, _NONE)
         if expected.num_rows + got.num_rows == 0:
             continue
+        if not expected.num_columns or not got.num_columns:
+            missing = "misa" if not got.num_columns else "Spark"
+            return Mismatch(batch, f"{missing} ran no batch {batch}; the other's rows: {(got or expected).to_pylist()}")
         if _types(expected) != _types(got):
             return Mismatch(batch, f"columns {_types(got)}, Spark's {_types(expected)}")
         diff = diff_rows(_rows(got), _rows(expected))
         if not diff.ok:
             return Mismatch(batch, diff.describe(expected.column_names))
+    if sorted(native) != sorted(misa):
+        return Mismatch(None, f"Spark ran batches {sorted(native)}, misa {sorted(misa)}")
     return None
 
 
@@ -157,8 +163,8 @@ def _stream(spark: SparkSession, case: Case, source: Path) -> DataFrame:
     return spark.readStream.schema(case.schema()).option("maxFilesPerTrigger", 1).json(str(source))
 
 
-def _run_native(spark: SparkSession, case: Case, source: Path, run: Path) -> list[pa.Table]:
-    """One round in plain Spark: every batch's output, in batch order (batches without data included)."""
+def _run_native(spark: SparkSession, case: Case, source: Path, run: Path) -> dict[int, pa.Table]:
+    """One round in plain Spark: every batch's output by batch id (batches without data included)."""
     outputs: dict[int, pa.Table] = {}
     build = spark_api_query if case.settings.from_query else spark_query
     query = build(case, _stream(spark, case, source))
@@ -166,20 +172,12 @@ def _run_native(spark: SparkSession, case: Case, source: Path, run: Path) -> lis
     writer.foreachBatch(lambda df, batch_id: outputs.__setitem__(batch_id, df.toArrow())).trigger(
         availableNow=True
     ).start().awaitTermination()
-    return [outputs[b] for b in sorted(outputs)]
+    return outputs
 
 
-def _data_batches(batches: list[pa.Table], files: int) -> list[pa.Table]:
-    """A round's batches as misa cuts them: a batch without data (after the last file) joins the one before it."""
-    if len(batches) not in (files, files + 1):
-        raise AssertionError(f"Spark ran {len(batches)} batches for {files} files")
-    if len(batches) == files + 1:
-        batches = [*batches[:-2], pa.concat_tables([batches[-2], batches[-1].cast(batches[-2].schema)])]
-    return batches
-
-
-def _run_misa(spark: SparkSession, case: Case, source: Path, run: Path, first: int, files: int) -> list[pa.Table]:
-    """One round through misa (a new job over the same checkpoint, as a restarted driver): its batches' outputs."""
+def _run_misa(spark: SparkSession, case: Case, source: Path, run: Path) -> dict[int, pa.Table]:
+    """One round through misa (a new job over the same checkpoint, as a restarted driver): its batches' outputs by
+    batch id."""
     outputs: dict[int, pa.Table] = {}
     config = MisaConfig.from_mapping(case.settings.conf())
     trigger = {"availableNow": True}
@@ -200,9 +198,7 @@ def _run_misa(spark: SparkSession, case: Case, source: Path, run: Path, first: i
             plain.start(spark, _stream(spark, case, source), trigger=trigger).awaitTermination()
         finally:
             plain.close(spark)
-    if sorted(outputs) != list(range(first, first + files)):
-        raise AssertionError(f"misa ran batches {sorted(outputs)}, expected {first}..{first + files - 1}")
-    return [outputs[b] for b in sorted(outputs)]
+    return outputs
 
 
 def _first_line(error: BaseException) -> str:

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.differential.runner import Mismatch, _first_line, _rows, _types
-from jobs.output_diff import diff_rows
+from jobs.differential.runner import Mismatch, _first_line, compare
 from misa import MisaConfig, from_query
+from misa.exceptions import AnalysisError as MisaAnalysisError
+from misa.exceptions import UnsupportedQueryError
 
 Rows = tuple[dict[str, Any], ...]
 _WRITTEN = itertools.count()
@@ -34,13 +36,14 @@ Builder = Callable[[SparkSession, Path], DataFrame]  # the query over the scenar
 @dataclass(frozen=True)
 class Round:
     """What one run gets: ``files`` (path under the inputs, rows as JSON lines) written before it starts, then
-    ``later`` files written while it runs (a processing-time query, ``pause_s`` apart); ``batches``: for a source
-    that always has input, the run stops once this many batches of it ran."""
+    ``later`` files written while it runs (a processing-time query), each once the query has been quiet for
+    ``quiet_s`` (no batch ran: its triggers found nothing to do), so that both engines see the same triggers;
+    ``batches``: for a source that always has input, the run stops once this many batches of it ran."""
 
     files: tuple[tuple[str, Rows], ...] = ()
     later: tuple[tuple[str, Rows], ...] = ()
     batches: int | None = None
-    pause_s: float = 2.5
+    quiet_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -55,36 +58,68 @@ class Scenario:
     conf: dict[str, str] = field(default_factory=dict)  # misa's settings
 
 
-def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Mismatch | None:
-    """Run ``scenario`` through both engines under ``work`` (emptied first); the first difference, or None."""
+@dataclass(frozen=True)
+class Outcome:
+    """How a scenario went: ``refused`` names who refused it at start (Spark, as ``writeStream.start()`` would, and
+    misa with it; or misa alone, with its message), else ``mismatch`` is the first difference (None: Spark's rows)."""
+
+    mismatch: Mismatch | None = None
+    refused: str = ""
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None and not self.refused
+
+
+def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Outcome:
+    """Run ``scenario`` through both engines under ``work`` (emptied first). A query Spark refuses at start must be
+    refused by misa at start; one misa refuses must be refused at start (``UnsupportedQueryError``, before any batch
+    ran); anything else must give Spark's batches and rows."""
     shutil.rmtree(work, ignore_errors=True)
     outputs: dict[str, dict[int, pa.Table]] = {"spark": {}, "misa": {}}
+    refused: dict[str, BaseException] = {}
     try:
         for engine in outputs:
             inputs = work / engine / "inputs"
             inputs.mkdir(parents=True)
-            for round_ in scenario.rounds:
+            for number, round_ in enumerate(scenario.rounds):
                 _write(inputs, round_.files)
-                _run_round(spark, scenario, round_, engine, inputs, work / engine / "ckpt", outputs[engine])
+                for path, _ in round_.later:  # a file source needs its folder at start
+                    (inputs / path).parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    _run_round(spark, scenario, round_, engine, inputs, work / engine / "ckpt", outputs[engine])
+                except _Refused as refusal:
+                    if number or outputs[engine]:
+                        raise refusal.error from None
+                    refused[engine] = refusal.error
+                    break
     except Exception as error:  # noqa: BLE001 - a failure in either engine is a finding, reported with the case
-        return Mismatch(None, f"{type(error).__name__}: {_first_line(error)}")
-    return compare_by_batch(outputs["spark"], outputs["misa"])
+        return Outcome(Mismatch(None, f"{type(error).__name__}: {_first_line(error)}"))
+    return _judged(refused, outputs)
 
 
-def compare_by_batch(native: dict[int, pa.Table], misa: dict[int, pa.Table]) -> Mismatch | None:
-    """The first batch id run by one engine only, or whose rows or column types differ."""
-    if sorted(native) != sorted(misa):
-        return Mismatch(None, f"Spark ran batches {sorted(native)}, misa {sorted(misa)}")
-    for batch in sorted(native):
-        expected, got = native[batch], misa[batch]
-        if expected.num_rows + got.num_rows == 0:
-            continue
-        if _types(expected) != _types(got):
-            return Mismatch(batch, f"columns {_types(got)}, Spark's {_types(expected)}")
-        diff = diff_rows(_rows(got), _rows(expected))
-        if not diff.ok:
-            return Mismatch(batch, diff.describe(expected.column_names))
-    return None
+def _judged(refused: dict[str, BaseException], outputs: dict[str, dict[int, pa.Table]]) -> Outcome:
+    spark_error, misa_error = refused.get("spark"), refused.get("misa")
+    if spark_error is not None:
+        if misa_error is None:
+            return Outcome(Mismatch(None, f"Spark refused it at start ({_first_line(spark_error)}), misa ran it"))
+        return Outcome(refused="Spark", message=_first_line(spark_error))
+    if misa_error is not None:
+        if not isinstance(misa_error, UnsupportedQueryError):
+            return Outcome(
+                Mismatch(None, f"misa failed at start: {type(misa_error).__name__}: {_first_line(misa_error)}")
+            )
+        return Outcome(refused="misa", message=_first_line(misa_error))
+    return Outcome(compare(outputs["spark"], outputs["misa"]))
+
+
+class _Refused(Exception):
+    """An engine refused the query at start (before its query ran a batch)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _run_round(
@@ -98,29 +133,37 @@ def _run_round(
 ) -> None:
     """One run of one engine: start, feed ``later`` files, stop (after ``batches``, or when the trigger ends it)."""
     seen = set(outputs)
-    query_df = scenario.build(spark, inputs)
-    if engine == "spark":
-        writer = query_df.writeStream.outputMode(scenario.output_mode).option("checkpointLocation", str(checkpoint))
-        sink = writer.foreachBatch(lambda df, batch_id: outputs.__setitem__(batch_id, df.toArrow()))
-        query = sink.trigger(**scenario.trigger).start()
-        job = None
-    else:
-        config = MisaConfig.from_mapping(scenario.conf)
-        job = from_query(
-            query_df, outputs.__setitem__, str(checkpoint), output_mode=scenario.output_mode, config=config, echo=None
-        )
-        query = job.start(scenario.trigger)
+    job = None
+    try:
+        query_df = scenario.build(spark, inputs)
+        if engine == "spark":
+            writer = query_df.writeStream.outputMode(scenario.output_mode).option("checkpointLocation", str(checkpoint))
+            sink = writer.foreachBatch(lambda df, batch_id: outputs.__setitem__(batch_id, df.toArrow()))
+            query = sink.trigger(**scenario.trigger).start()
+        else:
+            config = MisaConfig.from_mapping(scenario.conf)
+            job = from_query(
+                query_df,
+                outputs.__setitem__,
+                str(checkpoint),
+                output_mode=scenario.output_mode,
+                config=config,
+                echo=None,
+            )
+            query = job.start(scenario.trigger)
+    except (AnalysisException, MisaAnalysisError) as error:
+        if job is not None:
+            job.close()
+        raise _Refused(error) from error
     try:
         for path, rows in round_.later:
-            time.sleep(round_.pause_s)
+            _await_quiet(query, round_.quiet_s)
             _write(inputs, ((path, rows),))
         if round_.later:
-            time.sleep(round_.pause_s)
+            _await_quiet(query, round_.quiet_s)
+            query.stop()
         if round_.batches is not None:
             _await_batches(query, outputs, seen, round_.batches)
-            query.stop()
-        elif round_.later:
-            query.processAllAvailable()
             query.stop()
         query.awaitTermination()
     finally:
@@ -129,6 +172,22 @@ def _run_round(
     if round_.batches is not None:  # batches past the count ran while the query stopped: not compared
         for batch in sorted(set(outputs) - seen)[round_.batches :]:
             del outputs[batch]
+
+
+def _await_quiet(query: Any, quiet_s: float) -> None:
+    """Until no batch has started for ``quiet_s`` and none runs (the query's triggers find nothing to do)."""
+    deadline, last, since = time.monotonic() + 120, None, time.monotonic()
+    while time.monotonic() < deadline:
+        progress = query.lastProgress
+        batch = None if progress is None else progress["batchId"]
+        if batch != last or query.status["isTriggerActive"] and query.status["isDataAvailable"]:
+            last, since = batch, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        if not query.isActive:
+            query.awaitTermination()
+        threading.Event().wait(0.1)
+    raise TimeoutError("the query did not become quiet within 120 s")
 
 
 def _await_batches(query: Any, outputs: dict[int, pa.Table], seen: set[int], batches: int) -> None:

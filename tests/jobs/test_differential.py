@@ -120,12 +120,14 @@ def test_random_cases_give_sparks_rows_and_types(spark, tmp_path, seed):
 
 
 def test_the_comparison_finds_a_changed_value_a_missing_row_and_a_changed_type():
-    spark_rows = [pa.table({"k": [1, 2], "s": [3.0, 4.0]})]
+    spark_rows = {0: pa.table({"k": [1, 2], "s": [3.0, 4.0]})}
+    empty = pa.table({"k": pa.array([], pa.int64()), "s": pa.array([], pa.float64())})
     assert compare(spark_rows, spark_rows) is None
-    assert "missing" in str(compare(spark_rows, [pa.table({"k": [1], "s": [3.0]})]))
-    assert compare(spark_rows, [pa.table({"k": [1, 2], "s": [3.0, 4.5]})]) is not None
-    assert "columns" in str(compare(spark_rows, [pa.table({"k": pa.array([1, 2], pa.int32()), "s": [3.0, 4.0]})]))
-    assert "batches" in str(compare(spark_rows, spark_rows * 2))
+    assert "missing" in str(compare(spark_rows, {0: pa.table({"k": [1], "s": [3.0]})}))
+    assert compare(spark_rows, {0: pa.table({"k": [1, 2], "s": [3.0, 4.5]})}) is not None
+    assert "columns" in str(compare(spark_rows, {0: pa.table({"k": pa.array([1, 2], pa.int32()), "s": [3.0, 4.0]})}))
+    assert "misa ran no batch 0" in str(compare(spark_rows, {1: spark_rows[0]}))
+    assert "batches [0, 1], misa [0]" in str(compare({**spark_rows, 1: empty}, spark_rows))
 
 
 def test_a_checkpoint_path_with_a_space_non_ascii_hash_and_percent_restarts_where_it_left_off(spark, tmp_path):

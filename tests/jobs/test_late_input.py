@@ -1,6 +1,6 @@
 """The project's own jobs with a tenth of the input 12 s late (beyond the 5 s watermark delay and a batch's advance),
-two files per batch back to back: misa's whole output, every row with its batch id, equals plain Spark's (the rows
-of Spark's last batch, which has no data, in the batch before it, where misa emits them)."""
+two files per batch back to back: misa's whole output, every row with its batch id, equals plain Spark's (its last
+batch, which has no data, included)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,163 @@
+"""Batches without data exactly when Spark runs them, on the sources, plans and triggers users deploy (issue 44's
+findings 1-5): each query through misa.from_query and through plain Spark, compared batch id by batch id
+(jobs/differential/scenarios.py). Each input is built so that a batch without data run where Spark runs none
+moves the watermark early and loses a row Spark counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.differential.scenarios import Round, Scenario, run_scenario
+from jobs.differential.topic_source import TopicSource
+
+SCHEMA = "t timestamp, k int, v bigint"
+
+
+def rows(*events: tuple[int, int]) -> tuple[dict, ...]:
+    """Records at (event time in seconds, key), each with v = the time."""
+    return tuple({"t": t, "k": k, "v": t} for t, k in events)
+
+
+# A backlog read a batch at a time: Spark judges the second batch by the first batch's watermark (0), so 85 (its window
+# ends at 90) counts; a batch without data between them would move the watermark to 97 and drop it.
+FIRST, SECOND, THIRD = rows((100, 0), (101, 1), (102, 0)), rows((85, 0), (110, 1), (111, 0)), rows((125, 1))
+
+
+def windowed(events: DataFrame) -> DataFrame:
+    return (
+        events.withWatermark("t", "5 seconds")
+        .groupBy(F.window("t", "10 seconds"), "k")
+        .agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+    )
+
+
+def files(spark: SparkSession, path: Path) -> DataFrame:
+    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(path))
+
+
+def topic(spark: SparkSession, inputs: Path) -> DataFrame:
+    spark.dataSource.register(TopicSource)
+    return spark.readStream.format("misa-test-topic").option("maxRecordsPerBatch", 3).load(str(inputs / "topic"))
+
+
+def clicks_join(spark: SparkSession, inputs: Path) -> DataFrame:
+    """The programming guide's impressions/clicks join, each side from its own folder."""
+    impressions = (
+        files(spark, inputs / "impressions")
+        .select(F.col("k").alias("adId"), F.col("t").alias("impressionTime"))
+        .withWatermark("impressionTime", "10 seconds")
+    )
+    clicks = (
+        files(spark, inputs / "clicks")
+        .select(F.col("k").alias("clickAdId"), F.col("t").alias("clickTime"))
+        .withWatermark("clickTime", "20 seconds")
+    )
+    condition = "clickAdId = adId AND clickTime >= impressionTime AND clickTime <= impressionTime + interval 1 minute"
+    return impressions.join(clicks, F.expr(condition))
+
+
+def static_side(spark: SparkSession, inputs: Path) -> DataFrame:
+    names = spark.createDataFrame([(0, "zero"), (1, "one")], "k int, name string")
+    events = files(spark, inputs / "in").withWatermark("t", "5 seconds").join(names, "k")
+    return events.groupBy(F.window("t", "10 seconds"), "name").agg(F.count("*").alias("n"))
+
+
+SCENARIOS = {
+    "a Python source with a backlog (Kafka's case), append": Scenario(
+        "topic",
+        lambda spark, inputs: windowed(topic(spark, inputs)),
+        "append",
+        (Round(files=(("topic/00000.jsonl", FIRST + SECOND + THIRD),)),),
+    ),
+    "two different streams joined (the guide's impressions and clicks)": Scenario(
+        "two streams",
+        clicks_join,
+        "append",
+        (
+            Round(
+                files=(
+                    ("impressions/0.json", rows((10, 1), (200, 3))),
+                    ("clicks/0.json", rows((210, 3))),
+                    ("clicks/1.json", rows((65, 1))),
+                )
+            ),
+        ),
+    ),
+}
+SLOW_SCENARIOS = {
+    "the rate-micro-batch source, always input waiting, a restart": Scenario(
+        "rate",
+        lambda spark, inputs: windowed(
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", 4)
+            .load()
+            .select(
+                (
+                    F.col("timestamp")
+                    + F.expr("INTERVAL 15 SECONDS")
+                    - F.when(F.col("value") % 4 == 3, F.expr("INTERVAL 7 SECONDS")).otherwise(
+                        F.expr("INTERVAL 0 SECONDS")
+                    )
+                ).alias("t"),
+                (F.col("value") % 2).cast("int").alias("k"),
+                F.col("value").alias("v"),
+            )
+        ),
+        "update",
+        (Round(batches=6), Round(batches=3)),
+        trigger={"processingTime": "0 seconds"},
+    ),
+    "a stream-static join below the aggregation": Scenario(
+        "static",
+        static_side,
+        "append",
+        (Round(files=(("in/0.json", FIRST), ("in/1.json", SECOND), ("in/2.json", THIRD))),),
+    ),
+    "a glob path": Scenario(
+        "glob",
+        lambda spark, inputs: windowed(files(spark, inputs / "in" / "*.json")),
+        "update",
+        (Round(files=(("in/0.json", FIRST), ("in/1.json", SECOND), ("in/2.json", THIRD))),),
+    ),
+    "files in subfolders": Scenario(
+        "subfolders",
+        lambda spark, inputs: windowed(files(spark, inputs / "in")),
+        "update",
+        (Round(files=(("in/day=0/0.json", FIRST), ("in/day=1/1.json", SECOND), ("in/day=2/2.json", THIRD))),),
+    ),
+    "trigger once, a run per file": Scenario(
+        "once",
+        lambda spark, inputs: windowed(files(spark, inputs / "in")),
+        "update",
+        (
+            Round(files=(("in/0.json", FIRST),)),
+            Round(files=(("in/1.json", SECOND),)),
+            Round(files=(("in/2.json", THIRD),)),
+        ),
+        trigger={"once": True},
+    ),
+    "processing-time rounds, files arriving between triggers": Scenario(
+        "live",
+        lambda spark, inputs: windowed(files(spark, inputs / "in")),
+        "append",
+        (Round(later=(("in/0.json", FIRST), ("in/1.json", SECOND), ("in/2.json", THIRD))),),
+        trigger={"processingTime": "1 second"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_sparks_batches_and_rows(spark, tmp_path: Path, name: str):
+    outcome = run_scenario(spark, SCENARIOS[name], tmp_path)
+    assert outcome.ok, f"{name}: {outcome}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SLOW_SCENARIOS))
+def test_sparks_batches_and_rows_slow(spark, tmp_path: Path, name: str):
+    outcome = run_scenario(spark, SLOW_SCENARIOS[name], tmp_path)
+    assert outcome.ok, f"{name}: {outcome}"
