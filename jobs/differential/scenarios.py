@@ -56,6 +56,7 @@ class Scenario:
     rounds: tuple[Round, ...]
     trigger: dict[str, Any] = field(default_factory=lambda: {"availableNow": True})
     conf: dict[str, str] = field(default_factory=dict)  # misa's settings
+    session_conf: dict[str, str] = field(default_factory=dict)  # Spark's, set on the session for both engines
 
 
 @dataclass(frozen=True)
@@ -79,14 +80,18 @@ def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Outcome
     shutil.rmtree(work, ignore_errors=True)
     outputs: dict[str, dict[int, pa.Table]] = {"spark": {}, "misa": {}}
     refused: dict[str, BaseException] = {}
+    previous = {key: spark.conf.get(key, None) for key in scenario.session_conf}
+    for key, value in scenario.session_conf.items():
+        spark.conf.set(key, value)
     try:
         for engine in outputs:
             inputs = work / engine / "inputs"
             inputs.mkdir(parents=True)
+            for round_ in scenario.rounds:  # a file source needs its folder at start, before its first file
+                for path, _ in (*round_.files, *round_.later):
+                    (inputs / path).parent.mkdir(parents=True, exist_ok=True)
             for number, round_ in enumerate(scenario.rounds):
                 _write(inputs, round_.files)
-                for path, _ in round_.later:  # a file source needs its folder at start
-                    (inputs / path).parent.mkdir(parents=True, exist_ok=True)
                 try:
                     _run_round(spark, scenario, round_, engine, inputs, work / engine / "ckpt", outputs[engine])
                 except _Refused as refusal:
@@ -96,6 +101,9 @@ def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Outcome
                     break
     except Exception as error:  # noqa: BLE001 - a failure in either engine is a finding, reported with the case
         return Outcome(Mismatch(None, f"{type(error).__name__}: {_first_line(error)}"))
+    finally:
+        for key, value in previous.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
     return _judged(refused, outputs)
 
 

@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from checkpoint.local import write_atomically
 from common.location import Location
+from misa.exceptions import ConfigError
 from misa.runtime.no_data_source import NO_REQUEST, OFFSET_KEY, SOURCE_NAME, NoDataBatchSource
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,15 @@ class SparkWatermark:
     ``spark.sql.streaming.multipleWatermarkPolicy``), read from Spark's own tracker."""
 
     def __init__(self, query: StreamingQuery):
-        self.execution = query._jsq.streamingQuery()  # Spark's MicroBatchExecution
+        try:
+            self.execution = query._jsq.streamingQuery()  # Spark's MicroBatchExecution
+            self.execution.watermarkTracker().currentWatermark()
+        except Exception as error:  # noqa: BLE001 - py4j's errors, or no JVM query (Spark Connect)
+            raise ConfigError(
+                f"misa reads the running query's watermark from Spark's own tracker (MicroBatchExecution."
+                f"watermarkTracker) to run batches without data exactly when Spark would, and this Spark does not "
+                f"give it ({type(error).__name__}): run the job in classic PySpark 4.x (not Spark Connect)"
+            ) from error
 
     def moved(self) -> bool:
         """Whether the next batch's watermark is ahead of the one the batch now ending ran with. Spark updates its
@@ -61,7 +70,15 @@ class NoDataBatches:
         self.offsets = posixpath.join(self.offsets, "offsets")
 
     def attach(self, spark: SparkSession, stream: DataFrame) -> DataFrame:
-        """``stream`` with the request source unioned in (no rows, the same columns); no request pending."""
+        """``stream`` with the request source unioned in (no rows, the same columns); no request pending. A checkpoint
+        whose query ran without the request source (an earlier misa) is refused: Spark cannot add a source to it."""
+        latest = self._latest()
+        if latest is not None and not any(_is_request(line) for line in latest):
+            raise ConfigError(
+                f"the Spark checkpoint under {self.offsets} was written by a query without misa's source "
+                f"{SOURCE_NAME!r} (an earlier misa, or plain Spark), and Spark cannot add a source to a checkpoint: "
+                f"start the query from a new checkpoint location"
+            )
         spark.dataSource.register(NoDataBatchSource)
         self._write(NO_REQUEST)
         requests = spark.readStream.format(SOURCE_NAME).schema(stream.schema).option("requests", str(self.requests))
@@ -77,10 +94,20 @@ class NoDataBatches:
         if batch_id <= 0:
             return False
         now, before = self._offsets(batch_id), self._offsets(batch_id - 1)
-        if before is None or len(now) != len(before):
+        if now is None or before is None or len(now) != len(before):
             return False
         moved = [i for i, (a, b) in enumerate(zip(now, before)) if a != b]
         return bool(moved) and all(_is_request(now[i]) for i in moved)
+
+    def _latest(self) -> list[str] | None:
+        """The newest offsets entry's per-source lines (None: Spark has planned no batch yet)."""
+        self.fs.invalidate_cache(self.offsets)
+        try:
+            names = [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self.offsets, detail=False)]
+        except FileNotFoundError:
+            return None
+        numbers = [int(n) for n in names if n.isdigit()]
+        return self._offsets(max(numbers)) if numbers else None
 
     def _offsets(self, batch_id: int) -> list[str] | None:
         """The per-source offset lines of offsets entry ``batch_id`` (None: not in the log)."""

@@ -88,7 +88,22 @@ SCENARIOS = {
         ),
     ),
 }
+RIGHT_FIRST = (
+    Round(files=(("clicks/0.json", rows((30, 1), (40, 2))),)),
+    Round(files=(("impressions/0.json", rows((25, 1))),)),
+    Round(files=(("impressions/1.json", rows((70, 2))), ("clicks/1.json", rows((95, 2))))),
+)
 SLOW_SCENARIOS = {
+    "two streams: right rows only, a restart, then a left row (min policy)": Scenario(
+        "right first", clicks_join, "append", RIGHT_FIRST
+    ),
+    "two streams: right rows only, a restart, then a left row (max policy)": Scenario(
+        "right first, max",
+        clicks_join,
+        "append",
+        RIGHT_FIRST,
+        session_conf={"spark.sql.streaming.multipleWatermarkPolicy": "max"},
+    ),
     "the rate-micro-batch source, always input waiting, a restart": Scenario(
         "rate",
         lambda spark, inputs: windowed(
