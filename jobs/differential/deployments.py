@@ -78,7 +78,8 @@ class Deployment:
             trigger = {"once": True}
         elif self.trigger == "processingTime":
             trigger = {"processingTime": "0 seconds" if self.source == "rate" else "1 second"}
-        return Scenario(f"seed {self.seed}", self.build, self.output_mode, self.rounds, trigger)
+        folders = ("in", "other") if self.source == "two_folders" else ("topic",) if self.source == "topic" else ("in",)
+        return Scenario(f"seed {self.seed}", self.build, self.output_mode, self.rounds, trigger, folders=folders)
 
     # ------------------------------------------------------------------ the query, in Spark's API
     def build(self, spark: SparkSession, inputs: Path) -> DataFrame:
@@ -180,7 +181,7 @@ def random_deployment(seed: int) -> Deployment:
     plan = "as_read" if two else rng.choice(PLANS)
     if plan == "union":
         source = "two_folders"
-    elif source == "two_folders":
+    elif source == "two_folders" and not two:
         source = "folder"
     trigger = "processingTime" if source == "rate" else rng.choices(TRIGGERS, weights=(6, 2, 2))[0]
     delay_s, window_s = rng.choice((0, 2, 5)), rng.choice((4, 10))

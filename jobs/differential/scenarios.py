@@ -57,6 +57,7 @@ class Scenario:
     trigger: dict[str, Any] = field(default_factory=lambda: {"availableNow": True})
     conf: dict[str, str] = field(default_factory=dict)  # misa's settings
     session_conf: dict[str, str] = field(default_factory=dict)  # Spark's, set on the session for both engines
+    folders: tuple[str, ...] = ()  # made at start, for a source whose first file comes later (or never)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Outcome
         for engine in outputs:
             inputs = work / engine / "inputs"
             inputs.mkdir(parents=True)
+            for folder in scenario.folders:
+                (inputs / folder).mkdir(parents=True, exist_ok=True)
             for round_ in scenario.rounds:  # a file source needs its folder at start, before its first file
                 for path, _ in (*round_.files, *round_.later):
                     (inputs / path).parent.mkdir(parents=True, exist_ok=True)
@@ -159,10 +162,12 @@ def _run_round(
                 echo=None,
             )
             query = job.start(scenario.trigger)
-    except (AnalysisException, MisaAnalysisError) as error:
+    except BaseException as error:
         if job is not None:
             job.close()
-        raise _Refused(error) from error
+        if isinstance(error, (AnalysisException, MisaAnalysisError)):
+            raise _Refused(error) from error
+        raise
     try:
         for path, rows in round_.later:
             _await_quiet(query, round_.quiet_s)

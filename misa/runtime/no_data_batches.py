@@ -41,23 +41,23 @@ class SparkWatermark:
     ``spark.sql.streaming.multipleWatermarkPolicy``), read from Spark's own tracker."""
 
     def __init__(self, query: StreamingQuery):
-        try:
-            self.execution = query._jsq.streamingQuery()  # Spark's MicroBatchExecution
-            self.execution.watermarkTracker().currentWatermark()
-        except Exception as error:  # noqa: BLE001 - py4j's errors, or no JVM query (Spark Connect)
-            raise ConfigError(
-                f"misa reads the running query's watermark from Spark's own tracker (MicroBatchExecution."
-                f"watermarkTracker) to run batches without data exactly when Spark would, and this Spark does not "
-                f"give it ({type(error).__name__}): run the job in classic PySpark 4.x (not Spark Connect)"
-            ) from error
+        self.query = query
 
     def moved(self) -> bool:
         """Whether the next batch's watermark is ahead of the one the batch now ending ran with. Spark updates its
         tracker from the batch's plan when the sink returns; updating it from the same plan now gives the same."""
-        last = self.execution.lastExecution()
-        tracker = self.execution.watermarkTracker()
-        tracker.updateWatermark(last.executedPlan())
-        return int(tracker.currentWatermark()) > int(last.offsetSeqMetadata().batchWatermarkMs())
+        try:
+            execution = self.query._jsq.streamingQuery()  # Spark's MicroBatchExecution
+            last, tracker = execution.lastExecution(), execution.watermarkTracker()
+            tracker.updateWatermark(last.executedPlan())
+            return int(tracker.currentWatermark()) > int(last.offsetSeqMetadata().batchWatermarkMs())
+        except Exception as error:  # noqa: BLE001 - py4j's errors, or no JVM query (Spark Connect)
+            raise ConfigError(
+                f"misa reads the running query's watermark from Spark's own tracker (MicroBatchExecution."
+                f"watermarkTracker) to run batches without data exactly when Spark would, and this Spark does not "
+                f"give it ({type(error).__name__}: {str(error).splitlines()[0][:200]}): run the job in classic "
+                f"PySpark 4.x (not Spark Connect)"
+            ) from error
 
 
 class NoDataBatches:
