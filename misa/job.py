@@ -370,7 +370,7 @@ class StatefulJob:
         nothing and runs the operator's ``no_data_batch`` as its state phase."""
         phases = BatchPhases()
         clock = _PhaseClock(started)
-        deltas, record = None, BatchRecord(input_rows=0)
+        deltas, record = None, BatchRecord(input_rows=0, without_data=True)
         if not no_data:
             batch = session.rows
             counted, observation = self._observed(batch, batch_id)
@@ -398,7 +398,7 @@ class StatefulJob:
         record.cache = self.view.take_cache_stats()
         record.prefetch = session.finish()
         record.phases, record.batch_s = phases, time.monotonic() - started
-        record.prefetch_auto = self._choose_prefetching(record, session.on)
+        record.prefetch_auto = None if no_data else self._choose_prefetching(record, session.on)
         commits = tuple(self.controller.finished())
         self.metrics.report(BatchReport(batch_id, record, commits, self.controller.status()))
 

@@ -71,6 +71,7 @@ class BatchRecord:
     prefetch_auto: dict[str, Any] | None = None  # with prefetching auto: on or off, the next batch's, and why
     phases: BatchPhases = field(default_factory=BatchPhases)
     batch_s: float = 0.0
+    without_data: bool = False  # a batch without data Spark's trigger ran: the operator's eviction, no input
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready values (``bad_records`` left out when the job has none)."""
