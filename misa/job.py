@@ -172,6 +172,7 @@ class StatefulJob:
         self._query_started = threading.Event()
         self._requested = EMPTY_VERSION  # the batch after which this run requested a batch without data
         self._no_data_batches = False  # whether Spark would run batches without data for the operator (at start)
+        self._output_schema: pa.Schema | None = None  # the columns of the operator's last output that had some
         if self.processes > 1:
             self.controller: Any = PartitionedCommit(self.store, self.config.commit_mode, self.mirror)
             self._merger: Any = PartitionedOperator(operator, self.store, self.controller, self.view)
@@ -385,7 +386,7 @@ class StatefulJob:
         reads = self.view.take_reads()
         phases.state_read_s, record.state_device_read_bytes = reads.seconds, reads.device_bytes
         phases.state_apply_s = clock.lap() - phases.state_read_s
-        self.sink(batch_id, result.output)
+        self.sink(batch_id, self._typed(result.output))
         phases.sink_s = clock.lap()
         self.controller.commit(self.view.freeze(batch_id), self.operator.metadata())
         phases.commit_inline_s = clock.lap()
@@ -401,6 +402,15 @@ class StatefulJob:
         record.prefetch_auto = None if no_data else self._choose_prefetching(record, session.on)
         commits = tuple(self.controller.finished())
         self.metrics.report(BatchReport(batch_id, record, commits, self.controller.status()))
+
+    def _typed(self, output: pa.Table) -> pa.Table:
+        """The operator's output, as the empty table of the last output's columns when it has none (a batch without
+        data of an operator that had no rows to shape it)."""
+        if output.num_columns:
+            self._output_schema = output.schema
+        elif self._output_schema is not None:
+            return self._output_schema.empty_table()
+        return output
 
     def _check_continuity(self, batch_id: int) -> None:
         """Batch ``batch_id`` must follow the state's version: a replay rebuilds from the version before it;

@@ -23,7 +23,7 @@ class ParquetBatchSink:
         self.sort_by = list(sort_by)
 
     def __call__(self, batch_id: int, table: pa.Table) -> None:
-        if self.sort_by:
+        if self.sort_by and table.num_columns:  # none: a batch without data and without rows
             table = table.sort_by(self.sort_by)
         buffer = io.BytesIO()
         pq.write_table(table, buffer)
