@@ -351,13 +351,15 @@ class StatefulJob:
             first = self._awaiting_first_batch
             self._check_continuity(batch_id)
             asked = first or self._requested == batch_id - 1
-            if asked and self.no_data.is_no_data_batch(batch_id):
+            no_data = asked and self.no_data.is_no_data_batch(batch_id)
+            if no_data:
                 with HintSession(batch) as session:
                     self._run_batch(session, batch_id, started, no_data=True)
             else:
                 with self._hint_session(batch) as session:
                     self._run_batch(session, batch_id, started)
-            self._request_no_data_batch(batch_id)
+            if not no_data:  # Spark's batch without data moves no watermark: it never asks for another
+                self._request_no_data_batch(batch_id)
 
     def _hint_session(self, batch: DataFrame) -> HintSession:
         """The batch's hint session: it starts the batch's hints (none without prefetching)."""

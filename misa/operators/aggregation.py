@@ -380,8 +380,9 @@ class Aggregation(HintSource, KeyPartitioned):
         return self.watermark_delay is not None and self.output_mode != "complete"
 
     def spark_runs_no_data_batches(self) -> bool:
-        """Spark's aggregation runs batches without data in append and update output, not in complete."""
-        return self.output_mode != "complete"
+        """Spark's aggregation runs batches without data in append and update output with a watermark, not in
+        complete output."""
+        return self.output_mode != "complete" and self.watermark_delay is not None
 
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         """A group's windows and panes live with the group: its columns pick the partition."""

@@ -161,8 +161,8 @@ class SessionAggregation(HintSource, KeyPartitioned):
         return OperatorResult(self._output(*closed, values))
 
     def spark_runs_no_data_batches(self) -> bool:
-        """Spark's session windows run batches without data in append output, not in complete."""
-        return self.output_mode != "complete"
+        """Spark's session windows run batches without data in append output with a watermark, not in complete."""
+        return self.output_mode != "complete" and self.watermark_delay is not None
 
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         return [deltas[c] for c in self.group_by]
