@@ -49,7 +49,7 @@ from misa.operators.sessions import Session as Stored
 from misa.operators.sessions import SessionAggregation
 from misa.operators.sessions import _encode as _encode_sessions
 from misa.operators.stream_join import SIDE_BYTES, JoinSide, StreamJoin
-from misa.state.codec import KeyCodec
+from misa.state.codec import AGG_CELLS, KeyCodec
 from misa.state.keys import (
     DEDUP_EXPIRY,
     JOIN_ROWS,
@@ -169,7 +169,7 @@ class Cm2(Shape):
             timers = np.maximum(windows.first_window_end(ends), windows.next_window_end(watermark))
         else:
             timers = windows.last_window_end(ends)
-        records = PaneRecords(1).encode(len(ids), timers, Panes(np.arange(len(ids)), ends, cells))
+        records = PaneRecords(AGG_CELLS).encode(len(ids), timers, Panes(np.arange(len(ids)), ends, cells))
         keys = _int_keys(ids, PANE_RECORD) + _int_keys(ids, PANE_TIMER, timers)
         return keys, records + [b""] * len(ids)  # type: ignore[operator]
 

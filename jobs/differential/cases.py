@@ -45,6 +45,11 @@ class Query:
     right_delay_s: int = 0  # stream_join: the right side's withWatermark delay
     residual: bool = False  # stream_join: a predicate of both sides' values in the condition (a.v < b.v)
     right_filter: bool = False  # stream_join: the right side filtered (its rows differ from the left's)
+    over_aggregates: bool = False  # expressions over aggregates inside agg (from_query aggregation cases)
+    time_filter: bool = False  # a filter on the event time after withWatermark (from_query aggregation cases)
+    key_expressions: bool = False  # group keys Spark computes: an expression, a struct's field (from_query cases)
+    struct_keys: bool = False  # a deduplication's keys as one struct column (from_query cases)
+    union: bool = False  # the stream unioned with itself, each with its own withWatermark (from_query cases)
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,11 @@ class Case:
         shape += f" start {q.start_s}s" if q.start_s else ""
         after = q.above and q.operator != "processor"  # a processor case's flag gives it an initial state instead
         shape += (", count(*)" if q.count_star else "") + (", select+where after" if after else "")
+        shape += (", expressions over aggregates" if q.over_aggregates else "") + (
+            ", a filter on the event time" if q.time_filter else ""
+        )
+        shape += (", keys computed" if q.key_expressions else "") + (", keys in a struct" if q.struct_keys else "")
+        shape += ", a union of two watermarked streams" if q.union else ""
         shape += "" if q.watermark else ", no watermark"
         via = "from_query, " if s.from_query else ""
         return (

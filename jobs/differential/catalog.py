@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 RUNS, DIFFERS, REFUSED = "runs", "runs, with a difference", "refused"
 SOURCE_SCHEMA = "k string, k2 bigint, t bigint, v bigint, d decimal(10,2), s string, b boolean"
 W, T = "10 seconds", "event_time"
+LATER = "1970-01-01 00:00:05"  # a time the catalog's filters on the event time keep rows after
 ORDER_NOTE = (
     "misa takes the rows of a batch in the order Spark reads them; Spark aggregates with a sort where an aggregate's "
     "buffer is not fixed-width (a string, a decimal sum), which may reorder a key's rows, so its own first/last "
@@ -167,6 +168,32 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("op:dedup_within",),
     ),
     Entry(
+        "`withWatermark` + `dropDuplicates(cols)`, the event time not among them (renamed columns too)",
+        RUNS,
+        lambda r: watermarked(r).withColumnRenamed("k", "my k").dropDuplicates(["k2", "my k"]),
+        "append",
+        "rows at or before the watermark are dropped, as Spark's deduplication drops them by the event-time column of "
+        "its input (the one `withWatermark` marked, renamed or not); the keys are kept for good",
+        covered_by=("dedup:watermark elsewhere",),
+    ),
+    Entry(
+        "a struct column among a deduplication's columns (`dropDuplicates()`, `dropDuplicates(['st', ...])`)",
+        RUNS,
+        lambda r: events(r).withColumn("st", F.struct("k", "k2")).dropDuplicates(["st"]),
+        "append",
+        "keyed by each struct's null flag and its fields (nested structs too), which Spark's key compares the same",
+        covered_by=("struct keys:dedup", "struct keys:dedup_time", "struct keys:dedup_within"),
+    ),
+    Entry(
+        "a `union` of streams that each have `withWatermark`, then a window, session window or deduplication",
+        RUNS,
+        lambda r: watermarked(r).union(events(r).withWatermark(T, "20 seconds")).groupBy(F.window(T, W), "k").count(),
+        "append",
+        "one global watermark over the streams', as Spark keeps it: `spark.sql.streaming.multipleWatermarkPolicy` "
+        "(min: a stream without rows yet holds it at 0; or max), each stream's forgotten at a restart",
+        covered_by=tuple(f"union:{form}" for form in ("tumbling", "sliding", "session", "dedup", "dedup_within")),
+    ),
+    Entry(
         "`select` / `where` / `withColumn` after the stateful operation",
         RUNS,
         lambda r: (
@@ -175,9 +202,18 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("select/where after",),
     ),
     Entry(
-        "a filter on the event time between `withWatermark` and the stateful operation",
+        "a filter on the event time between `withWatermark` and `groupBy(window(...))` or `groupBy(cols)`",
+        RUNS,
+        lambda r: watermarked(r).where(F.col(T) > F.lit(LATER).cast("timestamp")).groupBy(F.window(T, W), "k").count(),
+        note="the rows it drops count for the watermark, as Spark's watermark node sees them before the filter (Spark "
+        "pushes the filter's other conjuncts below it)",
+        covered_by=("event-time filter:tumbling", "event-time filter:sliding", "event-time filter:global"),
+    ),
+    Entry(
+        "a filter on the event time between `withWatermark` and a session window or a deduplication",
         REFUSED,
-        lambda r: watermarked(r).where(F.col(T) > F.lit("1970-01-01").cast("timestamp")).groupBy("k").agg(F.sum("v")),
+        lambda r: watermarked(r).where(F.col(T) > F.lit(LATER).cast("timestamp")).dropDuplicatesWithinWatermark(["k"]),
+        "append",
         note="the same filter before `withWatermark` (Spark's watermark counts the rows such a filter drops)",
         refusal="it filters on the event-time column after withWatermark",
     ),
@@ -236,18 +272,37 @@ ENTRIES: tuple[Entry, ...] = (
         "arbitrary state",
     ),
     Entry(
-        "`groupBy(expression)`",
-        REFUSED,
-        lambda r: events(r).groupBy(F.col("k2") % 10).agg(F.sum("v")),
-        note="the expression as a column first: `.withColumn('g', ...).groupBy('g')`",
-        refusal="it groups by the expression",
+        "`groupBy(expression)` (`upper(s)`, `(k % 2).alias('p')`, a struct's field `st.a`), with a window or without",
+        RUNS,
+        lambda r: watermarked(r).groupBy(F.window(T, W), F.upper("s"), (F.col("k2") % 2).alias("p")).count(),
+        "append",
+        "Spark computes the key in misa's source, misa groups by its value",
+        covered_by=tuple(f"key expressions:{form}" for form in ("global", "tumbling", "sliding", "session")),
     ),
     Entry(
-        "an expression over aggregates inside `agg` (`agg(sum(v) * 2)`)",
+        "`groupBy(window, expression of the window)`",
         REFUSED,
-        lambda r: events(r).groupBy("k").agg((F.sum("v") * 2).alias("x")),
-        note="the aggregate alone in `agg`, the arithmetic in a `select` after it",
-        refusal="computes over aggregates",
+        lambda r: watermarked(r).groupBy(F.window(T, W), F.window(T, W)["end"]).count(),
+        "append",
+        "group by the window, and compute from it in a `select` after the aggregation",
+        "an expression of its window",
+    ),
+    Entry(
+        "a group or join key of type struct, decimal, array, map or binary; a deduplication's key of these but struct",
+        REFUSED,
+        lambda r: events(r).groupBy("d").agg(F.sum("v")),
+        note="keys of type integer, boolean, float, double, string, date or timestamp (a struct's fields)",
+        refusal="which misa does not key state by",
+    ),
+    Entry(
+        "an expression over aggregates inside `agg` (`agg(sum(v) * 2)`, `max(v) - min(v)`)",
+        RUNS,
+        lambda r: events(r).groupBy("k").agg((F.sum("v") * 2).alias("x"), F.max("v") - F.min("v")),
+        note="misa computes the aggregates, Spark the expression from them on each batch's output (its SQL read "
+        "from the plan, as Spark's aggregation computes its results)",
+        covered_by=tuple(
+            f"expressions over aggregates:{form}" for form in ("global", "tumbling", "sliding", "session")
+        ),
     ),
     # ------------------------------------------------------------------ functions
     Entry(
@@ -273,6 +328,22 @@ ENTRIES: tuple[Entry, ...] = (
         RUNS,
         lambda r: windowed(r, F.min("s"), F.max("b"), F.max("d"), F.min(T)),
         covered_by=("fn:min:string", "fn:max:boolean", "fn:max:decimal"),
+    ),
+    Entry(
+        "`stddev`, `stddev_samp`, `stddev_pop`, `variance`, `var_samp`, `var_pop` (sliding windows too)",
+        RUNS,
+        lambda r: windowed(r, F.stddev("v"), F.stddev_pop("v"), F.variance("d"), F.var_pop("v")),
+        note="Spark's central moments (count, mean and squared deviations over doubles), merged as Spark merges them: "
+        "equal up to floating-point rounding; the sample functions null for one row (Spark's default; "
+        "`spark.sql.legacy.statisticalAggregate=true` is refused)",
+        covered_by=(
+            "fn:stddev:bigint",
+            "fn:stddev_samp:decimal",
+            "fn:stddev_pop:double",
+            "fn:variance:sliding",
+            "fn:var_samp:session",
+            "fn:var_pop:global",
+        ),
     ),
     Entry(
         "`first(col)`, `last(col)`",
@@ -320,7 +391,7 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for relative error",
     ),
     Entry(
-        "functions of sliding windows other than sum, count, avg, min, max of numbers",
+        "functions of sliding windows other than sum, count, avg, min, max, stddev and variance of numbers",
         REFUSED,
         lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.first("s")),
         note="tumbling windows or no window",
@@ -334,9 +405,9 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`percentile_approx`, `stddev`, `max_by`, ...)",
+        "other aggregate functions (`percentile_approx`, `skewness`, `max_by`, ...)",
         REFUSED,
-        lambda r: windowed(r, F.stddev("v")),
+        lambda r: windowed(r, F.percentile_approx("v", 0.5)),
         note="the functions above",
         refusal="misa does not compute",
     ),

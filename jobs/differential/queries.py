@@ -35,6 +35,12 @@ SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set
 SPARK_FUNCTIONS |= {"approx_count_distinct": F.approx_count_distinct}
 SPARK_FUNCTIONS |= {"first_ignore_nulls": lambda c: F.first(c, ignorenulls=True)}
 SPARK_FUNCTIONS |= {"last_ignore_nulls": lambda c: F.last(c, ignorenulls=True)}
+MOMENT_FUNCTIONS = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop")
+SPARK_FUNCTIONS |= {f: getattr(F, f) for f in MOMENT_FUNCTIONS}
+# after withWatermark: Spark keeps the conjunct on the event time above its watermark node (the rows it drops count
+# for the watermark) and pushes the other below it
+TIME_FILTER = f"second({EVENT_TIME}) % 3 <> 0 AND (v IS NULL OR CAST(v AS STRING) <> '2')"
+NUMERIC_VALUES = ("bigint", "double", "decimal(12,2)")  # the value types the random cases draw stddev/variance of
 OBJECT_FUNCTIONS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
 OBJECT_FUNCTIONS += ("first_ignore_nulls", "last_ignore_nulls")
 ORDER_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls")
@@ -59,9 +65,11 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     if q.operator == "stream_join":
         return _stream_join(q, events)
     if q.operator.startswith("dedup"):
-        watermarked = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds")
+        if q.struct_keys:
+            events, keys = events.withColumn("ks", F.struct(*[F.col(k) for k in keys])), ["ks"]
+        watermarked = _watermarked(events, q)
         if q.operator == "dedup":
-            deduplicated = events.dropDuplicates(keys)
+            deduplicated = (watermarked if q.watermark else events).dropDuplicates(keys)
         elif q.operator == "dedup_time":
             deduplicated = watermarked.dropDuplicates([*keys, EVENT_TIME])
         else:
@@ -74,8 +82,14 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     aggregates = [SPARK_FUNCTIONS[f]("v").alias(f"{f}_v") for f in q.functions]
     if q.count_star:
         aggregates.append(F.count("*"))
+    if q.over_aggregates:
+        aggregates += _over_aggregates(q.value_type)
+    if q.watermark and (q.operator != "global" or q.time_filter):
+        events = _watermarked(events, q)
+    if q.time_filter:
+        events = events.where(TIME_FILTER)
     if q.operator == "global":
-        grouped = events.groupBy(*keys).agg(*aggregates)
+        grouped = events.groupBy(*_group_keys(q)).agg(*aggregates)
         return _above(grouped, q, [F.col(k) for k in keys]) if q.above else grouped
     if q.operator == "session":
         gap: str | Column = f"{q.window_s} seconds"
@@ -86,13 +100,38 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
         window = F.session_window(EVENT_TIME, gap)
     else:
         window = F.window(EVENT_TIME, f"{q.window_s} seconds", f"{q.slide_s} seconds", f"{q.start_s} seconds")
-    if q.watermark:
-        events = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds")
-    grouped = events.groupBy(window, *keys).agg(*aggregates)
+    grouped = events.groupBy(window, *_group_keys(q)).agg(*aggregates)
     if not q.above:
         return grouped
     window_column = "session_window" if q.operator == "session" else "window"
     return _above(grouped, q, [F.col(f"{window_column}.end").alias("ends"), *[F.col(k) for k in keys]])
+
+
+def _watermarked(events: DataFrame, query: Query) -> DataFrame:
+    """``events`` with withWatermark, or unioned with themselves, each with its own withWatermark (a second delay 5 s
+    longer: Spark's global watermark is the policy's choice of the two)."""
+    watermarked = events.withWatermark(EVENT_TIME, f"{query.delay_s} seconds")
+    if not query.union:
+        return watermarked
+    return watermarked.union(events.withWatermark(EVENT_TIME, f"{query.delay_s + 5} seconds"))
+
+
+def _group_keys(query: Query) -> list[Column]:
+    """The group keys, or with ``key_expressions`` the same names for keys Spark computes: the first an expression,
+    the second a struct's field."""
+    keys = [F.col(k) for k in query.keys]
+    if not query.key_expressions:
+        return keys
+    computed = [F.upper(keys[0].cast("string")), *(F.struct(k.alias("f"))["f"] for k in keys[1:])]
+    return [key.alias(name) for key, name in zip(computed, query.keys)]
+
+
+def _over_aggregates(value_type: str) -> list[Column]:
+    """Expressions over aggregates inside agg (Spark computes them from the aggregates' results)."""
+    v = F.col("v")
+    if value_type in ("string", "boolean"):
+        return [F.concat_ws("/", F.max(v).cast("string"), (F.count(v) * 2).cast("string")).alias("over_aggregates")]
+    return [(F.max(v) - F.min(v)).alias("spread"), (F.sum(v) / F.count("*")).alias("mean"), F.sum(v) * 2]
 
 
 def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame:
@@ -159,6 +198,9 @@ def random_query_case(seed: int) -> Case:
     if form in ("tumbling", "sliding", "session") and rng.random() < 0.15:  # Spark keeps every window
         modes = ("complete",) if form == "session" else ("update", "complete")
         query = replace(query, watermark=False, output_mode=rng.choice(modes))
+    if not dedup:
+        query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
+    query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -168,6 +210,35 @@ def random_query_case(seed: int) -> Case:
         from_query=True,
     )
     return Case(seed, query, settings, random_rounds(rng, query))
+
+
+def _with_later_forms(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random, the forms added since the first fuzz run: stddev and variance,
+    expressions over aggregates, a filter on the event time after withWatermark (drawn from their own ``rng``, so
+    every seed keeps its earlier form and rows)."""
+    moments = query.value_type in NUMERIC_VALUES and rng.random() < 0.3
+    functions = query.functions + (tuple(rng.sample(MOMENT_FUNCTIONS, rng.randint(1, 2))) if moments else ())
+    return replace(
+        query,
+        functions=functions,
+        over_aggregates=rng.random() < 0.2,
+        time_filter=query.operator in ("tumbling", "sliding", "global") and rng.random() < 0.2,
+    )
+
+
+def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
+    """A window or deduplication ``query`` with, at random, keys Spark computes (an expression, a struct), a
+    deduplication with withWatermark on a column not among its keys, and a union of two watermarked streams (drawn
+    from their own ``rng``, so every seed keeps its earlier form and rows)."""
+    dedup = query.operator.startswith("dedup")
+    watermark = rng.random() < 0.5 if query.operator == "dedup" else query.watermark
+    return replace(
+        query,
+        watermark=watermark,
+        key_expressions=not dedup and bool(query.keys) and rng.random() < 0.25,
+        struct_keys=dedup and rng.random() < 0.3,
+        union=query.operator != "global" and watermark and not query.time_filter and rng.random() < 0.2,
+    )
 
 
 def _random_join_case(rng: random.Random, seed: int) -> Case:
@@ -222,8 +293,15 @@ def case_tags(case: Case) -> set[str]:
     tags |= {"select/where after"} if q.above else set()
     tags |= {"per-row gap"} if q.dynamic_gap else set()
     tags |= {f"no watermark:{q.operator}"} if not q.watermark else set()
+    tags |= {"dedup:watermark elsewhere"} if q.operator == "dedup" and q.watermark else set()
+    tags |= {f"key expressions:{q.operator}"} if q.key_expressions else set()
+    tags |= {f"struct keys:{q.operator}"} if q.struct_keys else set()
+    tags |= {f"union:{q.operator}"} if q.union else set()
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
+        tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
+        tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
+        tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
     return tags
 
 

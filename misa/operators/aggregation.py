@@ -2,7 +2,7 @@
 
 :class:`Aggregation` covers windowed aggregation (tumbling or sliding event-time windows with a
 watermark, update or append output) and continuous (unwindowed) aggregation, with sum, count,
-avg, min and max over any integer or string group columns. Its semantics follow Spark's own
+avg, min, max, stddev and variance over any integer or string group columns. Its semantics follow Spark's own
 streaming aggregation, so that ``--mode native`` is an exact reference:
 
 * the watermark of batch v is ``max event time (ms) of batches < v - delay``; it starts at 0;
@@ -48,20 +48,23 @@ from misa.operators.base import (
     HintSource,
     KeyPartitioned,
     OperatorResult,
+    max_event_measures,
     micros,
+    observe_deltas,
     spark_interval,
 )
+from misa.operators.moments import MOMENT_FUNCTIONS, moment_partials, moment_results
 from misa.operators.object_aggs import OBJECT_FUNCTIONS, OBJECT_ORDERED, ObjectValues, is_object, object_partial
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import column_type, duration, event_time, key_columns, typed
 from misa.operators.sliding import PaneState, Windows
-from misa.operators.watermark import EventTimeWatermark
-from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
+from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
+from misa.state.codec import MOMENTS, AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
 from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, window_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
-AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", *OBJECT_FUNCTIONS)
+AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", *MOMENT_FUNCTIONS, *OBJECT_FUNCTIONS)
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
 OUTPUT_MODES = ("update", "append", "complete")
 NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
@@ -71,6 +74,7 @@ ORDERED = (*NUMBERS, T.DateType, T.TimestampType, T.TimestampNTZType)
 # count, first, last, collect_list, collect_set and approx_count_distinct take any type
 INPUT_TYPES = {"sum": (*NUMBERS, T.DecimalType), "avg": (*NUMBERS, T.DecimalType)}
 INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_ORDERED)}
+INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in MOMENT_FUNCTIONS}  # as doubles, as Spark casts them
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
 log = logging.getLogger(__name__)
@@ -81,8 +85,8 @@ LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding wind
 class Agg:
     """One output column: ``function`` of input ``column`` (count: ``"*"`` counts rows, Spark's ``count(*)``).
 
-    Functions: sum, count, avg, min, max, and (:mod:`misa.operators.object_aggs`) first, last, collect_list,
-    collect_set, approx_count_distinct."""
+    Functions: sum, count, avg, min, max, (:mod:`misa.operators.moments`) stddev_samp, stddev_pop, var_samp,
+    var_pop, and (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct."""
 
     name: str
     function: str
@@ -110,11 +114,16 @@ class Agg:
 
     def partials(self, index: int, dtype: T.DataType | None) -> list[Column]:
         """The delta columns of this aggregate (number ``index``) over a group of rows of input type ``dtype``:
-        ``_v{index}`` (vectorized) or ``_o{index}`` (and ``_r{index}``; :mod:`.object_aggs`), then ``_c{index}``."""
+        ``_v{index}`` (vectorized; central moments: the mean, and the m2 ``_m{index}``) or ``_o{index}`` (and
+        ``_r{index}``; :mod:`.object_aggs`), then ``_c{index}``."""
         if is_object(self.function, dtype):
             assert dtype is not None
             columns = object_partial(self.function, F.col(self.column), dtype)
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
+        elif self.function in MOMENT_FUNCTIONS:
+            named = [
+                c.alias(f"{prefix}{index}") for c, prefix in zip(moment_partials(F.col(self.column)), ("_v", "_m"))
+            ]
         else:
             named = [self.partial().alias(f"_v{index}")]
         return [*named, self.partial_count().alias(f"_c{index}")]
@@ -132,6 +141,8 @@ class Agg:
 
     def fold(self, value_type: pa.DataType) -> Fold:
         """How partial values of ``value_type`` (the Arrow type of :meth:`partial`) combine."""
+        if self.function in MOMENT_FUNCTIONS:
+            return Fold(self.name, MOMENTS, floating=True)
         op = self.function if self.function in ("min", "max") else "sum"
         return Fold(self.name, op, pa.types.is_floating(value_type))
 
@@ -187,18 +198,20 @@ class AggValues:
     @property
     def cells(self) -> list[str]:
         """The kind of each aggregate's value cell, stored with each version."""
-        return ["float64" if f.floating else "int64" for f in self.states.folds]
+        return [MOMENTS if f.op == MOMENTS else "float64" if f.floating else "int64" for f in self.states.folds]
 
     def delta_states(self, deltas: pa.Table) -> np.ndarray:
-        """The deltas' states: per aggregate its partial value (null: the identity) and count."""
+        """The deltas' states: per aggregate its partial value (null: the identity) and count (and m2)."""
         columns = []
         for i, fold, t in zip(self.indexes, self.states.folds, self.types):
             value = deltas[f"_v{i}"].combine_chunks()
             if fold.floating:
-                cells = value.cast(pa.float64()).fill_null(fold.identity).to_numpy().view(np.int64)
+                cells = _float_cells(value, fold.identity)
             else:
                 cells = value.view(_integers(t)).cast(pa.int64()).fill_null(fold.identity).to_numpy()
             columns += [cells, deltas[f"_c{i}"].to_numpy().astype(np.int64)]
+            if fold.op == MOMENTS:
+                columns.append(_float_cells(deltas[f"_m{i}"].combine_chunks(), 0.0))
         return np.column_stack(columns) if columns else self.states.identity(deltas.num_rows)
 
     def columns(self, states: np.ndarray, objects: list[list[Any]]) -> dict[str, pa.Array]:
@@ -206,14 +219,21 @@ class AggValues:
         out = self.objects.columns(objects) if self.objects else {}
         for i, (agg, t) in enumerate(zip(self.aggs, self.types)):
             value, count = self.states.value(states, i), self.states.count(states, i)
+            empty = None if agg.function == "count" else count == 0
             if agg.function == "avg":
                 value = value / np.maximum(count, 1)
-            empty = None if agg.function == "count" else count == 0
+            elif agg.function in MOMENT_FUNCTIONS:
+                value, empty = moment_results(agg.function, count, self.states.m2(states, i))
             if pa.types.is_floating(t):
                 out[agg.name] = pa.array(value, mask=empty).cast(t)
             else:
                 out[agg.name] = pa.array(value, mask=empty).cast(_integers(t)).view(t)
         return {name: out[name] for name in self.names}
+
+
+def _float_cells(values: pa.Array, identity: float) -> np.ndarray:
+    """Float partial values as state cells (their float64 bits; null: ``identity``)."""
+    return values.cast(pa.float64()).fill_null(identity).to_numpy().view(np.int64)
 
 
 def _integers(t: pa.DataType) -> pa.DataType:
@@ -234,7 +254,9 @@ class Aggregation(HintSource, KeyPartitioned):
     output_mode: str = "update"  # update, append or complete (every group's row, each batch)
     start_time: str | None = None  # Spark's window startTime: windows start at it plus multiples of slide
     collect_max_items: int = 10_000  # collect_list / collect_set: items per group (more fails the batch)
-    watermark: EventTimeWatermark = field(init=False)
+    watermark_inputs: WatermarkInputs | None = None  # a union of watermarked streams: Spark's global watermark
+    where: str | None = None  # Spark's filter on the event time after withWatermark (SQL; see deltas)
+    watermark: EventTimeWatermark | InputsWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _panes: PaneState | None = field(default=None, init=False, repr=False)  # sliding windows only
     _ansi: bool = field(default=False, init=False, repr=False)  # the session's, read by deltas()
@@ -246,6 +268,8 @@ class Aggregation(HintSource, KeyPartitioned):
             raise ValueError(f"output mode {self.output_mode!r}: use one of {', '.join(OUTPUT_MODES)}")
         if self.window and not self.event_time:
             raise ValueError("a windowed aggregation needs event_time (a timestamp column)")
+        if self.where and not self.window:
+            raise ValueError("where: a filter on the event time needs windows (without, no watermark is kept)")
         if self.output_mode == "append" and not self.window:
             raise ValueError("append output needs windows with a watermark (rows must be final when emitted)")
         if self.output_mode == "append" and self.watermark_delay is None:
@@ -270,14 +294,17 @@ class Aggregation(HintSource, KeyPartitioned):
         if clashes:
             raise ValueError(f"aggregation: output column names {clashes} clash; rename aggregates or group columns")
         self.delay_ms = int(parse_seconds(self.watermark_delay or "0s") * 1000)
-        self.watermark = EventTimeWatermark(self.delay_ms)
+        self.watermark = (
+            self.watermark_inputs.watermark() if self.watermark_inputs else EventTimeWatermark(self.delay_ms)
+        )
         size, slide = micros(self.window), micros(self.slide)
         self._start_us = (micros(self.start_time) or 0) % (slide or size or 1)
         if size and slide and slide != size:
             if not 0 < slide < size:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
             windows = PaneWindows(size, slide, self._start_us)
-            self._panes = PaneState(windows, len(self.aggs), append=self.output_mode == "append")
+            cells = sum(a.fold(pa.float64()).cells for a in self.aggs)  # a fold's cells do not depend on the type
+            self._panes = PaneState(windows, cells, append=self.output_mode == "append")
 
     # ------------------------------------------------------------------ at start
     def signature(self, schema: T.StructType) -> dict[str, Any]:
@@ -294,7 +321,7 @@ class Aggregation(HintSource, KeyPartitioned):
             aggregations.append(f"{agg.name}={agg.function}({typed(agg.column, dtype)})")
         if self.event_time:
             event_time(schema, self.event_time, f"the aggregation's event_time {self.event_time!r}")
-        return {
+        signature = {
             "operator": "Aggregation",
             "group_columns": key_columns(schema, self.group_by, f"the aggregation's group_by {list(self.group_by)}"),
             "aggregations": aggregations,
@@ -305,20 +332,34 @@ class Aggregation(HintSource, KeyPartitioned):
             "state_layout": self._layout,
             "key_space": KEY_SPACE_VERSION,
         } | ({"start_time": duration(self.start_time)} if self._start_us else {})
+        return signature | inputs_signature(self.watermark_inputs)
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame, group_by: Sequence[str] | None = None) -> DataFrame:
         """Per (window or pane, group) partial aggregates of the batch (columns: :class:`AggValues`).
 
         ``group_by``: other group columns than the aggregation's (a lookup aggregation's key). The input
-        types are checked first, and the batch's session tells whether ANSI mode is on.
+        types are checked first, and the batch's session tells whether ANSI mode is on. With ``where``, the
+        aggregates are of the rows it keeps, and one more row, of no rows (``ROWS`` 0), carries the whole batch's
+        latest event time: the rows the filter drops count for the watermark, as Spark's watermark node sees them
+        before its filter.
         """
+        if self.where is None:
+            return self._deltas(batch, group_by)
+        assert self.event_time is not None
+        latest = batch.agg(
+            F.lit(0).cast("bigint").alias(ROWS), *max_event_measures(self.event_time, self.watermark_inputs)
+        )
+        return self._deltas(batch.where(self.where), group_by).unionByName(latest, allowMissingColumns=True)
+
+    def _deltas(self, batch: DataFrame, group_by: Sequence[str] | None) -> DataFrame:
+        """The partial aggregates of ``batch``'s rows (:meth:`deltas`)."""
         group_by = list(self.group_by if group_by is None else group_by)
         self._check_inputs(batch.schema)
         self._ansi = str(batch.sparkSession.conf.get("spark.sql.ansi.enabled")).lower() == "true"
         measures = [F.count(F.lit(1)).alias(ROWS)]
         if self.event_time:
-            measures.append(F.max(F.unix_micros(F.col(self.event_time))).alias(MAX_EVENT))
+            measures += max_event_measures(self.event_time, self.watermark_inputs)
         types = {f.name: f.dataType for f in batch.schema.fields}
         for i, agg in enumerate(self.aggs):
             measures += agg.partials(i, types.get(agg.column))
@@ -348,7 +389,8 @@ class Aggregation(HintSource, KeyPartitioned):
                     raise UnsupportedQueryError(
                         f"[MISA_UNSUPPORTED_QUERY] aggregate {agg.name} ({agg.function} of "
                         f"{types[agg.column].simpleString()}) over sliding windows is not in misa yet: use it over "
-                        "tumbling windows or without a window, or sum/count/avg/min/max of numbers over sliding windows"
+                        "tumbling windows or without a window, or sum/count/avg/min/max/stddev/variance of numbers "
+                        "over sliding windows"
                     )
 
     # ------------------------------------------------------------------ driver side
@@ -361,7 +403,9 @@ class Aggregation(HintSource, KeyPartitioned):
         if not self._bounded:
             late = evict = NO_WATERMARK
         if deltas.num_rows and self.event_time:
-            self.watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
+            observe_deltas(self.watermark, self.watermark_inputs, deltas)
+        if self.where is not None:  # without the row of the batch's latest event time (deltas)
+            deltas = deltas.filter(pc.greater(deltas[ROWS], 0))
         if self._panes is not None:
             self._apply_panes(self._panes, deltas, state, result, values, late)
         else:
@@ -388,15 +432,20 @@ class Aggregation(HintSource, KeyPartitioned):
         """A group's windows and panes live with the group: its columns pick the partition."""
         return [deltas[c] for c in self.group_by]
 
-    def event_watermark(self) -> EventTimeWatermark | None:
+    def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         return self.watermark if self.event_time else None
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the trigger finds no new input: evict (and in append mode emit)
-        the windows the batches so far closed."""
-        if self._last_schema is None or not self.window or not self._bounded:
+        the windows the batches so far closed. Without windows and group columns (a watermark elsewhere in the
+        query), Spark's aggregation of no rows still gives its one group, and update output emits it."""
+        if self._last_schema is None:
             return OperatorResult(pa.table({}))
         values = self._values(self._last_schema)
+        if not self.window and not self.group_by:
+            return OperatorResult(self._rows(state.scan(b"", PANE_RECORD), values))
+        if not self.window or not self._bounded:
+            return OperatorResult(pa.table({}))
         result = OperatorResult(self._empty_output(self._last_schema, values))
         previous = self.watermark.at_us
         advanced = self.watermark.advance()

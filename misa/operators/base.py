@@ -60,16 +60,19 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.watermark import EventTimeWatermark, InputsWatermark
+from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
 ROWS, MAX_EVENT, WINDOW_START, WINDOW_END = "_rows", "_max_event_us", "_window_start_us", "_window_end_us"
 PANE_END = "_pane_end_us"  # sliding windows: the end of the delta's pane
+INPUT_MAX_EVENT = "_max_event_us_{}"  # a union's (WatermarkInputs): the latest event time of an input's rows
 
 
 def micros(duration: str | None) -> int | None:
@@ -80,6 +83,31 @@ def micros(duration: str | None) -> int | None:
 def spark_interval(duration: str) -> str:
     """A duration misa accepts ("30 seconds", "10s", "1.5 min") as an interval Spark's ``window`` parses."""
     return f"{micros(duration)} microseconds"
+
+
+def max_event_measures(event_time: str, inputs: WatermarkInputs | None) -> list[Column]:
+    """The delta columns of a group of rows' latest event time (µs): :data:`MAX_EVENT`, and each watermarked input's
+    (:data:`INPUT_MAX_EVENT`) when the stream is a union of several (``inputs``)."""
+    time = F.unix_micros(F.col(event_time))
+    measures = [F.max(time).alias(MAX_EVENT)]
+    if inputs is not None:
+        input_of_row = F.col(inputs.column)
+        measures += [
+            F.max(F.when(input_of_row == i, time)).alias(INPUT_MAX_EVENT.format(i)) for i in inputs.watermarked
+        ]
+    return measures
+
+
+def observe_deltas(
+    watermark: EventTimeWatermark | InputsWatermark, inputs: WatermarkInputs | None, deltas: pa.Table
+) -> None:
+    """The watermark takes the batch's latest event times from deltas with :func:`max_event_measures`' columns."""
+    if inputs is None:
+        assert isinstance(watermark, EventTimeWatermark)
+        watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
+    else:
+        assert isinstance(watermark, InputsWatermark)
+        inputs.observe(watermark, {i: pc.max(deltas[INPUT_MAX_EVENT.format(i)]).as_py() for i in inputs.watermarked})
 
 
 @dataclass

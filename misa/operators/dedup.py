@@ -4,6 +4,10 @@ Each batch's rows come to the driver in the order Spark reads them; the first ro
 has not seen is emitted (the whole row) and its key remembered:
 
 * **without a watermark** (``event_time=None``) every key is kept forever, as Spark keeps it;
+* **with a watermark on a column not among the keys** (``dropDuplicates(cols)`` over a stream with
+  ``withWatermark``; ``event_time_key=False``) a row whose event time is at or before the late-events watermark
+  is late (dropped and counted), as Spark's deduplication judges every row by the event-time column of its
+  input; keys are kept forever;
 * **with the event time among the keys** (``dropDuplicates([..., event_time])`` after ``withWatermark``) a
   row whose event time is at or before the late-events watermark is late (dropped and counted), and a key
   is forgotten once its event time is at or before the eviction watermark; keys are stored behind their
@@ -31,7 +35,7 @@ from misa.config import parse_seconds
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns
-from misa.operators.watermark import EventTimeWatermark
+from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, window_prefix
 from misa.state.view import StateView
@@ -43,13 +47,16 @@ SEEN = b"\x01"
 
 @dataclass
 class Deduplicate(HintSource, KeyPartitioned):
-    """Drops rows whose ``columns`` (and ``event_time``, unless ``within_watermark``) were seen before."""
+    """Drops rows whose ``columns`` (and ``event_time``, if ``event_time_key`` and not ``within_watermark``) were
+    seen before."""
 
     columns: Sequence[str]
     event_time: str | None = None  # a timestamp column withWatermark marked
     watermark_delay: str | None = None  # Spark's withWatermark delay; required with event_time
     within_watermark: bool = False
-    watermark: EventTimeWatermark = field(init=False)
+    event_time_key: bool = True  # False: the event time only drops late rows (it is not one of the keys)
+    watermark_inputs: WatermarkInputs | None = None  # a union of watermarked streams: Spark's global watermark
+    watermark: EventTimeWatermark | InputsWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _schema: pa.Schema | None = field(default=None, init=False, repr=False)
 
@@ -59,21 +66,28 @@ class Deduplicate(HintSource, KeyPartitioned):
         if self.within_watermark and not self.event_time:
             raise ValueError("dropDuplicatesWithinWatermark needs event_time, the column withWatermark marked")
         self.delay_us = int(parse_seconds(self.watermark_delay or "0s") * 1_000_000)
-        self.watermark = EventTimeWatermark(self.delay_us // 1000)
+        inputs = self.watermark_inputs
+        self.watermark = inputs.watermark() if inputs else EventTimeWatermark(self.delay_us // 1000)
+
+    @property
+    def _by_time(self) -> bool:
+        """Whether the event time is one of the keys (keys are stored behind it and evicted by it)."""
+        return bool(self.event_time) and self.event_time_key and not self.within_watermark
 
     # ------------------------------------------------------------------ at start
     def signature(self, schema: T.StructType) -> dict[str, Any]:
         """Resolve the key columns (and the event time) against the input's schema."""
         if self.event_time:
             event_time(schema, self.event_time, f"the deduplication's event_time {self.event_time!r}")
+        keeps_time = self._by_time or self.within_watermark  # the state's keys and expiries depend on the event time
         return {
             "operator": "Deduplicate",
             "key_columns": key_columns(schema, self.columns, f"the deduplication's columns {list(self.columns)}"),
-            "event_time": self.event_time,
+            "event_time": self.event_time if keeps_time else None,
             "within_watermark": self.within_watermark,
-            "lateness": self.watermark_delay,
+            "lateness": self.watermark_delay if keeps_time else None,
             "key_space": KEY_SPACE_VERSION,
-        }
+        } | inputs_signature(self.watermark_inputs)
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:
@@ -88,8 +102,7 @@ class Deduplicate(HintSource, KeyPartitioned):
         late, evict = self.watermark.begin_batch()
         times = self._event_us(deltas)
         if self.event_time and deltas.num_rows:
-            present = times[times != NO_EVENT_TIME]
-            self.watermark.observe(int(present.max()) if len(present) else None)
+            self._observe(deltas, times)
             on_time = times > late
             result.late_rows = int((~on_time).sum())
             deltas, times = deltas.filter(pa.array(on_time)), times[on_time]
@@ -121,21 +134,34 @@ class Deduplicate(HintSource, KeyPartitioned):
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         return [deltas[c] for c in self.columns]
 
+    def _observe(self, rows: pa.Table, times: np.ndarray) -> None:
+        """The watermark takes the batch's latest event time (each input's, for a union of watermarked inputs)."""
+        present = times != NO_EVENT_TIME
+        if self.watermark_inputs is None:
+            assert isinstance(self.watermark, EventTimeWatermark)
+            self.watermark.observe(int(times[present].max()) if present.any() else None)
+            return
+        assert isinstance(self.watermark, InputsWatermark)
+        inputs = rows[self.watermark_inputs.column].to_numpy(zero_copy_only=False)
+        maxima = {}
+        for index in self.watermark_inputs.watermarked:
+            mine = present & (inputs == index)
+            maxima[index] = int(times[mine].max()) if mine.any() else None
+        self.watermark_inputs.observe(self.watermark, maxima)
+
     # ------------------------------------------------------------------ prefetch hints
     def hint_spec(self) -> HintSpec:
         """The key columns (and the event time, when it is part of the key)."""
-        by_time = bool(self.event_time) and not self.within_watermark
-        return HintSpec((*self.columns, *([self.event_time] if by_time else [])), self.event_time)
+        return HintSpec((*self.columns, *([self.event_time] if self._by_time else [])), self.event_time)
 
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """The keys the batch will look up: the key columns, behind the event time when it is one of the keys."""
-        by_time = bool(self.event_time) and not self.within_watermark
-        return group_hint_keys(hints, self.columns, [b""], self._event_us(hints) if by_time else None)
+        return group_hint_keys(hints, self.columns, [b""], self._event_us(hints) if self._by_time else None)
 
     def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         return [hints[c] for c in self.columns]
 
-    def event_watermark(self) -> EventTimeWatermark | None:
+    def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         return self.watermark if self.event_time else None
 
     def _event_us(self, rows: pa.Table) -> np.ndarray:
@@ -147,11 +173,10 @@ class Deduplicate(HintSource, KeyPartitioned):
     def _keys(self, rows: pa.Table, times: np.ndarray) -> list[bytes]:
         """Per row, its key: the key columns, behind the event time when it is one of the keys."""
         rows = normalize_float_keys(rows.select(list(self.columns)), self.columns)
-        by_time = bool(self.event_time) and not self.within_watermark
         if self._codec is None:
-            self._codec = KeyCodec([rows.schema.field(c) for c in self.columns], windowed=by_time)
+            self._codec = KeyCodec([rows.schema.field(c) for c in self.columns], windowed=self._by_time)
         columns = [rows[c].combine_chunks() for c in self.columns]
-        return self._codec.encode(times if by_time else None, columns, rows.num_rows)
+        return self._codec.encode(times if self._by_time else None, columns, rows.num_rows)
 
     def _expiries(self, times: np.ndarray) -> np.ndarray:
         """When keys first seen at ``times`` expire: the event time plus the delay (no event time: never)."""
@@ -159,7 +184,7 @@ class Deduplicate(HintSource, KeyPartitioned):
 
     def _evict(self, state: StateView, previous: int, watermark: int) -> None:
         """Forget the keys expired as the eviction watermark moved from ``previous`` to ``watermark``."""
-        if not self.event_time or watermark <= previous:
+        if not (self._by_time or self.within_watermark) or watermark <= previous:
             return
         if not self.within_watermark:
             state.delete_range(window_prefix(0), window_prefix(watermark + 1))

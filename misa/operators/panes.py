@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from misa.state.codec import AGG_CELLS, AggStates
+from misa.state.codec import AggStates
 from misa.state.keys import PANE_RECORD, PANE_TIMER, joined, window_prefix
 from misa.state.record_codec import exclusive_cumsum, index_ranges
 
@@ -154,8 +154,8 @@ class Panes:
 class PaneRecords:
     """Encodes and decodes pane records: an int64 timer, then rows of (pane end, aggregate state cells)."""
 
-    def __init__(self, aggregates: int):
-        self.cells = aggregates * AGG_CELLS
+    def __init__(self, cells: int):
+        self.cells = cells
         self.row = np.dtype([("end", "<i8"), ("state", "<i8", (self.cells,))])
 
     def decode(self, values: Sequence[bytes | None]) -> tuple[np.ndarray, Panes]:

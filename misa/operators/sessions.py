@@ -33,10 +33,10 @@ from pyspark.sql import types as T
 from misa.config import parse_seconds
 from misa.exceptions import AnalysisError
 from misa.operators.aggregation import NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValues
-from misa.operators.base import MAX_EVENT, ROWS, HintSource, KeyPartitioned, OperatorResult
+from misa.operators.base import ROWS, HintSource, KeyPartitioned, OperatorResult, max_event_measures, observe_deltas
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import column_type, event_time, key_columns, typed
-from misa.operators.watermark import EventTimeWatermark
+from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import KEY_SPACE_VERSION, SESSION_RECORD, SESSION_TIMER, joined, prefixed, window_prefix
 from misa.state.view import StateView
@@ -66,7 +66,8 @@ class SessionAggregation(HintSource, KeyPartitioned):
     watermark_delay: str | None = "0s"  # None: no watermark (complete output only)
     output_mode: str = "append"
     collect_max_items: int = 10_000
-    watermark: EventTimeWatermark = field(init=False)
+    watermark_inputs: WatermarkInputs | None = None  # a union of watermarked streams: Spark's global watermark
+    watermark: EventTimeWatermark | InputsWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _ansi: bool = field(default=False, init=False, repr=False)
     _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)
@@ -78,7 +79,8 @@ class SessionAggregation(HintSource, KeyPartitioned):
             )
         if self.output_mode == "append" and self.watermark_delay is None:
             raise ValueError("append output of session windows needs watermark_delay (Spark's withWatermark)")
-        self.watermark = EventTimeWatermark(int(parse_seconds(self.watermark_delay or "0s") * 1000))
+        delay_ms = int(parse_seconds(self.watermark_delay or "0s") * 1000)
+        self.watermark = self.watermark_inputs.watermark() if self.watermark_inputs else EventTimeWatermark(delay_ms)
 
     @property
     def _evicts(self) -> bool:
@@ -109,14 +111,14 @@ class SessionAggregation(HintSource, KeyPartitioned):
             "lateness": self.watermark_delay,
             "output_mode": self.output_mode,
             "key_space": KEY_SPACE_VERSION,
-        }
+        } | inputs_signature(self.watermark_inputs)
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:
         """Partial aggregates per (group, row session) of the batch."""
         self._ansi = str(batch.sparkSession.conf.get("spark.sql.ansi.enabled")).lower() == "true"
         types = {f.name: f.dataType for f in batch.schema.fields}
-        measures = [F.count(F.lit(1)).alias(ROWS), F.max(F.unix_micros(F.col(self.event_time))).alias(MAX_EVENT)]
+        measures = [F.count(F.lit(1)).alias(ROWS), *max_event_measures(self.event_time, self.watermark_inputs)]
         for i, agg in enumerate(self.aggs):
             measures += agg.partials(i, types.get(agg.column))
         session = F.col(self.session)
@@ -137,7 +139,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
         if not self._evicts:
             evict = late
         if deltas.num_rows:
-            self.watermark.observe(pc.max(deltas[MAX_EVENT]).as_py())
+            observe_deltas(self.watermark, self.watermark_inputs, deltas)
             on_time = pc.greater(deltas[END], late)
             result.late_rows = int(pc.sum(pc.filter(deltas[ROWS], pc.invert(on_time))).as_py() or 0)
             deltas = deltas.filter(on_time)
@@ -167,7 +169,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
     def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
         return [deltas[c] for c in self.group_by]
 
-    def event_watermark(self) -> EventTimeWatermark | None:
+    def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         return self.watermark
 
     def hint_spec(self) -> HintSpec:

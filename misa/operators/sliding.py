@@ -41,11 +41,12 @@ class Windows:
 
 
 class PaneState:
-    """The pane records and timers of one sliding aggregation (``append``: emit windows when they close)."""
+    """The pane records and timers of one sliding aggregation (its aggregates' state ``cells``; ``append``: emit
+    windows when they close)."""
 
-    def __init__(self, windows: PaneWindows, aggregates: int, append: bool):
+    def __init__(self, windows: PaneWindows, cells: int, append: bool):
         self.windows = windows
-        self.records = PaneRecords(aggregates)
+        self.records = PaneRecords(cells)
         self.append = append
 
     def merge(

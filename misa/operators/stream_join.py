@@ -11,7 +11,8 @@ gives the same rows. What this operator does is Spark's ``StreamingSymmetricHash
   dropped and counted in ``dropped_rows``;
 * each side with an event-time column (the one its ``withWatermark`` marked) drops rows at or before the
   late-events watermark (``late_rows``); the global watermark is the minimum of the sides' (Spark's default
-  policy, :class:`~misa.operators.watermark.InputsWatermark`), a row without event time counting as 0 there;
+  policy, :class:`~misa.operators.watermark.InputsWatermark`; a side without rows yet counts as 0, as in Spark),
+  a row without event time counting as 0 there;
 * the batch's left rows join the right rows stored by earlier batches, then are stored; its right rows join
   the stored left rows (this batch's too), then are stored: each matching pair is output once, in the batch
   of the later of its two rows, whatever the order of arrival;
@@ -82,7 +83,8 @@ class StreamJoin(HintSource, KeyPartitioned):
             raise ValueError("a stream-stream join needs an equality of the two sides (Spark's too)")
         if self.policy not in ("min", "max"):
             raise ValueError(f"spark.sql.streaming.multipleWatermarkPolicy {self.policy!r}: min or max")
-        self.watermark = InputsWatermark((self.left.delay_ms, self.right.delay_ms), self.policy)
+        delays = tuple(side.delay_ms if side.event_time is not None else None for side in (self.left, self.right))
+        self.watermark = InputsWatermark(delays, self.policy)  # a side without withWatermark never counts
 
     @property
     def key_columns(self) -> list[str]:

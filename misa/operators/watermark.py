@@ -79,16 +79,17 @@ class EventTimeWatermark:
 
 @dataclass
 class InputsWatermark:
-    """Spark's global watermark of a query with several ``withWatermark`` inputs (a stream-stream join's sides).
+    """Spark's global watermark of a query with several ``withWatermark`` inputs (a stream-stream join's sides, a
+    union's streams).
 
     Each input's watermark is its latest event time (ms) minus its delay, kept in memory only, as Spark's
-    ``WatermarkTracker`` keeps it; the global one is their minimum (``spark.sql.streaming.multipleWatermarkPolicy
-    =min``, the default) or maximum, over the inputs that have seen rows, and never goes back. A restart starts
-    each input's again from the next batch's rows, from the global watermark the last batch left for the next
-    one (Spark's commit log keeps it). ``at_us`` and the two watermarks of a batch are as in
+    ``WatermarkTracker`` keeps it, and 0 while the input has had no rows; the global one is their minimum
+    (``spark.sql.streaming.multipleWatermarkPolicy=min``, the default: it waits for every input) or maximum, and
+    never goes back. A restart starts each input's again from no rows, from the global watermark the last batch
+    left for the next one (Spark's commit log keeps it). ``at_us`` and the two watermarks of a batch are as in
     :class:`EventTimeWatermark`."""
 
-    delays_ms: tuple[int, ...]
+    delays_ms: tuple[int | None, ...]  # per input; None: an input without withWatermark, which never counts
     policy: str = "min"
     at_us: int = 0
     max_event_us: dict[int, int] = field(default_factory=dict)  # per input, since the query (re)started
@@ -122,9 +123,23 @@ class InputsWatermark:
         """Whether the next batch's eviction watermark is ahead of :attr:`at_us`."""
         return self._next() > self.at_us
 
-    def _next(self) -> int:
-        marks = [(latest // 1000 - self.delays_ms[i]) * 1000 for i, latest in self.max_event_us.items()]
-        chosen = (min(marks) if self.policy == "min" else max(marks)) if marks else self.restored_next_us
+    def after(self, event_us: int | None) -> int | None:
+        """The watermark once every input saw events up to ``event_us`` too, or None if it would not move (an estimate
+        for prefetch hints, whose rows are not told apart by input)."""
+        latest = dict(self.max_event_us)
+        if event_us is not None:
+            latest = {i: max(event_us, latest.get(i, event_us)) for i in range(len(self.delays_ms))}
+        candidate = self._next(latest)
+        return candidate if candidate > self.at_us else None
+
+    def _next(self, max_event_us: dict[int, int] | None = None) -> int:
+        latest = self.max_event_us if max_event_us is None else max_event_us
+        marks = [
+            (latest[i] // 1000 - delay) * 1000 if i in latest else 0
+            for i, delay in enumerate(self.delays_ms)
+            if delay is not None
+        ]
+        chosen = (min(marks) if self.policy == "min" else max(marks)) if marks else 0
         return max(chosen, self.restored_next_us)
 
     def metadata(self) -> dict[str, Any]:
@@ -134,3 +149,35 @@ class InputsWatermark:
         self.at_us = int(metadata.get("watermark_us", 0))
         self.restored_next_us = int(metadata.get("next_watermark_us", self.at_us))
         self.max_event_us = {}
+
+
+@dataclass(frozen=True)
+class WatermarkInputs:
+    """A stream that is a union of inputs with a ``withWatermark`` each: Spark keeps one global watermark over them
+    (:class:`InputsWatermark`). ``column`` holds each row's input (0, 1, ...); ``delays_ms`` each input's delay,
+    None for an input without ``withWatermark`` (its rows do not move the watermark)."""
+
+    column: str
+    delays_ms: tuple[int | None, ...]
+    policy: str = "min"  # spark.sql.streaming.multipleWatermarkPolicy
+
+    @property
+    def watermarked(self) -> list[int]:
+        """The inputs with a withWatermark."""
+        return [i for i, delay in enumerate(self.delays_ms) if delay is not None]
+
+    def watermark(self) -> InputsWatermark:
+        return InputsWatermark(self.delays_ms, self.policy)
+
+    def observe(self, watermark: InputsWatermark, maxima: dict[int, int | None]) -> None:
+        """Take the batch's latest event time (us) of each watermarked input that had rows with one (None: none)."""
+        for index, latest in maxima.items():
+            if latest is not None:
+                watermark.observe_input(index, int(latest))
+
+
+def inputs_signature(inputs: WatermarkInputs | None) -> dict[str, Any]:
+    """An operator's signature entry for a union's watermarked inputs (none for one stream): their delays."""
+    if inputs is None:
+        return {}
+    return {"watermark_inputs": [f"{delay}ms" if delay is not None else "none" for delay in inputs.delays_ms]}

@@ -183,8 +183,8 @@ def _source_rows(spark: SparkSession, translation: Translation) -> DataFrame:
     rows = dataframe_of(spark, translation.source)
     for condition in translation.conditions:
         rows = rows.where(condition)
-    for name, sql in translation.extra_columns:
-        rows = rows.withColumn(name, F.expr(sql))
+    for name, column in translation.extra_columns:
+        rows = rows.withColumn(name, F.expr(column) if isinstance(column, str) else column)
     return rows
 
 

@@ -13,6 +13,7 @@ from functools import reduce
 from pyspark.sql import Column
 
 from misa.operators.stream_join import JoinSide, StreamJoin
+from misa.query.group_keys import check_key_type
 from misa.query.plan import Attr, Expr, PlanNode, column_of, state_offset_ms
 from misa.query.translation import (
     JoinInput,
@@ -49,6 +50,8 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
             keys.append(pair)
     if not keys:
         raise refused(node, "its condition has no equality of a left and a right column", "a.k = b.k AND ...")
+    for left_key, _ in keys:
+        check_key_type(node, left_key.sql, left_key.dtype)
     names = [[f"{p}{i}" for i in range(len(n.output))] for p, n in zip("lr", node.children)]
     renames = {a.expr_id: name for n, ns in zip(node.children, names) for a, name in zip(n.output, ns)}
     marked = [_event_time_of(node, side) for side in node.children]

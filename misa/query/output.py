@@ -1,8 +1,9 @@
 """misa's output of a batch in the shape of Spark's stateful node, then what the query does above it.
 
 The operator's rows become the node's columns in Spark's order and types (a window as Spark's
-``struct<start, end>``); the projections and filters above the node (``select``, ``where``, ``withColumn``
-after the aggregation) run on them in Spark, as SQL read from the analyzed plan, and the sink gets the result.
+``struct<start, end>``; an aggregation's outputs that compute over its aggregates by the translation's
+projection); the projections and filters above the node (``select``, ``where``, ``withColumn`` after the
+aggregation) run on them in Spark, as SQL read from the analyzed plan, and the sink gets the result.
 """
 
 from __future__ import annotations
@@ -30,15 +31,20 @@ class QueryOutput:
         self.names = [a.name for a in node.output]  # a join's two sides may share names: misa's rows have its own
         own = [c.name for c in translation.output] if translation.join_inputs else self.names
         self.schema = T.StructType([T.StructField(name, a.dtype) for name, a in zip(own, node.output)])
+        self.steps: list[tuple[str, list[str | Column]]] = translation.above
+        if translation.projection is not None:  # the operator's columns, then the node's computed from them
+            self.schema = translation.projection.columns
+            self.steps = [("select", [*translation.projection.select]), *translation.above]
         self.arrow_schema = to_arrow_schema(self.schema, timezone="UTC", prefers_large_types=False)
         self.sink = sink
         self.check()
 
     def check(self) -> None:
         """Apply the steps above the stateful node to an empty batch: a step Spark cannot run again from its SQL
-        fails here, at start, naming the step."""
-        rows = self._rows(self.spark.createDataFrame([], self.schema))
-        for kind, texts in self.translation.above:
+        (or a projection that does not give the node's types) fails here, at start, naming the step."""
+        empty = self._rows(self.spark.createDataFrame([], self.schema))
+        rows = empty
+        for kind, texts in self.steps:
             try:
                 rows = _step(rows, kind, texts)
             except Exception as error:  # noqa: BLE001 - any failure is the step's, reported with it
@@ -47,6 +53,14 @@ class QueryOutput:
                     f"on its output ({type(error).__name__}: {str(error).splitlines()[0]}). Write instead: the "
                     "step with built-in functions of the columns, or run it in your sink."
                 ) from error
+        projection = self.translation.projection
+        types = [a.dtype for a in self.node.output]
+        if projection is not None and [f.dataType for f in _step(empty, "select", projection.select).schema] != types:
+            raise UnsupportedQueryError(
+                f"[MISA_UNSUPPORTED_QUERY] misa cannot run {self.translation.stateful!r}: its outputs "
+                f"{projection.select} computed from misa's aggregates are not of Spark's types {types}. Write "
+                "instead: the aggregates alone in agg(...) and the expressions in a select(...) after it."
+            )
 
     def __call__(self, batch_id: int, table: pa.Table) -> None:
         self.sink(batch_id, self.shape(table))
@@ -59,10 +73,10 @@ class QueryOutput:
             table = pa.table(
                 [self._column(table, c.kind, c.source) for c in self.translation.output], schema=self.arrow_schema
             )
-        if not self.translation.above:
+        if not self.steps:
             return table.rename_columns(self.names)
         rows = self._rows(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
-        for kind, texts in self.translation.above:
+        for kind, texts in self.steps:
             rows = _step(rows, kind, texts)
         return rows.toArrow()
 

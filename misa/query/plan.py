@@ -133,6 +133,8 @@ def expr_of(jexpr: Any) -> Expr:
         value = float(jexpr.relativeSD())
     if kind in ("First", "Last"):  # value: whether nulls are skipped
         value = bool(jexpr.ignoreNulls())
+    if kind in ("StddevSamp", "VarianceSamp"):  # value: null for one input (else NaN: statisticalAggregate legacy)
+        value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None
     return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name, jexpr)
 
@@ -156,6 +158,48 @@ def with_attributes(rows: DataFrame, node: PlanNode) -> DataFrame:
     ]
     project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project(_scala_seq(aliases), plan)
     return dataframe_of(rows.sparkSession, PlanNode("Project", [], [], project))
+
+
+def with_input_column(path: list[PlanNode], name: str) -> PlanNode:
+    """The plan of ``path[0]`` with one more column, ``name``: the index (0, 1, ...) of the branch of the ``Union``
+    ``path[-1]`` each row comes from. ``path`` runs from the top node down to the union through projections, filters
+    and aliases, which carry the column up."""
+    jvm = SparkContext._jvm  # type: ignore[attr-defined]
+    expressions = jvm.org.apache.spark.sql.catalyst.expressions
+    project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project
+    union = path[-1].jvm
+    branches = []
+    for index, branch in enumerate(_seq(union.children())):
+        literal = expressions.Literal(index, jvm.org.apache.spark.sql.types.DataTypes.IntegerType)
+        tag = expressions.Alias(
+            literal,
+            name,
+            expressions.NamedExpression.newExprId(),
+            _scala_seq([]),
+            jvm.scala.Option.empty(),
+            _scala_seq([]),
+        )
+        branches.append(project(_scala_seq([*_seq(branch.output()), tag]), branch))
+    plan = union.withNewChildren(_scala_seq(branches))
+    tag_attribute = _seq(plan.output())[-1]
+    for node in reversed(path[:-1]):
+        if node.kind == "Project":
+            plan = project(_scala_seq([*_seq(node.jvm.projectList()), tag_attribute]), plan)
+        else:
+            plan = node.jvm.withNewChildren(_scala_seq([plan]))
+    return _node(plan)
+
+
+def sql_over_aggregates(expr: Expr, columns: dict[str, str]) -> str:
+    """The SQL of ``expr`` with each aggregate expression in it read from a column instead (``columns``: the
+    aggregate's SQL -> the column's name), as Spark's aggregation computes its results from its aggregates."""
+    return str(_over_aggregates(expr, columns).sql())
+
+
+def _over_aggregates(expr: Expr, columns: dict[str, str]) -> Any:
+    if expr.kind == "AggregateExpression":
+        return expr.jvm.resultAttribute().withName(columns[expr.sql])
+    return expr.jvm.withNewChildren(_scala_seq([_over_aggregates(c, columns) for c in expr.children]))
 
 
 def attributes_of(node: PlanNode) -> list[Any]:

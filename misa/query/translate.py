@@ -1,14 +1,16 @@
 """From Spark's analyzed plan to misa's job: the source below the stateful node, the operator, the steps above.
 
 A plan misa takes has one stateful node (an ``Aggregate``, a ``Deduplicate`` or a
-``DeduplicateWithinWatermark`` over a stream with at most one ``withWatermark``; or an inner ``Join`` of two
-streams, :mod:`misa.query.joins`):
+``DeduplicateWithinWatermark`` over a stream with one ``withWatermark``, none, or a ``union`` of streams with one
+each; or an inner ``Join`` of two streams, :mod:`misa.query.joins`):
 
 * **below** it, everything runs in Spark as the job's source, except the node Spark's analyzer made of
   ``window(...)`` (a ``Project`` for a tumbling window, an ``Expand`` for a sliding one): misa reads the
-  window's size, slide and start time from it and assigns windows itself (sliding windows as panes);
+  window's size, slide and start time from it and assigns windows itself (sliding windows as panes); keys that
+  are expressions or structs become columns of the source (:mod:`misa.query.group_keys`);
 * the **stateful node** becomes misa's operator (:class:`~misa.operators.aggregation.Aggregation` or
-  :class:`~misa.operators.dedup.Deduplicate`), with the watermark delay of the ``EventTimeWatermark`` node;
+  :class:`~misa.operators.dedup.Deduplicate`), with the watermark of the event-time column a ``withWatermark``
+  marked (:mod:`misa.query.watermarks`);
 * **above** it, projections and filters run on each batch's output (:mod:`misa.query.output`).
 
 Anything else is refused at start with :class:`~misa.exceptions.UnsupportedQueryError`, naming the node and
@@ -21,17 +23,14 @@ from dataclasses import dataclass
 
 from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Agg, Aggregation
-from misa.operators.dedup import Deduplicate
 from misa.operators.sessions import SessionAggregation
+from misa.query.aggregates import ComputedOutputs, event_time_filters
+from misa.query.deduplication import translate_deduplication
+from misa.query.group_keys import GroupKey, group_keys
 from misa.query.joins import translate_join
 from misa.query.plan import Attr, Expr, PlanNode, column_of
-from misa.query.translation import (
-    OutputColumn,
-    Translation,
-    refuse_filters_on_event_time,
-    refused,
-    watermark_of,
-)
+from misa.query.translation import OutputColumn, Translation, refuse_filters_on_event_time, refused, watermarks
+from misa.query.watermarks import watermarked
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
 ABOVE = ("Project", "Filter", "SubqueryAlias")
@@ -45,6 +44,8 @@ ARBITRARY_STATE = (
 FUNCTIONS = {"Sum": "sum", "Count": "count", "Average": "avg", "Min": "min", "Max": "max", "First": "first"}
 FUNCTIONS |= {"Last": "last", "HyperLogLogPlusPlus": "approx_count_distinct"}
 FUNCTIONS |= {"CollectSet": "collect_set", "CollectList": "collect_list"}
+FUNCTIONS |= {"StddevSamp": "stddev_samp", "StddevPop": "stddev_pop"}
+FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
 
@@ -70,17 +71,18 @@ def translate(
     above, node = _above(plan)
     try:
         if node.kind == "Aggregate":
-            translation = _aggregation(node, output_mode, collect_max_items)
+            translation = _aggregation(node, output_mode, collect_max_items, watermark_policy)
         elif node.kind == "Join":
             translation = translate_join(node, watermark_policy)
         else:
-            translation = _deduplication(node)
+            translation = translate_deduplication(node, watermark_policy)
     except ValueError as error:  # the operator refuses the combination (its message says what to write)
         raise UnsupportedQueryError(f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {error}") from error
     if translation.join_inputs:  # run on the join's own attributes (its two sides may share column names)
         translation.above += [(kind, [column_of(e.jvm) for e in exprs]) for kind, exprs in above]
     else:
-        refuse_filters_on_event_time(node, translation.source)
+        if not isinstance(translation.operator, Aggregation) or translation.operator.event_time:
+            refuse_filters_on_event_time(node, translation.source)  # an aggregation without a window has no watermark
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
     return translation
@@ -149,37 +151,33 @@ def _reads_stream(node: PlanNode) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- aggregation
-def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Translation:
-    grouping = node.fields["grouping"]
-    for g in grouping:
-        if g.attr is None:
-            raise refused(
-                node,
-                f"it groups by the expression {g.sql}",
-                f"the expression as a column first: .withColumn('g', {g.sql}).groupBy('g', ...)",
-            )
+def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int, watermark_policy: str) -> Translation:
     window, source, conditions = _window(node)
-    keys = [g.attr for g in grouping if g.attr is not None and (window is None or g.attr != window.attr)]
-    watermark = watermark_of(source, node)
-    translation = Translation(source, None, [], conditions=conditions)
+    where = None
+    if window is not None and not window.session:  # its filters on the event time run in the operator
+        source, where, pushed = event_time_filters(source)
+        conditions += pushed
+    timed = watermarked(node, source, window.event_time if window else None, watermark_policy)
+    translation = Translation(timed.source, None, [], conditions=conditions)
+    keys = group_keys(node, window.attr if window else None, translation)
     aggs = _aggs(node, keys, window.attr if window else None, translation)
     event_time, delay = None, None
     if window is not None:
-        event_time = window.event_time.name
-        if watermark is not None and watermark.expr_id == window.event_time.expr_id:
-            delay = f"{watermark.watermark_delay_ms}ms"
-        elif watermark is not None:
+        event_time, delay = window.event_time.name, timed.delay
+        marks = watermarks(source)
+        if delay is None and marks:
             raise refused(
                 node,
-                f"its window is over {window.event_time.name!r}, the watermark over {watermark.name!r}",
+                f"its window is over {window.event_time.name!r}, the watermark over "
+                f"{marks[0].fields['event_time'].name!r}",
                 "withWatermark on the window's time column",
             )
-        else:
+        if delay is None:
             translation.warnings.append(
                 f"{node.describe()}: a windowed aggregation without withWatermark keeps every window forever "
                 "(as Spark does): its state grows without bound; add withWatermark(...) to bound it"
             )
-    elif any(k.watermark_delay_ms is not None for k in keys):
+    elif any(k.expr.attr is not None and k.expr.attr.watermark_delay_ms is not None for k in keys):
         raise refused(
             node,
             "it groups by the event-time column without a window",
@@ -193,11 +191,18 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Tr
         )
     if window is not None and window.session:
         translation.operator = SessionAggregation(
-            [k.name for k in keys], aggs, window.attr.name, event_time, delay, output_mode, collect_max_items
+            [k.column for k in keys],
+            aggs,
+            window.attr.name,
+            event_time,
+            delay,
+            output_mode,
+            collect_max_items,
+            watermark_inputs=timed.inputs,
         )
         return translation
     translation.operator = Aggregation(
-        [k.name for k in keys],
+        [k.column for k in keys],
         aggs,
         event_time=event_time,
         window=_ms(window.size_us) if window else None,
@@ -206,30 +211,32 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int) -> Tr
         watermark_delay=delay if window else "0s",
         output_mode=output_mode,
         collect_max_items=collect_max_items,
+        watermark_inputs=timed.inputs,
+        where=where,
     )
     return translation
 
 
-def _aggs(node: PlanNode, keys: list[Attr], window_attr: Attr | None, translation: Translation) -> list[Agg]:
+def _aggs(node: PlanNode, keys: list[GroupKey], window_attr: Attr | None, translation: Translation) -> list[Agg]:
     """misa's aggregates of the node, filling the translation's output columns in Spark's order."""
     aggs: list[Agg] = []
-    key_ids = {k.expr_id: k.name for k in keys}
-    for e in node.fields["aggregates"]:
+    computed = ComputedOutputs(node)
+    for position, e in enumerate(node.fields["aggregates"]):
         name = e.name if e.kind == "Alias" else e.attr.name if e.attr else e.sql
         inner = e.children[0] if e.kind == "Alias" else e
+        key = next((k for k in keys if k.matches(inner)), None)
         if inner.attr is not None and window_attr is not None and inner.attr.expr_id == window_attr.expr_id:
             translation.output.append(OutputColumn(name, "window"))
-        elif inner.attr is not None and inner.attr.expr_id in key_ids:
-            translation.output.append(OutputColumn(name, "column", key_ids[inner.attr.expr_id]))
+        elif key is not None:
+            translation.output.append(OutputColumn(name, "column", key.column))
         elif inner.kind == "AggregateExpression":
             aggs.append(_agg(node, name, inner, translation))
             translation.output.append(OutputColumn(name, "column", name))
-        else:
-            raise refused(
-                node,
-                f"its output {e.sql} computes over aggregates",
-                "the aggregate alone in agg(...) and the arithmetic in a select(...) after it",
-            )
+        else:  # over aggregates: misa computes them, Spark the expression from them
+            for column, aggregate in computed.add(position, e):
+                aggs.append(_agg(node, column, aggregate, translation))
+                translation.output.append(OutputColumn(column, "column", column))
+    translation.projection = computed.projection(translation.output)
     return aggs
 
 
@@ -246,6 +253,12 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     if function.kind == "HyperLogLogPlusPlus" and function.value != SPARK_RELATIVE_SD:
         raise refused(
             node, f"{aggregate.sql} asks for relative error {function.value}", "approx_count_distinct(column)"
+        )
+    if function.kind in ("StddevSamp", "VarianceSamp") and not function.value:
+        raise refused(
+            node,
+            f"{aggregate.sql} is NaN for one row under spark.sql.legacy.statisticalAggregate=true",
+            "the query with Spark's default, spark.sql.legacy.statisticalAggregate=false (null for one row)",
         )
     arguments = function.children
     if len(arguments) != 1:
@@ -314,27 +327,3 @@ def _window(aggregate: PlanNode) -> tuple[TimeWindow | None, PlanNode, list[str]
 
 def _ms(us: int) -> str:
     return f"{us / 1000:g}ms"
-
-
-# ---------------------------------------------------------------------------------------------- deduplication
-def _deduplication(node: PlanNode) -> Translation:
-    source = node.children[0]
-    watermark = watermark_of(source, node)
-    keys: list[Attr] = node.fields["keys"]
-    within = node.kind == "DeduplicateWithinWatermark"
-    event_time = None
-    if within:
-        if watermark is None:
-            raise refused(node, "it has no withWatermark", "withWatermark(...) before dropDuplicatesWithinWatermark")
-        event_time = watermark.name
-    elif watermark is not None and any(k.expr_id == watermark.expr_id for k in keys):
-        event_time = watermark.name
-    delay = f"{watermark.watermark_delay_ms}ms" if watermark is not None and event_time else None
-    operator = Deduplicate(
-        [k.name for k in keys if k.name != event_time or within],
-        event_time=event_time,
-        watermark_delay=delay,
-        within_watermark=within,
-    )
-    output = [OutputColumn(a.name, "column", a.name) for a in node.output]
-    return Translation(source, operator, output)

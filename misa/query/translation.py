@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import Column
+from pyspark.sql import types as T
 
 from misa.exceptions import UnsupportedQueryError
-from misa.query.plan import Attr, PlanNode
+from misa.query.plan import PlanNode
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,15 @@ class JoinInput:
     keys: list[Column]
 
 
+@dataclass(frozen=True)
+class Projection:
+    """The stateful node's output computed from the operator's columns ``columns`` (names and types) by SQL
+    ``select``: an aggregation's expressions over its aggregates, as Spark computes them above its aggregation."""
+
+    columns: T.StructType
+    select: list[str]
+
+
 @dataclass
 class Translation:
     """How a query runs on misa: the source plan, the operator, its output and what runs above it."""
@@ -39,8 +49,9 @@ class Translation:
     output: list[OutputColumn]
     above: list[tuple[str, list[str | Column]]] = field(default_factory=list)  # ("select" | "where", SQL or Columns)
     join_inputs: list[JoinInput] = field(default_factory=list)  # a join's two sides (then ``source`` is the join)
-    extra_columns: list[tuple[str, str]] = field(default_factory=list)  # (name, SQL) added to the source rows
+    extra_columns: list[tuple[str, str | Column]] = field(default_factory=list)  # (name, SQL or Column) for the source
     conditions: list[str] = field(default_factory=list)  # SQL filters Spark's windowing applies to the source
+    projection: Projection | None = None  # the node's output from the operator's columns, before ``above``
     warnings: list[str] = field(default_factory=list)
     stateful: str = ""  # the stateful node, as Spark prints it
 
@@ -53,31 +64,22 @@ def watermarks(node: PlanNode) -> list[PlanNode]:
     return found
 
 
-def watermark_of(source: PlanNode, stateful: PlanNode) -> Attr | None:
-    """The event-time column ``withWatermark`` marked (with its delay), or None without a watermark."""
-    marks = watermarks(source)
-    if len(marks) > 1:
-        raise refused(stateful, "its input has more than one withWatermark", "one withWatermark on the stream")
-    return marks[0].fields["event_time"] if marks else None
-
-
 def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
     """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
-    the filter drops, misa's sees only the rows that reach the operator."""
-    marks = watermarks(stateful)
-    if not marks:
+    the filter drops, misa's sees only the rows that reach the operator (a time window's aggregation takes such a
+    filter right before it into its operator: :func:`misa.query.aggregates.event_time_filters`)."""
+    if not watermarks(stateful):
         return
-    event_time = marks[0].fields["event_time"].expr_id
     node = source
     while node.kind != "EventTimeWatermark" and node.children:
         condition = node.fields.get("condition") if node.kind == "Filter" else None
-        if condition is not None and condition.kind != "IsNotNull":
-            if any(e.attr is not None and e.attr.expr_id == event_time for e in condition.walk()):
+        if condition is not None and condition.kind != "IsNotNull":  # the event time: marked, renamed or not
+            if any(e.attr is not None and e.attr.watermark_delay_ms is not None for e in condition.walk()):
                 raise refused(
                     node,
                     "it filters on the event-time column after withWatermark (Spark's watermark counts the rows "
                     "it drops)",
-                    "the same filter before withWatermark",
+                    "the same filter before withWatermark (or, for groupBy(window(...)), right before the groupBy)",
                 )
         node = node.children[0]
 

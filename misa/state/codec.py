@@ -7,13 +7,15 @@ flag byte and then 8 bytes big-endian for integers, booleans, dates (days), time
 Spark's: microseconds) and floats (float64 bits, -0.0 and NaN normalized as Spark groups them), or a
 4-byte length and UTF-8 for strings.
 Values of incremental aggregates (:class:`AggStates`) are, per aggregate, its value as 8 bytes (an
-int64, or a float64 for floating aggregates) and its count of non-null inputs (int64), little-endian.
+int64, or a float64 for floating aggregates) and its count of non-null inputs (int64), little-endian; a central
+moments aggregate (stddev, variance) has a third cell, the float64 sum of squared deviations from its mean value.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -26,6 +28,7 @@ from misa.state.record_codec import index_ranges, utf8_parts
 
 WINDOW_END_DTYPE = np.dtype(">u8")  # a key's window end: big-endian, so keys sort by it
 AGG_CELLS = 2  # per aggregate: value, count
+MOMENTS = "moments"  # the fold of central moments: mean, count and m2 (three cells), merged as Spark merges them
 CELL = np.dtype("<i8")
 INT64 = np.iinfo(np.int64)
 
@@ -204,7 +207,8 @@ def _column(field: pa.Field, values: list) -> pa.Array:
 
 @dataclass(frozen=True)
 class Fold:
-    """How one aggregate's value folds: ``op`` (sum, min or max) over int64 or (``floating``) float64 values.
+    """How one aggregate's value folds: ``op`` (sum, min or max) over int64 or (``floating``) float64 values, or
+    :data:`MOMENTS` (float64 mean, count and m2).
 
     ``name`` is the aggregate's output column, for error messages.
     """
@@ -214,10 +218,15 @@ class Fold:
     floating: bool
 
     @property
+    def cells(self) -> int:
+        """The aggregate's cells in a state: value and count (and m2 for central moments)."""
+        return AGG_CELLS + (self.op == MOMENTS)
+
+    @property
     def identity(self) -> int | float:
         """The value of no rows: ``x`` folded with it is ``x`` (float min: NaN, the top of Spark's order)."""
         if self.floating:
-            return {"sum": 0.0, "min": np.nan, "max": -np.inf}[self.op]
+            return {"sum": 0.0, "min": np.nan, "max": -np.inf, MOMENTS: 0.0}[self.op]
         return {"sum": 0, "min": INT64.max, "max": INT64.min}[self.op]
 
     def reduce(self, values: np.ndarray, starts: np.ndarray, ansi: bool) -> np.ndarray:
@@ -232,6 +241,27 @@ class Fold:
         return ufunc.reduceat(values, starts)
 
 
+def _fold_moments(cells: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The central moments (mean, count, m2 cells) of each segment of ``cells`` beginning at ``starts``, merged one
+    row after the other as Spark's ``CentralMomentAgg`` merges two buffers (Chan et al.); merged with a state of no
+    inputs, a state stays as it is (so equal values keep m2 exactly 0)."""
+    mean, count, m2 = cells[:, 0].view(np.float64), cells[:, 1], cells[:, 2].view(np.float64)
+    out_mean, out_count, out_m2 = mean[starts], count[starts], m2[starts]
+    lengths = np.diff(np.r_[starts, len(cells)])
+    for step in range(1, int(lengths.max(initial=1))):
+        at = np.flatnonzero(lengths > step)
+        rows = starts[at] + step
+        n1, n2 = out_count[at].astype(np.float64), count[rows].astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN and infinite inputs give NaN, as in Spark
+            delta = mean[rows] - out_mean[at]
+            delta_n = delta / np.maximum(n1 + n2, 1.0)
+            merged = out_mean[at] + delta_n * n2, out_m2[at] + m2[rows] + delta * delta_n * n1 * n2
+        for out, b, both in ((out_mean, mean[rows], merged[0]), (out_m2, m2[rows], merged[1])):
+            out[at] = np.where(n1 == 0, b, np.where(n2 == 0, out[at], both))
+        out_count[at] += count[rows]
+    return np.column_stack([out_mean.view(np.int64), out_count, out_m2.view(np.int64)])
+
+
 def _check_sum(values: np.ndarray, starts: np.ndarray, name: str) -> None:
     """Raise if the exact sum of a segment leaves the int64 range (its high 32 bits, with carries, overflow)."""
     high = np.add.reduceat(values >> 32, starts) + (np.add.reduceat(values & 0xFFFFFFFF, starts) >> 32)
@@ -244,8 +274,9 @@ def _check_sum(values: np.ndarray, starts: np.ndarray, name: str) -> None:
 
 @dataclass(frozen=True)
 class AggStates:
-    """Aggregate states as int64 arrays of shape (rows, 2 per aggregate): each aggregate's value (int64,
-    or the bits of a float64) then its count of non-null inputs; stored as little-endian 8-byte cells.
+    """Aggregate states as int64 arrays of shape (rows, cells): each aggregate's value (int64, or the bits of a
+    float64) then its count of non-null inputs (then a central moments aggregate's m2); stored as little-endian
+    8-byte cells.
 
     ``ansi``: integer sums raise on overflow (the session's ``spark.sql.ansi.enabled``) instead of wrapping.
     """
@@ -253,15 +284,20 @@ class AggStates:
     folds: tuple[Fold, ...]
     ansi: bool = False
 
+    @cached_property
+    def offsets(self) -> list[int]:
+        """Each aggregate's first cell."""
+        return np.cumsum([0, *(f.cells for f in self.folds)])[:-1].tolist()
+
     @property
     def width(self) -> int:
-        return len(self.folds) * AGG_CELLS
+        return sum(f.cells for f in self.folds)
 
     def identity(self, rows: int) -> np.ndarray:
         """``rows`` states of no input rows."""
         one = np.zeros(self.width, np.int64)
-        for i, fold in enumerate(self.folds):
-            one[i * AGG_CELLS] = np.array(fold.identity, np.float64 if fold.floating else np.int64).view(np.int64)
+        for at, fold in zip(self.offsets, self.folds):
+            one[at] = np.array(fold.identity, np.float64 if fold.floating else np.int64).view(np.int64)
         return np.tile(one, (rows, 1))
 
     def decode(self, values: Sequence[bytes | None]) -> np.ndarray:
@@ -274,23 +310,30 @@ class AggStates:
         return split_fixed(np.ascontiguousarray(states, dtype=CELL).tobytes(), self.width * CELL.itemsize, len(states))
 
     def value(self, states: np.ndarray, i: int) -> np.ndarray:
-        """Aggregate ``i``'s values: int64, or float64 for a floating aggregate."""
-        column = np.ascontiguousarray(states[:, i * AGG_CELLS])
+        """Aggregate ``i``'s values: int64, or float64 for a floating aggregate (central moments: the mean)."""
+        column = np.ascontiguousarray(states[:, self.offsets[i]])
         return column.view(np.float64) if self.folds[i].floating else column
 
     def count(self, states: np.ndarray, i: int) -> np.ndarray:
         """Aggregate ``i``'s counts of non-null inputs."""
-        return states[:, i * AGG_CELLS + 1]
+        return states[:, self.offsets[i] + 1]
+
+    def m2(self, states: np.ndarray, i: int) -> np.ndarray:
+        """Central moments aggregate ``i``'s sums of squared deviations from the mean."""
+        return np.ascontiguousarray(states[:, self.offsets[i] + 2]).view(np.float64)
 
     def reduce(self, states: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """The states of the row segments beginning at ``starts`` (each non-empty): counts add, values fold."""
         if not len(starts) or not self.width:
             return self.identity(len(starts))
         out = np.empty((len(starts), self.width), np.int64)
-        out[:, 1::AGG_CELLS] = np.add.reduceat(states[:, 1::AGG_CELLS], starts, axis=0)
-        for i, fold in enumerate(self.folds):
+        for i, (at, fold) in enumerate(zip(self.offsets, self.folds)):
+            if fold.op == MOMENTS:
+                out[:, at : at + fold.cells] = _fold_moments(states[:, at : at + fold.cells], starts)
+                continue
+            out[:, at + 1] = np.add.reduceat(states[:, at + 1], starts)
             folded = fold.reduce(self.value(states, i), starts, self.ansi)
-            out[:, i * AGG_CELLS] = folded.view(np.int64) if fold.floating else folded
+            out[:, at] = folded.view(np.int64) if fold.floating else folded
         return out
 
     def per_key(self, states: np.ndarray, key_of_row: np.ndarray, keys: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.differential.cases import Query, Settings
-from jobs.differential.queries import query_case_of, random_query_case
+from jobs.differential.queries import MOMENT_FUNCTIONS, query_case_of, random_query_case
 from jobs.differential.runner import run_case
 
 OBJECTS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
@@ -78,8 +78,70 @@ CASES = {
         Query("stream_join", {"k0": "double"}, ("sum",), "decimal(12,2)", output_mode="append", join_shape="key_time"),
         Settings(commit_mode="sync"),
     ),
+    "tumbling windows: stddev, variance, expressions over aggregates, a time filter, append output": (
+        Query(
+            "tumbling",
+            {"k0": "string"},
+            ("stddev", "var_pop", "sum"),
+            "double",
+            10,
+            delay_s=2,
+            output_mode="append",
+            over_aggregates=True,
+            time_filter=True,
+        ),
+        Settings(),
+    ),
+    "sliding windows: the six stddev and variance functions, update output, two worker processes": (
+        Query("sliding", {"k0": "int"}, MOMENT_FUNCTIONS, "bigint", 10, 5, 2, "update"),
+        Settings(processes=2),
+    ),
+    "sliding windows with a start time and a filter on the event time, variance, append output": (
+        Query(
+            "sliding",
+            {"k0": "string"},
+            ("var_samp", "count"),
+            "double",
+            10,
+            5,
+            5,
+            "append",
+            start_s=3,
+            time_filter=True,
+        ),
+        Settings(prefetching="true"),
+    ),
+    "no window, complete output: stddev_pop of decimals, expressions over aggregates, a time filter": (
+        Query(
+            "global",
+            {"k0": "bigint"},
+            ("stddev_pop", "max"),
+            "decimal(12,2)",
+            output_mode="complete",
+            over_aggregates=True,
+            time_filter=True,
+        ),
+        Settings(),
+    ),
+    "no window and no group columns, update output, a time filter: the one group in batches without data": (
+        Query("global", {}, ("sum", "stddev_pop"), "double", delay_s=2, output_mode="update", time_filter=True),
+        Settings(),
+    ),
+    "session windows, variance of integers, a select after": (
+        Query(
+            "session", {"k0": "string"}, ("variance", "count"), "bigint", 5, delay_s=2, output_mode="append", above=True
+        ),
+        Settings(),
+    ),
+    "session windows, expressions over min/max of strings, complete output": (
+        Query(
+            "session", {"k0": "bigint"}, ("min",), "string", 5, delay_s=2, output_mode="complete", over_aggregates=True
+        ),
+        Settings(),
+    ),
 }
-IN_CI = [list(CASES)[1], list(CASES)[7]]  # session windows; a join (the other join case: -m slow)
+# session windows; a join (the other join case: -m slow); stddev/variance, expressions over aggregates, a time filter
+IN_CI = [list(CASES)[1], list(CASES)[7], list(CASES)[9]]
 SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
 
 

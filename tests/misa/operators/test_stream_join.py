@@ -87,20 +87,24 @@ def test_a_restart_keeps_the_next_batchs_watermark_and_forgets_each_sides_latest
     mark = InputsWatermark((0, 0))
     mark.begin_batch()
     mark.observe_input(0, 100_000_000)
+    assert mark.begin_batch() == (0, 0)  # the right side has had no rows: 0, as in Spark's WatermarkTracker
     mark.observe_input(1, 10_000_000)
     assert mark.begin_batch() == (0, 10_000_000)  # the minimum
-    mark.observe_input(0, 50_000_000)
     restarted = InputsWatermark((0, 0))
     restarted.restore(mark.metadata())
     restarted.observe_input(0, 50_000_000)  # the first batch after the restart had left rows only
-    mark.begin_batch()
-    assert restarted.begin_batch() == (10_000_000, 50_000_000)  # as Spark's WatermarkTracker after a restart
-    assert mark.at_us == 10_000_000  # without the restart the right side still holds it
-    mark.observe_input(0, 200_000_000)
+    assert restarted.begin_batch() == (10_000_000, 10_000_000)  # the right side is 0 again: the commit's 10 s
+    restarted.observe_input(1, 60_000_000)
+    mark.observe_input(1, 60_000_000)
+    assert restarted.begin_batch() == (10_000_000, 50_000_000)  # the left side's 100 s before the restart forgotten
+    assert mark.begin_batch() == (10_000_000, 60_000_000)  # without the restart it still counts
     mark.observe_input(1, 90_000_000)  # the next batch's watermark becomes 90 s
     again = InputsWatermark((0, 0))
     again.restore(mark.metadata())
-    assert again.begin_batch() == (10_000_000, 90_000_000)  # restored from the commit, before any new row
+    assert again.begin_batch() == (60_000_000, 90_000_000)  # restored from the commit, before any new row
+    one_watermarked = InputsWatermark((0, None))  # a side without withWatermark never counts
+    one_watermarked.observe_input(0, 5_000_000)
+    assert one_watermarked.begin_batch() == (0, 5_000_000)
 
 
 def test_with_the_event_time_as_a_join_key_both_sides_evict_by_key(run):

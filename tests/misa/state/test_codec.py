@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from misa.exceptions import AggregateOverflowError
-from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, is_key_type, latest_per_key
+from misa.state.codec import MOMENTS, AggStates, Fold, KeyCodec, distinct_keys, is_key_type, latest_per_key
 from misa.state.keys import window_prefix
 
 BIG = 2**53 + 1  # the first integer a double cannot hold
@@ -86,6 +86,23 @@ def test_nan_is_ordered_as_spark_orders_it_in_every_split(values, op, expected):
         parts = aggs.reduce(states, starts)
         got = aggs.value(fold_all(aggs, parts), 0)[0]
         assert got == expected or (math.isnan(got) and math.isnan(expected)), (starts, got)
+
+
+@pytest.mark.slow  # fast, but the default suite takes one new case per change; the sliding differential cases run it
+def test_central_moments_merge_to_the_variance_whatever_the_split_and_equal_values_keep_m2_zero():
+    aggs = AggStates((Fold("s", "sum", False), Fold("var", MOMENTS, True)))
+    x = np.random.default_rng(0).normal(1e6, 3, 40)
+    ones, zeros = np.ones(40, np.int64), np.zeros(40, np.int64)
+    states = np.column_stack([ones, ones, x.view(np.int64), ones, zeros])  # per row: sum 1; mean x, count 1, m2 0
+    for starts in (np.array([0]), np.array([0, 7, 8, 30])):  # each split folded per part, then the parts merged
+        merged = fold_all(aggs, aggs.reduce(states, starts))
+        assert aggs.count(merged, 1).tolist() == [40] and aggs.value(merged, 0).tolist() == [40]
+        assert aggs.m2(merged, 1)[0] / 39 == pytest.approx(np.var(x, ddof=1), rel=1e-9)
+        assert aggs.value(merged, 1)[0] == pytest.approx(x.mean(), rel=1e-15)
+    same = np.array([[np.array(0.01).view(np.int64), n, 0] for n in (3, 1, 2)], np.int64)
+    single = AggStates((Fold("var", MOMENTS, True),))
+    assert single.m2(fold_all(single, same), 0).tolist() == [0.0]
+    assert single.value(single.reduce(same, np.array([0])), 0).tolist() == [0.01]
 
 
 def test_states_round_trip_and_absent_rows_are_identities():

@@ -147,7 +147,7 @@ def test_distinct_keys_match_first_seen_order(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pane_records_match_the_per_key_code(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    records = PaneRecords(aggregates=2)
+    records = PaneRecords(cells=4)
     keys = 50
     counts = rng.integers(0, 4, keys)
     pane_keys = np.repeat(np.arange(keys), counts)

@@ -1,0 +1,70 @@
+"""Two parts of an aggregation's plan that Spark computes around its aggregates, taken as Spark runs them.
+
+* **Expressions over aggregates** inside ``agg`` (``agg((sum(v) * 2).alias("x"))``): Spark's aggregation computes
+  the aggregates, then its result expressions from them. misa computes each aggregate in such an expression as a
+  column of its own (:data:`COLUMN`), and Spark the expression from those columns on each batch's output, as SQL
+  read from the plan (:class:`ComputedOutputs`, :class:`~misa.query.translation.Projection`).
+* **A filter on the event time** between ``withWatermark`` and a window's aggregation: Spark's optimizer keeps its
+  conjuncts on the event time above the watermark node, whose watermark then counts the rows they drop, and pushes
+  the other conjuncts below it (:func:`event_time_filters`); misa's aggregation applies the first after its
+  watermark saw the rows (``Aggregation(where=...)``).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+from misa.query.plan import Expr, PlanNode, sql_over_aggregates
+from misa.query.translation import OutputColumn, Projection
+
+COLUMN = "_misa_agg{}"  # misa's output column of an aggregate inside an expression over aggregates
+
+
+class ComputedOutputs:
+    """The outputs of an ``Aggregate`` node that compute over its aggregates, as SQL over misa's columns."""
+
+    def __init__(self, node: PlanNode):
+        self.node = node
+        self.columns: dict[str, tuple[str, Expr]] = {}  # an aggregate's SQL -> (its column, the aggregate)
+        self.computed: dict[int, str] = {}  # the position of an output -> its SQL
+
+    def add(self, position: int, output: Expr) -> list[tuple[str, Expr]]:
+        """Output ``position`` of the node, ``output``, is computed; the aggregates in it misa computes anew, with
+        their columns."""
+        new = []
+        for e in output.walk():
+            if e.kind == "AggregateExpression" and e.sql not in self.columns:
+                self.columns[e.sql] = (COLUMN.format(len(self.columns)), e)
+                new.append(self.columns[e.sql])
+        self.computed[position] = sql_over_aggregates(output, {sql: c for sql, (c, _) in self.columns.items()})
+        return new
+
+    def projection(self, output: list[OutputColumn]) -> Projection | None:
+        """The node's output from misa's ``output`` columns (None: no output is computed)."""
+        if not self.computed:
+            return None
+        types = {a.name: a.dtype for a in self.node.output} | {c: e.dtype for c, e in self.columns.values()}
+        columns = T.StructType([T.StructField(c.name, types[c.name]) for c in output])
+        names = ["`" + a.name.replace("`", "``") + "`" for a in self.node.output]
+        return Projection(columns, [self.computed.get(i, name) for i, name in enumerate(names)])
+
+
+def event_time_filters(source: PlanNode) -> tuple[PlanNode, str | None, list[str]]:
+    """The filters at the top of ``source`` (a window's input) split as Spark's optimizer splits them at a watermark:
+    the plan below them, their conjuncts on the event time (SQL, None if none; a check that it is not null aside,
+    which drops no event time) and the others (SQL). Without conjuncts on the event time ``source`` stays whole."""
+    node, on_time, others = source, [], []
+    while node.kind == "Filter":
+        for conjunct in _conjuncts(node.fields["condition"]):
+            marked = any(e.attr is not None and e.attr.watermark_delay_ms is not None for e in conjunct.walk())
+            (on_time if marked and conjunct.kind != "IsNotNull" else others).append(conjunct.sql)
+        node = node.children[0]
+    if not on_time:
+        return source, None, []
+    return node, " AND ".join(f"({c})" for c in on_time), others
+
+
+def _conjuncts(condition: Expr) -> list[Expr]:
+    if condition.kind == "And":
+        return [c for child in condition.children for c in _conjuncts(child)]
+    return [condition]
