@@ -56,9 +56,7 @@ def test_plain_spark_equals_the_reference(spark, cm_data, reference, tmp_path, q
 @pytest.mark.parametrize(
     "query,mode",
     [
-        (q, m)
-        if (q, m) in (("cm1", "misa"), ("cm2", "sync"), ("cm2", "async-ckpt"), ("cm2", "misa"))
-        else pytest.param(q, m, marks=pytest.mark.slow)
+        (q, m) if (q, m) in (("cm2", "async-ckpt"), ("cm2", "misa")) else pytest.param(q, m, marks=pytest.mark.slow)
         for q in ("cm1", "cm2")
         for m in MODES
     ],
@@ -67,7 +65,7 @@ def test_update_mode_equals_the_reference(spark, cm_data, reference, tmp_path, q
     assert_same_results(run_in_process(spark, query, mode, cm_data, tmp_path), reference(query))
 
 
-@pytest.mark.parametrize("mode", [pytest.param("native", marks=pytest.mark.slow), "sync", "misa"])
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) for m in ("native", "sync")] + ["misa"])
 def test_append_mode_equals_the_reference(spark, cm_data, reference, tmp_path, mode):
     assert_same_results(run_in_process(spark, "cm2", mode, cm_data, tmp_path, "append"), reference("cm2", "append"))
 

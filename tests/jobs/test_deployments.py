@@ -34,8 +34,8 @@ def test_a_seed_draws_the_same_deployment():
 
 
 # Seeds of the slice: a Python source with a backlog under a filter (a sliding window) and two streams unioned
-# (session windows, restarts); each runs through both engines.
-SLICE = (6, 3)
+# (session windows, restarts); each runs through both engines (the first with -m slow: the suite's time).
+SLICE = (pytest.param(6, marks=pytest.mark.slow), 3)
 
 
 @pytest.mark.parametrize("seed", SLICE)

@@ -12,7 +12,8 @@ import pytest
 from jobs.differential.cases import KEY_TYPES, OPERATORS, PREFETCHING, Case, Query, Settings, case_of, random_case
 from jobs.differential.runner import compare, run_case
 
-SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (1, 2, 3))]  # CI runs seed 0; `misa fuzz` any
+SLOW = pytest.mark.slow
+SLICE = [0, *(pytest.param(seed, marks=SLOW) for seed in (1, 2, 3))]  # CI runs seed 0; `misa fuzz` any
 
 
 def case(query: Query, *rounds: list[list[dict]], settings: Settings = Settings()) -> Case:
@@ -29,8 +30,14 @@ def assert_same_as_spark(spark, tmp_path, c: Case) -> None:
     assert mismatch is None, f"{c.describe()}\n{mismatch}"
 
 
-@pytest.mark.parametrize("mode", ["update", "append"])
-@pytest.mark.parametrize("operator,slide", [("tumbling", 10), ("sliding", 5)])
+@pytest.mark.parametrize(  # make test: tumbling append and sliding update (the other two: -m slow)
+    "operator,slide,mode",
+    [
+        (o, s, m) if (o, m) in (("tumbling", "append"), ("sliding", "update")) else pytest.param(o, s, m, marks=SLOW)
+        for o, s in (("tumbling", 10), ("sliding", 5))
+        for m in ("update", "append")
+    ],
+)
 def test_a_row_late_only_by_the_newest_watermark_counts_when_batches_run_back_to_back(
     spark, tmp_path, operator, slide, mode
 ):
@@ -64,15 +71,22 @@ def test_minus_zero_and_zero_are_one_join_key_across_batches(spark, tmp_path):
     assert_same_as_spark(spark, tmp_path, c)
 
 
-@pytest.mark.parametrize("prefetching", ["true", pytest.param("auto", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the key of every type below runs a boolean key with prefetching in make test
+@pytest.mark.parametrize("prefetching", ["true", "auto"])
 def test_a_boolean_group_column_runs_with_prefetching(spark, tmp_path, prefetching):
     query = Query("tumbling", {"k": "boolean"}, ("count", "max"), window_s=10, delay_s=0)
     c = case(query, [rows((True, 1, 1), (None, 2, 2)), rows((False, 3, 3))], settings=Settings(prefetching=prefetching))
     assert_same_as_spark(spark, tmp_path, c)
 
 
-@pytest.mark.parametrize("operator", ["global", "sliding", "tumbling"])
-@pytest.mark.parametrize("prefetching", ["true", pytest.param("false", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "operator,prefetching",  # make test: tumbling windows with prefetching (the rest: -m slow)
+    [
+        (o, p) if (o, p) == ("tumbling", "true") else pytest.param(o, p, marks=SLOW)
+        for p in ("true", "false")
+        for o in ("global", "sliding", "tumbling")
+    ],
+)
 def test_no_group_columns(spark, tmp_path, operator, prefetching):
     query = Query(operator, {}, ("sum", "avg"), window_s=10, slide_s=5 if operator == "sliding" else 10, delay_s=0)
     files = [rows((None, 1, 1), (None, 12, 2))], [rows((None, 3, 3)), rows((None, 30, 4))]
@@ -85,11 +99,15 @@ def every_key_type(operator: str) -> Query:
 
 
 @pytest.mark.parametrize(
-    "prefetching", [p if p == "true" else pytest.param(p, marks=pytest.mark.slow) for p in PREFETCHING]
+    "operator,prefetching",  # make test: tumbling windows with prefetching (the rest: -m slow)
+    [
+        (o, p) if (o, p) == ("tumbling", "true") else pytest.param(o, p, marks=SLOW)
+        for p in PREFETCHING
+        for o in OPERATORS
+    ],
 )
-@pytest.mark.parametrize("operator", OPERATORS)
 def test_a_key_of_every_type_through_every_operator(spark, tmp_path, operator, prefetching):
-    """One key column of each type (nulls and edge values included), with prefetching on (off and auto: -m slow)."""
+    """One key column of each type (nulls and edge values included)."""
     c = case_of(every_key_type(operator), Settings(prefetching=prefetching, cache_max_bytes=4096), seed=7)
     assert_same_as_spark(spark, tmp_path, c)
 
@@ -130,6 +148,7 @@ def test_the_comparison_finds_a_changed_value_a_missing_row_and_a_changed_type()
     assert "batches [0, 1], misa [0]" in str(compare({**spark_rows, 1: empty}, spark_rows))
 
 
+@pytest.mark.slow  # the suite's time
 def test_a_checkpoint_path_with_a_space_non_ascii_hash_and_percent_restarts_where_it_left_off(spark, tmp_path):
     """Spark is handed the local copy of its log as a path Hadoop reads back unchanged (not percent-encoded)."""
     query = Query("tumbling", {"k": "bigint"}, ("sum",), window_s=10, delay_s=0, output_mode="append")

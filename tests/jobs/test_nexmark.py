@@ -44,7 +44,7 @@ def reference(spark, data, tmp_path_factory):
 
 @pytest.mark.parametrize(
     "query,mode",
-    # make test: q20 in misa mode (quarantine, metrics); the others run there with prefetching, below
+    # make test: q20 in misa mode (quarantine, metrics), q13 with prefetching below (the rest: -m slow)
     [
         (q, m) if (q, m) == ("q20", "misa") else pytest.param(q, m, marks=pytest.mark.slow)
         for q in QUERIES
@@ -62,7 +62,7 @@ def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
     assert len(records) == 5 and sum(r["bad_records"] for r in records) == len(bad)
 
 
-@pytest.mark.slow  # q20 in two prefetching workers runs in make test (test_query_with_prefetching_equals_native)
+@pytest.mark.slow  # make test runs two worker processes in test_differential.py (a join)
 @pytest.mark.parametrize("query", QUERIES)
 def test_query_in_two_worker_processes_equals_native(spark, data, reference, tmp_path, session_conf, query):
     """Q13's lookup join (the side table in each partition), Q18/Q19's top n and Q20's keyed join split their state
@@ -77,7 +77,9 @@ def test_query_in_two_worker_processes_equals_native(spark, data, reference, tmp
 
 @pytest.mark.parametrize(
     "query,processes",
-    [(q, 1) for q in QUERIES] + [(q, 2) if q == "q20" else pytest.param(q, 2, marks=pytest.mark.slow) for q in QUERIES],
+    [  # make test: q13 in one process (the rest: -m slow)
+        (q, p) if (q, p) == ("q13", 1) else pytest.param(q, p, marks=pytest.mark.slow) for p in (1, 2) for q in QUERIES
+    ],
 )
 def test_query_with_prefetching_equals_native(spark, data, reference, tmp_path, session_conf, query, processes):
     """Every query's operator names its keys one stage early; prefetching them changes no result (with two worker

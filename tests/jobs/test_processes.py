@@ -47,6 +47,7 @@ def two_processes(spark):
     spark.conf.unset("spark.misa.state.processes")
 
 
+@pytest.mark.slow  # make test runs two worker processes in test_differential.py (a join) and test_nexmark.py (Q20)
 def test_cm2_in_two_worker_processes_equals_plain_spark(spark, data, expected, two_processes, tmp_path):
     run_in_process(spark, "cm2", "misa", data, tmp_path)
     assert_same_output(tmp_path, expected)

@@ -54,7 +54,9 @@ def test_a_misspelled_setting_ends_a_spark_submit_job_with_one_line(tmp_path):
     "conf,expected",
     [
         ({"spark.misa.state.shards": "abc"}, "spark.misa.state.shards='abc' is malformed"),
-        ({"spark.misa.checkpoint.dfsUrl": "gs://bucket/x"}, "pip install 'misa-pyspark[gcs]'"),
+        pytest.param(
+            {"spark.misa.checkpoint.dfsUrl": "gs://bucket/x"}, "pip install 'misa-pyspark[gcs]'", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_bad_setting_value_ends_a_spark_submit_job_with_one_line(tmp_path, conf, expected):

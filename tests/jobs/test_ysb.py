@@ -237,7 +237,7 @@ def reference(spark, ysb_data, tmp_path_factory) -> dict:
     return expected
 
 
-@pytest.mark.parametrize("mode", ["sync", "misa"])
+@pytest.mark.parametrize("mode", [pytest.param("sync", marks=pytest.mark.slow), "misa"])
 def test_equals_the_batch_reference(spark, ysb_data, reference, tmp_path, mode):
     data, stats = ysb_data
     assert_same_results(run_in_process(spark, ysb, "ysb", mode, data, tmp_path), reference)
@@ -255,6 +255,7 @@ def test_prefetching_the_looked_up_values_changes_no_result(spark, ysb_data, ref
     assert all(p is not None for p in prefetch) and sum(p["hinted"] for p in prefetch) > 0
 
 
+@pytest.mark.slow  # plain Spark's own stream: make test runs misa's
 def test_the_native_stream_looks_campaigns_up_in_redis_and_equals_the_batch_reference(
     spark, ysb_data, reference, tmp_path, redis_server, redis_client, monkeypatch
 ):

@@ -103,6 +103,7 @@ def cm_data(tmp_path_factory) -> Path:
     return data
 
 
+@pytest.mark.slow  # make test quarantines a job's bad input in test_linear_road.py and test_nexmark.py
 def test_cluster_monitoring_quarantines_bad_input_and_equals_the_reference_over_good_records(spark, cm_data, tmp_path):
     expected = run_in_process(spark, cluster_monitoring, "cm2", "native", cm_data, tmp_path / "native")
     got = run_in_process(spark, cluster_monitoring, "cm2", "misa", cm_data, tmp_path / "misa")

@@ -48,7 +48,7 @@ def _job(tmp_path: Path, **conf: str) -> StatefulJob:
     )
 
 
-@pytest.mark.parametrize("mode", ["sync", "misa"])
+@pytest.mark.parametrize("mode", [pytest.param("sync", marks=pytest.mark.slow), "misa"])
 def test_last_batch_commit_status_and_listener_in_a_real_query(spark, tmp_path, mode):
     _input(spark, tmp_path / "in")
     job = _job(tmp_path, **{"spark.misa.commit.mode": mode})

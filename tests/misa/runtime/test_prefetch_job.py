@@ -31,7 +31,7 @@ def without_prefetch(spark, cm_data, tmp_path_factory) -> dict:
         spark.conf.unset("spark.misa.prefetch.enabled")
 
 
-@pytest.mark.parametrize("policy", ["tac", "lru", "clock"])
+@pytest.mark.parametrize("policy", ["tac", *(pytest.param(p, marks=pytest.mark.slow) for p in ("lru", "clock"))])
 def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, session_conf, without_prefetch, policy):
     session_conf(
         {"spark.misa.prefetch.enabled": "true", "spark.misa.cache.policy": policy, "spark.misa.cache.maxBytes": "64k"}
