@@ -77,10 +77,11 @@ class Outcome:
 def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Outcome:
     """Run ``scenario`` through both engines under ``work`` (emptied first). A query Spark refuses at start must be
     refused by misa at start; one misa refuses must be refused at start (``UnsupportedQueryError``, before any batch
-    ran); anything else must give Spark's batches and rows."""
+    ran); a query whose run fails in Spark must fail in misa too; anything else must give Spark's batches and rows."""
     shutil.rmtree(work, ignore_errors=True)
     outputs: dict[str, dict[int, pa.Table]] = {"spark": {}, "misa": {}}
     refused: dict[str, BaseException] = {}
+    failed: dict[str, BaseException] = {}
     previous = {key: spark.conf.get(key, None) for key in scenario.session_conf}
     for key, value in scenario.session_conf.items():
         spark.conf.set(key, value)
@@ -99,18 +100,27 @@ def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Outcome
                     _run_round(spark, scenario, round_, engine, inputs, work / engine / "ckpt", outputs[engine])
                 except _Refused as refusal:
                     if number or outputs[engine]:
-                        raise refusal.error from None
-                    refused[engine] = refusal.error
+                        failed[engine] = refusal.error
+                    else:
+                        refused[engine] = refusal.error
                     break
-    except Exception as error:  # noqa: BLE001 - a failure in either engine is a finding, reported with the case
-        return Outcome(Mismatch(None, f"{type(error).__name__}: {_first_line(error)}"))
+                except Exception as error:  # noqa: BLE001 - a failed run is judged against the other engine's
+                    failed[engine] = error
+                    break
     finally:
         for key, value in previous.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
-    return _judged(refused, outputs)
+    return judge(refused, failed, outputs)
 
 
-def _judged(refused: dict[str, BaseException], outputs: dict[str, dict[int, pa.Table]]) -> Outcome:
+def judge(
+    refused: dict[str, BaseException], failed: dict[str, BaseException], outputs: dict[str, dict[int, pa.Table]]
+) -> Outcome:
+    """The outcome of a scenario from what each engine refused at start, which runs failed, and their outputs."""
+    if failed.keys() == {"spark", "misa"}:  # Spark cannot run it either (a partition column appearing, ...)
+        return Outcome(refused="Spark", message=f"while running: {_first_line(failed['spark'])}")
+    for engine, error in failed.items():
+        return Outcome(Mismatch(None, f"{engine} failed while running: {type(error).__name__}: {_first_line(error)}"))
     spark_error, misa_error = refused.get("spark"), refused.get("misa")
     if spark_error is not None:
         if misa_error is None:
@@ -193,7 +203,9 @@ def _await_quiet(query: Any, quiet_s: float) -> None:
     while time.monotonic() < deadline:
         progress = query.lastProgress
         batch = None if progress is None else progress["batchId"]
-        if batch != last or query.status["isTriggerActive"] and query.status["isDataAvailable"]:
+        status = query.status  # not quiet before its first trigger: a Python source may take seconds to start
+        starting = status["message"] == "Initializing sources"
+        if batch != last or starting or status["isTriggerActive"] and status["isDataAvailable"]:
             last, since = batch, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return

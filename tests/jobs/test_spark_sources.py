@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.scenarios import Round, Scenario, run_scenario
+from jobs.differential.scenarios import Round, Scenario, judge, run_scenario
 from jobs.differential.topic_source import TopicSource
 
 SCHEMA = "t timestamp, k int, v bigint"
@@ -176,3 +176,13 @@ def test_sparks_batches_and_rows(spark, tmp_path: Path, name: str):
 def test_sparks_batches_and_rows_slow(spark, tmp_path: Path, name: str):
     outcome = run_scenario(spark, SLOW_SCENARIOS[name], tmp_path)
     assert outcome.ok, f"{name}: {outcome}"
+
+
+def test_a_run_that_fails_in_spark_must_fail_in_misa_too():
+    """A query Spark cannot run to its end (a partition folder appearing while it runs, say) is judged like a
+    refusal when misa fails too; a run that fails in one engine only is a mismatch naming it."""
+    boom = RuntimeError("Invalid batch")
+    both = judge({}, {"spark": boom, "misa": boom}, {"spark": {}, "misa": {}})
+    assert both.refused == "Spark" and both.mismatch is None and "Invalid batch" in both.message
+    one = judge({}, {"misa": boom}, {"spark": {}, "misa": {}})
+    assert one.mismatch is not None and "misa failed while running" in one.mismatch.what
