@@ -167,11 +167,15 @@ class StatefulJob:
                 type(operator).__name__,
             )
         self.spark_checkpoint, self.mirror = self._spark_checkpoint()
-        self.no_data = NoDataBatches(self.store.root / "spark-no-data-batch.json", self.spark_checkpoint)
+        self.no_data = NoDataBatches(
+            self.store.root / "spark-no-data-batch.json", self.spark_checkpoint, self.checkpoint_location
+        )
         self._spark_watermark: SparkWatermark | None = None  # the running query's, when its stream has withWatermark
+        self._follows_spark = False  # whether the running query's stream has withWatermark (known before it starts)
         self._query_started = threading.Event()
         self._requested = EMPTY_VERSION  # the batch after which this run requested a batch without data
         self._no_data_batches = False  # whether Spark would run batches without data for the operator (at start)
+        self._skipped_batches = 0  # 1 when the stateful query never runs Spark's batch 0; sink ids are Spark's less it
         self._output_schema: pa.Schema | None = None  # the columns of the operator's last output that had some
         if self.processes > 1:
             self.controller: Any = PartitionedCommit(self.store, self.config.commit_mode, self.mirror)
@@ -248,6 +252,7 @@ class StatefulJob:
         self._awaiting_first_batch = True
         self._query_started.clear()
         self._requested = EMPTY_VERSION
+        self._skipped_batches = int(self.no_data.first_batch_skipped())
         self._listener = self.metrics.listener()
         spark.streams.addListener(self._listener)
         checkpoint = (
@@ -262,8 +267,9 @@ class StatefulJob:
             writer = writer.queryName(query_name)
         if self._interrupt is None and not StopOnInterrupt.active():
             self._interrupt = StopOnInterrupt(spark).__enter__()
+        self._follows_spark = has_watermark(stream)
         query = writer.trigger(**trigger).start()
-        self._spark_watermark = SparkWatermark(query) if has_watermark(stream) else None
+        self._spark_watermark = SparkWatermark(query) if self._follows_spark else None
         self._no_data_batches = runs_no_data_batches(self.operator) and no_data_batches_enabled(spark)
         self._query_started.set()
         self.metrics.follow(str(query.id))
@@ -350,15 +356,18 @@ class StatefulJob:
             started = time.monotonic()
             first = self._awaiting_first_batch
             self._check_continuity(batch_id)
+            if batch_id == 0:
+                self._skipped_batches = int(self.no_data.skips_first_batch())
+            skipped = batch_id == 0 and self._skipped_batches == 1
             asked = first or self._requested == batch_id - 1
             no_data = asked and self.no_data.is_no_data_batch(batch_id)
-            if no_data:
+            if no_data or skipped:
                 with HintSession(batch) as session:
-                    self._run_batch(session, batch_id, started, no_data=True)
+                    self._run_batch(session, batch_id, started, no_data=True, skipped=skipped)
             else:
                 with self._hint_session(batch) as session:
                     self._run_batch(session, batch_id, started)
-            if not no_data:  # Spark's batch without data moves no watermark: it never asks for another
+            if not (no_data or skipped):  # Spark's batch without data moves no watermark: it never asks for another
                 self._request_no_data_batch(batch_id)
 
     def _hint_session(self, batch: DataFrame) -> HintSession:
@@ -367,10 +376,14 @@ class StatefulJob:
             return HintSession(batch)
         return self.hints.begin(batch, self._good, on=self._prefetching(), next_on=self._prefetching)
 
-    def _run_batch(self, session: HintSession, batch_id: int, started: float, no_data: bool = False) -> None:
+    def _run_batch(
+        self, session: HintSession, batch_id: int, started: float, no_data: bool = False, skipped: bool = False
+    ) -> None:
         """The batch's phases in order (after a rewind on replay): compute, merge, sink, commit, wait for ack 2;
         leaving ``session`` then starts the next batch's hints ahead. A batch without data (``no_data``) computes
-        nothing and runs the operator's ``no_data_batch`` as its state phase."""
+        nothing and runs the operator's ``no_data_batch`` as its state phase; one the stateful query does not run
+        (``skipped``: the first, planned for the request source alone) runs no operator and no sink, and commits
+        the state as it is. The sink sees the stateful query's batch ids."""
         phases = BatchPhases()
         clock = _PhaseClock(started)
         deltas, record = None, BatchRecord(input_rows=0, without_data=True)
@@ -379,16 +392,17 @@ class StatefulJob:
             counted, observation = self._observed(batch, batch_id)
             good = self._good(counted)
             deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
-            record = self._input_record(batch, batch_id, observation, deltas.num_rows)
+            record = self._input_record(batch, batch_id - self._skipped_batches, observation, deltas.num_rows)
             record.deltas = deltas.num_rows
         phases.compute_s = clock.lap()
         session.wait()
         phases.hint_wait_s = clock.lap()
-        result = self._merge(deltas)
+        result = OperatorResult(pa.table({})) if skipped else self._merge(deltas)
         reads = self.view.take_reads()
         phases.state_read_s, record.state_device_read_bytes = reads.seconds, reads.device_bytes
         phases.state_apply_s = clock.lap() - phases.state_read_s
-        self.sink(batch_id, self._typed(result.output))
+        if not skipped:
+            self.sink(batch_id - self._skipped_batches, self._typed(result.output))
         phases.sink_s = clock.lap()
         self.controller.commit(self.view.freeze(batch_id), self.operator.metadata())
         phases.commit_inline_s = clock.lap()
@@ -451,7 +465,8 @@ class StatefulJob:
         return counts
 
     def _input_record(self, batch: DataFrame, batch_id: int, observation: Observation, deltas: int) -> BatchRecord:
-        """The batch's record, started with its observed counts; bad records are written aside here.
+        """The batch's record, started with its observed counts; bad records are written aside here, under
+        ``batch_id`` as the sink numbers the batch.
 
         Spark leaves the observation unfilled when the delta job's plan is cut short: a batch without rows
         is pruned to an empty relation, and rows that yield no deltas leave a shuffle empty, after which
@@ -468,6 +483,7 @@ class StatefulJob:
         """The driver's state phase: the operator merges the deltas into the state, or runs the batch without data
         (``deltas`` None)."""
         self.view.take_reads()  # reads before this phase (none expected) are not the batch's
+        self._follow_spark_watermark()
         with self._state_phase():
             if deltas is None:
                 return self._merger.no_data_batch(self.view)
@@ -483,13 +499,34 @@ class StatefulJob:
     def _watermark_moved(self) -> bool:
         """Whether the next batch's watermark is ahead of this batch's: Spark's, when the stream has withWatermark,
         else the operator's own (its watermark_delay)."""
-        if not self._query_started.wait(timeout=60):
-            raise RuntimeError("the streaming query did not finish starting within 60 s of its first batch")
-        if self._spark_watermark is not None:
-            return self._spark_watermark.moved()
+        spark_watermark = self._running_spark_watermark()
+        if spark_watermark is not None:
+            return spark_watermark.moved()
         if self.processes > 1:
             return self._merger.watermark_moves()
         return watermark_moves(self.operator)
+
+    def _follow_spark_watermark(self) -> None:
+        """When the stream has withWatermark, the operator's watermark for the batch is the one Spark planned it
+        with: Spark's counts every row its withWatermark node saw, also those a join with a static table or a
+        filter below the operator drops before misa sees them."""
+        if not self._follows_spark:
+            return
+        spark_watermark = self._running_spark_watermark()
+        assert spark_watermark is not None
+        if self.processes > 1:
+            self._merger.follow_watermark(spark_watermark.batch_us())
+            return
+        get = getattr(self.operator, "event_watermark", None)
+        watermark = get() if callable(get) else None
+        if watermark is not None:
+            watermark.follow(spark_watermark.batch_us())
+
+    def _running_spark_watermark(self) -> SparkWatermark | None:
+        """The running query's Spark watermark (None: its stream has no withWatermark), once the query started."""
+        if not self._query_started.wait(timeout=60):
+            raise RuntimeError("the streaming query did not finish starting within 60 s of its first batch")
+        return self._spark_watermark
 
     def _prefetching(self) -> bool:
         """Whether the batch about to run (or running) prefetches."""

@@ -40,9 +40,15 @@ def read_batches(root: str | Path) -> list[tuple[int, pa.Table]]:
 
 
 def _parquet(data: bytes) -> pa.Table:
-    """A Parquet file's table, read on this thread: with Arrow's reader threads (pyarrow 26), a script that read
-    output aborted at exit in about a third of runs (``terminate called without an active exception``)."""
-    return pq.read_table(pa.BufferReader(data), use_threads=False)
+    """A Parquet file's table, read wholly on this thread, so that no Arrow thread holds ``data`` once this returns.
+
+    ``pq.read_table`` scans through Arrow's dataset layer, which runs its callbacks on Arrow's CPU pool even with
+    ``use_threads=False``: a pool thread could drop the last reference to ``data`` after ``read_batches`` returned,
+    ask for the GIL to release it while the interpreter finalized, and be ended by Python inside a ``noexcept``
+    destructor, so a script that read the output aborted at exit (``terminate called without an active exception``).
+    """
+    with pq.ParquetFile(pa.BufferReader(data)) as file:
+        return file.read(use_threads=False)
 
 
 def final_results(root: str | Path, key_columns: Sequence[str]) -> dict[tuple, dict]:

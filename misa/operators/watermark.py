@@ -23,7 +23,25 @@ from typing import Any
 
 
 @dataclass
-class EventTimeWatermark:
+class FollowsSpark:
+    """A watermark the runtime may set from Spark's own for the coming batch (:meth:`follow`)."""
+
+    spark_next_us: int | None = field(default=None, kw_only=True, repr=False)
+
+    def follow(self, spark_us: int) -> None:
+        """Take Spark's watermark for the coming batch (the one its offsets log holds for it) instead of this
+        model's: Spark's counts every row its ``withWatermark`` node saw, also those a join with a static table or
+        a filter below the operator then drops, which the operator never sees. Used by the next advance only."""
+        self.spark_next_us = spark_us
+
+    def _followed(self, modelled: int) -> int:
+        """The next watermark: Spark's when followed (once), else ``modelled``."""
+        chosen, self.spark_next_us = (modelled if self.spark_next_us is None else self.spark_next_us), None
+        return chosen
+
+
+@dataclass
+class EventTimeWatermark(FollowsSpark):
     """``at_us``: the watermark the last batch (with or without data) evicted with, so the next data batch's
     late-events watermark; ``max_event_us``: the latest event time of the batches run so far."""
 
@@ -46,9 +64,10 @@ class EventTimeWatermark:
     def advance(self) -> int | None:
         """Move to the latest event time seen minus the delay (a batch without data, or the eviction watermark of
         the next data batch); the new watermark, or None if it did not move."""
-        candidate = self.after(self.max_event_us)
-        if candidate is not None:
-            self.at_us = candidate
+        candidate = self._followed(self.after(self.max_event_us) or self.at_us)
+        if candidate <= self.at_us:
+            return None
+        self.at_us = candidate
         return candidate
 
     def moves(self) -> bool:
@@ -78,7 +97,7 @@ class EventTimeWatermark:
 
 
 @dataclass
-class InputsWatermark:
+class InputsWatermark(FollowsSpark):
     """Spark's global watermark of a query with several ``withWatermark`` inputs (a stream-stream join's sides, a
     union's streams).
 
@@ -113,7 +132,7 @@ class InputsWatermark:
 
     def advance(self) -> int | None:
         """Move to the policy's choice of the inputs' watermarks; the new watermark, or None if it did not move."""
-        candidate = self._next()
+        candidate = self._followed(self._next())
         if candidate <= self.at_us:
             return None
         self.at_us = candidate

@@ -341,6 +341,10 @@ class PartitionedOperator:
         """Spark's batch without data, in every partition."""
         return self._gathered(self.pool.ask("no_data_batch"), data=False)
 
+    def follow_watermark(self, spark_us: int) -> None:
+        """Every worker's watermark for the coming batch is Spark's."""
+        self.pool.ask("follow_watermark", spark_us)
+
     def watermark_moves(self) -> bool:
         """Whether the workers' watermark (every worker's is the whole batch's) moves at the next batch."""
         return any(self.pool.ask("watermark_moves"))

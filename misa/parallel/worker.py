@@ -125,6 +125,12 @@ class PartitionWorker:
         if watermark is not None:
             watermark.merge(maxima)
 
+    def follow_watermark(self, spark_us: int) -> None:
+        """The coming batch's watermark is Spark's (:meth:`~misa.operators.watermark.FollowsSpark.follow`)."""
+        watermark = self.operator.event_watermark()
+        if watermark is not None:
+            watermark.follow(spark_us)
+
     def watermark_moves(self) -> bool:
         """Whether this partition's watermark moves at the next batch."""
         return watermark_moves(self.operator)

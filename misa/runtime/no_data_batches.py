@@ -12,6 +12,11 @@ Spark never asks for misa. misa asks instead, and leaves the rest to Spark:
   new input when any arrived (a data batch, the request spent with it), else a batch of the request alone,
   which the runtime runs as the batch without data (:meth:`NoDataBatches.is_no_data_batch`, read from Spark's
   offsets log). It has Spark's batch id, so the sink sees Spark's numbering;
+* but for one batch: Spark's first trigger of a new checkpoint counts any offset of a Python source as input, so
+  the request source alone makes a batch 0 while no source of the query's own has input yet (a folder still
+  empty), where the stateful query waits for its first input. misa runs nothing in that batch and calls no sink
+  (:meth:`NoDataBatches.skips_first_batch`); the sink's batch ids are then Spark's less one, which is the
+  stateful query's numbering. This is recorded at the checkpoint location, since Spark purges its offsets log;
 * which sources have input, admission control (``maxFilesPerTrigger``, Kafka's limits), and the trigger's rules
   (``once`` runs one batch; ``availableNow`` ends when a trigger constructs none; processing time) are Spark's
   own. A restart forgets the request, as Spark forgets its last plan: after a restart Spark runs no batch without
@@ -34,6 +39,8 @@ from misa.exceptions import ConfigError
 from misa.runtime.no_data_source import NO_REQUEST, OFFSET_KEY, SOURCE_NAME, NoDataBatchSource
 
 log = logging.getLogger(__name__)
+NO_OFFSET = "-"  # an offsets log line of a source that had no offset yet (no input since the query began)
+FIRST_BATCH_FILE = "misa-first-batch.json"  # at the checkpoint location: whether Spark's batch 0 was skipped
 
 
 class SparkWatermark:
@@ -42,6 +49,14 @@ class SparkWatermark:
 
     def __init__(self, query: StreamingQuery):
         self.query = query
+
+    def batch_us(self) -> int:
+        """The watermark Spark planned the running batch with (its offsets log's ``batchWatermarkMs``), in µs."""
+        try:
+            execution = self.query._jsq.streamingQuery()
+            return int(execution.lastExecution().offsetSeqMetadata().batchWatermarkMs()) * 1000
+        except Exception as error:  # noqa: BLE001 - py4j's errors, or no JVM query (Spark Connect)
+            raise _unavailable(error) from error
 
     def moved(self) -> bool:
         """Whether the next batch's watermark is ahead of the one the batch now ending ran with. Spark updates its
@@ -52,22 +67,28 @@ class SparkWatermark:
             tracker.updateWatermark(last.executedPlan())
             return int(tracker.currentWatermark()) > int(last.offsetSeqMetadata().batchWatermarkMs())
         except Exception as error:  # noqa: BLE001 - py4j's errors, or no JVM query (Spark Connect)
-            raise ConfigError(
-                f"misa reads the running query's watermark from Spark's own tracker (MicroBatchExecution."
-                f"watermarkTracker) to run batches without data exactly when Spark would, and this Spark does not "
-                f"give it ({type(error).__name__}: {str(error).splitlines()[0][:200]}): run the job in classic "
-                f"PySpark 4.x (not Spark Connect)"
-            ) from error
+            raise _unavailable(error) from error
+
+
+def _unavailable(error: Exception) -> ConfigError:
+    return ConfigError(
+        f"misa reads the running query's watermark from Spark's own tracker (MicroBatchExecution.watermarkTracker) "
+        f"to run batches without data exactly when Spark would and to drop the rows Spark drops, and this Spark does "
+        f"not give it ({type(error).__name__}: {str(error).splitlines()[0][:200]}): run the job in classic PySpark "
+        f"4.x (not Spark Connect)"
+    )
 
 
 class NoDataBatches:
     """Requests batches without data from Spark's trigger and tells them from data batches. ``requests`` is a file
-    on the driver (read by Spark's Python source process); ``spark_checkpoint`` is where Spark writes its logs."""
+    on the driver (read by Spark's Python source process); ``spark_checkpoint`` is where Spark writes its logs;
+    ``checkpoint`` the checkpoint location, where the verdict on Spark's first batch is kept."""
 
-    def __init__(self, requests: Path, spark_checkpoint: Location):
+    def __init__(self, requests: Path, spark_checkpoint: Location, checkpoint: Location):
         self.requests = requests
         self.fs, self.offsets = spark_checkpoint.filesystem()
         self.offsets = posixpath.join(self.offsets, "offsets")
+        self.checkpoint = checkpoint
 
     def attach(self, spark: SparkSession, stream: DataFrame) -> DataFrame:
         """``stream`` with the request source unioned in (no rows, the same columns); no request pending. A checkpoint
@@ -98,6 +119,30 @@ class NoDataBatches:
             return False
         moved = [i for i, (a, b) in enumerate(zip(now, before)) if a != b]
         return bool(moved) and all(_is_request(now[i]) for i in moved)
+
+    def skips_first_batch(self) -> bool:
+        """At Spark's batch 0: whether the stateful query would not run it (no source of the query's own had an
+        offset when Spark planned it, only the request source), recorded for :meth:`first_batch_skipped`."""
+        lines = self._offsets(0)
+        skipped = lines is not None and all(line == NO_OFFSET for line in lines if not _is_request(line))
+        fs, path = self.checkpoint.child(FIRST_BATCH_FILE).filesystem()
+        if skipped:
+            data = json.dumps({"skipped": True}).encode()
+            if self.checkpoint.local is None:
+                fs.pipe_file(path, data)
+            else:
+                write_atomically(self.checkpoint.local / FIRST_BATCH_FILE, data)
+        elif fs.exists(path):  # an earlier query's, at a checkpoint location whose Spark log was removed
+            fs.rm_file(path)
+        return skipped
+
+    def first_batch_skipped(self) -> bool:
+        """Whether the checkpoint's batch 0 was one the stateful query would not run (:meth:`skips_first_batch`)."""
+        fs, path = self.checkpoint.child(FIRST_BATCH_FILE).filesystem()
+        try:
+            return bool(json.loads(fs.cat_file(path))["skipped"])
+        except FileNotFoundError:
+            return False
 
     def _latest(self) -> list[str] | None:
         """The newest offsets entry's per-source lines (None: Spark has planned no batch yet)."""
