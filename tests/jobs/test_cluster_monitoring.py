@@ -70,6 +70,7 @@ def test_append_mode_equals_the_reference(spark, cm_data, reference, tmp_path, m
     assert_same_results(run_in_process(spark, "cm2", mode, cm_data, tmp_path, "append"), reference("cm2", "append"))
 
 
+@pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_metrics_record_every_batch(spark, cm_data, tmp_path):
     run_in_process(spark, "cm2", "misa", cm_data, tmp_path)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

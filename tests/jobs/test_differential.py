@@ -30,10 +30,10 @@ def assert_same_as_spark(spark, tmp_path, c: Case) -> None:
     assert mismatch is None, f"{c.describe()}\n{mismatch}"
 
 
-@pytest.mark.parametrize(  # make test: tumbling append and sliding update (the other two: -m slow)
+@pytest.mark.parametrize(  # make test: sliding update (the other three: -m slow)
     "operator,slide,mode",
     [
-        (o, s, m) if (o, m) in (("tumbling", "append"), ("sliding", "update")) else pytest.param(o, s, m, marks=SLOW)
+        (o, s, m) if (o, m) == ("sliding", "update") else pytest.param(o, s, m, marks=SLOW)
         for o, s in (("tumbling", 10), ("sliding", 5))
         for m in ("update", "append")
     ],
@@ -51,6 +51,7 @@ def test_the_self_join_keeps_a_row_late_only_by_the_newest_watermark(spark, tmp_
     assert_same_as_spark(spark, tmp_path, case(query, [rows((1, 5, 1)), rows((1, 25, 2)), rows((1, 7, 4))]))
 
 
+@pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_windows_close_as_spark_closes_them_across_restarts_and_files_fed_one_at_a_time(spark, tmp_path):
     """Rounds of one file: Spark runs a batch without data after each (its rows belong to the file's batch)."""
     query = Query("tumbling", {"k": "bigint"}, ("sum", "count"), window_s=10, delay_s=2, output_mode="append")
@@ -79,13 +80,9 @@ def test_a_boolean_group_column_runs_with_prefetching(spark, tmp_path, prefetchi
     assert_same_as_spark(spark, tmp_path, c)
 
 
+@pytest.mark.slow  # the suite's time
 @pytest.mark.parametrize(
-    "operator,prefetching",  # make test: tumbling windows with prefetching (the rest: -m slow)
-    [
-        (o, p) if (o, p) == ("tumbling", "true") else pytest.param(o, p, marks=SLOW)
-        for p in ("true", "false")
-        for o in ("global", "sliding", "tumbling")
-    ],
+    "operator,prefetching", [(o, p) for p in ("true", "false") for o in ("global", "sliding", "tumbling")]
 )
 def test_no_group_columns(spark, tmp_path, operator, prefetching):
     query = Query(operator, {}, ("sum", "avg"), window_s=10, slide_s=5 if operator == "sliding" else 10, delay_s=0)

@@ -140,13 +140,11 @@ CASES = {
         Settings(),
     ),
 }
-# session windows; stddev/variance, expressions over aggregates, a time filter (the joins: -m slow; make test runs a
-# join in test_differential.py's two worker processes)
-IN_CI = [list(CASES)[1], list(CASES)[9]]
 SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
 
 
-@pytest.mark.parametrize("name", [n if n in IN_CI else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
+@pytest.mark.slow  # make test runs seed 0 below, the deployments slice and the query shapes' finding 6
+@pytest.mark.parametrize("name", list(CASES))
 def test_each_form_gives_sparks_rows_and_types(spark, tmp_path, name):
     query, settings = CASES[name]
     case = query_case_of(query, settings, seed=13)

@@ -44,12 +44,8 @@ def reference(spark, data, tmp_path_factory):
 
 @pytest.mark.parametrize(
     "query,mode",
-    # make test: q20 in misa mode (quarantine, metrics), q13 with prefetching below (the rest: -m slow)
-    [
-        (q, m) if (q, m) == ("q20", "misa") else pytest.param(q, m, marks=pytest.mark.slow)
-        for q in QUERIES
-        for m in ("sync", "misa")
-    ],
+    # -m slow (the suite's time): make test runs Nexmark's operators in tests/misa/operators/test_nexmark_ops.py
+    [pytest.param(q, m, marks=pytest.mark.slow) for q in QUERIES for m in ("sync", "misa")],
 )
 def test_query_equals_native(spark, data, reference, tmp_path, query, mode):
     final, rows = reference(query)
@@ -77,9 +73,7 @@ def test_query_in_two_worker_processes_equals_native(spark, data, reference, tmp
 
 @pytest.mark.parametrize(
     "query,processes",
-    [  # make test: q13 in one process (the rest: -m slow)
-        (q, p) if (q, p) == ("q13", 1) else pytest.param(q, p, marks=pytest.mark.slow) for p in (1, 2) for q in QUERIES
-    ],
+    [pytest.param(q, p, marks=pytest.mark.slow) for p in (1, 2) for q in QUERIES],
 )
 def test_query_with_prefetching_equals_native(spark, data, reference, tmp_path, session_conf, query, processes):
     """Every query's operator names its keys one stage early; prefetching them changes no result (with two worker
@@ -95,6 +89,7 @@ def test_query_with_prefetching_equals_native(spark, data, reference, tmp_path, 
     assert sum(p["prefetch_hits"] + p["hints_renewed"] for p in prefetch) > 0
 
 
+@pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_reference_is_not_trivial(reference):
     """Each query's reference has enough rows and (q19) full top 10s to make the comparison meaningful."""
     sizes = {query: len(reference(query)[0]) for query in QUERIES}

@@ -240,6 +240,7 @@ def _union(spark: SparkSession, inputs: Path, b_watermark: bool = True) -> DataF
     return stream(spark, inputs, "a").select("k", "t", "v").withWatermark("t", "5 seconds").union(b)
 
 
+@pytest.mark.slow  # make test runs a union of watermarked streams in test_deployments.py's slice (seed 3)
 def test_a_windowed_count_of_a_union_of_watermarked_streams_gives_sparks_rows(spark, tmp_path):
     def build(spark: SparkSession, inputs: Path) -> DataFrame:
         return _union(spark, inputs).groupBy(F.window("t", "10 seconds"), "k").count()

@@ -248,6 +248,7 @@ def test_equals_the_batch_reference(spark, ysb_data, reference, tmp_path, mode):
     assert sorted(read_quarantine(tmp_path / "ckpt" / "quarantine")) == sorted(bad)  # exactly the bad lines
 
 
+@pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_prefetching_the_looked_up_values_changes_no_result(spark, ysb_data, reference, tmp_path, session_conf):
     session_conf({"spark.misa.prefetch.enabled": "true"})
     assert_same_results(run_in_process(spark, ysb, "ysb", "misa", ysb_data[0], tmp_path), reference)

@@ -44,6 +44,7 @@ def test_prefetching_on_and_off_give_identical_output(spark, cm_data, tmp_path, 
     assert all(r["state_reads"] > 0 and 0 < r["phases"]["state_read_s"] < r["batch_s"] for r in records)
 
 
+@pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_lookahead_moves_to_the_filtered_stage(spark, tmp_path_factory, tmp_path, session_conf):
     """CM2's first hint stage has every event type; with many jobs, each batch's jobs that only other
     event types touch (most of them here) are wasted prefetches, so the lookahead moves to the filter (for

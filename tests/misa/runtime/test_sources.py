@@ -228,7 +228,9 @@ def test_a_batch_whose_rows_yield_no_deltas_is_counted(spark, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "mirrored", [pytest.param(True, marks=pytest.mark.slow), False], ids=["local-copy", "spark-writes-the-location"]
+    "mirrored",
+    [pytest.param(m, marks=pytest.mark.slow) for m in (True, False)],
+    ids=["local-copy", "spark-writes-the-location"],
 )
 def test_a_temp_file_left_by_a_kill_during_sparks_first_offsets_write_does_not_block_the_restart(
     spark, tmp_path, mirrored
