@@ -28,6 +28,7 @@ def _key(row: dict) -> tuple:
 @pytest.mark.parametrize(
     "prefetching", [p if p == "true" else pytest.param(p, marks=pytest.mark.slow) for p in PREFETCHING]
 )
+@pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_top_rows_per_key_of_every_type_equal_sparks(spark, tmp_path, prefetching):
     case = case_of(Query("global", {k: t for k, t in zip(KEYS, KEY_TYPES)}, value_type="bigint"), Settings(), seed=5)
     source = tmp_path / "in"

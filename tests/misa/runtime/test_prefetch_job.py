@@ -86,6 +86,7 @@ def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_
     }
 
 
+@pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_auto_never_probes_reads_served_from_memory(spark, cm_data, tmp_path, session_conf, without_prefetch):
     """Reads count as worth hiding by their share here (minReadShare 0), but the state is in memory: the
     batches' reads fetch nothing from a device, so auto never tries prefetching, and each record says so."""
