@@ -182,11 +182,11 @@ def _run_round(
         for path, rows in round_.later:
             _await_quiet(query, round_.quiet_s)
             _write(inputs, ((path, rows),))
-        if round_.later:
-            _await_quiet(query, round_.quiet_s)
-            query.stop()
         if round_.batches is not None:
             _await_batches(query, outputs, seen, round_.batches)
+            query.stop()
+        elif round_.later or not {"availableNow", "once"} & set(scenario.trigger):  # a trigger that never ends
+            _await_quiet(query, round_.quiet_s)
             query.stop()
         query.awaitTermination()
     finally:
