@@ -10,6 +10,8 @@ write, not from misa's operators:
   table, a union of two watermarked streams;
 * **stateful step**: tumbling and sliding windows, a global aggregation, session windows, the three
   deduplications, an inner and a left outer join of two streams;
+* **a filter on the key Spark's optimizer moves below the watermark**: none, one above the stateful step, or (for a
+  join) one on the left side before the join, which Spark also infers for the right side;
 * **keys and aggregates**: a column, an expression (``k % 3``), a struct field; ``count(*)``, ``sum``, ``avg``,
   ``stddev``, an expression over aggregates;
 * **trigger and rounds**: ``availableNow``, ``once``, processing time with files arriving between triggers, and
@@ -41,6 +43,7 @@ KEYS = ("column", "expression", "struct_field")
 AGGREGATES = ("count", "sum", "avg", "stddev", "over_aggregates")
 TRIGGERS = ("availableNow", "once", "processingTime")
 MODES = ("append", "update", "complete")
+KEY_FILTERS = ("none", "above", "one_side")
 
 
 @dataclass(frozen=True)
@@ -58,11 +61,12 @@ class Deployment:
     delay_s: int
     window_s: int
     rounds: tuple[Round, ...]
+    key_filter: str = "none"
 
     @property
     def tags(self) -> tuple[str, ...]:
         """The shapes drawn, for coverage counts."""
-        names = ["source", "plan", "stateful", "key", "aggregate", "trigger", "output_mode"]
+        names = ["source", "plan", "stateful", "key", "aggregate", "key_filter", "trigger", "output_mode"]
         if self.stateful not in ("tumbling", "sliding", "global", "session"):
             names.remove("aggregate")
         if self.stateful in ("join", "outer_join"):
@@ -84,12 +88,18 @@ class Deployment:
     # ------------------------------------------------------------------ the query, in Spark's API
     def build(self, spark: SparkSession, inputs: Path) -> DataFrame:
         """The query over the inputs under ``inputs``."""
+        query, key = self._stateful(spark, inputs)
+        return query.where(F.col(key) >= 1) if self.key_filter == "above" else query
+
+    def _stateful(self, spark: SparkSession, inputs: Path) -> tuple[DataFrame, str]:
+        """The query up to its stateful step, and the name of its key column in the step's output."""
         if self.stateful in ("join", "outer_join"):
-            return self._join(spark, inputs)
+            return self._join(spark, inputs), "lk"
         events = self._planned(spark, inputs)
         key = self._key(events)
+        name = {"expression": "k3", "struct_field": "a"}.get(self.key, "my k" if "my k" in events.columns else "k")
         if self.stateful in ("dedup", "dedup_time", "dedup_within"):
-            return self._deduplicated(events, key)
+            return self._deduplicated(events, key), "key" if self.key != "column" else name
         grouped = {
             "tumbling": lambda: events.groupBy(F.window("t", f"{self.window_s} seconds"), key),
             "sliding": lambda: events.groupBy(
@@ -98,7 +108,7 @@ class Deployment:
             "global": lambda: events.groupBy(key),
             "session": lambda: events.groupBy(F.session_window("t", f"{self.window_s} seconds"), key),
         }[self.stateful]()
-        return grouped.agg(*self._aggregates())
+        return grouped.agg(*self._aggregates()), name
 
     def _events(self, spark: SparkSession, inputs: Path, folder: str = "in") -> DataFrame:
         """The source's rows with columns ``t, k, v, s, st``, watermarked."""
@@ -166,6 +176,8 @@ class Deployment:
 
     def _join(self, spark: SparkSession, inputs: Path) -> DataFrame:
         left = self._events(spark, inputs).select(F.col("k").alias("lk"), F.col("t").alias("lt"), "v")
+        if self.key_filter == "one_side":
+            left = left.where(F.col("lk") >= 1)
         right = self._events(spark, inputs, "other").select(F.col("k").alias("rk"), F.col("t").alias("rt"), "s")
         bound = f"interval {self.window_s} seconds"
         condition = F.expr(f"lk = rk AND rt >= lt - {bound} AND rt <= lt + {bound}")
@@ -186,6 +198,7 @@ def random_deployment(seed: int) -> Deployment:
     trigger = "processingTime" if source == "rate" else rng.choices(TRIGGERS, weights=(6, 2, 2))[0]
     delay_s, window_s = rng.choice((0, 2, 5)), rng.choice((4, 10))
     rounds = _rounds(rng, source, plan, two, trigger, delay_s)
+    key_filter = rng.choices(KEY_FILTERS if two else KEY_FILTERS[:2], weights=(6, 2, 2) if two else (6, 2))[0]
     return Deployment(
         seed,
         source,
@@ -198,6 +211,7 @@ def random_deployment(seed: int) -> Deployment:
         delay_s,
         window_s,
         rounds,
+        key_filter,
     )
 
 

@@ -30,6 +30,7 @@ from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
+from misa.query.pushdown import with_spark_pushdown
 from misa.query.translate import stateful_node, translate
 from misa.query.translation import JoinInput, Translation, watermarks
 
@@ -90,7 +91,7 @@ def planned(
     translation = translate(plan, output_mode, collect_max_items, policy.lower())
     for warning in translation.warnings:
         log.warning(warning)
-    source = _source_rows(spark, translation)
+    source = _source_rows(spark, translation, plan)
     translation.operator.signature(source.schema)  # columns and types, before anything starts
     return translation, source, QueryOutput(spark, translation, stateful_node(plan), sink)
 
@@ -176,11 +177,12 @@ def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> Non
     jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(plan.jvm, mode)
 
 
-def _source_rows(spark: SparkSession, translation: Translation) -> DataFrame:
-    """The stream of rows the operator reads: the plan below the stateful node, as Spark ran it."""
+def _source_rows(spark: SparkSession, translation: Translation, query: PlanNode) -> DataFrame:
+    """The stream of rows the operator reads: the plan below the stateful node, as Spark runs it in ``query``
+    (with the filters Spark's optimizer moves below its watermarks from above that node)."""
     if translation.join_inputs:
-        return _join_rows(spark, translation.join_inputs)
-    rows = dataframe_of(spark, translation.source)
+        return _join_rows(spark, translation.join_inputs, query)
+    rows = dataframe_of(spark, with_spark_pushdown(spark, translation.source, query))
     for condition in translation.conditions:
         rows = rows.where(condition)
     for name, column in translation.extra_columns:
@@ -188,11 +190,11 @@ def _source_rows(spark: SparkSession, translation: Translation) -> DataFrame:
     return rows
 
 
-def _join_rows(spark: SparkSession, inputs: list[JoinInput]) -> DataFrame:
+def _join_rows(spark: SparkSession, inputs: list[JoinInput], query: PlanNode) -> DataFrame:
     """A join's two sides as one stream (:mod:`misa.operators.stream_join`): the side, its keys, its row."""
     sides = []
     for index, side in enumerate(inputs):
-        rows = dataframe_of(spark, side.plan)
+        rows = dataframe_of(spark, with_spark_pushdown(spark, side.plan, query))
         keys = [key.alias(f"_k{i}") for i, key in enumerate(side.keys)]
         fields = [column_of(a).alias(name) for a, name in zip(attributes_of(side.plan), side.names)]
         sides.append(rows.select(*keys, F.struct(*fields).alias(ROW_COLUMNS[index])))
