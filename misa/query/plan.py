@@ -82,35 +82,36 @@ def dataframe_of(spark: SparkSession, node: PlanNode) -> DataFrame:
     return DataFrame(jdf, spark)
 
 
-def _seq(scala_seq: Any) -> list[Any]:
+def python_list(scala_seq: Any) -> list[Any]:
+    """The items of a Scala sequence."""
     return [scala_seq.apply(i) for i in range(scala_seq.size())]
 
 
 def _node(jnode: Any) -> PlanNode:
     kind = str(jnode.getClass().getSimpleName())
-    children = [_node(c) for c in _seq(jnode.children())]
-    output = [_attr(a) for a in _seq(jnode.output())]
+    children = [_node(c) for c in python_list(jnode.children())]
+    output = [_attr(a) for a in python_list(jnode.output())]
     return PlanNode(kind, children, output, jnode, _fields(kind, jnode))
 
 
 def _fields(kind: str, jnode: Any) -> dict[str, Any]:
     if kind == "Project":
-        return {"list": [expr_of(e) for e in _seq(jnode.projectList())]}
+        return {"list": [expr_of(e) for e in python_list(jnode.projectList())]}
     if kind == "Filter":
         return {"condition": expr_of(jnode.condition())}
     if kind == "Aggregate":
         return {
-            "grouping": [expr_of(e) for e in _seq(jnode.groupingExpressions())],
-            "aggregates": [expr_of(e) for e in _seq(jnode.aggregateExpressions())],
+            "grouping": [expr_of(e) for e in python_list(jnode.groupingExpressions())],
+            "aggregates": [expr_of(e) for e in python_list(jnode.aggregateExpressions())],
         }
     if kind in ("Deduplicate", "DeduplicateWithinWatermark"):
-        return {"keys": [_attr(a) for a in _seq(jnode.keys())]}
+        return {"keys": [_attr(a) for a in python_list(jnode.keys())]}
     if kind == "EventTimeWatermark":
         event_time = _attr(jnode.eventTime())
-        marked = [a for a in _seq(jnode.output()) if int(a.exprId().id()) == event_time.expr_id]
+        marked = [a for a in python_list(jnode.output()) if int(a.exprId().id()) == event_time.expr_id]
         return {"event_time": _attr(marked[0]), "delay": str(jnode.delay().toString())}
     if kind == "Expand":
-        return {"projections": [[expr_of(e) for e in _seq(p)] for p in _seq(jnode.projections())]}
+        return {"projections": [[expr_of(e) for e in python_list(p)] for p in python_list(jnode.projections())]}
     if kind == "Join":
         condition = jnode.condition()
         return {
@@ -123,7 +124,7 @@ def _fields(kind: str, jnode: Any) -> dict[str, Any]:
 def expr_of(jexpr: Any) -> Expr:
     """The Python tree of a Catalyst expression."""
     kind = str(jexpr.getClass().getSimpleName())
-    children = tuple(expr_of(c) for c in _seq(jexpr.children()))
+    children = tuple(expr_of(c) for c in python_list(jexpr.children()))
     dtype = _dtype(jexpr) if jexpr.resolved() else None
     attr = _attr(jexpr) if kind == "AttributeReference" else None
     value = _literal(jexpr) if kind == "Literal" else None
@@ -153,10 +154,10 @@ def with_attributes(rows: DataFrame, node: PlanNode) -> DataFrame:
     expressions = jvm.org.apache.spark.sql.catalyst.expressions
     plan = rows._jdf.queryExecution().analyzed()
     aliases = [
-        expressions.Alias(column, a.name(), a.exprId(), a.qualifier(), jvm.scala.Option.empty(), _scala_seq([]))
-        for column, a in zip(_seq(plan.output()), _seq(node.jvm.output()))
+        expressions.Alias(column, a.name(), a.exprId(), a.qualifier(), jvm.scala.Option.empty(), scala_list([]))
+        for column, a in zip(python_list(plan.output()), python_list(node.jvm.output()))
     ]
-    project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project(_scala_seq(aliases), plan)
+    project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project(scala_list(aliases), plan)
     return dataframe_of(rows.sparkSession, PlanNode("Project", [], [], project))
 
 
@@ -169,24 +170,24 @@ def with_input_column(path: list[PlanNode], name: str) -> PlanNode:
     project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project
     union = path[-1].jvm
     branches = []
-    for index, branch in enumerate(_seq(union.children())):
+    for index, branch in enumerate(python_list(union.children())):
         literal = expressions.Literal(index, jvm.org.apache.spark.sql.types.DataTypes.IntegerType)
         tag = expressions.Alias(
             literal,
             name,
             expressions.NamedExpression.newExprId(),
-            _scala_seq([]),
+            scala_list([]),
             jvm.scala.Option.empty(),
-            _scala_seq([]),
+            scala_list([]),
         )
-        branches.append(project(_scala_seq([*_seq(branch.output()), tag]), branch))
-    plan = union.withNewChildren(_scala_seq(branches))
-    tag_attribute = _seq(plan.output())[-1]
+        branches.append(project(scala_list([*python_list(branch.output()), tag]), branch))
+    plan = union.withNewChildren(scala_list(branches))
+    tag_attribute = python_list(plan.output())[-1]
     for node in reversed(path[:-1]):
         if node.kind == "Project":
-            plan = project(_scala_seq([*_seq(node.jvm.projectList()), tag_attribute]), plan)
+            plan = project(scala_list([*python_list(node.jvm.projectList()), tag_attribute]), plan)
         else:
-            plan = node.jvm.withNewChildren(_scala_seq([plan]))
+            plan = node.jvm.withNewChildren(scala_list([plan]))
     return _node(plan)
 
 
@@ -199,12 +200,12 @@ def sql_over_aggregates(expr: Expr, columns: dict[str, str]) -> str:
 def _over_aggregates(expr: Expr, columns: dict[str, str]) -> Any:
     if expr.kind == "AggregateExpression":
         return expr.jvm.resultAttribute().withName(columns[expr.sql])
-    return expr.jvm.withNewChildren(_scala_seq([_over_aggregates(c, columns) for c in expr.children]))
+    return expr.jvm.withNewChildren(scala_list([_over_aggregates(c, columns) for c in expr.children]))
 
 
 def attributes_of(node: PlanNode) -> list[Any]:
     """The Catalyst attributes of ``node``'s output."""
-    return _seq(node.jvm.output())
+    return python_list(node.jvm.output())
 
 
 def state_offset_ms(join: PlanNode, side: int) -> int | None:
@@ -225,7 +226,8 @@ def state_offset_ms(join: PlanNode, side: int) -> int | None:
     return offsets.pop()
 
 
-def _scala_seq(items: list[Any]) -> Any:
+def scala_list(items: list[Any]) -> Any:
+    """``items`` as a Scala list (for a Catalyst constructor or ``withNewChildren``)."""
     jvm = SparkContext._jvm  # type: ignore[attr-defined]
     java_list = jvm.java.util.ArrayList()
     for item in items:

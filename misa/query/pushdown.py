@@ -17,7 +17,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from misa.exceptions import UnsupportedQueryError
-from misa.query.plan import PlanNode, _scala_seq, _seq
+from misa.query.plan import PlanNode, python_list, scala_list
 
 # Nodes a deterministic filter passes through without changing which rows the plan above them gets.
 TRANSPARENT = {"Project", "Filter", "Union", "SubqueryAlias", "EventTimeWatermark"}
@@ -40,25 +40,25 @@ def _collect(jnode: Any, pushed: dict[int, list[Any]]) -> None:
     if str(jnode.getClass().getSimpleName()) == "EventTimeWatermark":
         conditions = pushed.setdefault(int(jnode.eventTime().exprId().id()), [])
         conditions += _filters_below(jnode.child())
-    for child in _seq(jnode.children()):
+    for child in python_list(jnode.children()):
         _collect(child, pushed)
 
 
 def _filters_below(jnode: Any) -> list[Any]:
     found = [jnode.condition()] if str(jnode.getClass().getSimpleName()) == "Filter" else []
-    for child in _seq(jnode.children()):
+    for child in python_list(jnode.children()):
         found += _filters_below(child)
     return found
 
 
 def _rebuild(jnode: Any, pushed: dict[int, list[Any]]) -> Any:
-    children = [_rebuild(child, pushed) for child in _seq(jnode.children())]
+    children = [_rebuild(child, pushed) for child in python_list(jnode.children())]
     if str(jnode.getClass().getSimpleName()) == "EventTimeWatermark":
         child = children[0]
         for condition in pushed.get(int(jnode.eventTime().exprId().id()), []):
             child = _place(child, condition)
         children = [child]
-    return jnode.withNewChildren(_scala_seq(children)) if children else jnode
+    return jnode.withNewChildren(scala_list(children)) if children else jnode
 
 
 def _place(jnode: Any, condition: Any) -> Any:
@@ -67,11 +67,11 @@ def _place(jnode: Any, condition: Any) -> Any:
     kind = str(jnode.getClass().getSimpleName())
     transparent = kind in TRANSPARENT or (kind == "Join" and str(jnode.joinType().toString()) == "Inner")
     if transparent:
-        children = _seq(jnode.children())
+        children = python_list(jnode.children())
         for index, child in enumerate(children):
             if condition.references().subsetOf(child.outputSet()):
                 children[index] = _place(child, condition)
-                return jnode.withNewChildren(_scala_seq(children))
+                return jnode.withNewChildren(scala_list(children))
     if not condition.references().subsetOf(jnode.outputSet()):
         raise UnsupportedQueryError(
             f"[MISA_UNSUPPORTED_QUERY] Spark's optimizer filters the rows below withWatermark by "
