@@ -70,6 +70,7 @@ from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import batch_gap_message, reconcile, require_fresh
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.runtime.spark_mirror import SparkLogMirror, forget_mirror, spark_checkpoint_uri
+from misa.runtime.spark_plan import planned_as_stateful
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
 from prefetch.auto import PROBE, AutoPolicy, AutoPrefetch, Sample
@@ -268,7 +269,8 @@ class StatefulJob:
         if self._interrupt is None and not StopOnInterrupt.active():
             self._interrupt = StopOnInterrupt(spark).__enter__()
         self._follows_spark = has_watermark(stream)
-        query = writer.trigger(**trigger).start()
+        with planned_as_stateful(spark):
+            query = writer.trigger(**trigger).start()
         self._spark_watermark = SparkWatermark(query) if self._follows_spark else None
         self._no_data_batches = runs_no_data_batches(self.operator) and no_data_batches_enabled(spark)
         self._query_started.set()
