@@ -30,7 +30,7 @@ from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
-from misa.query.pushdown import with_spark_pushdown
+from misa.query.pushdown import pushed_filters, with_pushed
 from misa.query.translate import stateful_node, translate
 from misa.query.translation import JoinInput, Translation, watermarks
 
@@ -180,9 +180,10 @@ def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> Non
 def _source_rows(spark: SparkSession, translation: Translation, query: PlanNode) -> DataFrame:
     """The stream of rows the operator reads: the plan below the stateful node, as Spark runs it in ``query``
     (with the filters Spark's optimizer moves below its watermarks from above that node)."""
+    pushed = pushed_filters(spark, query)
     if translation.join_inputs:
-        return _join_rows(spark, translation.join_inputs, query)
-    rows = dataframe_of(spark, with_spark_pushdown(spark, translation.source, query))
+        return _join_rows(spark, translation.join_inputs, pushed)
+    rows = dataframe_of(spark, with_pushed(translation.source, pushed))
     for condition in translation.conditions:
         rows = rows.where(condition)
     for name, column in translation.extra_columns:
@@ -190,11 +191,11 @@ def _source_rows(spark: SparkSession, translation: Translation, query: PlanNode)
     return rows
 
 
-def _join_rows(spark: SparkSession, inputs: list[JoinInput], query: PlanNode) -> DataFrame:
+def _join_rows(spark: SparkSession, inputs: list[JoinInput], pushed: dict[int, list[Any]]) -> DataFrame:
     """A join's two sides as one stream (:mod:`misa.operators.stream_join`): the side, its keys, its row."""
     sides = []
     for index, side in enumerate(inputs):
-        rows = dataframe_of(spark, with_spark_pushdown(spark, side.plan, query))
+        rows = dataframe_of(spark, with_pushed(side.plan, pushed))
         keys = [key.alias(f"_k{i}") for i, key in enumerate(side.keys)]
         fields = [column_of(a).alias(name) for a, name in zip(attributes_of(side.plan), side.names)]
         sides.append(rows.select(*keys, F.struct(*fields).alias(ROW_COLUMNS[index])))

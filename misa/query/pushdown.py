@@ -23,12 +23,18 @@ from misa.query.plan import PlanNode, python_list, scala_list
 TRANSPARENT = {"Project", "Filter", "Union", "SubqueryAlias", "EventTimeWatermark"}
 
 
-def with_spark_pushdown(spark: SparkSession, node: PlanNode, query: PlanNode) -> PlanNode:
-    """``node`` (a part of ``query``'s analyzed plan) with the filters Spark's optimizer places below each of
-    ``query``'s ``withWatermark`` nodes placed below the same node in ``node`` (a copy already there is harmless)."""
+def pushed_filters(spark: SparkSession, query: PlanNode) -> dict[int, list[Any]]:
+    """The filters Spark's optimizer places below each of ``query``'s ``withWatermark`` nodes, by the node's event
+    time (the optimizer runs once, on the analyzed plan: a streaming DataFrame has no ``optimizedPlan``)."""
     optimized = spark._jsparkSession.sessionState().optimizer().execute(query.jvm)  # type: ignore[attr-defined]
     pushed: dict[int, list[Any]] = {}
     _collect(optimized, pushed)
+    return pushed
+
+
+def with_pushed(node: PlanNode, pushed: dict[int, list[Any]]) -> PlanNode:
+    """``node`` (a part of the query's analyzed plan) with the ``pushed`` filters below the same ``withWatermark``
+    nodes (a copy already there is harmless)."""
     if not pushed:
         return node
     plan = _rebuild(node.jvm, pushed)
