@@ -238,6 +238,29 @@ class MisaConfig:
         "with, or for a new state the driver's cores less one (at least 1, at most spark.misa.state.shards). "
         "Fixed per state: another number needs new state locations.",
     )
+    state_placement: str = setting(
+        "spark.misa.state.placement",
+        "driver",
+        _choice("driver", "executors"),
+        "Where the state's key partitions live. driver: in the driver's worker processes (deltas are collected to "
+        "the driver). executors: in long-lived state hosts on Spark's executors, one task slot each, run as a "
+        "background barrier job; deltas go from Spark's tasks to their host as Arrow Flight streams. With "
+        "executors, spark.misa.state.processes is the number of hosts (auto: one per executor).",
+    )
+    state_host_timeout_s: float = setting(
+        "spark.misa.state.hostTimeout",
+        "30s",
+        _duration(0, low_open=True, examples="10s, 30s or 2min"),
+        "With placement executors: a state host that does not answer a liveness check this long (hung, stopped, "
+        "or its executor gone) fails the batch, naming the host.",
+    )
+    state_host_start_s: float = setting(
+        "spark.misa.state.hostStartTimeout",
+        "3min",
+        _duration(0, low_open=True, examples="1min, 3min or 10min"),
+        "With placement executors: how long the start waits for the cluster to offer the hosts' task slots and for "
+        "every host to start and report its address.",
+    )
     state_retain_versions: int = setting(
         "spark.misa.state.retainVersions",
         "10",

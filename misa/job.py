@@ -40,23 +40,22 @@ from common import failpoints
 from common.location import Location, spark_location
 from misa.config import STATE_FOLDER, CommitMode, MisaConfig
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
+from misa.hosts.placement import on_executors, partitioned_store, state_partitions
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import (
     HintSource,
-    KeyPartitioned,
     OperatorResult,
     StatefulOperator,
     runs_no_data_batches,
     watermark_moves,
 )
-from misa.parallel.layout import partition_count
 from misa.parallel.partitioned import (
     PartitionedCommit,
     PartitionedHints,
     PartitionedOperator,
-    PartitionedStore,
     PartitionedView,
+    RoutedDeltas,
 )
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
@@ -127,11 +126,11 @@ class StatefulJob:
         self.checkpoint_location = resolve_location(checkpoint_location)  # where Spark puts it
         state_dir = state_dir or self.config.state_dir or self._default_state_dir()
         dfs_url = dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url
-        self.processes = partition_count(self.config, state_dir, dfs_url)
-        if self.processes > 1:
-            self.store: Any = PartitionedStore(
-                self.config, _partitionable(operator, self.processes), state_dir, dfs_url, self.processes
-            )
+        self.processes = state_partitions(self.config, state_dir, dfs_url)
+        self.on_executors = on_executors(self.config)
+        self.partitioned = self.processes > 1 or self.on_executors
+        if self.partitioned:
+            self.store: Any = partitioned_store(self.config, operator, state_dir, dfs_url, self.processes)
             self.view: Any = PartitionedView(self.store.pool)
         else:
             self.store = StateStore(self.config, state_dir, dfs_url)
@@ -142,7 +141,7 @@ class StatefulJob:
         if self.config.prefetching != "false" and isinstance(operator, HintSource):
             auto = self.config.prefetching == "auto"
             stages = list(hint_stages or [upstream or (lambda df: df)])
-            if self.processes > 1:  # each worker prefetches its partition's keys
+            if self.partitioned:  # each worker prefetches its partition's keys
                 self.view.enable_prefetch(active=not auto)
                 target = PartitionedHints(operator, self.store.pool)  # type: ignore[arg-type]
                 self.hints = BatchHints(self.config, operator, stages, None, None, next_input, target)
@@ -178,7 +177,7 @@ class StatefulJob:
         self._no_data_batches = False  # whether Spark would run batches without data for the operator (at start)
         self._skipped_batches = 0  # 1 when the stateful query never runs Spark's batch 0; sink ids are Spark's less it
         self._output_schema: pa.Schema | None = None  # the columns of the operator's last output that had some
-        if self.processes > 1:
+        if self.partitioned:
             self.controller: Any = PartitionedCommit(self.store, self.config.commit_mode, self.mirror)
             self._merger: Any = PartitionedOperator(operator, self.store, self.controller, self.view)
         else:
@@ -393,7 +392,8 @@ class StatefulJob:
             batch = session.rows
             counted, observation = self._observed(batch, batch_id)
             good = self._good(counted)
-            deltas = self.operator.deltas(self.upstream(good) if self.upstream else good).toArrow()
+            frame = self.operator.deltas(self.upstream(good) if self.upstream else good)
+            deltas = self._merger.send(frame) if self.on_executors else frame.toArrow()
             record = self._input_record(batch, batch_id - self._skipped_batches, observation, deltas.num_rows)
             record.deltas = deltas.num_rows
         phases.compute_s = clock.lap()
@@ -481,7 +481,7 @@ class StatefulJob:
         self.bad_records.write_aside(batch, batch_id, bad)
         return BatchRecord(input_rows=int(counts[_INPUT_ROWS]), bad_records=bad)
 
-    def _merge(self, deltas: pa.Table | None) -> OperatorResult:
+    def _merge(self, deltas: pa.Table | RoutedDeltas | None) -> OperatorResult:
         """The driver's state phase: the operator merges the deltas into the state, or runs the batch without data
         (``deltas`` None)."""
         self.view.take_reads()  # reads before this phase (none expected) are not the batch's
@@ -504,7 +504,7 @@ class StatefulJob:
         spark_watermark = self._running_spark_watermark()
         if spark_watermark is not None:
             return spark_watermark.moved()
-        if self.processes > 1:
+        if self.partitioned:
             return self._merger.watermark_moves()
         return watermark_moves(self.operator)
 
@@ -516,7 +516,7 @@ class StatefulJob:
             return
         spark_watermark = self._running_spark_watermark()
         assert spark_watermark is not None
-        if self.processes > 1:
+        if self.partitioned:
             self._merger.follow_watermark(spark_watermark.batch_us())
             return
         get = getattr(self.operator, "event_watermark", None)
@@ -592,16 +592,6 @@ class StatefulJob:
             durable = self.checkpoints.newest_durable()
             state = "no state is durable yet" if durable is None else f"the state is durable up to version {durable}"
             print(f"stopped by Ctrl-C; {state}; restart resumes from there", file=sys.stderr)
-
-
-def _partitionable(operator: StatefulOperator, processes: int) -> KeyPartitioned:
-    """``operator``, which must split its state by key to run in ``processes`` worker processes."""
-    if not isinstance(operator, KeyPartitioned):
-        raise ConfigError(
-            f"spark.misa.state.processes={processes}, but {type(operator).__name__} does not say how its state splits "
-            f"by key (it does not declare misa.operators.base.KeyPartitioned): set spark.misa.state.processes=1 for it"
-        )
-    return operator
 
 
 class _PhaseClock:

@@ -24,13 +24,13 @@ def auto_processes(config: MisaConfig) -> int:
     return max(1, min((os.cpu_count() or 1) - 1, config.state_shards))
 
 
-def partition_count(config: MisaConfig, state_dir: str | Path, dfs_url: str) -> int:
-    """The state's partition count: the one it was written with, else the configured one (``auto``:
-    :func:`auto_processes`). A configured count other than the state's fails here, naming the key."""
+def partition_count(config: MisaConfig, state_dir: str | Path, dfs_url: str, auto: int | None = None) -> int:
+    """The state's partition count: the one it was written with, else the configured one (``auto``: the given
+    count, else :func:`auto_processes`). A configured count other than the state's fails here, naming the key."""
     recorded = recorded_partitions(state_dir, dfs_url)
     wanted = config.state_processes
     if recorded is None:
-        return auto_processes(config) if wanted is None else wanted
+        return (auto or auto_processes(config)) if wanted is None else wanted
     if wanted not in (None, recorded):
         raise ConfigError(
             f"{KEY}={wanted}, but the state at {parse(dfs_url).given} was written by {recorded} process(es): its keys "

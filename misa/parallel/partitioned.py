@@ -12,24 +12,32 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 
 from misa.config import CommitMode, MisaConfig
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.operators.base import KeyPartitioned, OperatorResult
 from misa.parallel.layout import partition_locations, record_partitions, recorded_partitions
-from misa.parallel.pool import WorkerPool, worker_copy
-from misa.parallel.routing import partition_of_rows, split
-from misa.parallel.shared_arrow import discard, share, take
+from misa.parallel.pool import StatePool, WorkerPool, worker_copy
 from misa.parallel.worker import PartResult
 from misa.runtime.hint_target import BatchHintLog, HintCounts
 from misa.runtime.spark_mirror import SparkLogMirror
 from misa.state.store import EMPTY_VERSION
 from misa.state.view import StateReads
 from prefetch.manager import PrefetchStats
+
+
+@dataclass(frozen=True)
+class RoutedDeltas:
+    """A batch's deltas already at their partitions: each partition's reference to its part, and the rows."""
+
+    parts: list[Any]
+    num_rows: int
 
 
 class _Dfs:
@@ -42,7 +50,7 @@ class _Dfs:
 class PartitionedCheckpoints:
     """The versions every partition holds (the checkpoint store face recovery uses)."""
 
-    def __init__(self, pool: WorkerPool, dfs_shown: str):
+    def __init__(self, pool: StatePool, dfs_shown: str):
         self.pool = pool
         self.dfs = _Dfs(dfs_shown)
 
@@ -86,12 +94,22 @@ class PartitionedCheckpoints:
 class PartitionedStore:
     """The store face: every partition's state, loaded at one version."""
 
-    def __init__(self, config: MisaConfig, operator: KeyPartitioned, state_dir: str | Path, dfs_url: str, count: int):
+    def __init__(
+        self,
+        config: MisaConfig,
+        operator: KeyPartitioned,
+        state_dir: str | Path,
+        dfs_url: str,
+        count: int,
+        pool: StatePool | None = None,
+    ):
         self.root = Path(state_dir)
         self.dfs_url = dfs_url
         self.partitions = count
         self._operator = operator
-        self.pool = WorkerPool(config, partition_locations(state_dir, dfs_url, count), worker_copy(operator))
+        if pool is None:
+            pool = WorkerPool(config, partition_locations(state_dir, dfs_url, count), worker_copy(operator))
+        self.pool = pool
         self.checkpoints = PartitionedCheckpoints(self.pool, f"{dfs_url} (partition-0..{count - 1})")
         self.version = EMPTY_VERSION
         self.metadata: dict[str, Any] = {}
@@ -142,7 +160,7 @@ class PartitionedView:
     """The view face: reads and cache counters of the last state phase, summed over partitions; whether the workers
     read through their prefetchers (``prefetcher`` is not None then)."""
 
-    def __init__(self, pool: WorkerPool):
+    def __init__(self, pool: StatePool):
         self.pool = pool
         self.reads = StateReads()
         self.prefetcher: PartitionedView | None = None
@@ -270,18 +288,16 @@ class PartitionedHints:
     """Hint rows to the workers (:class:`misa.runtime.hint_target.HintTarget`): each row to the partition whose state
     it names, where the worker's copy of the operator names the keys and its prefetch manager fetches them."""
 
-    def __init__(self, operator: KeyPartitioned, pool: WorkerPool):
+    def __init__(self, operator: KeyPartitioned, pool: StatePool):
         self.operator = operator
         self.pool = pool
 
     def hint_rows(self, hints: pa.Table, latest_event_us: int | None, hinted: BatchHintLog) -> HintCounts:
-        partition = partition_of_rows(self.operator.hint_partition_keys(hints), hints.num_rows, len(self.pool))
-        shared = [share(part) for part in split(hints, partition, len(self.pool))]
+        parts, _ = self.pool.route(hints, self.operator.hint_partition_keys)
         try:
-            counts: list[HintCounts] = self.pool.ask_each("hint", [(s, latest_event_us) for s in shared])
+            counts: list[HintCounts] = self.pool.ask_each("hint", [(p, latest_event_us) for p in parts])
         except BaseException:
-            for s in shared:
-                discard(s)
+            self.pool.discard(parts)
             raise
         total = sum(counts, HintCounts())
         hinted.rows += total.hinted
@@ -322,16 +338,20 @@ class PartitionedOperator:
         self.commit = commit
         self.view = view
 
-    def apply(self, deltas: pa.Table, state: Any) -> OperatorResult:
-        """Route, apply in every partition, then give every watermark the batch's latest event."""
+    def send(self, deltas: pa.Table | DataFrame) -> RoutedDeltas:
+        """Route ``deltas`` to the partitions (a DataFrame's rows from Spark's tasks, when the pool can)."""
+        parts, rows = self.pool.route(deltas, self.operator.partition_keys)
+        return RoutedDeltas(parts, rows)
+
+    def apply(self, deltas: pa.Table | RoutedDeltas, state: Any) -> OperatorResult:
+        """Route (unless :meth:`send` did), apply in every partition, then give every watermark the batch's latest
+        event."""
         self.commit.start_mirror()
-        partition = partition_of_rows(self.operator.partition_keys(deltas), deltas.num_rows, len(self.pool))
-        shared = [share(part) for part in split(deltas, partition, len(self.pool))]
+        routed = deltas if isinstance(deltas, RoutedDeltas) else self.send(deltas)
         try:
-            parts: list[PartResult] = self.pool.ask_each("apply", [(s,) for s in shared])
+            parts: list[PartResult] = self.pool.ask_each("apply", [(p,) for p in routed.parts])
         except BaseException:
-            for s in shared:
-                discard(s)
+            self.pool.discard(routed.parts)
             raise
         if self.operator.event_watermark() is not None:
             self.pool.ask("observe", [p.max_event_us for p in parts])
@@ -350,7 +370,7 @@ class PartitionedOperator:
         return any(self.pool.ask("watermark_moves"))
 
     def _gathered(self, parts: list[PartResult], data: bool) -> OperatorResult:
-        outputs = [take(p.output) for p in parts]
+        outputs = [self.pool.fetch(i, p.output) for i, p in enumerate(parts)]
         rows = [t for t in outputs if t.num_columns]
         output = pa.concat_tables([t.cast(rows[0].schema) for t in rows]) if rows else outputs[0]
         devices = [p.device_read_bytes for p in parts]

@@ -19,12 +19,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, Iterator, NoReturn, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Protocol, Sequence
 
+import pyarrow as pa
 from pyspark import cloudpickle
 
 from misa.config import MisaConfig
 from misa.exceptions import StateWorkerError
+from misa.parallel.routing import partition_of_rows, split
+from misa.parallel.shared_arrow import SharedTable, discard, share, take
 from misa.parallel.worker import CLOSE, serve
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,29 @@ def _main_script_hidden() -> Iterator[None]:
             yield
         finally:
             sys.modules["__main__"] = main
+
+
+class StatePool(Protocol):
+    """The partitions' processes as the driver asks them: :class:`WorkerPool` (the driver's machine) or
+    :class:`misa.hosts.client.HostPool` (Spark's executors)."""
+
+    locations: list[tuple[str, str]]
+
+    def __len__(self) -> int: ...
+
+    def ask(self, name: str, *args: Any) -> list[Any]: ...
+
+    def ask_each(self, name: str, args: Sequence[tuple[Any, ...]]) -> list[Any]: ...
+
+    def route(self, deltas: Any, keys_of: Callable[[pa.Table], Sequence[Any]]) -> tuple[list[Any], int]: ...
+
+    def fetch(self, index: int, output: Any) -> pa.Table: ...
+
+    def discard(self, refs: Sequence[Any]) -> None: ...
+
+    def restart(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -155,6 +181,21 @@ class WorkerPool:
             f"the newest version all of them made durable."
         )
         raise self._broken
+
+    def route(self, deltas: pa.Table, keys_of: Callable[[pa.Table], Sequence[Any]]) -> tuple[list[SharedTable], int]:
+        """Each worker's part of ``deltas`` (split by the key columns ``keys_of`` gives) in shared memory, and the
+        rows."""
+        partition = partition_of_rows(keys_of(deltas), deltas.num_rows, len(self))
+        return [share(part) for part in split(deltas, partition, len(self))], deltas.num_rows
+
+    def fetch(self, index: int, output: SharedTable) -> pa.Table:
+        """The output table worker ``index`` left in shared memory."""
+        return take(output)
+
+    def discard(self, refs: Sequence[SharedTable]) -> None:
+        """Free parts the workers never took (their request failed first)."""
+        for ref in refs:
+            discard(ref)
 
     def restart(self) -> None:
         """Stop every worker (a live one without waiting for its commits) and start new ones."""

@@ -14,11 +14,13 @@ import sys
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
+
+import pyarrow as pa
 
 from misa.config import MisaConfig
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, watermark_moves
-from misa.parallel.shared_arrow import SharedTable, share, take
+from misa.parallel import shared_arrow
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.commit import CommitController
 from misa.runtime.hint_target import BatchHintLog, HintCounts, LocalHints
@@ -30,12 +32,22 @@ log = logging.getLogger(__name__)
 CLOSE = "close"
 
 
+class TableTransport(Protocol):
+    """How tables reach a partition and leave it: ``take`` gives the table a reference names, ``share`` leaves a
+    table for the driver to take and gives its reference (:mod:`misa.parallel.shared_arrow` on the driver's machine,
+    :class:`misa.hosts.server.HostTables` on an executor)."""
+
+    def take(self, ref: Any) -> pa.Table: ...
+
+    def share(self, table: pa.Table) -> Any: ...
+
+
 @dataclass
 class PartResult:
     """One partition's part of a batch: its output rows (in shared memory), its counters and reads, and the
     latest event time its watermark has seen (None: no watermark, or no event yet)."""
 
-    output: SharedTable
+    output: Any  # the output rows' reference in the worker's TableTransport
     late_rows: int
     state_reads: int
     dropped_rows: int
@@ -48,8 +60,16 @@ class PartResult:
 class PartitionWorker:
     """The requests a state worker answers (method names are the request names)."""
 
-    def __init__(self, config: MisaConfig, state_dir: str, dfs_url: str, operator: bytes):
+    def __init__(
+        self,
+        config: MisaConfig,
+        state_dir: str,
+        dfs_url: str,
+        operator: bytes,
+        tables: TableTransport = shared_arrow,  # type: ignore[assignment]
+    ):
         self.config = config
+        self.tables = tables
         self.store = StateStore(config, state_dir, dfs_url)
         self.checkpoints = self.store.checkpoints
         self.view = StateView(self.store, new_cache(config))
@@ -113,10 +133,10 @@ class PartitionWorker:
         self.controller = self._controller()
 
     # ------------------------------------------------------------------ a batch
-    def apply(self, deltas: SharedTable) -> PartResult:
-        """Merge this partition's deltas."""
+    def apply(self, deltas: Any) -> PartResult:
+        """Merge this partition's deltas (their reference)."""
         self.view.take_reads()
-        return self._part(self.operator.apply(take(deltas), self.view))
+        return self._part(self.operator.apply(self.tables.take(deltas), self.view))
 
     def observe(self, maxima: list[Any]) -> None:
         """Every partition applied the batch: the watermark observes the whole batch's latest event times (each
@@ -144,7 +164,7 @@ class PartitionWorker:
         reads = self.view.take_reads()
         watermark = self.operator.event_watermark()
         return PartResult(
-            share(result.output),
+            self.tables.share(result.output),
             result.late_rows,
             result.state_reads,
             result.dropped_rows,
@@ -154,12 +174,13 @@ class PartitionWorker:
             None if watermark is None else watermark.max_event_us,
         )
 
-    def hint(self, rows: SharedTable, latest_event_us: int | None) -> HintCounts:
-        """Prefetch the state keys this partition's hint rows name, then those its timers will read."""
+    def hint(self, rows: Any, latest_event_us: int | None) -> HintCounts:
+        """Prefetch the state keys this partition's hint rows (their reference) name, then those its timers will
+        read."""
+        table = self.tables.take(rows)
         if self.hints is None:
-            take(rows)
             return HintCounts()
-        return self.hints.hint_rows(take(rows), latest_event_us, self._hinted)
+        return self.hints.hint_rows(table, latest_event_us, self._hinted)
 
     def prefetch_stats(self) -> PrefetchStats:
         """The batch's prefetch counters (a new batch's hints start)."""
@@ -197,7 +218,7 @@ def serve(conn: Connection, index: int, config: MisaConfig, state_dir: str, dfs_
     try:
         worker = PartitionWorker(config, state_dir, dfs_url, operator)
     except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
-        conn.send(("error", _portable(exc)))
+        conn.send(("error", portable(exc)))
         return
     conn.send(("ok", os.getpid()))
     while True:
@@ -210,13 +231,13 @@ def serve(conn: Connection, index: int, config: MisaConfig, state_dir: str, dfs_
             reply = ("ok", getattr(worker, name)(*args))
         except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
             log.debug("request %s failed", name, exc_info=True)
-            reply = ("error", _portable(exc))
+            reply = ("error", portable(exc))
         conn.send(reply)
         if name == CLOSE:
             return
 
 
-def _portable(exc: BaseException) -> BaseException:
+def portable(exc: BaseException) -> BaseException:
     """``exc`` if it survives pickling, else a RuntimeError with its type, text and traceback."""
     try:
         pickle.loads(pickle.dumps(exc))

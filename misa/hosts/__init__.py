@@ -1,0 +1,8 @@
+"""The state on Spark's executors (``spark.misa.state.placement=executors``): one long-lived state host per key
+partition, placed and supervised by Spark as a background barrier job (:mod:`.launch`, :mod:`.host_task`).
+
+A host serves its partition's :class:`~misa.parallel.worker.PartitionWorker` over Arrow Flight (:mod:`.server`);
+Spark's tasks stream each batch's deltas straight to their hosts (:mod:`.send`), and the driver asks the hosts what
+it asks the worker processes of the driver placement (:mod:`.client`), so the partition protocol (versions, acks,
+markers, recovery) is the same in both placements.
+"""

@@ -1,0 +1,70 @@
+"""Choosing the state's processes: the driver's worker processes, or state hosts on Spark's executors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from misa.config import MisaConfig
+from misa.exceptions import ConfigError
+from misa.hosts.client import HostPool
+from misa.hosts.launch import PLACEMENT_KEY
+from misa.operators.base import KeyPartitioned, StatefulOperator
+from misa.parallel.layout import partition_count, partition_dfs_urls
+from misa.parallel.partitioned import PartitionedStore
+from misa.parallel.pool import worker_copy
+
+EXECUTORS = "executors"
+
+
+def on_executors(config: MisaConfig) -> bool:
+    """Whether the state lives on Spark's executors."""
+    return config.state_placement == EXECUTORS
+
+
+def executor_count(spark: SparkSession) -> int:
+    """How many executors the application runs: ``spark.executor.instances``, else those registered (1 in local
+    mode, where the driver runs the tasks)."""
+    instances = spark.sparkContext.getConf().get("spark.executor.instances")
+    if instances:
+        return max(1, int(instances))
+    registered = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # type: ignore[union-attr]
+    return max(1, registered)
+
+
+def state_partitions(config: MisaConfig, state_dir: str | Path, dfs_url: str) -> int:
+    """The state's key partition count (:func:`~misa.parallel.layout.partition_count`); on the executors ``auto``
+    gives a new state one partition per executor."""
+    auto = executor_count(_session()) if on_executors(config) else None
+    return partition_count(config, state_dir, dfs_url, auto)
+
+
+def partitioned_store(
+    config: MisaConfig, operator: StatefulOperator, state_dir: str | Path, dfs_url: str, count: int
+) -> PartitionedStore:
+    """The store face over ``count`` partitions: in worker processes of the driver, or in state hosts on the
+    executors."""
+    partitionable = _partitionable(operator, count, config)
+    pool = None
+    if on_executors(config):
+        pool = HostPool(_session(), config, partition_dfs_urls(dfs_url, count), worker_copy(partitionable))
+    return PartitionedStore(config, partitionable, state_dir, dfs_url, count, pool)
+
+
+def _session() -> SparkSession:
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise ConfigError(f"{PLACEMENT_KEY}=executors needs a running Spark session when the job is created")
+    return spark
+
+
+def _partitionable(operator: StatefulOperator, count: int, config: MisaConfig) -> KeyPartitioned:
+    """``operator``, which must split its state by key to run in ``count`` partitions (or on the executors)."""
+    if not isinstance(operator, KeyPartitioned):
+        setting = f"{PLACEMENT_KEY}=executors" if on_executors(config) else f"spark.misa.state.processes={count}"
+        raise ConfigError(
+            f"{setting}, but {type(operator).__name__} does not say how its state splits by key (it does not declare "
+            f"misa.operators.base.KeyPartitioned): set spark.misa.state.processes=1 and {PLACEMENT_KEY}=driver for it"
+        )
+    return operator

@@ -1,0 +1,94 @@
+"""A batch's deltas from Spark's tasks straight to their partition's host, as Arrow Flight streams.
+
+Each task of the delta job (``mapInArrow``) casts its rows to the deltas' Arrow schema (as ``toArrow`` would give
+them to the driver), splits them by key partition (:mod:`misa.parallel.routing`, the hash the driver's placement
+uses) and streams each part to its host under the sending's token, its Spark partition and its attempt. It
+returns one small row per host it sent to; the driver collects those rows, so it learns which task attempts
+Spark accepted, and tells each host to take exactly their streams, in Spark's partition order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.flight as flight
+from pyspark.sql import DataFrame
+
+from misa.hosts.server import Inbox, stream_path
+from misa.parallel.routing import partition_of_rows, split
+
+KeysOf = Callable[[pa.Table], Sequence[Any]]
+SENT_SCHEMA = "spark_partition int, attempt int, host int, rows long"
+
+
+@dataclass(frozen=True)
+class Sending:
+    """What one sending's tasks need: the hosts' locations, the token, the deltas' Arrow schema (IPC bytes) and
+    how to read a table's key columns."""
+
+    locations: tuple[str, ...]
+    token: str
+    schema: bytes
+    keys_of: KeysOf
+
+
+def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's part of the sending (the ``mapInArrow`` function): every row to its host; one row per host sent to."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    spark_partition, attempt = context.partitionId(), context.attemptNumber()
+    schema = pa.ipc.read_schema(pa.py_buffer(sending.schema))
+    hosts = len(sending.locations)
+    writers: dict[int, Any] = {}
+    clients: list[flight.FlightClient] = []
+    rows = [0] * hosts
+    try:
+        for batch in batches:
+            table = pa.Table.from_batches([batch]).cast(schema)
+            partition = partition_of_rows(sending.keys_of(table), table.num_rows, hosts)
+            for host, part in enumerate(split(table, partition, hosts)):
+                if not part.num_rows:
+                    continue
+                if host not in writers:
+                    client = flight.FlightClient(sending.locations[host])
+                    clients.append(client)
+                    descriptor = flight.FlightDescriptor.for_path(*stream_path(sending.token, spark_partition, attempt))
+                    writers[host], _ = client.do_put(descriptor, schema)
+                writers[host].write_table(part)
+                rows[host] += part.num_rows
+        for writer in writers.values():
+            writer.close()
+    finally:
+        for client in clients:
+            client.close()
+    sent = [h for h in range(hosts) if rows[h]]
+    yield pa.RecordBatch.from_pydict(
+        {
+            "spark_partition": pa.array([spark_partition] * len(sent), pa.int32()),
+            "attempt": pa.array([attempt] * len(sent), pa.int32()),
+            "host": pa.array(sent, pa.int32()),
+            "rows": pa.array([rows[h] for h in sent], pa.int64()),
+        }
+    )
+
+
+def send_frame(frame: DataFrame, locations: Sequence[str], keys_of: KeysOf) -> tuple[list[Inbox], int]:
+    """Run ``frame``'s job with every task sending its rows to their hosts; each host's inbox reference (the
+    accepted task attempts' streams) and the rows sent."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    large = frame.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+    schema = to_arrow_schema(
+        frame.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC", prefers_large_types=large
+    )
+    sending = Sending(tuple(locations), uuid.uuid4().hex, schema.serialize().to_pybytes(), keys_of)
+    sent = frame.mapInArrow(lambda batches: send_partition(sending, batches), SENT_SCHEMA).collect()
+    sources: list[list[tuple[int, int]]] = [[] for _ in locations]
+    for row in sorted(sent, key=lambda r: r.spark_partition):
+        sources[row.host].append((row.spark_partition, row.attempt))
+    inboxes = [Inbox(sending.token, tuple(s), sending.schema) for s in sources]
+    return inboxes, sum(row.rows for row in sent)

@@ -1,0 +1,135 @@
+"""A state host's Arrow Flight server: one key partition's :class:`~misa.parallel.worker.PartitionWorker`, reached
+over the network.
+
+* ``do_put`` takes a table into the host's inbox: a Spark task's deltas for this partition, or the driver's hint
+  rows. The descriptor's path names the stream: a token (one per batch's sending), the Spark partition and the
+  task attempt that sent it.
+* ``do_action`` ``request`` runs one of the worker's requests (pickled name and arguments; the reply, or the
+  error, pickled back), one at a time; ``ping`` answers at once, also while a request runs, so the driver can
+  tell a busy host from a hung one.
+* ``do_get`` hands over an output table the worker left, once.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from misa.parallel.worker import CLOSE, portable
+
+REQUEST, PING = "request", "ping"
+
+
+@dataclass(frozen=True)
+class Inbox:
+    """The tables of one sending in a host's inbox: ``token``'s streams from ``sources`` (Spark partition and task
+    attempt each, in the order Spark's partitions give the rows), cast to the Arrow ``schema`` (IPC bytes)."""
+
+    token: str
+    sources: tuple[tuple[int, int], ...]
+    schema: bytes
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output table left on a host for the driver to take (``handle``), of ``rows`` rows."""
+
+    handle: str
+    rows: int
+
+
+def stream_path(token: str, spark_partition: int, attempt: int) -> list[bytes]:
+    """The Flight descriptor path of one stream into a host's inbox."""
+    return [token.encode(), str(spark_partition).encode(), str(attempt).encode()]
+
+
+class HostTables:
+    """The tables a host holds: streams put into its inbox, outputs left for the driver
+    (:class:`~misa.parallel.worker.TableTransport`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inbox: dict[str, dict[tuple[int, int], list[pa.Table]]] = {}
+        self._outputs: dict[str, pa.Table] = {}
+
+    def put(self, path: list[bytes], table: pa.Table) -> None:
+        """Add a stream's table under its descriptor ``path`` (:func:`stream_path`)."""
+        token, spark_partition, attempt = (p.decode() for p in path)
+        with self._lock:
+            streams = self._inbox.setdefault(token, {})
+            streams.setdefault((int(spark_partition), int(attempt)), []).append(table)
+
+    def take(self, ref: Inbox) -> pa.Table:
+        """The sending's rows from its accepted sources, in order; every stream of the sending is dropped (a failed
+        task attempt's too)."""
+        schema = pa.ipc.read_schema(pa.py_buffer(ref.schema))
+        with self._lock:
+            streams = self._inbox.pop(ref.token, {})
+        missing = [s for s in ref.sources if s not in streams]
+        if missing:
+            raise RuntimeError(
+                f"the state host never received the rows Spark's tasks reported sending it (Spark partition, attempt: "
+                f"{missing}): the batch fails and its replay sends them again"
+            )
+        tables = [t.cast(schema) for source in ref.sources for t in streams[source]]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def drop(self, token: str) -> None:
+        """Forget a sending (its batch failed before the host took it)."""
+        with self._lock:
+            self._inbox.pop(token, None)
+
+    def share(self, table: pa.Table) -> Output:
+        """Leave ``table`` for the driver to take."""
+        handle = uuid.uuid4().hex
+        with self._lock:
+            self._outputs[handle] = table
+        return Output(handle, table.num_rows)
+
+    def fetch(self, handle: str) -> pa.Table:
+        """The output table left under ``handle``, given once."""
+        with self._lock:
+            return self._outputs.pop(handle)
+
+
+class StateHostServer(flight.FlightServerBase):
+    """Serves one worker's requests and tables; :meth:`closed` is set once the worker answered ``close``."""
+
+    def __init__(self, location: str, worker: Any, tables: HostTables):
+        super().__init__(location)
+        self.worker = worker
+        self.tables = tables
+        self.closed = threading.Event()
+        self._one_request = threading.Lock()
+
+    def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
+        self.tables.put(list(descriptor.path), reader.read_all())
+
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
+        return flight.RecordBatchStream(self.tables.fetch(ticket.ticket.decode()))
+
+    def do_action(self, context: Any, action: flight.Action) -> list[bytes]:
+        if action.type == PING:
+            return [b"ok"]
+        if action.type != REQUEST:
+            raise flight.FlightServerError(f"unknown action {action.type!r}")
+        name, args = pickle.loads(action.body.to_pybytes())
+        with self._one_request:
+            try:
+                reply = ("ok", self._answer(name, args))
+            except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
+                reply = ("error", portable(exc))
+        if name == CLOSE:
+            self.closed.set()
+        return [pickle.dumps(reply)]
+
+    def _answer(self, name: str, args: tuple[Any, ...]) -> Any:
+        if name == "drop":
+            return self.tables.drop(*args)
+        return getattr(self.worker, name)(*args)
