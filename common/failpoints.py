@@ -6,8 +6,10 @@ The environment variable holds ``name=action`` pairs separated by ``;``::
 
 Actions: ``raise`` (every time), ``raise(N)`` (the first N times), ``sleep(MS)``
 (sleep MS milliseconds, then go on), ``kill`` (SIGKILL this process: a crash,
-no cleanup), ``kill(N)`` (SIGKILL at the N-th hit) and ``off``. Code marks a point with :func:`hit`; an unknown name
-in the variable fails at the first hit with the list of known names.
+no cleanup), ``kill(N)`` (SIGKILL at the N-th hit), ``killexecutor`` and ``killexecutor(N)`` (SIGKILL the Spark
+executor JVM this process runs under, a state host's: an executor lost at that point), ``stop(N)`` (SIGSTOP this
+process at the N-th hit: a hung process) and ``off``. Code marks a
+point with :func:`hit`; an unknown name in the variable fails at the first hit with the list of known names.
 """
 
 from __future__ import annotations
@@ -52,12 +54,13 @@ FAILPOINTS: dict[str, str] = {
 
 @dataclass
 class _Action:
-    kind: str  # raise | sleep | kill | off
+    kind: str  # raise | sleep | kill | killexecutor | stop | off
     arg: int | None = None
     hits: int = 0
 
 
-_ACTION_RE = re.compile(r"^(raise|sleep|kill|off)(?:\((\d+)\))?$")
+_ACTION_RE = re.compile(r"^(raise|sleep|killexecutor|kill|stop|off)(?:\((\d+)\))?$")
+_EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 _lock = threading.Lock()
 _actions: dict[str, _Action] | None = None
 
@@ -74,10 +77,10 @@ def parse(spec: str) -> dict[str, _Action]:
                 f"from: {', '.join(sorted(FAILPOINTS))}"
             )
         match = _ACTION_RE.match(action)
-        if not match or (match.group(1) == "sleep" and match.group(2) is None):
+        if not match or (match.group(1) in ("sleep", "stop") and match.group(2) is None):
             raise ValueError(
                 f"{ENV_VAR}: bad action {action!r} for {name}; "
-                "expected raise, raise(N), sleep(MS), kill, kill(N) or off"
+                "expected raise, raise(N), sleep(MS), kill, kill(N), killexecutor, killexecutor(N), stop(N) or off"
             )
         actions[name] = _Action(match.group(1), int(match.group(2)) if match.group(2) else None)
     return actions
@@ -117,3 +120,24 @@ def hit(name: str) -> None:
         sys.stderr.write(f"failpoint {name}: killing process {os.getpid()} (hit {hits})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+    if action.kind == "killexecutor" and (action.arg is None or hits == action.arg):
+        executor = executor_jvm()
+        sys.stderr.write(f"failpoint {name}: killing executor JVM {executor} (hit {hits})\n")
+        sys.stderr.flush()
+        os.kill(executor, signal.SIGKILL)
+    if action.kind == "stop" and hits == action.arg:
+        sys.stderr.write(f"failpoint {name}: stopping process {os.getpid()} at {time.time():.3f} (hit {hits})\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def executor_jvm() -> int:
+    """The process id of the Spark executor JVM this process descends from (a failure when there is none)."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if _EXECUTOR_MAIN.encode() in f.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise FailpointError(f"process {os.getpid()} does not run under a Spark executor ({_EXECUTOR_MAIN})")

@@ -159,7 +159,3 @@ class HostGroup:
         if self._job is not None:
             self._job.join(30.0)
             self._job = None
-
-    def ended(self) -> BaseException | None:
-        """Why the hosts' job ended while they should run (None: it runs, or ended by a close)."""
-        return self._job_error[0] if self._job_error else None

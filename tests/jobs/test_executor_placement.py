@@ -1,0 +1,132 @@
+"""The state on Spark's executors (``spark.misa.state.placement=executors``) on ``local-cluster[2,2,1024]``: two
+executor JVMs of two cores each, the state's two key partitions in state hosts on them, CM2 against plain Spark.
+
+Executor JVMs are SIGKILLed at each commit stage (the batch fails, the next run recovers every partition from the
+newest version both made durable) and a host is SIGSTOPped (the batch fails within the host timeout, naming the
+host); the whole output must equal plain Spark's. A cluster without the hosts' task slots is refused at start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+import pytest
+from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output
+from job_helpers import job_args, spark_submit_command
+from test_processes import WORKER_CHAIN
+
+from jobs import cluster_monitoring
+from jobs.output_diff import Output
+from misa import Agg, MisaConfig, StatefulJob
+from misa.exceptions import ConfigError
+from misa.operators.aggregation import Aggregation
+
+CLUSTER = "local-cluster[2,2,1024]"
+ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "2"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return late_cm2_input(tmp_path_factory.mktemp("hosts-input"), seed=7)
+
+
+@pytest.fixture(scope="module")
+def expected(spark, data, tmp_path_factory) -> Output:
+    return native_cm2_output(spark, data, tmp_path_factory.mktemp("hosts-native"))
+
+
+@dataclass
+class Run:
+    """A finished spark-submit: its exit code, the driver's output and the executors' stderr."""
+
+    returncode: int
+    logs: str
+    executors: str
+
+
+def on_cluster(data: Path, run_dir: Path, failpoints: str = "", conf: dict[str, str] | None = None) -> Run:
+    """CM2 in misa mode submitted to a local cluster, its state on the executors."""
+    conf = {**ON_EXECUTORS, **(conf or {})}
+    cmd, env = spark_submit_command(
+        cluster_monitoring, job_args("cm2", "misa", data, run_dir), failpoints, conf, CLUSTER
+    )
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    return Run(done.returncode, done.stdout + done.stderr, executor_logs(done.stderr))
+
+
+def executor_logs(driver_log: str) -> str:
+    """The executors' stderr of the application the driver's log names, read and removed (a local cluster keeps it
+    in pyspark's own folder, ``work/APP-ID``)."""
+    app = re.search(r"app-\d{14}-\d{4}", driver_log)
+    if app is None:
+        return ""
+    folder = Path(pyspark.__file__).parent / "work" / app.group()
+    logs = "".join(p.read_text(errors="replace") for p in sorted(folder.glob("*/stderr")))
+    shutil.rmtree(folder, ignore_errors=True)
+    return logs
+
+
+def test_cm2_with_its_state_on_two_executors_equals_plain_spark(data, expected, tmp_path):
+    done = on_cluster(data, tmp_path)
+    assert done.returncode == 0, done.logs[-3000:]
+    assert_same_output(tmp_path, expected)
+    state = tmp_path / "ckpt" / "misa-state"
+    assert (state / "partitions.json").read_text() == '{"partitions": 2}'
+    assert all(any((state / f"partition-{i}").iterdir()) for i in range(2))  # both hosts made versions durable
+    assert "[state host 0] serving partition 0" in done.executors
+    assert "[state host 1] serving partition 1" in done.executors
+
+
+def test_a_session_without_the_hosts_task_slots_is_refused_at_start(spark, tmp_path):
+    """local[2] has two task slots: two hosts would leave none for the query's tasks."""
+    config = MisaConfig.from_mapping({**ON_EXECUTORS, "spark.misa.state.hostStartTimeout": "1s"})
+    operator = Aggregation(["k"], [Agg("n", "count", "x")])
+    with pytest.raises(ConfigError, match=r"needs 2 task slot\(s\) for the state hosts .* the cluster offers 2"):
+        StatefulJob(operator, lambda i, t: None, str(tmp_path / "ckpt"), config=config)
+
+
+@pytest.mark.slow  # minutes of spark-submits on a local cluster: run on demand (-m slow)
+def test_executor_killed_at_every_commit_stage_then_restart_is_exactly_once(data, expected, tmp_path):
+    """Each run's executor JVM under a state host is SIGKILLed at the next commit stage: the batch fails, naming the
+    host; the run after it recovers every partition from the newest version both hold."""
+    for point, hit in WORKER_CHAIN:
+        failed = on_cluster(data, tmp_path, failpoints=f"{point}=killexecutor({hit})")
+        assert failed.returncode != 0, (point, failed.logs[-3000:])
+        assert f"failpoint {point}: killing executor JVM" in failed.executors, point
+        assert "StateWorkerError" in failed.logs and "the state host of partition" in failed.logs, point
+    done = on_cluster(data, tmp_path)
+    assert done.returncode == 0, done.logs[-3000:]
+    assert_same_output(tmp_path, expected)
+
+
+@pytest.mark.slow
+def test_a_stopped_host_fails_the_batch_within_the_host_timeout(data, expected, tmp_path):
+    """A host SIGSTOPped in its commit (alive, not answering) fails the batch within spark.misa.state.hostTimeout
+    and a few seconds, naming it; the next run finishes exactly once."""
+    failed = on_cluster(data, tmp_path, "ckpt.after_flush=stop(3)", {"spark.misa.state.hostTimeout": "5s"})
+    ended = time.time()
+    logs = failed.stdout + failed.stderr
+    stopped = re.search(r"failpoint ckpt.after_flush: stopping process (\d+) at ([\d.]+)", executor_logs(tmp_path))
+    assert stopped, logs[-3000:]
+    pid, at = int(stopped.group(1)), float(stopped.group(2))
+    try:
+        assert failed.returncode != 0
+        named = rf"state host of partition \d \(executor [^,]+, pid {pid}, .*did not answer a liveness"
+        assert re.search(named, failed.logs), failed.logs[-3000:]
+        assert ended - at < 60, f"the stopped host failed the run only after {ended - at:.0f} s"
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    done = on_cluster(data, tmp_path)
+    assert done.returncode == 0, done.logs[-3000:]
+    assert_same_output(tmp_path, expected)
