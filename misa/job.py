@@ -40,7 +40,7 @@ from common import failpoints
 from common.location import Location, spark_location
 from misa.config import STATE_FOLDER, CommitMode, MisaConfig
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
-from misa.hosts.placement import on_executors, partitioned_store, state_partitions
+from misa.hosts.placement import is_partitioned, on_executors, partitioned_store, state_partitions
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import (
@@ -128,7 +128,7 @@ class StatefulJob:
         dfs_url = dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url
         self.processes = state_partitions(self.config, state_dir, dfs_url)
         self.on_executors = on_executors(self.config)
-        self.partitioned = self.processes > 1 or self.on_executors
+        self.partitioned = is_partitioned(self.config, dfs_url, self.processes)
         if self.partitioned:
             self.store: Any = partitioned_store(self.config, operator, state_dir, dfs_url, self.processes)
             self.view: Any = PartitionedView(self.store.pool)

@@ -62,9 +62,11 @@ class Settings:
     cache_max_bytes: int = 1 << 20
     processes: int = 1
     from_query: bool = False  # the query written in Spark's API, run through misa.from_query
+    placement: str = "driver"  # spark.misa.state.placement
 
     def conf(self) -> dict[str, str]:
         return {
+            "spark.misa.state.placement": self.placement,
             "spark.misa.state.processes": str(self.processes),
             "spark.misa.commit.mode": self.commit_mode,
             "spark.misa.prefetch.enabled": self.prefetching,
@@ -171,9 +173,17 @@ def random_case(seed: int) -> Case:
         cache_max_bytes=rng.choice((4096, 1 << 20)),
     )
     rounds = random_rounds(rng, query)
-    return Case(
-        seed, query, replace(settings, processes=rng.choice((1, 2))), rounds
-    )  # drawn last: seeds keep their rows
+    settings = replace(settings, processes=rng.choice((1, 2)))  # drawn last: seeds keep their rows
+    return Case(seed, query, with_placement(seed, settings), rounds)
+
+
+def with_placement(seed: int, settings: Settings) -> Settings:
+    """``settings`` with the state's placement drawn (from a generator of its own, so a seed keeps its other draws):
+    a third of the cases on the executors, in one state host (the test session's two task slots hold one host and
+    the query's tasks)."""
+    if random.Random(f"placement-{seed}").random() < 1 / 3:
+        return replace(settings, placement="executors", processes=1)
+    return settings
 
 
 def case_of(query: Query, settings: Settings, seed: int) -> Case:

@@ -114,6 +114,7 @@ def run_deployments(spark: Any, seeds: range, work: Path) -> int:
 def _count(coverage: Counter, case: Case) -> None:
     q, s = case.query, case.settings
     coverage[f"processes:{s.processes}"] += 1
+    coverage[f"placement:{s.placement}"] += 1
     coverage["above"] += q.above
     coverage["start_time"] += bool(q.start_s)
     if s.from_query:  # its tags name the form and count(*)

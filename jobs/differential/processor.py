@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from jobs.differential.cases import Case, Query, Settings, case_of
+from jobs.differential.cases import Case, Query, Settings, case_of, with_placement
 from jobs.differential.runner import Mismatch, _first_line, _write_file, compare
 from misa import MisaConfig, transform_with_state_in_pandas
 
@@ -112,7 +112,7 @@ def random_processor_case(seed: int) -> Case:
         prefetching=("true", "false", "auto")[seed // 3 % 3],
     )
     query = Query("processor", {"k0": "string"}, delay_s=(0, 2, 5)[seed % 3], above=seed % 4 < 2)
-    return case_of(query, settings, seed)
+    return case_of(query, with_placement(seed, settings), seed)
 
 
 def initial_state(spark: SparkSession, case: Case) -> DataFrame | None:

@@ -25,6 +25,7 @@ from jobs.differential.cases import (
     Query,
     Settings,
     random_rounds,
+    with_placement,
 )
 
 EVENT_TIME = "event_time"
@@ -209,7 +210,7 @@ def random_query_case(seed: int) -> Case:
         processes=rng.choice((1, 1, 2)) if form != "global" or key_count else 1,
         from_query=True,
     )
-    return Case(seed, query, settings, random_rounds(rng, query))
+    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
 
 
 def _with_later_forms(rng: random.Random, query: Query) -> Query:
@@ -267,7 +268,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         processes=rng.choice((1, 1, 2)),
         from_query=True,
     )
-    return Case(seed, query, settings, random_rounds(rng, query))
+    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
 
 
 def _output_mode(rng: random.Random, form: str) -> str:

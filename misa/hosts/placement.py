@@ -6,12 +6,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from common.location import parse
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError
 from misa.hosts.client import HostPool
 from misa.hosts.launch import PLACEMENT_KEY
 from misa.operators.base import KeyPartitioned, StatefulOperator
-from misa.parallel.layout import partition_count, partition_dfs_urls
+from misa.parallel.layout import partition_count, partition_dfs_urls, partitions_file, recorded_partitions
 from misa.parallel.partitioned import PartitionedStore
 from misa.parallel.pool import worker_copy
 
@@ -35,9 +36,24 @@ def executor_count(spark: SparkSession) -> int:
 
 def state_partitions(config: MisaConfig, state_dir: str | Path, dfs_url: str) -> int:
     """The state's key partition count (:func:`~misa.parallel.layout.partition_count`); on the executors ``auto``
-    gives a new state one partition per executor."""
-    auto = executor_count(_session()) if on_executors(config) else None
-    return partition_count(config, state_dir, dfs_url, auto)
+    gives a new state one partition per executor. A state the driver's own process wrote cannot move to the
+    executors (it has no partitions)."""
+    if not on_executors(config):
+        return partition_count(config, state_dir, dfs_url)
+    if partitions_file(dfs_url) is None and recorded_partitions(state_dir, dfs_url) == 1:
+        raise ConfigError(
+            f"{PLACEMENT_KEY}=executors, but the state at {parse(dfs_url).given} was written in the driver's own "
+            f"process (spark.misa.state.processes=1), which has no key partitions to place on executors. Keep "
+            f"{PLACEMENT_KEY}=driver for this checkpoint, or start from a new checkpoint location and new state "
+            f"locations"
+        )
+    return partition_count(config, state_dir, dfs_url, executor_count(_session()))
+
+
+def is_partitioned(config: MisaConfig, dfs_url: str, count: int) -> bool:
+    """Whether the state runs as partitions (hosts or worker processes): on the executors, with more than one
+    partition, or when the state was written as partitions (one partition on the executors stays one)."""
+    return on_executors(config) or count > 1 or partitions_file(dfs_url) is not None
 
 
 def partitioned_store(

@@ -113,9 +113,8 @@ def test_a_stopped_host_fails_the_batch_within_the_host_timeout(data, expected, 
     and a few seconds, naming it; the next run finishes exactly once."""
     failed = on_cluster(data, tmp_path, "ckpt.after_flush=stop(3)", {"spark.misa.state.hostTimeout": "5s"})
     ended = time.time()
-    logs = failed.stdout + failed.stderr
-    stopped = re.search(r"failpoint ckpt.after_flush: stopping process (\d+) at ([\d.]+)", executor_logs(tmp_path))
-    assert stopped, logs[-3000:]
+    stopped = re.search(r"failpoint ckpt.after_flush: stopping process (\d+) at ([\d.]+)", failed.executors)
+    assert stopped, failed.logs[-3000:]
     pid, at = int(stopped.group(1)), float(stopped.group(2))
     try:
         assert failed.returncode != 0
