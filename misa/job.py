@@ -40,7 +40,9 @@ from common import failpoints
 from common.location import Location, spark_location
 from misa.config import STATE_FOLDER, CommitMode, MisaConfig
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
+from misa.hosts.output import HostRows
 from misa.hosts.placement import is_partitioned, on_executors, partitioned_store, state_partitions
+from misa.io.dataframe_sink import FrameSink
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import (
@@ -404,7 +406,7 @@ class StatefulJob:
         phases.state_read_s, record.state_device_read_bytes = reads.seconds, reads.device_bytes
         phases.state_apply_s = clock.lap() - phases.state_read_s
         if not skipped:
-            self.sink(batch_id - self._skipped_batches, self._typed(result.output))
+            self._deliver(batch_id - self._skipped_batches, self._typed(result.output), session.rows)
         phases.sink_s = clock.lap()
         self.controller.commit(self.view.freeze(batch_id), self.operator.metadata())
         phases.commit_inline_s = clock.lap()
@@ -421,7 +423,17 @@ class StatefulJob:
         commits = tuple(self.controller.finished())
         self.metrics.report(BatchReport(batch_id, record, commits, self.controller.status()))
 
-    def _typed(self, output: pa.Table) -> pa.Table:
+    def _deliver(self, batch_id: int, output: pa.Table | HostRows, batch: DataFrame) -> None:
+        """Hand the batch's output to the sink: rows still on the state hosts go as a DataFrame read from them to a
+        sink that writes DataFrames, else as a table fetched by the driver."""
+        if isinstance(output, HostRows):
+            if isinstance(self.sink, FrameSink) and output.num_columns:
+                self.sink.write_frame(batch_id, output.frame(batch.sparkSession))
+                return
+            output = output.table()
+        self.sink(batch_id, output)
+
+    def _typed(self, output: pa.Table | HostRows) -> pa.Table | HostRows:
         """The operator's output, as the empty table of the last output's columns when it has none (a batch without
         data of an operator that had no rows to shape it)."""
         if output.num_columns:

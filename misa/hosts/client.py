@@ -22,6 +22,7 @@ from misa.config import MisaConfig
 from misa.exceptions import StateWorkerError
 from misa.hosts.host_task import HostAddress
 from misa.hosts.launch import HostGroup
+from misa.hosts.output import HostRows
 from misa.hosts.send import KeysOf, send_frame
 from misa.hosts.server import PING, REQUEST, Inbox, Output, stream_path
 from misa.parallel.routing import partition_of_rows, split
@@ -152,9 +153,9 @@ class HostPool:
         schema = deltas.schema.serialize().to_pybytes()
         return [Inbox(token, ((_DRIVER, 0),), schema) for _ in range(len(self))], deltas.num_rows
 
-    def fetch(self, index: int, output: Output) -> pa.Table:
-        """The output table host ``index`` left under ``output``."""
-        return self._clients[index].do_get(flight.Ticket(output.handle.encode())).read_all()
+    def gather(self, outputs: Sequence[Output]) -> HostRows:
+        """The output rows the hosts left, where they are."""
+        return HostRows(tuple(a.location for a in self.addresses), tuple(outputs))
 
     def discard(self, refs: Sequence[Inbox]) -> None:
         """Drop a sending the hosts never took (its batch failed first)."""

@@ -7,7 +7,7 @@ over the network.
 * ``do_action`` ``request`` runs one of the worker's requests (pickled name and arguments; the reply, or the
   error, pickled back), one at a time; ``ping`` answers at once, also while a request runs, so the driver can
   tell a busy host from a hung one.
-* ``do_get`` hands over an output table the worker left, once.
+* ``do_get`` hands over the output table the worker left (the newest batch's).
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ class Inbox:
 
 @dataclass(frozen=True)
 class Output:
-    """An output table left on a host for the driver to take (``handle``), of ``rows`` rows."""
+    """An output table left on a host under ``handle``: its rows and Arrow schema (IPC bytes; empty: no columns)."""
 
     handle: str
     rows: int
+    schema: bytes
 
 
 def stream_path(token: str, spark_partition: int, attempt: int) -> list[bytes]:
@@ -86,16 +87,18 @@ class HostTables:
             self._inbox.pop(token, None)
 
     def share(self, table: pa.Table) -> Output:
-        """Leave ``table`` for the driver to take."""
+        """Leave ``table``, the newest batch's output, to be read (a retried task reads it again) until the next
+        batch's output replaces it."""
         handle = uuid.uuid4().hex
         with self._lock:
-            self._outputs[handle] = table
-        return Output(handle, table.num_rows)
+            self._outputs = {handle: table}
+        schema = table.schema.serialize().to_pybytes() if table.num_columns else b""
+        return Output(handle, table.num_rows, schema)
 
     def fetch(self, handle: str) -> pa.Table:
-        """The output table left under ``handle``, given once."""
+        """The output table left under ``handle``."""
         with self._lock:
-            return self._outputs.pop(handle)
+            return self._outputs[handle]
 
 
 class StateHostServer(flight.FlightServerBase):

@@ -8,12 +8,20 @@ failure (docs/extending.md): ``write`` must replace that batch's earlier output,
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 Writer = Callable[[DataFrame, int], None]
+
+
+@runtime_checkable
+class FrameSink(Protocol):
+    """A sink that also writes a batch given as a DataFrame (the state on the executors hands it one read from the
+    state hosts, so the rows never pass the driver)."""
+
+    def write_frame(self, batch_id: int, frame: DataFrame) -> None: ...
 
 
 class DataFrameSink:
@@ -31,3 +39,7 @@ class DataFrameSink:
                 "DataFrameSink has no active Spark session: call it in a query or give DataFrameSink(write, spark)"
             )
         self.write(spark.createDataFrame(table), batch_id)
+
+    def write_frame(self, batch_id: int, frame: DataFrame) -> None:
+        """Write the batch's rows given as a DataFrame."""
+        self.write(frame, batch_id)

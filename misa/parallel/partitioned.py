@@ -370,9 +370,7 @@ class PartitionedOperator:
         return any(self.pool.ask("watermark_moves"))
 
     def _gathered(self, parts: list[PartResult], data: bool) -> OperatorResult:
-        outputs = [self.pool.fetch(i, p.output) for i, p in enumerate(parts)]
-        rows = [t for t in outputs if t.num_columns]
-        output = pa.concat_tables([t.cast(rows[0].schema) for t in rows]) if rows else outputs[0]
+        output = self.pool.gather([p.output for p in parts])
         devices = [p.device_read_bytes for p in parts]
         self.view.add_reads(max(p.read_s for p in parts), None if None in devices else sum(devices))  # type: ignore[arg-type]
         return OperatorResult(

@@ -26,7 +26,7 @@ from pyspark import cloudpickle
 
 from misa.config import MisaConfig
 from misa.exceptions import StateWorkerError
-from misa.parallel.routing import partition_of_rows, split
+from misa.parallel.routing import concatenated, partition_of_rows, split
 from misa.parallel.shared_arrow import SharedTable, discard, share, take
 from misa.parallel.worker import CLOSE, serve
 
@@ -70,7 +70,7 @@ class StatePool(Protocol):
 
     def route(self, deltas: Any, keys_of: Callable[[pa.Table], Sequence[Any]]) -> tuple[list[Any], int]: ...
 
-    def fetch(self, index: int, output: Any) -> pa.Table: ...
+    def gather(self, outputs: Sequence[Any]) -> Any: ...
 
     def discard(self, refs: Sequence[Any]) -> None: ...
 
@@ -188,9 +188,9 @@ class WorkerPool:
         partition = partition_of_rows(keys_of(deltas), deltas.num_rows, len(self))
         return [share(part) for part in split(deltas, partition, len(self))], deltas.num_rows
 
-    def fetch(self, index: int, output: SharedTable) -> pa.Table:
-        """The output table worker ``index`` left in shared memory."""
-        return take(output)
+    def gather(self, outputs: Sequence[SharedTable]) -> pa.Table:
+        """The output tables the workers left in shared memory, as one."""
+        return concatenated([take(o) for o in outputs])
 
     def discard(self, refs: Sequence[SharedTable]) -> None:
         """Free parts the workers never took (their request failed first)."""

@@ -1,4 +1,5 @@
-"""Which key partition each delta row belongs to, and a batch's deltas split by partition."""
+"""Which key partition each delta row belongs to, a batch's deltas split by partition, and the partitions' outputs
+joined."""
 
 from __future__ import annotations
 
@@ -29,3 +30,9 @@ def split(deltas: pa.Table, partition: np.ndarray, partitions: int) -> list[pa.T
     bounds = np.searchsorted(partition[order], np.arange(partitions + 1))
     ordered = deltas.take(pa.array(order)) if len(order) else deltas
     return [ordered.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])) for p in range(partitions)]
+
+
+def concatenated(outputs: list[pa.Table]) -> pa.Table:
+    """The partitions' outputs as one table, in partition order (an output without columns has no rows)."""
+    rows = [t for t in outputs if t.num_columns]
+    return pa.concat_tables([t.cast(rows[0].schema) for t in rows]) if rows else outputs[0]

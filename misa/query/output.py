@@ -8,6 +8,8 @@ aggregation) run on them in Spark, as SQL read from the analyzed plan, and the s
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -15,6 +17,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from misa.exceptions import UnsupportedQueryError
+from misa.io.dataframe_sink import FrameSink
 from misa.job import Sink
 from misa.operators.aggregation import OUTPUT_WINDOW
 from misa.query.plan import PlanNode, with_attributes
@@ -65,14 +68,34 @@ class QueryOutput:
     def __call__(self, batch_id: int, table: pa.Table) -> None:
         self.sink(batch_id, self.shape(table))
 
+    def write_frame(self, batch_id: int, frame: DataFrame) -> None:
+        """The operator's output given as a DataFrame (read from the state hosts by Spark's tasks): shaped and
+        stepped in Spark, then to a sink that writes DataFrames as one, else to the sink as a table."""
+        columns = [(c.kind, c.source) for c in self.translation.output]
+        arrow_schema = self.arrow_schema
+
+        def shaped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                yield from _shaped(pa.Table.from_batches([batch]), columns, arrow_schema).to_batches()
+
+        rows = frame.mapInArrow(shaped, self.schema)
+        if self.steps:
+            rows = self._rows(rows)
+            for kind, texts in self.steps:
+                rows = _step(rows, kind, texts)
+        else:
+            rows = rows.toDF(*self.names)
+        if isinstance(self.sink, FrameSink):
+            self.sink.write_frame(batch_id, rows)
+        else:
+            self.sink(batch_id, rows.toArrow())
+
     def shape(self, table: pa.Table) -> pa.Table:
         """The query's output rows of the operator's output ``table``."""
         if not table.num_columns:
             table = self.arrow_schema.empty_table()
         else:
-            table = pa.table(
-                [self._column(table, c.kind, c.source) for c in self.translation.output], schema=self.arrow_schema
-            )
+            table = _shaped(table, [(c.kind, c.source) for c in self.translation.output], self.arrow_schema)
         if not self.steps:
             return table.rename_columns(self.names)
         rows = self._rows(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
@@ -85,11 +108,17 @@ class QueryOutput:
         expressions, which read them), other nodes' by name (their steps are SQL)."""
         return with_attributes(rows, self.node) if self.translation.join_inputs else rows
 
-    def _column(self, table: pa.Table, kind: str, source: str) -> pa.Array:
-        if kind == "window":
-            start, end = (table[c].combine_chunks() for c in OUTPUT_WINDOW)
-            return pa.StructArray.from_arrays([start, end], names=["start", "end"])
-        return table[source].combine_chunks()
+
+def _shaped(table: pa.Table, columns: list[tuple[str, str]], schema: pa.Schema) -> pa.Table:
+    """The operator's rows as the stateful node's columns (``columns``: each one's kind and source column)."""
+    return pa.table([_column(table, kind, source) for kind, source in columns], schema=schema)
+
+
+def _column(table: pa.Table, kind: str, source: str) -> pa.Array:
+    if kind == "window":
+        start, end = (table[c].combine_chunks() for c in OUTPUT_WINDOW)
+        return pa.StructArray.from_arrays([start, end], names=["start", "end"])
+    return table[source].combine_chunks()
 
 
 def _step(rows: DataFrame, kind: str, items: list[str | Column]) -> DataFrame:

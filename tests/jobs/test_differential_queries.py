@@ -152,6 +152,16 @@ def test_each_form_gives_sparks_rows_and_types(spark, tmp_path, name):
     assert mismatch is None, f"{case.describe()}\n{mismatch}"
 
 
+def test_a_query_with_its_state_on_the_executors_gives_sparks_rows(spark, tmp_path):
+    """The operator's output stays on the state host; the query's select runs on it in Spark, read from the host."""
+    query, _ = CASES[
+        "tumbling window with a start time, complete output, count(*), decimal sums and averages, a select after"
+    ]
+    case = query_case_of(query, Settings(placement="executors", prefetching="true"), seed=13)
+    mismatch = run_case(spark, case, tmp_path / "run")
+    assert mismatch is None, f"{case.describe()}\n{mismatch}"
+
+
 @pytest.mark.parametrize("seed", SLICE)
 def test_random_queries_give_sparks_rows_and_types(spark, tmp_path, seed):
     case = random_query_case(seed)

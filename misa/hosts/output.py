@@ -1,0 +1,71 @@
+"""A batch's output rows while they are still on the state hosts.
+
+A sink that writes DataFrames (:class:`~misa.io.dataframe_sink.FrameSink`: ``DataFrameSink``, ``from_query``'s
+output) gets them as a DataFrame that Spark's tasks read from the hosts (one task per host, over Flight), so the rows
+go from the hosts to the sink's writers without passing the driver; any other sink, a Python callable, gets them as
+one Arrow table fetched by the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from misa.hosts.server import Output
+from misa.parallel.routing import concatenated
+
+
+@dataclass(frozen=True)
+class HostRows:
+    """The output each host left (``outputs[i]`` on the host at ``locations[i]``)."""
+
+    locations: tuple[str, ...]
+    outputs: tuple[Output, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(o.rows for o in self.outputs)
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The output's columns (None: no host's output has any)."""
+        shaped = [o for o in self.outputs if o.schema]
+        return pa.ipc.read_schema(pa.py_buffer(shaped[0].schema)) if shaped else None
+
+    @property
+    def num_columns(self) -> int:
+        schema = self.schema
+        return 0 if schema is None else len(schema)
+
+    def table(self) -> pa.Table:
+        """Every host's rows, fetched by the driver."""
+        return concatenated([_fetch(loc, out) for loc, out in zip(self.locations, self.outputs)])
+
+    def frame(self, spark: SparkSession) -> DataFrame:
+        """The rows as a DataFrame read from the hosts by Spark's tasks (one per host that has rows)."""
+        schema = self.schema
+        assert schema is not None, "an output without columns has no DataFrame"
+        sources = [(loc, out) for loc, out in zip(self.locations, self.outputs) if out.rows]
+        wire = schema.serialize().to_pybytes()
+
+        def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            target = pa.ipc.read_schema(pa.py_buffer(wire))
+            for batch in batches:
+                for index in batch.column(0).to_pylist():
+                    yield from _fetch(*sources[index]).cast(target).to_batches()
+
+        ids = spark.range(0, len(sources), 1, max(1, len(sources)))
+        return ids.mapInArrow(read, from_arrow_schema(schema))
+
+
+def _fetch(location: str, output: Output) -> pa.Table:
+    client = flight.FlightClient(location)
+    try:
+        return client.do_get(flight.Ticket(output.handle.encode())).read_all()
+    finally:
+        client.close()
