@@ -61,11 +61,6 @@ class HostPool:
     def __len__(self) -> int:
         return len(self.locations)
 
-    @property
-    def pids(self) -> list[int]:
-        """The hosts' process ids (on their executors' machines)."""
-        return [a.pid for a in self.addresses]
-
     def _start(self) -> None:
         self.addresses = self.group.start()
         self._clients = [flight.FlightClient(a.location) for a in self.addresses]

@@ -1,0 +1,50 @@
+"""What a state host holds: the streams Spark's tasks put, taken as Spark accepted them, and the output it leaves."""
+
+import pyarrow as pa
+import pytest
+
+from misa.hosts.server import HostTables, Inbox, stream_path
+
+SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64())])
+
+
+def rows(*pairs: tuple[str, int]) -> pa.Table:
+    return pa.table({"k": [k for k, _ in pairs], "n": [n for _, n in pairs]}, schema=SCHEMA)
+
+
+def inbox(token: str, *sources: tuple[int, int]) -> Inbox:
+    return Inbox(token, tuple(sources), SCHEMA.serialize().to_pybytes())
+
+
+def test_a_sending_is_taken_in_sparks_partition_order_from_the_accepted_attempts_only():
+    tables = HostTables()
+    tables.put(stream_path("b1", 1, 0), rows(("late", 9)))  # attempt 0 of partition 1 failed after sending
+    tables.put(stream_path("b1", 1, 1), rows(("c", 3)))
+    tables.put(stream_path("b1", 0, 0), rows(("a", 1)))
+    tables.put(stream_path("b1", 0, 0), rows(("b", 2)))  # a second chunk of the same stream
+    tables.put(stream_path("b2", 0, 0), rows(("next", 0)))  # another sending stays
+    taken = tables.take(inbox("b1", (0, 0), (1, 1)))
+    assert taken.to_pydict() == {"k": ["a", "b", "c"], "n": [1, 2, 3]}
+    assert tables.take(inbox("b1")).num_rows == 0  # the sending is gone, its failed attempt's stream too
+    assert tables.take(inbox("b2", (0, 0))).to_pydict() == {"k": ["next"], "n": [0]}
+
+
+def test_a_stream_spark_accepted_but_the_host_never_got_fails_the_take():
+    tables = HostTables()
+    tables.put(stream_path("b1", 0, 0), rows(("a", 1)))
+    with pytest.raises(RuntimeError, match=r"never received .* \[\(1, 0\)\]"):
+        tables.take(inbox("b1", (0, 0), (1, 0)))
+
+
+def test_a_sending_without_rows_is_an_empty_table_of_the_deltas_schema():
+    assert HostTables().take(inbox("none")).schema == SCHEMA
+
+
+def test_the_newest_output_is_read_as_often_as_asked_until_the_next_replaces_it():
+    tables = HostTables()
+    first = tables.share(rows(("a", 1)))
+    assert tables.fetch(first.handle).num_rows == 1 and tables.fetch(first.handle).num_rows == 1  # a task retried
+    second = tables.share(pa.table({}))
+    assert (first.rows, second.rows, second.schema) == (1, 0, b"")
+    with pytest.raises(KeyError):
+        tables.fetch(first.handle)
