@@ -247,12 +247,12 @@ class MisaConfig:
         "background barrier job; deltas go from Spark's tasks to their host as Arrow Flight streams. With "
         "executors, spark.misa.state.processes is the number of hosts (auto: one per executor).",
     )
-    state_host_timeout_s: float = setting(
-        "spark.misa.state.hostTimeout",
+    state_liveness_timeout_s: float = setting(
+        "spark.misa.state.livenessTimeout",
         "30s",
         _duration(0, low_open=True, examples="10s, 30s or 2min"),
-        "With placement executors: a state host that does not answer a liveness check this long (hung, stopped, "
-        "or its executor gone) fails the batch, naming the host.",
+        "A state host (placement executors) or state worker process that does not answer a liveness check this "
+        "long (hung, stopped, or its executor gone) fails the batch, naming it.",
     )
     state_host_start_s: float = setting(
         "spark.misa.state.hostStartTimeout",

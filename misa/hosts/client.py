@@ -2,7 +2,7 @@
 
 Requests go to every host at once, each on a thread of its own; while they run, the driver checks every host that
 has not answered with a ``ping`` (answered at once, also during a long request), so a host that is gone fails the
-batch at once and one that hangs (alive, not answering) within ``spark.misa.state.hostTimeout``, naming it. Either
+batch at once and one that hangs (alive, not answering) within ``spark.misa.state.livenessTimeout``, naming it. Either
 breaks the pool until :meth:`HostPool.restart`, like a dead worker process.
 """
 
@@ -91,7 +91,7 @@ class HostPool:
 
     def _wait(self, calls: list[Future], name: str) -> list[tuple[str, Any]]:
         """The calls' results; a host whose call failed, or that does not answer a ping in time, breaks the pool."""
-        timeout = self.config.state_host_timeout_s
+        timeout = self.config.state_liveness_timeout_s
         while True:
             wait(calls, timeout=min(5.0, timeout / 2), return_when=FIRST_EXCEPTION)
             for index, call in enumerate(calls):
@@ -112,8 +112,8 @@ class HostPool:
                 self._lost(
                     index,
                     name,
-                    f"it did not answer a liveness check within {timeout:g} s (spark.misa.state.hostTimeout): hung, "
-                    f"stopped or gone ({_first_line(exc)})",
+                    f"it did not answer a liveness check within {timeout:g} s (spark.misa.state.livenessTimeout): "
+                    f"hung, stopped or gone ({_first_line(exc)})",
                 )
 
     def _ping(self, index: int, options: flight.FlightCallOptions) -> None:

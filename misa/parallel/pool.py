@@ -14,6 +14,7 @@ import multiprocessing
 import signal
 import sys
 import threading
+import time
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,10 +29,11 @@ from misa.config import MisaConfig
 from misa.exceptions import StateWorkerError
 from misa.parallel.routing import concatenated, partition_of_rows, split
 from misa.parallel.shared_arrow import SharedTable, discard, share, take
-from misa.parallel.worker import CLOSE, serve
+from misa.parallel.worker import CLOSE, PING, serve
 
 log = logging.getLogger(__name__)
 _POLL_S = 0.2
+_CHECK_EVERY_S = 5.0  # a worker slow to answer is pinged this often (or at half the liveness timeout)
 _CLOSE_S = 30.0
 _STARTING = "start"
 _MAIN_SWAP = threading.Lock()  # one pool's workers start at a time: each swaps the main module
@@ -84,6 +86,7 @@ class _Worker:
     index: int
     process: BaseProcess
     conn: Connection
+    liveness: Connection  # answered by a thread of the worker's own, also while a request runs
     pid: int | None = None
 
 
@@ -115,15 +118,17 @@ class WorkerPool:
             with _main_script_hidden():
                 for index, (state_dir, dfs_url) in enumerate(self.locations):
                     parent, child = self._context.Pipe()
+                    alive_parent, alive_child = self._context.Pipe()
                     process = self._context.Process(
                         target=serve,
-                        args=(child, index, self.config, state_dir, dfs_url, self.operator),
+                        args=(child, alive_child, index, self.config, state_dir, dfs_url, self.operator),
                         name=f"misa-state-worker-{index}",
                         daemon=True,
                     )
                     process.start()
                     child.close()
-                    self._workers.append(_Worker(index, process, parent))
+                    alive_child.close()
+                    self._workers.append(_Worker(index, process, parent, alive_parent))
             pids = self._gather(_STARTING)
         except BaseException:
             self._stop(graceful=False)
@@ -158,14 +163,38 @@ class WorkerPool:
         return [value for _, value in replies]
 
     def _reply(self, worker: _Worker, name: str) -> tuple[str, Any]:
+        timeout = self.config.state_liveness_timeout_s
+        next_check = time.monotonic() + min(_CHECK_EVERY_S, timeout / 2)
         while not worker.conn.poll(_POLL_S):
             if not worker.process.is_alive():
                 self._crashed(worker, name)
+            if time.monotonic() >= next_check and name != _STARTING:  # starting, it imports before it answers pings
+                self._check_alive(worker, name, timeout)
+                next_check = time.monotonic() + min(_CHECK_EVERY_S, timeout / 2)
         try:
             return worker.conn.recv()
         except (EOFError, ConnectionResetError, OSError):
             worker.process.join(1.0)
             self._crashed(worker, name)
+
+    def _check_alive(self, worker: _Worker, name: str, timeout: float) -> None:
+        """Ping a worker that has not answered yet; one that does not answer the ping in ``timeout`` seconds (hung or
+        stopped) breaks the pool."""
+        try:
+            worker.liveness.send(PING)
+            if worker.liveness.poll(timeout):
+                worker.liveness.recv()
+                return
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            worker.process.join(1.0)
+            self._crashed(worker, name)
+        self._broken = StateWorkerError(
+            f"state worker {worker.index} (pid {worker.process.pid}, partition {self.locations[worker.index][0]}) did "
+            f"not answer a liveness check within {timeout:g} s (spark.misa.state.livenessTimeout) while answering "
+            f"{name!r}: hung or stopped. The batch fails. Restart the query: every partition recovers from the newest "
+            f"version all of them made durable."
+        )
+        raise self._broken
 
     def _crashed(self, worker: _Worker, name: str) -> NoReturn:
         code = worker.process.exitcode
@@ -218,6 +247,7 @@ class WorkerPool:
             if not graceful and worker.process.is_alive():
                 worker.process.kill()
             worker.conn.close()
+            worker.liveness.close()
         for worker in self._workers:
             worker.process.join(_CLOSE_S if graceful else 5.0)
             if worker.process.is_alive():

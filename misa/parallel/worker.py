@@ -11,6 +11,7 @@ import logging
 import os
 import pickle
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -30,6 +31,7 @@ from prefetch.manager import PrefetchStats
 
 log = logging.getLogger(__name__)
 CLOSE = "close"
+PING = "ping"
 
 
 class TableTransport(Protocol):
@@ -209,12 +211,21 @@ class PartitionWorker:
             self.store.close()
 
 
-def serve(conn: Connection, index: int, config: MisaConfig, state_dir: str, dfs_url: str, operator: bytes) -> None:
+def serve(
+    conn: Connection,
+    liveness: Connection,
+    index: int,
+    config: MisaConfig,
+    state_dir: str,
+    dfs_url: str,
+    operator: bytes,
+) -> None:
     """The worker process's main: answer requests with the pickled ``operator`` until ``close`` (or until the
-    driver's end of the pipe closes)."""
+    driver's end of the pipe closes), and the driver's pings on ``liveness`` on a thread of their own."""
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s %(levelname)s [state worker {index}] %(message)s"
     )
+    threading.Thread(target=_answer_pings, args=(liveness,), name="misa-liveness", daemon=True).start()
     try:
         worker = PartitionWorker(config, state_dir, dfs_url, operator)
     except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
@@ -234,6 +245,16 @@ def serve(conn: Connection, index: int, config: MisaConfig, state_dir: str, dfs_
             reply = ("error", portable(exc))
         conn.send(reply)
         if name == CLOSE:
+            return
+
+
+def _answer_pings(liveness: Connection) -> None:
+    """Answer every ping until the driver's end closes."""
+    while True:
+        try:
+            liveness.recv()
+            liveness.send(PING)
+        except (EOFError, OSError):
             return
 
 

@@ -116,9 +116,9 @@ def test_executor_killed_at_every_commit_stage_then_restart_is_exactly_once(data
 
 @pytest.mark.slow
 def test_a_stopped_host_fails_the_batch_within_the_host_timeout(data, expected, tmp_path):
-    """A host SIGSTOPped in its commit (alive, not answering) fails the batch within spark.misa.state.hostTimeout
+    """A host SIGSTOPped in its commit (alive, not answering) fails the batch within spark.misa.state.livenessTimeout
     and a few seconds, naming it; the next run finishes exactly once."""
-    failed = on_cluster(data, tmp_path, "ckpt.after_flush=stop(3)", {"spark.misa.state.hostTimeout": "5s"})
+    failed = on_cluster(data, tmp_path, "ckpt.after_flush=stop(3)", {"spark.misa.state.livenessTimeout": "5s"})
     ended = time.time()
     stopped = re.search(r"failpoint ckpt.after_flush: stopping process (\d+) at ([\d.]+)", failed.executors)
     assert stopped, failed.logs[-3000:]

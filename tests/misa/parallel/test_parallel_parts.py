@@ -4,6 +4,7 @@ recovery over partitions that disagree, and a worker's crash."""
 import math
 import os
 import signal
+import time
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -148,6 +149,22 @@ def test_a_killed_worker_fails_the_request_then_a_restart_brings_every_worker_ba
         assert store.checkpoints.newest_durable() is None
         assert all(pid is not None and pid != os.getpid() for pid in store.pool.pids)
     finally:
+        store.close()
+
+
+def test_a_stopped_worker_fails_the_request_within_the_liveness_timeout(config, tmp_path):
+    """A worker alive but not answering (SIGSTOP) fails the request once it misses a ping, naming it."""
+    config = config.with_values(state_liveness_timeout_s=1.0)
+    store = PartitionedStore(config, _operator(), tmp_path / "state", f"file://{tmp_path / 'dfs'}", 2)
+    stopped = store.pool.pids[1]
+    try:
+        os.kill(stopped, signal.SIGSTOP)
+        asked = time.monotonic()
+        with pytest.raises(StateWorkerError, match=rf"state worker 1 \(pid {stopped}, .* did not answer a liveness"):
+            store.approximate_keys()
+        assert time.monotonic() - asked < 10
+    finally:
+        os.kill(stopped, signal.SIGKILL)
         store.close()
 
 
