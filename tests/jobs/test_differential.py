@@ -129,10 +129,8 @@ def test_every_operator_in_two_worker_processes(spark, tmp_path, operator):
     assert_same_as_spark(spark, tmp_path, case_of(query, Settings(prefetching="true", processes=2), seed=5))
 
 
-ONE_FAST = [o if o == "sliding" else pytest.param(o, marks=pytest.mark.slow) for o in OPERATORS]
-
-
-@pytest.mark.parametrize("operator", ONE_FAST)
+@pytest.mark.slow  # make test runs the executors' case of tests/jobs/test_executor_placement.py
+@pytest.mark.parametrize("operator", OPERATORS)
 def test_every_operator_with_its_state_on_the_executors(spark, tmp_path, operator):
     """The state in a state host (a barrier task of the test session), deltas sent to it from Spark's tasks."""
     query = Query(operator, {"k": "string", "k2": "int"}, ("sum", "max"), window_s=10, slide_s=5, output_mode="update")
