@@ -24,7 +24,7 @@ from misa.hosts.host_task import HostAddress
 from misa.hosts.launch import HostGroup
 from misa.hosts.output import HostRows
 from misa.hosts.send import KeysOf, send_frame
-from misa.hosts.server import PING, REQUEST, Inbox, Output, stream_path
+from misa.hosts.server import PING, REQUEST, Inbox, Output, call_options, stream_path
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.worker import CLOSE
 
@@ -86,7 +86,7 @@ class HostPool:
         return [value for _, value in replies]
 
     def _request(self, index: int, body: bytes) -> tuple[str, Any]:
-        results = list(self._clients[index].do_action(flight.Action(REQUEST, body)))
+        results = list(self._clients[index].do_action(flight.Action(REQUEST, body), call_options(self.group.key)))
         return pickle.loads(results[0].body.to_pybytes())
 
     def _wait(self, calls: list[Future], name: str) -> list[tuple[str, Any]]:
@@ -103,7 +103,7 @@ class HostPool:
 
     def _check_alive(self, waiting: list[int], name: str, timeout: float) -> None:
         """Ping the hosts still answering; one that does not answer within ``timeout`` seconds breaks the pool."""
-        options = flight.FlightCallOptions(timeout=timeout)
+        options = call_options(self.group.key, timeout)
         pings = {i: _in_thread(self._ping, i, options) for i in waiting}
         for index, ping in pings.items():
             try:
@@ -137,12 +137,12 @@ class HostPool:
         if self._broken is not None:
             raise self._broken
         if isinstance(deltas, DataFrame):
-            return send_frame(deltas, [a.location for a in self.addresses], keys_of)
+            return send_frame(deltas, [a.location for a in self.addresses], self.group.key, keys_of)
         partition = partition_of_rows(keys_of(deltas), deltas.num_rows, len(self))
         token = f"driver-{time.monotonic_ns()}"
         for index, part in enumerate(split(deltas, partition, len(self))):
             descriptor = flight.FlightDescriptor.for_path(*stream_path(token, _DRIVER, 0))
-            writer, _ = self._clients[index].do_put(descriptor, deltas.schema)
+            writer, _ = self._clients[index].do_put(descriptor, deltas.schema, call_options(self.group.key))
             writer.write_table(part)
             writer.close()
         schema = deltas.schema.serialize().to_pybytes()
@@ -150,7 +150,7 @@ class HostPool:
 
     def gather(self, outputs: Sequence[Output]) -> HostRows:
         """The output rows the hosts left, where they are."""
-        return HostRows(tuple(a.location for a in self.addresses), tuple(outputs))
+        return HostRows(tuple(a.location for a in self.addresses), tuple(outputs), self.group.key)
 
     def discard(self, refs: Sequence[Inbox]) -> None:
         """Drop a sending the hosts never took (its batch failed first)."""

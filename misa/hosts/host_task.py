@@ -73,7 +73,7 @@ def run_host(launch: HostLaunch, _rows: Iterator[object]) -> Iterator[HostAddres
     tables = HostTables()
     try:
         worker = PartitionWorker(launch.config, str(folder), launch.dfs_urls[partition], launch.operator, tables)
-        server = StateHostServer("grpc+tcp://0.0.0.0:0", worker, tables)
+        server = StateHostServer("grpc+tcp://0.0.0.0:0", worker, tables, launch.key)
     except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
         context.allGather("failed")
         _report(launch, ("error", partition, portable(exc)))

@@ -69,6 +69,7 @@ class HostGroup:
         self.operator = operator
         self.dfs_urls = tuple(dfs_urls)
         self.addresses: list[HostAddress] = []
+        self.key = b""  # the running launch's: every call to its hosts carries it
         self._group = ""
         self._job: threading.Thread | None = None
         self._job_error: list[BaseException] = []
@@ -77,7 +78,7 @@ class HostGroup:
         """Start one host per partition and wait until every one reported its address (or a failure)."""
         count = len(self.dfs_urls)
         check_cluster(self.sc, count, self.config.state_host_start_s)
-        key = secrets.token_bytes(32)
+        key = self.key = secrets.token_bytes(32)
         with Listener(("0.0.0.0", 0), authkey=key) as registry:
             launch = HostLaunch(
                 self.config,

@@ -16,16 +16,17 @@ import pyarrow.flight as flight
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from misa.hosts.server import Output
+from misa.hosts.server import Output, call_options
 from misa.parallel.routing import concatenated
 
 
 @dataclass(frozen=True)
 class HostRows:
-    """The output each host left (``outputs[i]`` on the host at ``locations[i]``)."""
+    """The output each host left (``outputs[i]`` on the host at ``locations[i]``; ``key``: the hosts' launch's)."""
 
     locations: tuple[str, ...]
     outputs: tuple[Output, ...]
+    key: bytes
 
     @property
     def num_rows(self) -> int:
@@ -44,28 +45,28 @@ class HostRows:
 
     def table(self) -> pa.Table:
         """Every host's rows, fetched by the driver."""
-        return concatenated([_fetch(loc, out) for loc, out in zip(self.locations, self.outputs)])
+        return concatenated([_fetch(loc, out, self.key) for loc, out in zip(self.locations, self.outputs)])
 
     def frame(self, spark: SparkSession) -> DataFrame:
         """The rows as a DataFrame read from the hosts by Spark's tasks (one per host that has rows)."""
         schema = self.schema
         assert schema is not None, "an output without columns has no DataFrame"
         sources = [(loc, out) for loc, out in zip(self.locations, self.outputs) if out.rows]
-        wire = schema.serialize().to_pybytes()
+        wire, key = schema.serialize().to_pybytes(), self.key
 
         def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             target = pa.ipc.read_schema(pa.py_buffer(wire))
             for batch in batches:
                 for index in batch.column(0).to_pylist():
-                    yield from _fetch(*sources[index]).cast(target).to_batches()
+                    yield from _fetch(*sources[index], key).cast(target).to_batches()
 
         ids = spark.range(0, len(sources), 1, max(1, len(sources)))
         return ids.mapInArrow(read, from_arrow_schema(schema))
 
 
-def _fetch(location: str, output: Output) -> pa.Table:
+def _fetch(location: str, output: Output, key: bytes) -> pa.Table:
     client = flight.FlightClient(location)
     try:
-        return client.do_get(flight.Ticket(output.handle.encode())).read_all()
+        return client.do_get(flight.Ticket(output.handle.encode()), call_options(key)).read_all()
     finally:
         client.close()

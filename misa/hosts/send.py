@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from pyspark.sql import DataFrame
 
-from misa.hosts.server import Inbox, stream_path
+from misa.hosts.server import Inbox, call_options, stream_path
 from misa.parallel.routing import partition_of_rows, split
 
 KeysOf = Callable[[pa.Table], Sequence[Any]]
@@ -26,10 +26,11 @@ SENT_SCHEMA = "spark_partition int, attempt int, host int, rows long"
 
 @dataclass(frozen=True)
 class Sending:
-    """What one sending's tasks need: the hosts' locations, the token, the deltas' Arrow schema (IPC bytes) and
-    how to read a table's key columns."""
+    """What one sending's tasks need: the hosts' locations and key, the token, the deltas' Arrow schema (IPC bytes)
+    and how to read a table's key columns."""
 
     locations: tuple[str, ...]
+    key: bytes
     token: str
     schema: bytes
     keys_of: KeysOf
@@ -57,7 +58,7 @@ def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Itera
                     client = flight.FlightClient(sending.locations[host])
                     clients.append(client)
                     descriptor = flight.FlightDescriptor.for_path(*stream_path(sending.token, spark_partition, attempt))
-                    writers[host], _ = client.do_put(descriptor, schema)
+                    writers[host], _ = client.do_put(descriptor, schema, call_options(sending.key))
                 writers[host].write_table(part)
                 rows[host] += part.num_rows
         for writer in writers.values():
@@ -76,7 +77,7 @@ def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Itera
     )
 
 
-def send_frame(frame: DataFrame, locations: Sequence[str], keys_of: KeysOf) -> tuple[list[Inbox], int]:
+def send_frame(frame: DataFrame, locations: Sequence[str], key: bytes, keys_of: KeysOf) -> tuple[list[Inbox], int]:
     """Run ``frame``'s job with every task sending its rows to their hosts; each host's inbox reference (the
     accepted task attempts' streams) and the rows sent."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -85,7 +86,7 @@ def send_frame(frame: DataFrame, locations: Sequence[str], keys_of: KeysOf) -> t
     schema = to_arrow_schema(
         frame.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC", prefers_large_types=large
     )
-    sending = Sending(tuple(locations), uuid.uuid4().hex, schema.serialize().to_pybytes(), keys_of)
+    sending = Sending(tuple(locations), key, uuid.uuid4().hex, schema.serialize().to_pybytes(), keys_of)
     sent = frame.mapInArrow(lambda batches: send_partition(sending, batches), SENT_SCHEMA).collect()
     sources: list[list[tuple[int, int]]] = [[] for _ in locations]
     for row in sorted(sent, key=lambda r: r.spark_partition):

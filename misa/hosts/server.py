@@ -8,10 +8,15 @@ over the network.
   error, pickled back), one at a time; ``ping`` answers at once, also while a request runs, so the driver can
   tell a busy host from a hung one.
 * ``do_get`` hands over the output table the worker left (the newest batch's).
+
+Every call must carry the launch's key (:func:`call_options`), which only the driver and the query's tasks know:
+the requests are pickled, so a host must never read one from anyone else. The traffic itself is not encrypted,
+like Spark's own shuffle unless ``spark.network.crypto.enabled`` is set: keep the cluster's network private.
 """
 
 from __future__ import annotations
 
+import hmac
 import pickle
 import threading
 import uuid
@@ -24,6 +29,7 @@ import pyarrow.flight as flight
 from misa.parallel.worker import CLOSE, portable
 
 REQUEST, PING = "request", "ping"
+KEY_HEADER = "misa-host-key"  # every call carries the launch's key: a host runs no request of anyone else's
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,24 @@ class Output:
     handle: str
     rows: int
     schema: bytes
+
+
+def call_options(key: bytes, timeout: float | None = None) -> flight.FlightCallOptions:
+    """Options of a call to a host of the launch whose key is ``key`` (``timeout``: seconds, None: none)."""
+    return flight.FlightCallOptions(headers=[(KEY_HEADER.encode(), key.hex().encode())], timeout=timeout)
+
+
+class _KeyCheck(flight.ServerMiddlewareFactory):
+    """Refuses a call without the launch's key, before the host reads anything of it."""
+
+    def __init__(self, key: bytes):
+        self.key = key.hex()
+
+    def start_call(self, info: Any, headers: dict[str, list[Any]]) -> None:
+        given = headers.get(KEY_HEADER, [""])[0]
+        given = given.decode() if isinstance(given, bytes) else given
+        if not hmac.compare_digest(given, self.key):
+            raise flight.FlightUnauthenticatedError("not a call of this state host's driver or query")
 
 
 def stream_path(token: str, spark_partition: int, attempt: int) -> list[bytes]:
@@ -104,8 +128,8 @@ class HostTables:
 class StateHostServer(flight.FlightServerBase):
     """Serves one worker's requests and tables; :meth:`closed` is set once the worker answered ``close``."""
 
-    def __init__(self, location: str, worker: Any, tables: HostTables):
-        super().__init__(location)
+    def __init__(self, location: str, worker: Any, tables: HostTables, key: bytes):
+        super().__init__(location, middleware={"key": _KeyCheck(key)})
         self.worker = worker
         self.tables = tables
         self.closed = threading.Event()

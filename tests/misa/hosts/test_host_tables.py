@@ -1,9 +1,11 @@
-"""What a state host holds: the streams Spark's tasks put, taken as Spark accepted them, and the output it leaves."""
+"""What a state host holds (the streams Spark's tasks put, taken as Spark accepted them, and the output it leaves),
+and whom it serves."""
 
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 
-from misa.hosts.server import HostTables, Inbox, stream_path
+from misa.hosts.server import PING, HostTables, Inbox, StateHostServer, call_options, stream_path
 
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64())])
 
@@ -48,3 +50,26 @@ def test_the_newest_output_is_read_as_often_as_asked_until_the_next_replaces_it(
     assert (first.rows, second.rows, second.schema) == (1, 0, b"")
     with pytest.raises(KeyError):
         tables.fetch(first.handle)
+
+
+def test_a_host_refuses_every_call_without_its_launchs_key():
+    tables = HostTables()
+    server = StateHostServer("grpc+tcp://127.0.0.1:0", None, tables, b"k" * 32)
+    client = flight.FlightClient(f"grpc+tcp://127.0.0.1:{server.port}")
+    try:
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            list(client.do_action(flight.Action(PING, b"")))
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            list(client.do_action(flight.Action(PING, b""), call_options(b"x" * 32)))
+        descriptor = flight.FlightDescriptor.for_path(*stream_path("b1", 0, 0))
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            writer, _ = client.do_put(descriptor, SCHEMA)
+            writer.write_table(rows(("a", 1)))
+            writer.close()
+        assert tables.take(inbox("b1")).num_rows == 0  # nothing reached the inbox
+        assert [r.body.to_pybytes() for r in client.do_action(flight.Action(PING, b""), call_options(b"k" * 32))] == [
+            b"ok"
+        ]
+    finally:
+        client.close()
+        server.shutdown()
