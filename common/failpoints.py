@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from .errors import FailpointError
 
 ENV_VAR = "MISA_FAILPOINTS"
+LOG_VAR = "MISA_FAILPOINTS_LOG"
 
 #: Every failpoint in the code base, with where it sits.
 FAILPOINTS: dict[str, str] = {
@@ -117,18 +118,26 @@ def hit(name: str) -> None:
     if action.kind == "sleep":
         time.sleep((action.arg or 0) / 1000.0)
     if action.kind == "kill" and (action.arg is None or hits == action.arg):
-        sys.stderr.write(f"failpoint {name}: killing process {os.getpid()} (hit {hits})\n")
-        sys.stderr.flush()
+        _tell(f"failpoint {name}: killing process {os.getpid()} (hit {hits})")
         os.kill(os.getpid(), signal.SIGKILL)
     if action.kind == "killexecutor" and (action.arg is None or hits == action.arg):
         executor = executor_jvm()
-        sys.stderr.write(f"failpoint {name}: killing executor JVM {executor} (hit {hits})\n")
-        sys.stderr.flush()
+        _tell(f"failpoint {name}: killing executor JVM {executor} (hit {hits})")
         os.kill(executor, signal.SIGKILL)
     if action.kind == "stop" and hits == action.arg:
-        sys.stderr.write(f"failpoint {name}: stopping process {os.getpid()} at {time.time():.3f} (hit {hits})\n")
-        sys.stderr.flush()
+        _tell(f"failpoint {name}: stopping process {os.getpid()} at {time.time():.3f} (hit {hits})")
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _tell(message: str) -> None:
+    """Say what a failpoint does, on stderr and, when ``MISA_FAILPOINTS_LOG`` names a file, in it too (a state
+    host's stderr dies with its executor JVM)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    log = os.environ.get(LOG_VAR)
+    if log:
+        with open(log, "a") as f:
+            f.write(message + "\n")
 
 
 def executor_jvm() -> int:
