@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from pyspark.sql import DataFrame
 
+from misa.exceptions import StateWorkerError
 from misa.hosts.server import Inbox, call_options, stream_path
 from misa.parallel.routing import partition_of_rows, split
 
@@ -47,6 +48,7 @@ def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Itera
     writers: dict[int, Any] = {}
     clients: list[flight.FlightClient] = []
     rows = [0] * hosts
+    host = 0  # the host being written to, for the error
     try:
         for batch in batches:
             table = pa.Table.from_batches([batch]).cast(schema)
@@ -61,8 +63,13 @@ def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Itera
                     writers[host], _ = client.do_put(descriptor, schema, call_options(sending.key))
                 writers[host].write_table(part)
                 rows[host] += part.num_rows
-        for writer in writers.values():
+        for host, writer in writers.items():
             writer.close()
+    except flight.FlightError as exc:
+        raise StateWorkerError(
+            f"the state host of partition {host} ({sending.locations[host]}) did not take this task's deltas: "
+            f"{str(exc).strip().splitlines()[0]}"
+        ) from exc
     finally:
         for client in clients:
             client.close()
