@@ -63,8 +63,8 @@ def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Itera
                     writers[host], _ = client.do_put(descriptor, schema, call_options(sending.key))
                 writers[host].write_table(part)
                 rows[host] += part.num_rows
-        for host, writer in writers.items():
-            writer.close()
+        for host in list(writers):
+            writers[host].close()
     except flight.FlightError as exc:
         raise StateWorkerError(
             f"the state host of partition {host} ({sending.locations[host]}) did not take this task's deltas: "
