@@ -16,6 +16,7 @@ from jobs.bench import ceiling as bench_ceiling
 from jobs.bench import cm as bench_cm
 from jobs.bench import crossover as bench_crossover
 from jobs.bench import live as bench_live
+from jobs.bench import placement as bench_placement
 from jobs.bench import processor as bench_processor
 from jobs.bench import queries as bench_jobs
 from jobs.bench import recovery as bench_recovery
@@ -158,6 +159,7 @@ def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubP
     bench_crossover.add_parser(bench)
     bench_jobs.add_parser(bench)
     bench_live.add_parser(bench)
+    bench_placement.add_parser(bench)
     bench_recovery.add_parser(bench)
     bench_spark_cpu.add_parser(bench)
     bench_processor.add_parser(bench)

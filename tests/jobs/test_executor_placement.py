@@ -26,6 +26,8 @@ from test_processes import WORKER_CHAIN
 
 from common.failpoints import LOG_VAR
 from jobs import cluster_monitoring
+from jobs.gen.cm import generate_cm
+from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output
 from misa import Agg, MisaConfig, StatefulJob
 from misa.exceptions import ConfigError
@@ -44,6 +46,14 @@ def data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def expected(spark, data, tmp_path_factory) -> Output:
     return native_cm2_output(spark, data, tmp_path_factory.mktemp("hosts-native"))
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    """CM2's input of the kill tests cut to 3 batches (make test's case): late rows, windows closing."""
+    folder = tmp_path_factory.mktemp("hosts-small")
+    generate_cm(folder, rate=200, seconds=48, seed=7, files_per_second=0.125, jobs=200, late=LateArrivals(0.1, 12.0, 7))
+    return folder
 
 
 @dataclass
@@ -81,8 +91,9 @@ def executor_logs(driver_log: str) -> str:
     return logs
 
 
-def test_cm2_with_its_state_on_two_executors_equals_plain_spark(data, expected, tmp_path):
-    done = on_cluster(data, tmp_path)
+def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tmp_path):
+    expected = native_cm2_output(spark, small, tmp_path / "native")
+    done = on_cluster(small, tmp_path)
     assert done.returncode == 0, done.logs[-3000:]
     assert_same_output(tmp_path, expected)
     state = tmp_path / "ckpt" / "misa-state"
