@@ -116,6 +116,7 @@ def test_a_session_without_the_hosts_task_slots_is_refused_at_start(spark, tmp_p
 
 
 @pytest.mark.slow  # minutes of spark-submits on a local cluster: run on demand (-m slow)
+@pytest.mark.timeout(3000)  # eight runs
 def test_executor_killed_at_every_commit_stage_then_restart_is_exactly_once(data, expected, tmp_path):
     """Each run's executor JVMs are SIGKILLed at the next commit stage of their state hosts: the batch fails, naming
     the host; the run after it recovers every partition from the newest version both hold."""
@@ -154,6 +155,7 @@ def test_a_stopped_host_fails_the_batch_within_the_host_timeout(data, expected, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # three runs
 def test_a_checkpoint_moves_between_the_placements(data, expected, tmp_path):
     """Two worker processes of the driver, then two hosts on the executors, then the driver again, each run stopped
     by a kill after some batches: the same partitions, restored from their DFS copies, give Spark's output."""
