@@ -35,8 +35,8 @@ from misa.operators.aggregation import Aggregation
 
 CLUSTER = "local-cluster[2,2,1024]"
 MISA = str(Path(sys.executable).parent / "misa")
-# The worker processes' kill chain, but by its last point the earlier runs have made all but one of the input's
-# versions here, so that point is hit at the first version its run makes.
+# The worker processes' kill chain, but by its last point too few versions are left here for a host's second hit
+# (a run with hit 2 finished), so that point is hit at the first version its run makes.
 EXECUTOR_CHAIN = [*WORKER_CHAIN[:-1], (WORKER_CHAIN[-1][0], 1)]
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "2"}
 
