@@ -94,7 +94,7 @@ def executor_logs(driver_log: str) -> str:
     return logs
 
 
-@pytest.mark.slow  # 55 s alone: make test would pass its 10 minutes in CI (see the closing note of this stop)
+@pytest.mark.slow  # 55 s alone: with it make test would near its 10 minutes in CI; it waits for room there
 def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tmp_path):
     expected = native_cm2_output(spark, small, tmp_path / "native")
     done = on_cluster(small, tmp_path)
