@@ -129,7 +129,7 @@ def test_every_operator_in_two_worker_processes(spark, tmp_path, operator):
     assert_same_as_spark(spark, tmp_path, case_of(query, Settings(prefetching="true", processes=2), seed=5))
 
 
-@pytest.mark.slow  # make test runs the executors' case of tests/jobs/test_executor_placement.py
+@pytest.mark.slow  # the state on the executors: on demand, with tests/jobs/test_executor_placement.py
 @pytest.mark.parametrize("operator", OPERATORS)
 def test_every_operator_with_its_state_on_the_executors(spark, tmp_path, operator):
     """The state in a state host (a barrier task of the test session), deltas sent to it from Spark's tasks."""

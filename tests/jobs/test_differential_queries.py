@@ -152,7 +152,7 @@ def test_each_form_gives_sparks_rows_and_types(spark, tmp_path, name):
     assert mismatch is None, f"{case.describe()}\n{mismatch}"
 
 
-@pytest.mark.slow  # make test runs the executors' case of tests/jobs/test_executor_placement.py
+@pytest.mark.slow  # the state on the executors: on demand, with tests/jobs/test_executor_placement.py
 def test_a_query_with_its_state_on_the_executors_gives_sparks_rows(spark, tmp_path):
     """The operator's output stays on the state host; the query's select runs on it in Spark, read from the host."""
     query, _ = CASES[
