@@ -2,13 +2,16 @@
 
 Each iteration draws a job (CM2, LR2 or NEXMark Q20), a commit mode, a DFS (``file://`` under the
 run's folder, or a bucket on an S3 server on loopback, moto's, that the soak starts), the state's process
-count (``spark.misa.state.processes``: 1, or 2 worker processes whose failpoints fire in the workers) and a
-scenario:
+count (``spark.misa.state.processes``: 1, or 2 worker processes whose failpoints fire in the workers), the state's
+placement (``spark.misa.state.placement``: ``driver`` on ``local[2]``, or ``executors`` in half the iterations: the
+state hosts on the two executors of a ``local-cluster``, whose failpoints fire in the hosts) and a scenario:
 
 * ``kill``: one or two SIGKILLs in a row, each at a random hit of a random failpoint
   (``MISA_FAILPOINTS``) or of the whole spark-submit process group after a random delay, or, in an
   iteration with state worker processes, of one worker after a random delay (the driver must fail the
-  batch and exit on its own); then a run without kills that must finish.
+  batch and exit on its own); with the state on the executors, also of an executor JVM at a random hit of a
+  failpoint in its state host (``killexecutor``) or after a random delay (the driver must fail the batch and exit on
+  its own, or finish when the executor held no host); then a run without kills that must finish.
 * ``moved``: the same kills, but every run after a kill starts on "another machine": a new, empty
   local state dir (``--state-dir``), so it recovers from the DFS.
 * ``damaged``: the same kills, then one byte of a random SST or meta file on the DFS flipped, or
@@ -51,8 +54,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import fsspec
+import pyspark
 
-from common.failpoints import ENV_VAR, FAILPOINTS
+from common.failpoints import ENV_VAR, FAILPOINTS, LOG_VAR
 from jobs.bench.queries import name_list
 from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm
@@ -73,7 +77,11 @@ TWICE = 0.3  # share of plans whose first restart is killed too
 TIMED = 0.25  # share of kills at a random moment rather than at a failpoint
 WORKER_KILLS = 0.3  # with worker processes: share of kills of one worker at a random moment
 WORKER_KILL_WINDOW = (0.45, 0.95)  # when, as shares of a clean run: the workers live after Spark and the job start
-PROCESSES = (1, 2)  # spark.misa.state.processes drawn per iteration
+PROCESSES = (1, 2)  # spark.misa.state.processes drawn per iteration (with executors: the number of hosts)
+PLACEMENTS = ("driver", "executors")  # spark.misa.state.placement drawn per iteration, each half the time
+CLUSTER = "local-cluster[2,2,1024]"  # the master of the executors placement: two executor JVMs of two slots
+EXECUTOR_KILLS = 0.5  # with executors: share of kills of an executor JVM (at a host's failpoint or at a random moment)
+DRIVER_POINTS = ("mirror.put", "mirror.after_copy", "mirror.after_remove")  # failpoints hit in the driver alone
 SCENARIOS = ("kill", "standby", "moved", "damaged", "retry")
 RETRY_KILLED = 0.5  # share of retry plans with a kill before the retried run
 RETRY_POINTS = ("commit.after_apply", "dfs.put")  # where a retried run's first start fails
@@ -137,23 +145,33 @@ JOBS = {
 
 @dataclass(frozen=True)
 class Kill:
-    """A planned SIGKILL: at the ``hit``-th hit of failpoint ``point``, or (no point) of the whole
-    spark-submit process group (``worker``: of one state worker process) ``delay_s`` seconds after it started."""
+    """A planned SIGKILL: at the ``hit``-th hit of failpoint ``point`` (``action`` kill: of the process that hits it;
+    killexecutor: of the executor JVM of the state host that hits it), or (no point) of the whole spark-submit process
+    group (``worker``: of one state worker process; ``executor``: of one executor JVM) ``delay_s`` seconds after it
+    started."""
 
     point: str | None = None
     hit: int = 0
     delay_s: float = 0.0
     worker: bool = False
+    executor: bool = False
+    action: str = "kill"
 
     @property
     def failpoints(self) -> str:
         """The ``MISA_FAILPOINTS`` value of the run."""
-        return f"{self.point}=kill({self.hit})" if self.point else ""
+        return f"{self.point}={self.action}({self.hit})" if self.point else ""
+
+    @property
+    def partial(self) -> bool:
+        """Whether the kill takes one process of the run and leaves the driver to end on its own."""
+        return self.worker or self.executor
 
     def __str__(self) -> str:
         if self.point:
-            return f"{self.point}#{self.hit}"
-        return f"{'a worker ' if self.worker else ''}after {self.delay_s:.1f}s"
+            return f"{self.point}#{self.hit}{' (executor)' if self.action == 'killexecutor' else ''}"
+        what = "a worker " if self.worker else "an executor " if self.executor else ""
+        return f"{what}after {self.delay_s:.1f}s"
 
 
 @dataclass(frozen=True)
@@ -183,6 +201,11 @@ class Plan:
     retry: str | None = None
     standby_s: float = 0.0
     processes: int = 1
+    placement: str = "driver"
+
+    @property
+    def on_executors(self) -> bool:
+        return self.placement == "executors"
 
 
 def max_hits(point: str, versions: int) -> int:
@@ -202,9 +225,18 @@ def max_hits(point: str, versions: int) -> int:
     return per_version * versions
 
 
-def sample_kill(rng: random.Random, versions: int, clean_s: float, workers: bool = False) -> Kill:
+def sample_kill(
+    rng: random.Random, versions: int, clean_s: float, workers: bool = False, executors: bool = False
+) -> Kill:
     """A kill at a random failpoint and hit, or of the process group after 20-100 % of a clean run, or (``workers``:
-    the run has state worker processes) of one worker within :data:`WORKER_KILL_WINDOW` of a clean run."""
+    the run has state worker processes) of one worker within :data:`WORKER_KILL_WINDOW` of a clean run, or
+    (``executors``: the state is on the executors) of one executor JVM, at a random hit of a failpoint of its host
+    or within the same window."""
+    if executors and rng.random() < EXECUTOR_KILLS:
+        if rng.random() < TIMED:
+            return Kill(delay_s=round(rng.uniform(*WORKER_KILL_WINDOW) * clean_s, 1), executor=True)
+        point = rng.choice(sorted(set(FAILPOINTS) - set(DRIVER_POINTS)))
+        return Kill(point, rng.randint(1, max_hits(point, versions)), action="killexecutor")
     if workers and rng.random() < WORKER_KILLS:
         return Kill(delay_s=round(rng.uniform(*WORKER_KILL_WINDOW) * clean_s, 1), worker=True)
     if rng.random() < TIMED:
@@ -213,9 +245,13 @@ def sample_kill(rng: random.Random, versions: int, clean_s: float, workers: bool
     return Kill(point, rng.randint(1, max_hits(point, versions)))
 
 
-def sample_kills(rng: random.Random, versions: int, clean_s: float, workers: bool = False) -> tuple[Kill, ...]:
+def sample_kills(
+    rng: random.Random, versions: int, clean_s: float, workers: bool = False, executors: bool = False
+) -> tuple[Kill, ...]:
     """One kill, or (share :data:`TWICE`) two in a row."""
-    return tuple(sample_kill(rng, versions, clean_s, workers) for _ in range(2 if rng.random() < TWICE else 1))
+    return tuple(
+        sample_kill(rng, versions, clean_s, workers, executors) for _ in range(2 if rng.random() < TWICE else 1)
+    )
 
 
 def sample_plan(
@@ -224,22 +260,27 @@ def sample_plan(
     modes: Sequence[str],
     dfs_kinds: Sequence[str],
     versions: dict[str, int],
-    clean_s: dict[str, float],
+    clean_s: dict[tuple[str, str], float],
     scenarios: Sequence[str] = SCENARIOS,
     processes: Sequence[int] = PROCESSES,
+    placements: Sequence[str] = PLACEMENTS,
 ) -> Plan:
-    """One iteration's plan; ``versions`` and ``clean_s``: per job, the batches of its input and a clean run's time."""
+    """One iteration's plan; ``versions``: per job, the batches of its input; ``clean_s``: per job and placement, a
+    clean run's time."""
     job = rng.choice(list(jobs))
     mode, dfs = rng.choice(list(modes)), rng.choice(list(dfs_kinds))
     scenario = rng.choice(list(scenarios))
-    plan = Plan(job, mode, dfs, (), scenario, processes=rng.choice(list(processes)))
-    workers = plan.processes > 1
+    plan = Plan(job, mode, dfs, (), scenario, processes=rng.choice(list(processes)), placement=rng.choice(placements))
+    clean = clean_s[job, plan.placement]
+    # a host's failpoints fire in its own process, like a worker's: the driver's own are the ones to raise at a retry
+    apart, hosts = plan.processes > 1 or plan.on_executors, plan.on_executors
+    workers = plan.processes > 1 and not hosts
     if scenario == "standby":
-        return replace(plan, standby_s=round(rng.uniform(*STANDBY_START) * clean_s[job], 1))
+        return replace(plan, standby_s=round(rng.uniform(*STANDBY_START) * clean, 1))
     if scenario == "retry":
-        kills = (sample_kill(rng, versions[job], clean_s[job], workers),) if rng.random() < RETRY_KILLED else ()
-        return replace(plan, kills=kills, retry=rng.choice(WORKER_RETRY_POINTS if workers else RETRY_POINTS))
-    plan = replace(plan, kills=sample_kills(rng, versions[job], clean_s[job], workers))
+        kills = (sample_kill(rng, versions[job], clean, workers, hosts),) if rng.random() < RETRY_KILLED else ()
+        return replace(plan, kills=kills, retry=rng.choice(WORKER_RETRY_POINTS if apart else RETRY_POINTS))
+    plan = replace(plan, kills=sample_kills(rng, versions[job], clean, workers, hosts))
     if scenario == "damaged":
         return replace(plan, damage=Damage(rng.choice(DAMAGE_KINDS), rng.randrange(1 << 32)))
     return plan
@@ -353,31 +394,36 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _state_workers(group: int) -> list[int]:
-    """The state worker processes (multiprocessing's spawned children) in process group ``group``."""
+def _processes_of(group: int, marker: bytes) -> list[int]:
+    """The processes in process group ``group`` whose command line holds ``marker``."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and os.getpgid(int(proc.name)) == group:
-                if b"spawn_main" in (proc / "cmdline").read_bytes():
+                if marker in (proc / "cmdline").read_bytes():
                     found.append(int(proc.name))
         except (ProcessLookupError, PermissionError, FileNotFoundError):
             continue
     return sorted(found)
 
 
-def _kill_a_worker(proc: subprocess.Popen, deadline: float) -> tuple[int | None, bool]:
-    """SIGKILL one state worker of ``proc``'s group, then wait for the driver to end on its own by ``deadline``: its
-    exit code (None: still running, then killed) and whether a worker was there to kill."""
-    workers = _state_workers(proc.pid)
-    if workers:
-        os.kill(workers[-1], signal.SIGKILL)
+STATE_WORKER = b"spawn_main"  # a state worker process: multiprocessing's spawned child
+EXECUTOR = b"CoarseGrainedExecutorBackend"  # an executor JVM of a local cluster
+
+
+def _kill_one_of(proc: subprocess.Popen, marker: bytes, deadline: float) -> tuple[int | None, bool]:
+    """SIGKILL one process of ``proc``'s group whose command line holds ``marker`` (a state worker, an executor JVM),
+    then wait for the driver to end on its own by ``deadline``: its exit code (None: still running, then killed) and
+    whether there was such a process to kill."""
+    victims = _processes_of(proc.pid, marker)
+    if victims:
+        os.kill(victims[-1], signal.SIGKILL)
     try:
-        return proc.wait(timeout=max(0.0, deadline - time.monotonic())), bool(workers)
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic())), bool(victims)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         proc.wait()
-        return None, bool(workers)
+        return None, bool(victims)
 
 
 def run_attempt(
@@ -388,10 +434,15 @@ def run_attempt(
     started = time.monotonic()
     timed = kill is not None and kill.point is None
     until = min(deadline, started + kill.delay_s) if timed else deadline
+    told = log.with_suffix(".failpoints")  # what failpoints did, state hosts' included (their stderr is the executor's)
     with log.open("w") as out:
         proc = subprocess.Popen(
             cmd,
-            env={**env, ENV_VAR: ";".join(filter(None, [kill.failpoints if kill else "", failpoints]))},
+            env={
+                **env,
+                ENV_VAR: ";".join(filter(None, [kill.failpoints if kill else "", failpoints])),
+                LOG_VAR: str(told),
+            },
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -400,8 +451,8 @@ def run_attempt(
             code: int | None = proc.wait(timeout=max(0.0, until - time.monotonic()))
             stopped = False
         except subprocess.TimeoutExpired:
-            if kill is not None and kill.worker and until < deadline:
-                code, fired = _kill_a_worker(proc, deadline)
+            if kill is not None and kill.partial and until < deadline:
+                code, fired = _kill_one_of(proc, STATE_WORKER if kill.worker else EXECUTOR, deadline)
                 _kill_group(proc)
                 return Attempt(str(kill), fired, code, time.monotonic() - started, log)
             _kill_group(proc)
@@ -412,8 +463,18 @@ def run_attempt(
     if fired:
         code = -signal.SIGKILL
     elif kill is not None and kill.point:
-        fired = f"failpoint {kill.point}: killing process" in log.read_text(errors="replace")
+        fired = f"failpoint {kill.point}: killing" in (told.read_text() if told.exists() else "")
+    keep_executor_logs(log)
     return Attempt(str(kill) if kill else "-", fired, code, time.monotonic() - started, log)
+
+
+def keep_executor_logs(log: Path) -> None:
+    """Move the executors' logs of the local cluster of the run that wrote ``log`` (kept in pyspark's own folder,
+    ``work/APP-ID``) beside it, as ``<log>.executors``."""
+    app = re.search(r"app-\d{14}-\d{4}", log.read_text(errors="replace"))
+    folder = Path(pyspark.__file__).parent / "work" / app.group() if app else None
+    if folder is not None and folder.exists():
+        shutil.move(folder, log.with_suffix(".executors"))
 
 
 # the errors a run may refuse with; each message names its cause (and usually the fix)
@@ -487,6 +548,7 @@ class Record:
     plan: list[str]
     scenario: str = "kill"
     processes: int = 1  # spark.misa.state.processes of every run
+    placement: str = "driver"  # spark.misa.state.placement of every run
     kills: list[str] = field(default_factory=list)  # the planned kills that fired
     attempts: list[dict] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)  # "<run>: <message>" of runs that refused
@@ -530,7 +592,8 @@ class Record:
         events += ["start() retried"] if self.retried else []
         events += [f"{len(self.refusals)} refusal(s)"] if self.refusals else []
         return (
-            f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} p{self.processes} {self.mode:10} {self.dfs:4} "
+            f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} {self.placement[0]}{self.processes} "
+            f"{self.mode:10} {self.dfs:4} "
             f"{' + '.join(self.plan)}; {'; '.join(events)} | {result} {self.seconds:.0f}s"
         )
 
@@ -634,7 +697,7 @@ class Soak:
         self.inputs: dict[str, Path] = {}
         self.versions: dict[str, int] = {}
         self.reference: dict[str, Reference] = {}
-        self.clean_s: dict[str, float] = {}
+        self.clean_s: dict[tuple[str, str], float] = {}  # per job and placement
         self.s3_server = None
         self.archive = self.work / "spark.jsa" if args.cds else None
 
@@ -696,26 +759,27 @@ class Soak:
         reference = self.reference[job] = Reference.of(spec, native_dir)
         if not reference.output.size:
             raise SystemExit(f"misa soak: the native reference of {job} has no rows: the input is too small")
-        clean_dir = self.work / "reference" / f"{job}-misa"
-        clean = self._run_clean(job, CommitMode.MISA, clean_dir)
-        self.clean_s[job] = clean.seconds
-        result, _, detail = judge(spec, reference, clean_dir)
         print(
             f"{job}: {stats['records']} records in {stats['files']} files, {self.versions[job]} batches; native "
-            f"reference {reference.output.size} rows ({native.seconds:.1f}s); clean misa run {result} "
-            f"({clean.seconds:.1f}s)",
+            f"reference {reference.output.size} rows ({native.seconds:.1f}s)",
             flush=True,
         )
-        if result != "ok":
-            raise SystemExit(
-                f"misa soak: a clean {job} run in misa mode differs from the native reference, so kills "
-                f"cannot be judged:\n{detail}"
-            )
+        for placement in self.args.placements:
+            clean_dir = self.work / "reference" / f"{job}-misa-{placement}"
+            clean = self._run_clean(job, CommitMode.MISA, clean_dir, placement)
+            self.clean_s[job, placement] = clean.seconds
+            result, _, detail = judge(spec, reference, clean_dir)
+            print(f"  clean misa run, state on the {placement}: {result} ({clean.seconds:.1f}s)", flush=True)
+            if result != "ok":
+                raise SystemExit(
+                    f"misa soak: a clean {job} run in misa mode (state on the {placement}) differs from the native "
+                    f"reference, so kills cannot be judged:\n{detail}"
+                )
 
-    def _run_clean(self, job: str, mode: str, run_dir: Path) -> Attempt:
+    def _run_clean(self, job: str, mode: str, run_dir: Path, placement: str = "driver") -> Attempt:
         run_dir.mkdir(parents=True)
         attempt = run_attempt(
-            self.command(job, mode, run_dir, f"file://{run_dir / 'dfs'}"),
+            self.command(job, mode, run_dir, f"file://{run_dir / 'dfs'}", placement=placement),
             self.env,
             run_dir / "run.log",
             time.monotonic() + self.args.iteration_timeout,
@@ -740,14 +804,24 @@ class Soak:
         return f"{options} -XX:{share}={self.archive}".strip()
 
     def command(
-        self, job: str, mode: str, run_dir: Path, dfs: str, run: Run | None = None, processes: int = 1
+        self,
+        job: str,
+        mode: str,
+        run_dir: Path,
+        dfs: str,
+        run: Run | None = None,
+        processes: int = 1,
+        placement: str = "driver",
     ) -> list[str]:
         """The spark-submit command line of ``job`` in ``mode`` writing under ``run_dir`` (``run``: its own state
-        dir, Spark conf and ``--retry-start``; ``processes``: state worker processes, unless ``--conf`` sets them)."""
+        dir, Spark conf and ``--retry-start``; ``processes``: state worker processes or hosts, unless ``--conf`` sets
+        them; ``placement`` executors: on a local cluster, the state on its executors)."""
         spec = JOBS[job]
         conf = {**self.conf, **dict(run.conf if run else ()), "spark.driver.extraJavaOptions": self.java_options()}
         conf.setdefault("spark.misa.state.processes", str(processes))
-        cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"]
+        conf.setdefault("spark.misa.state.placement", placement)
+        master = CLUSTER if placement == "executors" else "local[2]"
+        cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
         cmd += [
@@ -807,6 +881,7 @@ class Soak:
             describe(steps),
             plan.scenario,
             plan.processes,
+            plan.placement,
             run_dir=str(run_dir),
         )
         started = time.monotonic()
@@ -852,7 +927,7 @@ class Soak:
     def _run(self, plan: Plan, run: Run, run_dir: Path, dfs: str, log: Path, deadline: float) -> Attempt:
         """One spark-submit of ``run``, started after its delay."""
         time.sleep(max(0.0, min(run.delay_s, deadline - time.monotonic())))
-        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run, plan.processes)
+        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run, plan.processes, plan.placement)
         return run_attempt(cmd, self.env, log, deadline, run.kill, run.failpoints)
 
     def _verify_dfs(self, dfs: str, record: Record) -> None:
@@ -879,20 +954,31 @@ class Soak:
                     s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
 
 
+def kill_kind(label: str) -> str:
+    """What a fired kill's label (:class:`Kill`'s text) counts as: its failpoint (an executor's kill marked so) or a
+    timed kill of the group, a worker or an executor."""
+    if "#" in label:
+        return label.split("#")[0] + (" (executor)" if label.endswith("(executor)") else "")
+    return {"a": "timed worker", "an": "timed executor"}.get(label.split()[0], "timed")
+
+
 PASSED = ("ok", "refused")  # results that are not failures: exact output, or a clear refusal of a damaged DFS
 
 
 def summarize(records: Sequence[Record]) -> dict:
     """Totals over the iterations: results (in all and per scenario), kills that fired per point, retried starts,
     refusals with their messages, lost and doubled rows, failures."""
-    fired = Counter(k.split("#")[0] if "#" in k else "timed" for r in records for k in r.kills)
+    fired = Counter(kill_kind(k) for r in records for k in r.kills)
     scenarios: dict[str, Counter] = {}
+    placements: dict[str, Counter] = {}
     for r in records:
         scenarios.setdefault(r.scenario, Counter())[r.result] += 1
+        placements.setdefault(r.placement, Counter())[r.result] += 1
     return {
         "iterations": len(records),
         "results": dict(Counter(r.result for r in records)),
         "by_scenario": {name: dict(results) for name, results in sorted(scenarios.items())},
+        "by_placement": {name: dict(results) for name, results in sorted(placements.items())},
         "no_kill_iterations": sum(1 for r in records if not r.kills),
         "kills_by_point": dict(sorted(fired.items())),
         "retried_starts": sum(1 for r in records if r.retried),
@@ -920,6 +1006,7 @@ def summary_text(summary: dict, refusal_chars: int = 300) -> str:
             f"soak: {summary['iterations']} iterations ({summary['mean_iteration_s']}s each on average): "
             + results(summary["results"]),
             *[f"  {name}: {results(counts)}" for name, counts in summary["by_scenario"].items()],
+            *[f"  state on the {name}: {results(counts)}" for name, counts in summary["by_placement"].items()],
             f"kills that fired: {kills}; iterations where no kill fired: {summary['no_kill_iterations']}; "
             f"retried starts: {summary['retried_starts']}",
             f"lost rows {summary['lost_rows']}, extra rows {summary['extra_rows']} "
@@ -946,6 +1033,7 @@ def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan
                 soak.clean_s,
                 args.scenarios,
                 args.processes,
+                args.placements,
             ),
         )
 
@@ -1010,6 +1098,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=lambda t: [int(n) for n in t.split(",")],
         default=list(PROCESSES),
         help="spark.misa.state.processes drawn among per iteration (2: worker kills too); default: 1,2",
+    )
+    p.add_argument(
+        "--placements",
+        type=lambda t: name_list(t, PLACEMENTS),
+        default=list(PLACEMENTS),
+        help="spark.misa.state.placement drawn among per iteration (executors: on a local cluster of two executors, "
+        "executor kills too); default: driver,executors",
     )
     p.add_argument(
         "--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help=f"default: {','.join(MODES)}"

@@ -32,6 +32,7 @@ from misa.obs.metrics import BatchMetrics, summary_line
 from misa.operators.aggregation import Aggregation
 from misa.operators.base import StatefulOperator, spark_interval
 from misa.operators.interval_join import PREV, IntervalJoin
+from misa.query.job import from_query
 from misa.runtime.interrupt import EXIT_INTERRUPTED, StopOnInterrupt
 from misa.runtime.next_input import FileSourcePeek, NextInput
 from misa.runtime.process import switch_interval
@@ -115,6 +116,13 @@ def job_arguments(
         "(default: CHECKPOINT/quarantine); native mode skips them",
     )
     p.add_argument("--quiet", action="store_true", help="no per-batch summary")
+    p.add_argument(
+        "--from-query",
+        action="store_true",
+        help="runtime modes: run the query as a Spark user writes it (the native mode's DataFrame over Spark's own "
+        "JSON reader, whose PERMISSIVE mode nulls a malformed line's fields: no quarantine) through misa.from_query, "
+        "instead of the job's own operator, upstream, prefetch hints and quarantine",
+    )
     p.add_argument(
         "--retry-start",
         type=int,
@@ -202,6 +210,15 @@ def read_stream(
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
     parsed = parse_json_lines(reader.text(args.input), schema, required)
     return good_records(parsed) if is_native(args.mode) else parsed
+
+
+def read_json_stream(spark: SparkSession, args: argparse.Namespace, schema: StructType) -> DataFrame:
+    """The input as a Spark user reads it: Spark's JSON reader with ``schema`` (its PERMISSIVE mode: a malformed
+    line's fields are null; no quarantine)."""
+    reader = spark.readStream.schema(schema)
+    if args.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
+    return reader.json(args.input)
 
 
 def peek_input(
@@ -294,7 +311,6 @@ def run_misa(
     ``hint_stages``: candidate stages for prefetch hints, earliest first (default: ``upstream``);
     ``next_input``: the input read ahead (:func:`peek_input`), for hints between batches.
     """
-    config = MisaConfig.from_session(spark).with_values(commit_mode=CommitMode(args.mode))
     job = StatefulJob(
         operator,
         sink,
@@ -302,20 +318,42 @@ def run_misa(
         upstream=upstream,
         hint_stages=hint_stages,
         next_input=next_input,
+        **misa_options(spark, args),
+    )
+    run_started(spark, job, lambda: job.start(spark, stream, trigger(args), f"{args.query}-{args.mode}"), args)
+
+
+def run_from_query(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: ParquetBatchSink) -> None:
+    """Run ``result``, the query as a Spark user writes it, through :func:`misa.from_query` until it ends."""
+    options = {**misa_options(spark, args), "bad_records": None}  # Spark's own reader: no quarantine columns
+    query = from_query(result, sink, args.checkpoint, output_mode=args.output_mode, **options)
+    name = f"{args.query}-{args.mode}"
+    run_started(spark, query.job, lambda: query.job.start(spark, query.source, trigger(args), name), args)
+
+
+def misa_options(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
+    """The runtime's options of the command line (a :class:`StatefulJob`'s keyword arguments)."""
+    return dict(
         bad_records=Quarantine(quarantine_dir(args)),
-        config=config,
+        config=MisaConfig.from_session(spark).with_values(commit_mode=CommitMode(args.mode)),
         state_dir=args.state_dir,
         dfs_url=args.dfs,
         metrics_path=args.metrics,
         echo=None if args.quiet else print,
         pause_gc=True,
     )
-    name = f"{args.query}-{args.mode}"
-    # this process is the job's: tune it for the runtime; Ctrl-C stops the query, then the commit drains
-    with switch_interval(config.python_switch_interval_s), StopOnInterrupt(spark) as interrupt:
+
+
+def run_started(
+    spark: SparkSession, job: StatefulJob, start: Callable[[], StreamingQuery], args: argparse.Namespace
+) -> None:
+    """Run the query ``start`` starts until it ends (available-now) or is stopped, with ``--retry-start``; Ctrl-C
+    stops it, then the commits drain."""
+    # this process is the job's: tune it for the runtime
+    with switch_interval(job.config.python_switch_interval_s), StopOnInterrupt(spark) as interrupt:
         try:
             run_with_retries(
-                lambda: interrupt.watch(job.start(spark, stream, trigger(args), name), job.batch_running),
+                lambda: interrupt.watch(start(), job.batch_running),
                 args.retry_start,
                 settle=lambda: job.controller.drain(),  # a last batch's commit fails after the query ends, if at all
                 stopped=interrupt.requested.is_set,
@@ -390,6 +428,9 @@ def run_query(
 ) -> None:
     """Run ``query`` over the input in the mode of the command line, writing Parquet per batch id."""
     sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
+    if args.from_query and not is_native(args.mode):
+        run_from_query(spark, args, query.native(read_json_stream(spark, args, schema), args), sink)
+        return
     stream = read_stream(spark, args, schema, required)
     if is_native(args.mode):
         run_native(spark, args, query.native(stream, args), sink)

@@ -35,6 +35,13 @@ log = logging.getLogger(__name__)
 POINTER = "_committed"
 
 
+def attempt_name(name: str, attempt: str) -> str:
+    """The name file ``name`` of an attempt has in its batch's folder (``part.parquet`` -> ``part-<attempt>.parquet``),
+    which no other attempt uses."""
+    stem, dot, ext = name.partition(".")
+    return f"{stem}-{attempt}{dot}{ext}"
+
+
 class BatchFolders:
     """The per-batch folders under one root location."""
 
@@ -48,14 +55,28 @@ class BatchFolders:
 
     def commit(self, batch_id: int, files: Mapping[str, bytes]) -> None:
         """Make ``files`` (name -> bytes) batch ``batch_id``'s output, replacing any earlier attempt's."""
-        attempt = uuid.uuid4().hex[:12]
+        attempt = self.new_attempt(batch_id)
         folder = self.folder(batch_id)
-        self.fs.makedirs(folder, exist_ok=True)
         names = []
         for name, data in files.items():
-            stem, dot, ext = name.partition(".")
-            names.append(f"{stem}-{attempt}{dot}{ext}")
+            names.append(attempt_name(name, attempt))
             self._write(posixpath.join(folder, names[-1]), data)
+        self.point(batch_id, attempt, names)
+
+    def new_attempt(self, batch_id: int) -> str:
+        """A new attempt at batch ``batch_id``: its id, its folder made. Its files go in :meth:`folder_url`, named
+        by :func:`attempt_name`; :meth:`point` then makes them the batch's output."""
+        self.fs.makedirs(self.folder(batch_id), exist_ok=True)
+        return uuid.uuid4().hex[:12]
+
+    def folder_url(self, batch_id: int) -> str:
+        """The fsspec URL of batch ``batch_id``'s folder (for writers in other processes, such as Spark's tasks)."""
+        return self.location.child(f"batch_id={batch_id}").url
+
+    def point(self, batch_id: int, attempt: str, names: list[str]) -> None:
+        """Make the files ``names`` of ``attempt``, written in the batch's folder, batch ``batch_id``'s output, in
+        one step, then remove every other attempt's files."""
+        folder = self.folder(batch_id)
         pointer = json.dumps({"batch_id": batch_id, "attempt": attempt, "files": names}).encode()
         self._write(posixpath.join(folder, POINTER), pointer)
         self._remove_other_files(folder, keep={POINTER, *names})

@@ -4,13 +4,18 @@ whole (see :mod:`misa.io.batch_output`), so a reader never sees a batch twice or
 from __future__ import annotations
 
 import io
+from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from misa.io.batch_output import BatchFolders
+from misa.io.batch_output import BatchFolders, attempt_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 PART = "part-00000.parquet"
 
@@ -23,11 +28,52 @@ class ParquetBatchSink:
         self.sort_by = list(sort_by)
 
     def __call__(self, batch_id: int, table: pa.Table) -> None:
-        if self.sort_by and table.num_columns:  # none: a batch without data and without rows
-            table = table.sort_by(self.sort_by)
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer)
-        self.folders.commit(batch_id, {PART: buffer.getvalue()})
+        self.folders.commit(batch_id, {PART: _parquet_bytes(table, self.sort_by)})
+
+    def write_frame(self, batch_id: int, frame: DataFrame) -> None:
+        """Write the batch's rows given as a DataFrame (the state on the executors): Spark's tasks write the Parquet
+        files, one per partition (one in all, sorted, with ``sort_by``), and the driver only commits their names."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        attempt = self.folders.new_attempt(batch_id)
+        write = partial(_write_parts, self.folders.folder_url(batch_id), attempt, tuple(self.sort_by))
+        parts = frame.coalesce(1) if self.sort_by else frame
+        names = [row.name for row in parts.mapInArrow(write, "name string").collect()]
+        if not names:  # no partition: the batch's file has no rows, but its columns
+            empty = to_arrow_schema(frame.schema, timezone="UTC").empty_table()
+            names = [_write_part(self.folders.folder_url(batch_id), attempt, 0, empty, ())]
+        self.folders.point(batch_id, attempt, sorted(names))
+
+
+def _parquet_bytes(table: pa.Table, sort_by: Sequence[tuple[str, str]]) -> bytes:
+    """``table`` (sorted by ``sort_by``) as a Parquet file."""
+    if sort_by and table.num_columns:  # none: a batch without data and without rows
+        table = table.sort_by(list(sort_by))
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+def _write_part(folder_url: str, attempt: str, partition: int, table: pa.Table, sort_by: Sequence) -> str:
+    """Write ``table`` as partition ``partition``'s file of ``attempt`` in ``folder_url``; its name."""
+    name = attempt_name(f"part-{partition:05d}.parquet", attempt)
+    fs, folder = fsspec.core.url_to_fs(folder_url)
+    fs.pipe_file(f"{folder.rstrip('/')}/{name}", _parquet_bytes(table, sort_by))
+    return name
+
+
+def _write_parts(
+    folder_url: str, attempt: str, sort_by: tuple, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """A Spark task's part of :meth:`ParquetBatchSink.write_frame`: its rows as one file; yields the file's name."""
+    from pyspark import TaskContext
+
+    parts = list(batches)
+    if not parts:  # an empty partition writes no file
+        return
+    table = pa.Table.from_batches(parts)
+    name = _write_part(folder_url, attempt, TaskContext.get().partitionId(), table, sort_by)
+    yield pa.RecordBatch.from_pydict({"name": [name]})
 
 
 def read_batches(root: str | Path) -> list[tuple[int, pa.Table]]:

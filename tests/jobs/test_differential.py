@@ -120,7 +120,10 @@ def test_each_key_type_alone_through_every_operator(spark, tmp_path, operator, p
     assert_same_as_spark(spark, tmp_path, case_of(query, Settings(prefetching=prefetching), seed=11))
 
 
-@pytest.mark.parametrize("operator", [o if o == "join" else pytest.param(o, marks=pytest.mark.slow) for o in OPERATORS])
+# on demand (-m slow): make test's random cases draw two worker processes (seed 0 among them) and its local-cluster
+# case runs two state partitions; tests/misa/parallel runs the worker processes' parts
+@pytest.mark.slow
+@pytest.mark.parametrize("operator", OPERATORS)
 def test_every_operator_in_two_worker_processes(spark, tmp_path, operator):
     """Two key partitions, each in its worker, prefetching: the rows of two keys (nulls among them) meet in one."""
     query = Query(operator, {"k": "string", "k2": "int"}, ("sum", "max"), window_s=10, slide_s=5, output_mode="update")

@@ -69,11 +69,11 @@ class Run:
     executors: str
 
 
-def on_cluster(data: Path, run_dir: Path, failpoints: str = "", conf: dict[str, str] | None = None) -> Run:
-    """CM2 in misa mode submitted to a local cluster, its state on the executors."""
+def on_cluster(data: Path, run_dir: Path, failpoints: str = "", conf: dict[str, str] | None = None, *extra: str) -> Run:
+    """CM2 in misa mode submitted to a local cluster, its state on the executors (``extra``: more job arguments)."""
     conf = {**ON_EXECUTORS, **(conf or {})}
     cmd, env = spark_submit_command(
-        cluster_monitoring, job_args("cm2", "misa", data, run_dir), failpoints, conf, CLUSTER
+        cluster_monitoring, [*job_args("cm2", "misa", data, run_dir), *extra], failpoints, conf, CLUSTER
     )
     told = run_dir / "failpoints.log"
     told.unlink(missing_ok=True)
@@ -94,10 +94,15 @@ def executor_logs(driver_log: str) -> str:
     return logs
 
 
-@pytest.mark.slow  # 55 s alone: with it make test would near its 10 minutes in CI; it waits for room there
-def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tmp_path):
+@pytest.mark.parametrize(
+    "api",  # make test: the job's own operator; the query as a Spark user writes it (from_query): on demand
+    ["operator", pytest.param("from_query", marks=pytest.mark.slow)],
+)
+def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tmp_path, api):
+    """The deltas go from Spark's tasks to the two hosts, the output from the hosts to the sink's Parquet files,
+    written by Spark's tasks."""
     expected = native_cm2_output(spark, small, tmp_path / "native")
-    done = on_cluster(small, tmp_path)
+    done = on_cluster(small, tmp_path, "", None, *(["--from-query"] if api == "from_query" else []))
     assert done.returncode == 0, done.logs[-3000:]
     assert_same_output(tmp_path, expected)
     state = tmp_path / "ckpt" / "misa-state"

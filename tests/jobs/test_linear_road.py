@@ -70,6 +70,7 @@ def test_equals_native(spark, good_data, reference, tmp_path, query, mode):
     assert not (tmp_path / "ckpt" / "quarantine").exists()
 
 
+@pytest.mark.slow  # a check of the reference itself (10 s of plain Spark): on demand
 def test_lr2_pairs_each_report_with_the_previous_one(reference, good_data):
     rows = list(reference("lr2", good_data).rows.elements())
     assert len(rows) > 100

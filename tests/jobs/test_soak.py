@@ -24,7 +24,13 @@ from misa.cli import main as misa
 from misa.io.sink import ParquetBatchSink
 
 VERSIONS = {"cm2": 5, "lr2": 5, "q20": 5}
-CLEAN_S = {"cm2": 20.0, "lr2": 30.0, "q20": 25.0}
+CLEAN = {"cm2": 20.0, "lr2": 30.0, "q20": 25.0}
+CLEAN_S = {
+    (job, placement): s * (2 if placement == "executors" else 1)
+    for job, s in CLEAN.items()
+    for placement in soak.PLACEMENTS
+}
+SHORTEST, LONGEST = min(CLEAN_S.values()), max(CLEAN_S.values())
 
 
 def draw(count: int, seed: int = 3, scenarios=soak.SCENARIOS) -> list[soak.Plan]:
@@ -47,11 +53,12 @@ def test_plans_are_seeded_and_cover_every_failpoint_job_mode_dfs_and_scenario():
     killed = [p for p in plans if p.scenario in ("kill", "moved", "damaged")]
     assert all(len(p.kills) in (1, 2) for p in killed)
     assert 0.25 < sum(len(p.kills) == 2 for p in killed) / len(killed) < 0.35
-    timed = [k for k in kills if not k.point and not k.worker]
-    assert 0.2 < len(timed) / len([k for k in kills if not k.worker]) < 0.3
-    assert all(0.2 * CLEAN_S["cm2"] <= k.delay_s <= CLEAN_S["lr2"] for k in timed + [k for k in kills if k.worker])
+    whole = [k for p in plans if p.placement == "driver" for k in p.kills if not k.worker]
+    timed = [k for k in kills if not k.point and not k.partial]
+    assert 0.2 < sum(not k.point for k in whole) / len(whole) < 0.3
+    assert all(0.2 * SHORTEST <= k.delay_s <= LONGEST for k in timed + [k for k in kills if k.partial])
     low, high = soak.WORKER_KILL_WINDOW
-    assert all(low * CLEAN_S["cm2"] - 0.05 <= k.delay_s <= high * CLEAN_S["lr2"] + 0.05 for k in kills if k.worker)
+    assert all(low * SHORTEST - 0.05 <= k.delay_s <= high * LONGEST + 0.05 for k in kills if k.partial)
     assert all(1 <= k.hit <= soak.max_hits(k.point, 5) for k in kills if k.point)
     assert max(k.hit for k in kills if k.point == "dfs.put") == 4 * soak.SHARDS * 5
     for kill in kills:
@@ -59,12 +66,27 @@ def test_plans_are_seeded_and_cover_every_failpoint_job_mode_dfs_and_scenario():
 
 
 def test_half_the_plans_run_two_state_workers_and_only_those_kill_a_worker():
-    plans = draw(3000)
+    plans = [p for p in draw(6000) if p.placement == "driver"]
     assert 0.45 < sum(p.processes == 2 for p in plans) / len(plans) < 0.55
     assert all(not k.worker for p in plans if p.processes == 1 for k in p.kills)
     kills = [k for p in plans if p.processes == 2 for k in p.kills]
     assert 0.25 < sum(k.worker for k in kills) / len(kills) < 0.35
     assert all(k.failpoints == "" and str(k).startswith("a worker after") for k in kills if k.worker)
+    assert not any(k.executor or k.action == "killexecutor" for p in plans for k in p.kills)
+
+
+def test_half_the_plans_put_the_state_on_the_executors_and_only_those_kill_an_executor():
+    plans = [p for p in draw(6000) if p.placement == "executors"]
+    assert 0.45 < len(plans) / 6000 < 0.55
+    kills = [k for p in plans for k in p.kills]
+    executor = [k for k in kills if k.executor or k.action == "killexecutor"]
+    assert 0.45 < len(executor) / len(kills) < 0.55 and not any(k.worker for k in kills)
+    assert 0.2 < sum(k.executor for k in executor) / len(executor) < 0.3  # a random moment, else a host's failpoint
+    at_points = {k.point for k in executor if k.point}
+    assert at_points == set(failpoints.FAILPOINTS) - set(soak.DRIVER_POINTS)
+    assert all(k.failpoints.endswith(f"=killexecutor({k.hit})") for k in executor if k.point)
+    assert all(k.failpoints == "" and str(k).startswith("an executor after") for k in executor if k.executor)
+    assert {p.processes for p in plans} == {1, 2}
 
 
 def test_each_scenario_draws_its_own_parts():
@@ -73,13 +95,17 @@ def test_each_scenario_draws_its_own_parts():
     assert all(p.damage is None and p.retry is None and p.standby_s == 0 for p in by["kill"] + by["moved"])
     assert {p.damage.kind for p in by["damaged"]} == set(soak.DAMAGE_KINDS)
     assert len({p.damage.seed for p in by["damaged"]}) == len(by["damaged"])
-    assert {p.retry for p in by["retry"] if p.processes == 1} == set(soak.RETRY_POINTS)
-    assert {p.retry for p in by["retry"] if p.processes == 2} == set(soak.WORKER_RETRY_POINTS)
+    in_driver = [p for p in by["retry"] if p.processes == 1 and p.placement == "driver"]
+    assert {p.retry for p in in_driver} == set(soak.RETRY_POINTS)
+    assert {p.retry for p in by["retry"] if p not in in_driver} == set(soak.WORKER_RETRY_POINTS)
     assert 0.4 < sum(len(p.kills) == 1 for p in by["retry"]) / len(by["retry"]) < 0.6
     assert all(len(p.kills) <= 1 and p.damage is None for p in by["retry"])
     assert all(not p.kills and p.damage is None and p.retry is None for p in by["standby"])
     low, high = soak.STANDBY_START
-    assert all(low * CLEAN_S[p.job] - 0.05 <= p.standby_s <= high * CLEAN_S[p.job] + 0.05 for p in by["standby"])
+    assert all(
+        low * CLEAN_S[p.job, p.placement] - 0.05 <= p.standby_s <= high * CLEAN_S[p.job, p.placement] + 0.05
+        for p in by["standby"]
+    )
     assert {p.scenario for p in draw(200, scenarios=["kill"])} == {"kill"}
 
 
@@ -152,6 +178,10 @@ def test_command_passes_the_run_state_dir_conf_and_retries(tmp_path):
     assert cmd[cmd.index("--state-dir") + 1] == str(tmp_path / "r" / "state-b")
     assert cmd[cmd.index("--retry-start") + 1] == "1"
     assert "spark.misa.commit.maxRestarts=0" in cmd and "spark.misa.commit.maxRestarts=5" not in cmd
+    assert plain[plain.index("--master") + 1] == "local[2]" and "spark.misa.state.placement=driver" in plain
+    hosts = s.command("q20", "misa", tmp_path / "r", "file:///d", run, processes=2, placement="executors")
+    assert hosts[hosts.index("--master") + 1] == soak.CLUSTER
+    assert {"spark.misa.state.placement=executors", "spark.misa.state.processes=2"} <= set(hosts)
 
 
 def python(code: str) -> list[str]:
@@ -180,6 +210,35 @@ def test_run_failpoints_are_set_beside_the_kill(tmp_path):
     assert "spec=dfs.put=kill(4);dfs.get=raise(1)" in attempt.text()
     alone = soak.run_attempt(python(code), {}, tmp_path / "log2", time.monotonic() + 60, None, "dfs.get=raise(1)")
     assert "spec=dfs.get=raise(1)" in alone.text() and not alone.retried
+
+
+def test_a_host_failpoint_kill_is_seen_in_the_failpoints_log(tmp_path):
+    """A state host's stderr is its executor's: the runner reads what failpoints did from the file it names."""
+    code = "import sys\nfrom common import failpoints\nsys.stderr = open('/dev/null', 'w')\nfailpoints.hit('dfs.put')"
+    kill = soak.Kill("dfs.put", 1)
+    attempt = soak.run_attempt(
+        python(code), {"PYTHONPATH": str(soak.ROOT)}, tmp_path / "log", time.monotonic() + 60, kill
+    )
+    assert (attempt.fired, attempt.exit) == (True, -9) and "killing process" not in attempt.text()
+
+
+def test_an_executor_kill_takes_one_executor_and_lets_the_driver_end_by_itself(tmp_path):
+    """The kill finds an executor JVM by its main class in the run's process group, and waits for the driver."""
+    pid_file = tmp_path / "executor.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "sleep = [sys.executable, '-c', 'import time; time.sleep(60)', 'CoarseGrainedExecutorBackend']\n"
+        "child = subprocess.Popen(sleep)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "child.wait(); sys.exit(3)"
+    )
+    kill = soak.Kill(delay_s=1.0, executor=True)
+    attempt = soak.run_attempt(python(code), {}, tmp_path / "log", time.monotonic() + 60, kill)
+    assert (attempt.fired, attempt.exit, attempt.label) == (True, 3, "an executor after 1.0s")
+    assert_dead(int(pid_file.read_text()))
+    assert soak.outcome(soak.Run(str(kill), kill), attempt, None) is None
+    assert soak.kill_kind(attempt.label) == "timed executor"
+    assert soak.kill_kind("dfs.put#2 (executor)") == "dfs.put (executor)" and soak.kill_kind("after 3s") == "timed"
 
 
 def test_timed_kill_and_hang_kill_the_whole_process_group(tmp_path):
@@ -375,6 +434,7 @@ def test_summary_counts_kills_lost_and_doubled_rows_and_refusals_per_scenario():
         "standby": {"ok": 1},
     }
     assert summary["refusals"] == ["4 (standby) A: x"]
+    assert summary["by_placement"] == {"driver": {"ok": 2, "mismatch": 1, "hang": 1, "refused": 1, "dfs-damaged": 1}}
     text = soak.summary_text(summary)
     assert "  standby: 1 ok" in text and "  4 (standby) A: x" in text and "retried starts: 1" in text
     assert "MISMATCH: lost 2, extra 3 (doubled 1)" in records[1].line(3)

@@ -70,3 +70,36 @@ def test_reading_the_output_leaves_no_arrow_thread_behind(tmp_path):
     write_batches(tmp_path / "out")
     result = run_script(NEW_THREADS, tmp_path / "out")
     assert (result.returncode, result.stdout.strip()) == (0, "0"), result.stderr[-2000:]
+
+
+EVENTS = pa.table(
+    {
+        "k": pa.array([3, 1, None, 2], pa.int64()),
+        "at": pa.array([4_000_000, 1_000_000, 2_000_000, 3_000_000], pa.timestamp("us", tz="UTC")),
+        "v": pa.array([0.5, None, 1.5, 2.5]),
+    }
+)
+
+
+def test_a_batch_given_as_a_dataframe_is_written_by_sparks_tasks_as_the_table_would_be(spark, tmp_path):
+    """The state on the executors hands the sink a DataFrame: the files are Spark's tasks', the rows and columns
+    the same as from the table, sorted into one file when the sink sorts; a replay replaces the batch whole."""
+    frame = spark.createDataFrame(EVENTS).repartition(3)
+    for sort_by in ((), (("k", "ascending"),)):
+        from_table, from_frame = tmp_path / f"table{len(sort_by)}", tmp_path / f"frame{len(sort_by)}"
+        ParquetBatchSink(from_table, sort_by)(7, EVENTS)
+        sink = ParquetBatchSink(from_frame, sort_by)
+        sink.write_frame(7, frame.limit(1))  # an attempt the replay below replaces
+        sink.write_frame(7, frame)
+        [(batch, table)] = read_batches(from_frame)
+        expected = read_batches(from_table)[0][1]
+        assert batch == 7 and table.schema == expected.schema
+        if sort_by:
+            assert table.to_pylist() == expected.to_pylist()
+            assert len(list((from_frame / "batch_id=7").glob("*.parquet"))) == 1
+        else:
+            assert sorted(map(str, table.to_pylist())) == sorted(map(str, expected.to_pylist()))
+    ParquetBatchSink(tmp_path / "empty")(0, EVENTS.slice(0, 0))
+    sink = ParquetBatchSink(tmp_path / "none")
+    sink.write_frame(0, frame.limit(0))
+    assert read_batches(tmp_path / "none")[0][1].schema == read_batches(tmp_path / "empty")[0][1].schema

@@ -141,6 +141,7 @@ def test_start_again_after_a_failed_commit_counts_each_row_once(spark, tmp_path)
     assert _counts(outputs) == {0: 8, 1: 8, 2: 8}  # 2 files of 12 rows
 
 
+@pytest.mark.slow  # on demand, like the soak's standby scenario (two drivers on one checkpoint, kills, restarts)
 def test_a_standby_started_while_the_old_driver_runs_never_continues_on_stale_state(spark, tmp_path):
     """Driver B recovers version 3; before its query starts, driver A (still running) runs batches 4..6.
     B must not run Spark's later batches on version 3: it fails loudly, and its restart is exact."""
