@@ -35,6 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +44,8 @@ from typing import Any, Callable, Iterator
 from jobs.bench.ceiling_shapes import SHAPES, Shape, shape
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError
+from misa.hosts.send import Sending, send_rows
+from misa.hosts.server import HostTables, Inbox, StateHostServer
 from misa.operators.base import KeyPartitioned
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.shared_arrow import share, take
@@ -258,15 +261,23 @@ def measure_partitions(name: str, keys: int, config: MisaConfig, scratch: Path, 
     for worker in workers:
         worker.join()
     deltas = sum(r["deltas"] for r in records)
-    routing = routing_cost(shape(name, keys, int(args.deltas), args.seed), parts, args.batches)
+    cpu = sum(r["cpu_us_per_delta"] * r["deltas"] for r in records) / deltas
+    whole = shape(name, keys, int(args.deltas), args.seed)
+    routing = routing_cost(whole, parts, args.batches)
+    transport = transport_cost(whole, parts, args.batches)
     return {
         "shape": name,
         "keys": keys,
         "partitions": parts,
         "deltas": deltas,
         "wall_deltas_per_s": round(deltas / max(r["wall_s"] for r in records)),
-        "cpu_us_per_delta": round(sum(r["cpu_us_per_delta"] * r["deltas"] for r in records) / deltas, 2),
+        "cpu_us_per_delta": round(cpu, 2),
         "routing_cpu_us_per_delta": routing,
+        "transport_cpu_us_per_delta": transport,
+        # the state on the executors against the driver's workers: the same partition's work, plus the transport
+        # (both its ends, so an upper bound of a host's share) instead of the routing through shared memory
+        "host_over_worker": round((cpu + transport) / (cpu + routing), 3),
+        "transport_share": round(transport / cpu, 3),
         "per_partition": records,
     }
 
@@ -295,6 +306,36 @@ def routing_cost(bench: Shape, partitions: int, batches: int) -> float:
             take(share(part))
         cpu += time.process_time() - started
         rows += batch.num_rows
+    return round(cpu / rows * 1e6, 3)
+
+
+#: rows per Arrow batch a Spark task hands mapInArrow (spark.sql.execution.arrow.maxRecordsPerBatch's default)
+SPARK_ARROW_BATCH = 10_000
+
+
+def transport_cost(bench: Shape, hosts: int, batches: int) -> float:
+    """CPU µs per delta of the transport of the state on the executors (:mod:`misa.hosts.send`), both ends in this
+    process: a task casts its rows, splits them by key partition and streams them over Arrow Flight (loopback) to
+    ``hosts`` hosts, which put them in their inboxes and take them out as a batch's merge does."""
+    key = b"bench"
+    tables = [HostTables() for _ in range(hosts)]
+    servers = [StateHostServer("grpc+tcp://127.0.0.1:0", None, t, key) for t in tables]
+    locations = tuple(f"grpc+tcp://127.0.0.1:{server.port}" for server in servers)
+    cpu, rows = 0.0, 0
+    try:
+        for number in range(batches):
+            batch = bench.batch(number)
+            schema = batch.schema.serialize().to_pybytes()
+            sending = Sending(locations, key, uuid.uuid4().hex, schema, bench.operator.partition_keys)
+            started = time.process_time()
+            sent = send_rows(sending, 0, 0, iter(batch.to_batches(SPARK_ARROW_BATCH)))
+            for host in sent.column("host").to_pylist():
+                tables[host].take(Inbox(sending.token, ((0, 0),), schema))
+            cpu += time.process_time() - started
+            rows += batch.num_rows
+    finally:
+        for server in servers:
+            server.shutdown()
     return round(cpu / rows * 1e6, 3)
 
 

@@ -1,13 +1,14 @@
 """``misa bench placement``: the driver's own CPU per input record with the state on the driver and on the executors.
 
-One CM2 input (``--records`` records over 60 s of event time, a file every ``--file-seconds`` seconds) is
-generated once; per placement, CM2 (``jobs/cluster_monitoring.py``, ``--available-now``,
-one file a batch) runs with ``spark-submit`` on the same ``--master`` (``local-cluster[2,2,1024]``: two executor
-JVMs) with ``--hosts`` key partitions: the driver's worker processes (``driver``) or state hosts on the executors
-(``executors``). While it runs, every process of the run is sampled from ``/proc`` every 0.2 s (user and system
-time): the driver's are the driver JVM, the job's Python process and its state worker processes; the executors'
-are each executor JVM and every process below it (Python workers, the state hosts). A process's last 0.2 s
-before it exits can be missed, the same way in both placements.
+One CM2 input (``--records`` records over 60 s of event time, a file every ``--file-seconds`` seconds) is generated
+once; per placement, CM2 as a Spark user writes it (``jobs/cluster_monitoring.py --from-query``: ``misa.from_query``,
+``--available-now``, one file a batch, the output written by the Parquet sink) runs with ``spark-submit`` on the same
+``--master`` (``local-cluster[2,2,1024]``: two executor JVMs) with ``--hosts`` key partitions: the driver's worker
+processes (``driver``) or state hosts on the executors (``executors``). While it runs, every process of the run is
+sampled from ``/proc`` every 0.2 s (user and system time): the driver's are the driver JVM (with a local cluster, its
+master and workers run in it too), the job's Python process and its state worker processes; the executors' are each
+executor JVM and every process below it (Python workers, the state hosts). A process's last 0.2 s before it exits
+can be missed, the same way in both placements.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.bench.runs import ROOT, submit_env
@@ -29,12 +30,25 @@ from misa.obs.report import load_metrics
 PLACEMENTS = ("driver", "executors")
 _TICKS = os.sysconf("SC_CLK_TCK")
 _EXECUTOR = b"CoarseGrainedExecutorBackend"
+EXECUTORS = "executors"  # every executor JVM and every process below one
+
+
+def _kind(cmdline: bytes) -> str:
+    """What a driver-side process is, by its command line."""
+    if b"java" in cmdline.split(b"\0")[0] or b"spark-submit" in cmdline:
+        return "driver JVM"
+    if b"spawn_main" in cmdline:
+        return "state worker processes"
+    if b"pyspark." in cmdline:
+        return "driver's Python workers"
+    return "driver Python"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("placement", help="the driver's CPU per record, state on the driver or the executors")
-    p.add_argument("--records", type=int, default=300_000, help="input records (over 60 s of event time)")
-    p.add_argument("--file-seconds", type=int, default=3, help="seconds of event time per file (one file a batch)")
+    p.add_argument("--records", type=int, default=1_200_000, help="input records (over 60 s of event time)")
+    p.add_argument("--file-seconds", type=int, default=6, help="seconds of event time per file (one file a batch)")
+    p.add_argument("--warmup", type=int, default=3, help="first batches not measured (the JVMs' compilation)")
     p.add_argument("--hosts", type=int, default=2, help="key partitions (spark.misa.state.processes)")
     p.add_argument("--master", default="local-cluster[2,2,1024]")
     p.add_argument("--work", default="bench-placement", help="folder for the input and the runs (replaced)")
@@ -43,10 +57,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 @dataclass
 class Usage:
-    """CPU seconds of a run's processes: the driver's and the executors'."""
+    """CPU seconds of a run's processes by kind (:func:`_kind`): the executors' and the driver's kinds."""
 
-    driver_s: float = 0.0
-    executors_s: float = 0.0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def executors_s(self) -> float:
+        return self.seconds.get(EXECUTORS, 0.0)
+
+    @property
+    def driver_s(self) -> float:
+        return sum(s for kind, s in self.seconds.items() if kind != EXECUTORS)
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage({kind: s - other.seconds.get(kind, 0.0) for kind, s in self.seconds.items()})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,23 +78,33 @@ def run(args: argparse.Namespace) -> int:
     shutil.rmtree(work, ignore_errors=True)
     data = work / "input"
     seconds = 60
-    generate_cm(data, rate=args.records / seconds, seconds=seconds, seed=1, files_per_second=1 / args.file_seconds)
+    stats = generate_cm(
+        data, rate=args.records / seconds, seconds=seconds, seed=1, files_per_second=1 / args.file_seconds
+    )
     rows = []
     for placement in PLACEMENTS:
         run_dir = work / placement
         started = time.monotonic()
         run_dir.mkdir(parents=True)
-        usage = _measured(_command(args, placement, data, run_dir), run_dir / "driver.log")
+        metrics = run_dir / "metrics.jsonl"
+        usage = _measured(_command(args, placement, data, run_dir), run_dir / "driver.log", metrics, args.warmup)
         wall = time.monotonic() - started
-        records = sum(r.get("input_rows", 0) for r in load_metrics(run_dir / "metrics.jsonl")[0])
+        # every input record is read, but Spark counts only those past the filter it pushes into the JSON scan: the
+        # measured batches' share of the input is their share of those
+        counted = [r.get("spark_input_rows", 0) for r in load_metrics(metrics)[0]]
+        records = round(stats["records"] * sum(counted[args.warmup :]) / max(1, sum(counted)))
+        batches = len(counted) - args.warmup
         rows.append(
             {
                 "placement": placement,
                 "records": records,
+                "batches": batches,
                 "wall_s": round(wall, 1),
                 "driver_cpu_s": round(usage.driver_s, 2),
                 "driver_us_per_record": round(usage.driver_s / max(1, records) * 1e6, 2),
                 "executors_cpu_s": round(usage.executors_s, 2),
+                "executors_us_per_record": round(usage.executors_s / max(1, records) * 1e6, 2),
+                "driver_cpu_s_by_process": {k: round(v, 2) for k, v in usage.seconds.items() if k != EXECUTORS},
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -93,42 +127,48 @@ def _command(args: argparse.Namespace, placement: str, data: Path, run_dir: Path
         cmd += ["--conf", f"{key}={value}"]
     return cmd + [
         str(ROOT / "jobs" / "cluster_monitoring.py"),
-        *("--query", "cm2", "--mode", "misa", "--input", str(data), "--output", str(run_dir / "out")),
+        *("--query", "cm2", "--mode", "misa", "--from-query", "--input", str(data), "--output", str(run_dir / "out")),
         *("--checkpoint", str(run_dir / "ckpt"), "--metrics", str(run_dir / "metrics.jsonl")),
         *("--available-now", "--max-files-per-trigger", "1", "--quiet"),
     ]
 
 
-def _measured(cmd: list[str], log: Path) -> Usage:
+def _measured(cmd: list[str], log: Path, metrics: Path, warmup: int) -> Usage:
     """Run ``cmd`` (spark-submit, which becomes the driver JVM) to its end, its output in ``log``, sampling its
-    processes' CPU."""
+    processes' CPU: what they used after the first ``warmup`` batches (lines of ``metrics``) ended."""
     with log.open("w") as out:
         process = subprocess.Popen(cmd, env=submit_env(), stdout=out, stderr=subprocess.STDOUT)
-        return _sampled(process, log)
+        return _sampled(process, log, metrics, warmup)
 
 
-def _sampled(process: subprocess.Popen, log: Path) -> Usage:
-    seen: dict[int, tuple[bool, float]] = {}  # pid: (an executor's, CPU seconds)
+def _sampled(process: subprocess.Popen, log: Path, metrics: Path, warmup: int) -> Usage:
+    seen: dict[int, tuple[str, float]] = {}  # pid: (its kind, CPU seconds)
+    warm: Usage | None = None
     while process.poll() is None:
-        for pid, (executor, cpu) in _tree(process.pid).items():
-            seen[pid] = (executor, max(cpu, seen.get(pid, (executor, 0.0))[1]))
+        for pid, (kind, cpu) in _tree(process.pid).items():
+            seen[pid] = (kind, max(cpu, seen.get(pid, (kind, 0.0))[1]))
+        if warm is None and metrics.exists() and len(metrics.read_text().splitlines()) >= warmup:
+            warm = _usage(seen)
         time.sleep(0.2)
-    if process.returncode != 0:
-        raise RuntimeError(f"the run failed (exit {process.returncode}); its output: {log}")
+    if process.returncode != 0 or warm is None:
+        raise RuntimeError(f"the run failed (exit {process.returncode}) or ran no more than --warmup batches: {log}")
+    return _usage(seen) - warm
+
+
+def _usage(seen: dict[int, tuple[str, float]]) -> Usage:
+    """The CPU seconds of the processes seen so far, by kind."""
     usage = Usage()
-    for executor, cpu in seen.values():
-        if executor:
-            usage.executors_s += cpu
-        else:
-            usage.driver_s += cpu
+    for kind, cpu in seen.values():
+        usage.seconds[kind] = usage.seconds.get(kind, 0.0) + cpu
     return usage
 
 
-def _tree(root: int) -> dict[int, tuple[bool, float]]:
-    """Every live process at or below ``root``: whether it is (or runs under) an executor JVM, and its CPU seconds."""
+def _tree(root: int) -> dict[int, tuple[str, float]]:
+    """Every live process at or below ``root``: its kind (:data:`EXECUTORS` for an executor JVM and the processes
+    below it) and its CPU seconds."""
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
-    executors: set[int] = set()
+    cmdlines: dict[int, bytes] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -136,22 +176,20 @@ def _tree(root: int) -> dict[int, tuple[bool, float]]:
             with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if _EXECUTOR in f.read():
-                    executors.add(int(entry))
+                cmdlines[int(entry)] = f.read()
         except OSError:  # it ended
             continue
         parents[int(entry)] = int(fields[1])
         cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / _TICKS
-    found: dict[int, tuple[bool, float]] = {}
+    found: dict[int, tuple[str, float]] = {}
     for pid in parents:
-        chain, node = [], pid
+        chain, node = [pid], pid
         while node in parents and node != root:
-            chain.append(node)
             node = parents[node]
+            chain.append(node)
         if node == root:
-            found[pid] = (any(p in executors for p in chain), cpu[pid])
-    if root in cpu:
-        found[root] = (False, cpu[root])
+            executor = any(_EXECUTOR in cmdlines.get(p, b"") for p in chain)
+            found[pid] = (EXECUTORS if executor else _kind(cmdlines[pid]), cpu[pid])
     return found
 
 

@@ -42,7 +42,14 @@ def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Itera
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    spark_partition, attempt = context.partitionId(), context.attemptNumber()
+    yield send_rows(sending, context.partitionId(), context.attemptNumber(), batches)
+
+
+def send_rows(
+    sending: Sending, spark_partition: int, attempt: int, batches: Iterator[pa.RecordBatch]
+) -> pa.RecordBatch:
+    """Stream every row of ``batches`` (Spark partition ``spark_partition``'s task attempt ``attempt``) to its host;
+    one row per host sent to: the partition, the attempt, the host and the rows it got."""
     schema = pa.ipc.read_schema(pa.py_buffer(sending.schema))
     hosts = len(sending.locations)
     writers: dict[int, Any] = {}
@@ -74,7 +81,7 @@ def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Itera
         for client in clients:
             client.close()
     sent = [h for h in range(hosts) if rows[h]]
-    yield pa.RecordBatch.from_pydict(
+    return pa.RecordBatch.from_pydict(
         {
             "spark_partition": pa.array([spark_partition] * len(sent), pa.int32()),
             "attempt": pa.array([attempt] * len(sent), pa.int32()),

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from jobs.bench import ceiling
 from jobs.bench.ceiling_shapes import SHAPES, shape
-from jobs.bench.crossover import crossovers
+from jobs.bench.crossover import crossovers, on_executors
 from jobs.bench.spark_cpu import executor_cpu
 from jobs.cluster_monitoring import QUERIES as CM_QUERIES
 from jobs.cluster_monitoring import TASK_EVENTS
@@ -144,6 +144,27 @@ def test_the_crossover_is_the_driver_rate_times_sparks_cpu_per_record() -> None:
     assert sixteen["crossover_executor_cores"] == 40.0 and sixteen["misa_spark_part_executor_cores"] == 2.5
 
 
+def test_with_the_state_on_the_executors_misa_and_spark_share_the_cluster_cores() -> None:
+    """Per record misa spends its Spark part plus the deltas' state phase and transport on the executors: E C cores
+    give the rate, unless each host's batch thread is the bound; Spark's store needs rate x its CPU per record."""
+    ceiling = [
+        {"shape": "lr2", "keys": 10**7, "cpu_us_per_delta": 12.0, "batch_thread_cpu_us_per_delta": 1.0},
+        {"shape": "lr2", "keys": 10**6, "partitions": 2, "cpu_us_per_delta": 30.0, "transport_cpu_us_per_delta": 2.0},
+    ]
+    spark = [
+        {"query": "lr2", "mode": "native", "executor_cpu_us_per_record": 80.0},
+        {"query": "lr2", "mode": "misa", "executor_cpu_us_per_record": 5.0, "deltas_per_record": 0.5},
+    ]
+    assert crossovers(ceiling, spark, [2], keys=None)[0]["state_keys"] == 10**7  # a partitions record is no driver's
+    [small] = on_executors(ceiling, spark, [2], cores=8, keys=None)
+    assert small["misa_cpu_us_per_record"] == 5.0 + 0.5 * (12.0 + 2.0) == 12.0
+    assert small["records_per_s"] == round(2 * 8 * 1e6 / 12.0)  # the cores bound it
+    assert small["spark_cores_over_misa_cores"] == round(80.0 / 12.0, 2)
+    [large] = on_executors(ceiling, spark, [2], cores=32, keys=None)
+    assert large["records_per_s"] == round(2 * 1e6 / (0.5 * 1.0))  # each host's batch thread bounds it
+    assert on_executors(ceiling[:1], spark, [2], cores=8, keys=None) == []  # no transport measured: no row
+
+
 @pytest.mark.parametrize("name", ["cm2-update", "lr2", "q20"])
 def test_the_runtimes_routing_splits_a_shapes_deltas_by_key_without_losing_a_row(name: str) -> None:
     bench = shape(name, keys=500, deltas_per_batch=300)
@@ -171,3 +192,26 @@ def test_partitions_run_in_their_own_processes_and_count_every_delta(tmp_path) -
     assert record["deltas"] == sum(p["deltas"] for p in record["per_partition"]) == 400
     assert {p["keys"] for p in record["per_partition"]} == {1000}
     assert record["routing_cpu_us_per_delta"] > 0 and record["wall_deltas_per_s"] > 0
+    assert record["transport_cpu_us_per_delta"] > 0 and record["host_over_worker"] > 0
+
+
+def test_the_transport_to_the_hosts_delivers_every_delta_to_its_partitions_host(monkeypatch) -> None:
+    """The transport the bench measures is the executors placement's: each row in its partition's host's inbox."""
+    bench = shape("cm2-update", keys=1000, deltas_per_batch=500)
+    taken: list[pa.Table] = []
+    original = ceiling.HostTables.take
+    monkeypatch.setattr(ceiling.HostTables, "take", lambda self, ref: taken.append(original(self, ref)) or taken[-1])
+    sent: list[int] = []
+    send = ceiling.send_rows
+
+    def counted(sending, partition, attempt, batches):
+        batches = list(batches)
+        sent.append(sum(b.num_rows for b in batches))
+        return send(sending, partition, attempt, iter(batches))
+
+    monkeypatch.setattr(ceiling, "send_rows", counted)
+    assert ceiling.transport_cost(bench, 2, 1) > 0
+    assert len(taken) == 2 and sum(t.num_rows for t in taken) == sum(sent) > 400
+    for host, table in enumerate(taken):  # every row in its key partition's host
+        keys = bench.operator.partition_keys(table)
+        assert set(ceiling.partition_of_rows(keys, table.num_rows, 2).tolist()) == {host}
