@@ -146,7 +146,9 @@ def _sampled(process: subprocess.Popen, log: Path, metrics: Path, warmup: int) -
     warm: Usage | None = None
     while process.poll() is None:
         for pid, (kind, cpu) in _tree(process.pid).items():
-            seen[pid] = (kind, max(cpu, seen.get(pid, (kind, 0.0))[1]))
+            was, used = seen.get(pid, (kind, 0.0))
+            # a process is an executor's once seen below one (its parent may end before it); else it keeps its kind
+            seen[pid] = (EXECUTORS if EXECUTORS in (was, kind) else was, max(cpu, used))
         if warm is None and metrics.exists() and len(metrics.read_text().splitlines()) >= warmup:
             warm = _usage(seen)
         time.sleep(0.2)
