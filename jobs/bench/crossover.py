@@ -13,8 +13,8 @@ record in native mode, S, and misa's deltas per input record, d). Per query, on 
 With the state on the executors (``spark.misa.state.placement=executors``, ``--executors E --executor-cores C``, one
 state host per executor) the state phase runs on the same cores as the query's Spark part. Per record misa spends
 ``m = s + d (T + t)`` executor CPU (``t``: the transport's CPU per delta, both ends, from ``ceiling --partitions``),
-so ``E C`` cores sustain ``R = min(E C / m, E / (G d))`` (each host's batch thread is serial), and Spark's store needs
-``R S`` cores for that rate: ``S / m`` times misa's cores while misa is CPU-bound.
+so ``E C`` cores sustain ``R = min(E C / m, E / (G d))`` (each host's batch thread is serial) and keep ``R m`` of them
+busy, and Spark's store needs ``R S`` cores for that rate: ``S / m`` times the cores misa keeps busy.
 
 Assumptions (the measurement's, docs/benchmarks.md): the state phase is CPU-bound (state in memory or on fast
 local disk), its cost per delta does not depend on the rate, Spark's executor CPU scales linearly with
@@ -89,6 +89,7 @@ def on_executors(
         for e in executors:
             rate = min(e * cores * 1e6 / misa_us, e * 1e6 / (d * state["batch_thread_cpu_us_per_delta"]))
             spark_cores = rate * native["executor_cpu_us_per_record"] / 1e6
+            misa_cores = rate * misa_us / 1e6  # what misa keeps busy (less than E C when host threads bound it)
             rows.append(
                 {
                     "query": query,
@@ -100,8 +101,9 @@ def on_executors(
                     "transport_cpu_us_per_delta": max(transports),
                     "records_per_s": round(rate),
                     "spark_native_cpu_us_per_record": native["executor_cpu_us_per_record"],
+                    "misa_executor_cores_busy": round(misa_cores, 1),
                     "spark_executor_cores_for_that_rate": round(spark_cores, 1),
-                    "spark_cores_over_misa_cores": round(spark_cores / (e * cores), 2),
+                    "spark_cores_over_misa_cores": round(spark_cores / misa_cores, 2),
                 }
             )
     return rows

@@ -159,9 +159,10 @@ def test_with_the_state_on_the_executors_misa_and_spark_share_the_cluster_cores(
     [small] = on_executors(ceiling, spark, [2], cores=8, keys=None)
     assert small["misa_cpu_us_per_record"] == 5.0 + 0.5 * (12.0 + 2.0) == 12.0
     assert small["records_per_s"] == round(2 * 8 * 1e6 / 12.0)  # the cores bound it
-    assert small["spark_cores_over_misa_cores"] == round(80.0 / 12.0, 2)
+    assert small["spark_cores_over_misa_cores"] == round(80.0 / 12.0, 2) and small["misa_executor_cores_busy"] == 16.0
     [large] = on_executors(ceiling, spark, [2], cores=32, keys=None)
     assert large["records_per_s"] == round(2 * 1e6 / (0.5 * 1.0))  # each host's batch thread bounds it
+    assert large["misa_executor_cores_busy"] == 48.0 < 64 and large["spark_cores_over_misa_cores"] == round(80 / 12, 2)
     assert on_executors(ceiling[:1], spark, [2], cores=8, keys=None) == []  # no transport measured: no row
 
 
