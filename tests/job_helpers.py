@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
+
+import pyspark
 
 from jobs.output_diff import Output, diff_rows, read_output
 from misa.io.sink import final_results, read_batches
@@ -166,3 +170,15 @@ def ctrl_c_after(cmd: list[str], env: dict[str, str], metrics_path: Path, batche
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     return job.returncode, printed
+
+
+def executor_logs(driver_log: str) -> str:
+    """The executors' stderr of the application the driver's log names, read and removed (a local cluster keeps it
+    in pyspark's own folder, ``work/APP-ID``)."""
+    app = re.search(r"app-\d{14}-\d{4}", driver_log)
+    if app is None:
+        return ""
+    folder = Path(pyspark.__file__).parent / "work" / app.group()
+    logs = "".join(p.read_text(errors="replace") for p in sorted(folder.glob("*/stderr")))
+    shutil.rmtree(folder, ignore_errors=True)
+    return logs

@@ -188,6 +188,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--work", type=Path, default=Path("bench-out/live"))
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
     p.add_argument(
+        "--master",
+        default="local[2]",
+        help="every run's master: local-cluster[2,2,1024] for executor processes (the state on the executors)",
+    )
+    p.add_argument(
         "--variant",
         type=Variant.parse,
         action="append",
@@ -402,7 +407,7 @@ def job_command(
     job_env = submit_env()
     if env.redis:
         job_env[REDIS_URL_ENV] = env.redis.url  # not on the command line: it holds the password
-    return submit_command(QUERIES[live.query], job_args, [*regime_conf, *args.conf, *conf]), job_env
+    return submit_command(QUERIES[live.query], job_args, [*regime_conf, *args.conf, *conf], args.master), job_env
 
 
 def _wait_started(checkpoint: Path, process: subprocess.Popen, timeout_s: float = 180) -> None:

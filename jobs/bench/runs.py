@@ -26,13 +26,15 @@ def rows_per_batch(data: Path, files_per_batch: int) -> list[int]:
     return [sum(per_file[i : i + files_per_batch]) for i in range(0, len(per_file), files_per_batch)]
 
 
-def submit_command(script: str, job_args: Sequence[str], conf: Sequence[str] = ()) -> list[str]:
-    """The spark-submit command line of ``jobs/<script>`` for a benchmark run: local[2], a 4 GB driver,
+def submit_command(
+    script: str, job_args: Sequence[str], conf: Sequence[str] = (), master: str = "local[2]"
+) -> list[str]:
+    """The spark-submit command line of ``jobs/<script>`` for a benchmark run: ``master`` (local[2]), a 4 GB driver,
     4 shuffle partitions, no UI, the project's log settings, then ``conf`` (KEY=VALUE)."""
     cmd = [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
-        "local[2]",
+        master,
         "--driver-memory",
         "4g",
         "--conf",

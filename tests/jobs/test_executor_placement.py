@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyspark
 import pytest
 from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output
-from job_helpers import job_args, spark_submit_command
+from job_helpers import executor_logs, job_args, spark_submit_command
 from test_processes import WORKER_CHAIN
 
 from common.failpoints import LOG_VAR
@@ -80,18 +78,6 @@ def on_cluster(data: Path, run_dir: Path, failpoints: str = "", conf: dict[str, 
     done = subprocess.run(cmd, capture_output=True, text=True, env={**env, LOG_VAR: str(told)}, timeout=600)
     failpoints_told = told.read_text() if told.exists() else ""
     return Run(done.returncode, done.stdout + done.stderr, executor_logs(done.stderr) + failpoints_told)
-
-
-def executor_logs(driver_log: str) -> str:
-    """The executors' stderr of the application the driver's log names, read and removed (a local cluster keeps it
-    in pyspark's own folder, ``work/APP-ID``)."""
-    app = re.search(r"app-\d{14}-\d{4}", driver_log)
-    if app is None:
-        return ""
-    folder = Path(pyspark.__file__).parent / "work" / app.group()
-    logs = "".join(p.read_text(errors="replace") for p in sorted(folder.glob("*/stderr")))
-    shutil.rmtree(folder, ignore_errors=True)
-    return logs
 
 
 @pytest.mark.parametrize(

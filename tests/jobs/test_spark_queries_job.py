@@ -12,10 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from job_helpers import native_output, output, spark_submit_command
+from job_helpers import executor_logs, native_output, output, spark_submit_command
 
 from jobs import spark_queries
 from jobs.output_diff import diff_rows
+
+CLUSTER = "local-cluster[2,2,1024]"
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +44,21 @@ def payments(tmp_path_factory) -> Path:
     return folder
 
 
-def submit(query: str, mode: str, data: Path, run_dir: Path, failpoints: str = "") -> subprocess.CompletedProcess:
+def submit(
+    query: str,
+    mode: str,
+    data: Path,
+    run_dir: Path,
+    failpoints: str = "",
+    conf: dict[str, str] | None = None,
+    master: str = "local[2]",
+) -> subprocess.CompletedProcess:
     args = ["--query", query, "--mode", mode, "--input", str(data), "--output", str(run_dir / "out")]
-    cmd, env = spark_submit_command(spark_queries, [*args, "--checkpoint", str(run_dir / "ckpt")], failpoints)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    args += ["--checkpoint", str(run_dir / "ckpt")]
+    cmd, env = spark_submit_command(spark_queries, args, failpoints, conf, master)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    executor_logs(done.stderr)  # a local cluster's executor logs, removed
+    return done
 
 
 @pytest.mark.slow  # three spark-submits per query: run on demand (-m slow)
@@ -59,5 +72,24 @@ def test_the_users_query_on_misa_survives_a_kill_and_equals_plain_spark(payments
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     expected = native_output(tmp_path / "native")
     assert expected.size, "plain Spark wrote no rows: the test input is too small"
+    diff = diff_rows(output(tmp_path / "misa").rows, expected.rows)
+    assert diff.ok, diff.describe(expected.columns)
+
+
+@pytest.mark.slow  # three spark-submits per query, two on a local cluster: run on demand (-m slow)
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("query", ["sliding", "dedup", "session", "repeat"])
+def test_the_users_query_with_its_state_on_two_executors_survives_an_executor_kill(payments, tmp_path, query):
+    """Each operator family of from_query (window aggregation, deduplication, session window, stream-stream join) on
+    local-cluster[2,2,1024], its state in two hosts; an executor JVM is SIGKILLed in its host's third commit, then
+    the restart (new hosts, every partition recovered) gives plain Spark's whole output, batch by batch."""
+    native = submit(query, "native", payments, tmp_path / "native")
+    assert native.returncode == 0, native.stderr[-3000:]
+    hosts = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "2"}
+    killed = submit(query, "misa", payments, tmp_path / "misa", "commit.after_apply=killexecutor(3)", hosts, CLUSTER)
+    assert killed.returncode != 0 and "the state host of partition" in killed.stderr, killed.stderr[-3000:]
+    restarted = submit(query, "misa", payments, tmp_path / "misa", "", hosts, CLUSTER)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    expected = native_output(tmp_path / "native")
     diff = diff_rows(output(tmp_path / "misa").rows, expected.rows)
     assert diff.ok, diff.describe(expected.columns)
