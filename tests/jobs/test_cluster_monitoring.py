@@ -56,8 +56,9 @@ def test_plain_spark_equals_the_reference(spark, cm_data, reference, tmp_path, q
 @pytest.mark.parametrize(
     "query,mode",
     [
-        # make test: CM2 in misa mode (the differential cases draw the commit mode; the rest: -m slow)
-        (q, m) if (q, m) == ("cm2", "misa") else pytest.param(q, m, marks=pytest.mark.slow)
+        # on demand: make test runs CM2 in misa mode in update mode on a local cluster (test_executor_placement) and
+        # in append mode below; the differential cases draw the commit mode
+        pytest.param(q, m, marks=pytest.mark.slow)
         for q in ("cm1", "cm2")
         for m in MODES
     ],

@@ -51,9 +51,9 @@ def expected(spark, data, tmp_path_factory) -> Output:
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> Path:
-    """CM2's input of the kill tests cut to 3 batches (make test's case): late rows, windows closing."""
+    """CM2's input of the kill tests cut to 2 batches (make test's case): late rows, windows closing."""
     folder = tmp_path_factory.mktemp("hosts-small")
-    generate_cm(folder, rate=200, seconds=48, seed=7, files_per_second=0.125, jobs=200, late=LateArrivals(0.1, 12.0, 7))
+    generate_cm(folder, rate=200, seconds=32, seed=7, files_per_second=0.125, jobs=200, late=LateArrivals(0.1, 12.0, 7))
     return folder
 
 
