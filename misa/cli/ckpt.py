@@ -156,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def partition_urls(url: str) -> list[str]:
-    """The DFS locations of the partitions of a state written by worker processes, at ``url`` or at its
-    ``misa-state`` folder; empty for a state written by one process."""
+    """The DFS locations of the partitions of a state written by worker processes or state hosts (its recorded
+    partition count, one host's included), at ``url`` or at its ``misa-state`` folder; empty for a state written in
+    the driver's own process."""
     given = parse(url)
     for location in (given, given.child(STATE_FOLDER)):
         _dfs(location)  # a LocationError naming the fix when no file system serves the URL
@@ -165,7 +166,7 @@ def partition_urls(url: str) -> list[str]:
             count = partitions_file(location.url)
         except Exception:  # noqa: BLE001 - an unreadable location: reading its versions reports why, in one line
             return []
-        if count is not None and count > 1:
+        if count is not None:
             return partition_dfs_urls(location.url, count)
     return []
 

@@ -1,8 +1,8 @@
 """How many key partitions a state has, and where each partition's working state and DFS copy live.
 
-A state written by one process has its shards at the state dir and the DFS location themselves. A state of
-P > 1 partitions records P in ``partitions.json`` at its DFS location, and partition i lives in
-``partition-i`` below both; P is fixed for the state's life (a key's partition depends on it).
+A state written in the driver's own process has its shards at the state dir and the DFS location themselves. A
+state of P partitions (P > 1 worker processes, or P state hosts on the executors, one included) records P in
+``partitions.json`` at its DFS location, and partition i lives in ``partition-i`` below both; P is fixed for the state's life (a key's partition depends on it).
 """
 
 from __future__ import annotations

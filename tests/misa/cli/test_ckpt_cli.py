@@ -1,6 +1,7 @@
 """`misa ckpt verify` and `misa ckpt gc`: what they check, and what they refuse."""
 
 import os
+import shutil
 from pathlib import Path
 
 import fsspec
@@ -181,13 +182,23 @@ def test_gc_refuses_a_location_a_query_committed_to_just_now(config, tmp_path, c
         assert misa(["ckpt", "gc", f"file://{tmp_path / 'dfs'}", "--retain", "2", "--force"]) == 0
 
 
-def test_a_state_of_two_partitions_is_listed_verified_and_restored_partition_by_partition(config, tmp_path, capsys):
-    """A state written by two worker processes: each command runs on each partition; damage in one fails verify."""
+@pytest.mark.parametrize("partitions", [2, 1])  # 1: one state host on the executors (partition-0 below the root)
+def test_a_state_of_partitions_is_listed_verified_and_restored_partition_by_partition(
+    config, tmp_path, capsys, partitions
+):
+    """A state written by worker processes or state hosts: each command runs on each partition; damage in one fails
+    verify."""
     checkpoint = tmp_path / "checkpoint"
     root = f"file://{checkpoint / 'misa-state'}"
     for state, url in partition_locations(checkpoint / "misa-local", root, 2):
         committed(config, Path(state), Path(url.removeprefix("file://")), versions=2)
     record_partitions(root, 2)
+    if partitions == 1:  # the same files, as a one-partition layout
+        shutil.rmtree(checkpoint / "misa-state" / "partition-1")
+        record_partitions(root, 1)
+        assert misa(["ckpt", "verify", root]) == 0
+        assert capsys.readouterr().out.count("verified 2 version(s)") == 1
+        return
     assert misa(["ckpt", "verify", str(checkpoint), "--deep"]) == 0
     out = capsys.readouterr().out
     assert out.count("verified 2 version(s)") == 2 and "partition 1: " in out
