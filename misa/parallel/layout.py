@@ -2,7 +2,8 @@
 
 A state written in the driver's own process has its shards at the state dir and the DFS location themselves. A
 state of P partitions (P > 1 worker processes, or P state hosts on the executors, one included) records P in
-``partitions.json`` at its DFS location, and partition i lives in ``partition-i`` below both; P is fixed for the state's life (a key's partition depends on it).
+``partitions.json`` at its DFS location, and partition i lives in ``partition-i`` below both; P is fixed for the
+state's life (a key's partition depends on it).
 """
 
 from __future__ import annotations

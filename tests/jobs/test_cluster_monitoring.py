@@ -67,7 +67,8 @@ def test_update_mode_equals_the_reference(spark, cm_data, reference, tmp_path, q
     assert_same_results(run_in_process(spark, query, mode, cm_data, tmp_path), reference(query))
 
 
-@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) for m in ("native", "sync")] + ["misa"])
+# on demand: make test's local-cluster case runs the CM2 job in misa mode against plain Spark
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) for m in ("native", "sync", "misa")])
 def test_append_mode_equals_the_reference(spark, cm_data, reference, tmp_path, mode):
     assert_same_results(run_in_process(spark, "cm2", mode, cm_data, tmp_path, "append"), reference("cm2", "append"))
 

@@ -96,12 +96,8 @@ def every_key_type(operator: str) -> Query:
 
 
 @pytest.mark.parametrize(
-    "operator,prefetching",  # make test: tumbling windows with prefetching (the rest: -m slow)
-    [
-        (o, p) if (o, p) == ("tumbling", "true") else pytest.param(o, p, marks=SLOW)
-        for p in PREFETCHING
-        for o in OPERATORS
-    ],
+    "operator,prefetching",  # all on demand: make test's random cases draw the key types
+    [pytest.param(o, p, marks=SLOW) for p in PREFETCHING for o in OPERATORS],
 )
 def test_a_key_of_every_type_through_every_operator(spark, tmp_path, operator, prefetching):
     """One key column of each type (nulls and edge values included)."""
