@@ -40,6 +40,7 @@ from common import failpoints
 from common.location import Location, spark_location
 from misa.config import STATE_FOLDER, CommitMode, MisaConfig
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
+from misa.hosts.hints import HostHints
 from misa.hosts.output import HostRows
 from misa.hosts.placement import is_partitioned, on_executors, partitioned_store, state_partitions
 from misa.io.dataframe_sink import FrameSink
@@ -65,7 +66,7 @@ from misa.runtime.commit import CommitController
 from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import hadoop_local_path, resolve_location
 from misa.runtime.interrupt import StopOnInterrupt
-from misa.runtime.next_input import NextInput
+from misa.runtime.next_input import NextInput, without_driver_reads
 from misa.runtime.no_data_batches import NoDataBatches, SparkWatermark, has_watermark, no_data_batches_enabled
 from misa.runtime.process import gc_paused, nothing_paused
 from misa.runtime.recovery import batch_gap_message, reconcile, require_fresh
@@ -146,6 +147,9 @@ class StatefulJob:
             if self.partitioned:  # each worker prefetches its partition's keys
                 self.view.enable_prefetch(active=not auto)
                 target = PartitionedHints(operator, self.store.pool)  # type: ignore[arg-type]
+                if self.on_executors:  # the hint rows go from Spark's tasks to the hosts; the driver reads no input
+                    target = HostHints(operator, self.store.pool)  # type: ignore[arg-type]
+                    next_input = next_input and without_driver_reads(next_input)
                 self.hints = BatchHints(self.config, operator, stages, None, None, next_input, target)
             else:
                 manager = attach_prefetcher(

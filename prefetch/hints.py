@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -155,6 +155,29 @@ def extract_partition(
     ):
         out = out.append_column(name, column)
     yield from out.to_batches(max_chunksize=MAX_ROWS_PER_BATCH)
+
+
+def key_counts(hints: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """What the Count-Min sketch counts of hint rows: each key's hash (uint64) and its records (a key's windows
+    overlap: the largest window's)."""
+    if not hints.num_rows:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    by_window = [HINT_HASH] + ([HINT_WINDOW_END] if HINT_WINDOW_END in hints.column_names else [])
+    return _largest_per_key(hints.group_by(by_window).aggregate([(HINT_COUNT, "sum")]), f"{HINT_COUNT}_sum")
+
+
+def merged_key_counts(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`key_counts` of hint rows split in ``parts`` by key (a key's windows in one part or several)."""
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    hashes = np.concatenate([h for h, _ in parts]).view(np.int64)
+    counts = np.concatenate([c for _, c in parts])
+    return _largest_per_key(pa.table({HINT_HASH: hashes, HINT_COUNT: counts}), HINT_COUNT)
+
+
+def _largest_per_key(table: pa.Table, count: str) -> tuple[np.ndarray, np.ndarray]:
+    per_key = table.group_by(HINT_HASH).aggregate([(count, "max")])
+    return per_key[HINT_HASH].to_numpy().view(np.uint64), per_key[f"{count}_max"].to_numpy()
 
 
 def _rows(batch: pa.RecordBatch, spec: HintSpec) -> pa.Table:

@@ -58,7 +58,9 @@ from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION
 
 MODES = ("misa", "native")
-CASES = ("same", "new")
+EXECUTOR = b"CoarseGrainedExecutorBackend"  # an executor JVM's command line
+CASES = ("same", "new", "executor")
+RESTARTS_IN_PLACE = 100  # the runtime's job calls start() again after a failed batch (an executor lost) this often
 PROBE = "bench/recovery_probe.py"
 JOB = Path(__file__).resolve().parents[1] / "nexmark.py"
 PHASES = ("restart_s", "jvm_s", "session_s", "recovery_s", "query_start_s", "first_batch_s")
@@ -123,7 +125,14 @@ class Series:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("recovery", help="time from a SIGKILL of the driver to the first batch after restart")
     p.add_argument("--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help="misa,native")
-    p.add_argument("--cases", type=lambda t: name_list(t, CASES), default=list(CASES), help="same,new (machine)")
+    p.add_argument(
+        "--cases",
+        type=lambda t: name_list(t, CASES),
+        default=["same", "new"],
+        help="same,new (the driver killed, on the same or a new machine), executor (an executor JVM killed; needs a "
+        "local-cluster --master)",
+    )
+    p.add_argument("--master", default="local[2]", help="Spark master of every job (executor: local-cluster[N,C,MB])")
     p.add_argument("--repeats", type=int, default=2, help="cycles per case, per mode and target")
     p.add_argument("--build-events", type=int, default=3_500_000, help="NEXMark events before the first kill")
     p.add_argument("--batch-events", type=int, default=7_500, help="events per input file (one file per restart)")
@@ -145,6 +154,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Every target in turn, its modes side by side; one row per cycle. The rows and the tables go to WORK."""
+    if "executor" in args.cases and not args.master.startswith("local-cluster"):
+        raise SystemExit(
+            f"--cases executor kills an executor JVM: it needs a local-cluster --master, not {args.master}"
+        )
     args.work = args.work.resolve()  # file:// URLs need absolute paths
     args.work.mkdir(parents=True, exist_ok=True)
     workload = prepare_input(args)
@@ -254,8 +267,10 @@ def start(args: argparse.Namespace, series: Series) -> None:
                 "--metrics", str(series.metrics)]  # fmt: skip
     if series.mode in RUNTIME_MODES:
         job_args += ["--state-dir", str(state_dir), "--dfs", f"file://{series.dfs}"]
+        if "executor" in args.cases:  # a batch that lost a state host fails; the job restarts its query in place
+            job_args += ["--retry-start", str(RESTARTS_IN_PLACE)]
     conf = [f"spark.local.dir={spark_local}", *args.conf]
-    command = submit_command(PROBE, [str(series.events(series.lives)), str(JOB), *job_args], conf)
+    command = submit_command(PROBE, [str(series.events(series.lives)), str(JOB), *job_args], conf, args.master)
     with (series.work / f"run-{series.lives}.log").open("w") as log:
         series.process = subprocess.Popen(
             command, env=submit_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -268,6 +283,8 @@ def cycle(args: argparse.Namespace, series: Series, case: str, files: tuple[Path
     warm batch of the second file in the same process, for reference. The cycle's figures."""
     first, warm = files
     assert series.process is not None
+    if case == "executor":
+        return cycle_executor(args, series, files)
     killed = kill(series.process)
     add_files([first], series.input)
     if case == "new":
@@ -286,11 +303,36 @@ def cycle(args: argparse.Namespace, series: Series, case: str, files: tuple[Path
         raise RuntimeError(f"{series.target}/{series.mode}: the first batch after the restart is not the new file's")
     events = probe_events(series.events(series.lives))
     row = {"batch_id": batch_id, **phases(killed, spawned, events, record)}
+    return row | {"warm_batch_s": warm_batch(args, series, warm, batch_id)}
+
+
+def cycle_executor(args: argparse.Namespace, series: Series, files: tuple[Path, Path]) -> dict:
+    """Kill one executor JVM of the idle job's local cluster, add the first of ``files`` and wait until its batch
+    is durable: Spark reruns the lost tasks (and the standalone master starts a new executor); with the state on
+    the executors, misa's batch fails on the lost host and the job restarts its query in place. Then a warm batch
+    of the second file."""
+    first, warm = files
+    assert series.process is not None
+    killed = kill_executor(series.process)
+    add_files([first], series.input)
+    batch_id = wait_read([first.name], series, args.timeout)
+    settle(series, batch_id, args)
+    record = first_batch_after(series.metrics, series.last)
+    if record is None or record["batch_id"] != batch_id:
+        raise RuntimeError(f"{series.target}/{series.mode}: the first batch after the kill is not the new file's")
+    logged = probe_events(series.events(series.lives))
+    events = {name: [e for e in es if e.get("start", e.get("at", 0)) >= killed] for name, es in logged.items()}
+    row = {"batch_id": batch_id, **executor_phases(killed, events, record)}
+    return row | {"warm_batch_s": warm_batch(args, series, warm, batch_id)}
+
+
+def warm_batch(args: argparse.Namespace, series: Series, warm: Path, batch_id: int) -> float | None:
+    """Add ``warm`` to the input and time its batch in the running process (the one after ``batch_id``)."""
     add_files([warm], series.input)
     series.last = wait_read([warm.name], series, args.timeout)
     settle(series, series.last, args)
-    warm_record = first_batch_after(series.metrics, batch_id)
-    return row | {"warm_batch_s": warm_record["latency_s"] if warm_record else None}
+    record = first_batch_after(series.metrics, batch_id)
+    return record["latency_s"] if record else None
 
 
 def kill(process: subprocess.Popen) -> float:
@@ -303,6 +345,27 @@ def kill(process: subprocess.Popen) -> float:
     while group_members(process.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     return killed
+
+
+def kill_executor(process: subprocess.Popen) -> float:
+    """SIGKILL the newest executor JVM in the job's process group (a local cluster's) and wait until it is gone;
+    when the signal was sent."""
+    executors = [pid for pid in group_members(process.pid) if EXECUTOR in _cmdline(pid)]
+    if not executors:
+        raise RuntimeError("no executor JVM in the job's process group: is --master a local-cluster?")
+    killed = time.time()
+    os.kill(max(executors), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while max(executors) in group_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return killed
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # it ended
+        return b""
 
 
 def group_members(pgid: int) -> list[int]:
@@ -388,10 +451,27 @@ def phases(killed: float, spawned: float, events: dict[str, list[dict]], record:
     return out
 
 
+def executor_phases(killed: float, events: dict[str, list[dict]], record: dict) -> dict[str, Any]:
+    """Where the time from an executor's kill (``killed``) to the end of the first batch after it went: the
+    runtime's recovery in place (its events after the kill; none in native mode), the rest up to that batch's
+    trigger (the trigger's wait, the failed attempt, the new state hosts, the query's restart: ``query_start_s``)
+    and the batch itself. No process restarts: the driver's phases are None."""
+    trigger = record["started"]
+    out: dict[str, Any] = {"restart_s": None, "jvm_s": None, "session_s": None}
+    out.update(recovery_steps(events))
+    out["query_start_s"] = trigger - killed - out["recovery_s"]
+    out["first_batch_s"] = record["latency_s"]
+    out["total_s"] = trigger + record["latency_s"] - killed
+    out["state_load_sum_s"] = state_load(events, record["batch_id"])
+    out["restored_from"] = events["restore"][-1]["source"] if events.get("restore") else None
+    out["state_keys"] = record.get("state_keys")
+    return out
+
+
 def recovery_steps(events: dict[str, list[dict]]) -> dict[str, float]:
     """The runtime's recovery, from its claim of the state (when it makes one) or its reconcile to the
     end of both: loading the version it chose (restore, then open RocksDB) and the rest (reconcile)."""
-    if "reconcile" not in events:
+    if not events.get("reconcile"):
         return {"recovery_s": 0.0}
     reconcile = events["reconcile"][0]
     begin = min([reconcile["start"], *(e["start"] for e in events.get("claim", []))])
@@ -419,7 +499,7 @@ def state_load(events: dict[str, list[dict]], batch_id: int) -> float | None:
 
 def line(row: dict) -> str:
     """One cycle's result as a progress line."""
-    split = ", ".join(f"{p.removesuffix('_s')} {row[p]:.2f}" for p in PHASES)
+    split = ", ".join(f"{p.removesuffix('_s')} {row[p]:.2f}" for p in PHASES if row.get(p) is not None)
     return f"[{row['target']}/{row['mode']}] {row['case']} machine, run {row['run']}: {row['total_s']:.2f} s ({split})"
 
 
@@ -464,7 +544,8 @@ def markdown(rows: Sequence[dict]) -> str:
         ratio = s(m["total_s"] / native) if native and mode != "native" else "-"
         lines.append(
             f"| {target} | {case} | {mode} | {m['runs']} | {s(m['total_s'])} | {s(m['min_s'])} - {s(m['max_s'])} "
-            f"| {ratio} | {s(m['jvm_s'] + m['session_s'])} | {s(m['recovery_s'])} | {s(m['query_start_s'])} | "
+            f"| {ratio} | {s(m['jvm_s'] + m['session_s'] if 'jvm_s' in m else None)} | {s(m['recovery_s'])} "
+            f"| {s(m['query_start_s'])} | "
             f"{s(m['first_batch_s'])} | {s(m.get('state_load_sum_s'))} | {s(m.get('warm_batch_s'))} |"
         )
     lines += [

@@ -23,7 +23,7 @@ from misa.exceptions import StateWorkerError
 from misa.hosts.host_task import HostAddress
 from misa.hosts.launch import HostGroup
 from misa.hosts.output import HostRows
-from misa.hosts.send import KeysOf, send_frame
+from misa.hosts.send import KeysOf, Sent, send_frame
 from misa.hosts.server import PING, REQUEST, Inbox, Output, call_options, stream_path
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.worker import CLOSE
@@ -137,7 +137,8 @@ class HostPool:
         if self._broken is not None:
             raise self._broken
         if isinstance(deltas, DataFrame):
-            return send_frame(deltas, [a.location for a in self.addresses], self.group.key, keys_of)
+            sent = self.send(deltas, keys_of)
+            return sent.inboxes, sent.rows
         partition = partition_of_rows(keys_of(deltas), deltas.num_rows, len(self))
         token = f"driver-{time.monotonic_ns()}"
         for index, part in enumerate(split(deltas, partition, len(self))):
@@ -147,6 +148,12 @@ class HostPool:
             writer.close()
         schema = deltas.schema.serialize().to_pybytes()
         return [Inbox(token, ((_DRIVER, 0),), schema) for _ in range(len(self))], deltas.num_rows
+
+    def send(self, frame: DataFrame, keys_of: KeysOf, latest_of: str | None = None) -> Sent:
+        """``frame``'s rows from Spark's tasks to their hosts (:func:`~misa.hosts.send.send_frame`)."""
+        if self._broken is not None:
+            raise self._broken
+        return send_frame(frame, [a.location for a in self.addresses], self.group.key, keys_of, latest_of)
 
     def gather(self, outputs: Sequence[Output]) -> HostRows:
         """The output rows the hosts left, where they are."""

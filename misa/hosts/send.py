@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.flight as flight
 from pyspark.sql import DataFrame
 
@@ -22,19 +23,31 @@ from misa.hosts.server import Inbox, call_options, stream_path
 from misa.parallel.routing import partition_of_rows, split
 
 KeysOf = Callable[[pa.Table], Sequence[Any]]
-SENT_SCHEMA = "spark_partition int, attempt int, host int, rows long"
+SENT_SCHEMA = "spark_partition int, attempt int, host int, rows long, latest long"
 
 
 @dataclass(frozen=True)
 class Sending:
-    """What one sending's tasks need: the hosts' locations and key, the token, the deltas' Arrow schema (IPC bytes)
-    and how to read a table's key columns."""
+    """What one sending's tasks need: the hosts' locations and key, the token, the rows' Arrow schema (IPC bytes),
+    how to read a table's key columns and the integer column whose largest value per host is reported (None:
+    none)."""
 
     locations: tuple[str, ...]
     key: bytes
     token: str
     schema: bytes
     keys_of: KeysOf
+    latest_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A sending as the hosts got it: each host's inbox reference, the rows, the largest value of the sending's
+    ``latest_of`` column (None: no such column, or no rows)."""
+
+    inboxes: list[Inbox]
+    rows: int
+    latest: int | None
 
 
 def send_partition(sending: Sending, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -49,12 +62,14 @@ def send_rows(
     sending: Sending, spark_partition: int, attempt: int, batches: Iterator[pa.RecordBatch]
 ) -> pa.RecordBatch:
     """Stream every row of ``batches`` (Spark partition ``spark_partition``'s task attempt ``attempt``) to its host;
-    one row per host sent to: the partition, the attempt, the host and the rows it got."""
+    one row per host sent to: the partition, the attempt, the host, the rows it got and their largest
+    ``latest_of``."""
     schema = pa.ipc.read_schema(pa.py_buffer(sending.schema))
     hosts = len(sending.locations)
     writers: dict[int, Any] = {}
     clients: list[flight.FlightClient] = []
     rows = [0] * hosts
+    latest: list[int | None] = [None] * hosts
     host = 0  # the host being written to, for the error
     try:
         for batch in batches:
@@ -70,6 +85,8 @@ def send_rows(
                     writers[host], _ = client.do_put(descriptor, schema, call_options(sending.key))
                 writers[host].write_table(part)
                 rows[host] += part.num_rows
+                if sending.latest_of is not None:
+                    latest[host] = _larger(latest[host], pc.max(part[sending.latest_of]).as_py())
         for host in list(writers):
             writers[host].close()
     except flight.FlightError as exc:
@@ -87,23 +104,31 @@ def send_rows(
             "attempt": pa.array([attempt] * len(sent), pa.int32()),
             "host": pa.array(sent, pa.int32()),
             "rows": pa.array([rows[h] for h in sent], pa.int64()),
+            "latest": pa.array([latest[h] for h in sent], pa.int64()),
         }
     )
 
 
-def send_frame(frame: DataFrame, locations: Sequence[str], key: bytes, keys_of: KeysOf) -> tuple[list[Inbox], int]:
-    """Run ``frame``'s job with every task sending its rows to their hosts; each host's inbox reference (the
-    accepted task attempts' streams) and the rows sent."""
+def _larger(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def send_frame(
+    frame: DataFrame, locations: Sequence[str], key: bytes, keys_of: KeysOf, latest_of: str | None = None
+) -> Sent:
+    """Run ``frame``'s job with every task sending its rows to their hosts: each host's inbox reference (the
+    accepted task attempts' streams), the rows sent and the largest value of column ``latest_of``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     large = frame.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
     schema = to_arrow_schema(
         frame.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC", prefers_large_types=large
     )
-    sending = Sending(tuple(locations), key, uuid.uuid4().hex, schema.serialize().to_pybytes(), keys_of)
+    sending = Sending(tuple(locations), key, uuid.uuid4().hex, schema.serialize().to_pybytes(), keys_of, latest_of)
     sent = frame.mapInArrow(lambda batches: send_partition(sending, batches), SENT_SCHEMA).collect()
     sources: list[list[tuple[int, int]]] = [[] for _ in locations]
     for row in sorted(sent, key=lambda r: r.spark_partition):
         sources[row.host].append((row.spark_partition, row.attempt))
     inboxes = [Inbox(sending.token, tuple(s), sending.schema) for s in sources]
-    return inboxes, sum(row.rows for row in sent)
+    latest = [row.latest for row in sent if row.latest is not None]
+    return Sent(inboxes, sum(row.rows for row in sent), max(latest) if latest else None)

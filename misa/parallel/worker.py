@@ -18,15 +18,17 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from misa.config import MisaConfig
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, watermark_moves
 from misa.parallel import shared_arrow
 from misa.runtime.batch_cache import attach_prefetcher, new_cache
 from misa.runtime.commit import CommitController
-from misa.runtime.hint_target import BatchHintLog, HintCounts, LocalHints
+from misa.runtime.hint_target import BatchHintLog, HintCounts, LocalHints, SentHints
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
+from prefetch.hints import HINT_HOT, key_counts
 from prefetch.manager import PrefetchStats
 
 log = logging.getLogger(__name__)
@@ -183,6 +185,17 @@ class PartitionWorker:
         if self.hints is None:
             return HintCounts()
         return self.hints.hint_rows(table, latest_event_us, self._hinted)
+
+    def hint_sent(self, rows: Any, latest_event_us: int | None) -> SentHints:
+        """Prefetch the state keys that the hint rows a hint job's tasks sent here (their reference) name but the hot
+        ones, then those the timers read at the batch's latest event time ``latest_event_us``; with the rows'
+        counts for the driver's sketch."""
+        table = self.tables.take(rows)
+        hot = table[HINT_HOT]
+        counts = HintCounts()
+        if self.hints is not None:
+            counts = self.hints.hint_rows(table.filter(pc.invert(hot)), latest_event_us, self._hinted)
+        return SentHints(table.num_rows, int(pc.sum(hot).as_py() or 0), counts, *key_counts(table))
 
     def prefetch_stats(self) -> PrefetchStats:
         """The batch's prefetch counters (a new batch's hints start)."""

@@ -31,7 +31,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -39,18 +38,16 @@ from pyspark.sql import DataFrame
 from common.location import Location
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
-from misa.runtime.hint_target import BatchHintLog, HintTarget, LocalHints
+from misa.runtime.hint_target import BatchHintLog, FrameHintTarget, HintCounts, HintTarget, LocalHints
 from misa.runtime.next_input import NextInput, Peek
 from misa.state.view import StateView
 from prefetch.hints import (
-    HINT_COUNT,
-    HINT_HASH,
     HINT_HOT,
     HINT_TS,
-    HINT_WINDOW_END,
     extract_partition,
     hint_arrow_schema,
     hint_frame,
+    key_counts,
 )
 from prefetch.lookahead import AHEAD, IN_BATCH, HintTiming, LookaheadSelector
 from prefetch.manager import PrefetchManager, PrefetchStats
@@ -240,7 +237,16 @@ class BatchHints:
         """Run the hint job ``frame`` (from hint stage ``stage``) and hint its keys, then the keys due at the
         watermark its rows give; ``hinted``: what earlier extractions for the same batch hinted (updated)."""
         started = time.monotonic()
+        if isinstance(self.target, FrameHintTarget):
+            return {**self._hint_sent(frame, stage, hinted, started), "reader": SPARK}
         return {**self._hint_table(frame.toArrow(), stage, hinted, started), "reader": SPARK}
+
+    def _hint_sent(self, frame: DataFrame, stage: int, hinted: BatchHintLog | None, started: float) -> dict[str, Any]:
+        """Hint the keys of the hint job ``frame``, its rows sent by its tasks to the hosts that own their keys."""
+        assert isinstance(self.target, FrameHintTarget)
+        sent = self.target.hint_frame(frame, BatchHintLog() if hinted is None else hinted)
+        self.sketch.add(sent.key_hashes, sent.key_records)
+        return self._record(stage, sent.rows, sent.hot, sent.counts, started)
 
     def _hint_table(self, table: pa.Table, stage: int, hinted: BatchHintLog | None, started: float) -> dict[str, Any]:
         """Hint the keys of the hint rows ``table``, then the keys due at the watermark its rows give."""
@@ -249,11 +255,16 @@ class BatchHints:
         hot = table[HINT_HOT]
         latest = pc.max(table[HINT_TS]).as_py() if table.num_rows else None
         counts = self.target.hint_rows(table.filter(pc.invert(hot)), latest, hinted)
+        return self._record(stage, table.num_rows, int(pc.sum(hot).as_py() or 0), counts, started)
+
+    @staticmethod
+    def _record(stage: int, rows: int, hot: int, counts: HintCounts, started: float) -> dict[str, Any]:
+        """An extraction's record: its stage, hint rows, hot rows skipped, what the rest hinted and its time."""
         return {
             "source": IN_BATCH,
             "stage": stage,
-            "rows": table.num_rows,
-            "hot_skipped": int(pc.sum(hot).as_py() or 0),
+            "rows": rows,
+            "hot_skipped": hot,
             "hinted": counts.hinted,
             "over_capacity": counts.over_capacity,
             "due_hinted": counts.due_hinted,
@@ -261,14 +272,8 @@ class BatchHints:
         }
 
     def _count(self, table: pa.Table) -> None:
-        """Add the batch's records per key to the sketch (a key's windows overlap: take the largest)."""
-        if not table.num_rows:
-            return
-        by_window = [HINT_HASH] + ([HINT_WINDOW_END] if HINT_WINDOW_END in table.column_names else [])
-        per_window = table.group_by(by_window).aggregate([(HINT_COUNT, "sum")])
-        per_key = per_window.group_by(HINT_HASH).aggregate([(f"{HINT_COUNT}_sum", "max")])
-        hashes = per_key[HINT_HASH].to_numpy().view(np.uint64)
-        self.sketch.add(hashes, per_key[f"{HINT_COUNT}_sum_max"].to_numpy())
+        """Add the batch's records per key to the sketch."""
+        self.sketch.add(*key_counts(table))
 
     def _end_batch(self, source: str, stats: PrefetchStats) -> dict[str, Any]:
         """Feed the outcome of the batch's hints (from ``source``) to the adaptive lookahead: the next batch's

@@ -5,10 +5,11 @@ the state; with worker processes, :class:`misa.parallel.partitioned.PartitionedH
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql import DataFrame
 
 from misa.operators.base import HintSource
 from misa.state.view import StateView
@@ -39,6 +40,19 @@ class HintCounts:
         )
 
 
+@dataclass
+class SentHints:
+    """What a hint job's rows, sent by its tasks straight to the hosts, did: the rows, the hot ones (counted, not
+    hinted), what the rest hinted, and what the driver's Count-Min sketch counts of them
+    (:func:`prefetch.hints.key_counts`: key hashes and their records)."""
+
+    rows: int
+    hot: int
+    counts: HintCounts
+    key_hashes: np.ndarray
+    key_records: np.ndarray
+
+
 class HintTarget(Protocol):
     """Takes a batch's hint rows (hot keys left out) and reports the batch's prefetching."""
 
@@ -47,6 +61,17 @@ class HintTarget(Protocol):
 
     def take_stats(self) -> PrefetchStats:
         """The batch's prefetch counters (they restart)."""
+
+
+@runtime_checkable
+class FrameHintTarget(HintTarget, Protocol):
+    """A target whose hint rows go from the hint job's tasks straight to where the state is (the state hosts on
+    the executors): the driver never holds them."""
+
+    def hint_frame(self, hints: DataFrame, hinted: BatchHintLog) -> SentHints:
+        """Run the hint job ``hints``; its tasks send each row to the host whose state it names, which hints the
+        keys of its rows but the hot ones, then those its timers read at the watermark the rows' latest event
+        time gives."""
 
 
 class LocalHints:

@@ -16,6 +16,7 @@ cannot read so (``ArrowInvalid``: a record Spark would set aside) are read by Sp
 
 from __future__ import annotations
 
+import copy
 import logging
 import posixpath
 from dataclasses import dataclass
@@ -55,6 +56,15 @@ class NextInput(Protocol):
     def follow(self, checkpoint: Location) -> None:
         """Called at start with where the query's Spark checkpoint is (the local copy Spark writes, when the
         runtime mirrors it), for sources whose log there says what a batch read."""
+
+
+def without_driver_reads(source: NextInput) -> NextInput:
+    """``source``, reading the next batch's files only through Spark: with the state on the executors, no input
+    record passes the driver (a :class:`FileSourcePeek`'s ``hint_rows`` is left out)."""
+    if isinstance(source, FileSourcePeek) and source.hint_rows is not None:
+        source = copy.copy(source)
+        source.hint_rows = None
+    return source
 
 
 class FileSourcePeek:

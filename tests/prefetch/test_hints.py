@@ -223,3 +223,22 @@ def test_without_key_columns_every_row_counts_towards_the_one_key(spark) -> None
     assert sum(unwindowed[HINT_COUNT].to_pylist()) == 10 and len(set(unwindowed[HINT_HASH].to_pylist())) == 1
     windowed = hint_frame(rows, HintSpec((), "t", 5, 5), None).toArrow()
     assert sorted(windowed[HINT_WINDOW_END].to_pylist()) == [5, 10] and sum(windowed[HINT_COUNT].to_pylist()) == 10
+
+
+def test_key_counts_of_rows_split_by_key_merge_to_those_of_all_rows():
+    """What the sketch counts of hint rows is the same whether the driver holds them all or each state host counts
+    its share (a key's windows may be split between hosts: the largest window's records win)."""
+    from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_WINDOW_END, key_counts, merged_key_counts
+
+    table = pa.table(
+        {
+            HINT_WINDOW_END: [10, 10, 20, 10, 20, 30],
+            HINT_HASH: [1, 1, 1, 2, 2, -3],  # a negative int64 is a uint64 hash above 2**63
+            HINT_COUNT: [3, 2, 4, 7, 1, 5],
+        }
+    )
+    whole = dict(zip(*[a.tolist() for a in key_counts(table)]))
+    assert whole == {1: 5, 2: 7, 2**64 - 3: 5}  # key 1: max(3 + 2, 4)
+    parts = [key_counts(table.take([0, 1, 3])), key_counts(table.take([2, 4, 5]))]
+    assert dict(zip(*[a.tolist() for a in merged_key_counts(parts)])) == whole
+    assert [len(a) for a in merged_key_counts([])] == [0, 0]

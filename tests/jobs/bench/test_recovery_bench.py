@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jobs.bench.recovery import PHASES, RECOVERY_STEPS, group_members, kill, markdown, phases
+from jobs.bench.recovery import PHASES, RECOVERY_STEPS, executor_phases, group_members, kill, line, markdown, phases
 from misa.cli.main import main
 
 
@@ -41,6 +41,21 @@ def test_phases_follow_each_other_from_the_kill_to_the_end_of_the_first_batch():
     native = phases(killed=10.0, spawned=10.5, events=_events(runtime=False), record=record)
     assert native["recovery_s"] == 0.0 and native["query_start_s"] == 6.0
     assert native["state_load_sum_s"] == 3.0  # Spark's load time, summed over the state partitions
+
+
+def test_an_executor_kill_splits_into_the_runtimes_recovery_in_place_the_rest_until_the_trigger_and_the_batch():
+    """No process restarts after an executor kill: the driver's phases are None and the rest adds up."""
+    record = {"batch_id": 8, "started": 26.0, "latency_s": 4.0, "state_keys": 1000}
+    events = {k: v for k, v in _events(runtime=True).items() if k not in ("python", "session")}
+    row = executor_phases(killed=10.0, events=events, record=record)
+    assert row["total_s"] == 20.0 and row["restart_s"] is row["jvm_s"] is row["session_s"] is None
+    assert (row["recovery_s"], row["query_start_s"], row["first_batch_s"]) == pytest.approx((4.0, 12.0, 4.0))
+    assert row["restored_from"] == "dfs"
+    native = executor_phases(killed=10.0, events=_events(runtime=False), record=record)
+    assert native["recovery_s"] == 0.0 and native["query_start_s"] == 16.0 and native["state_load_sum_s"] == 3.0
+    row |= {"target": "local", "mode": "misa", "case": "executor", "run": 1, "keys": 1000, "warm_batch_s": 1.0}
+    assert line(row).endswith("20.00 s (recovery 4.00, query_start 12.00, first_batch 4.00)")
+    assert "| local | executor | misa | 1 | 20.00 |" in markdown([row])
 
 
 def test_the_table_has_a_median_per_cell_with_the_ratio_to_native_and_a_row_per_cycle():
@@ -84,3 +99,27 @@ def test_a_killed_job_is_restarted_on_a_new_machine_and_every_phase_is_timed(tmp
     assert sum(row[p] for p in PHASES) == pytest.approx(row["total_s"])
     assert not os.path.exists(work / "runs" / "local-misa" / "trash")
     assert "| local | new | misa | 1 |" in (work / "recovery.md").read_text()
+
+
+@pytest.mark.slow  # a local cluster of two executors, two spark-submits (~2 min): on demand
+@pytest.mark.parametrize("mode", ["misa", "native"])
+def test_an_executor_killed_under_a_job_on_a_local_cluster_is_timed_to_the_first_batch_after_it(tmp_path, mode):
+    """One real cycle per mode: build Q18's state (for misa in two state hosts on the executors), SIGKILL an executor
+    JVM, time the first batch after it (misa's job restarts its query in place), then a warm batch."""
+    work = tmp_path / "work"
+    args = ["bench", "recovery", "--modes", mode, "--cases", "executor", "--repeats", "1", "--build-events", "5000",
+            "--batch-events", "1000", "--files-per-batch", "5", "--settle", "0", "--timeout", "300", "--trigger", "1s",
+            "--master", "local-cluster[2,2,1024]", "--work", str(work), "--conf", "spark.sql.shuffle.partitions=2",
+            "--conf", "spark.misa.state.placement=executors", "--conf", "spark.misa.state.processes=2"]  # fmt: skip
+    assert main(args) == 0
+    [row] = [json.loads(line) for line in (work / "recovery.jsonl").read_text().splitlines()]
+    assert row["case"] == "executor" and row["total_s"] > 0 and row["warm_batch_s"] > 0
+    if mode == "misa":  # the lost host failed the batch: the job recovered every partition from the DFS in place
+        assert row["recovery_s"] > 0 and row["restored_from"] == "dfs", row
+    log = (work / "runs" / f"local-{mode}" / "run-1.log").read_text()
+    assert ("calling start() again" in log) == (mode == "misa")
+
+
+def test_the_executor_case_needs_a_local_cluster(tmp_path):
+    with pytest.raises(SystemExit, match="local-cluster"):
+        main(["bench", "recovery", "--cases", "executor", "--work", str(tmp_path)])

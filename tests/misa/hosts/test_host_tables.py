@@ -73,3 +73,39 @@ def test_a_host_refuses_every_call_without_its_launchs_key():
     finally:
         client.close()
         server.shutdown()
+
+
+def test_a_tasks_rows_reach_their_hosts_split_by_key_with_each_hosts_latest_value():
+    """``send_rows`` (a task of a sending): each row to the host its key routes to, one row back per host it sent
+    to, with the largest value of the sending's ``latest_of`` column among that host's rows."""
+    from misa.hosts.send import Sending, send_rows
+    from misa.parallel.routing import partition_of_rows
+
+    key = b"k" * 32
+    hosts = [HostTables(), HostTables()]
+    servers = [StateHostServer("grpc+tcp://127.0.0.1:0", None, t, key) for t in hosts]
+    try:
+        table = rows(*[(f"key{i}", i) for i in range(20)])
+        sending = Sending(
+            tuple(f"grpc+tcp://127.0.0.1:{s.port}" for s in servers),
+            key,
+            "t1",
+            SCHEMA.serialize().to_pybytes(),
+            lambda t: [t["k"]],
+            latest_of="n",
+        )
+        sent = send_rows(sending, 3, 1, iter(table.to_batches(max_chunksize=7)))
+    finally:
+        for server in servers:
+            server.shutdown()
+    owner = partition_of_rows([table["k"]], table.num_rows, 2)
+    expected = {h: [n for n, o in zip(table["n"].to_pylist(), owner) if o == h] for h in (0, 1)}
+    assert sent.to_pydict() == {
+        "spark_partition": [3, 3],
+        "attempt": [1, 1],
+        "host": [0, 1],
+        "rows": [len(expected[0]), len(expected[1])],
+        "latest": [max(expected[0]), max(expected[1])],
+    }
+    for h in (0, 1):
+        assert sorted(hosts[h].take(inbox("t1", (3, 1)))["n"].to_pylist()) == expected[h]

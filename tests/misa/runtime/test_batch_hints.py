@@ -14,6 +14,7 @@ import pytest
 from misa.config import MisaConfig
 from misa.operators.base import HintSource
 from misa.runtime.batch_hints import BatchHintLog, BatchHints, HintSession
+from misa.runtime.hint_target import HintCounts, SentHints
 from misa.runtime.next_input import Peek
 from prefetch.cache import StateCache
 from prefetch.hints import HINT_COUNT, HINT_HASH, HINT_HOT, HINT_TS, HINT_WINDOW_END, HintSpec
@@ -166,6 +167,45 @@ def test_hot_keys_are_counted_not_hinted_and_the_sketch_counts_each_keys_largest
     assert hints.sketch.estimate(np.array([1, 2, 3], np.int64)).tolist() == [5, 7, 0]  # a: max(3 + 2, 4)
     manager.quiesce()
     assert manager.take_stats().hints == 3 and manager.read([b"a"], 200) == [b"A"]
+    hints.close()
+
+
+class HostsStandIn:
+    """Where the state hosts are (a :class:`FrameHintTarget`): the hint job's rows go there from its tasks, and the
+    driver gets back only what they hinted and what its sketch counts."""
+
+    def __init__(self) -> None:
+        self.frames: list[object] = []
+
+    def hint_frame(self, hints: object, hinted: BatchHintLog) -> SentHints:
+        self.frames.append(hints)
+        hinted.rows += 2
+        return SentHints(4, 1, HintCounts(2, 1, 3), np.array([1, 2], np.uint64), np.array([5, 7]))
+
+    def hint_rows(self, *args: object) -> HintCounts:
+        raise AssertionError("hint rows held by the driver")
+
+    def take_stats(self) -> PrefetchStats:
+        return PrefetchStats()
+
+
+def test_hints_for_the_state_hosts_are_a_hint_job_whose_rows_never_reach_the_driver():
+    target = HostsStandIn()
+    hints = BatchHints(MisaConfig.from_mapping({}), Operator(), [lambda df: df], None, None, None, target)
+    frame = Frame(pa.table({}))
+    frame.toArrow = lambda: pytest.fail("the hint job's rows were collected to the driver")  # type: ignore[method-assign]
+    hinted = BatchHintLog()
+    found = hints._extract(frame, 0, hinted)
+    assert target.frames == [frame] and hinted.rows == 2
+    assert {k: found[k] for k in ("rows", "hot_skipped", "hinted", "over_capacity", "due_hinted", "reader")} == {
+        "rows": 4,
+        "hot_skipped": 1,
+        "hinted": 2,
+        "over_capacity": 1,
+        "due_hinted": 3,
+        "reader": "spark",
+    }
+    assert hints.sketch.estimate(np.array([1, 2], np.uint64)).tolist() == [5, 7]  # counted by the driver's sketch
     hints.close()
 
 

@@ -86,6 +86,22 @@ def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_
     }
 
 
+def test_with_the_state_on_the_executors_no_hint_row_passes_the_driver(
+    spark, cm_data, tmp_path, session_conf, without_prefetch, monkeypatch
+):
+    """On the executors every batch's hints, ahead from its files and in the batch, come from hint jobs whose tasks
+    send their rows to the state host that owns each key: the driver reads no input file (the job's reader on the
+    driver is left out) and holds no hint row; the output is the same."""
+    from misa.parallel.partitioned import PartitionedHints
+
+    monkeypatch.setattr(PartitionedHints, "hint_rows", lambda *a: pytest.fail("hint rows passed the driver"))
+    session_conf({"spark.misa.prefetch.enabled": "true", "spark.misa.state.placement": "executors"})
+    assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
+    prefetch = [r["prefetch"] for r in metrics(tmp_path)]
+    assert {p["reader"] for p in prefetch} == {"spark"} and {p["source"] for p in prefetch[1:]} == {"ahead"}
+    assert sum(p["hinted"] for p in prefetch) > 0 and sum(p["prefetch_hits"] for p in prefetch) > 0
+
+
 @pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
 def test_auto_never_probes_reads_served_from_memory(spark, cm_data, tmp_path, session_conf, without_prefetch):
     """Reads count as worth hiding by their share here (minReadShare 0), but the state is in memory: the
