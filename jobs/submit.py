@@ -119,9 +119,10 @@ def job_arguments(
     p.add_argument(
         "--from-query",
         action="store_true",
-        help="runtime modes: run the query as a Spark user writes it (the native mode's DataFrame over Spark's own "
-        "JSON reader, whose PERMISSIVE mode nulls a malformed line's fields: no quarantine) through misa.from_query, "
-        "instead of the job's own operator, upstream, prefetch hints and quarantine",
+        help="run the query as a Spark user writes it (the native mode's DataFrame over Spark's own JSON reader, "
+        "whose PERMISSIVE mode nulls a malformed line's fields: no quarantine): runtime modes through "
+        "misa.from_query, instead of the job's own operator, upstream, prefetch hints and quarantine; native modes "
+        "over that reader instead of the job's",
     )
     p.add_argument(
         "--retry-start",
@@ -428,8 +429,12 @@ def run_query(
 ) -> None:
     """Run ``query`` over the input in the mode of the command line, writing Parquet per batch id."""
     sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
-    if args.from_query and not is_native(args.mode):
-        run_from_query(spark, args, query.native(read_json_stream(spark, args, schema), args), sink)
+    if args.from_query:  # the query as a Spark user writes it, over Spark's own JSON reader
+        written = query.native(read_json_stream(spark, args, schema), args)
+        if is_native(args.mode):
+            run_native(spark, args, written, sink)
+        else:
+            run_from_query(spark, args, written, sink)
         return
     stream = read_stream(spark, args, schema, required)
     if is_native(args.mode):
@@ -437,6 +442,16 @@ def run_query(
     else:
         peek = peek_input(spark, args, schema, required, hint_stage=query.arrow_hint_stage())
         run_misa(spark, args, stream, query.operator(args), query.upstream, sink, query.hint_stages(), peek)
+
+
+def write_native(spark: SparkSession, sink: ParquetBatchSink, batch_id: int, rows: DataFrame) -> None:
+    """Write a native batch's output: on a cluster from the executors, as a Spark user's DataFrame sink writes (one
+    sorted file after a shuffle to one task, so that the stateful stage keeps its parallelism), in local mode
+    through the driver."""
+    if spark.sparkContext.master.startswith("local["):
+        sink(batch_id, rows.toArrow())
+    else:
+        sink.write_frame(batch_id, rows.repartition(1) if sink.sort_by else rows)
 
 
 def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: ParquetBatchSink) -> None:
@@ -453,7 +468,7 @@ def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame,
     try:
         query = (
             result.writeStream.outputMode(args.output_mode)
-            .foreachBatch(lambda df, batch_id: (metrics.add(batch_id), sink(batch_id, df.toArrow())))
+            .foreachBatch(lambda df, batch_id: (metrics.add(batch_id), write_native(spark, sink, batch_id, df)))
             .option("checkpointLocation", spark_location(args.checkpoint))
             .queryName(f"{args.query}-{args.mode}")
             .trigger(**trigger(args))

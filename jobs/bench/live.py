@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from jobs.bench.live_stats import (
     Arrival,
@@ -59,7 +59,7 @@ from jobs.bench.workloads import (
     input_name,
 )
 from jobs.redis_server import RedisServer
-from jobs.submit import MODES, RUNTIME_MODES
+from jobs.submit import MODES, NATIVE_MODES, RUNTIME_MODES
 from jobs.ysb import REDIS_URL_ENV
 from misa.config import parse_bytes, parse_seconds
 from misa.obs.records import PREFETCH_COUNTERS
@@ -252,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
         for note in env.notes:
             print(note, flush=True)
         runs = itertools.product(args.queries, env.targets.items(), args.modes, args.variant or [Variant()])
-        for query, (target, folder), mode, variant in runs:
+        for query, (target, folder), mode, variant in _applicable(runs):
             rates = list(args.rates)
             for rate in rates:  # with --find-capacity, the next rate is appended while the last one held
                 row = _measure(args, env, query, mode, variant, rate, target, Path(folder), trigger_s)
@@ -267,6 +267,19 @@ def run(args: argparse.Namespace) -> int:
     (args.work / "summary.json").write_text(json.dumps({"regimes": env.regimes, "runs": rows}, indent=1))
     print("\n" + table)
     return 0
+
+
+def _applicable(runs: Iterable[tuple[str, tuple[str, str], str, Variant]]) -> Iterator[tuple]:
+    """The runs, a native mode once per query and target when the variants set only misa's settings (Spark's own
+    store reads none of them: one run stands for all, under no variant's name)."""
+    seen = set()
+    for query, target, mode, variant in runs:
+        if mode in NATIVE_MODES and variant.conf and all(c.startswith("spark.misa.") for c in variant.conf):
+            if (query, target, mode) in seen:
+                continue
+            seen.add((query, target, mode))
+            variant = Variant()
+        yield query, target, mode, variant
 
 
 def environment(args: argparse.Namespace, regimes: Regimes) -> Environment:

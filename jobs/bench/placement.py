@@ -1,14 +1,16 @@
-"""``misa bench placement``: the driver's own CPU per input record with the state on the driver and on the executors.
+"""``misa bench placement``: the driver's own CPU per input record with the state on the driver and on the executors,
+and with Spark's own store (``native``: what Spark's driver spends on the same query, the floor of any placement).
 
 One CM2 input (``--records`` records over 60 s of event time, a file every ``--file-seconds`` seconds) is generated
 once; per placement, CM2 as a Spark user writes it (``jobs/cluster_monitoring.py --from-query``: ``misa.from_query``,
 ``--available-now``, one file a batch, the output written by the Parquet sink) runs with ``spark-submit`` on the same
 ``--master`` (``local-cluster[2,2,1024]``: two executor JVMs) with ``--hosts`` key partitions: the driver's worker
-processes (``driver``) or state hosts on the executors (``executors``). While it runs, every process of the run is
-sampled from ``/proc`` every 0.2 s (user and system time): the driver's are the driver JVM (with a local cluster, its
-master and workers run in it too), the job's Python process and its state worker processes; the executors' are each
-executor JVM and every process below it (Python workers, the state hosts). A process's last 0.2 s before it exits
-can be missed, the same way in both placements.
+processes (``driver``) or state hosts on the executors (``executors``); ``native`` runs the same query in plain
+Spark with its RocksDB store tuned as its documentation advises, its output written from the executors. While it
+runs, every process of the run is sampled from ``/proc`` every 0.2 s (user and system time): the driver's are the
+driver JVM (with a local cluster, its master and workers run in it too), the job's Python process and its state
+worker processes; the executors' are each executor JVM and every process below it (Python workers, the state hosts).
+A process's last 0.2 s before it exits can be missed, the same way in every run.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.bench.queries import name_list
 from jobs.bench.runs import ROOT, submit_env
 from jobs.gen.cm import generate_cm
 from misa.obs.report import load_metrics
 
 PLACEMENTS = ("driver", "executors")
+RUNS = (*PLACEMENTS, "native")  # native: Spark's own store on the same cluster
 _TICKS = os.sysconf("SC_CLK_TCK")
 _EXECUTOR = b"CoarseGrainedExecutorBackend"
 EXECUTORS = "executors"  # every executor JVM and every process below one
@@ -50,6 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--file-seconds", type=int, default=6, help="seconds of event time per file (one file a batch)")
     p.add_argument("--warmup", type=int, default=3, help="first batches not measured (the JVMs' compilation)")
     p.add_argument("--hosts", type=int, default=2, help="key partitions (spark.misa.state.processes)")
+    p.add_argument(
+        "--runs", type=lambda t: name_list(t, RUNS), default=list(RUNS), help="driver,executors (placements),native"
+    )
     p.add_argument("--master", default="local-cluster[2,2,1024]")
     p.add_argument("--work", default="bench-placement", help="folder for the input and the runs (replaced)")
     p.set_defaults(func=run)
@@ -82,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         data, rate=args.records / seconds, seconds=seconds, seed=1, files_per_second=1 / args.file_seconds
     )
     rows = []
-    for placement in PLACEMENTS:
+    for placement in args.runs:
         run_dir = work / placement
         started = time.monotonic()
         run_dir.mkdir(parents=True)
@@ -108,26 +115,25 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         print(json.dumps(rows[-1]), flush=True)
-    ratio = rows[1]["driver_us_per_record"] / max(1e-9, rows[0]["driver_us_per_record"])
     print(_table(rows))
-    print(f"driver CPU per record, executors / driver: {ratio:.3f}")
+    per_record = {row["placement"]: row["driver_us_per_record"] for row in rows}
+    for run, base in (("executors", "driver"), ("native", "driver"), ("executors", "native")):
+        if run in per_record and base in per_record:
+            print(f"driver CPU per record, {run} / {base}: {per_record[run] / max(1e-9, per_record[base]):.3f}")
     return 0
 
 
-def _command(args: argparse.Namespace, placement: str, data: Path, run_dir: Path) -> list[str]:
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.misa.state.placement": placement,
-        "spark.misa.state.processes": str(args.hosts),
-    }
+def _command(args: argparse.Namespace, run: str, data: Path, run_dir: Path) -> list[str]:
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
+    if run in PLACEMENTS:
+        conf |= {"spark.misa.state.placement": run, "spark.misa.state.processes": str(args.hosts)}
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", args.master, "--driver-memory", "2g"]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     return cmd + [
         str(ROOT / "jobs" / "cluster_monitoring.py"),
-        *("--query", "cm2", "--mode", "misa", "--from-query", "--input", str(data), "--output", str(run_dir / "out")),
+        *("--query", "cm2", "--mode", "native" if run == "native" else "misa", "--from-query"),
+        *("--input", str(data), "--output", str(run_dir / "out")),
         *("--checkpoint", str(run_dir / "ckpt"), "--metrics", str(run_dir / "metrics.jsonl")),
         *("--available-now", "--max-files-per-trigger", "1", "--quiet"),
     ]

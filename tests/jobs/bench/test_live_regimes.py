@@ -172,3 +172,20 @@ def test_the_jobs_output_mode_is_theirs_unless_given(tmp_path, flag, mode):
     assert ("--output-mode" in command) == (mode is not None)
     if mode:
         assert arg_of(command, "--output-mode") == mode
+
+
+def test_spark_runs_once_when_the_variants_set_only_misas_settings():
+    """Placement variants (``spark.misa.*``) run every misa mode per variant but Spark's store once, unnamed; a
+    variant that sets Spark's own settings runs native per variant."""
+    from jobs.bench.live import Variant, _applicable
+
+    placements = [Variant("driver", ("spark.misa.state.placement=driver",)), Variant("hosts", ("spark.misa.x=1",))]
+    runs = [("cm2", ("local", "/t"), mode, v) for mode in ("misa", "native") for v in placements]
+    assert [(mode, v.name) for _, _, mode, v in _applicable(runs)] == [
+        ("misa", "driver"),
+        ("misa", "hosts"),
+        ("native", ""),
+    ]
+    spark_conf = [Variant("a", ("spark.sql.shuffle.partitions=2",)), Variant("b", ("spark.sql.shuffle.partitions=4",))]
+    runs = [("cm2", ("local", "/t"), "native", v) for v in spark_conf]
+    assert [v.name for _, _, _, v in _applicable(runs)] == ["a", "b"]
