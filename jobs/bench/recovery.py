@@ -313,7 +313,8 @@ def cycle_executor(args: argparse.Namespace, series: Series, files: tuple[Path, 
     of the second file."""
     first, warm = files
     assert series.process is not None
-    killed = kill_executor(series.process)
+    hosts = probe_events(series.events(series.lives)).get("hosts", [])
+    killed = kill_executor(series.process, hosts[-1]["pids"] if hosts else [])
     add_files([first], series.input)
     batch_id = wait_read([first.name], series, args.timeout)
     settle(series, batch_id, args)
@@ -347,18 +348,32 @@ def kill(process: subprocess.Popen) -> float:
     return killed
 
 
-def kill_executor(process: subprocess.Popen) -> float:
-    """SIGKILL the newest executor JVM in the job's process group (a local cluster's) and wait until it is gone;
-    when the signal was sent."""
+def kill_executor(process: subprocess.Popen, hosts: Sequence[int] = ()) -> float:
+    """SIGKILL an executor JVM in the job's process group (a local cluster's): the one running the last of the state
+    hosts ``hosts`` (pids), else the newest; wait until it is gone; when the signal was sent."""
     executors = [pid for pid in group_members(process.pid) if EXECUTOR in _cmdline(pid)]
     if not executors:
         raise RuntimeError("no executor JVM in the job's process group: is --master a local-cluster?")
+    holding = [pid for pid in executors if any(pid in _ancestors(host) for host in hosts)]
+    victim = max(holding or executors)
     killed = time.time()
-    os.kill(max(executors), signal.SIGKILL)
+    os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while max(executors) in group_members(process.pid) and time.monotonic() < deadline:
+    while victim in group_members(process.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     return killed
+
+
+def _ancestors(pid: int) -> list[int]:
+    """``pid``'s parent, its parent, and so on (none once a process has ended)."""
+    chain = []
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+        chain.append(pid)
+    return chain
 
 
 def _cmdline(pid: int) -> bytes:

@@ -6,10 +6,11 @@ Appends one JSON line per event to EVENTS (wall-clock seconds, ``time.time()``):
 process started, before any import), ``session`` (``start``/``end`` of creating the Spark session),
 ``claim`` (the runtime claiming its state for the query, in runtimes that do), ``reconcile`` (the
 runtime's recovery), ``load`` (the runtime replacing its state by a version: ``restore``, from the
-local copy or the DFS, then opening every shard's RocksDB), ``restore`` (its part that materializes
-the version, with ``source`` local or dfs), ``query`` (the call that starts the streaming query)
-and ``progress`` (Spark's progress of each batch, with its state operators' metrics, as the
-listener receives it). It only wraps the functions it times.
+local copy or the DFS, then opening every shard's RocksDB; with key partitions every partition's, in its
+process or state host), ``restore`` (its part that materializes the version, with ``source`` local or dfs;
+in the driver's own process only), ``hosts`` (state hosts started on the executors, with their ``pids``),
+``query`` (the call that starts the streaming query) and ``progress`` (Spark's progress of each batch, with
+its state operators' metrics, as the listener receives it). It only wraps the functions it times.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def instrument(log: EventLog) -> None:
     import jobs.submit
     import misa.job
     from checkpoint.checkpoints import CheckpointStore
+    from misa.hosts.client import HostPool
+    from misa.parallel.partitioned import PartitionedStore
     from misa.state.store import StateStore
 
     session = timed(log, "session", jobs.submit.spark_session)
@@ -93,6 +96,9 @@ def instrument(log: EventLog) -> None:
     if hasattr(StateStore, "claim"):
         StateStore.claim = timed(log, "claim", StateStore.claim)
     StateStore.load = timed(log, "load", StateStore.load, lambda a, r: {"version": a[1]})
+    # key partitions (worker processes, state hosts): the load of every partition, restore included; the hosts' pids
+    PartitionedStore.load = timed(log, "load", PartitionedStore.load, lambda a, r: {"version": a[1]})
+    HostPool._start = timed(log, "hosts", HostPool._start, lambda a, r: {"pids": [h.pid for h in a[0].addresses]})
     CheckpointStore.restore = timed(log, "restore", CheckpointStore.restore, lambda a, r: {"source": r.source})
     DataStreamWriter.start = timed(log, "query", DataStreamWriter.start)
 

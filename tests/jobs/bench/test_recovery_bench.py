@@ -114,8 +114,8 @@ def test_an_executor_killed_under_a_job_on_a_local_cluster_is_timed_to_the_first
     assert main(args) == 0
     [row] = [json.loads(line) for line in (work / "recovery.jsonl").read_text().splitlines()]
     assert row["case"] == "executor" and row["total_s"] > 0 and row["warm_batch_s"] > 0
-    if mode == "misa":  # the lost host failed the batch: the job recovered every partition from the DFS in place
-        assert row["recovery_s"] > 0 and row["restored_from"] == "dfs", row
+    if mode == "misa":  # the executor of a state host was killed: the job recovered every partition in place
+        assert row["recovery_s"] > 0 and row["open_s"] > 0, row
     log = (work / "runs" / f"local-{mode}" / "run-1.log").read_text()
     assert ("calling start() again" in log) == (mode == "misa")
 
