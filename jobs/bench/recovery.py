@@ -1,4 +1,5 @@
-"""``misa bench recovery``: the time from a SIGKILL of the driver to the first batch completed after the restart.
+"""``misa bench recovery``: the time from a SIGKILL of the driver to the first batch completed after the restart,
+or (case ``executor``) from a SIGKILL of an executor JVM to the first batch completed after it.
 
 The workload is NEXMark Q18 (the last bid of each (bidder, auction)): its state has one key per
 distinct (bidder, auction) pair both on the runtime and in Spark's RocksDB state store (no windows,
@@ -30,6 +31,14 @@ inside it: ``state load`` is Spark's ``rocksdbLoadLatencyMs``, summed over the s
 which run two at a time on two cores). For reference, a second new file then makes a warm batch of
 the same size in the restarted process (``warm batch``): what the first batch costs beyond it is
 the cold start of the query's first batch.
+
+Case ``executor`` (``--master local-cluster[...]``) kills an executor JVM of the idle job instead (the one
+running a state host, with ``spark.misa.state.placement=executors``), then adds the file. Spark reruns what the
+lost executor ran and its standalone master starts a new executor; Spark's store loads the lost executor's state
+partitions on another. misa's batch fails on the lost host, and the job (``--retry-start``) starts its query
+again in the same driver: new hosts, every partition recovered from the DFS, the batch replayed. No process
+restarts, so the driver's phases are empty; ``recovery`` is the runtime's recovery in place, ``query start``
+the rest up to the first batch's trigger.
 """
 
 from __future__ import annotations
@@ -123,7 +132,9 @@ class Series:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("recovery", help="time from a SIGKILL of the driver to the first batch after restart")
+    p = subparsers.add_parser(
+        "recovery", help="time from a SIGKILL of the driver (or an executor) to the first batch after it"
+    )
     p.add_argument("--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help="misa,native")
     p.add_argument(
         "--cases",
