@@ -35,13 +35,13 @@ class ParquetBatchSink:
         files, one per partition (one in all, sorted, with ``sort_by``), and the driver only commits their names."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        attempt = self.folders.new_attempt(batch_id)
-        write = partial(_write_parts, self.folders.folder_url(batch_id), attempt, tuple(self.sort_by))
+        attempt, folder = self.folders.new_attempt(batch_id), self.folders.folder_url(batch_id)
+        write = partial(_write_parts, folder, attempt, tuple(self.sort_by))
         parts = frame.coalesce(1) if self.sort_by else frame
         names = [row.name for row in parts.mapInArrow(write, "name string").collect()]
         if not names:  # no partition: the batch's file has no rows, but its columns
             empty = to_arrow_schema(frame.schema, timezone="UTC").empty_table()
-            names = [_write_part(self.folders.folder_url(batch_id), attempt, 0, empty, ())]
+            names = [_write_part(folder, attempt, 0, empty, ())]
         self.folders.point(batch_id, attempt, sorted(names))
 
 
