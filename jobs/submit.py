@@ -356,7 +356,7 @@ def run_started(
             run_with_retries(
                 lambda: interrupt.watch(start(), job.batch_running),
                 args.retry_start,
-                settle=lambda: job.controller.drain(),  # a last batch's commit fails after the query ends, if at all
+                settle=job.settle,  # a last commit, or the last mirror of Spark's log, fails after the query ends
                 stopped=interrupt.requested.is_set,
             )
         finally:

@@ -579,13 +579,18 @@ class StatefulJob:
         and Spark's ``StreamingQueryProgress`` of it. Add it before ``start``; its errors are logged."""
         self.metrics.add_listener(listener)
 
+    def settle(self) -> None:
+        """What must still succeed after the query ended: wait for every commit to be durable and mirror Spark's
+        last log entries to the checkpoint location. Raises what fails (a caller may start the query again, as
+        after a failed batch); :meth:`close` settles too."""
+        self.controller.drain()
+        if self.mirror is not None and self._started:
+            self.mirror.sync(self.checkpoints.check_owner)
+
     def close(self, spark: SparkSession | None = None) -> None:
-        """Wait for every commit to be durable and mirror Spark's last log entries, then release the state (and
-        the metrics listener)."""
+        """:meth:`settle`, then release the state (and the metrics listener)."""
         try:
-            self.controller.drain()
-            if self.mirror is not None and self._started:
-                self.mirror.sync(self.checkpoints.check_owner)
+            self.settle()
         finally:
             self._end_interrupt()
             if spark is not None and self._listener is not None:

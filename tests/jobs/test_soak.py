@@ -17,6 +17,7 @@ import fsspec
 import pyarrow as pa
 import pytest
 
+from checkpoint.exceptions import DfsUnavailableError
 from common import failpoints
 from jobs import soak
 from jobs.submit import RETRY_MESSAGE, run_with_retries
@@ -399,6 +400,37 @@ def test_run_with_retries_calls_start_again_after_a_failure_at_most_n_times(capl
     starts.clear()
     run_with_retries(lambda: starts.update(["n"]) or Query(False), 1, settle)
     assert starts["n"] == 2
+
+
+def test_a_failure_of_the_last_mirror_of_sparks_log_after_the_query_ended_starts_the_query_again():
+    """Soak seed 45, iteration 71: the DFS failed while the job mirrored Spark's last log entries after its query
+    had ended (in its close), outside ``--retry-start``'s reach, and the job exited with the error. Settling (the
+    last commits and that mirror) now fails the run the retries cover: the query starts again, then settles."""
+    from types import SimpleNamespace
+
+    from jobs.submit import run_started
+
+    class Job:
+        config = SimpleNamespace(python_switch_interval_s=0.005)
+        batch_running = None
+        mirrors = 0
+
+        def settle(self) -> None:
+            self.mirrors += 1
+            if self.mirrors == 1:
+                raise DfsUnavailableError("mirror of commits/4 failed after 3 attempts")
+
+        def close(self, spark: object) -> None:
+            self.settle()
+
+    class Query:
+        def awaitTermination(self) -> None:
+            pass
+
+    job, starts = Job(), Counter()
+    args = SimpleNamespace(retry_start=1)
+    run_started(SimpleNamespace(_jvm=None), job, lambda: starts.update(["n"]) or Query(), args)
+    assert starts["n"] == 2 and job.mirrors == 3  # settled after each start, then once more in close
 
 
 def test_summary_counts_kills_lost_and_doubled_rows_and_refusals_per_scenario():
