@@ -14,7 +14,7 @@ import rocksdict
 
 from common.location import parse
 
-from .dfs import DfsCheckpoints, GcStats, UploadStats
+from .dfs import Check, DfsCheckpoints, GcStats, UploadStats
 from .exceptions import CorruptCheckpointError, ShardCountError
 from .fence import Fence, no_fence
 from .local import LocalCheckpoints
@@ -90,8 +90,9 @@ class CheckpointStore:
     def start_repair(self) -> None:
         """In the background, check the DFS copy of every committed version that has a valid local copy and
         upload again what is damaged or missing there (each file is read back once by this process, however
-        many versions share it). Uploads and GC wait for it; a failure is logged (the next upload checks
-        the files it reuses again)."""
+        many versions share it); a damaged older version that no local copy can repair (a new machine, new
+        state hosts) is forgotten, as recovery can never use it. Uploads and GC wait for it; a failure is
+        logged (the next upload checks the files it reuses again)."""
         self._no_repair.clear()
         self._repair = threading.Thread(target=self._run_repair, name="misa-repair", daemon=True)
         self._repair.start()
@@ -104,15 +105,37 @@ class CheckpointStore:
     def _run_repair(self) -> None:
         try:
             local = set(self.local.versions())
-            for version in self.dfs.committed_versions():
+            committed = self.dfs.committed_versions()
+            unrepairable = []
+            for version in committed:
                 if version in local and not self.local.problems(version):
                     stats = self._upload(version)
                     if stats.files_repaired:
                         log.warning("re-uploaded %d damaged DFS file(s) of version %d", stats.files_repaired, version)
+                elif version != committed[-1]:
+                    unrepairable.append(version)
+            self._forget_damaged(unrepairable)
         except Exception as exc:  # noqa: BLE001 - logged; the next upload checks the same files again
             log.warning("could not check the DFS copy of the state (the next upload checks it): %s", exc)
         finally:
             self._no_repair.set()
+
+    def _forget_damaged(self, versions: list[int]) -> None:
+        """Forget those of ``versions`` (older than the newest, no valid local copy) whose DFS copy is damaged: a
+        file missing, of another size or failing its digest, a marker or manifest unreadable. A DFS that cannot
+        be reached raises, and nothing is forgotten."""
+        for version in versions:
+            problems = self.dfs.verify([version], Check.UNVERIFIED)
+            if problems:
+                log.warning(
+                    "version %d of the state at %s is damaged (%s) and no local copy can repair it: it is forgotten "
+                    "(recovery could never use it; its files go at the next GC)",
+                    version,
+                    self.dfs.shown,
+                    problems[0].partition(": ")[2],
+                )
+                self.dfs.guard()
+                self.dfs.forget([version])
 
     def _await_repair(self, fence: Fence) -> None:
         """Wait for a running repair, calling ``fence`` meanwhile (it beats a commit thread's heartbeat)."""

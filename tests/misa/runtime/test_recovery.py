@@ -394,3 +394,38 @@ def test_a_state_ahead_of_sparks_log_is_refused_with_the_remedy_that_applies(sto
         reconcile(store, str(ckpt))
     remedy = f"remove {tmp_path / 'state' / 'spark-checkpoint.json'}"
     assert (remedy in str(refused.value)) == copy
+
+
+def test_a_damaged_older_version_no_local_copy_can_repair_is_forgotten_on_a_new_machine(config, tmp_path, caplog):
+    """Soak seed 45, iteration 66 (state hosts on the executors, which never reuse an old host's folder): a file of an
+    older retained version was deleted from the DFS; recovery restored the newest version, and the older one stayed
+    damaged, with nothing to heal it from (``misa ckpt verify`` failed). Such a version is now forgotten: recovery
+    could never use it. The newest version and the sound ones stay."""
+    import logging
+
+    from checkpoint.dfs import Check
+
+    dfs = f"file://{tmp_path / 'dfs'}"
+    with StateStore(config, tmp_path / "state", dfs) as one:
+        for version in range(2):
+            fill(one, 100, seed=version)
+            one.checkpoint(version)
+            one.checkpoints.upload_and_retain(version)
+        only_old = {p.name for p in (tmp_path / "dfs").glob("shard-*/sst/*.sst")}
+        one.compact()  # version 2 names only new files
+        fill(one, 100, seed=2)
+        one.checkpoint(2)
+        one.checkpoints.upload_and_retain(2)
+        only_old -= {f.name for m in one.checkpoints.dfs.manifests(2) for f in m.files}
+    damaged = [p for p in (tmp_path / "dfs").glob("shard-*/sst/*.sst") if p.name in only_old][0]
+    damaged.unlink()
+    spark_log(tmp_path / "ckpt", committed=2, offsets=2)
+    with StateStore(config, tmp_path / "new-machine", dfs) as two, caplog.at_level(logging.WARNING):
+        problems = two.checkpoints.dfs.verify(None, Check.SIZES)
+        assert problems and all(p.startswith(("version 0:", "version 1:")) for p in problems)
+        assert reconcile(two, str(tmp_path / "ckpt")) == 2
+        two.checkpoints.wait_repair()
+        assert two.checkpoints.dfs.verify(None, Check.DIGESTS) == []
+        kept = two.checkpoints.dfs.committed_versions()
+        assert 2 in kept and len(kept) == 3 - len({int(p.split(":")[0].split()[1]) for p in problems})
+    assert f"{damaged.name} is missing" in caplog.text and "no local copy can repair it" in caplog.text
