@@ -177,11 +177,16 @@ def random_case(seed: int) -> Case:
     return Case(seed, query, with_placement(seed, settings), rounds)
 
 
+def drawn_placement(seed: int) -> str:
+    """The state's placement of case ``seed`` (from a generator of its own, so a seed keeps its other draws): a third
+    of the cases on the executors."""
+    return "executors" if random.Random(f"placement-{seed}").random() < 1 / 3 else "driver"
+
+
 def with_placement(seed: int, settings: Settings) -> Settings:
-    """``settings`` with the state's placement drawn (from a generator of its own, so a seed keeps its other draws):
-    a third of the cases on the executors, in one state host (the test session's two task slots hold one host and
-    the query's tasks)."""
-    if random.Random(f"placement-{seed}").random() < 1 / 3:
+    """``settings`` with the state's placement drawn (:func:`drawn_placement`); on the executors in one state host
+    (the test session's two task slots hold one host and the query's tasks)."""
+    if drawn_placement(seed) == "executors":
         return replace(settings, placement="executors", processes=1)
     return settings
 

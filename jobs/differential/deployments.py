@@ -15,7 +15,8 @@ write, not from misa's operators:
 * **keys and aggregates**: a column, an expression (``k % 3``), a struct field; ``count(*)``, ``sum``, ``avg``,
   ``stddev``, an expression over aggregates;
 * **trigger and rounds**: ``availableNow``, ``once``, processing time with files arriving between triggers, and
-  ``processingTime`` 0 for a source that always has input; one to three runs over one checkpoint (restarts).
+  ``processingTime`` 0 for a source that always has input; one to three runs over one checkpoint (restarts);
+* **where misa keeps the state**: the driver, or (a third of the cases) a state host on the executors.
 
 Each case runs through plain Spark and through misa (:func:`jobs.differential.scenarios.run_scenario`): a query
 Spark refuses must be refused by misa at start; one misa refuses must be refused at start with
@@ -32,6 +33,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.differential.cases import drawn_placement
 from jobs.differential.scenarios import Round, Rows, Scenario
 from jobs.differential.topic_source import TopicSource
 
@@ -62,11 +64,12 @@ class Deployment:
     window_s: int
     rounds: tuple[Round, ...]
     key_filter: str = "none"
+    placement: str = "driver"  # spark.misa.state.placement
 
     @property
     def tags(self) -> tuple[str, ...]:
         """The shapes drawn, for coverage counts."""
-        names = ["source", "plan", "stateful", "key", "aggregate", "key_filter", "trigger", "output_mode"]
+        names = ["source", "plan", "stateful", "key", "aggregate", "key_filter", "trigger", "output_mode", "placement"]
         if self.stateful not in ("tumbling", "sliding", "global", "session"):
             names.remove("aggregate")
         if self.stateful in ("join", "outer_join"):
@@ -83,7 +86,12 @@ class Deployment:
         elif self.trigger == "processingTime":
             trigger = {"processingTime": "0 seconds" if self.source == "rate" else "1 second"}
         folders = ("in", "other") if self.source == "two_folders" else ("topic",) if self.source == "topic" else ("in",)
-        return Scenario(f"seed {self.seed}", self.build, self.output_mode, self.rounds, trigger, folders=folders)
+        conf = {"spark.misa.state.placement": self.placement}
+        if self.placement == "executors":  # one state host: the test session's two task slots hold it and the tasks
+            conf["spark.misa.state.processes"] = "1"
+        return Scenario(
+            f"seed {self.seed}", self.build, self.output_mode, self.rounds, trigger, folders=folders, conf=conf
+        )
 
     # ------------------------------------------------------------------ the query, in Spark's API
     def build(self, spark: SparkSession, inputs: Path) -> DataFrame:
@@ -212,6 +220,7 @@ def random_deployment(seed: int) -> Deployment:
         window_s,
         rounds,
         key_filter,
+        drawn_placement(seed),
     )
 
 

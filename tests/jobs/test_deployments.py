@@ -22,6 +22,7 @@ def test_the_generator_draws_every_shape_within_200_seeds():
         "aggregate": d.AGGREGATES,
         "trigger": d.TRIGGERS,
         "output_mode": d.MODES,
+        "placement": ("driver", "executors"),
     }
     missing = [f"{name}:{value}" for name, values in shapes.items() for value in values if not drawn[f"{name}:{value}"]]
     assert not missing, f"never drawn: {missing}"
