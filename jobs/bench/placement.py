@@ -127,7 +127,7 @@ def _command(args: argparse.Namespace, run: str, data: Path, run_dir: Path) -> l
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
     if run in PLACEMENTS:
         conf |= {"spark.misa.state.placement": run, "spark.misa.state.processes": str(args.hosts)}
-    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", args.master, "--driver-memory", "2g"]
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", args.master, "--driver-memory", "4g"]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     return cmd + [
