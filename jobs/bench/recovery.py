@@ -63,6 +63,7 @@ from jobs.bench.runs import submit_command, submit_env
 from jobs.gen.nexmark import generate_nexmark
 from jobs.submit import RUNTIME_MODES
 from misa.obs.report import load_metrics
+from misa.parallel.layout import partitions_file
 from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION
 
@@ -125,10 +126,16 @@ class Series:
     def durable(self, batch_id: int) -> bool:
         """Whether batch ``batch_id`` is committed where a restart on a new machine reads it: Spark's commit log at
         the checkpoint location (the runtime mirrors it there once Spark reports the batch) and, for the runtime,
-        the state's DFS marker."""
-        if self.mode in RUNTIME_MODES and not (self.dfs / marker_path(batch_id)).exists():
+        the state's DFS marker (of every key partition, when the state has them)."""
+        if self.mode in RUNTIME_MODES and not all((root / marker_path(batch_id)).exists() for root in self.state_roots):
             return False
         return batch_id in SparkCheckpointLog(self.checkpoint).batch_ids("commits")
+
+    @property
+    def state_roots(self) -> list[Path]:
+        """Where the runtime's DFS markers are: the state's folder, or each key partition's."""
+        partitions = partitions_file(f"file://{self.dfs}") if self.dfs.exists() else None
+        return [self.dfs] if partitions is None else [self.dfs / f"partition-{i}" for i in range(partitions)]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -120,6 +120,24 @@ def test_an_executor_killed_under_a_job_on_a_local_cluster_is_timed_to_the_first
     assert ("calling start() again" in log) == (mode == "misa")
 
 
+def test_a_batch_of_a_partitioned_state_is_durable_once_every_partition_has_its_marker(tmp_path):
+    """With the state in key partitions (worker processes, state hosts) the markers are per partition."""
+    from checkpoint.manifest import marker_path
+    from jobs.bench.recovery import Series
+
+    series = Series("misa", "local", tmp_path / "folder", tmp_path / "work")
+    (series.checkpoint / "commits").mkdir(parents=True)
+    (series.checkpoint / "commits" / "3").write_text("v1\n{}")
+    (series.dfs).mkdir(parents=True)
+    (series.dfs / "partitions.json").write_text('{"partitions": 2}')
+    for i in range(2):
+        (series.dfs / f"partition-{i}" / marker_path(3)).parent.mkdir(parents=True, exist_ok=True)
+    (series.dfs / "partition-0" / marker_path(3)).write_text("{}")
+    assert not series.durable(3)
+    (series.dfs / "partition-1" / marker_path(3)).write_text("{}")
+    assert series.durable(3) and not series.durable(4)
+
+
 def test_the_executor_case_needs_a_local_cluster(tmp_path):
     with pytest.raises(SystemExit, match="local-cluster"):
         main(["bench", "recovery", "--cases", "executor", "--work", str(tmp_path)])
