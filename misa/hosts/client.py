@@ -150,9 +150,12 @@ class HostPool:
         return [Inbox(token, ((_DRIVER, 0),), schema) for _ in range(len(self))], deltas.num_rows
 
     def send(self, frame: DataFrame, keys_of: KeysOf, latest_of: str | None = None) -> Sent:
-        """``frame``'s rows from Spark's tasks to their hosts (:func:`~misa.hosts.send.send_frame`)."""
+        """``frame``'s rows from Spark's tasks to their hosts (:func:`~misa.hosts.send.send_frame`), once every host
+        answered a ping: a host that is gone fails the batch at once, not through Spark's retries of every task that
+        cannot reach it (``spark.task.maxFailures`` attempts each; 15 to 20 s measured after an executor's loss)."""
         if self._broken is not None:
             raise self._broken
+        self._check_alive(list(range(len(self))), "the batch's rows", self.config.state_liveness_timeout_s)
         return send_frame(frame, [a.location for a in self.addresses], self.group.key, keys_of, latest_of)
 
     def gather(self, outputs: Sequence[Output]) -> HostRows:

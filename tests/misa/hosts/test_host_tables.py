@@ -109,3 +109,42 @@ def test_a_tasks_rows_reach_their_hosts_split_by_key_with_each_hosts_latest_valu
     }
     for h in (0, 1):
         assert sorted(hosts[h].take(inbox("t1", (3, 1)))["n"].to_pylist()) == expected[h]
+
+
+def test_a_sending_to_a_host_that_is_gone_fails_before_any_spark_job_runs():
+    """After an executor's loss every task of the delta job failed to reach its host and Spark retried each
+    (``misa bench recovery --cases executor``: 15 to 20 s before the batch failed); the pool pings its hosts first."""
+    import socket
+
+    from misa.config import MisaConfig
+    from misa.exceptions import StateWorkerError
+    from misa.hosts.client import HostPool
+    from misa.hosts.host_task import HostAddress
+
+    key = b"k" * 32
+    live = StateHostServer("grpc+tcp://127.0.0.1:0", None, HostTables(), key)
+    with socket.socket() as probe:  # a port nobody listens on: the host of an executor that is gone
+        probe.bind(("127.0.0.1", 0))
+        gone = probe.getsockname()[1]
+    locations = [f"grpc+tcp://127.0.0.1:{live.port}", f"grpc+tcp://127.0.0.1:{gone}"]
+    pool = object.__new__(HostPool)
+    pool.config = MisaConfig.from_mapping({})
+    pool.group = type("Group", (), {"key": key})()
+    pool.locations = [(f"partition {i}", "") for i in range(2)]
+    pool.addresses = [HostAddress(i, loc, "localhost", 100 + i) for i, loc in enumerate(locations)]
+    pool._clients = [flight.FlightClient(loc) for loc in locations]
+    pool._broken = None
+
+    class NoJob:
+        def __getattr__(self, name: str) -> None:
+            pytest.fail(f"a Spark job was planned ({name})")
+
+    try:
+        with pytest.raises(StateWorkerError, match=r"state host of partition 1 .* failed while answering"):
+            pool.send(NoJob(), lambda t: [t["k"]])  # type: ignore[arg-type]
+        with pytest.raises(StateWorkerError):  # the pool stays broken until a restart
+            pool.send(NoJob(), lambda t: [t["k"]])  # type: ignore[arg-type]
+    finally:
+        for client in pool._clients:
+            client.close()
+        live.shutdown()
