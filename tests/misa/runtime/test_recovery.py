@@ -357,23 +357,29 @@ def test_a_rollback_waits_for_the_background_heal_which_would_write_a_forgotten_
     assert store.checkpoints.dfs.committed_versions() == [0, 1]
 
 
+def three_versions_the_newest_compacted(store: StateStore, dfs: Path) -> set[str]:
+    """Versions 0 to 2 of ``store`` durable at ``dfs``, compacted before version 2; the SSTs only 0 and 1 name."""
+    for version in range(2):
+        fill(store, 100, seed=version)
+        store.checkpoint(version)
+        store.checkpoints.upload_and_retain(version)
+    only_old = {p.name for p in dfs.glob("shard-*/sst/*.sst")}
+    store.compact()  # version 2 names only new files
+    fill(store, 100, seed=2)
+    store.checkpoint(2)
+    store.checkpoints.upload_and_retain(2)
+    only_old -= {f.name for m in store.checkpoints.dfs.manifests(2) for f in m.files}
+    assert only_old
+    return only_old
+
+
 def test_the_heal_covers_every_retained_version_with_a_local_copy_not_only_the_target(config, tmp_path):
     """Found by the soak: the target was healed, but the older retained version still named a deleted SST
     that compaction had dropped from the target, and stayed damaged on the DFS."""
     from checkpoint.dfs import Check
 
     with StateStore(config, tmp_path / "state", f"file://{tmp_path / 'dfs'}") as one:
-        for version in range(2):
-            fill(one, 100, seed=version)
-            one.checkpoint(version)
-            one.checkpoints.upload_and_retain(version)
-        only_old = {p.name for p in (tmp_path / "dfs").glob("shard-*/sst/*.sst")}
-        one.compact()  # version 2 names only new files
-        fill(one, 100, seed=2)
-        one.checkpoint(2)
-        one.checkpoints.upload_and_retain(2)
-        only_old -= {f.name for m in one.checkpoints.dfs.manifests(2) for f in m.files}
-        assert only_old
+        only_old = three_versions_the_newest_compacted(one, tmp_path / "dfs")
         for sst in (tmp_path / "dfs").glob("shard-*/sst/*.sst"):
             if sst.name in only_old:
                 sst.unlink()
@@ -407,16 +413,7 @@ def test_a_damaged_older_version_no_local_copy_can_repair_is_forgotten_on_a_new_
 
     dfs = f"file://{tmp_path / 'dfs'}"
     with StateStore(config, tmp_path / "state", dfs) as one:
-        for version in range(2):
-            fill(one, 100, seed=version)
-            one.checkpoint(version)
-            one.checkpoints.upload_and_retain(version)
-        only_old = {p.name for p in (tmp_path / "dfs").glob("shard-*/sst/*.sst")}
-        one.compact()  # version 2 names only new files
-        fill(one, 100, seed=2)
-        one.checkpoint(2)
-        one.checkpoints.upload_and_retain(2)
-        only_old -= {f.name for m in one.checkpoints.dfs.manifests(2) for f in m.files}
+        only_old = three_versions_the_newest_compacted(one, tmp_path / "dfs")
     damaged = [p for p in (tmp_path / "dfs").glob("shard-*/sst/*.sst") if p.name in only_old][0]
     damaged.unlink()
     spark_log(tmp_path / "ckpt", committed=2, offsets=2)
