@@ -492,6 +492,7 @@ def executor_phases(killed: float, events: dict[str, list[dict]], record: dict) 
     trigger = record["started"]
     out: dict[str, Any] = {"restart_s": None, "jvm_s": None, "session_s": None}
     out.update(recovery_steps(events))
+    out.update(host_restart(killed, events))
     out["query_start_s"] = trigger - killed - out["recovery_s"]
     out["first_batch_s"] = record["latency_s"]
     out["total_s"] = trigger + record["latency_s"] - killed
@@ -499,6 +500,15 @@ def executor_phases(killed: float, events: dict[str, list[dict]], record: dict) 
     out["restored_from"] = events["restore"][-1]["source"] if events.get("restore") else None
     out["state_keys"] = record.get("state_keys")
     return out
+
+
+def host_restart(killed: float, events: dict[str, list[dict]]) -> dict[str, float | None]:
+    """With the state on the executors: from the kill to the start of the new state hosts (the trigger's wait, the
+    failed attempt and the query's stop: ``detect_s``) and the hosts' start (``hosts_s``); None without hosts."""
+    if not events.get("hosts"):
+        return {"detect_s": None, "hosts_s": None}
+    hosts = events["hosts"][0]
+    return {"detect_s": hosts["start"] - killed, "hosts_s": hosts["end"] - hosts["start"]}
 
 
 def recovery_steps(events: dict[str, list[dict]]) -> dict[str, float]:
@@ -584,14 +594,16 @@ def markdown(rows: Sequence[dict]) -> str:
     lines += [
         "",
         "| target | machine | mode | run | keys | total (s) | misa / native | restart | JVM | session | reconcile "
-        "| restore | open | query start | first batch | Spark's state load (summed) | warm batch | restored from |",
+        "| restore | open | query start | (failure seen) | (new hosts) | first batch | Spark's state load (summed) "
+        "| warm batch | restored from |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | --- |",
+        "| ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         cells = [s(r["total_s"]), s(paired_ratio(r, rows))]
         cells += [s(r.get(k)) for k in ("restart_s", "jvm_s", "session_s", *RECOVERY_STEPS)]
-        cells += [s(r["query_start_s"]), s(r["first_batch_s"]), s(r.get("state_load_sum_s")), s(r.get("warm_batch_s"))]
+        cells += [s(r["query_start_s"]), s(r.get("detect_s")), s(r.get("hosts_s")), s(r["first_batch_s"])]
+        cells += [s(r.get("state_load_sum_s")), s(r.get("warm_batch_s"))]
         lines.append(
             f"| {r['target']} | {r['case']} | {r['mode']} | {r['run']} | {r['keys']:,} | "
             + " | ".join(cells)

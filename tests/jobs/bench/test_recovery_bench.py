@@ -47,15 +47,19 @@ def test_an_executor_kill_splits_into_the_runtimes_recovery_in_place_the_rest_un
     """No process restarts after an executor kill: the driver's phases are None and the rest adds up."""
     record = {"batch_id": 8, "started": 26.0, "latency_s": 4.0, "state_keys": 1000}
     events = {k: v for k, v in _events(runtime=True).items() if k not in ("python", "session")}
+    events["hosts"] = [{"start": 13.0, "end": 19.5, "pids": [7, 8]}]  # the failure seen at 13, new hosts until 19.5
     row = executor_phases(killed=10.0, events=events, record=record)
     assert row["total_s"] == 20.0 and row["restart_s"] is row["jvm_s"] is row["session_s"] is None
     assert (row["recovery_s"], row["query_start_s"], row["first_batch_s"]) == pytest.approx((4.0, 12.0, 4.0))
+    assert (row["detect_s"], row["hosts_s"]) == pytest.approx((3.0, 6.5))
     assert row["restored_from"] == "dfs"
     native = executor_phases(killed=10.0, events=_events(runtime=False), record=record)
     assert native["recovery_s"] == 0.0 and native["query_start_s"] == 16.0 and native["state_load_sum_s"] == 3.0
+    assert native["detect_s"] is native["hosts_s"] is None
     row |= {"target": "local", "mode": "misa", "case": "executor", "run": 1, "keys": 1000, "warm_batch_s": 1.0}
     assert line(row).endswith("20.00 s (recovery 4.00, query_start 12.00, first_batch 4.00)")
     assert "| local | executor | misa | 1 | 20.00 |" in markdown([row])
+    assert "| 12.00 | 3.00 | 6.50 | 4.00 |" in markdown([row])  # query start, failure seen, new hosts, first batch
 
 
 def test_the_table_has_a_median_per_cell_with_the_ratio_to_native_and_a_row_per_cycle():
