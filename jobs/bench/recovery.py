@@ -416,12 +416,15 @@ def group_members(pgid: int) -> list[int]:
 
 
 def wait_read(names: Sequence[str], series: Series, timeout_s: float) -> int:
-    """Wait until the batches that read the files ``names`` have ended; the last of those batches."""
-    deadline, seen = time.monotonic() + timeout_s, -1
+    """Wait until the batches that read the files ``names`` have ended; the last of those batches.
+
+    Spark's file source log is read when a batch has ended and at least once a second: the runtime mirrors it to the
+    checkpoint location after the batch's end (and its metrics), so the last batch's entry can land later."""
+    deadline, seen, recheck = time.monotonic() + timeout_s, -1, 0.0
     while True:
         ends = batch_ends(series.metrics)
-        if len(ends) != seen:  # Spark's file source log is read only when a batch has ended
-            seen = len(ends)
+        if len(ends) != seen or time.monotonic() >= recheck:
+            seen, recheck = len(ends), time.monotonic() + 1.0
             read = file_batches(series.checkpoint)
             if all(n in read and read[n] in ends for n in names):
                 return max(read[n] for n in names)

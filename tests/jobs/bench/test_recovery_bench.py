@@ -4,12 +4,25 @@ group, and one real kill and restart of a small Q18 job (1,000 keys, DFS on a lo
 import json
 import os
 import subprocess
+import threading
 import time
 
 import pytest
 
-from jobs.bench.recovery import PHASES, RECOVERY_STEPS, executor_phases, group_members, kill, line, markdown, phases
+from jobs.bench.recovery import (
+    PHASES,
+    RECOVERY_STEPS,
+    Series,
+    executor_phases,
+    group_members,
+    kill,
+    line,
+    markdown,
+    phases,
+    wait_read,
+)
 from misa.cli.main import main
+from tests.jobs.bench.test_live_stats import source_log
 
 
 def _events(runtime: bool) -> dict[str, list[dict]]:
@@ -145,3 +158,31 @@ def test_a_batch_of_a_partitioned_state_is_durable_once_every_partition_has_its_
 def test_the_executor_case_needs_a_local_cluster(tmp_path):
     with pytest.raises(SystemExit, match="local-cluster"):
         main(["bench", "recovery", "--cases", "executor", "--work", str(tmp_path)])
+
+
+def test_a_batch_that_ended_before_its_file_log_was_mirrored_is_still_found(tmp_path):
+    """The runtime mirrors Spark's log to the checkpoint location after the batch has ended (and written its
+    metrics): a wait that saw the end first must still look at the log when the mirror lands, with no batch after."""
+    series = Series("misa", "local", tmp_path / "target", tmp_path / "work")
+    series.work.mkdir(parents=True)
+    series.metrics.write_text(
+        "".join(json.dumps({"batch_id": b, "started": 1.0, "latency_s": 1.0}) + "\n" for b in (0, 1))
+    )
+    source_log(series.checkpoint, {0: ["a.json"]})
+
+    def mirror_later() -> None:
+        time.sleep(0.5)
+        (series.checkpoint / "sources" / "0" / "1").write_text(
+            "v1\n" + json.dumps({"path": "file:///in/b.json", "timestamp": 0, "batchId": 1})
+        )
+
+    series.process = subprocess.Popen(["sleep", "30"])
+    (series.work / "run-0.log").write_text("the job's log\n")
+    mirror = threading.Thread(target=mirror_later)
+    mirror.start()
+    try:
+        assert wait_read(["b.json"], series, timeout_s=5.0) == 1
+    finally:
+        mirror.join()
+        series.process.kill()
+        series.process.wait()
