@@ -43,11 +43,11 @@ from misa.operators.dedup import Deduplicate
 from misa.operators.interval_join import EVENT_US
 from misa.operators.lookup_aggregation import LookupAggregation
 from misa.operators.panes import PaneRecords, Panes
+from misa.operators.session_records import Sessions
+from misa.operators.session_records import encode as encode_sessions
 from misa.operators.sessions import END as SESSION_END
 from misa.operators.sessions import START as SESSION_START
-from misa.operators.sessions import Session as Stored
 from misa.operators.sessions import SessionAggregation
-from misa.operators.sessions import _encode as _encode_sessions
 from misa.operators.stream_join import SIDE_BYTES, JoinSide, StreamJoin
 from misa.state.codec import AGG_CELLS, KeyCodec
 from misa.state.keys import (
@@ -362,8 +362,8 @@ class Session(Shape):
     def state_of(self, ids: np.ndarray, t_us: np.ndarray) -> tuple[list[bytes], list[bytes]]:
         groups = _int_keys(ids, b"")
         ends = t_us + self.gap_us
-        one = np.array([1, 1], np.int64)  # the count's cells: one row
-        records = [_encode_sessions([Stored(int(t), int(e), one, [])]) for t, e in zip(t_us, ends)]
+        ones = np.ones((len(ids), 2), np.int64)  # the count's cells: one row
+        records = encode_sessions(Sessions(np.arange(len(ids)), t_us, ends, ones), len(ids))
         return prefixed(SESSION_RECORD, groups) + joined(SESSION_TIMER, ends, groups), records + [b"\x01"] * len(ids)
 
     def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:

@@ -13,13 +13,13 @@ The input carries each row's session as a struct column of ``start`` and ``end``
 analyzer computes it for ``session_window`` (:func:`misa.from_query` keeps that step in the source).
 
 State layout (:mod:`misa.state.keys`): per group key one record ``0xFE s`` ++ group key holding the
-group's open sessions (start, end, aggregate states), and a timer ``0xFE S`` ++ earliest session end ++
-group key, so eviction reads only the groups with a session due.
+group's open sessions (start, end, aggregate states; :mod:`misa.operators.session_records`), and a timer
+``0xFE S`` ++ earliest session end ++ group key, so eviction reads only the groups with a session due. A batch's
+records are read, merged and written as columns, for all its groups at once.
 """
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -32,10 +32,12 @@ from pyspark.sql import types as T
 
 from misa.config import parse_seconds
 from misa.exceptions import AnalysisError
+from misa.operators import session_records
 from misa.operators.aggregation import NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValues
 from misa.operators.base import ROWS, HintSource, KeyPartitioned, OperatorResult, max_event_measures, observe_deltas
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import column_type, event_time, key_columns, typed
+from misa.operators.session_records import Sessions, earliest_ends, key_tails, merge_overlapping
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import KEY_SPACE_VERSION, SESSION_RECORD, SESSION_TIMER, joined, prefixed, window_prefix
@@ -43,16 +45,6 @@ from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
 START, END = "_session_start", "_session_end"
-
-
-@dataclass
-class Session:
-    """One session of a group: [start, end) in microseconds and its aggregate states."""
-
-    start: int
-    end: int
-    cells: np.ndarray
-    objects: list[Any]
 
 
 @dataclass
@@ -132,7 +124,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
         self._last_schema = deltas.schema
         if self._codec is None:  # from the deltas' schema, empty or not: complete output decodes every group
             self._codec = KeyCodec([deltas.schema.field(c) for c in self.group_by], windowed=False)
-        result = OperatorResult(self._output([], [], values))
+        result = OperatorResult(self._output(np.zeros(0, object), _no_sessions(values), values))
         late, evict = self.watermark.begin_batch()
         if self.watermark_delay is None:
             late = NO_WATERMARK
@@ -149,7 +141,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
         if self.output_mode == "append":
             result.output = self._output(*closed, values)
         else:
-            result.output = self._output(*self._everything(state), values)
+            result.output = self._output(*self._everything(state, values), values)
         return result
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
@@ -159,7 +151,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
         values = AggValues.of(self.aggs, self._last_schema, self._ansi, self.collect_max_items)
         previous = self.watermark.at_us
         advanced = self.watermark.advance()
-        closed = self._evict(state, values, previous, advanced) if advanced is not None else ([], [])
+        closed = self._evict(state, values, previous, advanced if advanced is not None else previous)
         return OperatorResult(self._output(*closed, values))
 
     def spark_runs_no_data_batches(self) -> bool:
@@ -180,81 +172,70 @@ class SessionAggregation(HintSource, KeyPartitioned):
         return group_hint_keys(hints, self.group_by, [SESSION_RECORD])
 
     def _merge(self, deltas: pa.Table, values: AggValues, state: StateView) -> int:
-        """Fold the deltas' row sessions into their groups' records; the number of groups read."""
+        """Fold the deltas' row sessions into their groups' records, for all groups at once; the groups read."""
         rows = normalize_float_keys(deltas, list(self.group_by))
         assert self._codec is not None
         group_keys, key_of_row = distinct_keys(
             self._codec.encode(None, [rows[c].combine_chunks() for c in self.group_by], rows.num_rows)
         )
-        cells = values.delta_states(rows)
-        objects = values.objects.delta_states(rows) if values.objects else [[] for _ in range(rows.num_rows)]
-        starts, ends = rows[START].to_numpy(), rows[END].to_numpy()
-        new: list[list[Session]] = [[] for _ in group_keys]
-        for r, key in enumerate(key_of_row.tolist()):
-            new[key].append(Session(int(starts[r]), int(ends[r]), cells[r], objects[r]))
-        records = state.get_many(prefixed(SESSION_RECORD, group_keys))
-        timers_out, timers_in, written = [], [], []
-        for key, record, sessions in zip(group_keys, records, new):
-            old_timer, stored = _decode(record)
-            merged = _merged(sorted(stored + sessions, key=lambda s: s.start), values)
-            written.append(_encode(merged))
-            if old_timer is not None:
-                timers_out.append((old_timer, key))
-            timers_in.append((min(s.end for s in merged), key))
-        state.put_many(prefixed(SESSION_RECORD, group_keys), written)
-        _set_timers(state, timers_out, timers_in)
+        width, with_objects = values.states.width, bool(values.objects)
+        objects = values.objects.delta_states(rows) if with_objects else None
+        new = Sessions(key_of_row, rows[START].to_numpy(), rows[END].to_numpy(), values.delta_states(rows), objects)
+        records = prefixed(SESSION_RECORD, group_keys)
+        stored = session_records.decode(state.get_many(records), width, with_objects)
+        merged = merge_overlapping(Sessions.concat([stored, new], width, with_objects), values.states, values.objects)
+        state.put_many(records, session_records.encode(merged, len(group_keys)))
+        keys = np.array(group_keys, dtype=object)
+        old_groups, old_timers = earliest_ends(stored)
+        new_groups, new_timers = earliest_ends(merged)
+        _set_timers(state, old_timers, keys[old_groups], None)
+        _set_timers(state, new_timers, keys[new_groups], b"\x01")
         return len(group_keys)
 
-    def _evict(
-        self, state: StateView, values: AggValues, previous: int, watermark: int
-    ) -> tuple[list[bytes], list[Session]]:
-        """Forget the sessions ending at or before ``watermark``; they and their group keys, for append output."""
+    def _evict(self, state: StateView, values: AggValues, previous: int, watermark: int) -> tuple[np.ndarray, Sessions]:
+        """Forget the sessions ending at or before ``watermark``; they and each one's group key, for append output."""
+        nothing = np.zeros(0, object), _no_sessions(values)
         if watermark <= previous:
-            return [], []
+            return nothing
         begin, end = SESSION_TIMER + window_prefix(0), SESSION_TIMER + window_prefix(watermark + 1)
         due = state.scan(begin, end)
         if not due:
-            return [], []
-        group_keys = sorted({k[len(SESSION_TIMER) + 8 :] for k, _ in due})
+            return nothing
+        timers = pa.array(next(zip(*due)), pa.binary())
+        keys = pc.unique(key_tails(timers, len(SESSION_TIMER) + 8)).sort()
+        group_keys = np.array(keys.to_pylist(), dtype=object)
         state.delete_range(begin, end)
-        records = state.get_many(prefixed(SESSION_RECORD, group_keys))
-        closed_keys, closed, written, timers = [], [], [], []
-        for key, record in zip(group_keys, records):
-            _, sessions = _decode(record)
-            open_ = [s for s in sessions if s.end > watermark]
-            for s in sessions:
-                if s.end <= watermark:
-                    closed_keys.append(key)
-                    closed.append(s)
-            written.append(_encode(open_) if open_ else None)
-            if open_:
-                timers.append((min(s.end for s in open_), key))
-        state.put_many(prefixed(SESSION_RECORD, group_keys), written)
-        _set_timers(state, [], timers)
-        return closed_keys, closed
+        records = prefixed(SESSION_RECORD, group_keys)
+        stored = session_records.decode(state.get_many(records), values.states.width, bool(values.objects))
+        closing = stored.end <= watermark
+        still_open = stored.take(~closing)
+        state.put_many(records, session_records.encode(still_open, len(group_keys)))
+        open_groups, timers_left = earliest_ends(still_open)
+        _set_timers(state, timers_left, group_keys[open_groups], b"\x01")
+        closed = stored.take(closing)
+        return group_keys[closed.group], closed
 
-    def _everything(self, state: StateView) -> tuple[list[bytes], list[Session]]:
-        """Every group's sessions (complete output)."""
-        keys, sessions = [], []
-        for key, record in state.scan(SESSION_RECORD, SESSION_RECORD + b"\xff"):
-            for s in _decode(record)[1]:
-                keys.append(key[len(SESSION_RECORD) :])
-                sessions.append(s)
-        return keys, sessions
+    def _everything(self, state: StateView, values: AggValues) -> tuple[np.ndarray, Sessions]:
+        """Every group's sessions (complete output), each with its group key."""
+        scanned = state.scan(SESSION_RECORD, SESSION_RECORD + b"\xff")
+        if not scanned:
+            return np.zeros(0, object), _no_sessions(values)
+        keys, records = zip(*scanned)
+        sessions = session_records.decode(records, values.states.width, bool(values.objects))
+        group_keys = key_tails(pa.array(keys, pa.binary()), len(SESSION_RECORD)).to_numpy(zero_copy_only=False)
+        return group_keys[sessions.group], sessions
 
-    def _output(self, group_keys: list[bytes], sessions: list[Session], values: AggValues) -> pa.Table:
-        """Rows of (session start, end, group columns, aggregates)."""
-        window = [
-            pa.array([s.start for s in sessions], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.array([s.end for s in sessions], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        ]
-        if self._codec is not None and group_keys:
-            _, columns = self._codec.decode(group_keys)
+    def _output(self, group_keys: np.ndarray, sessions: Sessions, values: AggValues) -> pa.Table:
+        """Rows of (session start, end, group columns, aggregates), a session each (``group_keys``: its group's)."""
+        window = [pa.array(sessions.start, pa.int64()), pa.array(sessions.end, pa.int64())]
+        window = [w.cast(pa.timestamp("us", tz="UTC")) for w in window]
+        if self._codec is not None and len(group_keys):
+            _, columns = self._codec.decode(list(group_keys))
         else:
             types = {f.name: f.type for f in self._last_schema} if self._last_schema is not None else {}
             columns = [pa.array([], types.get(c, pa.null())) for c in self.group_by]
-        cells = np.array([s.cells for s in sessions], np.int64).reshape(len(sessions), values.states.width)
-        aggregates = values.columns(cells, [s.objects for s in sessions])
+        cells = sessions.cells.reshape(len(sessions), values.states.width)
+        aggregates = values.columns(cells, sessions.objects or [])  # objects: read only with object aggregates
         return pa.table(dict(zip([*OUTPUT_WINDOW, *self.group_by], window + list(columns))) | aggregates)
 
     # ------------------------------------------------------------------ versions
@@ -265,38 +246,12 @@ class SessionAggregation(HintSource, KeyPartitioned):
         self.watermark.restore(metadata)
 
 
-def _merged(sessions: list[Session], values: AggValues) -> list[Session]:
-    """Sessions sorted by start, those that overlap or touch merged (states folded in start order)."""
-    out: list[Session] = []
-    for s in sessions:
-        if out and s.start <= out[-1].end:
-            last = out[-1]
-            cells = values.states.merge(last.cells[None, :], s.cells[None, :])[0]
-            objects = values.objects.merge_one(last.objects, s.objects) if values.objects else []
-            out[-1] = Session(last.start, max(last.end, s.end), cells, objects)
-        else:
-            out.append(s)
-    return out
+def _no_sessions(values: AggValues) -> Sessions:
+    empty = np.zeros(0, np.int64)
+    return Sessions(empty, empty, empty, values.states.identity(0), [] if values.objects else None)
 
 
-def _decode(record: bytes | None) -> tuple[int | None, list[Session]]:
-    if record is None:
-        return None, []
-    timer, rows = pickle.loads(record)
-    return timer, [Session(start, end, np.frombuffer(cells, np.int64), objects) for start, end, cells, objects in rows]
-
-
-def _encode(sessions: list[Session]) -> bytes:
-    timer = min(s.end for s in sessions)
-    rows = [(s.start, s.end, np.asarray(s.cells, np.int64).tobytes(), s.objects) for s in sessions]
-    return pickle.dumps((timer, rows), protocol=5)
-
-
-def _set_timers(state: StateView, remove: list[tuple[int, bytes]], add: list[tuple[int, bytes]]) -> None:
-    """Delete the timers ``remove`` and write ``add`` ((time, group key) pairs)."""
-    if remove:
-        times, keys = zip(*remove)
-        state.put_many(joined(SESSION_TIMER, np.array(times, np.int64), list(keys)), [None] * len(remove))
-    if add:
-        times, keys = zip(*add)
-        state.put_many(joined(SESSION_TIMER, np.array(times, np.int64), list(keys)), [b"\x01"] * len(add))
+def _set_timers(state: StateView, times: np.ndarray, group_keys: np.ndarray, value: bytes | None) -> None:
+    """Write (``value``) or delete (None) the timers of ``group_keys`` at ``times``."""
+    if len(group_keys):
+        state.put_many(joined(SESSION_TIMER, times, list(group_keys)), [value] * len(group_keys))
