@@ -61,6 +61,7 @@ def _types(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
     return [(f.name, f.type) for f in schema]
 
 
+@pytest.mark.slow  # the bench's own check (16 s of Spark in make test): run with the bench, -m slow
 @pytest.mark.parametrize("name", SHAPES)
 def test_the_deltas_have_the_columns_spark_gives_the_operator(spark, name: str) -> None:
     bench = shape(name, keys=1000, deltas_per_batch=100)
