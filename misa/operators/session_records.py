@@ -22,6 +22,7 @@ from misa.state.codec import AggStates
 
 COLUMNS = 1  # the first byte of a record of this layout (a pickle starts with 0x80)
 HEADER = 5  # that byte and the session count
+HEADER_PART, ROWS, TAIL = 0, 1, 2  # what each byte of a run of records is
 
 
 @dataclass
@@ -68,49 +69,54 @@ def decode(records: Sequence[bytes | None], width: int, with_objects: bool) -> S
         for i in legacy.tolist():
             records[i] = _from_legacy(records[i], width)
         binary = pa.array(records, pa.large_binary())
-    offsets = np.frombuffer(binary.buffers()[1], np.int64)[binary.offset : binary.offset + len(binary) + 1]
-    data = np.frombuffer(binary.buffers()[2], np.uint8) if binary.buffers()[2] is not None else np.zeros(0, np.uint8)
     present = np.flatnonzero(binary.is_valid().to_numpy(zero_copy_only=False))
-    begins = offsets[present]
-    counts = _gather(data, begins + 1, 4).view("<u4").ravel().astype(np.int64) if len(present) else begins
+    if not len(present):
+        empty = np.zeros(0, np.int64)
+        return Sessions(empty, empty, empty, np.zeros((0, width), np.int64), [] if with_objects else None)
+    offsets = np.frombuffer(binary.buffers()[1], np.int64)[binary.offset : binary.offset + len(binary) + 1]
+    begins, ends = offsets[present], offsets[present + 1]
+    data = np.frombuffer(binary.buffers()[2], np.uint8)[begins[0] : ends[-1]]  # the present records, one after another
+    starts = begins - begins[0]
+    counts = data[starts[:, None] + np.arange(1, HEADER)].copy().view("<u4").ravel().astype(np.int64)
     row_bytes = (2 + width) * 8
-    group = np.repeat(present, counts)
-    rank = np.arange(len(group)) - np.repeat(np.cumsum(counts) - counts, counts)
-    at = np.repeat(begins + HEADER, counts) + rank * row_bytes
-    rows = _gather(data, at, row_bytes).view("<i8").astype(np.int64, copy=False)
+    parts = _parts(counts * row_bytes, ends - begins - HEADER - counts * row_bytes)
+    rows = data[parts == ROWS].view("<i8").reshape(-1, 2 + width).astype(np.int64, copy=False)
     objects = None
     if with_objects:
-        tails = (begins + HEADER + counts * row_bytes, offsets[present + 1])
+        tails = (starts + HEADER + counts * row_bytes, ends - begins[0])
         objects = [o for b, e in zip(*(t.tolist() for t in tails)) for o in pickle.loads(data[b:e].tobytes())]
+    group = np.repeat(present, counts)
     return Sessions(group, rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2:].reshape(-1, width), objects)
 
 
 def encode(sessions: Sessions, groups: int) -> list[bytes | None]:
-    """One record per group ``0..groups-1`` of its sessions (sorted by group, each group's in start order); None for a
-    group without sessions."""
+    """One record per group ``0..groups-1`` of its sessions (each group's in start order); None for a group without
+    sessions."""
+    if len(sessions) and np.any(np.diff(sessions.group) < 0):
+        sessions = sessions.take(np.argsort(sessions.group, kind="stable"))
     counts = np.bincount(sessions.group, minlength=groups).astype(np.int64)
+    has = counts > 0
     width = sessions.cells.shape[1] if sessions.cells.ndim == 2 else 0
-    row_bytes = (2 + width) * 8
-    rows = np.column_stack([sessions.start, sessions.end, sessions.cells]).astype("<i8").view(np.uint8)
-    tails = _object_tails(sessions, counts) if sessions.objects is not None else [b""] * groups
-    tail_lengths = np.array([len(t) for t in tails], np.int64)
-    sizes = np.where(counts > 0, HEADER + counts * row_bytes + tail_lengths, 0)
+    rows = np.column_stack([sessions.start, sessions.end, sessions.cells]).astype("<i8")
+    tails = _object_tails(sessions, counts[has]) if sessions.objects is not None else []
+    tail_bytes = np.array([len(t) for t in tails], np.int64) if tails else np.zeros(int(has.sum()), np.int64)
+    row_bytes = counts[has] * (2 + width) * 8
+    parts = _parts(row_bytes, tail_bytes)
+    data = np.empty(len(parts), np.uint8)
+    header = np.empty((int(has.sum()), HEADER), np.uint8)
+    header[:, 0] = COLUMNS
+    header[:, 1:] = counts[has].astype("<u4").view(np.uint8).reshape(-1, 4)
+    data[parts == HEADER_PART] = header.ravel()
+    data[parts == ROWS] = rows.view(np.uint8).ravel()
+    if tails:
+        data[parts == TAIL] = np.frombuffer(b"".join(tails), np.uint8)
+    sizes = np.zeros(groups, np.int64)
+    sizes[has] = HEADER + row_bytes + tail_bytes
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    data = np.zeros(int(offsets[-1]), np.uint8)
-    begins = offsets[:-1][counts > 0]
-    data[begins] = COLUMNS
-    data[(begins[:, None] + np.arange(1, 5)).ravel()] = counts[counts > 0].astype("<u4").view(np.uint8)
-    rank = np.arange(len(sessions)) - np.repeat(np.cumsum(counts) - counts, counts)
-    at = offsets[sessions.group] + HEADER + rank * row_bytes
-    data[(at[:, None] + np.arange(row_bytes)).ravel()] = rows.reshape(-1)
-    if sessions.objects is not None:
-        for g in np.flatnonzero(counts).tolist():
-            end = int(offsets[g + 1])
-            data[end - len(tails[g]) : end] = np.frombuffer(tails[g], np.uint8)
     binary = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), groups, [None, pa.py_buffer(offsets.astype(np.int64)), pa.py_buffer(data)]
+        pa.large_binary(), groups, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
     )
-    return pc.if_else(pa.array(counts > 0), binary, pa.scalar(None, pa.large_binary())).to_pylist()
+    return pc.if_else(pa.array(has), binary, pa.scalar(None, pa.large_binary())).to_pylist()
 
 
 def merge_overlapping(sessions: Sessions, states: AggStates, objects: Any) -> Sessions:
@@ -149,11 +155,10 @@ def key_tails(keys: pa.Array, skip: int) -> pa.Array:
     return pc.binary_slice(keys, skip, (1 << 31) - 1)
 
 
-def _gather(data: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray:
-    """The ``size`` bytes at each of ``starts``, as rows."""
-    if not len(starts):
-        return np.zeros((0, size), np.uint8)
-    return data[starts[:, None] + np.arange(size)]
+def _parts(row_bytes: np.ndarray, tail_bytes: np.ndarray) -> np.ndarray:
+    """For records of ``row_bytes`` and ``tail_bytes`` each, one after another: which part each byte is of."""
+    lengths = np.column_stack([np.full(len(row_bytes), HEADER), row_bytes, tail_bytes]).ravel()
+    return np.repeat(np.tile(np.array([HEADER_PART, ROWS, TAIL], np.int8), len(row_bytes)), lengths)
 
 
 def _legacy_positions(binary: pa.LargeBinaryArray) -> np.ndarray:
@@ -181,7 +186,7 @@ def _from_legacy(record: bytes, width: int) -> bytes:
 
 
 def _object_tails(sessions: Sessions, counts: np.ndarray) -> list[bytes]:
-    """Per group, its sessions' object aggregate states, pickled (b"" for a group without sessions)."""
+    """Per group with sessions (``counts`` of them each, in group order), its sessions' object states, pickled."""
     assert sessions.objects is not None
     bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    return [pickle.dumps(sessions.objects[b:e], protocol=5) if e > b else b"" for b, e in zip(bounds, bounds[1:])]
+    return [pickle.dumps(sessions.objects[b:e], protocol=5) for b, e in zip(bounds, bounds[1:])]
