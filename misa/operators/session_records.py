@@ -55,7 +55,7 @@ class Sessions:
             np.concatenate([p.group for p in parts]).astype(np.int64),
             np.concatenate([p.start for p in parts]).astype(np.int64),
             np.concatenate([p.end for p in parts]).astype(np.int64),
-            np.concatenate([p.cells.reshape(-1, width) for p in parts]).astype(np.int64),
+            np.concatenate([p.cells.reshape(len(p), width) for p in parts]).astype(np.int64),
             objects,
         )
 
@@ -86,7 +86,7 @@ def decode(records: Sequence[bytes | None], width: int, with_objects: bool) -> S
         tails = (starts + HEADER + counts * row_bytes, ends - begins[0])
         objects = [o for b, e in zip(*(t.tolist() for t in tails)) for o in pickle.loads(data[b:e].tobytes())]
     group = np.repeat(present, counts)
-    return Sessions(group, rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2:].reshape(-1, width), objects)
+    return Sessions(group, rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2:].reshape(len(rows), width), objects)
 
 
 def encode(sessions: Sessions, groups: int) -> list[bytes | None]:

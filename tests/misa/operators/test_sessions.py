@@ -195,3 +195,35 @@ def test_records_round_trip_with_groups_without_sessions_and_read_the_older_pick
     assert (
         mixed.group.tolist() == [1, 2] and mixed.start.tolist() == [1, 2] and mixed.cells.tolist() == [[7, 1], [4, 5]]
     )
+
+
+def test_an_aggregation_of_object_aggregates_only_has_sessions_without_cells(tmp_path):
+    """min of a string is an object aggregate: with no other aggregate a session has no int64 cells at all."""
+    rng = np.random.default_rng(3)
+    columnar = _Run(tmp_path / "columnar", SessionAggregation(["k"], [Agg("low", "min", "s")], "session", "t", "3s"))
+    per_key = _Run(
+        tmp_path / "per-key", PerKeySessionAggregation(["k"], [Agg("low", "min", "s")], "session", "t", "3s")
+    )
+    try:
+        emitted = 0
+        for n in range(6):
+            rows = int(rng.integers(1, 30))
+            starts = n * 6 * SECOND + rng.integers(0, 40, rows) * (SECOND // 2)
+            deltas = pa.table(
+                {
+                    "k": pa.array(rng.integers(0, 5, rows)),
+                    START: pa.array(starts),
+                    END: pa.array(starts + 2 * SECOND),
+                    ROWS: pa.array(np.ones(rows, np.int64)),
+                    MAX_EVENT: pa.array(starts),
+                    "_o0": pa.array([f"s{v}" for v in rng.integers(0, 9, rows)]),
+                    "_c0": pa.array(np.ones(rows, np.int64)),
+                }
+            )
+            got = columnar.batch(deltas)
+            assert got == per_key.batch(deltas), f"batch {n}"
+            emitted += len(got[0])
+        assert emitted > 0
+    finally:
+        columnar.close()
+        per_key.close()
