@@ -39,6 +39,12 @@ class Sessions:
     def __len__(self) -> int:
         return len(self.group)
 
+    @staticmethod
+    def empty(width: int, with_objects: bool) -> Sessions:
+        """No sessions, of ``width`` aggregate cells."""
+        none = np.zeros(0, np.int64)
+        return Sessions(none, none, none, np.zeros((0, width), np.int64), [] if with_objects else None)
+
     def take(self, rows: np.ndarray) -> Sessions:
         """The sessions at positions (or where the mask) ``rows``."""
         positions = np.flatnonzero(rows) if rows.dtype == bool else rows
@@ -71,8 +77,7 @@ def decode(records: Sequence[bytes | None], width: int, with_objects: bool) -> S
         binary = pa.array(records, pa.large_binary())
     present = np.flatnonzero(binary.is_valid().to_numpy(zero_copy_only=False))
     if not len(present):
-        empty = np.zeros(0, np.int64)
-        return Sessions(empty, empty, empty, np.zeros((0, width), np.int64), [] if with_objects else None)
+        return Sessions.empty(width, with_objects)
     offsets = np.frombuffer(binary.buffers()[1], np.int64)[binary.offset : binary.offset + len(binary) + 1]
     begins, ends = offsets[present], offsets[present + 1]
     data = np.frombuffer(binary.buffers()[2], np.uint8)[begins[0] : ends[-1]]  # the present records, one after another
@@ -96,7 +101,7 @@ def encode(sessions: Sessions, groups: int) -> list[bytes | None]:
         sessions = sessions.take(np.argsort(sessions.group, kind="stable"))
     counts = np.bincount(sessions.group, minlength=groups).astype(np.int64)
     has = counts > 0
-    width = sessions.cells.shape[1] if sessions.cells.ndim == 2 else 0
+    width = sessions.cells.shape[1]
     rows = np.column_stack([sessions.start, sessions.end, sessions.cells]).astype("<i8")
     tails = _object_tails(sessions, counts[has]) if sessions.objects is not None else []
     tail_bytes = np.array([len(t) for t in tails], np.int64) if tails else np.zeros(int(has.sum()), np.int64)
@@ -148,11 +153,6 @@ def earliest_ends(sessions: Sessions) -> tuple[np.ndarray, np.ndarray]:
         return sessions.group, sessions.end
     firsts = np.flatnonzero(np.concatenate([[True], sessions.group[1:] != sessions.group[:-1]]))
     return sessions.group[firsts], np.minimum.reduceat(sessions.end, firsts)
-
-
-def key_tails(keys: pa.Array, skip: int) -> pa.Array:
-    """``keys`` without their first ``skip`` bytes (Arrow's slice with no end fails on this pyarrow)."""
-    return pc.binary_slice(keys, skip, (1 << 31) - 1)
 
 
 def _parts(row_bytes: np.ndarray, tail_bytes: np.ndarray) -> np.ndarray:

@@ -37,10 +37,18 @@ from misa.operators.aggregation import NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValu
 from misa.operators.base import ROWS, HintSource, KeyPartitioned, OperatorResult, max_event_measures, observe_deltas
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import column_type, event_time, key_columns, typed
-from misa.operators.session_records import Sessions, earliest_ends, key_tails, merge_overlapping
+from misa.operators.session_records import Sessions, earliest_ends, merge_overlapping
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
-from misa.state.keys import KEY_SPACE_VERSION, SESSION_RECORD, SESSION_TIMER, joined, prefixed, window_prefix
+from misa.state.keys import (
+    KEY_SPACE_VERSION,
+    SESSION_RECORD,
+    SESSION_TIMER,
+    joined,
+    key_tails,
+    prefixed,
+    window_prefix,
+)
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
@@ -124,7 +132,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
         self._last_schema = deltas.schema
         if self._codec is None:  # from the deltas' schema, empty or not: complete output decodes every group
             self._codec = KeyCodec([deltas.schema.field(c) for c in self.group_by], windowed=False)
-        result = OperatorResult(self._output(np.zeros(0, object), _no_sessions(values), values))
+        result = OperatorResult(self._output(*_no_sessions(values), values))
         late, evict = self.watermark.begin_batch()
         if self.watermark_delay is None:
             late = NO_WATERMARK
@@ -194,7 +202,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
 
     def _evict(self, state: StateView, values: AggValues, previous: int, watermark: int) -> tuple[np.ndarray, Sessions]:
         """Forget the sessions ending at or before ``watermark``; they and each one's group key, for append output."""
-        nothing = np.zeros(0, object), _no_sessions(values)
+        nothing = _no_sessions(values)
         if watermark <= previous:
             return nothing
         begin, end = SESSION_TIMER + window_prefix(0), SESSION_TIMER + window_prefix(watermark + 1)
@@ -219,7 +227,7 @@ class SessionAggregation(HintSource, KeyPartitioned):
         """Every group's sessions (complete output), each with its group key."""
         scanned = state.scan(SESSION_RECORD, SESSION_RECORD + b"\xff")
         if not scanned:
-            return np.zeros(0, object), _no_sessions(values)
+            return _no_sessions(values)
         keys, records = zip(*scanned)
         sessions = session_records.decode(records, values.states.width, bool(values.objects))
         group_keys = key_tails(pa.array(keys, pa.binary()), len(SESSION_RECORD)).to_numpy(zero_copy_only=False)
@@ -246,9 +254,9 @@ class SessionAggregation(HintSource, KeyPartitioned):
         self.watermark.restore(metadata)
 
 
-def _no_sessions(values: AggValues) -> Sessions:
-    empty = np.zeros(0, np.int64)
-    return Sessions(empty, empty, empty, values.states.identity(0), [] if values.objects else None)
+def _no_sessions(values: AggValues) -> tuple[np.ndarray, Sessions]:
+    """No sessions and no group keys (an output or an eviction of nothing)."""
+    return np.zeros(0, object), Sessions.empty(values.states.width, bool(values.objects))
 
 
 def _set_timers(state: StateView, times: np.ndarray, group_keys: np.ndarray, value: bytes | None) -> None:

@@ -103,6 +103,12 @@ def joined(prefix: bytes, times_us: np.ndarray | None, keys: Sequence[bytes]) ->
     return pc.binary_join_element_wise(*columns).to_pylist()
 
 
+def key_tails(keys: pa.Array, skip: int) -> pa.Array:
+    """``keys`` without their first ``skip`` bytes (a prefix, a time), as Arrow binaries (Arrow's slice without an
+    end fails on this pyarrow)."""
+    return pc.binary_slice(keys, skip, (1 << 31) - 1)
+
+
 def split_fixed(raw: bytes, width: int, n: int) -> list[bytes]:
     """``raw`` cut into ``n`` keys of ``width`` bytes."""
     if not width:
