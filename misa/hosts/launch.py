@@ -46,17 +46,22 @@ def check_cluster(sc: SparkContext, hosts: int, wait_s: float) -> None:
             f"executors for the query's life and Spark's barrier jobs refuse dynamic allocation. Set "
             f"spark.dynamicAllocation.enabled=false and a fixed spark.executor.instances"
         )
-    deadline = time.monotonic() + wait_s
     slots = task_slots(sc)
+    needed = f"{PLACEMENT_KEY}=executors needs {hosts} task slot(s) for the state hosts (spark.misa.state.processes) "
+    needed += "and at least 1 for the query's tasks"
+    if sc.master.startswith("local[") and slots < hosts + 1:  # local mode's one executor never grows
+        raise ConfigError(
+            f"{needed}, but {sc.master} offers {slots}. In local mode use {PLACEMENT_KEY}=driver (the default), or "
+            f"more threads (local[N]), or local-cluster[E,C,MB] for real executor processes"
+        )
+    deadline = time.monotonic() + wait_s
     while slots < hosts + 1 and time.monotonic() < deadline:
         time.sleep(_POLL_S)
         slots = task_slots(sc)
     if slots < hosts + 1:
         raise ConfigError(
-            f"{PLACEMENT_KEY}=executors needs {hosts} task slot(s) for the state hosts (spark.misa.state.processes) "
-            f"and at least 1 for the query's tasks, but the cluster offers {slots} (executor cores / spark.task.cpus) "
-            f"after {wait_s:g} s (spark.misa.state.hostStartTimeout). Add executors or cores, or use fewer hosts for "
-            f"a new state"
+            f"{needed}, but the cluster offers {slots} (executor cores / spark.task.cpus) after {wait_s:g} s "
+            f"(spark.misa.state.hostStartTimeout). Add executors or cores, or use fewer hosts for a new state"
         )
 
 

@@ -102,12 +102,15 @@ def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tm
     assert "[state host 1] serving partition 1" in done.executors
 
 
+@pytest.mark.timeout(60)  # not the 3 minutes of spark.misa.state.hostStartTimeout: local mode never grows
 def test_a_session_without_the_hosts_task_slots_is_refused_at_start(spark, tmp_path):
-    """local[2] has two task slots: two hosts would leave none for the query's tasks."""
-    config = MisaConfig.from_mapping({**ON_EXECUTORS, "spark.misa.state.hostStartTimeout": "1s"})
+    """local[2] has two task slots: two hosts would leave none for the query's tasks. No executor joins a local-mode
+    session later, so the refusal comes at once, with the way out."""
+    config = MisaConfig.from_mapping(ON_EXECUTORS)
     operator = Aggregation(["k"], [Agg("n", "count", "x")])
-    with pytest.raises(ConfigError, match=r"needs 2 task slot\(s\) for the state hosts .* the cluster offers 2"):
+    with pytest.raises(ConfigError, match=r"needs 2 task slot\(s\) for the state hosts .* local\[2\] offers 2") as e:
         StatefulJob(operator, lambda i, t: None, str(tmp_path / "ckpt"), config=config)
+    assert "spark.misa.state.placement=driver" in str(e.value) and "local-cluster" in str(e.value)
 
 
 @pytest.mark.slow  # minutes of spark-submits on a local cluster: run on demand (-m slow)
