@@ -30,6 +30,7 @@ from pyspark.sql import types as T
 
 from common.location import local_path
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.row_lists import append_rows, matches
 from misa.operators.schema import INTEGERS, RECORD_TYPES, column_of, column_type, key_columns, struct_of
 from misa.state.codec import KeyCodec
 from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
@@ -51,16 +52,6 @@ def _group(codec: KeyCodec, columns: Sequence[pa.Array | pa.ChunkedArray]) -> tu
         return no_hints()
     encoded = pa.array(codec.encode(None, arrays), pa.binary()).dictionary_encode()
     return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def _matches(a: pa.Table, a_group: np.ndarray, b: pa.Table, b_group: np.ndarray) -> tuple[pa.Table, pa.Table]:
-    """Every pair of rows of ``a`` and ``b`` in the same group, as two aligned tables."""
-    order = np.argsort(b_group, kind="stable")
-    lo = np.searchsorted(b_group[order], a_group, "left")
-    counts = np.searchsorted(b_group[order], a_group, "right") - lo
-    a_rows = np.repeat(np.arange(len(a_group)), counts)
-    b_rows = order[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))]
-    return a.take(pa.array(a_rows, pa.int64())), b.take(pa.array(b_rows, pa.int64()))
 
 
 def _times_us(rows: pa.Table, column: str | None) -> np.ndarray:
@@ -448,39 +439,18 @@ class KeyedJoin(HintSource, KeyPartitioned):
         every_right = pa.concat_tables([old_right, right.cast(old_right.schema)])
         every_right_group = np.concatenate([old_right_group, right_group])
         pairs = [
-            _matches(left, keys.left_group, every_right, every_right_group),
-            _matches(old_left, old_left_group, right.cast(old_right.schema), right_group),
+            matches(left, keys.left_group, every_right, every_right_group),
+            matches(old_left, old_left_group, right.cast(old_right.schema), right_group),
         ]
         result.output = pa.concat_tables([self._pairs(*pair) for pair in pairs])
-        self._append(
-            state, WAITING_LEFT, self._left_records, keys.keys, old_left, old_left_group, left, keys.left_group
+        append_rows(
+            state, WAITING_LEFT, self._left_records, keys.keys, (old_left, old_left_group), (left, keys.left_group)
         )
-        self._append(state, RIGHT_ROW, self._right_records, keys.keys, old_right, old_right_group, right, right_group)
+        append_rows(
+            state, RIGHT_ROW, self._right_records, keys.keys, (old_right, old_right_group), (right, right_group)
+        )
         result.state_reads = 2 * len(keys.keys)
         return result
-
-    @staticmethod
-    def _append(
-        state: StateView,
-        prefix: bytes,
-        records: RecordCodec,
-        keys: list[bytes],
-        old: pa.Table,
-        old_group: np.ndarray,
-        new: pa.Table,
-        new_group: np.ndarray,
-    ) -> None:
-        """Write the lists of the keys with new rows: their stored rows, then the batch's."""
-        if not new.num_rows:
-            return
-        rows = pa.concat_tables([old, new.cast(old.schema)])
-        group = np.concatenate([old_group, new_group])
-        touched = np.unique(new_group)
-        keep = np.isin(group, touched)
-        rows, group = rows.filter(pa.array(keep)), group[keep]
-        order = np.argsort(group, kind="stable")
-        counts = np.bincount(group, minlength=len(keys))[touched]
-        state.put_many(prefixed(prefix, [keys[g] for g in touched]), records.encode(rows.take(order), counts))
 
     def hint_input(self, rows: DataFrame) -> DataFrame:
         """Upstream rows as hint input: the join key of either side, whether the row is a right row, its time."""

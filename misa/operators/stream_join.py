@@ -30,6 +30,7 @@ only the keys due. Output: the left row's fields then the right row's, named ``l
 
 from __future__ import annotations
 
+import base64
 import pickle
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,15 +44,20 @@ from pyspark.sql import types as T
 from misa.exceptions import AnalysisError
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
 from misa.operators.group_hints import group_hint_keys
+from misa.operators.row_lists import append_rows, matches
 from misa.operators.watermark import InputsWatermark
-from misa.state.codec import KeyCodec, normalize_float_keys
-from misa.state.keys import JOIN_ROWS, JOIN_TIMER, KEY_SPACE_VERSION
+from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
+from misa.state.keys import JOIN_ROWS, JOIN_TIMER, KEY_SPACE_VERSION, joined, key_tails, prefixed
+from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
 SIDE, ROW_COLUMNS, PREFIXES = "_side", ("_l", "_r"), ("l", "r")
 SIDE_BYTES = (b"L", b"R")
 TIME_BIAS = 1 << 63  # timer times are stored as unsigned big-endian: times before 1970 sort first too
+TIME = "_t"  # a stored row's time (µs), its state watermark's measure
+ROW_TYPES = "row_types"  # metadata: the sides' row types, an Arrow schema
+COLUMNS, PICKLED = b"\x01", b"\x80"  # the first byte of a record of this layout; of the older, pickled one
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class StreamJoin(HintSource, KeyPartitioned):
     watermark: InputsWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _row_types: tuple[pa.StructType, pa.StructType] | None = field(default=None, init=False, repr=False)
+    _records: tuple[RecordCodec, RecordCodec] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.keys < 1:
@@ -123,44 +130,42 @@ class StreamJoin(HintSource, KeyPartitioned):
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """Drop null-keyed and late rows, join each side's rows with the other side's stored rows, store them, then
-        evict what the eviction watermark allows."""
-        self._row_types = (deltas.schema.field("_l").type, deltas.schema.field("_r").type)
+        evict what the eviction watermark allows; for all keys at once, as columns."""
+        self._set_row_types(deltas.schema.field("_l").type, deltas.schema.field("_r").type)
         late, evict = self.watermark.begin_batch()
         result = OperatorResult(self._empty())
-        batch: list[tuple[list[bytes], list[int | None], list[tuple]]] = []
+        usable = []
         for index, side in enumerate(self.sides):
             rows = deltas.filter(pc.equal(deltas[SIDE], index))
             on_time, dropped, late_rows = self._usable(rows, index, side, late)
             result.dropped_rows += dropped
             result.late_rows += late_rows
-            values = [tuple(r.values()) for r in on_time[ROW_COLUMNS[index]].to_pylist()]
-            batch.append((self._keys(on_time), self._times(on_time, index), values))
-        keys = sorted({k for side_keys, _, _ in batch for k in side_keys})
+            usable.append(on_time)
+        keys, key_of_row = distinct_keys(self._keys(usable[0]) + self._keys(usable[1]))
+        split = usable[0].num_rows
+        new = [
+            (self._stored_form(usable[i], i), group) for i, group in enumerate((key_of_row[:split], key_of_row[split:]))
+        ]
         stored = self._read(state, keys)
         result.state_reads = 2 * len(keys)
-        pairs: list[tuple[tuple, tuple]] = []
-        changed: set[tuple[int, bytes]] = set()
-        timers: set[bytes] = set()  # the new rows' eviction timers (the stored rows' exist)
+        every_left = (pa.concat_tables([stored[0][0], new[0][0]]), np.concatenate([stored[0][1], new[0][1]]))
+        pairs = [matches(*new[0], *stored[1]), matches(*new[1], *every_left)[::-1]]
         bounds = self._bounds(evict)
-        for index, (side_keys, times, values) in enumerate(batch):
-            other = 1 - index
-            for key, t, row in zip(side_keys, times, values):
-                for _, partner in stored[other].get(key, ()):
-                    pairs.append((row, partner) if index == 0 else (partner, row))
-                bound = bounds[index] if index == 1 else None  # left rows are stored: the right's meet them first
-                if bound is None or t is None or t > bound:
-                    stored[index].setdefault(key, []).append((t, row))
-                    changed.add((index, key))
-                    if bounds[index] is not None and t is not None:
-                        timers.add(_timer(index, t, key))
-        self._write(state, stored, changed, timers)
+        if bounds[1] is not None:  # left rows are stored: the right's meet them first; right rows it evicts are not
+            right, group = new[1]
+            kept = _after(right[TIME], bounds[1])
+            new[1] = (right.filter(pa.array(kept)), group[kept])
+        for index in (0, 1):
+            append_rows(state, JOIN_ROWS + SIDE_BYTES[index], self._records[index], keys, stored[index], new[index])
+            if bounds[index] is not None:
+                self._set_timers(state, index, keys, *new[index])
         self._evict(state, bounds)
         result.output = self._output(pairs)
         return result
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the watermark moved and a side has a state watermark: evicts."""
-        if self._bounds(0) != (None, None) and self.watermark.advance() is not None:
+        if self._bounds(0) != (None, None) and self.watermark.advance() is not None and self._records is not None:
             self._evict(state, self._bounds(self.watermark.at_us))
         return OperatorResult(self._empty())
 
@@ -210,16 +215,21 @@ class StreamJoin(HintSource, KeyPartitioned):
         micros = pc.cast(column, pa.timestamp("us")).cast(pa.int64())
         return micros.to_numpy(zero_copy_only=False).astype(np.float64)
 
-    def _times(self, rows: pa.Table, index: int) -> list[int | None]:
-        """Per row, the time its state watermark is compared with: the key's event time, or the row's own."""
+    def _stored_form(self, rows: pa.Table, index: int) -> pa.Table:
+        """The side's rows as stored: the time its state watermark is compared with (the key's event time or the
+        row's own, µs; null: none), then the row's fields."""
+        assert self._records is not None
         if self.key_time is not None:
-            column = pc.cast(rows[f"_k{self.key_time}"], pa.timestamp("us")).cast(pa.int64())
-            return column.to_pylist()
-        name = self.sides[index].event_time
-        if name is None:
-            return [None] * rows.num_rows
-        column = pc.struct_field(rows[ROW_COLUMNS[index]].combine_chunks(), name)
-        return pc.cast(column, pa.timestamp("us")).cast(pa.int64()).to_pylist()
+            time = pc.cast(rows[f"_k{self.key_time}"], pa.timestamp("us")).cast(pa.int64())
+        elif (name := self.sides[index].event_time) is not None and rows.num_rows:
+            time = pc.cast(pc.struct_field(rows[ROW_COLUMNS[index]].combine_chunks(), name), pa.timestamp("us"))
+        else:
+            time = pa.nulls(rows.num_rows, pa.int64())
+        struct = rows[ROW_COLUMNS[index]].combine_chunks() if rows.num_rows else None
+        fields = (
+            struct.flatten() if struct is not None else [pa.array([], f.type) for f in self._records[index].fields[1:]]
+        )
+        return pa.Table.from_arrays([time.cast(pa.int64()), *fields], schema=self._records[index].schema)
 
     def _keys(self, rows: pa.Table) -> list[bytes]:
         rows = normalize_float_keys(rows.select(self.key_columns), self.key_columns)
@@ -241,22 +251,40 @@ class StreamJoin(HintSource, KeyPartitioned):
         )
 
     # ------------------------------------------------------------------ state
-    def _read(self, state: StateView, keys: list[bytes]) -> tuple[dict[bytes, list], dict[bytes, list]]:
-        records = state.get_many([JOIN_ROWS + s + k for s in SIDE_BYTES for k in keys])
-        left, right = records[: len(keys)], records[len(keys) :]
-        return (
-            {k: pickle.loads(v) for k, v in zip(keys, left) if v is not None},
-            {k: pickle.loads(v) for k, v in zip(keys, right) if v is not None},
-        )
+    def _read(self, state: StateView, keys: list[bytes]) -> list[tuple[pa.Table, np.ndarray]]:
+        """Each side's stored rows of ``keys``, with each row's index in ``keys``."""
+        assert self._records is not None
+        records = state.get_many(prefixed(JOIN_ROWS + SIDE_BYTES[0], keys) + prefixed(JOIN_ROWS + SIDE_BYTES[1], keys))
+        return [self._decode(i, records[i * len(keys) : (i + 1) * len(keys)]) for i in (0, 1)]
 
-    def _write(
-        self, state: StateView, stored: tuple[dict, dict], changed: set[tuple[int, bytes]], timers: set[bytes]
-    ) -> None:
-        """Store the changed (side, key) row lists and their new rows' eviction timers."""
-        order = sorted(changed)
-        records = [pickle.dumps(stored[i][k]) for i, k in order]
-        state.put_many([JOIN_ROWS + SIDE_BYTES[i] + k for i, k in order], records)
-        state.put_many(sorted(timers), [b""] * len(timers))
+    def _decode(self, index: int, records: list[bytes | None]) -> tuple[pa.Table, np.ndarray]:
+        """The rows of a side's ``records`` and each one's record; records of the older pickled layout are read too."""
+        assert self._records is not None
+        legacy = [i for i, r in enumerate(records) if r is not None and r[:1] == PICKLED]
+        if legacy:
+            records = list(records)
+            for i in legacy:
+                records[i] = self._from_pickled(index, records[i])  # type: ignore[arg-type]
+        return self._records[index].decode(records)
+
+    def _from_pickled(self, index: int, record: bytes) -> bytes | None:
+        """A record of the older layout (a pickled list of (time, row values)) in this one."""
+        assert self._records is not None and self._row_types is not None
+        rows = pickle.loads(record)
+        schema = self._records[index].schema
+        table = pa.Table.from_pylist([dict(zip(schema.names, (t, *row))) for t, row in rows], schema=schema)
+        return self._records[index].encode(table, np.array([len(rows)]))[0] if rows else None
+
+    def _set_timers(self, state: StateView, index: int, keys: list[bytes], rows: pa.Table, group: np.ndarray) -> None:
+        """An eviction timer per distinct (time, key) of the side's new stored rows that have a time."""
+        times = rows[TIME].combine_chunks() if rows.num_rows else pa.array([], pa.int64())
+        has = times.is_valid().to_numpy(zero_copy_only=False)
+        if not has.any():
+            return
+        key_list = [keys[g] for g in group[has]]
+        timers = joined(JOIN_TIMER + SIDE_BYTES[index], _biased(times.to_numpy(zero_copy_only=False)[has]), key_list)
+        unique = list(dict.fromkeys(timers))
+        state.put_many(unique, [b""] * len(unique))
 
     def _evict(self, state: StateView, bounds: tuple[int | None, int | None]) -> None:
         """Delete each side's rows at or before its bound: the keys come from the timers due."""
@@ -267,13 +295,15 @@ class StreamJoin(HintSource, KeyPartitioned):
             due = state.scan(begin, end)
             if not due:
                 continue
-            keys = sorted({k[len(JOIN_TIMER) + 9 :] for k, _ in due})
-            records = state.get_many([JOIN_ROWS + SIDE_BYTES[index] + k for k in keys])
-            updates = []
-            for record in records:
-                rows = [] if record is None else [r for r in pickle.loads(record) if r[0] is None or r[0] > bound]
-                updates.append(pickle.dumps(rows) if rows else None)
-            state.put_many([JOIN_ROWS + SIDE_BYTES[index] + k for k in keys], updates)
+            timers = pa.array([k for k, _ in due], pa.binary())
+            keys = pc.unique(key_tails(timers, len(JOIN_TIMER) + 9)).to_pylist()
+            records = prefixed(JOIN_ROWS + SIDE_BYTES[index], keys)
+            rows, owner = self._decode(index, state.get_many(records))
+            kept = _after(rows[TIME], bound)
+            assert self._records is not None
+            counts = np.bincount(owner[kept], minlength=len(keys))
+            values = self._records[index].encode(rows.filter(pa.array(kept)), counts)
+            state.put_many(records, [v if c else None for v, c in zip(values, counts.tolist())])
             state.delete_range(begin, end)
 
     # ------------------------------------------------------------------ output
@@ -282,21 +312,36 @@ class StreamJoin(HintSource, KeyPartitioned):
             return pa.table({})
         return self._output([])
 
-    def _output(self, pairs: list[tuple[tuple, tuple]]) -> pa.Table:
+    def _output(self, pairs: list[tuple[pa.Table, pa.Table]]) -> pa.Table:
+        """Rows of the left row's fields then the right row's (``pairs``: aligned stored-form rows)."""
         assert self._row_types is not None
         columns, names = [], []
         for side, (prefix, row_type) in enumerate(zip(PREFIXES, self._row_types)):
             for i in range(row_type.num_fields):
-                columns.append(pa.array([p[side][i] for p in pairs], type=row_type.field(i).type))
+                parts = [pair[side].column(i + 1) for pair in pairs]
+                chunks = [c for part in parts for c in part.chunks]
+                columns.append(pa.chunked_array(chunks, type=row_type.field(i).type))
                 names.append(f"{prefix}{i}")
         return pa.table(columns, names=names)
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:
-        return self.watermark.metadata()
+        """The watermarks and the sides' row types (a batch without data evicts before any row was seen)."""
+        if self._row_types is None:
+            return self.watermark.metadata()
+        rows = pa.schema([pa.field(c, t) for c, t in zip(ROW_COLUMNS, self._row_types)])
+        return self.watermark.metadata() | {ROW_TYPES: base64.b64encode(rows.serialize().to_pybytes()).decode()}
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
+        if ROW_TYPES in metadata:
+            rows = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(metadata[ROW_TYPES])))
+            self._set_row_types(rows.field(ROW_COLUMNS[0]).type, rows.field(ROW_COLUMNS[1]).type)
+
+    def _set_row_types(self, left: pa.StructType, right: pa.StructType) -> None:
+        if self._row_types != (left, right):
+            self._row_types = (left, right)
+            self._records = (_records(left), _records(right))
 
 
 def _timer(index: int, time_us: int, key: bytes) -> bytes:
@@ -308,3 +353,22 @@ def _any(masks: list[pa.Array | pa.ChunkedArray], rows: int) -> pa.Array:
     for mask in masks:
         found = pc.or_(found, mask)
     return found
+
+
+def _biased(times_us: np.ndarray) -> np.ndarray:
+    """Times as int64 whose big-endian bytes are those of the unsigned ``time + TIME_BIAS`` (:func:`_timer`'s)."""
+    return (times_us.astype(np.int64).view(np.uint64) ^ np.uint64(TIME_BIAS)).view(np.int64)
+
+
+def _records(row_type: pa.StructType) -> RecordCodec:
+    """The codec of a side's stored rows: the time, then the row's fields (``f0, f1, ...``)."""
+    fields = [pa.field(TIME, pa.int64())] + [
+        pa.field(f"f{i}", row_type.field(i).type) for i in range(row_type.num_fields)
+    ]
+    return RecordCodec(fields, marker=COLUMNS)
+
+
+def _after(times: pa.ChunkedArray, bound: int) -> np.ndarray:
+    """Which rows a state watermark at ``bound`` keeps: those without a time or with a time after it."""
+    after = pc.fill_null(pc.greater(times, pa.scalar(bound, pa.int64())), True)
+    return after.to_numpy(zero_copy_only=False).astype(bool)

@@ -5,13 +5,13 @@ per-key code wrote."""
 
 from __future__ import annotations
 
-import math
 import pickle
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from key_pools import KEY_TYPES, key_pool
 from per_key_sessions import PerKeySessionAggregation, Session, _merged
 
 from misa.config import MisaConfig
@@ -26,20 +26,6 @@ from misa.state.view import StateView
 SECOND = 1_000_000
 NUMBERS = [Agg("n", "count", "x"), Agg("total", "sum", "x"), Agg("top", "max", "d"), Agg("mean", "avg", "d")]
 OBJECTS = [Agg("names", "collect_list", "s"), Agg("first_x", "first", "x")]
-
-
-def _pool(key_type: str, rng: np.random.Generator, size: int) -> list:
-    """``size`` group values of ``key_type``, nulls and (double) NaN and -0.0 among them."""
-    if key_type == "long":
-        return [None, *rng.integers(-(2**62), 2**62, size - 1).tolist()]
-    if key_type == "string":
-        return [None, "", *(f"k{i}é" for i in range(size - 2))]
-    if key_type == "double":
-        return [None, math.nan, -0.0, 0.0, *(float(v) for v in rng.normal(size=size - 4))]
-    return [None, *(int(v) for v in rng.integers(0, 10**15, size - 1))]  # timestamp (µs)
-
-
-KEY_TYPES = {"long": pa.int64(), "string": pa.string(), "double": pa.float64(), "timestamp": pa.timestamp("us", "UTC")}
 
 
 def _deltas(rng: np.random.Generator, groups: dict[str, list], base_us: int, rows: int, objects: bool) -> pa.Table:
@@ -113,7 +99,7 @@ def _same_runs(tmp_path: Path, group_by: list[str], output_mode: str, objects: b
     """Eight random batches through the columnar operator and the per-key one: the same rows each batch. With
     ``switch_at``, the first run is the per-key operator up to that batch, then the columnar one on its state."""
     rng = np.random.default_rng(seed)
-    groups = {name: _pool(name.split("_")[0], rng, 12) for name in group_by}
+    groups = {name: key_pool(name.split("_")[0], rng, 12) for name in group_by}
     first = PerKeySessionAggregation if switch_at else SessionAggregation
     run = _Run(tmp_path / "run", _operator(first, group_by, output_mode, objects))
     per_key = _Run(tmp_path / "per-key", _operator(PerKeySessionAggregation, group_by, output_mode, objects))
