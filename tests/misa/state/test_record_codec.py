@@ -107,7 +107,9 @@ def test_columns_of_every_type_round_trip_bit_for_bit_behind_a_marker():
             "g": None if i % 5 == 0 else i / 4,
             "b": [True, False, None][i % 3],
             "d": datetime.date(2020, 1, 1 + i % 20),
-            "t": None if i % 6 == 0 else datetime.datetime(1960, 1, 1, tzinfo=datetime.timezone.utc)
+            "t": None
+            if i % 6 == 0
+            else datetime.datetime(1960, 1, 1, tzinfo=datetime.timezone.utc)
             + datetime.timedelta(microseconds=i * 1_234_567),
             "dec": None if i % 4 == 1 else decimal.Decimal(f"-{i}.{i % 100:02d}"),
             "bin": None if i % 2 else bytes(range(i)),
