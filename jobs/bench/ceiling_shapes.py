@@ -22,7 +22,6 @@ join           a stream joined with itself on ``k`` within 10 s (from_query's St
 from __future__ import annotations
 
 import argparse
-import pickle
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -48,7 +47,7 @@ from misa.operators.session_records import encode as encode_sessions
 from misa.operators.sessions import END as SESSION_END
 from misa.operators.sessions import START as SESSION_START
 from misa.operators.sessions import SessionAggregation
-from misa.operators.stream_join import SIDE_BYTES, JoinSide, StreamJoin
+from misa.operators.stream_join import SIDE_BYTES, JoinSide, StreamJoin, stored_rows
 from misa.state.codec import AGG_CELLS, KeyCodec
 from misa.state.keys import (
     DEDUP_EXPIRY,
@@ -392,9 +391,14 @@ class Join(Shape):
     def state_of(self, ids: np.ndarray, t_us: np.ndarray) -> tuple[list[bytes], list[bytes]]:
         groups = _int_keys(ids, b"")
         keys, values = [], []
-        for side in SIDE_BYTES:
+        for side, prefix in zip(SIDE_BYTES, "lr"):
+            row = pa.StructArray.from_arrays(
+                [pa.array(ids, pa.int64()), pa.array(t_us, pa.timestamp("us", "UTC"))], [f"{prefix}0", f"{prefix}1"]
+            )
+            records = stored_rows(row.type)
+            stored = pa.Table.from_arrays([pa.array(t_us, pa.int64()), *row.flatten()], schema=records.schema)
             keys += prefixed(JOIN_ROWS + side, groups)
-            values += [pickle.dumps([(int(t), (int(i), int(t)))]) for i, t in zip(ids, t_us)]
+            values += records.encode(stored, np.ones(len(ids), np.int64))
             keys += [JOIN_TIMER + side + (int(t) + (1 << 63)).to_bytes(8, "big") + g for t, g in zip(t_us, groups)]
             values += [b""] * len(ids)
         return keys, values

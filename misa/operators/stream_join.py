@@ -341,7 +341,7 @@ class StreamJoin(HintSource, KeyPartitioned):
     def _set_row_types(self, left: pa.StructType, right: pa.StructType) -> None:
         if self._row_types != (left, right):
             self._row_types = (left, right)
-            self._records = (_records(left), _records(right))
+            self._records = (stored_rows(left), stored_rows(right))
 
 
 def _timer(index: int, time_us: int, key: bytes) -> bytes:
@@ -360,7 +360,7 @@ def _biased(times_us: np.ndarray) -> np.ndarray:
     return (times_us.astype(np.int64).view(np.uint64) ^ np.uint64(TIME_BIAS)).view(np.int64)
 
 
-def _records(row_type: pa.StructType) -> RecordCodec:
+def stored_rows(row_type: pa.StructType) -> RecordCodec:
     """The codec of a side's stored rows: the time, then the row's fields (``f0, f1, ...``)."""
     fields = [pa.field(TIME, pa.int64())] + [
         pa.field(f"f{i}", row_type.field(i).type) for i in range(row_type.num_fields)
