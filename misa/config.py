@@ -268,13 +268,6 @@ class MisaConfig:
         "Committed versions kept on local disk and on the DFS; older ones are garbage-collected "
         "(at least 2: recovery may roll back one version).",
     )
-    state_recent_writes: int = setting(
-        "spark.misa.state.recentWrites",
-        "1000000",
-        _int(0),
-        "Keys the last batches wrote kept in memory after their commit (the hot tier: point reads of them need no "
-        "RocksDB look-up; about 150 bytes each plus the value); 0 keeps none.",
-    )
     state_write_chunk: int = setting(
         "spark.misa.state.writeChunkSize",
         "5000",

@@ -137,7 +137,7 @@ class StatefulJob:
             self.view: Any = PartitionedView(self.store.pool)
         else:
             self.store = StateStore(self.config, state_dir, dfs_url)
-            self.view = StateView(self.store, new_cache(self.config), recent_entries=self.config.state_recent_writes)
+            self.view = StateView(self.store, new_cache(self.config))
         self.checkpoints = self.store.checkpoints
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch

@@ -177,7 +177,7 @@ def measure(
         if ready is not None:
             ready()
         keys_before = store.approximate_keys()
-        view = StateView(store, new_cache(config), recent_entries=config.state_recent_writes)
+        view = StateView(store, new_cache(config))
         controller = CommitController(store, "sync")
         controller.loaded(0)
         operator = bench.operator

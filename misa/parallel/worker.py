@@ -76,7 +76,7 @@ class PartitionWorker:
         self.tables = tables
         self.store = StateStore(config, state_dir, dfs_url)
         self.checkpoints = self.store.checkpoints
-        self.view = StateView(self.store, new_cache(config), recent_entries=config.state_recent_writes)
+        self.view = StateView(self.store, new_cache(config))
         self.controller = self._controller()
         self.operator: KeyPartitioned | Any = pickle.loads(operator)
         self.hints: LocalHints | None = None  # with prefetching: this partition's prefetch manager

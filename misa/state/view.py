@@ -1,4 +1,4 @@
-"""The running batch's view of the state: its writes, a read cache, pending commit buffers, recent writes, RocksDB.
+"""The running batch's view of the state: its writes, a read cache, pending commit buffers, then RocksDB.
 
 A batch writes into its write buffer (:class:`misa.state.write_buffer.WriteBuffer`, one dirty entry
 per key); reads consult it first, then a read cache (:mod:`common.cache_contract`: the
@@ -6,9 +6,7 @@ Timestamp-Aware Cache or a baseline, when one is configured or prefetching is on
 ends, :meth:`StateView.freeze` drains its writes into the commit buffer of its
 :class:`misa.state.version.BatchVersion` (the lifecycle is documented there), refreshes the read
 cache with them and keeps the version: until RocksDB has the buffer (the version is applied), reads
-consult it before RocksDB, so batch v+1 always sees version v and never waits for its commit. Below the buffers, the
-last batches' writes stay in memory after their commit (:class:`misa.state.recent_writes.RecentWrites`, the hot
-tier), so reads of what recent batches wrote need no RocksDB look-up.
+consult it before RocksDB, so batch v+1 always sees version v and never waits for its commit.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from typing import Sequence
 from common.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.device_reads import device_bytes_read
-from misa.state.recent_writes import RecentWrites
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
 from misa.state.write_buffer import WriteBuffer
@@ -43,15 +40,8 @@ class StateView:
     with :meth:`enable_prefetch` serves the reads through its own cache while prefetching is on.
     """
 
-    def __init__(
-        self,
-        store: StateStore,
-        cache: ReadCache | None = None,
-        parallel_misses: bool = True,
-        recent_entries: int = 0,
-    ):
+    def __init__(self, store: StateStore, cache: ReadCache | None = None, parallel_misses: bool = True):
         self.store = store
-        self.recent = RecentWrites(recent_entries)  # the last batches' writes, read below their commit buffers
         self.writes = WriteBuffer()
         self.cache = cache
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
@@ -113,13 +103,12 @@ class StateView:
             return [v.buffer for v in reversed(self._frozen)]
 
     def fetch_below(self, keys: Sequence[bytes], parallel: bool | None = None) -> list[bytes | None]:
-        """Values of ``keys`` below the cache: pending commit buffers, the recent writes, then RocksDB (with the shards
+        """Values of ``keys`` below the cache: pending commit buffers, then RocksDB (with the shards
         in parallel when ``parallel``, by default ``parallel_misses``)."""
         out: list[object] = [MISSING] * len(keys)
         missing = list(range(len(keys)))
         for layer in self._layers():  # newest first: the first buffer that decides a key wins
             missing = layer.resolve(keys, missing, out)
-        missing = self.recent.resolve(keys, missing, out)
         if missing:
             parallel = self.parallel_misses if parallel is None else parallel
             for i, value in zip(missing, self.store.get_many([keys[i] for i in missing], parallel)):
@@ -206,7 +195,6 @@ class StateView:
         frozen.freeze(CommitBuffer(version, changes, tuple(range_deletes)))
         with self._lock:
             self._frozen.append(frozen)
-        self.recent.add(changes, range_deletes)
         cache = self.read_cache
         if cache is not None:
             cache.refresh(changes, range_deletes)
@@ -220,7 +208,6 @@ class StateView:
         if self.cache is not None:
             self.cache.clear()
         self.writes.clear()
-        self.recent.clear()
         with self._lock:
             self._frozen = []
 

@@ -98,7 +98,6 @@ RANGES = [
     ("spark.misa.cache.maxBytes", "0k", "1", ">= 1"),
     ("spark.misa.prefetch.threads", "0", "1", ">= 1"),
     ("spark.misa.prefetch.chunkKeys", "0", "1", ">= 1"),
-    ("spark.misa.state.recentWrites", "-1", "0", ">= 0"),
     ("spark.misa.prefetch.sketch.depth", "0", "1", ">= 1"),
     ("spark.misa.prefetch.sketch.width", "15", "16", "from 16 to 4294967296"),
     ("spark.misa.prefetch.sketch.width", "4294967297", "4294967296", "from 16 to 4294967296"),  # 32-bit row index
