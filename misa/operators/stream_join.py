@@ -57,6 +57,8 @@ SIDE_BYTES = (b"L", b"R")
 TIME_BIAS = 1 << 63  # timer times are stored as unsigned big-endian: times before 1970 sort first too
 TIME = "_t"  # a stored row's time (µs), its state watermark's measure
 ROW_TYPES = "row_types"  # metadata: the sides' row types, an Arrow schema
+WHOLE = b"\x01"  # a timer's value: its time is its key's latest and every row of the key has a time
+NO_TIME = np.iinfo(np.int64).min
 COLUMNS, PICKLED = b"\x01", b"\x80"  # the first byte of a record of this layout; of the older, pickled one
 
 
@@ -158,7 +160,7 @@ class StreamJoin(HintSource, KeyPartitioned):
         for index in (0, 1):
             append_rows(state, JOIN_ROWS + SIDE_BYTES[index], self._records[index], keys, stored[index], new[index])
             if bounds[index] is not None:
-                self._set_timers(state, index, keys, *new[index])
+                self._set_timers(state, index, keys, stored[index], new[index])
         self._evict(state, bounds)
         result.output = self._output(pairs)
         return result
@@ -275,19 +277,41 @@ class StreamJoin(HintSource, KeyPartitioned):
         table = pa.Table.from_pylist([dict(zip(schema.names, (t, *row))) for t, row in rows], schema=schema)
         return self._records[index].encode(table, np.array([len(rows)]))[0] if rows else None
 
-    def _set_timers(self, state: StateView, index: int, keys: list[bytes], rows: pa.Table, group: np.ndarray) -> None:
-        """An eviction timer per distinct (time, key) of the side's new stored rows that have a time."""
-        times = rows[TIME].combine_chunks() if rows.num_rows else pa.array([], pa.int64())
-        has = times.is_valid().to_numpy(zero_copy_only=False)
-        if not has.any():
+    def _set_timers(
+        self,
+        state: StateView,
+        index: int,
+        keys: list[bytes],
+        stored: tuple[pa.Table, np.ndarray],
+        new: tuple[pa.Table, np.ndarray],
+    ) -> None:
+        """An eviction timer per distinct (time, key) of the side's new stored rows that have a time; the timer of
+        each changed key's latest time marks, when none of its rows lacks a time, that all its rows go with it
+        (:data:`WHOLE`); the key's previous latest timer, if earlier, no longer does."""
+        rows, group = new
+        if not rows.num_rows:
             return
-        key_list = [keys[g] for g in group[has]]
-        timers = joined(JOIN_TIMER + SIDE_BYTES[index], _biased(times.to_numpy(zero_copy_only=False)[has]), key_list)
-        unique = list(dict.fromkeys(timers))
-        state.put_many(unique, [b""] * len(unique))
+        old_latest, old_untimed = _latest(*stored, len(keys))
+        new_latest, new_untimed = _latest(rows, group, len(keys))
+        latest, untimed = np.maximum(old_latest, new_latest), old_untimed | new_untimed
+        times = rows[TIME].combine_chunks()
+        timed = times.is_valid().to_numpy(zero_copy_only=False)
+        changed = np.unique(group)
+        superseded = changed[(old_latest[changed] > NO_TIME) & (latest[changed] > old_latest[changed])]
+        marked = changed[latest[changed] > NO_TIME]
+        times_us = np.concatenate(
+            [times.to_numpy(zero_copy_only=False)[timed], old_latest[superseded], latest[marked]]
+        ).astype(np.int64)
+        owners = np.concatenate([group[timed], superseded, marked])
+        values = [b""] * (int(timed.sum()) + len(superseded))  # the latest timers last: theirs is the value kept
+        values += [b"" if u else WHOLE for u in untimed[marked].tolist()]
+        timers = joined(JOIN_TIMER + SIDE_BYTES[index], _biased(times_us), [keys[g] for g in owners])
+        state.put_many(timers, values)
 
     def _evict(self, state: StateView, bounds: tuple[int | None, int | None]) -> None:
-        """Delete each side's rows at or before its bound: the keys come from the timers due."""
+        """Delete each side's rows at or before its bound: the keys come from the timers due. A key whose latest
+        timer is due (and has no row without a time) goes whole, unread; the others' rows are read and filtered."""
+        assert self._records is not None
         for index, bound in enumerate(bounds):
             if bound is None:
                 continue
@@ -295,12 +319,15 @@ class StreamJoin(HintSource, KeyPartitioned):
             due = state.scan(begin, end)
             if not due:
                 continue
-            timers = pa.array([k for k, _ in due], pa.binary())
-            keys = pc.unique(key_tails(timers, len(JOIN_TIMER) + 9)).to_pylist()
+            timers, marks = (pa.array(column, pa.binary()) for column in zip(*due))
+            tails = key_tails(timers, len(JOIN_TIMER) + 9)
+            whole = pc.unique(tails.filter(pc.equal(marks, pa.scalar(WHOLE, pa.binary()))))
+            partly = pc.unique(tails.filter(pc.invert(pc.is_in(tails, whole))))
+            state.put_many(prefixed(JOIN_ROWS + SIDE_BYTES[index], whole.to_pylist()), [None] * len(whole))
+            keys = partly.to_pylist()
             records = prefixed(JOIN_ROWS + SIDE_BYTES[index], keys)
             rows, owner = self._decode(index, state.get_many(records))
             kept = _after(rows[TIME], bound)
-            assert self._records is not None
             counts = np.bincount(owner[kept], minlength=len(keys))
             values = self._records[index].encode(rows.filter(pa.array(kept)), counts)
             state.put_many(records, [v if c else None for v, c in zip(values, counts.tolist())])
@@ -372,3 +399,15 @@ def _after(times: pa.ChunkedArray, bound: int) -> np.ndarray:
     """Which rows a state watermark at ``bound`` keeps: those without a time or with a time after it."""
     after = pc.fill_null(pc.greater(times, pa.scalar(bound, pa.int64())), True)
     return after.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _latest(rows: pa.Table, group: np.ndarray, keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per key, the latest time of its ``rows`` (:data:`NO_TIME`: none) and whether one of them has no time."""
+    latest = np.full(keys, NO_TIME, np.int64)
+    untimed = np.zeros(keys, bool)
+    if rows.num_rows:
+        times = rows[TIME].combine_chunks()
+        missing = times.is_null().to_numpy(zero_copy_only=False)
+        np.maximum.at(latest, group, pc.fill_null(times, NO_TIME).to_numpy(zero_copy_only=False))
+        untimed[group[missing]] = True
+    return latest, untimed

@@ -60,7 +60,7 @@ def _batch(rng: np.random.Generator, pools: list[tuple[str, list]], key_time: bo
     left = [
         {
             "id": int(i),
-            "t": int(t),
+            "t": None if i % 13 == 6 else int(t),  # a row without event time: stored, never evicted
             "amount": amounts[i % len(amounts)],
             "name": None if i % 9 == 4 else f"n{i % 5}",
             "price": decimal.Decimal(i % 1000) / 100,
@@ -71,7 +71,7 @@ def _batch(rng: np.random.Generator, pools: list[tuple[str, list]], key_time: bo
     right = [
         {
             "rid": i,
-            "rt": int(t),
+            "rt": None if i % 17 == 8 else int(t),
             "flag": [True, False, None][i % 3],
             "payload": None if i % 5 == 0 else bytes([i % 256]),
         }
