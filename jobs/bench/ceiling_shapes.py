@@ -47,7 +47,7 @@ from misa.operators.session_records import encode as encode_sessions
 from misa.operators.sessions import END as SESSION_END
 from misa.operators.sessions import START as SESSION_START
 from misa.operators.sessions import SessionAggregation
-from misa.operators.stream_join import SIDE_BYTES, JoinSide, StreamJoin, stored_rows
+from misa.operators.stream_join import SIDE_BYTES, WHOLE, JoinSide, StreamJoin, stored_rows
 from misa.state.codec import AGG_CELLS, KeyCodec
 from misa.state.keys import (
     DEDUP_EXPIRY,
@@ -400,7 +400,7 @@ class Join(Shape):
             keys += prefixed(JOIN_ROWS + side, groups)
             values += records.encode(stored, np.ones(len(ids), np.int64))
             keys += [JOIN_TIMER + side + (int(t) + (1 << 63)).to_bytes(8, "big") + g for t, g in zip(t_us, groups)]
-            values += [b""] * len(ids)
+            values += [WHOLE] * len(ids)  # each key's one row: its timer is the latest
         return keys, values
 
     def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:

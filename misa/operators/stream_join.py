@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -407,7 +408,7 @@ def _latest(rows: pa.Table, group: np.ndarray, keys: int) -> tuple[np.ndarray, n
     untimed = np.zeros(keys, bool)
     if rows.num_rows:
         times = rows[TIME].combine_chunks()
-        missing = times.is_null().to_numpy(zero_copy_only=False)
-        np.maximum.at(latest, group, pc.fill_null(times, NO_TIME).to_numpy(zero_copy_only=False))
-        untimed[group[missing]] = True
+        untimed[group[times.is_null().to_numpy(zero_copy_only=False)]] = True
+        per_key = pd.Series(pc.fill_null(times, NO_TIME).to_numpy(zero_copy_only=False)).groupby(group).max()
+        latest[per_key.index.to_numpy()] = per_key.to_numpy()
     return latest, untimed
