@@ -14,7 +14,9 @@ analyzer computes it for ``session_window`` (:func:`misa.from_query` keeps that 
 
 State layout (:mod:`misa.state.keys`): per group key one record ``0xFE s`` ++ group key holding the
 group's open sessions (start, end, aggregate states; :mod:`misa.operators.session_records`), and a timer
-``0xFE S`` ++ earliest session end ++ group key, so eviction reads only the groups with a session due. A batch's
+``0xFE S`` ++ earliest session end ++ group key holding a copy of that record, so eviction reads the groups with a
+session due in one range scan, without a look-up per group (timers of an older layout hold ``0x01``: their groups'
+records are read). A batch's
 records are read, merged and written as columns, for all its groups at once.
 """
 
@@ -53,6 +55,7 @@ from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
 START, END = "_session_start", "_session_end"
+TIMER_ONLY = b"\x01"  # the value of a timer of the older layout, which held no record
 
 
 @dataclass
@@ -192,12 +195,13 @@ class SessionAggregation(HintSource, KeyPartitioned):
         records = prefixed(SESSION_RECORD, group_keys)
         stored = session_records.decode(state.get_many(records), width, with_objects)
         merged = merge_overlapping(Sessions.concat([stored, new], width, with_objects), values.states, values.objects)
-        state.put_many(records, session_records.encode(merged, len(group_keys)))
+        encoded = session_records.encode(merged, len(group_keys))
+        state.put_many(records, encoded)
         keys = np.array(group_keys, dtype=object)
         old_groups, old_timers = earliest_ends(stored)
         new_groups, new_timers = earliest_ends(merged)
-        _set_timers(state, old_timers, keys[old_groups], None)
-        _set_timers(state, new_timers, keys[new_groups], b"\x01")
+        _set_timers(state, old_timers, keys[old_groups], [None] * len(old_groups))
+        _set_timers(state, new_timers, keys[new_groups], [encoded[g] for g in new_groups.tolist()])
         return len(group_keys)
 
     def _evict(self, state: StateView, values: AggValues, previous: int, watermark: int) -> tuple[np.ndarray, Sessions]:
@@ -209,17 +213,20 @@ class SessionAggregation(HintSource, KeyPartitioned):
         due = state.scan(begin, end)
         if not due:
             return nothing
-        timers = pa.array(next(zip(*due)), pa.binary())
-        keys = pc.unique(key_tails(timers, len(SESSION_TIMER) + 8)).sort()
-        group_keys = np.array(keys.to_pylist(), dtype=object)
+        group_keys, carried = _due_groups(due)
         state.delete_range(begin, end)
         records = prefixed(SESSION_RECORD, group_keys)
-        stored = session_records.decode(state.get_many(records), values.states.width, bool(values.objects))
+        unread = [i for i, record in enumerate(carried) if record == TIMER_ONLY]
+        if unread:  # timers of the older layout hold no record: read those groups'
+            for i, record in zip(unread, state.get_many([records[i] for i in unread])):
+                carried[i] = record
+        stored = session_records.decode(carried, values.states.width, bool(values.objects))
         closing = stored.end <= watermark
         still_open = stored.take(~closing)
-        state.put_many(records, session_records.encode(still_open, len(group_keys)))
+        encoded = session_records.encode(still_open, len(group_keys))
+        state.put_many(records, encoded)
         open_groups, timers_left = earliest_ends(still_open)
-        _set_timers(state, timers_left, group_keys[open_groups], b"\x01")
+        _set_timers(state, timers_left, group_keys[open_groups], [encoded[g] for g in open_groups.tolist()])
         closed = stored.take(closing)
         return group_keys[closed.group], closed
 
@@ -259,7 +266,16 @@ def _no_sessions(values: AggValues) -> tuple[np.ndarray, Sessions]:
     return np.zeros(0, object), Sessions.empty(values.states.width, bool(values.objects))
 
 
-def _set_timers(state: StateView, times: np.ndarray, group_keys: np.ndarray, value: bytes | None) -> None:
-    """Write (``value``) or delete (None) the timers of ``group_keys`` at ``times``."""
+def _set_timers(state: StateView, times: np.ndarray, group_keys: np.ndarray, values: list[bytes | None]) -> None:
+    """Write the timers of ``group_keys`` at ``times``, each holding its group's record (None: delete it)."""
     if len(group_keys):
-        state.put_many(joined(SESSION_TIMER, times, list(group_keys)), [value] * len(group_keys))
+        state.put_many(joined(SESSION_TIMER, times, list(group_keys)), values)
+
+
+def _due_groups(due: list[tuple[bytes, bytes]]) -> tuple[np.ndarray, list[bytes]]:
+    """The groups of the timers ``due``, in key order, and the record each timer holds."""
+    timers, carried = zip(*due)
+    tails = key_tails(pa.array(timers, pa.binary()), len(SESSION_TIMER) + 8)
+    order = pc.sort_indices(tails).to_numpy()
+    group_keys = tails.take(pa.array(order)).to_numpy(zero_copy_only=False)
+    return group_keys, [carried[i] for i in order.tolist()]
