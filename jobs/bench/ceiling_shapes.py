@@ -363,7 +363,8 @@ class Session(Shape):
         ends = t_us + self.gap_us
         ones = np.ones((len(ids), 2), np.int64)  # the count's cells: one row
         records = encode_sessions(Sessions(np.arange(len(ids)), t_us, ends, ones), len(ids))
-        return prefixed(SESSION_RECORD, groups) + joined(SESSION_TIMER, ends, groups), records + records  # timers hold it
+        keys = prefixed(SESSION_RECORD, groups) + joined(SESSION_TIMER, ends, groups)
+        return keys, records + records  # each timer holds a copy of its record
 
     def deltas(self, ids: np.ndarray, t_us: np.ndarray) -> pa.Table:
         ones = pa.array(np.ones(len(ids), np.int64))
