@@ -149,14 +149,26 @@ def _same_runs(tmp_path: Path, join: str, keys: list[str], seed: int, switch_at:
         per_key.close()
 
 
-@pytest.mark.parametrize("join", sorted(JOINS))
-@pytest.mark.parametrize("keys", [["long"], ["string"], ["double"], ["timestamp"], ["string", "long_2"]])
+KEYS = [["long"], ["string"], ["double"], ["timestamp"], ["string", "long_2"]]
+DEFAULT_CASES = {("interval", 0), ("key_time", 4), ("left_evicts", 2), ("forever", 1)}  # the rest: -m slow
+
+
+@pytest.mark.parametrize(
+    "join,keys",
+    [
+        pytest.param(join, keys, marks=[] if (join, i) in DEFAULT_CASES else [pytest.mark.slow])
+        for join in sorted(JOINS)
+        for i, keys in enumerate(KEYS)
+    ],
+)
 def test_the_columnar_join_gives_the_per_key_codes_rows_and_state_for_every_key_type(tmp_path, join, keys):
     if join == "key_time":  # the first key is the event time
         keys = ["timestamp", *keys[1:]]
     _same_runs(tmp_path, join, keys, seed=len(join) * 11 + len(keys) + len(keys[0]))
 
 
-@pytest.mark.parametrize("join", sorted(JOINS))
+@pytest.mark.parametrize(
+    "join", [pytest.param(j, marks=[] if j in ("interval", "key_time") else [pytest.mark.slow]) for j in sorted(JOINS)]
+)
 def test_a_state_the_per_key_code_wrote_goes_on_with_the_columnar_code(tmp_path, join):
     _same_runs(tmp_path, join, ["timestamp", "string"], seed=3, switch_at=4)
