@@ -54,21 +54,15 @@ def timed(log: EventLog, event: str, fn: Callable, details: Callable[[tuple, Any
 
 def progress_listener(log: EventLog) -> Any:
     """A streaming query listener that logs when the query started and each batch's progress."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from misa.obs.progress_listener import JsonProgressListener
 
-    class _Probe(StreamingQueryListener):
+    class _Probe(JsonProgressListener):
         def onQueryStarted(self, event: Any) -> None:
             log.write("query_started", at=time.time())
 
         def onQueryProgress(self, event: Any) -> None:
             progress = json.loads(event.progress.json)
             log.write("progress", at=time.time(), batch_id=progress["batchId"], progress=progress)
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
 
     return _Probe()
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from misa.obs.progress_listener import JsonProgressListener
 from misa.obs.records import BatchRecord, BatchReport, CommitRecord
 
 log = logging.getLogger(__name__)
@@ -174,18 +175,9 @@ class BatchMetrics:
             self.query_id, self._unmatched = None, []
         metrics = self
 
-        class _Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
+        class _Listener(JsonProgressListener):
             def onQueryProgress(self, event: Any) -> None:
                 metrics.on_progress(event.progress)
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                pass
 
         return _Listener()
 
