@@ -23,9 +23,13 @@ gives the same rows. What this operator does is Spark's ``StreamingSymmetricHash
   these would evict is stored all the same on the left (this batch's right rows join it before eviction) and
   not at all on the right, as in Spark. Without either, a side keeps every row (as Spark does).
 
-State: ``0xFE j ++ side ++ key`` -> the key's stored rows of that side (pickled: event time in µs or None, the
-row's values); ``0xFE J ++ side ++ time ++ key`` -> a timer per (side, eviction time, key), so eviction reads
-only the keys due. Output: the left row's fields then the right row's, named ``l0, l1, ...``, ``r0, r1, ...``.
+State: ``0xFE j ++ side ++ key`` -> the key's stored rows of that side, packed as columns by
+:class:`~misa.state.record_codec.RecordCodec` behind ``0x01`` (each row's time in µs or null, then the row's fields;
+the older layout, a pickled list, is still read); ``0xFE J ++ side ++ time ++ key`` -> a timer per (side, eviction
+time, key), so eviction reads only the keys due. The timer of a key's latest time holds :data:`WHOLE` when every row
+of the key has a time: when it is due, the key's rows all go and are not read. A batch's rows are matched, stored and
+evicted as columns for all its keys at once. Output: the left row's fields then the right row's, named ``l0, l1,
+...``, ``r0, r1, ...``.
 """
 
 from __future__ import annotations
