@@ -13,7 +13,6 @@ moments aggregate (stddev, variance) has a third cell, the float64 sum of square
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
@@ -147,17 +146,41 @@ class KeyCodec:
                 for i, f in enumerate(self.fields)
             ]
             return (rows["we"].astype(np.int64) if self.windowed else None), cols
-        ends, values = [], [[] for _ in self.fields]
-        for key in keys:
-            pos = 0
-            if self.windowed:
-                ends.append(int.from_bytes(key[:8], "big"))
-                pos = 8
-            for i, f in enumerate(self.fields):
-                value, pos = _decode_value(f, key, pos)
-                values[i].append(value)
-        cols = [_column(f, v) for f, v in zip(self.fields, values)]
-        return (np.array(ends, dtype=np.int64) if self.windowed else None), cols
+        binary = pa.array(keys, pa.large_binary())
+        n = len(binary)
+        data = binary.buffers()[2]
+        buffer = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+        position = np.frombuffer(binary.buffers()[1], np.int64)[binary.offset : binary.offset + n].copy()
+        ends = None
+        if self.windowed:
+            ends = _gather(buffer, position, WINDOW_END_DTYPE).astype(np.int64)
+            position = position + 8
+        cols = []
+        for f in self.fields:  # a column at a time, for every key: a null flag, then the value
+            nulls = buffer[position] == 1
+            valid = np.flatnonzero(~nulls)
+            if _is_fixed(f.type):
+                values = np.zeros(n, np.int64)
+                values[valid] = _gather(buffer, position[valid] + 1, np.dtype(">i8"))
+                cols.append(_from_int64(values, nulls, f.type))
+                position = position + np.where(nulls, 1, 9)
+                continue
+            lengths = np.zeros(n, np.int64)
+            lengths[valid] = _gather(buffer, position[valid] + 1, np.dtype(">u4"))
+            chars = buffer[index_ranges(position[valid] + 5, lengths[valid])]
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+            strings = pa.Array.from_buffers(
+                pa.large_string(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(chars.copy())]
+            )
+            cols.append(strings.cast(f.type))
+            position = position + np.where(nulls, 1, 5 + lengths)
+        return ends, cols
+
+
+def _gather(buffer: np.ndarray, positions: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The values of ``dtype`` that start at ``positions`` of ``buffer`` (unaligned)."""
+    return buffer[positions[:, None] + np.arange(dtype.itemsize)].view(dtype).ravel()
 
 
 def _variable_parts(column: pa.Array) -> pa.Array:
@@ -185,24 +208,6 @@ def _variable_parts(column: pa.Array) -> pa.Array:
     chars = lengths[valid] - (0 if _is_fixed(column.type) else 4)
     buffer[index_ranges(position, chars)] = body[index_ranges(body_starts[valid], chars)]
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
-
-
-def _decode_value(field: pa.Field, key: bytes, pos: int) -> tuple[object, int]:
-    """One column's value at ``pos`` (a fixed-width one as its int64, None when null) and where the next begins."""
-    if key[pos] == 1:
-        return None, pos + 1
-    if _is_fixed(field.type):
-        return struct.unpack_from(">q", key, pos + 1)[0], pos + 9
-    (length,) = struct.unpack_from(">I", key, pos + 1)
-    return key[pos + 5 : pos + 5 + length].decode(), pos + 5 + length
-
-
-def _column(field: pa.Field, values: list) -> pa.Array:
-    """The decoded values of one column as an array of its type."""
-    if not _is_fixed(field.type):
-        return pa.array(values, type=field.type)
-    nulls = np.array([v is None for v in values], bool)
-    return _from_int64(np.array([0 if v is None else v for v in values], np.int64), nulls, field.type)
 
 
 @dataclass(frozen=True)

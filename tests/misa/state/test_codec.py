@@ -190,3 +190,33 @@ def test_is_key_type_takes_fixed_width_and_string_types_only():
     refused = [pa.float16(), pa.date64(), pa.binary(), pa.decimal128(5, 1), pa.null(), pa.list_(pa.int8())]
     assert [is_key_type(t) for t in accepted] == [True] * len(accepted)
     assert [is_key_type(t) for t in refused] == [False] * len(refused)
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_keys_with_strings_decode_per_column_as_the_per_key_decoder_did(windowed, seed):
+    from per_key_keys import decode_per_key
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    columns = [
+        pa.array([None if v % 7 == 0 else f"k{v}é" * (v % 4) for v in rng.integers(0, 50, n)], pa.string()),
+        pa.array([None if v % 5 == 0 else int(v) for v in rng.integers(-(2**62), 2**62, n)], pa.int64()),
+        pa.array([[None, math.nan, 0.0, 1.5, -2.0][v] for v in rng.integers(0, 5, n)], pa.float64()),
+        pa.array([None if v == 0 else "" for v in rng.integers(0, 3, n)], pa.large_string()),
+        pa.array(rng.integers(0, 10**15, n), pa.timestamp("us", "UTC")),
+        pa.array([[True, False, None][v] for v in rng.integers(0, 3, n)], pa.bool_()),
+        pa.array(rng.integers(0, 30000, n).astype(np.int32), pa.date32()),
+    ]
+    codec = KeyCodec([pa.field(f"c{i}", c.type) for i, c in enumerate(columns)], windowed=windowed)
+    ends_in = rng.integers(0, 2**62, n) if windowed else None
+    keys = codec.encode(ends_in, columns)
+    ends, decoded = codec.decode(keys)
+    expected_ends, expected = decode_per_key(codec, keys)
+
+    def values(cols: list[pa.Array]) -> list[list[str]]:  # NaN equals NaN, -0.0 differs from 0.0
+        return [[repr(v) for v in c.to_pylist()] for c in cols]
+
+    assert values(decoded) == values(expected) == values(columns)
+    assert [c.type for c in decoded] == [c.type for c in columns]
+    assert (ends is None) == (not windowed) and (ends is None or ends.tolist() == expected_ends.tolist())
