@@ -324,7 +324,7 @@ class StreamJoin(HintSource, KeyPartitioned):
             due = state.scan(begin, end)
             if not due:
                 continue
-            timers, marks = (pa.array(column, pa.binary()) for column in zip(*due))
+            timers, marks = pa.array([k for k, _ in due], pa.binary()), pa.array([v for _, v in due], pa.binary())
             tails = key_tails(timers, len(JOIN_TIMER) + 9)
             whole = pc.unique(tails.filter(pc.equal(marks, pa.scalar(WHOLE, pa.binary()))))
             partly = pc.unique(tails.filter(pc.invert(pc.is_in(tails, whole))))
