@@ -11,17 +11,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from idle_runs import IdleBatchRun, row_reprs
 from key_pools import KEY_TYPES, key_pool
 from per_key_sessions import PerKeySessionAggregation, Session, _merged
 
-from misa.config import MisaConfig
 from misa.operators.aggregation import Agg, AggValues
 from misa.operators.base import MAX_EVENT, ROWS
 from misa.operators.session_records import Sessions, decode, encode, merge_overlapping
 from misa.operators.sessions import END, START, SessionAggregation
-from misa.runtime.commit import CommitController
-from misa.state.store import StateStore
-from misa.state.view import StateView
 
 SECOND = 1_000_000
 NUMBERS = [Agg("n", "count", "x"), Agg("total", "sum", "x"), Agg("top", "max", "d"), Agg("mean", "avg", "d")]
@@ -66,28 +63,11 @@ def _deltas(rng: np.random.Generator, groups: dict[str, list], base_us: int, row
     return pa.table(columns)
 
 
-class _Run:
-    """An operator over a real state store, each batch followed by the batch without data and committed (sync)."""
-
-    def __init__(self, root: Path, operator: SessionAggregation):
-        config = MisaConfig.from_mapping({"spark.misa.state.shards": "2"})
-        self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
-        self.view = StateView(self.store)
-        self.commits = CommitController(self.store, "sync")
-        self.operator = operator
-        self.version = self.store.version
-
+class _Run(IdleBatchRun):
     def batch(self, deltas: pa.Table) -> tuple[list[str], int]:
-        """The batch's output rows (as sorted reprs, NaN-safe) and its late rows."""
-        data, idle = self.operator.apply(deltas, self.view), self.operator.no_data_batch(self.view)
-        for _ in range(2):
-            self.version += 1
-            self.commits.commit(self.view.freeze(self.version), self.operator.metadata())
-        rows = data.output.to_pylist() + idle.output.to_pylist()
-        return sorted(repr(sorted(r.items())) for r in rows), data.late_rows
-
-    def close(self) -> None:
-        self.store.close()
+        """The batch's and the batch without data's output rows, and the batch's late rows."""
+        data, idle = self.step(deltas)
+        return row_reprs(data.output.to_pylist() + idle.output.to_pylist()), data.late_rows
 
 
 def _operator(cls: type, group_by: list[str], output_mode: str, objects: bool) -> SessionAggregation:

@@ -13,15 +13,12 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 import pytest
+from idle_runs import IdleBatchRun, row_reprs
 from key_pools import KEY_TYPES, key_pool
 from per_key_stream_join import PerKeyStreamJoin
 
-from misa.config import MisaConfig
 from misa.operators.stream_join import JoinSide, StreamJoin
-from misa.runtime.commit import CommitController
 from misa.state.keys import JOIN_ROWS, JOIN_TIMER
-from misa.state.store import StateStore
-from misa.state.view import StateView
 
 SECOND = 1_000_000
 TS = pa.timestamp("us", tz="UTC")
@@ -83,26 +80,12 @@ def _batch(rng: np.random.Generator, pools: list[tuple[str, list]], key_time: bo
     return table.set_column(table.schema.get_field_index("_l"), "_l", table["_l"].cast(LEFT))
 
 
-class _Run:
-    """A join over a real state store (two shards), each batch followed by the batch without data, committed."""
-
-    def __init__(self, root: Path, operator: StreamJoin):
-        config = MisaConfig.from_mapping({"spark.misa.state.shards": "2"})
-        self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
-        self.view = StateView(self.store)
-        self.commits = CommitController(self.store, "sync")
-        self.operator = operator
-        self.version = self.store.version
-
+class _Run(IdleBatchRun):
     def batch(self, deltas: pa.Table) -> tuple[list[str], int, int]:
-        """The batch's output rows (sorted reprs: NaN, -0.0 and nulls compared as written), dropped and late rows."""
-        data, idle = self.operator.apply(deltas, self.view), self.operator.no_data_batch(self.view)
-        for _ in range(2):
-            self.version += 1
-            self.commits.commit(self.view.freeze(self.version), self.operator.metadata())
-        rows = sorted(repr(sorted(r.items())) for r in data.output.to_pylist())
+        """The batch's output rows, dropped and late rows (the batch without data outputs nothing)."""
+        data, idle = self.step(deltas)
         assert idle.output.num_rows == 0
-        return rows, data.dropped_rows, data.late_rows
+        return row_reprs(data.output.to_pylist()), data.dropped_rows, data.late_rows
 
     def state(self) -> tuple[list[bytes], list[str]]:
         """The timers, and every stored row as (record key, time, row values)."""
@@ -117,10 +100,6 @@ class _Run:
                 stored = [(r.pop("_t"), list(r.values())) for r in table.to_pylist()]
             rows += [repr((key, t, values)) for t, values in stored]
         return timers, sorted(rows)
-
-    def close(self) -> None:
-        self.commits.close()
-        self.store.close()
 
 
 def _same_runs(tmp_path: Path, join: str, keys: list[str], seed: int, switch_at: int = 0) -> None:
