@@ -40,11 +40,13 @@ class QueryOutput:
             self.steps = [("select", [*translation.projection.select]), *translation.above]
         self.arrow_schema = to_arrow_schema(self.schema, timezone="UTC", prefers_large_types=False)
         self.sink = sink
-        self.check()
+        self.picks = translation.picks if self.steps else None  # steps that only select columns run in Arrow
+        self.picked_schema = self.check()
 
-    def check(self) -> None:
+    def check(self) -> pa.Schema | None:
         """Apply the steps above the stateful node to an empty batch: a step Spark cannot run again from its SQL
-        (or a projection that does not give the node's types) fails here, at start, naming the step."""
+        (or a projection that does not give the node's types) fails here, at start, naming the step. When the
+        steps only select columns, the Arrow schema Spark gives their output (the picked columns are cast to it)."""
         empty = self._rows(self.spark.createDataFrame([], self.schema))
         rows = empty
         for kind, texts in self.steps:
@@ -64,6 +66,7 @@ class QueryOutput:
                 f"{projection.select} computed from misa's aggregates are not of Spark's types {types}. Write "
                 "instead: the aggregates alone in agg(...) and the expressions in a select(...) after it."
             )
+        return rows.toArrow().schema if self.picks is not None else None
 
     def __call__(self, batch_id: int, table: pa.Table) -> None:
         self.sink(batch_id, self.shape(table))
@@ -98,6 +101,8 @@ class QueryOutput:
             table = _shaped(table, [(c.kind, c.source) for c in self.translation.output], self.arrow_schema)
         if not self.steps:
             return table.rename_columns(self.names)
+        if self.picked_schema is not None:
+            return table.select(self.picks).rename_columns(self.picked_schema.names).cast(self.picked_schema)
         rows = self._rows(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
         for kind, texts in self.steps:
             rows = _step(rows, kind, texts)

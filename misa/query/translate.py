@@ -69,6 +69,7 @@ def translate(
     (``collect_max_items``: spark.misa.aggregate.collectMaxItems; ``watermark_policy``: Spark's
     spark.sql.streaming.multipleWatermarkPolicy)."""
     above, node = _above(plan)
+    picks = column_picks(plan, node)
     try:
         if node.kind == "Aggregate":
             translation = _aggregation(node, output_mode, collect_max_items, watermark_policy)
@@ -85,11 +86,35 @@ def translate(
             refuse_filters_on_event_time(node, translation.source)  # an aggregation without a window has no watermark
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
+    translation.picks = picks if translation.projection is None else None
     return translation
 
 
 def _is_stateful(node: PlanNode) -> bool:
     return node.kind in STATEFUL or node.kind == "Join" and all(_reads_stream(c) for c in node.children)
+
+
+def column_picks(plan: PlanNode, node: PlanNode) -> list[int] | None:
+    """When every step between ``plan`` and the stateful ``node`` selects columns (attributes, renamed or not),
+    the positions in ``node``'s output of the query's output columns; else None (a step computes or filters)."""
+    projects: list[PlanNode] = []
+    while plan is not node:
+        if plan.kind != "Project":
+            return None
+        projects.append(plan)
+        plan = plan.children[0]
+    positions = {a.expr_id: i for i, a in enumerate(node.output)}
+    picks = list(range(len(node.output)))
+    for project in reversed(projects):  # bottom up
+        chosen = []
+        for expr in project.fields["list"]:
+            source = expr.children[0] if expr.kind == "Alias" and len(expr.children) == 1 else expr
+            if source.attr is None or source.attr.expr_id not in positions:
+                return None
+            chosen.append(picks[positions[source.attr.expr_id]])
+        positions = {a.expr_id: i for i, a in enumerate(project.output)}
+        picks = chosen
+    return picks
 
 
 def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:

@@ -52,6 +52,7 @@ class Translation:
     extra_columns: list[tuple[str, str | Column]] = field(default_factory=list)  # (name, SQL or Column) for the source
     conditions: list[str] = field(default_factory=list)  # SQL filters Spark's windowing applies to the source
     projection: Projection | None = None  # the node's output from the operator's columns, before ``above``
+    picks: list[int] | None = None  # when ``above`` only selects columns: the node's columns it gives, in order
     warnings: list[str] = field(default_factory=list)
     stateful: str = ""  # the stateful node, as Spark prints it
 

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.differential.scenarios import Builder, Round, Scenario, run_scenario
+from misa.query.job import planned
 
 SCHEMA = "k string, k2 bigint, t bigint, v bigint, s string, st struct<a: int, b: string, n: struct<x: double>>"
 POLICY = "spark.sql.streaming.multipleWatermarkPolicy"
@@ -284,3 +285,60 @@ UNION_SHAPES: dict[str, tuple[Builder, str, str]] = {
 def test_a_union_of_watermarked_streams_gives_sparks_rows(spark, tmp_path, name):
     build, mode, policy = UNION_SHAPES[name]
     assert_same_as_spark(spark, tmp_path, Scenario(name, build, mode, UNION, session_conf={POLICY: policy}))
+
+
+# ------------------------------------------------------------------------------------ selections above the node
+# Steps above the stateful node that only select columns (renamed, reordered, repeated, some dropped, in one select
+# or several) run in Arrow (``Translation.picks``); any other step runs in Spark. Both must give Spark's rows, names
+# and types.
+def _watermarked_dedup(spark: SparkSession, inputs: Path) -> DataFrame:
+    return _watermarked(spark, inputs).dropDuplicatesWithinWatermark(["k"])
+
+
+SELECTIONS: dict[str, tuple[Builder, str, bool]] = {
+    "dedup, then columns reordered, renamed, repeated and dropped over two selects": (
+        lambda spark, inputs: (
+            _watermarked_dedup(spark, inputs)
+            .select(F.col("v").alias("value"), "k", F.col("st").alias("nested"), F.col("k").alias("again"), "t")
+            .select("again", "value", "nested", F.col("t").alias("time"))
+        ),
+        "append",
+        True,
+    ),
+    "a window's count, its window and key renamed": (
+        lambda spark, inputs: (
+            _watermarked(spark, inputs)
+            .groupBy(F.window("t", "10 seconds"), "k")
+            .count()
+            .select(F.col("count").alias("n"), F.col("window").alias("w"), "k")
+        ),
+        "update",
+        True,
+    ),
+    "dedup, then a computed column (runs in Spark)": (
+        lambda spark, inputs: _watermarked_dedup(spark, inputs).select("k", (F.col("v") * 2).alias("twice")),
+        "append",
+        False,
+    ),
+    "dedup, then a filter and a select (runs in Spark)": (
+        lambda spark, inputs: _watermarked_dedup(spark, inputs).where("v > 3").select("k", "v"),
+        "append",
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SELECTIONS))
+def test_selections_above_the_stateful_node_are_picked_in_arrow_only_when_they_only_select(spark, tmp_path, name):
+    build, _, picked = SELECTIONS[name]
+    (tmp_path / "in" / "a").mkdir(parents=True)
+    translation, _, _ = planned(build(spark, tmp_path / "in"), SELECTIONS[name][1], lambda batch_id, table: None)
+    assert (translation.picks is not None) == picked, translation.picks
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[] if i == 0 else [pytest.mark.slow]) for i, n in enumerate(SELECTIONS)]
+)
+def test_selections_above_the_stateful_node_give_sparks_rows_and_types(spark, tmp_path, name):
+    build, mode, _ = SELECTIONS[name]
+    assert_same_as_spark(spark, tmp_path, Scenario(name, build, mode, KEYED))
