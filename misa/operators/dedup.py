@@ -14,7 +14,10 @@ has not seen is emitted (the whole row) and its key remembered:
   event time, so eviction is one range delete;
 * **within the watermark** (``within_watermark=True``) a key (without the event time) is remembered until
   its first row's event time plus the delay; late rows are dropped as above. The key's expiry is stored
-  with it and as a timer key (``0xFE d`` ++ expiry ++ key), so eviction scans only the expired timers.
+  with it, and each batch's new keys with their expiries as one record (columns ``expiry`` and ``key``) behind
+  the earliest of them (``0xFE D`` ++ earliest expiry ++ its key): eviction scans only the records holding an
+  expired key, forgets those keys and writes the rest back as one record. (Older versions kept a timer key per
+  key, ``0xFE d`` ++ expiry ++ key; such timers are still evicted.)
 
 The watermarks are Spark's (:mod:`misa.operators.watermark`); the batch's latest event time counts every row,
 late ones included, as Spark's ``EventTimeWatermark`` counts them.
@@ -37,12 +40,15 @@ from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
-from misa.state.keys import DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, window_prefix
+from misa.state.keys import DEDUP_EXPIRIES, DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, split_fixed, window_prefix
+from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
 NO_EVENT_TIME = (1 << 63) - 1  # the key time of a row without an event time: never evicted, as in Spark
 SEEN = b"\x01"
+EXPIRY_RECORD_KEYS = 4096  # keys per expiry record at most
+EXPIRIES = RecordCodec([pa.field("expiry", pa.int64()), pa.field("key", pa.binary())])  # a record of keys to expire
 
 
 @dataclass
@@ -112,13 +118,7 @@ class Deduplicate(HintSource, KeyPartitioned):
             first_rows[key_of_row[::-1]] = np.arange(len(key_of_row))[::-1]  # each key's first row
             new = np.array([v is None for v in state.get_many(keys)], bool)
             result.state_reads = len(keys)
-            new_keys, new_times = [k for k, n in zip(keys, new) if n], times[first_rows[new]]
-            if self.within_watermark:
-                expiries = self._expiries(new_times)
-                state.put_many(new_keys, [int(t).to_bytes(8, "big") for t in expiries])
-                state.put_many(joined(DEDUP_EXPIRY, expiries, new_keys), [SEEN] * len(new_keys))
-            else:
-                state.put_many(new_keys, [SEEN] * len(new_keys))
+            self._remember(state, [k for k, n in zip(keys, new) if n], times[first_rows[new]])
             result.output = deltas.take(pa.array(np.sort(first_rows[new]), pa.int64()))
         self._evict(state, late, evict)
         return result
@@ -182,6 +182,15 @@ class Deduplicate(HintSource, KeyPartitioned):
         """When keys first seen at ``times`` expire: the event time plus the delay (no event time: never)."""
         return np.where(times == NO_EVENT_TIME, NO_EVENT_TIME, times + self.delay_us).astype(np.int64)
 
+    def _remember(self, state: StateView, keys: list[bytes], times: np.ndarray) -> None:
+        """Keep the batch's new ``keys``, first seen at ``times`` (within the watermark: with their expiries)."""
+        if not self.within_watermark:
+            state.put_many(keys, [SEEN] * len(keys))
+            return
+        expiries = self._expiries(times)
+        state.put_many(keys, split_fixed(expiries.astype(">i8").tobytes(), 8, len(keys)))
+        self._put_expiries(state, expiries, pa.array(keys, pa.binary()))
+
     def _evict(self, state: StateView, previous: int, watermark: int) -> None:
         """Forget the keys expired as the eviction watermark moved from ``previous`` to ``watermark``."""
         if not (self._by_time or self.within_watermark) or watermark <= previous:
@@ -189,11 +198,41 @@ class Deduplicate(HintSource, KeyPartitioned):
         if not self.within_watermark:
             state.delete_range(window_prefix(0), window_prefix(watermark + 1))
             return
-        begin, end = DEDUP_EXPIRY + window_prefix(0), DEDUP_EXPIRY + window_prefix(watermark + 1)
-        timers = state.scan(begin, end)
-        if timers:
-            state.put_many([k[len(DEDUP_EXPIRY) + 8 :] for k, _ in timers], [None] * len(timers))
+        expired: list[bytes] = []
+        begin, end = DEDUP_EXPIRIES + window_prefix(0), DEDUP_EXPIRIES + window_prefix(watermark + 1)
+        records = state.scan(begin, end)
+        if records:
+            held, _ = EXPIRIES.decode([value for _, value in records])
+            due = pc.less_equal(held["expiry"], watermark)
+            expired = held["key"].filter(due).to_pylist()
             state.delete_range(begin, end)
+            rest = held.filter(pc.invert(due))
+            self._put_expiries(state, rest["expiry"].to_numpy(), rest["key"])
+        begin, end = DEDUP_EXPIRY + window_prefix(0), DEDUP_EXPIRY + window_prefix(watermark + 1)
+        timers = state.scan(begin, end)  # an older version's timers, one per key
+        if timers:
+            expired += [k[len(DEDUP_EXPIRY) + 8 :] for k, _ in timers]
+            state.delete_range(begin, end)
+        if expired:
+            state.put_many(expired, [None] * len(expired))
+
+    @staticmethod
+    def _put_expiries(state: StateView, expiries: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> None:
+        """``keys`` and their ``expiries`` in expiry order, as records of at most :data:`EXPIRY_RECORD_KEYS` keys,
+        each behind its earliest expiry and that key (so an eviction reads only records holding an expired key, and
+        rewrites at most that many keys of each). Keys that never expire (no event time, or an expiry before 1970,
+        which the eviction's range never reaches) are left out."""
+        expiring = np.flatnonzero((expiries >= 0) & (expiries != NO_EVENT_TIME))
+        if not len(expiring):
+            return
+        order = expiring[np.argsort(expiries[expiring], kind="stable")]
+        keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+        held = pa.table({"expiry": expiries[order], "key": keys.take(pa.array(order))})
+        firsts = np.arange(0, held.num_rows, EXPIRY_RECORD_KEYS)
+        counts = np.diff(np.append(firsts, held.num_rows))
+        heads = held.take(pa.array(firsts))
+        records = joined(DEDUP_EXPIRIES, heads["expiry"].to_numpy(), heads["key"].to_pylist())
+        state.put_many(records, EXPIRIES.encode(held, counts))
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

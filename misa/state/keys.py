@@ -9,7 +9,10 @@ group state            group key                                           Aggre
 sliding-window panes   0xFE ``p`` ++ group key                             Aggregation (sliding windows)
 pane timers            0xFE ``t`` ++ time (8 B big-endian, µs) ++ key      Aggregation (sliding windows)
 deduplicated keys      key, or event time (8 B big-endian, µs) ++ key      Deduplicate
-dedup expiry timers    0xFE ``d`` ++ expiry (8 B big-endian, µs) ++ key    Deduplicate (within watermark)
+dedup expiry timers    0xFE ``d`` ++ expiry (8 B big-endian, µs) ++ key    Deduplicate (within watermark;
+                                                                           read only: older versions' layout)
+dedup expiry records   0xFE ``D`` ++ earliest expiry (8 B big-endian, µs)  Deduplicate (within watermark)
+                       ++ the key that expires first
 session records        0xFE ``s`` ++ group key                             SessionAggregation
 session timers         0xFE ``S`` ++ earliest end (8 B big-endian) ++ key  SessionAggregation
 processor state        0xFE ``v`` ++ variable ++ key                       StatefulProcessorOperator
@@ -48,6 +51,7 @@ LOOKUP = b"\xfflookup:"
 PANE_RECORD = b"\xfep"
 PANE_TIMER = b"\xfet"
 DEDUP_EXPIRY = b"\xfed"
+DEDUP_EXPIRIES = b"\xfeD"
 SESSION_RECORD = b"\xfes"
 SESSION_TIMER = b"\xfeS"
 PROCESSOR_STATE = b"\xfev"
