@@ -48,16 +48,20 @@ def refuse_links(root: str | os.PathLike[str], path: str) -> str:
     return path
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a crash leaves the old file or the new one, never half: the bytes
-    are fsynced before the rename and the folder after it, so a marker never counts before it is on disk."""
+def write_atomically(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so a reader or a crash sees the old file or the new one, never half. ``durable``:
+    the bytes are fsynced before the rename and the folder after it, so a marker never counts before it is on disk
+    (not durable: a file that is rewritten at every start, which a crash may leave old)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as out:
         out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
+        if durable:
+            out.flush()
+            os.fsync(out.fileno())
     os.replace(tmp, path)
+    if not durable:
+        return
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)

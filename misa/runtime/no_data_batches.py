@@ -29,6 +29,7 @@ import json
 import logging
 import posixpath
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -49,12 +50,19 @@ class SparkWatermark:
 
     def __init__(self, query: StreamingQuery):
         self.query = query
+        self._execution: Any = None  # Spark's MicroBatchExecution and its tracker, fetched once (fewer Py4J calls)
+        self._tracker: Any = None
+
+    def _spark(self) -> Any:
+        """Spark's MicroBatchExecution of the running query."""
+        if self._execution is None:
+            self._execution = self.query._jsq.streamingQuery()
+        return self._execution
 
     def batch_us(self) -> int:
         """The watermark Spark planned the running batch with (its offsets log's ``batchWatermarkMs``), in µs."""
         try:
-            execution = self.query._jsq.streamingQuery()
-            return int(execution.lastExecution().offsetSeqMetadata().batchWatermarkMs()) * 1000
+            return int(self._spark().lastExecution().offsetSeqMetadata().batchWatermarkMs()) * 1000
         except Exception as error:  # noqa: BLE001 - py4j's errors, or no JVM query (Spark Connect)
             raise _unavailable(error) from error
 
@@ -62,8 +70,9 @@ class SparkWatermark:
         """Whether the next batch's watermark is ahead of the one the batch now ending ran with. Spark updates its
         tracker from the batch's plan when the sink returns; updating it from the same plan now gives the same."""
         try:
-            execution = self.query._jsq.streamingQuery()  # Spark's MicroBatchExecution
-            last, tracker = execution.lastExecution(), execution.watermarkTracker()
+            if self._tracker is None:
+                self._tracker = self._spark().watermarkTracker()
+            last, tracker = self._spark().lastExecution(), self._tracker
             tracker.updateWatermark(last.executedPlan())
             return int(tracker.currentWatermark()) > int(last.offsetSeqMetadata().batchWatermarkMs())
         except Exception as error:  # noqa: BLE001 - py4j's errors, or no JVM query (Spark Connect)
@@ -163,7 +172,9 @@ class NoDataBatches:
         return text.splitlines()[2:]  # a version line, the batch's metadata, then one line per source
 
     def _write(self, after_batch: int) -> None:
-        write_atomically(self.requests, json.dumps({OFFSET_KEY: after_batch}).encode())
+        """The request file, read whole by Spark's source process; rewritten at each start (no fsync: a crash that
+        leaves an older request loses nothing, as :meth:`attach` resets it)."""
+        write_atomically(self.requests, json.dumps({OFFSET_KEY: after_batch}).encode(), durable=False)
 
 
 def has_watermark(stream: DataFrame) -> bool:
