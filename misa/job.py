@@ -181,6 +181,7 @@ class StatefulJob:
         self._query_started = threading.Event()
         self._requested = EMPTY_VERSION  # the batch after which this run requested a batch without data
         self._no_data_batches = False  # whether Spark would run batches without data for the operator (at start)
+        self._spark_moved: bool | None = None  # whether Spark's watermark moves after the running batch, once read
         self._skipped_batches = 0  # 1 when the stateful query never runs Spark's batch 0; sink ids are Spark's less it
         self._output_schema: pa.Schema | None = None  # the columns of the operator's last output that had some
         if self.partitioned:
@@ -402,6 +403,7 @@ class StatefulJob:
             deltas = self._merger.send(frame) if self.on_executors else frame.toArrow()
             record = self._input_record(batch, batch_id - self._skipped_batches, observation, deltas.num_rows)
             record.deltas = deltas.num_rows
+            self._spark_moved = self._spark_watermark_moves()
         phases.compute_s = clock.lap()
         session.wait()
         phases.hint_wait_s = clock.lap()
@@ -517,12 +519,20 @@ class StatefulJob:
     def _watermark_moved(self) -> bool:
         """Whether the next batch's watermark is ahead of this batch's: Spark's, when the stream has withWatermark,
         else the operator's own (its watermark_delay)."""
-        spark_watermark = self._running_spark_watermark()
-        if spark_watermark is not None:
-            return spark_watermark.moved()
+        moved, self._spark_moved = self._spark_moved, None
+        if moved is not None:
+            return moved
         if self.partitioned:
             return self._merger.watermark_moves()
         return watermark_moves(self.operator)
+
+    def _spark_watermark_moves(self) -> bool | None:
+        """Whether Spark's watermark moves after the running data batch (None: the stream has no withWatermark, or
+        Spark runs no batches without data for the operator). Read once the batch's input jobs ran (its watermark
+        nodes saw every row), before its state phase: the commit thread is then idle, so the Py4J calls wait for no
+        one (after the batch they waited on the commit's RocksDB writes)."""
+        spark_watermark = self._running_spark_watermark() if self._no_data_batches else None
+        return spark_watermark.moved() if spark_watermark is not None else None
 
     def _follow_spark_watermark(self) -> None:
         """When the stream has withWatermark, the operator's watermark for the batch is the one Spark planned it
