@@ -86,7 +86,8 @@ def translate(
             refuse_filters_on_event_time(node, translation.source)  # an aggregation without a window has no watermark
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
-    translation.picks = picks if translation.projection is None else None
+    only_selects = len(translation.above) == len(above) and all(kind == "select" for kind, _ in translation.above)
+    translation.picks = picks if translation.projection is None and only_selects else None  # a join may add a where
     return translation
 
 

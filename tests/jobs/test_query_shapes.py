@@ -315,6 +315,19 @@ SELECTIONS: dict[str, tuple[Builder, str, bool]] = {
         "update",
         True,
     ),
+    "a self-join with a residual condition (a where misa adds), then its columns (runs in Spark)": (
+        lambda spark, inputs: (
+            _watermarked(spark, inputs)
+            .alias("a")
+            .join(
+                _watermarked(spark, inputs).alias("b"),
+                F.expr("a.k = b.k AND a.t BETWEEN b.t - INTERVAL 5 SECONDS AND b.t AND a.v < b.v"),
+            )
+            .select("a.k", F.col("a.v").alias("av"), F.col("b.v").alias("bv"))
+        ),
+        "append",
+        False,
+    ),
     "dedup, then a computed column (runs in Spark)": (
         lambda spark, inputs: _watermarked_dedup(spark, inputs).select("k", (F.col("v") * 2).alias("twice")),
         "append",
