@@ -128,6 +128,22 @@ class Agg:
             named = [self.partial().alias(f"_v{index}")]
         return [*named, self.partial_count().alias(f"_c{index}")]
 
+    def row_partials(self, index: int, dtype: T.DataType | None) -> list[Column] | None:
+        """The same delta columns as :meth:`partials` over one row, without grouping (sum, count, avg, min and max of
+        numbers and times); None for the aggregates whose partial only a group of rows gives (object aggregates,
+        central moments)."""
+        if is_object(self.function, dtype) or self.function in MOMENT_FUNCTIONS:
+            return None
+        column = F.lit(1) if self.column == ROWS_COLUMN else F.col(self.column)
+        value = column  # min and max: the value itself, of the input type
+        if self.function == "count":
+            value = column.isNotNull().cast("bigint")
+        elif self.function == "avg" or self.function == "sum" and isinstance(dtype, (T.FloatType, T.DoubleType)):
+            value = column.cast("double")
+        elif self.function == "sum":
+            value = column.cast("bigint")
+        return [value.alias(f"_v{index}"), column.isNotNull().cast("bigint").alias(f"_c{index}")]
+
     def partial(self) -> Column:
         """This aggregate's partial value over a group of rows, in Spark's result type (avg: the double sum)."""
         column = F.lit(1) if self.column == ROWS_COLUMN else F.col(self.column)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -85,15 +85,16 @@ def spark_interval(duration: str) -> str:
     return f"{micros(duration)} microseconds"
 
 
-def max_event_measures(event_time: str, inputs: WatermarkInputs | None) -> list[Column]:
+def max_event_measures(event_time: str, inputs: WatermarkInputs | None, per_row: bool = False) -> list[Column]:
     """The delta columns of a group of rows' latest event time (µs): :data:`MAX_EVENT`, and each watermarked input's
-    (:data:`INPUT_MAX_EVENT`) when the stream is a union of several (``inputs``)."""
+    (:data:`INPUT_MAX_EVENT`) when the stream is a union of several (``inputs``); ``per_row``: each row's, ungrouped."""
     time = F.unix_micros(F.col(event_time))
-    measures = [F.max(time).alias(MAX_EVENT)]
+    latest: Callable[[Column], Column] = (lambda c: c) if per_row else F.max
+    measures = [latest(time).alias(MAX_EVENT)]
     if inputs is not None:
         input_of_row = F.col(inputs.column)
         measures += [
-            F.max(F.when(input_of_row == i, time)).alias(INPUT_MAX_EVENT.format(i)) for i in inputs.watermarked
+            latest(F.when(input_of_row == i, time)).alias(INPUT_MAX_EVENT.format(i)) for i in inputs.watermarked
         ]
     return measures
 

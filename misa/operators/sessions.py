@@ -118,15 +118,25 @@ class SessionAggregation(HintSource, KeyPartitioned):
 
     # ------------------------------------------------------------------ Spark side
     def deltas(self, batch: DataFrame) -> DataFrame:
-        """Partial aggregates per (group, row session) of the batch."""
+        """Partial aggregates per (group, row session) of the batch: of each row when every aggregate has a partial
+        of one row (the driver's merge folds rows of one session as it folds sessions: no shuffle in Spark), else
+        grouped by Spark."""
         self._ansi = str(batch.sparkSession.conf.get("spark.sql.ansi.enabled")).lower() == "true"
         types = {f.name: f.dataType for f in batch.schema.fields}
+        session = F.col(self.session)
+        starts = [F.unix_micros(session["start"]).alias(START), F.unix_micros(session["end"]).alias(END)]
+        keys = [F.col(c) for c in self.group_by]
+        per_row = [agg.row_partials(i, types.get(agg.column)) for i, agg in enumerate(self.aggs)]
+        if all(p is not None for p in per_row):
+            measures = [
+                F.lit(1).cast("bigint").alias(ROWS),
+                *max_event_measures(self.event_time, self.watermark_inputs, True),
+            ]
+            return batch.select(*keys, *starts, *measures, *[c for p in per_row for c in p or ()])
         measures = [F.count(F.lit(1)).alias(ROWS), *max_event_measures(self.event_time, self.watermark_inputs)]
         for i, agg in enumerate(self.aggs):
             measures += agg.partials(i, types.get(agg.column))
-        session = F.col(self.session)
-        starts = [F.unix_micros(session["start"]).alias(START), F.unix_micros(session["end"]).alias(END)]
-        return batch.groupBy(*[F.col(c) for c in self.group_by], *starts).agg(*measures)
+        return batch.groupBy(*keys, *starts).agg(*measures)
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
