@@ -403,9 +403,10 @@ class StatefulJob:
             deltas = self._merger.send(frame) if self.on_executors else frame.toArrow()
             record = self._input_record(batch, batch_id - self._skipped_batches, observation, deltas.num_rows)
             record.deltas = deltas.num_rows
-            self._spark_moved = self._spark_watermark_moves()
         phases.compute_s = clock.lap()
         session.wait()
+        if not no_data:  # every job reading the batch ran (its hints' too)
+            self._spark_moved = self._spark_watermark_moves()
         phases.hint_wait_s = clock.lap()
         result = OperatorResult(pa.table({})) if skipped else self._merge(deltas)
         reads = self.view.take_reads()
@@ -528,9 +529,9 @@ class StatefulJob:
 
     def _spark_watermark_moves(self) -> bool | None:
         """Whether Spark's watermark moves after the running data batch (None: the stream has no withWatermark, or
-        Spark runs no batches without data for the operator). Read once the batch's input jobs ran (its watermark
-        nodes saw every row), before its state phase: the commit thread is then idle, so the Py4J calls wait for no
-        one (after the batch they waited on the commit's RocksDB writes)."""
+        Spark runs no batches without data for the operator). Read once the jobs reading the batch ran (its
+        watermark nodes saw every row: the deltas', the count's, the hints'), before its state phase: the commit
+        thread is then idle, so the Py4J calls wait for no one (after the batch they waited on its RocksDB writes)."""
         spark_watermark = self._running_spark_watermark() if self._no_data_batches else None
         return spark_watermark.moved() if spark_watermark is not None else None
 
