@@ -8,9 +8,11 @@ import shutil
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
 import rocksdict
 
 from checkpoint import CheckpointStore, Fence, LocalCommit, Restored, no_fence
@@ -127,19 +129,17 @@ class StateStore:
     def get_many(self, keys: Sequence[bytes], parallel: bool = True) -> list[bytes | None]:
         """Values of ``keys`` in order (None when absent); one multi-get per shard, shards in parallel
         on the store's pool (or one after another on this thread when ``parallel`` is false)."""
-        groups: list[list[int]] = [[] for _ in range(self.shards)]
-        for i, key in enumerate(keys):
-            groups[shard_of(key, self.shards)].append(i)
-        out: list[bytes | None] = [None] * len(keys)
+        shard_of_key = np.fromiter(map(zlib.crc32, keys), np.int64, len(keys)) % self.shards  # shard_of, per column
+        out = np.full(len(keys), None, dtype=object)
 
         def fetch(shard: int) -> None:
-            idx = groups[shard]
-            if idx:
-                for i, value in zip(idx, self._dbs[shard].get([keys[i] for i in idx])):
-                    out[i] = value
+            idx = np.flatnonzero(shard_of_key == shard)
+            if len(idx):
+                wanted = itemgetter(*idx.tolist())(keys) if len(idx) > 1 else (keys[int(idx[0])],)
+                out[idx] = self._dbs[shard].get(list(wanted))
 
         list((self._pool.map if parallel else map)(fetch, range(self.shards)))
-        return out
+        return out.tolist()
 
     def scan(self, begin: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """All (key, value) with begin <= key < end in key order, merged across shards."""

@@ -21,6 +21,17 @@ def test_put_get_delete_and_multiget(store):
     assert store.get_many([key(3), key(4)]) == [None, b"new"]
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_multiget_gives_each_keys_value_in_order_across_shards(store, parallel):
+    """Keys of every shard, repeated, missing, one key of a shard alone, and none: each one's value in place."""
+    data = fill(store, 300, seed=3)
+    wanted = [key(i) for i in (7, 7000, 7, 299, 0, 150, 8000, 42)] + [key(i) for i in range(100, 140)]
+    assert store.get_many(wanted, parallel) == [data.get(k) for k in wanted]
+    for one in (key(5), key(9999)):
+        assert store.get_many([one], parallel) == [data.get(one)]
+    assert store.get_many([], parallel) == []
+
+
 def test_writes_are_chunked_and_spread_over_shards(store):
     data = fill(store, 1000, seed=2)  # writeChunkSize is 100: many WriteBatches per shard
     per_shard = [sum(1 for _ in db.keys()) for db in store._dbs]
