@@ -16,17 +16,15 @@ class PerKeyDeduplicate(Deduplicate):
 
     def _remember(self, state: StateView, keys: list[bytes], times: np.ndarray) -> None:
         if not self.within_watermark:
-            state.put_many(keys, [SEEN] * len(keys))
+            super()._remember(state, keys, times)
             return
         expiries = self._expiries(times)
         state.put_many(keys, [int(t).to_bytes(8, "big") for t in expiries])
         state.put_many(joined(DEDUP_EXPIRY, expiries, keys), [SEEN] * len(keys))
 
     def _evict(self, state: StateView, previous: int, watermark: int) -> None:
-        if not (self._by_time or self.within_watermark) or watermark <= previous:
-            return
-        if not self.within_watermark:
-            state.delete_range(window_prefix(0), window_prefix(watermark + 1))
+        if not self.within_watermark or watermark <= previous:
+            super()._evict(state, previous, watermark)
             return
         begin, end = DEDUP_EXPIRY + window_prefix(0), DEDUP_EXPIRY + window_prefix(watermark + 1)
         timers = state.scan(begin, end)
