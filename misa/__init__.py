@@ -59,6 +59,8 @@ _EXPORTS = {
     "CorruptCheckpointError": "checkpoint.exceptions",
     "OwnershipError": "checkpoint.exceptions",
     "LocationError": "common.errors",
+    "StateSourceError": "misa.exceptions",
+    "register_state_sources": "misa.state_source.sources",
 }
 __all__ = sorted(_EXPORTS)
 

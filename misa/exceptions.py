@@ -41,3 +41,7 @@ class StateWorkerError(MisaError, RuntimeError):
 
 class UnsupportedQueryError(AnalysisError):
     """A streaming query :func:`misa.from_query` cannot run: names the plan node and the nearest supported form."""
+
+
+class StateSourceError(MisaError, ValueError):
+    """The state data sources cannot read what was asked (not a misa state, no such version, a damaged file)."""

@@ -75,6 +75,8 @@ from misa.runtime.spark_mirror import SparkLogMirror, forget_mirror, spark_check
 from misa.runtime.spark_plan import planned_as_stateful
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.view import StateView
+from misa.state_source.operator_record import record_operator
+from misa.state_source.sources import register_state_sources
 from prefetch.auto import PROBE, AutoPolicy, AutoPrefetch, Sample
 
 log = logging.getLogger(__name__)
@@ -129,6 +131,7 @@ class StatefulJob:
         self.checkpoint_location = resolve_location(checkpoint_location)  # where Spark puts it
         state_dir = state_dir or self.config.state_dir or self._default_state_dir()
         dfs_url = dfs_url or self.config.dfs_url or self.checkpoint_location.child(STATE_FOLDER).url
+        self.dfs_url = dfs_url
         self.processes = state_partitions(self.config, state_dir, dfs_url)
         self.on_executors = on_executors(self.config)
         self.partitioned = is_partitioned(self.config, dfs_url, self.processes)
@@ -245,6 +248,8 @@ class StatefulJob:
         query_id = SparkCheckpointLog(self.checkpoint_location).query_id()
         self.metrics.serve(query_name or query_id)
         self.store.claim(query_id)
+        record_operator(self.dfs_url, self.operator, self.store.operator)  # for the state data sources
+        register_state_sources(spark)
         if self.mirror is not None and self.mirror.prepare(self.checkpoints.check_owner):
             self.checkpoints.forget_local_only()  # newer local versions went with the local copy Spark's log replaced
         if not self.config.mirror_spark_log:

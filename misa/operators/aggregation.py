@@ -40,6 +40,7 @@ from pyspark.sql import types as T
 from misa.config import parse_seconds
 from misa.exceptions import AnalysisError, UnsupportedQueryError
 from misa.operators.base import (
+    DEFAULT_STORE,
     MAX_EVENT,
     PANE_END,
     ROWS,
@@ -48,16 +49,19 @@ from misa.operators.base import (
     HintSource,
     KeyPartitioned,
     OperatorResult,
+    StateReadable,
+    StateStoreSpec,
     max_event_measures,
     micros,
     observe_deltas,
     spark_interval,
+    state_table,
 )
 from misa.operators.moments import MOMENT_FUNCTIONS, moment_partials, moment_results
 from misa.operators.object_aggs import OBJECT_FUNCTIONS, OBJECT_ORDERED, ObjectValues, is_object, object_partial
 from misa.operators.panes import PaneWindows, record_keys
-from misa.operators.schema import column_type, duration, event_time, key_columns, typed
-from misa.operators.sliding import PaneState, Windows
+from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
+from misa.operators.sliding import RECORDS_END, PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import MOMENTS, AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
 from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, window_prefix
@@ -77,6 +81,7 @@ INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_OR
 INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in MOMENT_FUNCTIONS}  # as doubles, as Spark casts them
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
+DELTA_SCHEMA = "delta_schema"  # metadata: the deltas' Arrow schema (misa.operators.schema.schema_text)
 log = logging.getLogger(__name__)
 LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding windows as panes"}
 
@@ -258,7 +263,7 @@ def _integers(t: pa.DataType) -> pa.DataType:
 
 
 @dataclass
-class Aggregation(HintSource, KeyPartitioned):
+class Aggregation(HintSource, KeyPartitioned, StateReadable):
     """Grouped aggregation, windowed when ``window`` is given (``slide`` defaults to ``window``)."""
 
     group_by: Sequence[str]
@@ -641,8 +646,10 @@ class Aggregation(HintSource, KeyPartitioned):
         return PANE_LAYOUT if self._panes is not None else KEY_LAYOUT
 
     def metadata(self) -> dict[str, Any]:
-        """Stored with each version: the watermark, the state layout and the kinds of aggregate values."""
-        return {**self.watermark.metadata(), "layout": self._layout, "values": self._cells}
+        """Stored with each version: the watermark, the state layout, the kinds of aggregate values and the deltas'
+        schema (a batch without data right after a restart, and a reader of the state, decode with it)."""
+        schema = {DELTA_SCHEMA: schema_text(self._last_schema)} if self._last_schema is not None else {}
+        return {**self.watermark.metadata(), "layout": self._layout, "values": self._cells} | schema
 
     def restore(self, metadata: dict[str, Any]) -> None:
         """Resume from a version's metadata; a version of another state layout is refused, never misread."""
@@ -654,4 +661,34 @@ class Aggregation(HintSource, KeyPartitioned):
                 "run the query from a new checkpoint location and state dir"
             )
         self._cells = metadata.get("values")
+        if DELTA_SCHEMA in metadata:
+            self._last_schema = schema_from_text(metadata[DELTA_SCHEMA])
         self.watermark.restore(metadata)
+
+    # ------------------------------------------------------------------ the state as rows
+    def state_stores(self) -> list[StateStoreSpec]:
+        """One store: a row per (window, group) as Spark's aggregation keeps it (sliding windows: combined from their
+        panes), keyed by the window and the group columns, with each aggregate's value as the output shows it."""
+        begin, end = (PANE_RECORD, RECORDS_END) if self._panes is not None else (b"", PANE_RECORD[:1])
+        if self._last_schema is None:  # no batch had rows yet: nothing to show, no types to show it with
+            return [StateStoreSpec(DEFAULT_STORE, begin, end, pa.struct([]), pa.struct([]))]
+        rows = self._state_table(self._empty_output(self._last_schema, self._values(self._last_schema))).schema
+        return [StateStoreSpec(DEFAULT_STORE, begin, end, rows.field("key").type, rows.field("value").type)]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        assert self._last_schema is not None, "state entries, but no deltas' schema to decode them with"
+        aggs = self._values(self._last_schema)
+        self._key_codec(self._last_schema)
+        if self._panes is None:
+            return self._state_table(self._rows(list(zip(keys, values)), aggs))
+        after = self.watermark.at_us if self._bounded else None
+        windows = self._panes.record_windows(keys, values, aggs.states, after)
+        return self._state_table(self._window_output(windows, aggs))
+
+    def _state_table(self, output: pa.Table) -> pa.Table:
+        """Output rows as state rows: keyed by Spark's ``window`` struct and the group columns."""
+        keys = {c: output[c] for c in self.group_by}
+        if self.window:
+            window = pa.StructArray.from_arrays([output[c].combine_chunks() for c in OUTPUT_WINDOW], ["start", "end"])
+            keys = {"window": window} | keys
+        return state_table(keys, {a.name: output[a.name] for a in self.aggs}, output.num_rows)

@@ -206,3 +206,49 @@ class KeyPartitioned(ABC):
         values as :meth:`partition_keys` gives the rows of that state; by default the hint's key columns."""
         spec = self.hint_spec()  # type: ignore[attr-defined]
         return [hints[c] for c in spec.key_columns]
+
+
+DEFAULT_STORE = "default"  # the store a read shows unless it names another (Spark's default storeName)
+
+
+Columns = dict[str, pa.Array | pa.ChunkedArray]
+
+
+def state_table(keys: Columns, values: Columns, rows: int) -> pa.Table:
+    """``rows`` state rows as the state data source shows them: a ``key`` and a ``value`` struct of these columns."""
+
+    def struct(columns: Columns) -> pa.Array:
+        if not columns:
+            return pa.array([{}] * rows, pa.struct([]))
+        arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns.values()]
+        return pa.StructArray.from_arrays(arrays, names=list(columns))
+
+    return pa.table({"key": struct(keys), "value": struct(values)})
+
+
+@dataclass(frozen=True)
+class StateStoreSpec:
+    """One store of an operator's state as the state data source shows it (Spark's ``storeName``): the state keys it
+    covers (``begin`` <= key < ``end``; None: no end) and the columns of its rows' ``key`` and ``value``."""
+
+    name: str
+    begin: bytes
+    end: bytes | None
+    key: pa.StructType
+    value: pa.StructType
+
+
+class StateReadable(ABC):
+    """The optional capability of showing the state as rows (``spark.read.format("misa-state")``).
+
+    Declare it as a base class. The data source loads the operator the job recorded, calls ``restore`` with a
+    version's metadata, then these; they run where the state is read (Spark's executors), never in a batch."""
+
+    @abstractmethod
+    def state_stores(self) -> list[StateStoreSpec]:
+        """The operator's stores, its main one first (the default a read shows)."""
+
+    @abstractmethod
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        """State entries of ``store`` as rows (:func:`state_table`: its spec's ``key`` and ``value`` structs); an entry
+        may hold several rows, or none."""

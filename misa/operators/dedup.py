@@ -35,9 +35,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.base import (
+    DEFAULT_STORE,
+    HintSource,
+    KeyPartitioned,
+    OperatorResult,
+    StateReadable,
+    StateStoreSpec,
+    state_table,
+)
 from misa.operators.group_hints import group_hint_keys
-from misa.operators.schema import event_time, key_columns
+from misa.operators.schema import event_time, key_columns, schema_from_text, schema_text
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import DEDUP_EXPIRIES, DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, split_fixed, window_prefix
@@ -48,11 +56,13 @@ from prefetch.hints import HintSpec
 NO_EVENT_TIME = (1 << 63) - 1  # the key time of a row without an event time: never evicted, as in Spark
 SEEN = b"\x01"
 EXPIRY_RECORD_KEYS = 4096  # keys per expiry record at most
+ROW_SCHEMA = "row_schema"  # metadata: the rows' Arrow schema (misa.operators.schema.schema_text)
+KEYS_END = DEDUP_EXPIRY[:1]  # the remembered keys sort before the expiry records and timers (0xFE)
 EXPIRIES = RecordCodec([pa.field("expiry", pa.int64()), pa.field("key", pa.binary())])  # a record of keys to expire
 
 
 @dataclass
-class Deduplicate(HintSource, KeyPartitioned):
+class Deduplicate(HintSource, KeyPartitioned, StateReadable):
     """Drops rows whose ``columns`` (and ``event_time``, if ``event_time_key`` and not ``within_watermark``) were
     seen before."""
 
@@ -236,7 +246,35 @@ class Deduplicate(HintSource, KeyPartitioned):
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:
-        return self.watermark.metadata()
+        """The watermark and the rows' schema (a batch without data right after a restart, and a reader of the
+        state, use it)."""
+        schema = {ROW_SCHEMA: schema_text(self._schema)} if self._schema is not None else {}
+        return self.watermark.metadata() | schema
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
+        if ROW_SCHEMA in metadata:
+            self._schema = schema_from_text(metadata[ROW_SCHEMA])
+
+    # ------------------------------------------------------------------ the state as rows
+    def state_stores(self) -> list[StateStoreSpec]:
+        """One store: a row per remembered key (its columns, and the event time when it is one of the keys); within
+        the watermark, with the time the key expires."""
+        if self._schema is None:  # no batch had rows yet: nothing to show, no types to show it with
+            return [StateStoreSpec(DEFAULT_STORE, b"", KEYS_END, pa.struct([]), pa.struct([]))]
+        rows = self.state_rows(DEFAULT_STORE, [], []).schema
+        return [StateStoreSpec(DEFAULT_STORE, b"", KEYS_END, rows.field("key").type, rows.field("value").type)]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        assert self._schema is not None, "state entries, but no rows' schema to decode them with"
+        codec = self._codec or KeyCodec([self._schema.field(c) for c in self.columns], windowed=self._by_time)
+        times, columns = codec.decode(keys)
+        key_columns = dict(zip(self.columns, columns))
+        if self._by_time:
+            assert self.event_time is not None and times is not None
+            key_columns[self.event_time] = pa.array(times, pa.int64()).cast(self._schema.field(self.event_time).type)
+        value_columns = {}
+        if self.within_watermark:
+            expiries = np.frombuffer(b"".join(values), ">i8").astype(np.int64)
+            value_columns["expires_at"] = pa.array(expiries, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        return state_table(key_columns, value_columns, len(keys))

@@ -7,9 +7,11 @@ name them with their types in the signature stored with each version
 
 from __future__ import annotations
 
+import base64
 import difflib
 from typing import Sequence
 
+import pyarrow as pa
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
@@ -76,3 +78,12 @@ def struct_of(schema: T.StructType, column: str, used_by: str) -> T.StructType:
 def duration(text: str | None) -> str | None:
     """A duration as the signature shows it ("10 seconds" and "10s" are both "10s"); None stays None."""
     return f"{parse_seconds(text):g}s" if text else None
+
+
+def schema_text(schema: pa.Schema) -> str:
+    """An Arrow schema as text for a version's metadata (:func:`schema_from_text` reads it back)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))

@@ -29,6 +29,8 @@ from misa.state.codec import AggStates, distinct_keys, latest_per_key
 from misa.state.keys import PANE_RECORD
 from misa.state.view import StateView
 
+RECORDS_END = PANE_RECORD[:-1] + bytes([PANE_RECORD[-1] + 1])  # the end of the pane records' key range
+
 
 @dataclass
 class Windows:
@@ -102,13 +104,21 @@ class PaneState:
 
     def every_window(self, state: StateView, aggs: AggStates) -> Windows:
         """Complete output: every window of every key's panes, with its state (one scan of the records)."""
-        records = state.scan(PANE_RECORD, PANE_RECORD[:-1] + bytes([PANE_RECORD[-1] + 1]))
-        distinct = [k[len(PANE_RECORD) :] for k, _ in records]
-        _, panes = self.records.decode([v for _, v in records])
-        keys, ends = self.windows.windows_of(
-            panes.keys, self.windows.first_window_end(panes.ends), self.windows.last_window_end(panes.ends)
-        )
-        return Windows(distinct, keys, ends, window_states(panes, self.windows, keys, ends, aggs))
+        records = state.scan(PANE_RECORD, RECORDS_END)
+        return self.record_windows([k for k, _ in records], [v for _, v in records], aggs)
+
+    def record_windows(
+        self, keys: list[bytes], records: list[bytes], aggs: AggStates, after_us: int | None = None
+    ) -> Windows:
+        """The windows of pane records (their ``keys``, behind :data:`PANE_RECORD`), with their states: every one, or
+        those ending after ``after_us``."""
+        distinct = [k[len(PANE_RECORD) :] for k in keys]
+        _, panes = self.records.decode(records)
+        first = self.windows.first_window_end(panes.ends)
+        if after_us is not None:
+            first = self.windows.open_window_ends(panes.ends, after_us)[0]
+        keys_of, ends = self.windows.windows_of(panes.keys, first, self.windows.last_window_end(panes.ends))
+        return Windows(distinct, keys_of, ends, window_states(panes, self.windows, keys_of, ends, aggs))
 
     def due_records(self, state: StateView, after_us: int, through_us: int) -> tuple[list[bytes], np.ndarray]:
         """Append mode: the records :meth:`close` will read when the watermark moves from ``after_us`` to

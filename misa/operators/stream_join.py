@@ -34,7 +34,6 @@ evicted as columns for all its keys at once. Output: the left row's fields then 
 
 from __future__ import annotations
 
-import base64
 import pickle
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +49,7 @@ from misa.exceptions import AnalysisError
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.row_lists import append_rows, matches
+from misa.operators.schema import schema_from_text, schema_text
 from misa.operators.watermark import InputsWatermark
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import JOIN_ROWS, JOIN_TIMER, KEY_SPACE_VERSION, joined, key_tails, prefixed
@@ -362,12 +362,12 @@ class StreamJoin(HintSource, KeyPartitioned):
         if self._row_types is None:
             return self.watermark.metadata()
         rows = pa.schema([pa.field(c, t) for c, t in zip(ROW_COLUMNS, self._row_types)])
-        return self.watermark.metadata() | {ROW_TYPES: base64.b64encode(rows.serialize().to_pybytes()).decode()}
+        return self.watermark.metadata() | {ROW_TYPES: schema_text(rows)}
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
         if ROW_TYPES in metadata:
-            rows = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(metadata[ROW_TYPES])))
+            rows = schema_from_text(metadata[ROW_TYPES])
             self._set_row_types(rows.field(ROW_COLUMNS[0]).type, rows.field(ROW_COLUMNS[1]).type)
 
     def _set_row_types(self, left: pa.StructType, right: pa.StructType) -> None:
