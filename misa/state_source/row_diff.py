@@ -15,6 +15,10 @@ def _identity(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=repr)
 
 
+def _indices(rows: list[int]) -> pa.Array:
+    return pa.array(rows, pa.int64())
+
+
 def changed_rows(old: pa.Table, new: pa.Table) -> pa.Table:
     """Rows of ``new`` whose key is not in ``old`` or whose value differs (``update``), then rows of ``old`` whose key
     is not in ``new`` (``delete``, value null); columns ``change_type``, ``key``, ``value``."""
@@ -30,10 +34,13 @@ def changed_rows(old: pa.Table, new: pa.Table) -> pa.Table:
         {
             "change_type": pa.array([UPDATE] * len(updated) + [DELETE] * len(deleted), pa.string()),
             "key": pa.concat_arrays(
-                [new["key"].combine_chunks().take(updated), old["key"].combine_chunks().take(deleted)]
+                [
+                    new["key"].combine_chunks().take(_indices(updated)),
+                    old["key"].combine_chunks().take(_indices(deleted)),
+                ]
             ),
             "value": pa.concat_arrays(
-                [new["value"].combine_chunks().take(updated), pa.nulls(len(deleted), value_type)]
+                [new["value"].combine_chunks().take(_indices(updated)), pa.nulls(len(deleted), value_type)]
             ),
         }
     )

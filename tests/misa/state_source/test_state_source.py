@@ -1,0 +1,243 @@
+"""format("misa-state"): the state of a query run on misa, read as a DataFrame, is the state plain Spark's
+``statestore`` reader shows for the same query and batch; the change feed is the difference of two full reads; reads
+run while the job writes, never change the state, and fail with one clear line on a location, version or file they
+cannot read."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from misa import MisaConfig, from_query
+
+SCHEMA = "k string, t bigint, v bigint"
+FILES, ROWS = 3, 60
+
+
+def write_input(folder: Path, seed: int = 7) -> None:
+    """FILES files of ROWS rows over 6 keys; event time advances file by file, a few rows late."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(FILES):
+        rows = []
+        for i in range(ROWS):
+            t = f * 12_000 + i * 200 - (rng.choice([0, 0, 0, 9_000]))
+            rows.append({"k": f"u{rng.randrange(6)}", "t": max(t, 0), "v": rng.randrange(100)})
+        (folder / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows))
+
+
+def watermarked(rows: DataFrame) -> DataFrame:
+    return rows.withColumn("event_time", F.timestamp_millis("t")).withWatermark("event_time", "5 seconds")
+
+
+QUERIES: dict[str, tuple[Callable[[DataFrame], DataFrame], str]] = {
+    "tumbling windows, sum and count": (
+        lambda r: watermarked(r).groupBy(F.window("event_time", "10 seconds"), "k").agg(F.sum("v"), F.count("v")),
+        "update",
+    ),
+    "sliding windows, max": (
+        lambda r: watermarked(r).groupBy(F.window("event_time", "10 seconds", "5 seconds"), "k").agg(F.max("v")),
+        "update",
+    ),
+    "no window, sum": (lambda r: r.groupBy("k").agg(F.sum("v")), "update"),
+    "dropDuplicates": (lambda r: r.dropDuplicates(["k"]), "append"),
+    "dropDuplicates with the event time": (lambda r: watermarked(r).dropDuplicates(["k", "event_time"]), "append"),
+    "dropDuplicatesWithinWatermark": (lambda r: watermarked(r).dropDuplicatesWithinWatermark(["k"]), "append"),
+}
+
+
+def stream(spark, folder: Path) -> DataFrame:
+    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(folder))
+
+
+def run_spark(spark, query: DataFrame, mode: str, checkpoint: Path) -> None:
+    writer = query.writeStream.outputMode(mode).format("noop").option("checkpointLocation", str(checkpoint))
+    writer.trigger(availableNow=True).start().awaitTermination()
+
+
+def run_misa(query: DataFrame, mode: str, checkpoint: Path, **conf: str) -> None:
+    settings = {"spark.misa.state.shards": "3", "spark.misa.state.retainVersions": "10"} | conf
+    job = from_query(
+        query, lambda b, t: None, str(checkpoint), output_mode=mode, config=MisaConfig.from_mapping(settings), echo=None
+    )
+    try:
+        job.start(trigger={"availableNow": True}).awaitTermination()
+    finally:
+        job.close()
+
+
+def comparable(value: Any) -> Any:
+    """A row's key or value as a hashable, timestamps as microseconds (Spark's expiresAtMicros)."""
+    if hasattr(value, "asDict"):
+        return tuple((k, comparable(v)) for k, v in value.asDict().items())
+    if hasattr(value, "timestamp"):
+        return round(value.timestamp() * 1_000_000)
+    return value
+
+
+def values(value: Any) -> tuple:
+    """A value's fields; Spark's deduplication keeps a placeholder field (``__dummy__``) where misa keeps none."""
+    return tuple(v for name, v in comparable(value) if not name.startswith("__"))
+
+
+def state_of(df: DataFrame) -> dict[Any, tuple]:
+    """key -> the value's fields (names differ: misa shows the aggregates' output names, Spark its buffers')."""
+    rows = df.collect()
+    state = {comparable(r.key): values(r.value) for r in rows}
+    assert len(state) == len(rows), "a key appears twice"
+    return state
+
+
+def spark_batch(spark, checkpoint: Path) -> int:
+    return spark.read.format("state-metadata").load(str(checkpoint)).collect()[0].maxBatchId
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_the_state_is_what_sparks_statestore_reader_shows(spark, tmp_path, name):
+    build, mode = QUERIES[name]
+    write_input(tmp_path / "in")
+    run_spark(spark, build(stream(spark, tmp_path / "in")), mode, tmp_path / "spark")
+    run_misa(build(stream(spark, tmp_path / "in")), mode, tmp_path / "misa")
+    batch = spark_batch(spark, tmp_path / "spark")
+    theirs = state_of(spark.read.format("statestore").option("batchId", batch).load(str(tmp_path / "spark")))
+    ours_df = spark.read.format("misa-state").option("version", batch).load(str(tmp_path / "misa"))
+    ours = state_of(ours_df)
+    assert theirs, "the query keeps no state: the comparison would be empty"
+    assert ours == theirs
+    assert ours == state_of(spark.read.format("misa-state").load(str(tmp_path / "misa"))), "newest is that batch"
+    assert {r.shard_id for r in ours_df.select("shard_id").collect()} <= {0, 1, 2}
+
+
+def test_a_state_of_two_worker_processes_reads_as_one(spark, tmp_path):
+    build, mode = QUERIES["tumbling windows, sum and count"]
+    write_input(tmp_path / "in")
+    run_spark(spark, build(stream(spark, tmp_path / "in")), mode, tmp_path / "spark")
+    run_misa(build(stream(spark, tmp_path / "in")), mode, tmp_path / "misa", **{"spark.misa.state.processes": "2"})
+    batch = spark_batch(spark, tmp_path / "spark")
+    df = spark.read.format("misa-state").option("version", batch).load(str(tmp_path / "misa"))
+    assert {r.partition_id for r in df.select("partition_id").distinct().collect()} == {0, 1}
+    theirs = state_of(spark.read.format("statestore").option("batchId", batch).load(str(tmp_path / "spark")))
+    assert state_of(df) == theirs
+    meta = spark.read.format("misa-state-metadata").load(str(tmp_path / "misa"))
+    assert {(r.num_partitions, r.partition_id) for r in meta.collect()} == {(2, 0), (2, 1)}
+
+
+@pytest.fixture(scope="module")
+def windows_state(spark, tmp_path_factory) -> Path:
+    """A misa checkpoint of tumbling windows in update mode over FILES batches (windows open and close)."""
+    folder = tmp_path_factory.mktemp("windows")
+    write_input(folder / "in")
+    build, mode = QUERIES["tumbling windows, sum and count"]
+    run_misa(build(stream(spark, folder / "in")), mode, folder / "misa")
+    return folder / "misa"
+
+
+def read(spark, checkpoint: Path, **options: Any) -> DataFrame:
+    reader = spark.read.format("misa-state")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(str(checkpoint))
+
+
+def test_the_change_feed_is_the_difference_of_two_full_reads(spark, windows_state):
+    versions = sorted({r.version for r in spark.read.format("misa-state-metadata").load(str(windows_state)).collect()})
+    first, last = versions[0], versions[-1]
+    assert last - first >= 2
+    state = state_of(read(spark, windows_state, version=first))
+    feed = read(spark, windows_state, changesFrom=first, changesTo=last).orderBy("version").collect()
+    assert {r.change_type for r in feed} == {"update", "delete"}, "the windows should both change and close"
+    for version in range(first + 1, last + 1):
+        step = [r for r in feed if r.version == version]
+        before = dict(state)
+        for row in step:
+            key = comparable(row.key)
+            if row.change_type == "delete":
+                assert row.value is None
+                del state[key]
+            else:
+                state[key] = values(row.value)
+        assert state == state_of(read(spark, windows_state, version=version)), f"version {version}"
+        changed = {k for k in state if before.get(k) != state[k]} | {k for k in before if k not in state}
+        assert sorted(map(repr, (comparable(r.key) for r in step))) == sorted(map(repr, changed)), "only what changed"
+
+
+def files_of(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_read_changes_nothing_and_bad_reads_fail_with_one_clear_line(spark, windows_state, tmp_path):
+    before = files_of(windows_state)
+    read(spark, windows_state).collect()
+    spark.read.format("misa-state-metadata").load(str(windows_state)).collect()
+    assert files_of(windows_state) == before
+
+    def fails(match: str, checkpoint: Path | str, **options: Any) -> None:
+        with pytest.raises(Exception, match=match):
+            read(spark, Path(checkpoint), **options).collect()
+
+    fails("does not exist", tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    fails("is not a misa checkpoint", tmp_path / "empty")
+    fails("version 99 .* is not durable", windows_state, version=99)
+    fails("not a version number", windows_state, version="latest")
+    fails("storeName 'timers'", windows_state, storeName="timers")
+    fails("changesFrom < changesTo", windows_state, changesFrom=2, changesTo=1)
+
+
+def test_a_removed_version_and_a_damaged_file_are_named(spark, tmp_path):
+    build, mode = QUERIES["tumbling windows, sum and count"]
+    write_input(tmp_path / "in")
+    run_misa(build(stream(spark, tmp_path / "in")), mode, tmp_path / "misa", **{"spark.misa.state.retainVersions": "2"})
+    with pytest.raises(Exception, match="version 0 .* was removed"):
+        read(spark, tmp_path / "misa", version=0).collect()
+    sst = sorted((tmp_path / "misa" / "misa-state").rglob("*.sst"), key=lambda p: -p.stat().st_size)[0]
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="is damaged"):
+        read(spark, tmp_path / "misa").collect()
+
+
+def test_a_read_runs_while_the_job_writes(spark, tmp_path):
+    """Reads of the newest durable version while batches commit; each equals the same version read afterwards."""
+    (tmp_path / "in").mkdir()
+    build, mode = QUERIES["no window, sum"]
+    query = build(spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")))
+    config = MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.state.retainVersions": "20"})
+    job = from_query(query, lambda b, t: None, str(tmp_path / "misa"), output_mode=mode, config=config, echo=None)
+    running = job.start(trigger={"processingTime": "500 milliseconds"})
+    seen: dict[int, dict] = {}
+    stop = threading.Event()
+
+    def feed() -> None:
+        for i in range(6):
+            (tmp_path / "in" / f"{i}.json").write_text(json.dumps({"k": f"u{i % 3}", "t": i, "v": i}))
+            time.sleep(0.7)
+        stop.set()
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            meta = spark.read.format("misa-state-metadata").load(str(tmp_path / "misa")).where("durable").collect()
+            if meta:
+                version = max(r.version for r in meta)
+                seen[version] = state_of(read(spark, tmp_path / "misa", version=version))
+            if stop.is_set() and len(seen) >= 3:
+                break
+    finally:
+        feeder.join()
+        running.stop()
+        job.close()
+    assert len(seen) >= 3, "reads should have seen several versions while the job ran"
+    for version, state in seen.items():
+        assert state == state_of(read(spark, tmp_path / "misa", version=version))
