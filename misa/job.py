@@ -45,6 +45,7 @@ from misa.hosts.output import HostRows
 from misa.hosts.placement import is_partitioned, on_executors, partitioned_store, state_partitions
 from misa.io.dataframe_sink import FrameSink
 from misa.obs.metrics import BatchListener, BatchMetrics, summary_line
+from misa.obs.query_progress import MisaStreamingQuery, state_operator
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport, CommitStatus
 from misa.operators.base import (
     HintSource,
@@ -66,6 +67,7 @@ from misa.runtime.commit import CommitController
 from misa.runtime.compat import check_compatible
 from misa.runtime.hadoop_fs import hadoop_local_path, resolve_location
 from misa.runtime.interrupt import StopOnInterrupt
+from misa.runtime.job_descriptions import describe_jobs
 from misa.runtime.next_input import NextInput, without_driver_reads
 from misa.runtime.no_data_batches import NoDataBatches, SparkWatermark, has_watermark, no_data_batches_enabled
 from misa.runtime.process import gc_paused, nothing_paused
@@ -74,6 +76,7 @@ from misa.runtime.spark_log import SparkCheckpointLog
 from misa.runtime.spark_mirror import SparkLogMirror, forget_mirror, spark_checkpoint_uri
 from misa.runtime.spark_plan import planned_as_stateful
 from misa.state.store import EMPTY_VERSION, StateStore
+from misa.state.version import BatchVersion
 from misa.state.view import StateView
 from misa.state_source.operator_record import record_operator
 from misa.state_source.sources import register_state_sources
@@ -286,9 +289,21 @@ class StatefulJob:
         self._no_data_batches = runs_no_data_batches(self.operator) and no_data_batches_enabled(spark)
         self._query_started.set()
         self.metrics.follow(str(query.id))
+        query = MisaStreamingQuery(query, self._state_operator)
         if self._interrupt is not None:
             self._interrupt.watch(query, self.batch_running)
         return query
+
+    def _state_operator(self, batch_id: int) -> dict[str, Any] | None:
+        """Spark's ``StateOperatorProgress`` of the operator at ``batch_id``, as JSON (None: not reported)."""
+        report = self.metrics.recent.get(batch_id)
+        if report is None:
+            return None
+        return state_operator(report, self._operator_name, self.processes, self.config.state_shards)
+
+    @property
+    def _operator_name(self) -> str:
+        return str((self.store.operator or {}).get("operator", type(self.operator).__name__))
 
     def _check_spark_folder(self, spark: SparkSession, option: str) -> None:
         """Refuse a ``checkpointLocation`` that Hadoop would read as another folder than the one recovery reads."""
@@ -374,6 +389,7 @@ class StatefulJob:
             skipped = batch_id == 0 and self._skipped_batches == 1
             asked = first or self._requested == batch_id - 1
             no_data = asked and self.no_data.is_no_data_batch(batch_id)
+            describe_jobs(batch, f"misa batch {batch_id}: the deltas of {self._operator_name} for misa's state phase")
             if no_data or skipped:
                 with HintSession(batch) as session:
                     self._run_batch(session, batch_id, started, no_data=True, skipped=skipped)
@@ -418,9 +434,15 @@ class StatefulJob:
         phases.state_read_s, record.state_device_read_bytes = reads.seconds, reads.device_bytes
         phases.state_apply_s = clock.lap() - phases.state_read_s
         if not skipped:
+            describe_jobs(session.rows, f"misa batch {batch_id}: the output of misa's state phase to the sink")
             self._deliver(batch_id - self._skipped_batches, self._typed(result.output), session.rows)
         phases.sink_s = clock.lap()
-        self.controller.commit(self.view.freeze(batch_id), self.operator.metadata())
+        frozen = self.view.freeze(batch_id)
+        if isinstance(frozen, BatchVersion):  # worker processes freeze their own: not counted here
+            values = list(frozen.buffer.changes.values())
+            record.state_deletes = values.count(None) + len(frozen.buffer.range_deletes)
+            record.state_writes = len(values) - values.count(None)
+        self.controller.commit(frozen, self.operator.metadata())
         phases.commit_inline_s = clock.lap()
         phases.ack_wait_s = self.controller.wait_durable(batch_id - 1)
         self.version = batch_id

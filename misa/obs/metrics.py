@@ -17,6 +17,7 @@ from misa.obs.progress_listener import JsonProgressListener
 from misa.obs.records import BatchRecord, BatchReport, CommitRecord
 
 log = logging.getLogger(__name__)
+RECENT = 100  # batches whose reports stay at hand: Spark keeps as many recent progress updates by default
 #: Called with the runtime's report of a batch and Spark's ``StreamingQueryProgress`` of it.
 BatchListener = Callable[[BatchReport, Any], None]
 
@@ -44,6 +45,7 @@ class BatchMetrics:
         self._exporter: Any = None
         self._listeners: list[BatchListener] = []
         self._reports: dict[int, BatchReport] = {}
+        self.recent: dict[int, BatchReport] = {}  # the newest RECENT reports by batch id, for the query's progress
         self._pending: dict[int, dict[str, Any]] = {}
         self.run_started: float | None = None  # set by listener(): when the current run's query started
         self.query_id: str | None = None  # the query whose progress this object takes (follow())
@@ -65,6 +67,9 @@ class BatchMetrics:
     def report(self, report: BatchReport) -> None:
         """The runtime's report of a batch: kept as the latest, exported, and joined with Spark's progress."""
         self.last = report
+        self.recent[report.batch_id] = report
+        while len(self.recent) > RECENT:
+            del self.recent[next(iter(self.recent))]
         if self._exporter is not None:
             self._exporter.observe_batch(report)
         with self._lock:

@@ -65,6 +65,8 @@ class BatchRecord:
     state_bytes: int = 0  # RocksDB's live SST files and memtables, approximate
     sst_bytes: int = 0  # RocksDB's SST files (rocksdb.total-sst-files-size), every shard
     state_reads: int = 0
+    state_writes: int | None = None  # keys the batch put into the state (None: not counted, worker processes)
+    state_deletes: int | None = None  # keys and key ranges it deleted
     state_device_read_bytes: int | None = None  # read from a device during the state reads (None: not accounted)
     cache: dict[str, int] = field(default_factory=dict)
     prefetch: dict[str, Any] | None = None

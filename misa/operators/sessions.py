@@ -35,10 +35,21 @@ from pyspark.sql import types as T
 from misa.config import parse_seconds
 from misa.exceptions import AnalysisError
 from misa.operators import session_records
-from misa.operators.aggregation import NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValues
-from misa.operators.base import ROWS, HintSource, KeyPartitioned, OperatorResult, max_event_measures, observe_deltas
+from misa.operators.aggregation import DELTA_SCHEMA, NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValues
+from misa.operators.base import (
+    DEFAULT_STORE,
+    ROWS,
+    HintSource,
+    KeyPartitioned,
+    OperatorResult,
+    StateReadable,
+    StateStoreSpec,
+    max_event_measures,
+    observe_deltas,
+    state_table,
+)
 from misa.operators.group_hints import group_hint_keys
-from misa.operators.schema import column_type, event_time, key_columns, typed
+from misa.operators.schema import column_type, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.session_records import Sessions, earliest_ends, merge_overlapping
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
@@ -59,7 +70,7 @@ TIMER_ONLY = b"\x01"  # the value of a timer of the older layout, which held no 
 
 
 @dataclass
-class SessionAggregation(HintSource, KeyPartitioned):
+class SessionAggregation(HintSource, KeyPartitioned, StateReadable):
     """Aggregation per (session, group); ``session`` names the input's struct column of start and end."""
 
     group_by: Sequence[str]
@@ -265,10 +276,36 @@ class SessionAggregation(HintSource, KeyPartitioned):
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:
-        return self.watermark.metadata()
+        """The watermark and the deltas' schema (a batch without data right after a restart, and a reader of the
+        state, decode with it)."""
+        schema = {DELTA_SCHEMA: schema_text(self._last_schema)} if self._last_schema is not None else {}
+        return self.watermark.metadata() | schema
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
+        if DELTA_SCHEMA in metadata:
+            self._last_schema = schema_from_text(metadata[DELTA_SCHEMA])
+            self._codec = KeyCodec([self._last_schema.field(c) for c in self.group_by], windowed=False)
+
+    # ------------------------------------------------------------------ the state as rows
+    def state_stores(self) -> list[StateStoreSpec]:
+        """One store: a row per open session, keyed by the group columns and Spark's ``session_window`` struct, with
+        each aggregate's value as the output shows it."""
+        begin, end = SESSION_RECORD, SESSION_RECORD[:-1] + bytes([SESSION_RECORD[-1] + 1])
+        if self._last_schema is None:  # no batch had rows yet: nothing to show, no types to show it with
+            return [StateStoreSpec(DEFAULT_STORE, begin, end, pa.struct([]), pa.struct([]))]
+        rows = self.state_rows(DEFAULT_STORE, [], []).schema
+        return [StateStoreSpec(DEFAULT_STORE, begin, end, rows.field("key").type, rows.field("value").type)]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        assert self._last_schema is not None, "state entries, but no deltas' schema to decode them with"
+        aggs = AggValues.of(self.aggs, self._last_schema, self._ansi, self.collect_max_items)
+        sessions = session_records.decode(values, aggs.states.width, bool(aggs.objects))
+        group_keys = key_tails(pa.array(keys, pa.binary()), len(SESSION_RECORD)).to_numpy(zero_copy_only=False)
+        output = self._output(group_keys[sessions.group], sessions, aggs)
+        window = pa.StructArray.from_arrays([output[c].combine_chunks() for c in OUTPUT_WINDOW], ["start", "end"])
+        key_columns = {c: output[c] for c in self.group_by} | {"session_window": window}
+        return state_table(key_columns, {a.name: output[a.name] for a in self.aggs}, output.num_rows)
 
 
 def _no_sessions(values: AggValues) -> tuple[np.ndarray, Sessions]:

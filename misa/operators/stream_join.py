@@ -46,7 +46,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.exceptions import AnalysisError
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StateReadable, StateStoreSpec, state_table
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.row_lists import append_rows, matches
 from misa.operators.schema import schema_from_text, schema_text
@@ -79,7 +79,7 @@ class JoinSide:
 
 
 @dataclass
-class StreamJoin(HintSource, KeyPartitioned):
+class StreamJoin(HintSource, KeyPartitioned, StateReadable):
     """Spark's inner join of two streams on ``keys`` equi-join keys (see the module's docstring)."""
 
     keys: int
@@ -358,17 +358,48 @@ class StreamJoin(HintSource, KeyPartitioned):
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:
-        """The watermarks and the sides' row types (a batch without data evicts before any row was seen)."""
+        """The watermarks, the sides' row types (a batch without data evicts before any row was seen) and the join
+        keys' types (a reader of the state decodes the keys with them)."""
         if self._row_types is None:
             return self.watermark.metadata()
-        rows = pa.schema([pa.field(c, t) for c, t in zip(ROW_COLUMNS, self._row_types)])
-        return self.watermark.metadata() | {ROW_TYPES: schema_text(rows)}
+        fields = [pa.field(c, t) for c, t in zip(ROW_COLUMNS, self._row_types)]
+        fields += self._codec.fields if self._codec is not None else []
+        return self.watermark.metadata() | {ROW_TYPES: schema_text(pa.schema(fields))}
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
         if ROW_TYPES in metadata:
             rows = schema_from_text(metadata[ROW_TYPES])
             self._set_row_types(rows.field(ROW_COLUMNS[0]).type, rows.field(ROW_COLUMNS[1]).type)
+            if set(self.key_columns) <= set(rows.names):
+                self._codec = KeyCodec([rows.field(c) for c in self.key_columns], windowed=False)
+
+    # ------------------------------------------------------------------ the state as rows
+    def state_stores(self) -> list[StateStoreSpec]:
+        """A store per side (Spark's ``joinSide``), ``left`` first: a row per stored row, keyed by the join keys
+        (``k0, k1, ...``), with the row's fields and its time (µs, the one its state watermark evicts by)."""
+        stores = []
+        for index, name in enumerate(("left", "right")):
+            begin = JOIN_ROWS + SIDE_BYTES[index]
+            end = begin[:-1] + bytes([begin[-1] + 1])
+            if self._row_types is None or self._codec is None:
+                stores.append(StateStoreSpec(name, begin, end, pa.struct([]), pa.struct([])))
+                continue
+            rows = self.state_rows(name, [], []).schema
+            stores.append(StateStoreSpec(name, begin, end, rows.field("key").type, rows.field("value").type))
+        return stores
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        assert self._codec is not None and self._row_types is not None, "state entries, but no types to decode them"
+        index = ("left", "right").index(store)
+        rows, group = self._decode(index, list(values))
+        skip = len(JOIN_ROWS) + 1
+        _, columns = self._codec.decode(key_tails(pa.array(keys, pa.binary()), skip).to_pylist())
+        taken = pa.array(group, pa.int64())
+        key_columns = {f"k{i}": c.take(taken) for i, c in enumerate(columns)}
+        row_type = self._row_types[index]
+        value_columns = {row_type.field(i).name: rows.column(i + 1) for i in range(row_type.num_fields)}
+        return state_table(key_columns, value_columns | {"time_us": rows.column(0)}, rows.num_rows)
 
     def _set_row_types(self, left: pa.StructType, right: pa.StructType) -> None:
         if self._row_types != (left, right):

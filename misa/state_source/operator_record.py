@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import pickle
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from misa.exceptions import StateSourceError
 from misa.parallel.pool import worker_copy
 
 RECORD = "operator.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,16 +35,22 @@ class OperatorRecord:
 def record_operator(dfs_url: str, operator: Any, signature: dict[str, Any]) -> None:
     """Write ``operator`` (pickled) and its record at the state's DFS location ``dfs_url`` (its root, above any
     partition folders); the pickle is written only when this definition's is not there yet."""
-    data = worker_copy(operator)
-    name = f"operator-{hashlib.sha256(data).hexdigest()[:16]}.pickle"
     fs, root = parse(dfs_url).filesystem()
     root = root.rstrip("/")
     fs.makedirs(root, exist_ok=True)
-    if not fs.exists(f"{root}/{name}"):
-        with fs.open(f"{root}/{name}", "wb") as out:
-            out.write(data)
+    record: dict[str, Any] = {"signature": signature}
+    try:
+        data = worker_copy(operator)
+    except (TypeError, AttributeError, pickle.PicklingError) as exc:  # holds a lock, a client, a connection
+        record["unpicklable"] = f"{type(operator).__name__} cannot be pickled ({type(exc).__name__}: {exc})"
+        log.warning("the state data sources cannot read this state: %s", record["unpicklable"])
+    else:
+        record["pickle"] = name = f"operator-{hashlib.sha256(data).hexdigest()[:16]}.pickle"
+        if not fs.exists(f"{root}/{name}"):
+            with fs.open(f"{root}/{name}", "wb") as out:
+                out.write(data)
     with fs.open(f"{root}/{RECORD}", "wb") as out:
-        out.write(json.dumps({"pickle": name, "signature": signature}, sort_keys=True).encode())
+        out.write(json.dumps(record, sort_keys=True).encode())
 
 
 def read_record(dfs_url: str) -> OperatorRecord:
@@ -57,11 +65,14 @@ def read_record(dfs_url: str) -> OperatorRecord:
     try:
         with fs.open(path, "rb") as f:
             raw = json.loads(f.read())
-        return OperatorRecord(str(raw["pickle"]), dict(raw["signature"]))
-    except (ValueError, KeyError, TypeError) as exc:
+        why, record = raw.get("unpicklable"), OperatorRecord(str(raw.get("pickle")), dict(raw["signature"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StateSourceError(
             f"{parse(dfs_url).given}/{RECORD} is damaged ({exc}): run the query once to rewrite it"
         ) from exc
+    if why:
+        raise StateSourceError(f"the operator of {parse(dfs_url).given} was not recorded: {why}")
+    return record
 
 
 def operator_bytes(dfs_url: str, record: OperatorRecord) -> bytes:

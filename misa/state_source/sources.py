@@ -33,7 +33,7 @@ from checkpoint.local import LocalCheckpoints
 from checkpoint.manifest import ShardManifest
 from common.location import parse
 from misa.exceptions import StateSourceError
-from misa.operators.base import DEFAULT_STORE, StateReadable, StateStoreSpec
+from misa.operators.base import StateReadable, StateStoreSpec
 from misa.state_source.locate import (
     StateLocation,
     dfs,
@@ -82,10 +82,11 @@ def _readable(operator: Any) -> StateReadable:
     return operator
 
 
-def _store(operator: StateReadable, name: str) -> StateStoreSpec:
+def _store(operator: StateReadable, name: str | None) -> StateStoreSpec:
+    """The store ``name`` (None: the operator's main one)."""
     stores = operator.state_stores()
     for store in stores:
-        if store.name == name:
+        if store.name == name or name is None:
             return store
     raise StateSourceError(f"storeName {name!r}: the operator's stores are {', '.join(s.name for s in stores)}")
 
@@ -129,7 +130,7 @@ class MisaStateSource(DataSource):
                     for m in shard_manifests(url, v)
                 ]
         operator = _described(code, newest)
-        return code, operator, _store(operator, self.options.get("storeName", DEFAULT_STORE)), parts, feed
+        return code, operator, _store(operator, self.options.get("storeName")), parts, feed
 
     def schema(self) -> T.StructType:
         _, _, store, _, feed = self._plan()
