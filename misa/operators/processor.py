@@ -45,7 +45,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from misa.config import parse_seconds
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StateReadable, StateStoreSpec, state_table
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
@@ -57,6 +57,8 @@ from prefetch.hints import HintSpec
 TIME_MODES = ("None", "ProcessingTime", "EventTime")
 INITIAL = "_misa_initial_state"  # marks the initial state's rows among the first batch's
 NEVER = 1 << 62  # the expiry of a value without TTL
+TIMERS_STORE, TIMER_COLUMN = "$timers", "expiry_timestamp_ms"  # the timers as the state data source shows them
+EXPIRY_COLUMN = "ttl_expires_at_ms"
 
 
 def _plain(values: Sequence[Any]) -> tuple:
@@ -211,19 +213,21 @@ class MisaProcessorHandle(StatefulProcessorHandle):
     def __init__(self, state: _KeyedState):  # noqa: D107 - Spark's handle's base takes an API client
         self._state = state
         self.variables: dict[str, ValueState | ListState | MapState] = {}
+        self.schemas: dict[str, tuple[Any, ...]] = {}  # each variable's schemas as init gave them (map: key, value)
 
-    def _variable(self, kind: type, name: str, ttl_ms: int | None) -> Any:
+    def _variable(self, kind: type, name: str, ttl_ms: int | None, *schemas: Any) -> Any:
         if name not in self.variables:
             if len(self.variables) >= 255:
                 raise ValueError("a processor may have at most 255 state variables")
             self.variables[name] = kind(self._state, len(self.variables) + 1, ttl_ms)
+            self.schemas[name] = schemas
         return self.variables[name]
 
     def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803
-        return self._variable(ValueState, stateName, ttlDurationMs)
+        return self._variable(ValueState, stateName, ttlDurationMs, schema)
 
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803
-        return self._variable(ListState, stateName, ttlDurationMs)
+        return self._variable(ListState, stateName, ttlDurationMs, schema)
 
     def getMapState(  # noqa: N802
         self,
@@ -232,7 +236,7 @@ class MisaProcessorHandle(StatefulProcessorHandle):
         valueSchema: Any,
         ttlDurationMs: int | None = None,  # noqa: N803
     ) -> Any:
-        return self._variable(MapState, stateName, ttlDurationMs)
+        return self._variable(MapState, stateName, ttlDurationMs, userKeySchema, valueSchema)
 
     def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
         timers = self._timers()
@@ -266,12 +270,75 @@ class MisaProcessorHandle(StatefulProcessorHandle):
         self._state.view.put_many([key], [pickle.dumps(timers, protocol=5) if timers else None])
 
 
+@dataclass(frozen=True)
+class StateVariable:
+    """A processor's state variable as ``init`` declares it: its kind and schemas (Arrow), for reading its rows."""
+
+    name: str
+    kind: str  # value, list or map
+    value: pa.Schema
+    user_key: pa.Schema | None = None  # a map's
+
+    def columns(self, group: Sequence[pa.Field]) -> tuple[pa.StructType, pa.StructType]:
+        """The ``key`` and ``value`` struct types of the variable's rows."""
+        key = [*group, *([pa.field("user_key", pa.struct(list(self.user_key)))] if self.user_key is not None else [])]
+        return pa.struct(key), pa.struct([*self.value, pa.field(EXPIRY_COLUMN, pa.int64())])
+
+    def rows(self, group: Sequence[pa.Field], groups: list[pa.Array], entries: list[Any]) -> pa.Table:
+        """The rows of the variable's stored ``entries`` (pickled as the handle writes them), one per grouping key
+        ``groups`` (per column) holds."""
+        owners, user_keys, values, expiries = [], [], [], []
+        for owner, (held, expiry) in enumerate(entries):
+            if self.kind == "value":
+                items = [(None, held, expiry)]
+            elif self.kind == "list":
+                items = [(None, element, expiry) for element in held]
+            else:
+                items = [(k, v, e) for k, (v, e) in held.items()]
+            for user_key, value, at in items:
+                owners.append(owner)
+                user_keys.append(user_key)
+                values.append(value)
+                expiries.append(None if at >= NEVER else at)
+        taken = pa.array(owners, pa.int64())
+        key_type, value_type = self.columns(group)
+        keys = {f.name: column.take(taken) for f, column in zip(group, groups)}
+        if self.user_key is not None:
+            keys["user_key"] = _structs(user_keys, key_type.field("user_key").type)
+        value_columns = _structs(values, pa.struct(list(self.value))).flatten()
+        out = dict(zip(self.value.names, value_columns)) | {EXPIRY_COLUMN: pa.array(expiries, pa.int64())}
+        return state_table(keys, out, len(owners))
+
+
+def _structs(tuples: list[tuple], struct: pa.StructType) -> pa.StructArray:
+    """Tuples (a state value or a map's user key) as a struct array of ``struct``'s fields."""
+    names = [f.name for f in struct]
+    return pa.array([dict(zip(names, t)) for t in tuples], struct)
+
+
+def _variables_of(processor: StatefulProcessor) -> list[StateVariable]:
+    """The processor's state variables: its ``init`` run once against a handle that only records them."""
+    handle = MisaProcessorHandle(_KeyedState(None, 0))  # type: ignore[arg-type] - init declares, it reads nothing
+    processor.init(handle)
+    kinds = {ValueState: "value", ListState: "list", MapState: "map"}
+    out = []
+    for name, variable in handle.variables.items():
+        schemas = [to_arrow_schema(_struct_type(s)) for s in handle.schemas[name]]
+        out.append(StateVariable(name, kinds[type(variable)], schemas[-1], schemas[0] if len(schemas) > 1 else None))
+    return out
+
+
+def _struct_type(schema: T.StructType | str) -> T.StructType:
+    """A state schema as ``init`` gives it (a StructType or a DDL string; this runs on the driver)."""
+    return schema if isinstance(schema, T.StructType) else T._parse_datatype_string(schema)  # type: ignore[return-value]
+
+
 def _timer_key(at_ms: int, group_key: bytes) -> bytes:
     return PROCESSOR_TIMER + window_prefix(at_ms) + group_key
 
 
 @dataclass
-class StatefulProcessorOperator(HintSource, KeyPartitioned):
+class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
     """Runs ``processor`` over the rows of each ``group_by`` key, as ``transformWithStateInPandas`` does."""
 
     processor: StatefulProcessor
@@ -287,6 +354,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned):
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _handle: MisaProcessorHandle | None = field(default=None, init=False, repr=False)
     _state: _KeyedState | None = field(default=None, init=False, repr=False)
+    _variables: list[StateVariable] | None = field(default=None, init=False, repr=False)  # learnt at start
 
     def __post_init__(self) -> None:
         if self.time_mode not in TIME_MODES:
@@ -308,6 +376,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned):
         processor = type(self.processor)
         groups = to_arrow_schema(T.StructType([schema[c] for c in self.group_by]))
         self._codec = KeyCodec(list(groups), windowed=False)  # timers due after a restart name their keys with it
+        self._variables = _variables_of(self.processor)
         return {
             "operator": "StatefulProcessor",
             "processor": f"{processor.__module__}.{processor.__qualname__}",
@@ -475,3 +544,30 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned):
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
         self._initialized = bool(metadata.get("initialized", False))
+
+    # ------------------------------------------------------------------ the state as rows
+    def state_stores(self) -> list[StateStoreSpec]:
+        """A store per state variable (named as ``init`` named it, Spark's state variable name), in the order ``init``
+        created them, then ``$timers``: rows keyed by the grouping columns (a map's by its user key too), a list's
+        and a map's one row per element, each value with its TTL's expiry (``ttl_expires_at_ms``, null: none)."""
+        assert self._codec is not None and self._variables is not None, "the operator was recorded before its start"
+        stores = []
+        for number, variable in enumerate(self._variables, start=1):
+            begin = PROCESSOR_STATE + bytes([number])
+            key, value = variable.columns(self._codec.fields)
+            stores.append(StateStoreSpec(variable.name, begin, PROCESSOR_STATE + bytes([number + 1]), key, value))
+        timers = pa.struct([pa.field(TIMER_COLUMN, pa.int64())])
+        begin, end = PROCESSOR_TIMER, PROCESSOR_TIMER[:-1] + bytes([PROCESSOR_TIMER[-1] + 1])
+        return [*stores, StateStoreSpec(TIMERS_STORE, begin, end, pa.struct(self._codec.fields), timers)]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        assert self._codec is not None and self._variables is not None
+        if store == TIMERS_STORE:
+            skip = len(PROCESSOR_TIMER) + 8
+            times = [int.from_bytes(k[len(PROCESSOR_TIMER) : skip], "big") for k in keys]
+            _, columns = self._codec.decode([k[skip:] for k in keys])
+            names = [f.name for f in self._codec.fields]
+            return state_table(dict(zip(names, columns)), {TIMER_COLUMN: pa.array(times, pa.int64())}, len(keys))
+        variable = next(v for v in self._variables if v.name == store)
+        _, groups = self._codec.decode([k[len(PROCESSOR_STATE) + 1 :] for k in keys])
+        return variable.rows(self._codec.fields, groups, [pickle.loads(v) for v in values])

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
 import pytest
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor
 
-from misa import MisaConfig, from_query
+from misa import MisaConfig, from_query, transform_with_state_in_pandas
 
 SCHEMA = "k string, t bigint, v bigint"
 FILES, ROWS = 3, 60
@@ -290,3 +294,79 @@ def test_a_read_runs_while_the_job_writes(spark, tmp_path):
     assert len(seen) >= 3, "reads should have seen several versions while the job ran"
     for version, state in seen.items():
         assert state == state_of(read(spark, tmp_path / "misa", version=version))
+
+
+class CountingProcessor(StatefulProcessor):
+    """Value, list and map state per key: the row count, the values seen, the count of each value."""
+
+    def init(self, handle) -> None:
+        self.count = handle.getValueState("count", "n long")
+        self.seen = handle.getListState("seen", "v long")
+        self.per_value = handle.getMapState("per_value", "v long", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        frame = pd.concat(list(rows))
+        n = (self.count.get() or (0,))[0] + len(frame)
+        self.count.update((n,))
+        for v in frame["v"]:
+            self.seen.appendValue((int(v),))
+            before = self.per_value.getValue((int(v),))
+            self.per_value.updateValue((int(v),), ((before[0] if before else 0) + 1,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    def close(self) -> None:
+        pass
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Spark's Python workers cannot import this test module
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def test_a_stateful_processors_variables_are_sparks(spark, tmp_path):
+    """Per state variable (Spark's stateVarName, misa's storeName): the same values, list elements and map entries
+    (misa adds each value's TTL expiry, none here)."""
+    write_input(tmp_path / "in")
+    rows = stream(spark, tmp_path / "in").select("k", (F.col("v") % 5).alias("v"))
+    provider = spark.conf.get("spark.sql.streaming.stateStore.providerClass")
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)  # Spark's processors need it
+    try:
+        query = rows.groupBy("k").transformWithStateInPandas(CountingProcessor(), "k string, n long", "Update", "None")
+        run_spark(spark, query, "update", tmp_path / "spark")
+    finally:
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+    job = transform_with_state_in_pandas(
+        stream(spark, tmp_path / "in").select("k", (F.col("v") % 5).alias("v")),
+        ["k"],
+        CountingProcessor(),
+        "k string, n long",
+        "update",
+        "None",
+        lambda b, t: None,
+        str(tmp_path / "misa"),
+        config=MisaConfig.from_mapping({"spark.misa.state.shards": "3"}),
+        echo=None,
+    )
+    try:
+        job.start(trigger={"availableNow": True}).awaitTermination()
+    finally:
+        job.close()
+    batch = spark_batch(spark, tmp_path / "spark")
+
+    def spark_rows(variable: str) -> list:
+        reader = spark.read.format("statestore").option("batchId", batch).option("stateVarName", variable)
+        return reader.load(str(tmp_path / "spark")).collect()
+
+    def misa_rows(variable: str) -> list:
+        return read(spark, tmp_path / "misa", version=batch, storeName=variable).collect()
+
+    assert sorted((values(r[0]), values(r[1])) for r in spark_rows("count")) == sorted(
+        (values(r.key), values(r.value)[:-1]) for r in misa_rows("count")
+    )
+    assert sorted((values(r[0]), values(r[1])) for r in spark_rows("seen")) == sorted(
+        (values(r.key), values(r.value)[:-1]) for r in misa_rows("seen")
+    )
+    theirs = sorted((values(r[0]), values(r[1]), values(r[2])) for r in spark_rows("per_value"))
+    ours = sorted((values(r.key)[:-1], values(r.key.user_key), values(r.value)[:-1]) for r in misa_rows("per_value"))
+    assert theirs and ours == theirs
+    assert all(r.value.ttl_expires_at_ms is None for r in misa_rows("count"))
+    assert misa_rows("$timers") == []
