@@ -27,7 +27,7 @@ from jobs import cluster_monitoring
 from jobs.gen.cm import generate_cm
 from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output
-from misa import Agg, MisaConfig, StatefulJob
+from misa import Agg, MisaConfig, StatefulJob, register_state_sources
 from misa.exceptions import ConfigError
 from misa.operators.aggregation import Aggregation
 
@@ -100,6 +100,10 @@ def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tm
     assert verified.returncode == 0 and verified.stdout.count("verified") == 2, verified.stdout + verified.stderr
     assert "[state host 0] serving partition 0" in done.executors
     assert "[state host 1] serving partition 1" in done.executors
+    register_state_sources(spark)  # this session ran no misa job: one call registers the readers
+    rows = spark.read.format("misa-state").load(str(tmp_path / "ckpt")).collect()  # written by the hosts
+    assert {r.partition_id for r in rows} == {0, 1}
+    assert len({(r.key.window, r.key.job_id) for r in rows}) == len(rows) > 0
 
 
 @pytest.mark.timeout(60)  # not the 3 minutes of spark.misa.state.hostStartTimeout: local mode never grows

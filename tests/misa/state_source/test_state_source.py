@@ -20,9 +20,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
-from misa import MisaConfig, from_query, transform_with_state_in_pandas
+from misa import MisaConfig, from_query, register_state_sources, transform_with_state_in_pandas
 
 SCHEMA = "k string, t bigint, v bigint"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _registered(spark) -> None:
+    """The readers, registered by the one call a session needs (a job's start registers them too)."""
+    register_state_sources(spark)
+
+
 FILES, ROWS = 3, 60
 
 
