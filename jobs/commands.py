@@ -21,6 +21,7 @@ from jobs.bench import processor as bench_processor
 from jobs.bench import queries as bench_jobs
 from jobs.bench import recovery as bench_recovery
 from jobs.bench import spark_cpu as bench_spark_cpu
+from jobs.bench import state_read as bench_state_read
 from jobs.bench import user_queries as bench_user_queries
 from jobs.differential import command as fuzz
 from jobs.gen.cm import generate_cm
@@ -165,3 +166,4 @@ def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubP
     bench_spark_cpu.add_parser(bench)
     bench_processor.add_parser(bench)
     bench_user_queries.add_parser(bench)
+    bench_state_read.add_parser(bench)
