@@ -378,3 +378,20 @@ def test_a_stateful_processors_variables_are_sparks(spark, tmp_path):
     assert theirs and ours == theirs
     assert all(r.value.ttl_expires_at_ms is None for r in misa_rows("count"))
     assert misa_rows("$timers") == []
+
+
+def test_the_metadata_lists_each_shards_versions_where_they_are(spark, windows_state):
+    """Every retained version of every shard, on the DFS and in the local working state, with sizes; the operator and
+    its stores' schemas."""
+    rows = spark.read.format("misa-state-metadata").load(str(windows_state)).collect()
+    committed = sorted(int(p.name) for p in (windows_state / "misa-state" / "_commits").iterdir())
+    local = sorted(int(p.name) for p in (windows_state / "misa-local" / "_commits").iterdir())
+    assert sorted({r.version for r in rows}) == sorted(set(committed) | set(local))
+    assert {(r.partition_id, r.shard_id) for r in rows} == {(0, s) for s in range(3)}
+    for r in rows:
+        assert (r.operator, r.stores, r.num_partitions) == ("Aggregation", ["default"], 1)
+        assert r.key_schema == "struct<window:struct<start:timestamp,end:timestamp>,k:string>"
+        assert r.value_schema == "struct<sum(v):bigint,count(v):bigint>"
+        assert r.durable == (r.version in committed) and r.local == (r.version in local)
+        assert (r.dfs_bytes or 0) > 0 if r.durable else r.dfs_bytes is None
+        assert (r.local_bytes or 0) > 0 if r.local else r.local_bytes is None
