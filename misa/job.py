@@ -251,7 +251,7 @@ class StatefulJob:
         query_id = SparkCheckpointLog(self.checkpoint_location).query_id()
         self.metrics.serve(query_name or query_id)
         self.store.claim(query_id)
-        record_operator(self.dfs_url, self.operator, self.store.operator)  # for the state data sources
+        record_operator(self.dfs_url, self.operator, self.store.operator, self.config.retry_policy())  # for the readers
         register_state_sources(spark)
         if self.mirror is not None and self.mirror.prepare(self.checkpoints.check_owner):
             self.checkpoints.forget_local_only()  # newer local versions went with the local copy Spark's log replaced

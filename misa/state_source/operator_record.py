@@ -16,6 +16,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from checkpoint.retry import RetryPolicy
 from common.location import parse
 from misa.exceptions import StateSourceError
 from misa.parallel.pool import worker_copy
@@ -32,12 +33,12 @@ class OperatorRecord:
     signature: dict[str, Any]
 
 
-def record_operator(dfs_url: str, operator: Any, signature: dict[str, Any]) -> None:
+def record_operator(dfs_url: str, operator: Any, signature: dict[str, Any], retry: RetryPolicy = RetryPolicy()) -> None:
     """Write ``operator`` (pickled) and its record at the state's DFS location ``dfs_url`` (its root, above any
-    partition folders); the pickle is written only when this definition's is not there yet."""
+    partition folders), each write retried as the commit's are; the pickle is written only when this definition's
+    is not there yet. An operator that cannot be pickled is recorded as such (a read then says why)."""
     fs, root = parse(dfs_url).filesystem()
     root = root.rstrip("/")
-    fs.makedirs(root, exist_ok=True)
     record: dict[str, Any] = {"signature": signature}
     try:
         data = worker_copy(operator)
@@ -46,11 +47,20 @@ def record_operator(dfs_url: str, operator: Any, signature: dict[str, Any]) -> N
         log.warning("the state data sources cannot read this state: %s", record["unpicklable"])
     else:
         record["pickle"] = name = f"operator-{hashlib.sha256(data).hexdigest()[:16]}.pickle"
-        if not fs.exists(f"{root}/{name}"):
-            with fs.open(f"{root}/{name}", "wb") as out:
-                out.write(data)
-    with fs.open(f"{root}/{RECORD}", "wb") as out:
-        out.write(json.dumps(record, sort_keys=True).encode())
+        retry.call(f"write of {parse(dfs_url).given}/{name}", lambda: _write_once(fs, f"{root}/{name}", data))
+    text = json.dumps(record, sort_keys=True).encode()
+    retry.call(f"write of {parse(dfs_url).given}/{RECORD}", lambda: _write(fs, f"{root}/{RECORD}", text))
+
+
+def _write_once(fs: Any, path: str, data: bytes) -> None:
+    if not fs.exists(path):
+        _write(fs, path, data)
+
+
+def _write(fs: Any, path: str, data: bytes) -> None:
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "wb") as out:
+        out.write(data)
 
 
 def read_record(dfs_url: str) -> OperatorRecord:
