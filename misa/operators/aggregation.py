@@ -662,7 +662,8 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable):
             )
         self._cells = metadata.get("values")
         if DELTA_SCHEMA in metadata:
-            self._last_schema = schema_from_text(metadata[DELTA_SCHEMA])
+            self._last_schema, self._codec = schema_from_text(metadata[DELTA_SCHEMA]), None
+            self._key_codec(self._last_schema)  # a batch without data right after a restart decodes keys with it
         self.watermark.restore(metadata)
 
     # ------------------------------------------------------------------ the state as rows

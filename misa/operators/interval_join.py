@@ -43,8 +43,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config import parse_seconds
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
-from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns
+from misa.operators.aggregation import DELTA_SCHEMA
+from misa.operators.base import (
+    DEFAULT_STORE,
+    HintSource,
+    KeyPartitioned,
+    OperatorResult,
+    StateReadable,
+    StateStoreSpec,
+    state_table,
+)
+from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns, schema_from_text, schema_text
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec, normalize_float_keys
 from misa.state.keys import KEY_SPACE_VERSION, window_prefix
@@ -58,7 +67,7 @@ _STORED = "_stored"
 
 
 @dataclass
-class IntervalJoin(HintSource, KeyPartitioned):
+class IntervalJoin(HintSource, KeyPartitioned, StateReadable):
     """Self-join of a stream on ``keys`` where the partner is at most ``interval`` older."""
 
     keys: Sequence[str]
@@ -68,6 +77,7 @@ class IntervalJoin(HintSource, KeyPartitioned):
     watermark_delay: str = "0s"
     watermark: EventTimeWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
+    _schema: pa.Schema | None = field(default=None, init=False, repr=False)  # the deltas' (keys, event time, payload)
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -119,6 +129,7 @@ class IntervalJoin(HintSource, KeyPartitioned):
         join nothing and, as Spark's optimizer filters them below the watermark, do not move it."""
         self._check(deltas.schema)
         deltas = normalize_float_keys(deltas.select([*self.keys, EVENT_US, *self.payload]), self.keys)
+        self._schema = deltas.schema
         if self._codec is None:
             self._codec = KeyCodec([deltas.schema.field(c) for c in self.keys], windowed=True)
         result = OperatorResult(self._empty_output(deltas.schema))
@@ -148,7 +159,7 @@ class IntervalJoin(HintSource, KeyPartitioned):
         advanced = self.watermark.advance()
         if advanced is not None:
             self._expire(state, advanced)
-        return OperatorResult(pa.table({}))
+        return OperatorResult(self._empty_output(self._schema) if self._schema is not None else pa.table({}))
 
     def _check(self, schema: pa.Schema) -> None:
         missing = [c for c in [*self.keys, EVENT_US, *self.payload] if c not in schema.names]
@@ -206,19 +217,25 @@ class IntervalJoin(HintSource, KeyPartitioned):
 
     def _decode_rows(self, keys: pa.Array, values: pa.Array) -> pa.Table:
         """The stored rows of bucket ``keys`` with (non-null) packed ``values``, as a table shaped like the deltas."""
+        return self._bucket_rows(keys, values)[1]
+
+    def _bucket_rows(self, keys: pa.Array, values: pa.Array) -> tuple[np.ndarray, pa.Table]:
+        """:meth:`_decode_rows` with each row's bucket end (payload as int64)."""
         assert self._codec is not None
         offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset : values.offset + len(values) + 1]
         data = values.buffers()[2]
         raw = np.frombuffer(data, np.uint8)[offsets[0] : offsets[-1]] if data is not None else np.zeros(0, np.uint8)
         records = raw.view(self._record)
         counts = np.diff(offsets) // self._record.itemsize
-        _, key_columns = self._codec.decode(keys.to_pylist())
-        owner = pa.array(np.repeat(np.arange(len(keys)), counts))
-        columns = {c: col.take(owner) for c, col in zip(self.keys, key_columns)}
+        ends, key_columns = self._codec.decode(keys.to_pylist())
+        owner = np.repeat(np.arange(len(keys)), counts)
+        taken = pa.array(owner)
+        columns = {c: col.take(taken) for c, col in zip(self.keys, key_columns)}
         columns[EVENT_US] = pa.array(records["t"])
         for i, c in enumerate(self.payload):
             columns[c] = pa.array(records[f"v{i}"], mask=records[f"n{i}"].astype(bool))
-        return pa.table(columns)
+        assert ends is not None
+        return ends[owner], pa.table(columns)
 
     def _pairs(self, rows: pa.Table, stored: pa.Table) -> pa.Table:
         """Every joining pair between the batch's rows and (stored rows + the batch's rows)."""
@@ -287,11 +304,36 @@ class IntervalJoin(HintSource, KeyPartitioned):
         if limit > 0:
             state.delete_range(window_prefix(0), window_prefix(limit))
 
+    # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:
-        return self.watermark.metadata()
+        """The watermark and the deltas' schema (a batch without data right after a restart, and a reader of the
+        state, use it)."""
+        schema = {DELTA_SCHEMA: schema_text(self._schema)} if self._schema is not None else {}
+        return self.watermark.metadata() | schema
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.watermark.restore(metadata)
+        if DELTA_SCHEMA in metadata:
+            self._schema = schema_from_text(metadata[DELTA_SCHEMA])
+            self._codec = KeyCodec([self._schema.field(c) for c in self.keys], windowed=True)
+
+    # ------------------------------------------------------------------ the state as rows
+    def state_stores(self) -> list[StateStoreSpec]:
+        """One store: a row per stored row, keyed by the key columns and its ``bucket`` (a struct of start and end,
+        like Spark's window), with its event time and payload columns."""
+        if self._schema is None:  # no batch had rows yet: nothing to show, no types to show it with
+            return [StateStoreSpec(DEFAULT_STORE, b"", None, pa.struct([]), pa.struct([]))]
+        rows = self.state_rows(DEFAULT_STORE, [], []).schema
+        return [StateStoreSpec(DEFAULT_STORE, b"", None, rows.field("key").type, rows.field("value").type)]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        assert self._schema is not None, "state entries, but no deltas' schema to decode them with"
+        ends, rows = self._bucket_rows(pa.array(keys, pa.binary()), pa.array(values, pa.large_binary()))
+        rows = rows.cast(self._schema)
+        times = [pa.array(t, pa.int64()).cast(pa.timestamp("us", tz="UTC")) for t in (ends - self.interval_us, ends)]
+        key_columns = {c: rows[c] for c in self.keys} | {"bucket": pa.StructArray.from_arrays(times, ["start", "end"])}
+        value_columns = {self.event_time: rows[EVENT_US].cast(pa.timestamp("us", tz="UTC"))}
+        return state_table(key_columns, value_columns | {c: rows[c] for c in self.payload}, rows.num_rows)
 
 
 def _no_null(rows: pa.Table, keys: Sequence[str]) -> pa.Array:

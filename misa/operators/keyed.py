@@ -29,11 +29,29 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from common.location import local_path
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult
+from misa.operators.base import (
+    DEFAULT_STORE,
+    Columns,
+    HintSource,
+    KeyPartitioned,
+    OperatorResult,
+    StateReadable,
+    StateStoreSpec,
+    state_table,
+)
 from misa.operators.row_lists import append_rows, matches
-from misa.operators.schema import INTEGERS, RECORD_TYPES, column_of, column_type, key_columns, struct_of
+from misa.operators.schema import (
+    INTEGERS,
+    RECORD_TYPES,
+    column_of,
+    column_type,
+    key_columns,
+    schema_from_text,
+    schema_text,
+    struct_of,
+)
 from misa.state.codec import KeyCodec
-from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, prefixed
+from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, key_tails, prefixed
 from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
@@ -43,6 +61,8 @@ ORDERS = ("ascending", "descending")
 _JOIN_KEY, _IS_RIGHT, _HINT_TIME = "_hint_join_key", "_hint_is_right", "_hint_time"  # KeyedJoin's hint input
 _RANK = "_rank"
 _GROUP = "_group"
+ROW_SCHEMA = "row_schema"  # metadata: the rows' Arrow schema (misa.operators.schema.schema_text)
+SIDES = ("left", "right")  # KeyedJoin's inputs, as its metadata names their row types
 
 
 def _group(codec: KeyCodec, columns: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[list[bytes], np.ndarray]:
@@ -82,6 +102,27 @@ def _check_time(schema: T.StructType, column: str | None, operator: str) -> None
         column_of(schema, column, f"the {operator}'s time_column", INTEGERS, "a time in epoch milliseconds")
 
 
+def _entry_rows(
+    codec: KeyCodec, names: Sequence[str], records: RecordCodec, prefix: bytes, keys: list[bytes], values: list[bytes]
+) -> tuple[Columns, pa.Table, np.ndarray]:
+    """State entries ``prefix ++ group key`` -> a list of records, a row per record: its group columns (named
+    ``names``), the record, and its place in its entry's list (from 0)."""
+    rows, owner = records.decode(values)
+    _, columns = codec.decode(key_tails(pa.array(keys, pa.binary()), len(prefix)).to_pylist())
+    taken = pa.array(owner, pa.int64())
+    groups: Columns = {name: c.take(taken) for name, c in zip(names, columns)}
+    return groups, rows, np.arange(len(owner)) - np.searchsorted(owner, owner)
+
+
+def _store(name: str, prefix: bytes, rows: pa.Table | None) -> StateStoreSpec:
+    """The store of the entries behind ``prefix`` (one byte, or none: every key), whose rows look like ``rows`` (None:
+    not known yet, no batch had rows)."""
+    end = bytes([prefix[0] + 1]) if prefix else None
+    if rows is None:
+        return StateStoreSpec(name, prefix, end, pa.struct([]), pa.struct([]))
+    return StateStoreSpec(name, prefix, end, rows.schema.field("key").type, rows.schema.field("value").type)
+
+
 def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
     """The non-null rows of a struct column as a table of its fields."""
     array = column.combine_chunks()
@@ -91,7 +132,7 @@ def _struct_rows(column: pa.ChunkedArray) -> pa.Table:
 
 # ---------------------------------------------------------------------------------------------- Q13
 @dataclass
-class LookupJoin(HintSource, KeyPartitioned):
+class LookupJoin(HintSource, KeyPartitioned, StateReadable):
     """Each row joined with the row of a bounded side table whose key is ``key_column % side_rows`` (Q13).
 
     The side table (``side_path``, JSON lines with an integer ``side_key`` and a string
@@ -201,10 +242,18 @@ class LookupJoin(HintSource, KeyPartitioned):
         self.side_rows = metadata.get("side_rows")
         self.dropped_rows = int(metadata.get("dropped_rows", 0))
 
+    def state_stores(self) -> list[StateStoreSpec]:
+        """One store: the side table, a row per side row (its key and value; their types are fixed)."""
+        return [_store(DEFAULT_STORE, SIDE_ROW, self.state_rows(DEFAULT_STORE, [], []))]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        groups, rows, _ = _entry_rows(self._codec, [self.side_key], self._values, SIDE_ROW, keys, values)
+        return state_table(groups, {self.side_value: rows[self.side_value]}, rows.num_rows)
+
 
 # ---------------------------------------------------------------------------------------- Q18, Q19
 @dataclass
-class TopN(HintSource, KeyPartitioned):
+class TopN(HintSource, KeyPartitioned, StateReadable):
     """The first ``n`` rows per key of ``keys`` in ``order`` (Q18: the latest bid, n = 1; Q19: the top 10 bids).
 
     ``order``: (column, "ascending" | "descending") pairs naming every one of ``columns`` (the rows'
@@ -267,8 +316,8 @@ class TopN(HintSource, KeyPartitioned):
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         rows = deltas.select([*self.keys, *self.columns])
         if self._codec is None or self._records is None:
-            self._codec = KeyCodec([rows.schema.field(k) for k in self.keys], windowed=False)
-            self._records = RecordCodec([rows.schema.field(c) for c in self.columns])
+            self._set_types(rows.schema)
+        assert self._codec is not None and self._records is not None
         keys, group = _group(self._codec, [rows[k] for k in self.keys])
         ts = _group_max(group, len(keys), _times_us(rows, self.time_column))
         old = state.get_many(keys, ts)
@@ -316,11 +365,32 @@ class TopN(HintSource, KeyPartitioned):
         columns.update(zip(firsts.column_names, firsts.columns))
         return pa.table(columns)
 
+    def _set_types(self, schema: pa.Schema) -> None:
+        """The codecs of the keys and the kept rows, from the rows' ``schema`` (keys, then columns)."""
+        self._codec = KeyCodec([schema.field(k) for k in self.keys], windowed=False)
+        self._records = RecordCodec([schema.field(c) for c in self.columns])
+
     def metadata(self) -> dict[str, Any]:
-        return {}
+        """The rows' schema (a reader of the state decodes the keys and rows with it)."""
+        if self._codec is None or self._records is None:
+            return {}
+        return {ROW_SCHEMA: schema_text(pa.schema([*self._codec.fields, *self._records.fields]))}
 
     def restore(self, metadata: dict[str, Any]) -> None:
-        """Nothing to restore: the state is all."""
+        if ROW_SCHEMA in metadata:
+            self._set_types(schema_from_text(metadata[ROW_SCHEMA]))
+
+    def state_stores(self) -> list[StateStoreSpec]:
+        """One store: a row per kept row of each key, keyed by the key columns, with the row as the output shows it
+        (its rank, when ``rank_column`` is given, and ``columns``)."""
+        known = self._codec is not None and self._records is not None
+        return [_store(DEFAULT_STORE, b"", self.state_rows(DEFAULT_STORE, [], []) if known else None)]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        assert self._codec is not None and self._records is not None, "state entries, but no types to decode them"
+        groups, rows, place = _entry_rows(self._codec, self.keys, self._records, b"", keys, values)
+        ranks: Columns = {self.rank_column: pa.array(place + 1, pa.int32())} if self.rank_column else {}
+        return state_table(groups, ranks | dict(zip(rows.column_names, rows.columns)), rows.num_rows)
 
 
 # ---------------------------------------------------------------------------------------------- Q20
@@ -335,7 +405,7 @@ class _JoinKeys:
 
 
 @dataclass
-class KeyedJoin(HintSource, KeyPartitioned):
+class KeyedJoin(HintSource, KeyPartitioned, StateReadable):
     """Rows of a left input joined with the right input's row of the same key where that row passes a filter
     (Q20: each bid with its auction, where the auction's category is 10); an inner join on a key that
     is unique on the right, or (``unique_right=False``) Spark's inner stream-stream join on any key.
@@ -589,7 +659,38 @@ class KeyedJoin(HintSource, KeyPartitioned):
         return pa.table(columns)
 
     def metadata(self) -> dict[str, Any]:
-        return {"dropped_rows": self.dropped_rows}
+        """The dropped rows so far and the inputs' row types (a reader of the state decodes the rows with them)."""
+        if self._left_records is None or self._right_records is None:
+            return {"dropped_rows": self.dropped_rows}
+        sides = [pa.field(s, pa.struct(r.fields)) for s, r in zip(SIDES, (self._left_records, self._right_records))]
+        return {"dropped_rows": self.dropped_rows, ROW_SCHEMA: schema_text(pa.schema(sides))}
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.dropped_rows = int(metadata.get("dropped_rows", 0))
+        if ROW_SCHEMA in metadata:
+            left, right = (list(schema_from_text(metadata[ROW_SCHEMA]).field(s).type) for s in SIDES)
+            self._left_records, self._right_records = RecordCodec(left), RecordCodec(right)
+
+    # ------------------------------------------------------------------ the state as rows
+    def _kinds(self) -> list[tuple[str, bytes, str, RecordCodec | None]]:
+        """Per kind of entry (its store, its prefix, the join key's name in its input, its rows' codec): the right
+        rows, then the left rows (waiting for their key's right row, or with ``unique_right=False`` every one)."""
+        left = "waiting_left" if self.unique_right else "left"
+        return [
+            ("right", RIGHT_ROW, self.right_key, self._right_records),
+            (left, WAITING_LEFT, self.left_key, self._left_records),
+        ]
+
+    def state_stores(self) -> list[StateStoreSpec]:
+        """A store per kind of entry (:meth:`_kinds`), the right rows first: a row per stored row, keyed by the join
+        key, with the row's fields."""
+        return [
+            _store(name, prefix, self.state_rows(name, [], []) if records is not None else None)
+            for name, prefix, _, records in self._kinds()
+        ]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        _, prefix, key, records = next(kind for kind in self._kinds() if kind[0] == store)
+        assert records is not None, "state entries, but no row types to decode them with"
+        groups, rows, _ = _entry_rows(self._codec, [key], records, prefix, keys, values)
+        return state_table(groups, dict(zip(rows.column_names, rows.columns)), rows.num_rows)

@@ -27,20 +27,29 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.operators.aggregation import Aggregation
-from misa.operators.base import MAX_EVENT, ROWS, HintSource, OperatorResult
+from misa.operators.base import (
+    MAX_EVENT,
+    ROWS,
+    HintSource,
+    OperatorResult,
+    StateReadable,
+    StateStoreSpec,
+    state_table,
+)
 from misa.operators.schema import column_of
 from misa.operators.watermark import EventTimeWatermark
-from misa.state.keys import lookup_prefix
+from misa.state.keys import key_tails, lookup_prefix
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
 
 log = logging.getLogger(__name__)
 Lookup = Callable[[Sequence[str]], Sequence[str | None]]
 MISSING_EXAMPLES = 3  # missing keys named in a batch's warning
+LOOKUP_STORE = "lookup"  # the store of the looked-up values
 
 
 @dataclass
-class LookupAggregation(HintSource):
+class LookupAggregation(HintSource, StateReadable):
     """``aggregation`` (grouped by one value column) over rows whose value is looked up from ``key_column``.
 
     ``lookup`` answers the keys the state does not hold: their values in order, None when unknown.
@@ -163,3 +172,19 @@ class LookupAggregation(HintSource):
     def restore(self, metadata: dict[str, Any]) -> None:
         self.aggregation.restore(metadata)
         self.missing_rows = int(metadata.get("missing_rows", 0))
+
+    # ------------------------------------------------------------------ the state as rows
+    def state_stores(self) -> list[StateStoreSpec]:
+        """The aggregation's store (its windows and groups, the main one), then :data:`LOOKUP_STORE`: a row per
+        looked-up key (``key_column``) with its value (the aggregation's group column)."""
+        end = self._prefix[:-1] + b"\x01"  # the prefix ends with 0x00
+        rows = self.state_rows(LOOKUP_STORE, [], []).schema
+        lookups = StateStoreSpec(LOOKUP_STORE, self._prefix, end, rows.field("key").type, rows.field("value").type)
+        return [*self.aggregation.state_stores(), lookups]
+
+    def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
+        if store != LOOKUP_STORE:
+            return self.aggregation.state_rows(store, keys, values)
+        looked_up = key_tails(pa.array(keys, pa.binary()), len(self._prefix)).cast(pa.string())
+        found = pa.array(values, pa.binary()).cast(pa.string())
+        return state_table({self.key_column: looked_up}, {self.value_column: found}, len(keys))

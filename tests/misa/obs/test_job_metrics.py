@@ -77,10 +77,11 @@ def test_last_batch_commit_status_and_listener_in_a_real_query(spark, tmp_path, 
     # the listener heard each batch once, with Spark's progress of the same batch
     assert [(report.batch_id, progress.batchId) for report, progress in heard] == [(0, 0), (1, 1)]
     assert heard[-1][0] is last
-    # what Spark itself lets into its progress: metrics observed on the stream before the runtime
+    # Spark's progress: the metrics observed on the stream before the runtime, and misa's operator beside them
     observed = query.lastProgress["observedMetrics"]
-    assert list(observed) == ["input"] and observed["input"]["rows"] == ROWS_PER_FILE
-    assert query.lastProgress["stateOperators"] == []
+    assert sorted(observed) == ["input", "misa"] and observed["input"]["rows"] == ROWS_PER_FILE
+    assert [op.operatorName for op in query.lastProgress["stateOperators"]] == ["misa:Aggregation"]
+    assert observed["misa"]["misaOutputRows"] == KEYS
 
     restarted = _job(tmp_path, **{"spark.misa.commit.mode": mode})  # no new input: recovery only
     try:
