@@ -241,13 +241,24 @@ class RedisLookup:
 
     def __init__(self, url: str):
         self.url = url  # with the password, if any: shown only through redact (see __repr__)
-        self._client = connect(url)
+        self._client: redis.Redis | None = connect(url)
 
     def __repr__(self) -> str:
         return f"RedisLookup({redact(self.url)})"
 
+    def __getstate__(self) -> dict[str, str]:
+        """A copy without the connection and without the password (misa records the operator beside the state for its
+        readers, which never look a value up); a copy connects when first called, if its URL needs no password."""
+        return {"url": redact(self.url)}
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.url, self._client = state["url"], None
+
     def __call__(self, keys: Sequence[str]) -> list[str | None]:
+        if self._client is None:
+            self._client = connect(self.url)
         return self._client.mget(keys) if keys else []
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()

@@ -3,6 +3,7 @@ password shows neither on the command line nor in what is printed."""
 
 from __future__ import annotations
 
+import pickle
 import socket
 import stat
 import sys
@@ -13,6 +14,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from common.location import redact
 from jobs.exceptions import RedisServerError
 from jobs.redis_server import RedisLookup, RedisServer, connect, store_mapping
 
@@ -78,3 +80,10 @@ def test_the_password_is_not_on_the_command_line_and_its_file_is_private(server)
     config = server._dir / "redis.conf"
     assert server.password in config.read_text()
     assert stat.S_IMODE(config.stat().st_mode) == 0o600 and stat.S_IMODE(server._dir.stat().st_mode) == 0o700
+
+
+def test_a_pickled_lookup_holds_neither_the_password_nor_a_connection(server):
+    """The job records its operator beside the state (for misa-state): the lookup goes without its secret."""
+    copy = pickle.loads(pickle.dumps(RedisLookup(server.url)))
+    assert server.password not in pickle.dumps(RedisLookup(server.url)).decode("latin-1")
+    assert copy.url == redact(server.url) and copy._client is None

@@ -27,6 +27,7 @@ from jobs.exceptions import RedisServerError
 from jobs.gen.parts import BAD_RECORDS_FILE, SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE, generate_ysb
 from jobs.redis_server import RedisLookup, RedisServer, connect, store_mapping
+from misa import register_state_sources
 from misa.io.quarantine import read_quarantine
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.lookup_aggregation import LookupAggregation
@@ -246,6 +247,10 @@ def test_equals_the_batch_reference(spark, ysb_data, reference, tmp_path, mode):
     assert sum(r["bad_records"] for r in records) == stats["bad"] > 0
     bad = (data / BAD_RECORDS_FILE).read_bytes().decode().split("\n")[:-1]
     assert sorted(read_quarantine(tmp_path / "ckpt" / "quarantine")) == sorted(bad)  # exactly the bad lines
+    if mode == "misa":  # its state reads as rows: the windows' views, and the campaign of each ad looked up
+        register_state_sources(spark)
+        looked_up = spark.read.format("misa-state").option("storeName", "lookup").load(str(tmp_path / "ckpt"))
+        assert looked_up.count() > 0 and looked_up.where("value.campaign_id IS NULL").count() == 0
 
 
 @pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
