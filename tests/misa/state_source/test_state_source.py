@@ -9,7 +9,6 @@ import json
 import os
 import random
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
+from checkpoint.manifest import ShardManifest
 from misa import MisaConfig, from_query, register_state_sources, transform_with_state_in_pandas
 
 SCHEMA = "k string, t bigint, v bigint"
@@ -263,7 +263,11 @@ def test_a_removed_version_and_a_damaged_file_are_named(spark, tmp_path):
     run_misa(build(stream(spark, tmp_path / "in")), mode, tmp_path / "misa", **{"spark.misa.state.retainVersions": "2"})
     with pytest.raises(Exception, match="version 0 .* was removed"):
         read(spark, tmp_path / "misa", version=0).collect()
-    sst = sorted((tmp_path / "misa" / "misa-state").rglob("*.sst"), key=lambda p: -p.stat().st_size)[0]
+    state = tmp_path / "misa" / "misa-state"
+    newest = max(int(p.name) for p in (state / "_commits").iterdir())
+    manifests = [ShardManifest.from_json(p.read_bytes()) for p in state.glob(f"shard-*/manifest/{newest}.json")]
+    files = [f.remote_path(m.shard) for m in manifests for f in m.files if f.name.endswith(".sst")]
+    sst = state / files[0]  # a file the newest version reads
     data = bytearray(sst.read_bytes())
     data[len(data) // 2] ^= 0xFF
     sst.write_bytes(bytes(data))
@@ -276,31 +280,21 @@ def test_a_read_runs_while_the_job_writes(spark, tmp_path):
     (tmp_path / "in").mkdir()
     build, mode = QUERIES["no window, sum"]
     query = build(spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")))
-    config = MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.state.retainVersions": "20"})
+    config = MisaConfig.from_mapping({"spark.misa.state.shards": "2", "spark.misa.state.retainVersions": "50"})
     job = from_query(query, lambda b, t: None, str(tmp_path / "misa"), output_mode=mode, config=config, echo=None)
     running = job.start(trigger={"processingTime": "500 milliseconds"})
     seen: dict[int, dict] = {}
-    stop = threading.Event()
-
-    def feed() -> None:
-        for i in range(6):
-            (tmp_path / "in" / f"{i}.json").write_text(json.dumps({"k": f"u{i % 3}", "t": i, "v": i}))
-            time.sleep(0.7)
-        stop.set()
-
-    feeder = threading.Thread(target=feed)
-    feeder.start()
-    deadline = time.monotonic() + 120
     try:
-        while time.monotonic() < deadline:
+        for i in range(40):  # a file, then a read of the newest durable version, until three versions were read
+            (tmp_path / "in" / f"{i}.json").write_text(json.dumps({"k": f"u{i % 3}", "t": i, "v": i}))
             meta = spark.read.format("misa-state-metadata").load(str(tmp_path / "misa")).where("durable").collect()
             if meta:
                 version = max(r.version for r in meta)
-                seen[version] = state_of(read(spark, tmp_path / "misa", version=version))
-            if stop.is_set() and len(seen) >= 3:
+                seen.setdefault(version, state_of(read(spark, tmp_path / "misa", version=version)))
+            if len(seen) >= 3:
                 break
+            time.sleep(0.3)
     finally:
-        feeder.join()
         running.stop()
         job.close()
     assert len(seen) >= 3, "reads should have seen several versions while the job ran"
