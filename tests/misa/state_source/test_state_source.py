@@ -115,7 +115,10 @@ def spark_batch(spark, checkpoint: Path) -> int:
     return spark.read.format("state-metadata").load(str(checkpoint)).collect()[0].maxBatchId
 
 
-@pytest.mark.parametrize("name", list(QUERIES))
+ON_DEMAND = ("no window, sum", "dropDuplicates")  # their families have cases in make test: -m slow runs these
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ON_DEMAND else n for n in QUERIES])
 def test_the_state_is_what_sparks_statestore_reader_shows(spark, tmp_path, name):
     """At every batch: the keys and values of misa's state are those of Spark's."""
     build, mode = QUERIES[name]
@@ -161,7 +164,7 @@ def test_session_windows_state_is_sparks(spark, tmp_path):
     assert theirs and ours == theirs
 
 
-@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("side", ["left", pytest.param("right", marks=pytest.mark.slow)])
 def test_a_stream_joins_rows_are_sparks(spark, tmp_path, side):
     """Each side's stored rows per join key (misa adds each row's state-watermark time, ``time_us``)."""
 
