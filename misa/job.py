@@ -439,9 +439,9 @@ class StatefulJob:
         phases.sink_s = clock.lap()
         frozen = self.view.freeze(batch_id)
         if isinstance(frozen, BatchVersion):  # worker processes freeze their own: not counted here
-            values = list(frozen.buffer.changes.values())
-            record.state_deletes = values.count(None) + len(frozen.buffer.range_deletes)
-            record.state_writes = len(values) - values.count(None)
+            deleted = list(frozen.buffer.changes.values()).count(None)
+            record.state_deletes = deleted + len(frozen.buffer.range_deletes)
+            record.state_writes = len(frozen.buffer.changes) - deleted
         self.controller.commit(frozen, self.operator.metadata())
         phases.commit_inline_s = clock.lap()
         phases.ack_wait_s = self.controller.wait_durable(batch_id - 1)

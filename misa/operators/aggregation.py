@@ -671,10 +671,9 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable):
         """One store: a row per (window, group) as Spark's aggregation keeps it (sliding windows: combined from their
         panes), keyed by the window and the group columns, with each aggregate's value as the output shows it."""
         begin, end = (PANE_RECORD, RECORDS_END) if self._panes is not None else (b"", PANE_RECORD[:1])
-        if self._last_schema is None:  # no batch had rows yet: nothing to show, no types to show it with
-            return [StateStoreSpec(DEFAULT_STORE, begin, end, pa.struct([]), pa.struct([]))]
-        rows = self._state_table(self._empty_output(self._last_schema, self._values(self._last_schema))).schema
-        return [StateStoreSpec(DEFAULT_STORE, begin, end, rows.field("key").type, rows.field("value").type)]
+        schema = self._last_schema
+        rows = None if schema is None else self._state_table(self._empty_output(schema, self._values(schema)))
+        return [StateStoreSpec.of(DEFAULT_STORE, begin, end, rows)]
 
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
         assert self._last_schema is not None, "state entries, but no deltas' schema to decode them with"

@@ -237,6 +237,14 @@ class StateStoreSpec:
     key: pa.StructType
     value: pa.StructType
 
+    @classmethod
+    def of(cls, name: str, begin: bytes, end: bytes | None, rows: pa.Table | None) -> StateStoreSpec:
+        """The store whose rows look like ``rows`` (:func:`state_table`'s); None: no batch had rows yet, so there is
+        nothing to show and no types to show it with."""
+        if rows is None:
+            return cls(name, begin, end, pa.struct([]), pa.struct([]))
+        return cls(name, begin, end, rows.schema.field("key").type, rows.schema.field("value").type)
+
 
 class StateReadable(ABC):
     """The optional capability of showing the state as rows (``spark.read.format("misa-state")``).

@@ -260,10 +260,8 @@ class Deduplicate(HintSource, KeyPartitioned, StateReadable):
     def state_stores(self) -> list[StateStoreSpec]:
         """One store: a row per remembered key (its columns, and the event time when it is one of the keys); within
         the watermark, with the time the key expires."""
-        if self._schema is None:  # no batch had rows yet: nothing to show, no types to show it with
-            return [StateStoreSpec(DEFAULT_STORE, b"", KEYS_END, pa.struct([]), pa.struct([]))]
-        rows = self.state_rows(DEFAULT_STORE, [], []).schema
-        return [StateStoreSpec(DEFAULT_STORE, b"", KEYS_END, rows.field("key").type, rows.field("value").type)]
+        rows = self.state_rows(DEFAULT_STORE, [], []) if self._schema is not None else None
+        return [StateStoreSpec.of(DEFAULT_STORE, b"", KEYS_END, rows)]
 
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
         assert self._schema is not None, "state entries, but no rows' schema to decode them with"

@@ -321,10 +321,8 @@ class IntervalJoin(HintSource, KeyPartitioned, StateReadable):
     def state_stores(self) -> list[StateStoreSpec]:
         """One store: a row per stored row, keyed by the key columns and its ``bucket`` (a struct of start and end,
         like Spark's window), with its event time and payload columns."""
-        if self._schema is None:  # no batch had rows yet: nothing to show, no types to show it with
-            return [StateStoreSpec(DEFAULT_STORE, b"", None, pa.struct([]), pa.struct([]))]
-        rows = self.state_rows(DEFAULT_STORE, [], []).schema
-        return [StateStoreSpec(DEFAULT_STORE, b"", None, rows.field("key").type, rows.field("value").type)]
+        rows = self.state_rows(DEFAULT_STORE, [], []) if self._schema is not None else None
+        return [StateStoreSpec.of(DEFAULT_STORE, b"", None, rows)]
 
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
         assert self._schema is not None, "state entries, but no deltas' schema to decode them with"

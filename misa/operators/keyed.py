@@ -51,7 +51,7 @@ from misa.operators.schema import (
     struct_of,
 )
 from misa.state.codec import KeyCodec
-from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, key_tails, prefixed
+from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, key_tails, prefix_end, prefixed
 from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
@@ -117,10 +117,7 @@ def _entry_rows(
 def _store(name: str, prefix: bytes, rows: pa.Table | None) -> StateStoreSpec:
     """The store of the entries behind ``prefix`` (one byte, or none: every key), whose rows look like ``rows`` (None:
     not known yet, no batch had rows)."""
-    end = bytes([prefix[0] + 1]) if prefix else None
-    if rows is None:
-        return StateStoreSpec(name, prefix, end, pa.struct([]), pa.struct([]))
-    return StateStoreSpec(name, prefix, end, rows.schema.field("key").type, rows.schema.field("value").type)
+    return StateStoreSpec.of(name, prefix, prefix_end(prefix) if prefix else None, rows)
 
 
 def _struct_rows(column: pa.ChunkedArray) -> pa.Table:

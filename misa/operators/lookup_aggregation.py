@@ -38,7 +38,7 @@ from misa.operators.base import (
 )
 from misa.operators.schema import column_of
 from misa.operators.watermark import EventTimeWatermark
-from misa.state.keys import key_tails, lookup_prefix
+from misa.state.keys import key_tails, lookup_prefix, prefix_end
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
 
@@ -177,9 +177,9 @@ class LookupAggregation(HintSource, StateReadable):
     def state_stores(self) -> list[StateStoreSpec]:
         """The aggregation's store (its windows and groups, the main one), then :data:`LOOKUP_STORE`: a row per
         looked-up key (``key_column``) with its value (the aggregation's group column)."""
-        end = self._prefix[:-1] + b"\x01"  # the prefix ends with 0x00
-        rows = self.state_rows(LOOKUP_STORE, [], []).schema
-        lookups = StateStoreSpec(LOOKUP_STORE, self._prefix, end, rows.field("key").type, rows.field("value").type)
+        lookups = StateStoreSpec.of(
+            LOOKUP_STORE, self._prefix, prefix_end(self._prefix), self.state_rows(LOOKUP_STORE, [], [])
+        )
         return [*self.aggregation.state_stores(), lookups]
 
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:

@@ -50,7 +50,14 @@ from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
-from misa.state.keys import KEY_SPACE_VERSION, PROCESSOR_KEY_TIMERS, PROCESSOR_STATE, PROCESSOR_TIMER, window_prefix
+from misa.state.keys import (
+    KEY_SPACE_VERSION,
+    PROCESSOR_KEY_TIMERS,
+    PROCESSOR_STATE,
+    PROCESSOR_TIMER,
+    prefix_end,
+    window_prefix,
+)
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
 
@@ -555,10 +562,10 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         for number, variable in enumerate(self._variables, start=1):
             begin = PROCESSOR_STATE + bytes([number])
             key, value = variable.columns(self._codec.fields)
-            stores.append(StateStoreSpec(variable.name, begin, PROCESSOR_STATE + bytes([number + 1]), key, value))
+            stores.append(StateStoreSpec(variable.name, begin, prefix_end(begin), key, value))
         timers = pa.struct([pa.field(TIMER_COLUMN, pa.int64())])
-        begin, end = PROCESSOR_TIMER, PROCESSOR_TIMER[:-1] + bytes([PROCESSOR_TIMER[-1] + 1])
-        return [*stores, StateStoreSpec(TIMERS_STORE, begin, end, pa.struct(self._codec.fields), timers)]
+        end = prefix_end(PROCESSOR_TIMER)
+        return [*stores, StateStoreSpec(TIMERS_STORE, PROCESSOR_TIMER, end, pa.struct(self._codec.fields), timers)]
 
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
         assert self._codec is not None and self._variables is not None

@@ -59,6 +59,7 @@ from misa.state.keys import (
     SESSION_TIMER,
     joined,
     key_tails,
+    prefix_end,
     prefixed,
     window_prefix,
 )
@@ -291,11 +292,8 @@ class SessionAggregation(HintSource, KeyPartitioned, StateReadable):
     def state_stores(self) -> list[StateStoreSpec]:
         """One store: a row per open session, keyed by the group columns and Spark's ``session_window`` struct, with
         each aggregate's value as the output shows it."""
-        begin, end = SESSION_RECORD, SESSION_RECORD[:-1] + bytes([SESSION_RECORD[-1] + 1])
-        if self._last_schema is None:  # no batch had rows yet: nothing to show, no types to show it with
-            return [StateStoreSpec(DEFAULT_STORE, begin, end, pa.struct([]), pa.struct([]))]
-        rows = self.state_rows(DEFAULT_STORE, [], []).schema
-        return [StateStoreSpec(DEFAULT_STORE, begin, end, rows.field("key").type, rows.field("value").type)]
+        rows = self.state_rows(DEFAULT_STORE, [], []) if self._last_schema is not None else None
+        return [StateStoreSpec.of(DEFAULT_STORE, SESSION_RECORD, prefix_end(SESSION_RECORD), rows)]
 
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
         assert self._last_schema is not None, "state entries, but no deltas' schema to decode them with"

@@ -26,10 +26,10 @@ from misa.operators.panes import (
     window_states,
 )
 from misa.state.codec import AggStates, distinct_keys, latest_per_key
-from misa.state.keys import PANE_RECORD
+from misa.state.keys import PANE_RECORD, prefix_end
 from misa.state.view import StateView
 
-RECORDS_END = PANE_RECORD[:-1] + bytes([PANE_RECORD[-1] + 1])  # the end of the pane records' key range
+RECORDS_END = prefix_end(PANE_RECORD)  # the end of the pane records' key range
 
 
 @dataclass

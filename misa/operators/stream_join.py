@@ -52,7 +52,7 @@ from misa.operators.row_lists import append_rows, matches
 from misa.operators.schema import schema_from_text, schema_text
 from misa.operators.watermark import InputsWatermark
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
-from misa.state.keys import JOIN_ROWS, JOIN_TIMER, KEY_SPACE_VERSION, joined, key_tails, prefixed
+from misa.state.keys import JOIN_ROWS, JOIN_TIMER, KEY_SPACE_VERSION, joined, key_tails, prefix_end, prefixed
 from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
@@ -378,16 +378,11 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
     def state_stores(self) -> list[StateStoreSpec]:
         """A store per side (Spark's ``joinSide``), ``left`` first: a row per stored row, keyed by the join keys
         (``k0, k1, ...``), with the row's fields and its time (µs, the one its state watermark evicts by)."""
-        stores = []
-        for index, name in enumerate(("left", "right")):
-            begin = JOIN_ROWS + SIDE_BYTES[index]
-            end = begin[:-1] + bytes([begin[-1] + 1])
-            if self._row_types is None or self._codec is None:
-                stores.append(StateStoreSpec(name, begin, end, pa.struct([]), pa.struct([])))
-                continue
-            rows = self.state_rows(name, [], []).schema
-            stores.append(StateStoreSpec(name, begin, end, rows.field("key").type, rows.field("value").type))
-        return stores
+        known = self._row_types is not None and self._codec is not None
+        return [
+            StateStoreSpec.of(name, begin, prefix_end(begin), self.state_rows(name, [], []) if known else None)
+            for name, begin in zip(("left", "right"), (JOIN_ROWS + side for side in SIDE_BYTES))
+        ]
 
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
         assert self._codec is not None and self._row_types is not None, "state entries, but no types to decode them"

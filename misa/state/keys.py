@@ -66,6 +66,11 @@ def window_prefix(window_end_us: int) -> bytes:
     return int(window_end_us).to_bytes(8, "big")
 
 
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix`` (whose last byte is below 0xFF): a range's end."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
 def lookup_prefix(column: str) -> bytes:
     """The prefix of the looked-up values of ``column``."""
     return LOOKUP + column.encode() + b"\x00"

@@ -22,9 +22,9 @@ Entries = tuple[list[bytes], list[bytes]]
 
 
 @contextmanager
-def opened_shard(url: str, manifest: ShardManifest, temp_dir: str | None = None) -> Iterator[rocksdict.Rdict]:
+def opened_shard(url: str, manifest: ShardManifest) -> Iterator[rocksdict.Rdict]:
     """The shard ``manifest`` describes (of the store at ``url``), downloaded and opened read-only."""
-    folder = Path(tempfile.mkdtemp(prefix="misa-state-read-", dir=temp_dir))
+    folder = Path(tempfile.mkdtemp(prefix="misa-state-read-"))
     try:
         try:
             dfs(url).restore(manifest.version, [manifest], [folder / "db"])

@@ -99,6 +99,12 @@ class MisaStateSource(DataSource):
         return "misa-state"
 
     def _plan(self) -> tuple[bytes, StateReadable, StateStoreSpec, list[ShardPart], bool]:
+        """The read's plan, made once (``schema`` and ``reader`` share it, so both see the same version)."""
+        if getattr(self, "_planned", None) is None:
+            self._planned = self._make_plan()
+        return self._planned
+
+    def _make_plan(self) -> tuple[bytes, StateReadable, StateStoreSpec, list[ShardPart], bool]:
         """The operator (pickled, and loaded at the read's version), the store, the read tasks, and whether it is a
         change feed."""
         if "path" not in self.options:
@@ -118,16 +124,16 @@ class MisaStateSource(DataSource):
         parts: list[ShardPart] = []
         newest: list[ShardManifest] = []
         for index, url in enumerate(location.partitions):
-            manifests = shard_manifests(url, version)
-            newest += manifests
+            held = {v: shard_manifests(url, v) for v in read or [version]}  # each version's manifests read once
+            newest += held[version]
             if not feed:
-                parts += [ShardPart(index, m.shard, url, m.to_json().decode()) for m in manifests]
+                parts += [ShardPart(index, m.shard, url, m.to_json().decode()) for m in held[version]]
                 continue
             for v in read[1:]:  # type: ignore[index]
-                before = {m.shard: m for m in shard_manifests(url, v - 1)}
+                before = {m.shard: m for m in held[v - 1]}
                 parts += [
                     ShardPart(index, m.shard, url, m.to_json().decode(), before[m.shard].to_json().decode())
-                    for m in shard_manifests(url, v)
+                    for m in held[v]
                 ]
         operator = _described(code, newest)
         return code, operator, _store(operator, self.options.get("storeName")), parts, feed
