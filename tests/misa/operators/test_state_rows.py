@@ -15,9 +15,14 @@ import pyarrow as pa
 import pytest
 
 from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.base import MAX_EVENT, ROWS
+from misa.operators.dedup import Deduplicate
 from misa.operators.interval_join import EVENT_US, IntervalJoin
 from misa.operators.keyed import KeyedJoin, LookupJoin, TopN
 from misa.operators.lookup_aggregation import LookupAggregation
+from misa.operators.sessions import END as SESSION_END
+from misa.operators.sessions import START as SESSION_START
+from misa.operators.sessions import SessionAggregation
 from misa.state_source.locate import dfs, operator_metadata
 from misa.state_source.shard_read import entries, opened_shard
 
@@ -303,3 +308,36 @@ def test_a_version_before_any_row_shows_its_stores_without_columns_unless_their_
     fresh = pickle.loads(pickle.dumps(operator))
     fresh.restore(json.loads(json.dumps(operator.metadata())))
     assert [(s.name, (s.key, s.value)) for s in fresh.state_stores()] == list(stores.items())  # the main one first
+
+
+# ------------------------------------------------------------------------------ restarts: a batch without data
+def test_session_windows_restored_emit_what_their_batch_without_data_closes(run):
+    """The deltas' schema travels with the version: before it did, a restored session aggregation's batch without data
+    emitted and forgot nothing (an untyped empty table)."""
+    code, runner = started(run, SessionAggregation(["k"], [Agg("n", "count", "*")], "session", "t", "0s"))
+    ones = pa.array([1, 1], pa.int64())
+    runner.batch(
+        pa.table(
+            {"k": ["a", "b"], SESSION_START: pa.array([0, 20 * S]), SESSION_END: pa.array([5 * S, 25 * S]), ROWS: ones,
+             MAX_EVENT: pa.array([0, 20 * S]), "_v0": ones, "_c0": ones}
+        )
+    )  # fmt: skip  # the next watermark: 20 s, which closes a's session
+    restarted = pickle.loads(code)
+    restarted.restore(json.loads(json.dumps(runner.operator.metadata())))
+    output = restarted.no_data_batch(runner.view).output
+    assert output.to_pylist() == [{"window_start": at(0), "window_end": at(5), "k": "a", "n": 1}]
+
+
+def test_a_deduplication_restored_gives_its_typed_rows_in_its_batch_without_data(run):
+    """The rows' schema travels with the version: a restored deduplication's batch without data gives an empty table
+    of its rows' columns (the sink's schema), and forgets the keys the watermark expired."""
+    operator = Deduplicate(["k"], event_time="t", watermark_delay="5s", within_watermark=True)
+    code, runner = started(run, operator)
+    rows = pa.table({"k": ["a", "b"], "t": pa.array([0, 20 * S], TS), "v": pa.array([1, None], pa.int64())})
+    runner.batch(rows)  # a expires at 5 s, b at 25 s; the next watermark: 15 s
+    restarted = pickle.loads(code)
+    restarted.restore(json.loads(json.dumps(runner.operator.metadata())))
+    output = restarted.no_data_batch(runner.view).output
+    assert output.schema == rows.schema and output.num_rows == 0
+    stored = restarted.state_rows("default", *map(list, zip(*runner.view.scan(b"", b"\xfe"))))
+    assert stored["key"].to_pylist() == [{"k": "b"}]
