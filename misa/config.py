@@ -422,6 +422,16 @@ class MisaConfig:
         "Size it to a few batches' keys: more costs Python bookkeeping and memory that RocksDB's block cache "
         "serves faster.",
     )
+    memory_tier_max_bytes: int = setting(
+        "spark.misa.state.memoryTier.maxBytes",
+        "1g",
+        _size(0),
+        "Memory for the state's memory tier, per key partition: the key spaces an operator reads by point look-ups "
+        "every batch (session windows' records, a stream join's rows, a deduplication's keys, sliding windows' "
+        "panes) held whole in memory, so their reads need no RocksDB look-up; loaded at the first read after a "
+        "start, kept current by every batch, RocksDB still written in order. A space past this is dropped and "
+        "read from RocksDB (a warning says so). 0: no memory tier.",
+    )
     prefetch_mode: str = setting(
         "spark.misa.prefetch.enabled",
         "auto",

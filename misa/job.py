@@ -61,7 +61,7 @@ from misa.parallel.partitioned import (
     PartitionedView,
     RoutedDeltas,
 )
-from misa.runtime.batch_cache import attach_prefetcher, new_cache
+from misa.runtime.batch_cache import attach_prefetcher, new_view
 from misa.runtime.batch_hints import BatchHints, DataFrameStage, HintSession
 from misa.runtime.commit import CommitController
 from misa.runtime.compat import check_compatible
@@ -77,7 +77,6 @@ from misa.runtime.spark_mirror import SparkLogMirror, forget_mirror, spark_check
 from misa.runtime.spark_plan import planned_as_stateful
 from misa.state.store import EMPTY_VERSION, StateStore
 from misa.state.version import BatchVersion
-from misa.state.view import StateView
 from misa.state_source.operator_record import record_operator
 from misa.state_source.sources import register_state_sources
 from prefetch.auto import PROBE, AutoPolicy, AutoPrefetch, Sample
@@ -143,7 +142,7 @@ class StatefulJob:
             self.view: Any = PartitionedView(self.store.pool)
         else:
             self.store = StateStore(self.config, state_dir, dfs_url)
-            self.view = StateView(self.store, new_cache(self.config))
+            self.view = new_view(self.store, self.config, operator)
         self.checkpoints = self.store.checkpoints
         self.hints: BatchHints | None = None
         self.auto: AutoPrefetch | None = None  # with prefetching auto: chooses on or off per batch

@@ -49,11 +49,10 @@ from misa.hosts.server import HostTables, Inbox, StateHostServer
 from misa.operators.base import KeyPartitioned
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.shared_arrow import share, take
-from misa.runtime.batch_cache import new_cache
+from misa.runtime.batch_cache import new_view
 from misa.runtime.commit import CommitController
 from misa.runtime.process import gc_paused
 from misa.state.store import StateStore
-from misa.state.view import StateView
 
 PHASES = ("read", "merge", "output", "buffer", "write", "checkpoint", "upload")
 OUTPUT_METHODS = {  # the methods that build a shape's output rows
@@ -177,10 +176,10 @@ def measure(
         if ready is not None:
             ready()
         keys_before = store.approximate_keys()
-        view = StateView(store, new_cache(config))
+        operator = bench.operator
+        view = new_view(store, config, operator)
         controller = CommitController(store, "sync")
         controller.loaded(0)
-        operator = bench.operator
         operator.restore(bench.metadata)
         meter = PhaseMeter()
         for method, phase in [

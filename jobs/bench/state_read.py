@@ -25,10 +25,9 @@ import pyarrow as pa
 from misa.config import MisaConfig
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.base import ROWS
-from misa.runtime.batch_cache import new_cache
+from misa.runtime.batch_cache import new_view
 from misa.runtime.commit import CommitController
 from misa.state.store import StateStore
-from misa.state.view import StateView
 from misa.state_source.operator_record import record_operator
 
 SIGNATURE = {"operator": "Aggregation"}  # what operator.json says besides the pickle (the bench's own state)
@@ -51,7 +50,7 @@ def build_state(folder: Path, keys: int, batch_keys: int, shards: int) -> str:
     operator = Aggregation(["k"], [Agg("n", "count", "*"), Agg("total", "sum", "v")])
     record_operator(dfs_url, operator, SIGNATURE)
     with StateStore(config, folder / "state", dfs_url) as store:
-        view = StateView(store, new_cache(config))
+        view = new_view(store, config, operator)
         controller = CommitController(store, "sync")
         controller.loaded(-1)
         operator.restore({})

@@ -47,6 +47,11 @@ not only their partition's, so they stay Spark's. With prefetching, ``hint_parti
 partition of a hint row the same way (by default its hint key columns), and the worker of that partition names
 and prefetches its keys.
 
+**Optional, the memory tier** (:class:`MemoryResident`, a base class an operator declares): ``memory_spaces()``
+names the key ranges the operator reads by point look-ups every batch and deletes key by key (not by range); the
+runtime holds each whole in memory, below the read cache (:mod:`misa.state.memory_tier`), within
+``spark.misa.state.memoryTier.maxBytes``. Called once, when the job's state view is built.
+
 Aggregating operators' deltas carry the columns named here: the rows folded into each delta row, their
 latest event time and, for windows, the window's bounds or, for sliding windows, the pane's end (all times
 in microseconds).
@@ -260,3 +265,14 @@ class StateReadable(ABC):
     def state_rows(self, store: str, keys: list[bytes], values: list[bytes]) -> pa.Table:
         """State entries of ``store`` as rows (:func:`state_table`: its spec's ``key`` and ``value`` structs); an entry
         may hold several rows, or none."""
+
+
+class MemoryResident(ABC):
+    """The optional capability of a memory tier: key spaces read by point look-ups every batch, held whole in memory.
+
+    Declare it as a base class; the runtime checks ``isinstance`` when it builds the state view."""
+
+    @abstractmethod
+    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
+        """Key ranges [begin, end) the operator reads by point look-ups every batch and deletes key by key (a range
+        delete in one is applied by scanning the held space)."""

@@ -39,6 +39,7 @@ from misa.operators.base import (
     DEFAULT_STORE,
     HintSource,
     KeyPartitioned,
+    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -62,7 +63,7 @@ EXPIRIES = RecordCodec([pa.field("expiry", pa.int64()), pa.field("key", pa.binar
 
 
 @dataclass
-class Deduplicate(HintSource, KeyPartitioned, StateReadable):
+class Deduplicate(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     """Drops rows whose ``columns`` (and ``event_time``, if ``event_time_key`` and not ``within_watermark``) were
     seen before."""
 
@@ -243,6 +244,11 @@ class Deduplicate(HintSource, KeyPartitioned, StateReadable):
         heads = held.take(pa.array(firsts))
         records = joined(DEDUP_EXPIRIES, heads["expiry"].to_numpy(), heads["key"].to_pylist())
         state.put_many(records, EXPIRIES.encode(held, counts))
+
+    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
+        """The remembered keys, which every batch looks up, unless the event time is one of them (then they are
+        forgotten by range, window by window)."""
+        return [] if self._by_time else [(b"", KEYS_END)]
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

@@ -46,7 +46,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.exceptions import AnalysisError
-from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StateReadable, StateStoreSpec, state_table
+from misa.operators.base import (
+    HintSource,
+    KeyPartitioned,
+    MemoryResident,
+    OperatorResult,
+    StateReadable,
+    StateStoreSpec,
+    state_table,
+)
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.row_lists import append_rows, matches
 from misa.operators.schema import schema_from_text, schema_text
@@ -79,7 +87,7 @@ class JoinSide:
 
 
 @dataclass
-class StreamJoin(HintSource, KeyPartitioned, StateReadable):
+class StreamJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     """Spark's inner join of two streams on ``keys`` equi-join keys (see the module's docstring)."""
 
     keys: int
@@ -337,6 +345,10 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
             values = self._records[index].encode(rows.filter(pa.array(kept)), counts)
             state.put_many(records, [v if c else None for v, c in zip(values, counts.tolist())])
             state.delete_range(begin, end)
+
+    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
+        """Both sides' row lists: every batch reads those of its keys (the timers are scanned, not held)."""
+        return [(JOIN_ROWS, prefix_end(JOIN_ROWS))]
 
     # ------------------------------------------------------------------ output
     def _empty(self) -> pa.Table:

@@ -23,11 +23,10 @@ import pyarrow.compute as pc
 from misa.config import MisaConfig
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, watermark_moves
 from misa.parallel import shared_arrow
-from misa.runtime.batch_cache import attach_prefetcher, new_cache
+from misa.runtime.batch_cache import attach_prefetcher, new_view
 from misa.runtime.commit import CommitController
 from misa.runtime.hint_target import BatchHintLog, HintCounts, LocalHints, SentHints
 from misa.state.store import EMPTY_VERSION, StateStore
-from misa.state.view import StateView
 from prefetch.hints import HINT_HOT, key_counts
 from prefetch.manager import PrefetchStats
 
@@ -76,9 +75,9 @@ class PartitionWorker:
         self.tables = tables
         self.store = StateStore(config, state_dir, dfs_url)
         self.checkpoints = self.store.checkpoints
-        self.view = StateView(self.store, new_cache(config))
-        self.controller = self._controller()
         self.operator: KeyPartitioned | Any = pickle.loads(operator)
+        self.view = new_view(self.store, config, self.operator)
+        self.controller = self._controller()
         self.hints: LocalHints | None = None  # with prefetching: this partition's prefetch manager
         self._hinted = BatchHintLog()  # what the running batch's hints named so far
         if config.prefetching != "false" and isinstance(self.operator, HintSource):

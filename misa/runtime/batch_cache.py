@@ -1,12 +1,24 @@
-"""The batch's cache and its prefetcher, built from the configuration for a state view."""
+"""A state view as configured: its read cache, its memory tier and its prefetcher."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from misa.config import MisaConfig
-from misa.state.store import shard_of
+from misa.operators.base import MemoryResident
+from misa.state.memory_tier import MemoryTier
+from misa.state.store import StateStore, shard_of
 from misa.state.view import StateView
 from prefetch.cache import StateCache
 from prefetch.manager import PrefetchManager
+
+
+def new_view(store: StateStore, config: MisaConfig, operator: Any) -> StateView:
+    """The view of ``operator``'s state in ``store``: the configured read cache and, when the operator names key
+    spaces for it (:class:`MemoryResident`) and ``spark.misa.state.memoryTier.maxBytes`` is not 0, a memory tier."""
+    spaces = operator.memory_spaces() if isinstance(operator, MemoryResident) else []
+    memory = MemoryTier(spaces, config.memory_tier_max_bytes) if spaces and config.memory_tier_max_bytes else None
+    return StateView(store, new_cache(config), memory=memory)
 
 
 def new_cache(config: MisaConfig) -> StateCache | None:

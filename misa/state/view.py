@@ -1,4 +1,4 @@
-"""The running batch's view of the state: its writes, a read cache, pending commit buffers, then RocksDB.
+"""The running batch's view of the state: its writes, a read cache, the memory tier, pending commit buffers, RocksDB.
 
 A batch writes into its write buffer (:class:`misa.state.write_buffer.WriteBuffer`, one dirty entry
 per key); reads consult it first, then a read cache (:mod:`common.cache_contract`: the
@@ -6,7 +6,9 @@ Timestamp-Aware Cache or a baseline, when one is configured or prefetching is on
 ends, :meth:`StateView.freeze` drains its writes into the commit buffer of its
 :class:`misa.state.version.BatchVersion` (the lifecycle is documented there), refreshes the read
 cache with them and keeps the version: until RocksDB has the buffer (the version is applied), reads
-consult it before RocksDB, so batch v+1 always sees version v and never waits for its commit.
+consult it before RocksDB, so batch v+1 always sees version v and never waits for its commit. Below the read cache,
+the memory tier (:mod:`misa.state.memory_tier`, when the operator names key spaces for it) answers the reads of the
+spaces it holds whole, as of the last frozen version, without the commit buffers or RocksDB.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Sequence
 from common.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
 from misa.state.commit_buffer import CommitBuffer
 from misa.state.device_reads import device_bytes_read
+from misa.state.memory_tier import MemoryTier
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
 from misa.state.write_buffer import WriteBuffer
@@ -37,13 +40,21 @@ class StateView:
     """Reads and writes of the running batch: its writes, a read cache, pending commit buffers, RocksDB.
 
     ``cache`` is the read cache used while prefetching is off (None: none); a prefetcher attached
-    with :meth:`enable_prefetch` serves the reads through its own cache while prefetching is on.
+    with :meth:`enable_prefetch` serves the reads through its own cache while prefetching is on. ``memory``: the
+    memory tier below the cache (None: none).
     """
 
-    def __init__(self, store: StateStore, cache: ReadCache | None = None, parallel_misses: bool = True):
+    def __init__(
+        self,
+        store: StateStore,
+        cache: ReadCache | None = None,
+        parallel_misses: bool = True,
+        memory: MemoryTier | None = None,
+    ):
         self.store = store
         self.writes = WriteBuffer()
         self.cache = cache
+        self.memory = memory
         self.parallel_misses = parallel_misses  # misses read with shards in parallel on the store's pool
         self.prefetcher: CacheReader | None = None  # serves the reads while prefetching is on
         self._manager: CacheReader | None = None
@@ -85,14 +96,16 @@ class StateView:
         return self.prefetcher.cache if self.prefetcher is not None else self.cache
 
     def take_cache_stats(self) -> dict[str, int]:
-        """The batch's cache counters (reads the write buffer answered count as hits); they restart."""
+        """The batch's cache counters (reads the write buffer answered count as hits) and, with a memory tier, the
+        reads it answered and the keys it loaded; they restart."""
         written = self.writes.stats.take()
+        memory = self.memory.stats.take() if self.memory is not None else {}
         cache = self.read_cache
         if cache is None:
-            return {**CacheStats().as_dict(), **written}
+            return {**CacheStats().as_dict(), **written, **memory}
         stats = cache.stats.take()
         stats["hits"] += written["hits"]
-        return stats
+        return stats | memory
 
     # -- frozen versions' commit buffers, read below the read cache until RocksDB has them
     def _layers(self) -> list[CommitBuffer]:
@@ -103,8 +116,12 @@ class StateView:
             return [v.buffer for v in reversed(self._frozen)]
 
     def fetch_below(self, keys: Sequence[bytes], parallel: bool | None = None) -> list[bytes | None]:
-        """Values of ``keys`` below the cache: pending commit buffers, then RocksDB (with the shards
-        in parallel when ``parallel``, by default ``parallel_misses``)."""
+        """Values of ``keys`` below the cache: the memory tier when it holds them all, else pending commit buffers,
+        then RocksDB (with the shards in parallel when ``parallel``, by default ``parallel_misses``)."""
+        if self.memory is not None:
+            held = self.memory.get_many(keys, self._live_below)
+            if held is not None:
+                return held
         out: list[object] = [MISSING] * len(keys)
         missing = list(range(len(keys)))
         for layer in self._layers():  # newest first: the first buffer that decides a key wins
@@ -163,13 +180,18 @@ class StateView:
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Write this batch's new values (None deletes the key)."""
         self.writes.put_many(keys, values)
+        if self.memory is not None:
+            self.memory.put_many(keys, values)
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Delete every key in [begin, end) as of this batch."""
         self.writes.delete_range(begin, end)
+        if self.memory is not None:
+            self.memory.delete_range(begin, end)
 
-    def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-        """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
+    def _below(self, begin: bytes, end: bytes) -> dict[bytes, bytes | None]:
+        """Every key in [begin, end) as the frozen versions left it (value None: deleted by one): RocksDB, then the
+        pending commit buffers, oldest first."""
         layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
         merged: dict[bytes, bytes | None] = dict(self.store.items(begin, end))
         for layer in reversed(layers):  # oldest first
@@ -177,6 +199,15 @@ class StateView:
                 for key in [k for k in merged if b <= k < e]:
                     merged[key] = None
             merged.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
+        return merged
+
+    def _live_below(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """The live entries of [begin, end) as the frozen versions left them (what the memory tier loads)."""
+        return [(k, v) for k, v in self._below(begin, end).items() if v is not None]
+
+    def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
+        merged = self._below(begin, end)
         for b, e in self.writes.deleted_ranges:
             for key in [k for k in merged if b <= k < e]:
                 merged[key] = None
@@ -195,6 +226,8 @@ class StateView:
         frozen.freeze(CommitBuffer(version, changes, tuple(range_deletes)))
         with self._lock:
             self._frozen.append(frozen)
+        if self.memory is not None:  # after the append: a load from now on reads the version, and applying it again
+            self.memory.freeze(range_deletes)  # changes nothing
         cache = self.read_cache
         if cache is not None:
             cache.refresh(changes, range_deletes)
@@ -207,6 +240,8 @@ class StateView:
             self._manager.cache.clear()
         if self.cache is not None:
             self.cache.clear()
+        if self.memory is not None:
+            self.memory.clear()
         self.writes.clear()
         with self._lock:
             self._frozen = []

@@ -51,6 +51,7 @@ def test_unknown_key_is_named_with_a_suggestion():
         ("spark.misa.rocksdb.compression", "brotli", "one of none, snappy, lz4, zstd, zlib"),
         ("spark.misa.rocksdb.blockCacheSize", "12 parsecs", "a size >= 0, such as"),
         ("spark.misa.cache.maxBytes", "-1m", "a size >= 1, such as"),
+        ("spark.misa.state.memoryTier.maxBytes", "-1", "a size >= 0, such as"),
         ("spark.misa.checkpoint.retry.maxBackoff", "soon", "a duration from 0s to 1000h, such as"),
         ("spark.misa.checkpoint.verifyReads", "yes", "true or false"),
         ("spark.misa.prefetch.wastedRatioThreshold", "half", "a number from 0 to 1"),
@@ -131,8 +132,12 @@ def test_every_numeric_setting_has_a_range_and_a_test_of_it():
     assert len(numeric) > 20
     assert all(f.metadata["kind"].bounds is not None for f in numeric.values())
     untested = set(numeric) - {key for key, *_ in RANGES}
-    # >= 0: no text that parses is outside it
-    assert untested == {"spark.misa.rocksdb.blockCacheSize", "spark.misa.prefetch.auto.minDeviceReadBytes"}
+    # >= 0: no text that parses is outside it (a negative one is malformed, tested above)
+    assert untested == {
+        "spark.misa.rocksdb.blockCacheSize",
+        "spark.misa.prefetch.auto.minDeviceReadBytes",
+        "spark.misa.state.memoryTier.maxBytes",
+    }
 
 
 def test_processes_are_auto_or_a_count():

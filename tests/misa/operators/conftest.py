@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from misa.runtime.batch_cache import new_view
 from misa.runtime.commit import CommitController
 from misa.state.store import StateStore
-from misa.state.view import StateView
 
 
 @pytest.fixture
@@ -22,11 +22,12 @@ def side(tmp_path) -> Path:
 
 
 class Runner:
-    """An operator over a real state store, each batch committed in sync mode as the job does."""
+    """An operator over a real state store, read through the job's view (its memory tier, if it has one), each batch
+    committed in sync mode as the job does."""
 
     def __init__(self, config, root: Path, operator, version: int | None = None):
         self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
-        self.view = StateView(self.store)
+        self.view = new_view(self.store, config, operator)
         self.controller = CommitController(self.store, "sync")
         self.operator = operator
         if version is not None:  # a restart: the state and the metadata of a committed version

@@ -1,5 +1,6 @@
 """An operator over a real state store (two shards), each batch followed by the batch Spark runs without data and
-both committed (sync), for the tests that compare a columnar operator with the per-key code it replaced."""
+both committed (sync), for the tests that compare a columnar operator with the per-key code it replaced: the columnar
+run reads through the memory tier as a job's view does (``memory_tier``), the per-key run through RocksDB."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pyarrow as pa
 
 from misa.config import MisaConfig
 from misa.operators.base import OperatorResult
+from misa.runtime.batch_cache import new_view
 from misa.runtime.commit import CommitController
 from misa.state.store import StateStore
 from misa.state.view import StateView
@@ -21,19 +23,26 @@ def row_reprs(rows: list[dict[str, Any]]) -> list[str]:
 
 
 class IdleBatchRun:
-    """``operator`` over a store under ``root``; :meth:`step` runs a batch and the batch without data."""
+    """``operator`` over a store under ``root``; :meth:`step` runs a batch and the batch without data. With
+    ``memory_tier`` the view is the job's (the operator's memory tier, of a budget of ``memory_bytes``), else reads
+    go to RocksDB."""
 
-    def __init__(self, root: Path, operator: Any):
-        config = MisaConfig.from_mapping({"spark.misa.state.shards": "2"})
+    def __init__(self, root: Path, operator: Any, memory_tier: bool = True, memory_bytes: str = "1g"):
+        config = MisaConfig.from_mapping(
+            {"spark.misa.state.shards": "2", "spark.misa.state.memoryTier.maxBytes": memory_bytes}
+        )
         self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
-        self.view = StateView(self.store)
+        self.view = new_view(self.store, config, operator) if memory_tier else StateView(self.store)
         self.commits = CommitController(self.store, "sync")
         self.operator = operator
         self.version = self.store.version
+        self.memory_reads = 0  # state reads the memory tier answered
 
     def step(self, deltas: pa.Table) -> tuple[OperatorResult, OperatorResult]:
         """The batch's result and that of the batch without data after it, both committed."""
         data, idle = self.operator.apply(deltas, self.view), self.operator.no_data_batch(self.view)
+        if self.view.memory is not None:
+            self.memory_reads += self.view.memory.stats.take()["memory_reads"]
         for _ in range(2):
             self.version += 1
             self.commits.commit(self.view.freeze(self.version), self.operator.metadata())

@@ -108,7 +108,7 @@ def _same_runs(tmp_path: Path, join: str, keys: list[str], seed: int, switch_at:
     rng = np.random.default_rng(seed)
     pools = [(kind.split("_")[0], key_pool(kind.split("_")[0], rng, 8)) for kind in keys]
     run = _Run(tmp_path / "run", JOINS[join](PerKeyStreamJoin if switch_at else StreamJoin, len(keys)))
-    per_key = _Run(tmp_path / "per-key", JOINS[join](PerKeyStreamJoin, len(keys)))
+    per_key = _Run(tmp_path / "per-key", JOINS[join](PerKeyStreamJoin, len(keys)), memory_tier=False)
     try:
         matched = 0
         for n in range(10):
@@ -122,7 +122,7 @@ def _same_runs(tmp_path: Path, join: str, keys: list[str], seed: int, switch_at:
             assert got == expected, f"batch {n}"
             assert run.state() == per_key.state(), f"state after batch {n}"
             matched += len(got[0])
-        assert matched > 0
+        assert matched > 0 and run.memory_reads > 0
     finally:
         run.close()
         per_key.close()

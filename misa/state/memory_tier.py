@@ -1,0 +1,200 @@
+"""The memory tier: whole key spaces of the state held in memory, so that their point reads need no RocksDB look-up.
+
+An operator names the key spaces it reads by point look-ups every batch (``memory_spaces()``: a session window's
+records, a join's row lists, a deduplication's keys); the tier holds each such space *whole*, as of the last frozen
+version: loaded from RocksDB and the pending commit buffers at its first read (one range scan: the prefetch that
+fills it), then kept current with every batch's changes, applied when the batch's version is frozen. Because it is
+whole, a key it does not hold is absent: a read of a held space never reaches RocksDB, present or not. The commit
+still writes every change to RocksDB in order, so recovery is unchanged; a reload of the state forgets the tier and
+it loads again at its next read.
+
+Its entries are the operators' own packed records (a session group's record, a key's row list: their sessions and
+rows already columns), in one dict per space; a batch's reads are one ``map`` over it, its puts one ``update`` into
+the batch's changes of the space (the view's ``put_many`` calls give them space by space), no Python per key. A space
+past the byte budget (``spark.misa.state.memoryTier.maxBytes``) is dropped, with a warning, and its reads go to RocksDB
+again, as without the tier.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+log = logging.getLogger(__name__)
+
+ENTRY_OVERHEAD = 120  # bytes Python spends per entry besides the key's and value's bytes (dict slot, two objects)
+
+Loader = Callable[[bytes, bytes], Iterable[tuple[bytes, bytes]]]  # the live entries of [begin, end), below the batch
+
+
+@dataclass
+class HeldSpace:
+    """One key space [begin, end): once loaded, all of its live entries; the running batch's changes to it."""
+
+    begin: bytes
+    end: bytes
+    entries: dict[bytes, bytes] | None = None  # None: not loaded (yet), or dropped
+    changes: dict[bytes, bytes | None] = field(default_factory=dict)  # the running batch's (None: deleted)
+    dropped: bool = False  # over the budget: never held again by this tier
+    entry_bytes: float = 0.0  # an entry's mean size (key and value), from the load and the changes since
+
+    def covers(self, low: bytes, high: bytes) -> bool:
+        return self.begin <= low and high < self.end
+
+    def overlaps(self, begin: bytes, end: bytes) -> bool:
+        return begin < self.end and self.begin < end
+
+    @property
+    def bytes(self) -> int:
+        """The entries' estimated memory: their count times the mean size and ENTRY_OVERHEAD."""
+        return 0 if self.entries is None else int(len(self.entries) * (self.entry_bytes + ENTRY_OVERHEAD))
+
+
+@dataclass
+class MemoryTierStats:
+    """Counters since the last take: reads the tier answered and keys it loaded."""
+
+    reads: int = 0
+    loaded: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def take(self) -> dict[str, int]:
+        with self.lock:
+            out = {"memory_reads": self.reads, "memory_loaded": self.loaded}
+            self.reads = self.loaded = 0
+            return out
+
+
+class MemoryTier:
+    """Whole key spaces in memory as of the last frozen version; reads of a held space answered without RocksDB.
+
+    The view calls :meth:`put_many` and :meth:`delete_range` with the batch's writes (as its write buffer gets them),
+    :meth:`freeze` when the batch's version is frozen, :meth:`get_many` below its read cache and :meth:`clear` when
+    the state is reloaded."""
+
+    def __init__(self, spaces: Sequence[tuple[bytes, bytes]], max_bytes: int):
+        self.spaces = [HeldSpace(begin, end) for begin, end in sorted(spaces)]
+        self.max_bytes = max_bytes
+        self.stats = MemoryTierStats()
+        self._lock = threading.Lock()  # reads, loads and a freeze one at a time (prefetch threads read too)
+
+    @property
+    def bytes(self) -> int:
+        """The held entries' estimated memory."""
+        return sum(space.bytes for space in self.spaces)
+
+    def _space_of(self, low: bytes, high: bytes) -> HeldSpace | None:
+        """The space holding every key from ``low`` to ``high`` (None: none does, or it was dropped)."""
+        for space in self.spaces:
+            if space.covers(low, high):
+                return None if space.dropped else space
+        return None
+
+    # ------------------------------------------------------------------ reads
+    def get_many(self, keys: Sequence[bytes], load: Loader) -> list[bytes | None] | None:
+        """Values of ``keys`` as the last frozen version left them (None: absent) if they all lie in one held space,
+        loading it first with ``load`` if needed; None if the tier does not hold them (keys of several spaces or of
+        none, a dropped space)."""
+        if not keys:
+            return None
+        space = self._space_of(min(keys), max(keys))
+        if space is None:
+            return None
+        with self._lock:  # against a load or a freeze meanwhile
+            entries = space.entries if space.entries is not None else self._load(space, load)
+            if entries is None:
+                return None
+            values = list(map(entries.get, keys))
+        with self.stats.lock:
+            self.stats.reads += len(keys)
+        return values
+
+    def _load(self, space: HeldSpace, load: Loader) -> dict[bytes, bytes] | None:
+        """Read the whole space (RocksDB and the pending buffers, below the running batch); None if it is too big."""
+        started = time.monotonic()
+        entries = dict(load(space.begin, space.end))
+        space.entries = entries
+        space.entry_bytes = (sum(map(len, entries)) + sum(map(len, entries.values()))) / max(1, len(entries))
+        if not self._fits(space, "loading it"):
+            return None
+        with self.stats.lock:
+            self.stats.loaded += len(entries)
+        log.info(
+            "misa memory tier: loaded %d keys of the state's space %r (about %d MB) in %.2f s",
+            len(entries),
+            space.begin,
+            space.bytes >> 20,
+            time.monotonic() - started,
+        )
+        return entries
+
+    def _fits(self, space: HeldSpace, doing: str) -> bool:
+        """Within the budget; else drop ``space`` for good (its reads go to RocksDB) and say so."""
+        if self.bytes <= self.max_bytes:
+            return True
+        log.warning(
+            "misa memory tier: the state's space %r needs about %d MB on %s, over "
+            "spark.misa.state.memoryTier.maxBytes (%d MB): its reads go to RocksDB from now on. Raise the setting "
+            "to keep it in memory.",
+            space.begin,
+            space.bytes >> 20,
+            doing,
+            self.max_bytes >> 20,
+        )
+        space.entries, space.changes, space.dropped = None, {}, True
+        return False
+
+    # ------------------------------------------------------------------ the running batch's writes
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """The batch's puts (None: delete), kept per space until :meth:`freeze` (the last put of a key wins)."""
+        if not keys:
+            return
+        space = self._space_of(min(keys), max(keys))
+        if space is not None:
+            space.changes.update(zip(keys, values))
+            return
+        for key, value in zip(keys, values):  # keys of several spaces: one by one
+            owner = self._space_of(key, key)
+            if owner is not None:
+                owner.changes[key] = value
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """A range delete of the batch drops its puts in the range so far (a later put survives it, as in the
+        write buffer); :meth:`freeze` deletes the range from the entries."""
+        for space in self.spaces:
+            if space.changes and space.overlaps(begin, end):
+                for key in [k for k in space.changes if begin <= k < end]:
+                    del space.changes[key]
+
+    def freeze(self, range_deletes: Sequence[tuple[bytes, bytes]]) -> None:
+        """The batch's version is frozen: its range deletes, then its puts and deletes, into every loaded space."""
+        with self._lock:
+            for space in self.spaces:
+                changes, space.changes = space.changes, {}
+                if space.entries is not None:
+                    self._apply(space, changes, range_deletes)
+
+    def _apply(
+        self, space: HeldSpace, changes: dict[bytes, bytes | None], range_deletes: Sequence[tuple[bytes, bytes]]
+    ) -> None:
+        entries = space.entries
+        assert entries is not None
+        for begin, end in range_deletes:  # operators delete their held spaces by key: this is rare
+            if space.overlaps(begin, end):
+                collections.deque(map(entries.pop, [k for k in entries if begin <= k < end]), 0)
+        if changes:
+            held, added = len(entries), sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))
+            entries.update(changes)  # type: ignore[arg-type]  # the deleted ones go next
+            collections.deque(map(entries.pop, [k for k, v in changes.items() if v is None]), 0)
+            space.entry_bytes = (space.entry_bytes * held + added) / max(1, held + len(changes))
+        self._fits(space, "applying a batch")
+
+    def clear(self) -> None:
+        """Forget every held entry and the batch's changes (the state was reloaded); spaces load again when read."""
+        with self._lock:
+            for space in self.spaces:
+                space.entries, space.changes = None, {}

@@ -1,0 +1,132 @@
+"""The memory tier (:mod:`misa.state.memory_tier`) against the reads it replaces (pending commit buffers, then RocksDB).
+
+Random operations run on two views over two real stores, one with a memory tier holding a key space, one without:
+puts and deletes in and out of the space, range deletes (some across it), versions frozen and applied to RocksDB
+later (so reads and the tier's loads meet pending buffers), reloads, a budget that drops the space mid-run. Every read
+must agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from misa.runtime.batch_cache import new_view
+from misa.state.memory_tier import MemoryTier
+from misa.state.store import StateStore
+from misa.state.version import BatchVersion
+from misa.state.view import StateView
+
+SPACE = (b"m", b"n")  # the held key space: keys starting with b"m"
+
+
+def _key(rng: np.random.Generator, inside: bool) -> bytes:
+    tail = bytes(rng.choice([0, 1, 0x6D, 0x7F, 0xFE, 0xFF], size=int(rng.integers(0, 4))).tolist())
+    first = b"m" if inside else bytes([int(rng.choice([0x00, 0x61, 0x6C, 0x6E, 0xFF]))])
+    return first + tail
+
+
+class _Pair:
+    """The same operations on a view with a memory tier and on one without."""
+
+    def __init__(self, config, root, max_bytes: int):
+        self.stores = [StateStore(config, root / name, f"file://{root / name}-dfs") for name in ("tier", "plain")]
+        self.tiered = StateView(self.stores[0], memory=MemoryTier([SPACE], max_bytes))
+        self.views = [self.tiered, StateView(self.stores[1])]
+        self.pending: list[list[BatchVersion]] = [[], []]
+        self.version = 0
+
+    def do(self, call: str, *args):
+        results = [getattr(view, call)(*args) for view in self.views]
+        assert results[0] == results[1], f"{call}{args}"
+        return results[0]
+
+    def freeze(self) -> None:
+        self.version += 1
+        for view, pending in zip(self.views, self.pending):
+            frozen = view.freeze(self.version)
+            frozen.hand_over()  # to a commit that has not applied it yet
+            pending.append(frozen)
+
+    def apply_oldest(self) -> None:
+        """RocksDB gets the oldest pending version (as the commit thread would); reads stop consulting its buffer."""
+        for store, pending in zip(self.stores, self.pending):
+            if pending:
+                frozen = pending.pop(0)
+                store.apply(frozen.buffer.changes, frozen.buffer.range_deletes)
+                frozen.applied()
+
+    def reload(self) -> None:
+        """Every version applied, then the views forget what they hold (a reload of the same state)."""
+        while self.pending[0]:
+            self.apply_oldest()
+        for view in self.views:
+            view.reset()
+
+    def close(self) -> None:
+        for view, store in zip(self.views, self.stores):
+            view.close()
+            store.close()
+
+
+@pytest.mark.parametrize("seed,max_bytes", [(1, 1 << 30), (2, 1 << 30), (3, 1 << 30), (4, 3_000)])
+def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path, seed, max_bytes):
+    rng = np.random.default_rng(seed)
+    pair = _Pair(config, tmp_path, max_bytes)
+    try:
+        pair.stores[0].write([(_key(rng, True), b"old") for _ in range(20)])  # a state before the first read
+        pair.stores[1].write([(k, b"old") for k, _ in pair.stores[0].items()])
+        held_reads = 0
+        for step in range(400):
+            op = rng.integers(0, 10)
+            if op < 3:
+                keys = [_key(rng, rng.random() < 0.8) for _ in range(int(rng.integers(1, 8)))]
+                values = [None if rng.random() < 0.3 else f"v{step}".encode() for _ in keys]
+                pair.do("put_many", keys, values)
+            elif op == 3 and rng.random() < 0.3:
+                begin, end = sorted([_key(rng, rng.random() < 0.7), _key(rng, rng.random() < 0.7)])
+                pair.do("delete_range", begin, end)
+            elif op < 6:
+                pair.do("get_many", [_key(rng, True) for _ in range(int(rng.integers(1, 10)))])
+                held_reads += pair.tiered.memory.stats.take()["memory_reads"]
+            elif op == 6:
+                pair.do("get_many", [_key(rng, rng.random() < 0.5) for _ in range(int(rng.integers(1, 10)))])
+            elif op == 7:
+                pair.do("scan", b"l", b"o")
+            elif op == 8:
+                pair.freeze()
+                if rng.random() < 0.5:
+                    pair.apply_oldest()
+                if rng.random() < 0.3:  # the tier loads again at its next read, with versions still pending
+                    pair.tiered.memory.clear()
+            elif rng.random() < 0.1:
+                pair.reload()
+        assert pair.do("scan", b"", b"\xff" * 8)  # the run kept some state
+        if max_bytes > 1 << 20:
+            assert held_reads > 100, "the tier answered too few reads for the test to mean anything"
+        else:  # the small budget dropped the space: its reads went below the tier, and still agreed
+            assert pair.tiered.memory.spaces[0].dropped
+    finally:
+        pair.close()
+
+
+def test_only_operators_with_memory_spaces_get_a_tier_and_zero_turns_it_off(config, tmp_path):
+    from misa.operators.aggregation import Agg, Aggregation
+    from misa.operators.sessions import SessionAggregation
+
+    sessions = SessionAggregation(["k"], [Agg("n", "count", "*")], "session", "t", watermark_delay="2s")
+    tumbling = Aggregation(["k"], [Agg("n", "count", "*")], window="10 seconds", event_time="t", watermark_delay="1s")
+    with StateStore(config, tmp_path / "s", f"file://{tmp_path / 'dfs'}") as store:
+        assert new_view(store, config, sessions).memory is not None
+        assert new_view(store, config, tumbling).memory is None  # its windows are forgotten by range
+        off = config.with_values(memory_tier_max_bytes=0)
+        assert new_view(store, off, sessions).memory is None
+
+
+def test_a_space_over_the_budget_is_dropped_with_a_warning_naming_the_setting(config, tmp_path, caplog):
+    with StateStore(config, tmp_path / "s", f"file://{tmp_path / 'dfs'}") as store:
+        store.write([(b"m" + bytes([i]), b"x" * 100) for i in range(50)])
+        view = StateView(store, memory=MemoryTier([SPACE], 2_000))
+        assert view.get_many([b"m\x01", b"m\x99"]) == [b"x" * 100, None]
+        assert view.memory.spaces[0].dropped and view.memory.stats.take()["memory_reads"] == 0
+        assert "spark.misa.state.memoryTier.maxBytes" in caplog.text
