@@ -55,20 +55,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keys", type=int, default=200_000, help="users the payments are drawn from")
     p.add_argument("--file-seconds", type=int, default=5, help="seconds of event time per file")
     p.add_argument("--repeats", type=int, default=1, help="runs of each engine per query, alternating")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="unmeasured runs of each engine per query first, over 2 small files (the JVM's and Python's warm-up, so "
+        "that no engine's first measured run carries it)",
+    )
     p.add_argument("--work", type=Path, default=Path("bench-out/queries"), help="input, checkpoints, results")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a spark.misa.* setting for misa")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     generate(args.work / "input", args.files, args.records, args.keys, args.file_seconds)
+    generate(args.work / "warmup", 2, min(args.records, 2_000), args.keys, args.file_seconds)
+    settings = dict(kv.split("=", 1) for kv in args.conf)
+    MisaConfig.from_mapping(settings)  # a bad key or value fails here, named
     spark = local_session("misa-bench-queries")
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     rows = []
     for name in args.queries:
+        for warmup in range(args.warmup):
+            for engine in ("spark", "misa"):
+                run_dir = args.work / f"{name}-{engine}-warmup-{warmup}"
+                (run_spark if engine == "spark" else run_misa)(spark, args, name, run_dir, args.work / "warmup")
         for repeat in range(args.repeats):
             for engine in ("spark", "misa") if repeat % 2 == 0 else ("misa", "spark"):
                 run_dir = args.work / f"{name}-{engine}-{repeat}"
-                wall, times = (run_spark if engine == "spark" else run_misa)(spark, args, name, run_dir)
+                runner = run_spark if engine == "spark" else run_misa
+                wall, times = runner(spark, args, name, run_dir, args.work / "input")
                 rows.append({"query": name, "engine": engine, "repeat": repeat, "wall_s": wall, "batch_ms": times})
                 print(f"{name} on {engine} (run {repeat + 1}): {len(times)} batches, wall {wall:.1f} s", flush=True)
                 with (args.work / "queries.jsonl").open("a") as out:
@@ -118,8 +136,8 @@ def query(payments: DataFrame, name: str) -> DataFrame:
     return events.groupBy(F.session_window("event_time", "5 seconds"), "user").agg(F.count("*").alias("n"))
 
 
-def _stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(args.work / "input"))
+def _stream(spark: SparkSession, folder: Path) -> DataFrame:
+    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
 def _batch_times(query: object) -> list[float]:
@@ -128,8 +146,10 @@ def _batch_times(query: object) -> list[float]:
     return [float(p["durationMs"]["triggerExecution"]) for p in progress if p["numInputRows"] > 0]
 
 
-def run_spark(spark: SparkSession, args: argparse.Namespace, name: str, run_dir: Path) -> tuple[float, list[float]]:
-    """The query in plain Spark on its tuned RocksDB store: its wall time and data batches' times."""
+def run_spark(
+    spark: SparkSession, args: argparse.Namespace, name: str, run_dir: Path, folder: Path
+) -> tuple[float, list[float]]:
+    """The query over ``folder`` in plain Spark on its tuned RocksDB store: its wall time and data batches' times."""
     conf = native_state_store_conf("native", MisaConfig())
     previous = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
@@ -137,7 +157,7 @@ def run_spark(spark: SparkSession, args: argparse.Namespace, name: str, run_dir:
     try:
         started = time.monotonic()
         running = (
-            query(_stream(spark, args), name)
+            query(_stream(spark, folder), name)
             .writeStream.outputMode(OUTPUT_MODES[name])
             .foreachBatch(lambda df, _: df.toArrow())
             .option("checkpointLocation", str(run_dir / "ckpt"))
@@ -154,10 +174,12 @@ def run_spark(spark: SparkSession, args: argparse.Namespace, name: str, run_dir:
                 spark.conf.set(key, value)
 
 
-def run_misa(spark: SparkSession, args: argparse.Namespace, name: str, run_dir: Path) -> tuple[float, list[float]]:
-    """The same query through ``from_query``: its wall time and data batches' times."""
+def run_misa(
+    spark: SparkSession, args: argparse.Namespace, name: str, run_dir: Path, folder: Path
+) -> tuple[float, list[float]]:
+    """The same query over ``folder`` through ``from_query``: its wall time and data batches' times."""
     job = from_query(
-        query(_stream(spark, args), name),
+        query(_stream(spark, folder), name),
         lambda batch_id, table: None,
         str(run_dir / "ckpt"),
         output_mode=OUTPUT_MODES[name],

@@ -48,7 +48,6 @@ from misa.operators.base import (
     WINDOW_START,
     HintSource,
     KeyPartitioned,
-    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -264,7 +263,7 @@ def _integers(t: pa.DataType) -> pa.DataType:
 
 
 @dataclass
-class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
+class Aggregation(HintSource, KeyPartitioned, StateReadable):
     """Grouped aggregation, windowed when ``window`` is given (``slide`` defaults to ``window``)."""
 
     group_by: Sequence[str]
@@ -639,11 +638,6 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         types = {WINDOW_START: pa.int64(), WINDOW_END: pa.int64()} | {c: schema.field(c).type for c in self.group_by}
         keys = pa.table({c: pa.array([], types[c]) for c in self._key_columns()})
         return self._output(keys, values, values.states.identity(0), [])
-
-    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
-        """Sliding windows' pane records, which every batch reads for its groups; none for tumbling windows or none
-        (their entries are forgotten by range, window by window)."""
-        return [(PANE_RECORD, RECORDS_END)] if self._panes is not None else []
 
     # ------------------------------------------------------------------ versions
     @property

@@ -41,7 +41,6 @@ from misa.operators.base import (
     ROWS,
     HintSource,
     KeyPartitioned,
-    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -72,7 +71,7 @@ TIMER_ONLY = b"\x01"  # the value of a timer of the older layout, which held no 
 
 
 @dataclass
-class SessionAggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
+class SessionAggregation(HintSource, KeyPartitioned, StateReadable):
     """Aggregation per (session, group); ``session`` names the input's struct column of start and end."""
 
     group_by: Sequence[str]
@@ -275,10 +274,6 @@ class SessionAggregation(HintSource, KeyPartitioned, StateReadable, MemoryReside
         cells = sessions.cells.reshape(len(sessions), values.states.width)
         aggregates = values.columns(cells, sessions.objects or [])  # objects: read only with object aggregates
         return pa.table(dict(zip([*OUTPUT_WINDOW, *self.group_by], window + list(columns))) | aggregates)
-
-    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
-        """The groups' records: every batch reads those of its groups (the timers are scanned, not held)."""
-        return [(SESSION_RECORD, prefix_end(SESSION_RECORD))]
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

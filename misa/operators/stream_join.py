@@ -49,7 +49,6 @@ from misa.exceptions import AnalysisError
 from misa.operators.base import (
     HintSource,
     KeyPartitioned,
-    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -87,7 +86,7 @@ class JoinSide:
 
 
 @dataclass
-class StreamJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
+class StreamJoin(HintSource, KeyPartitioned, StateReadable):
     """Spark's inner join of two streams on ``keys`` equi-join keys (see the module's docstring)."""
 
     keys: int
@@ -345,10 +344,6 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             values = self._records[index].encode(rows.filter(pa.array(kept)), counts)
             state.put_many(records, [v if c else None for v, c in zip(values, counts.tolist())])
             state.delete_range(begin, end)
-
-    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
-        """Both sides' row lists: every batch reads those of its keys (the timers are scanned, not held)."""
-        return [(JOIN_ROWS, prefix_end(JOIN_ROWS))]
 
     # ------------------------------------------------------------------ output
     def _empty(self) -> pa.Table:

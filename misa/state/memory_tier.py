@@ -1,18 +1,21 @@
 """The memory tier: whole key spaces of the state held in memory, so that their point reads need no RocksDB look-up.
 
-An operator names the key spaces it reads by point look-ups every batch (``memory_spaces()``: a session window's
-records, a join's row lists, a deduplication's keys); the tier holds each such space *whole*, as of the last frozen
+An operator names the key spaces it looks up every batch and seldom writes (``memory_spaces()``: a deduplication's
+remembered keys); the tier holds each such space *whole*, as of the last frozen
 version: loaded from RocksDB and the pending commit buffers at its first read (one range scan: the prefetch that
 fills it), then kept current with every batch's changes, applied when the batch's version is frozen. Because it is
 whole, a key it does not hold is absent: a read of a held space never reaches RocksDB, present or not. The commit
 still writes every change to RocksDB in order, so recovery is unchanged; a reload of the state forgets the tier and
 it loads again at its next read.
 
-Its entries are the operators' own packed records (a session group's record, a key's row list: their sessions and
-rows already columns), in one dict per space; a batch's reads are one ``map`` over it, its puts one ``update`` into
-the batch's changes of the space (the view's ``put_many`` calls give them space by space), no Python per key. A space
-past the byte budget (``spark.misa.state.memoryTier.maxBytes``) is dropped, with a warning, and its reads go to RocksDB
-again, as without the tier.
+Its entries are the operators' own values, in one dict per space; a batch's reads are one ``map`` over it, its puts
+one ``update`` into the batch's changes of the space (the view's ``put_many`` calls give them space by space), no
+Python per key. Keeping a space current costs about a microsecond per change (a dict of a million entries misses the
+CPU caches), a RocksDB look-up 2 to 4 µs: the tier pays where look-ups outnumber changes several times, as in a
+deduplication, where every row is looked up and only new keys are written (docs/benchmarks.md measures it; session
+windows and the stream join, which write about as much as they read, were measured slower with it). A space past the
+byte budget (``spark.misa.state.memoryTier.maxBytes``) is dropped, with a warning, and its reads go to RocksDB again,
+as without the tier.
 """
 
 from __future__ import annotations
@@ -153,14 +156,13 @@ class MemoryTier:
         """The batch's puts (None: delete), kept per space until :meth:`freeze` (the last put of a key wins)."""
         if not keys:
             return
-        space = self._space_of(min(keys), max(keys))
-        if space is not None:
-            space.changes.update(zip(keys, values))
+        low, high = min(keys), max(keys)
+        touched = [space for space in self.spaces if not space.dropped and space.begin <= high and low < space.end]
+        if len(touched) == 1 and touched[0].covers(low, high):
+            touched[0].changes.update(zip(keys, values))
             return
-        for key, value in zip(keys, values):  # keys of several spaces: one by one
-            owner = self._space_of(key, key)
-            if owner is not None:
-                owner.changes[key] = value
+        for space in touched:  # keys of several spaces, or in and out of one: one by one
+            space.changes.update((k, v) for k, v in zip(keys, values) if space.begin <= k < space.end)
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """A range delete of the batch drops its puts in the range so far (a later put survives it, as in the

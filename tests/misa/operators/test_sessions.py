@@ -96,7 +96,7 @@ def _same_runs(tmp_path: Path, group_by: list[str], output_mode: str, objects: b
             got, expected = run.batch(deltas), per_key.batch(deltas)
             assert got == expected, f"batch {n}"
             emitted += len(got[0])
-        assert emitted > 0 and run.memory_reads > 0
+        assert emitted > 0
     finally:
         run.close()
         per_key.close()

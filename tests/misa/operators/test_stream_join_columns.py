@@ -122,7 +122,7 @@ def _same_runs(tmp_path: Path, join: str, keys: list[str], seed: int, switch_at:
             assert got == expected, f"batch {n}"
             assert run.state() == per_key.state(), f"state after batch {n}"
             matched += len(got[0])
-        assert matched > 0 and run.memory_reads > 0
+        assert matched > 0
     finally:
         run.close()
         per_key.close()

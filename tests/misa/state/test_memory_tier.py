@@ -112,15 +112,17 @@ def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path
 
 def test_only_operators_with_memory_spaces_get_a_tier_and_zero_turns_it_off(config, tmp_path):
     from misa.operators.aggregation import Agg, Aggregation
-    from misa.operators.sessions import SessionAggregation
+    from misa.operators.dedup import Deduplicate
 
-    sessions = SessionAggregation(["k"], [Agg("n", "count", "*")], "session", "t", watermark_delay="2s")
+    within = Deduplicate(["k"], event_time="t", watermark_delay="2s", within_watermark=True)
+    by_time = Deduplicate(["k", "t"], event_time="t", watermark_delay="2s")  # keys forgotten by range, window by window
     tumbling = Aggregation(["k"], [Agg("n", "count", "*")], window="10 seconds", event_time="t", watermark_delay="1s")
     with StateStore(config, tmp_path / "s", f"file://{tmp_path / 'dfs'}") as store:
-        assert new_view(store, config, sessions).memory is not None
-        assert new_view(store, config, tumbling).memory is None  # its windows are forgotten by range
+        assert new_view(store, config, within).memory is not None
+        assert new_view(store, config, by_time).memory is None
+        assert new_view(store, config, tumbling).memory is None
         off = config.with_values(memory_tier_max_bytes=0)
-        assert new_view(store, off, sessions).memory is None
+        assert new_view(store, off, within).memory is None
 
 
 def test_a_space_over_the_budget_is_dropped_with_a_warning_naming_the_setting(config, tmp_path, caplog):
