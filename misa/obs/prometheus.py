@@ -14,6 +14,7 @@ from typing import Any
 
 from misa.exceptions import ConfigError
 from misa.obs.records import BATCH_PHASES, CACHE_COUNTERS, COMMIT_PHASES, PREFETCH_COUNTERS, BatchReport
+from misa.state.memory_tier import MEMORY_COUNTERS
 from misa.state.store import EMPTY_VERSION
 
 PORT_KEY = "spark.misa.metrics.prometheusPort"
@@ -64,7 +65,9 @@ class _Families:
         self.uploaded = pc.Counter("misa_commit_uploaded_bytes", "Bytes copied to the DFS", q)
         self.reused = pc.Counter("misa_commit_reused_bytes", "Bytes of files the DFS already had", q)
         self.restarts = pc.Counter("misa_commit_restarts", "Commit stages redone after a worker died", q)
-        self.cache = {n: pc.Counter(f"misa_cache_{n}", f"State cache counter {n}", q) for n in CACHE_COUNTERS}
+        self.cache = {
+            n: pc.Counter(f"misa_cache_{n}", f"State cache counter {n}", q) for n in (*CACHE_COUNTERS, *MEMORY_COUNTERS)
+        }
         self.prefetch = {n: pc.Counter(f"misa_prefetch_{n}", f"Prefetch counter {n}", q) for n in PREFETCH_COUNTERS}
 
 

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 ENTRY_OVERHEAD = 120  # bytes Python spends per entry besides the key's and value's bytes (dict slot, two objects)
 
+MEMORY_COUNTERS = ("memory_reads", "memory_loaded")  # a batch's counters, beside the read cache's
+
 Loader = Callable[[bytes, bytes], Iterable[tuple[bytes, bytes]]]  # the live entries of [begin, end), below the batch
 
 
@@ -67,7 +69,7 @@ class MemoryTierStats:
 
     def take(self) -> dict[str, int]:
         with self.lock:
-            out = {"memory_reads": self.reads, "memory_loaded": self.loaded}
+            out = dict(zip(MEMORY_COUNTERS, (self.reads, self.loaded)))
             self.reads = self.loaded = 0
             return out
 
