@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 from state_helpers import contents, fill, key
 
@@ -30,6 +31,8 @@ def test_a_multiget_gives_each_keys_value_in_order_across_shards(store, parallel
     for one in (key(5), key(9999)):
         assert store.get_many([one], parallel) == [data.get(one)]
     assert store.get_many([], parallel) == []
+    shuffled = [key(int(i)) for i in np.random.default_rng(5).permutation(400)]  # read in key order, given back in place
+    assert store.get_many(shuffled, parallel) == [data.get(k) for k in shuffled]
 
 
 def test_writes_are_chunked_and_spread_over_shards(store):
