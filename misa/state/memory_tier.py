@@ -21,6 +21,7 @@ as without the tier.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from typing import Callable, Iterable, Sequence
 
 log = logging.getLogger(__name__)
 
+LOAD_CHUNK = 65_536  # entries a load reads between two checks of the budget
 ENTRY_OVERHEAD = 120  # bytes Python spends per entry besides the key's and value's bytes (dict slot, two objects)
 
 MEMORY_COUNTERS = ("memory_reads", "memory_loaded")  # a batch's counters, beside the read cache's
@@ -119,13 +121,17 @@ class MemoryTier:
         return values
 
     def _load(self, space: HeldSpace, load: Loader) -> dict[bytes, bytes] | None:
-        """Read the whole space (RocksDB and the pending buffers, below the running batch); None if it is too big."""
+        """Read the whole space (RocksDB and the pending buffers, below the running batch), a chunk at a time;
+        None if it passes the budget (reading stops there)."""
         started = time.monotonic()
-        entries = dict(load(space.begin, space.end))
-        space.entries = entries
-        space.entry_bytes = (sum(map(len, entries)) + sum(map(len, entries.values()))) / max(1, len(entries))
-        if not self._fits(space, "loading it"):
-            return None
+        entries: dict[bytes, bytes] = {}
+        space.entries, items, sizes = entries, iter(load(space.begin, space.end)), 0
+        while chunk := list(itertools.islice(items, LOAD_CHUNK)):
+            entries.update(chunk)
+            sizes += sum(len(k) + len(v) for k, v in chunk)
+            space.entry_bytes = sizes / len(entries)
+            if not self._fits(space, "loading it"):
+                return None
         with self.stats.lock:
             self.stats.loaded += len(entries)
         log.info(

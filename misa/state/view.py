@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from common.cache_contract import MISSING, CacheReader, CacheStats, ReadCache, stamps_at
 from misa.state.commit_buffer import CommitBuffer
@@ -201,9 +201,26 @@ class StateView:
             merged.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
         return merged
 
-    def _live_below(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-        """The live entries of [begin, end) as the frozen versions left them (what the memory tier loads)."""
-        return [(k, v) for k, v in self._below(begin, end).items() if v is not None]
+    def _live_below(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The live entries of [begin, end) as the frozen versions left them (what the memory tier loads), one at a
+        time, so that a load can stop at its budget: RocksDB's entries that no pending buffer decides, then the
+        buffers' own."""
+        layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
+        if not layers:
+            yield from self.store.items(begin, end)
+            return
+        ranges = [r for layer in layers for r in layer.range_deletes if r[0] < end and begin < r[1]]
+        net: dict[bytes, bytes | None] = {}
+        for layer in reversed(layers):  # oldest first
+            for b, e in layer.range_deletes:
+                for key in [k for k in net if b <= k < e]:
+                    del net[key]
+            net.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
+        decided = set().union(*(layer.changes for layer in layers))
+        for key, value in self.store.items(begin, end):
+            if key not in decided and not any(b <= key < e for b, e in ranges):
+                yield key, value
+        yield from ((k, v) for k, v in net.items() if v is not None)
 
     def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """Every live (key, value) in [begin, end), in key order, as this batch sees it."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from misa.runtime.batch_cache import new_view
-from misa.state.memory_tier import MemoryTier
+from misa.state.memory_tier import LOAD_CHUNK, MemoryTier
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
 from misa.state.view import StateView
@@ -132,3 +132,18 @@ def test_a_space_over_the_budget_is_dropped_with_a_warning_naming_the_setting(co
         assert view.get_many([b"m\x01", b"m\x99"]) == [b"x" * 100, None]
         assert view.memory.spaces[0].dropped and view.memory.stats.take()["memory_reads"] == 0
         assert "spark.misa.state.memoryTier.maxBytes" in caplog.text
+
+
+def test_a_load_past_the_budget_stops_reading_at_the_first_chunk_over_it():
+    pulled = 0
+
+    def load(begin: bytes, end: bytes):
+        nonlocal pulled
+        for i in range(1_000_000):
+            pulled += 1
+            yield b"m" + i.to_bytes(4, "big"), b"x" * 100
+
+    tier = MemoryTier([SPACE], max_bytes=1 << 20)  # about 4,500 entries of 225 bytes
+    assert tier.get_many([b"m\x00\x00\x00\x01"], load) is None
+    assert tier.spaces[0].dropped and tier.bytes == 0
+    assert pulled <= 2 * LOAD_CHUNK  # not the million

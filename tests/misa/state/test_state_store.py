@@ -31,7 +31,7 @@ def test_a_multiget_gives_each_keys_value_in_order_across_shards(store, parallel
     for one in (key(5), key(9999)):
         assert store.get_many([one], parallel) == [data.get(one)]
     assert store.get_many([], parallel) == []
-    shuffled = [key(int(i)) for i in np.random.default_rng(5).permutation(400)]  # read in key order, given back in place
+    shuffled = [key(int(i)) for i in np.random.default_rng(5).permutation(400)]  # each value given back in place
     assert store.get_many(shuffled, parallel) == [data.get(k) for k in shuffled]
 
 
