@@ -31,6 +31,7 @@ from misa.operators.base import (
     MAX_EVENT,
     ROWS,
     HintSource,
+    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -49,7 +50,7 @@ LOOKUP_STORE = "lookup"  # the store of the looked-up values
 
 
 @dataclass
-class LookupAggregation(HintSource, StateReadable):
+class LookupAggregation(HintSource, StateReadable, MemoryResident):
     """``aggregation`` (grouped by one value column) over rows whose value is looked up from ``key_column``.
 
     ``lookup`` answers the keys the state does not hold: their values in order, None when unknown.
@@ -164,6 +165,10 @@ class LookupAggregation(HintSource, StateReadable):
             self.missing_rows,
         )
         return rows
+
+    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
+        """The looked-up values: every batch reads those of its keys, and a key's value is written once."""
+        return [(self._prefix, prefix_end(self._prefix))]
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

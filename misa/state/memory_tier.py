@@ -1,7 +1,7 @@
 """The memory tier: whole key spaces of the state held in memory, so that their point reads need no RocksDB look-up.
 
 An operator names the key spaces it looks up every batch and seldom writes (``memory_spaces()``: a deduplication's
-remembered keys); the tier holds each such space *whole*, as of the last frozen
+remembered keys, a lookup aggregation's looked-up values); the tier holds each such space *whole*, as of the last frozen
 version: loaded from RocksDB and the pending commit buffers at its first read (one range scan: the prefetch that
 fills it), then kept current with every batch's changes, applied when the batch's version is frozen. Because it is
 whole, a key it does not hold is absent: a read of a held space never reaches RocksDB, present or not. The commit

@@ -31,9 +31,9 @@ from misa import register_state_sources
 from misa.io.quarantine import read_quarantine
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.lookup_aggregation import LookupAggregation
+from misa.runtime.batch_cache import new_view
 from misa.runtime.commit import CommitController
 from misa.state.store import StateStore
-from misa.state.view import StateView
 
 S = 1_000_000  # one second in microseconds
 CAMPAIGNS = {"a1": "c1", "a2": "c1", "a3": "c2", "a4": "c2"}
@@ -105,11 +105,11 @@ def deltas(rows: list[tuple[int, str | None, int, int]]) -> pa.Table:
 
 
 class Runtime:
-    """The operator over a real state store with sync commits, as a job drives it (no Spark)."""
+    """The operator over a real state store with sync commits, read through the job's view, as a job drives it (no
+    Spark)."""
 
     def __init__(self, config, root: Path, redis_url: str, version: int | None = None):
         self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
-        self.view = StateView(self.store)
         self.controller = CommitController(self.store, "sync")
         self.lookup = RedisLookup(redis_url)
         self.operator = LookupAggregation(
@@ -123,6 +123,7 @@ class Runtime:
             ),
             self.lookup,
         )
+        self.view = new_view(self.store, config, self.operator)  # the job's: the looked-up values in its memory tier
         if version is not None:  # a restart: the state and the operator's metadata of a committed version
             self.operator.restore(self.store.load(version).metadata)
         self.version = self.store.version
@@ -167,6 +168,7 @@ def test_each_ad_is_looked_up_in_redis_once_then_read_from_the_state(config, tmp
     try:
         assert restarted.batch([(20, "a2", 2, 19), (20, "a4", 1, 19)]) == {(20, "c1"): 4, (20, "c2"): 6}
         assert redis_reads(redis_client) == (2, 4) and restarted.operator.lookups == 0
+        assert restarted.view.memory.stats.take() == {"memory_reads": 2, "memory_loaded": 4}  # a1..a4, then a2, a4
     finally:
         restarted.close()
 
