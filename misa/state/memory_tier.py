@@ -61,21 +61,6 @@ class HeldSpace:
         return 0 if self.entries is None else int(len(self.entries) * (self.entry_bytes + ENTRY_OVERHEAD))
 
 
-@dataclass
-class MemoryTierStats:
-    """Counters since the last take: reads the tier answered and keys it loaded."""
-
-    reads: int = 0
-    loaded: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def take(self) -> dict[str, int]:
-        with self.lock:
-            out = dict(zip(MEMORY_COUNTERS, (self.reads, self.loaded)))
-            self.reads = self.loaded = 0
-            return out
-
-
 class MemoryTier:
     """Whole key spaces in memory as of the last frozen version; reads of a held space answered without RocksDB.
 
@@ -86,7 +71,7 @@ class MemoryTier:
     def __init__(self, spaces: Sequence[tuple[bytes, bytes]], max_bytes: int):
         self.spaces = [HeldSpace(begin, end) for begin, end in sorted(spaces)]
         self.max_bytes = max_bytes
-        self.stats = MemoryTierStats()
+        self._reads = self._loaded = 0  # since the last take_stats()
         self._lock = threading.Lock()  # reads, loads and a freeze one at a time (prefetch threads read too)
 
     @property
@@ -115,10 +100,8 @@ class MemoryTier:
             entries = space.entries if space.entries is not None else self._load(space, load)
             if entries is None:
                 return None
-            values = list(map(entries.get, keys))
-        with self.stats.lock:
-            self.stats.reads += len(keys)
-        return values
+            self._reads += len(keys)
+            return list(map(entries.get, keys))
 
     def _load(self, space: HeldSpace, load: Loader) -> dict[bytes, bytes] | None:
         """Read the whole space (RocksDB and the pending buffers, below the running batch), a chunk at a time;
@@ -132,8 +115,7 @@ class MemoryTier:
             space.entry_bytes = sizes / len(entries)
             if not self._fits(space, "loading it"):
                 return None
-        with self.stats.lock:
-            self.stats.loaded += len(entries)
+        self._loaded += len(entries)
         log.info(
             "misa memory tier: loaded %d keys of the state's space %r (about %d MB) in %.2f s",
             len(entries),
@@ -158,6 +140,12 @@ class MemoryTier:
         )
         space.entries, space.changes, space.dropped = None, {}, True
         return False
+
+    def take_stats(self) -> dict[str, int]:
+        """The reads the tier answered and the keys it loaded since the last take (:data:`MEMORY_COUNTERS`)."""
+        with self._lock:
+            counts, self._reads, self._loaded = (self._reads, self._loaded), 0, 0
+        return dict(zip(MEMORY_COUNTERS, counts))
 
     # ------------------------------------------------------------------ the running batch's writes
     def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:

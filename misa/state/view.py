@@ -99,7 +99,7 @@ class StateView:
         """The batch's cache counters (reads the write buffer answered count as hits) and, with a memory tier, the
         reads it answered and the keys it loaded; they restart."""
         written = self.writes.stats.take()
-        memory = self.memory.stats.take() if self.memory is not None else {}
+        memory = self.memory.take_stats() if self.memory is not None else {}
         cache = self.read_cache
         if cache is None:
             return {**CacheStats().as_dict(), **written, **memory}
@@ -189,42 +189,29 @@ class StateView:
         if self.memory is not None:
             self.memory.delete_range(begin, end)
 
-    def _below(self, begin: bytes, end: bytes) -> dict[bytes, bytes | None]:
-        """Every key in [begin, end) as the frozen versions left it (value None: deleted by one): RocksDB, then the
-        pending commit buffers, oldest first."""
-        layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
-        merged: dict[bytes, bytes | None] = dict(self.store.items(begin, end))
-        for layer in reversed(layers):  # oldest first
-            for b, e in layer.range_deletes:
-                for key in [k for k in merged if b <= k < e]:
-                    merged[key] = None
-            merged.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
-        return merged
-
     def _live_below(self, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """The live entries of [begin, end) as the frozen versions left them (what the memory tier loads), one at a
-        time, so that a load can stop at its budget: RocksDB's entries that no pending buffer decides, then the
-        buffers' own."""
+        """The live entries of [begin, end) as the frozen versions left them, one at a time (so that the memory
+        tier's load can stop at its budget): RocksDB's entries that no pending buffer decides, then the buffers' own."""
         layers = self._layers()  # before RocksDB: a commit landing in between then hides nothing
         if not layers:
             yield from self.store.items(begin, end)
             return
-        ranges = [r for layer in layers for r in layer.range_deletes if r[0] < end and begin < r[1]]
-        net: dict[bytes, bytes | None] = {}
-        for layer in reversed(layers):  # oldest first
+        net: dict[bytes, bytes | None] = {}  # what the pending buffers decide, oldest first
+        for layer in reversed(layers):
             for b, e in layer.range_deletes:
                 for key in [k for k in net if b <= k < e]:
                     del net[key]
             net.update((k, v) for k, v in layer.changes.items() if begin <= k < end)
         decided = set().union(*(layer.changes for layer in layers))
+        ranges = [r for layer in layers for r in layer.range_deletes if r[0] < end and begin < r[1]]
         for key, value in self.store.items(begin, end):
-            if key not in decided and not any(b <= key < e for b, e in ranges):
+            if key not in decided and not (ranges and any(b <= key < e for b, e in ranges)):
                 yield key, value
         yield from ((k, v) for k, v in net.items() if v is not None)
 
     def scan(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
         """Every live (key, value) in [begin, end), in key order, as this batch sees it."""
-        merged = self._below(begin, end)
+        merged: dict[bytes, bytes | None] = dict(self._live_below(begin, end))
         for b, e in self.writes.deleted_ranges:
             for key in [k for k in merged if b <= k < e]:
                 merged[key] = None

@@ -24,13 +24,10 @@ def row_reprs(rows: list[dict[str, Any]]) -> list[str]:
 
 class IdleBatchRun:
     """``operator`` over a store under ``root``; :meth:`step` runs a batch and the batch without data. With
-    ``memory_tier`` the view is the job's (the operator's memory tier, of a budget of ``memory_bytes``), else reads
-    go to RocksDB."""
+    ``memory_tier`` the view is the job's (the operator's memory tier, if it has one), else reads go to RocksDB."""
 
-    def __init__(self, root: Path, operator: Any, memory_tier: bool = True, memory_bytes: str = "1g"):
-        config = MisaConfig.from_mapping(
-            {"spark.misa.state.shards": "2", "spark.misa.state.memoryTier.maxBytes": memory_bytes}
-        )
+    def __init__(self, root: Path, operator: Any, memory_tier: bool = True):
+        config = MisaConfig.from_mapping({"spark.misa.state.shards": "2"})
         self.store = StateStore(config, root / "state", f"file://{root / 'dfs'}")
         self.view = new_view(self.store, config, operator) if memory_tier else StateView(self.store)
         self.commits = CommitController(self.store, "sync")
@@ -42,7 +39,7 @@ class IdleBatchRun:
         """The batch's result and that of the batch without data after it, both committed."""
         data, idle = self.operator.apply(deltas, self.view), self.operator.no_data_batch(self.view)
         if self.view.memory is not None:
-            self.memory_reads += self.view.memory.stats.take()["memory_reads"]
+            self.memory_reads += self.view.memory.take_stats()["memory_reads"]
         for _ in range(2):
             self.version += 1
             self.commits.commit(self.view.freeze(self.version), self.operator.metadata())

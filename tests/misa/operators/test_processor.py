@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow as pa
 import pytest
+from counting_processor import CountingProcessor
 from pyspark.sql import types as T
 from pyspark.sql.streaming import StatefulProcessor
 
@@ -19,24 +20,18 @@ class Clock:
         return self.now
 
 
-class Everything(StatefulProcessor):
-    """Counts rows per key in every kind of state; a processing-time timer 5 s after a key's first row."""
+class Everything(CountingProcessor):
+    """Counts rows per key in every kind of state, one with a TTL; a processing-time timer 5 s after a key's first
+    row."""
 
     def init(self, handle) -> None:
+        super().init(handle)
         self.handle = handle
-        self.count = handle.getValueState("count", "n long")
-        self.seen = handle.getListState("seen", "v long")
-        self.per_value = handle.getMapState("per_value", "v long", "n long")
         self.fresh = handle.getValueState("fresh", "n long", ttlDurationMs=3000)
 
     def handleInputRows(self, key, rows, timerValues):
         frame = pd.concat(list(rows))
-        n = (self.count.get() or (0,))[0] + len(frame)
-        self.count.update((n,))
-        for v in frame["v"]:
-            self.seen.appendValue((int(v),))
-            before = self.per_value.getValue((int(v),))
-            self.per_value.updateValue((int(v),), ((before[0] if before else 0) + 1,))
+        n = self.count_rows(frame)
         fresh = self.fresh.get()
         self.fresh.update((len(frame),))
         if not list(self.handle.listTimers()):

@@ -88,7 +88,7 @@ def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path
                 pair.do("delete_range", begin, end)
             elif op < 6:
                 pair.do("get_many", [_key(rng, True) for _ in range(int(rng.integers(1, 10)))])
-                held_reads += pair.tiered.memory.stats.take()["memory_reads"]
+                held_reads += pair.tiered.memory.take_stats()["memory_reads"]
             elif op == 6:
                 pair.do("get_many", [_key(rng, rng.random() < 0.5) for _ in range(int(rng.integers(1, 10)))])
             elif op == 7:
@@ -130,7 +130,7 @@ def test_a_space_over_the_budget_is_dropped_with_a_warning_naming_the_setting(co
         store.write([(b"m" + bytes([i]), b"x" * 100) for i in range(50)])
         view = StateView(store, memory=MemoryTier([SPACE], 2_000))
         assert view.get_many([b"m\x01", b"m\x99"]) == [b"x" * 100, None]
-        assert view.memory.spaces[0].dropped and view.memory.stats.take()["memory_reads"] == 0
+        assert view.memory.spaces[0].dropped and view.memory.take_stats()["memory_reads"] == 0
         assert "spark.misa.state.memoryTier.maxBytes" in caplog.text
 
 

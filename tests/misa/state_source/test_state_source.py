@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import pandas as pd
 import pytest
+from counting_processor import CountingProcessor
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor
 
 from checkpoint.manifest import ShardManifest
 from misa import MisaConfig, from_query, register_state_sources, transform_with_state_in_pandas
@@ -303,28 +302,6 @@ def test_a_read_runs_while_the_job_writes(spark, tmp_path):
     assert len(seen) >= 3, "reads should have seen several versions while the job ran"
     for version, state in seen.items():
         assert state == state_of(read(spark, tmp_path / "misa", version=version))
-
-
-class CountingProcessor(StatefulProcessor):
-    """Value, list and map state per key: the row count, the values seen, the count of each value."""
-
-    def init(self, handle) -> None:
-        self.count = handle.getValueState("count", "n long")
-        self.seen = handle.getListState("seen", "v long")
-        self.per_value = handle.getMapState("per_value", "v long", "n long")
-
-    def handleInputRows(self, key, rows, timerValues):
-        frame = pd.concat(list(rows))
-        n = (self.count.get() or (0,))[0] + len(frame)
-        self.count.update((n,))
-        for v in frame["v"]:
-            self.seen.appendValue((int(v),))
-            before = self.per_value.getValue((int(v),))
-            self.per_value.updateValue((int(v),), ((before[0] if before else 0) + 1,))
-        yield pd.DataFrame({"k": [key[0]], "n": [n]})
-
-    def close(self) -> None:
-        pass
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Spark's Python workers cannot import this test module
