@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from misa.units import human_bytes
+
 log = logging.getLogger(__name__)
 
 LOAD_CHUNK = 65_536  # entries a load reads between two checks of the budget
@@ -54,6 +56,11 @@ class HeldSpace:
 
     def overlaps(self, begin: bytes, end: bytes) -> bool:
         return begin < self.end and self.begin < end
+
+    @property
+    def shown(self) -> str:
+        """The range for messages: ``[begin, end)`` as bytes literals."""
+        return f"[{self.begin!r}, {self.end!r})"
 
     @property
     def bytes(self) -> int:
@@ -117,10 +124,10 @@ class MemoryTier:
                 return None
         self._loaded += len(entries)
         log.info(
-            "misa memory tier: loaded %d keys of the state's space %r (about %d MB) in %.2f s",
+            "misa memory tier: loaded %d keys of the state's keys %s (about %s) in %.2f s",
             len(entries),
-            space.begin,
-            space.bytes >> 20,
+            space.shown,
+            human_bytes(space.bytes),
             time.monotonic() - started,
         )
         return entries
@@ -130,13 +137,12 @@ class MemoryTier:
         if self.bytes <= self.max_bytes:
             return True
         log.warning(
-            "misa memory tier: the state's space %r needs about %d MB on %s, over "
-            "spark.misa.state.memoryTier.maxBytes (%d MB): its reads go to RocksDB from now on. Raise the setting "
-            "to keep it in memory.",
-            space.begin,
-            space.bytes >> 20,
+            "misa memory tier: the state's keys %s need about %s on %s, over spark.misa.state.memoryTier.maxBytes "
+            "(%s): their reads go to RocksDB from now on; raise the setting to keep them in memory",
+            space.shown,
+            human_bytes(self.bytes),
             doing,
-            self.max_bytes >> 20,
+            human_bytes(self.max_bytes),
         )
         space.entries, space.changes, space.dropped = None, {}, True
         return False
