@@ -48,6 +48,7 @@ from misa.operators.base import (
     DEFAULT_STORE,
     HintSource,
     KeyPartitioned,
+    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -56,7 +57,8 @@ from misa.operators.base import (
 from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns, schema_from_text, schema_text
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.codec import KeyCodec, normalize_float_keys
-from misa.state.keys import KEY_SPACE_VERSION, window_prefix
+from misa.state.keys import KEY_SPACE_VERSION, WINDOW_PREFIX_BYTES, window_prefix
+from misa.state.memory_tier import MemorySpace
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
@@ -67,7 +69,7 @@ _STORED = "_stored"
 
 
 @dataclass
-class IntervalJoin(HintSource, KeyPartitioned, StateReadable):
+class IntervalJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     """Self-join of a stream on ``keys`` where the partner is at most ``interval`` older."""
 
     keys: Sequence[str]
@@ -303,6 +305,11 @@ class IntervalJoin(HintSource, KeyPartitioned, StateReadable):
         limit = watermark - self.interval_us + 1  # buckets ending before it hold only rows <= watermark - interval
         if limit > 0:
             state.delete_range(window_prefix(0), window_prefix(limit))
+
+    def memory_spaces(self) -> list[MemorySpace]:
+        """Every bucket: each batch reads its rows' own buckets and the ones before, and the watermark deletes the
+        closed ones window by window."""
+        return [MemorySpace(window_prefix(0), window_prefix(2**63), WINDOW_PREFIX_BYTES)]
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

@@ -61,9 +61,12 @@ JOIN_ROWS = b"\xfej"
 JOIN_TIMER = b"\xfeJ"
 
 
+WINDOW_PREFIX_BYTES = 8  # a window end's bytes at the head of a window state key
+
+
 def window_prefix(window_end_us: int) -> bytes:
     """The key prefix shared by every key of windows ending at ``window_end_us``."""
-    return int(window_end_us).to_bytes(8, "big")
+    return int(window_end_us).to_bytes(WINDOW_PREFIX_BYTES, "big")
 
 
 def prefix_end(prefix: bytes) -> bytes:

@@ -8,6 +8,10 @@ whole, a key it does not hold is absent: a read of a held space never reaches Ro
 still writes every change to RocksDB in order, so recovery is unchanged; a reload of the state forgets the tier and
 it loads again at its next read.
 
+A space keyed by window (``MemorySpace.window_bytes``: every key starts with its window's end, as an interval join's
+buckets do) is held as one dict per window (:mod:`misa.state.held_entries`), so that the watermark's range delete of
+closed windows drops them whole.
+
 Its entries are the operators' own values, in one dict per space; a batch's reads are one ``map`` over it, its puts
 one ``update`` into the batch's changes of the space (the view's ``put_many`` calls give them space by space), no
 Python per key. Keeping a space current costs about a microsecond per change (a dict of a million entries misses the
@@ -20,14 +24,14 @@ as without the tier.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
+from misa.state.held_entries import FlatEntries, WindowedEntries
 from misa.units import human_bytes
 
 log = logging.getLogger(__name__)
@@ -40,13 +44,24 @@ MEMORY_COUNTERS = ("memory_reads", "memory_loaded")  # a batch's counters, besid
 Loader = Callable[[bytes, bytes], Iterable[tuple[bytes, bytes]]]  # the live entries of [begin, end), below the batch
 
 
+class MemorySpace(NamedTuple):
+    """A key range [begin, end) an operator asks the tier to hold; ``window_bytes`` > 0: every key of it starts with
+    its window's end in that many bytes, and whole windows are deleted by range (the tier indexes the keys by
+    window)."""
+
+    begin: bytes
+    end: bytes
+    window_bytes: int = 0
+
+
 @dataclass
 class HeldSpace:
     """One key space [begin, end): once loaded, all of its live entries; the running batch's changes to it."""
 
     begin: bytes
     end: bytes
-    entries: dict[bytes, bytes] | None = None  # None: not loaded (yet), or dropped
+    window_bytes: int = 0  # > 0: the entries are held per window (their keys' first ``window_bytes`` bytes)
+    entries: FlatEntries | WindowedEntries | None = None  # None: not loaded (yet), or dropped
     changes: dict[bytes, bytes | None] = field(default_factory=dict)  # the running batch's (None: deleted)
     dropped: bool = False  # over the budget: never held again by this tier
     entry_bytes: float = 0.0  # an entry's mean size (key and value), from the load and the changes since
@@ -64,8 +79,12 @@ class HeldSpace:
 
     @property
     def bytes(self) -> int:
-        """The entries' estimated memory: their count times the mean size and ENTRY_OVERHEAD."""
+        """The entries' estimated memory: their count times the mean size and the overheads."""
         return 0 if self.entries is None else int(len(self.entries) * (self.entry_bytes + ENTRY_OVERHEAD))
+
+    def new_entries(self) -> FlatEntries | WindowedEntries:
+        """An empty store of entries for this space."""
+        return WindowedEntries(self.window_bytes) if self.window_bytes else FlatEntries()
 
 
 class MemoryTier:
@@ -75,8 +94,8 @@ class MemoryTier:
     :meth:`freeze` when the batch's version is frozen, :meth:`get_many` below its read cache and :meth:`clear` when
     the state is reloaded."""
 
-    def __init__(self, spaces: Sequence[tuple[bytes, bytes]], max_bytes: int):
-        self.spaces = [HeldSpace(begin, end) for begin, end in sorted(spaces)]
+    def __init__(self, spaces: Sequence[MemorySpace | tuple[bytes, bytes]], max_bytes: int):
+        self.spaces = [HeldSpace(*MemorySpace(*space)) for space in sorted(spaces)]
         self.max_bytes = max_bytes
         self._reads = self._loaded = 0  # since the last take_stats()
         self._lock = threading.Lock()  # reads, loads and a freeze one at a time (prefetch threads read too)
@@ -108,16 +127,16 @@ class MemoryTier:
             if entries is None:
                 return None
             self._reads += len(keys)
-            return list(map(entries.get, keys))
+            return entries.get_many(keys)
 
-    def _load(self, space: HeldSpace, load: Loader) -> dict[bytes, bytes] | None:
+    def _load(self, space: HeldSpace, load: Loader) -> FlatEntries | WindowedEntries | None:
         """Read the whole space (RocksDB and the pending buffers, below the running batch), a chunk at a time;
         None if it passes the budget (reading stops there)."""
         started = time.monotonic()
-        entries: dict[bytes, bytes] = {}
+        entries = space.new_entries()
         space.entries, items, sizes = entries, iter(load(space.begin, space.end)), 0
         while chunk := list(itertools.islice(items, LOAD_CHUNK)):
-            entries.update(chunk)
+            entries.add(chunk)
             sizes += sum(len(k) + len(v) for k, v in chunk)
             space.entry_bytes = sizes / len(entries)
             if not self._fits(space, "loading it"):
@@ -187,13 +206,12 @@ class MemoryTier:
     ) -> None:
         entries = space.entries
         assert entries is not None
-        for begin, end in range_deletes:  # operators delete their held spaces by key: this is rare
+        for begin, end in range_deletes:  # operators delete their spaces without windows by key: this is rare there
             if space.overlaps(begin, end):
-                collections.deque(map(entries.pop, [k for k in entries if begin <= k < end]), 0)
+                entries.delete_range(begin, end)
         if changes:
             held, added = len(entries), sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))
-            entries.update(changes)  # type: ignore[arg-type]  # the deleted ones go next
-            collections.deque(map(entries.pop, [k for k, v in changes.items() if v is None]), 0)
+            entries.apply(changes)
             space.entry_bytes = (space.entry_bytes * held + added) / max(1, held + len(changes))
         self._fits(space, "applying a batch")
 

@@ -138,9 +138,9 @@ class StateView:
         started, device_before = time.monotonic(), device_bytes_read()
         try:
             out = self.writes.get_many(keys)
-            misses = [i for i, v in enumerate(out) if v is MISSING]
-            if len(misses) == len(keys):
+            if out.count(MISSING) == len(keys):  # none written this batch (counted in C: no Python per key)
                 return self._read(keys, ts)
+            misses = [i for i, v in enumerate(out) if v is MISSING]
             if misses:
                 for i, value in zip(misses, self._read([keys[i] for i in misses], stamps_at(ts, misses))):
                     out[i] = value

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from misa.runtime.batch_cache import new_view
-from misa.state.memory_tier import LOAD_CHUNK, MemoryTier
+from misa.state.held_entries import FlatEntries, WindowedEntries
+from misa.state.memory_tier import LOAD_CHUNK, MemorySpace, MemoryTier
 from misa.state.store import StateStore
 from misa.state.version import BatchVersion
 from misa.state.view import StateView
@@ -29,9 +30,9 @@ def _key(rng: np.random.Generator, inside: bool) -> bytes:
 class _Pair:
     """The same operations on a view with a memory tier and on one without."""
 
-    def __init__(self, config, root, max_bytes: int):
+    def __init__(self, config, root, max_bytes: int, window_bytes: int):
         self.stores = [StateStore(config, root / name, f"file://{root / name}-dfs") for name in ("tier", "plain")]
-        self.tiered = StateView(self.stores[0], memory=MemoryTier([SPACE], max_bytes))
+        self.tiered = StateView(self.stores[0], memory=MemoryTier([MemorySpace(*SPACE, window_bytes)], max_bytes))
         self.views = [self.tiered, StateView(self.stores[1])]
         self.pending: list[list[BatchVersion]] = [[], []]
         self.version = 0
@@ -69,10 +70,15 @@ class _Pair:
             store.close()
 
 
-@pytest.mark.parametrize("seed,max_bytes", [(1, 1 << 30), (2, 1 << 30), (3, 1 << 30), (4, 3_000)])
-def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path, seed, max_bytes):
+@pytest.mark.parametrize(
+    "seed,max_bytes,window_bytes",
+    [(1, 1 << 30, 0), (2, 1 << 30, 0), (3, 1 << 30, 2), (4, 3_000, 0), (5, 1 << 30, 2), (6, 3_000, 2)],
+)
+def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path, seed, max_bytes, window_bytes):
+    """``window_bytes`` 2: the space is held per window (``b"m"`` and one byte), and some range deletes drop whole
+    windows, as a watermark does."""
     rng = np.random.default_rng(seed)
-    pair = _Pair(config, tmp_path, max_bytes)
+    pair = _Pair(config, tmp_path, max_bytes, window_bytes)
     try:
         pair.stores[0].write([(_key(rng, True), b"old") for _ in range(20)])  # a state before the first read
         pair.stores[1].write([(k, b"old") for k, _ in pair.stores[0].items()])
@@ -85,6 +91,8 @@ def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path
                 pair.do("put_many", keys, values)
             elif op == 3 and rng.random() < 0.3:
                 begin, end = sorted([_key(rng, rng.random() < 0.7), _key(rng, rng.random() < 0.7)])
+                if window_bytes and rng.random() < 0.5:  # whole windows: [m, m + a window's byte)
+                    begin, end = b"m", b"m" + bytes([int(rng.choice([1, 0x6D, 0x7F, 0xFE]))])
                 pair.do("delete_range", begin, end)
             elif op < 6:
                 pair.do("get_many", [_key(rng, True) for _ in range(int(rng.integers(1, 10)))])
@@ -113,6 +121,7 @@ def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path
 def test_only_operators_with_memory_spaces_get_a_tier_and_zero_turns_it_off(config, tmp_path):
     from misa.operators.aggregation import Agg, Aggregation
     from misa.operators.dedup import Deduplicate
+    from misa.operators.interval_join import IntervalJoin
 
     within = Deduplicate(["k"], event_time="t", watermark_delay="2s", within_watermark=True)
     by_time = Deduplicate(["k", "t"], event_time="t", watermark_delay="2s")  # keys forgotten by range, window by window
@@ -121,6 +130,8 @@ def test_only_operators_with_memory_spaces_get_a_tier_and_zero_turns_it_off(conf
         assert new_view(store, config, within).memory is not None
         assert new_view(store, config, by_time).memory is None
         assert new_view(store, config, tumbling).memory is None
+        interval = new_view(store, config, IntervalJoin(["k"], event_time="t", payload=["v"]))
+        assert interval.memory is not None and interval.memory.spaces[0].window_bytes == 8
         off = config.with_values(memory_tier_max_bytes=0)
         assert new_view(store, off, within).memory is None
 
@@ -147,3 +158,41 @@ def test_a_load_past_the_budget_stops_reading_at_the_first_chunk_over_it():
     assert tier.get_many([b"m\x00\x00\x00\x01"], load) is None
     assert tier.spaces[0].dropped and tier.bytes == 0
     assert pulled <= 2 * LOAD_CHUNK  # not the million
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_entries_per_window_equal_entries_in_one_dict(seed):
+    """The windowed store against the flat one it stands in for: loads, puts, deletes, range deletes whole and
+    cutting windows, reads of keys in many windows and in one."""
+    rng = np.random.default_rng(seed)
+
+    def key() -> bytes:
+        return bytes([int(rng.integers(0, 12))]) + bytes(rng.integers(0, 256, size=int(rng.integers(0, 3))).tolist())
+
+    flat, windowed = FlatEntries(), WindowedEntries(1)
+    loaded = [(key(), bytes(rng.integers(0, 3, size=3).tolist())) for _ in range(300)]  # trailing zero bytes too
+    for entries in (flat, windowed):
+        entries.add(loaded)
+    found, most_windows = 0, 0
+    for step in range(300):
+        op = rng.integers(0, 4)
+        if op == 0:
+            changes = {key(): (None if rng.random() < 0.3 else f"v{step}\x00".encode()) for _ in range(20)}
+            flat.apply(changes)
+            windowed.apply(changes)
+        elif op == 1:
+            begin, end = sorted([key(), key()])
+            if rng.random() < 0.5:
+                begin, end = bytes([int(rng.integers(0, 12))]), bytes([int(rng.integers(0, 13))])
+            flat.delete_range(begin, end)
+            windowed.delete_range(begin, end)
+        else:
+            keys = [key() for _ in range(int(rng.integers(1, 40)))]
+            if op == 3:
+                keys = [keys[0][:1] + k[1:] for k in keys]  # one window
+            values = windowed.get_many(keys)
+            assert values == flat.get_many(keys)
+            found += sum(value is not None for value in values)
+        assert len(windowed) == len(flat)
+        most_windows = max(most_windows, len(windowed.windows))
+    assert found > 50 and most_windows > 3, "too few keys held for the test to mean anything"
