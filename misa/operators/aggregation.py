@@ -48,6 +48,7 @@ from misa.operators.base import (
     WINDOW_START,
     HintSource,
     KeyPartitioned,
+    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -64,7 +65,8 @@ from misa.operators.schema import column_type, duration, event_time, key_columns
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import MOMENTS, AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
-from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, window_prefix
+from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, WINDOW_PREFIX_BYTES, window_prefix
+from misa.state.memory_tier import MemorySpace
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
@@ -263,7 +265,7 @@ def _integers(t: pa.DataType) -> pa.DataType:
 
 
 @dataclass
-class Aggregation(HintSource, KeyPartitioned, StateReadable):
+class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     """Grouped aggregation, windowed when ``window`` is given (``slide`` defaults to ``window``)."""
 
     group_by: Sequence[str]
@@ -638,6 +640,14 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable):
         types = {WINDOW_START: pa.int64(), WINDOW_END: pa.int64()} | {c: schema.field(c).type for c in self.group_by}
         keys = pa.table({c: pa.array([], types[c]) for c in self._key_columns()})
         return self._output(keys, values, values.states.identity(0), [])
+
+    def memory_spaces(self) -> list[MemorySpace]:
+        """Tumbling windows' states, held per window (each batch reads and writes its open windows' groups, the
+        watermark deletes closed windows whole); none for sliding windows (measured: a pane record is written as
+        often as it is read) or without windows."""
+        if not self.window or self._panes is not None:
+            return []
+        return [MemorySpace(window_prefix(0), window_prefix(2**63), WINDOW_PREFIX_BYTES)]
 
     # ------------------------------------------------------------------ versions
     @property

@@ -50,6 +50,7 @@ from misa.operators.schema import event_time, key_columns, schema_from_text, sch
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import DEDUP_EXPIRIES, DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, split_fixed, window_prefix
+from misa.state.memory_tier import MemorySpace
 from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
@@ -245,10 +246,10 @@ class Deduplicate(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         records = joined(DEDUP_EXPIRIES, heads["expiry"].to_numpy(), heads["key"].to_pylist())
         state.put_many(records, EXPIRIES.encode(held, counts))
 
-    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
+    def memory_spaces(self) -> list[MemorySpace]:
         """The remembered keys, which every batch looks up, unless the event time is one of them (then they are
         forgotten by range, window by window)."""
-        return [] if self._by_time else [(b"", KEYS_END)]
+        return [] if self._by_time else [MemorySpace(b"", KEYS_END)]
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from misa.operators.base import (
     Columns,
     HintSource,
     KeyPartitioned,
+    MemoryResident,
     OperatorResult,
     StateReadable,
     StateStoreSpec,
@@ -52,6 +53,7 @@ from misa.operators.schema import (
 )
 from misa.state.codec import KeyCodec
 from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, key_tails, prefix_end, prefixed
+from misa.state.memory_tier import MemorySpace
 from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
@@ -402,7 +404,7 @@ class _JoinKeys:
 
 
 @dataclass
-class KeyedJoin(HintSource, KeyPartitioned, StateReadable):
+class KeyedJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     """Rows of a left input joined with the right input's row of the same key where that row passes a filter
     (Q20: each bid with its auction, where the auction's category is 10); an inner join on a key that
     is unique on the right, or (``unique_right=False``) Spark's inner stream-stream join on any key.
@@ -518,6 +520,11 @@ class KeyedJoin(HintSource, KeyPartitioned, StateReadable):
         )
         result.state_reads = 2 * len(keys.keys)
         return result
+
+    def memory_spaces(self) -> list[MemorySpace]:
+        """The right rows of a join on a key unique on the right: every batch looks up its keys' right row, written
+        once per key; none when every right row joins (both sides' lists are read and appended each batch)."""
+        return [MemorySpace(RIGHT_ROW, prefix_end(RIGHT_ROW))] if self.unique_right else []
 
     def hint_input(self, rows: DataFrame) -> DataFrame:
         """Upstream rows as hint input: the join key of either side, whether the row is a right row, its time."""

@@ -40,6 +40,7 @@ from misa.operators.base import (
 from misa.operators.schema import column_of
 from misa.operators.watermark import EventTimeWatermark
 from misa.state.keys import key_tails, lookup_prefix, prefix_end
+from misa.state.memory_tier import MemorySpace
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HintSpec, no_hints
 
@@ -166,9 +167,10 @@ class LookupAggregation(HintSource, StateReadable, MemoryResident):
         )
         return rows
 
-    def memory_spaces(self) -> list[tuple[bytes, bytes]]:
-        """The looked-up values: every batch reads those of its keys, and a key's value is written once."""
-        return [(self._prefix, prefix_end(self._prefix))]
+    def memory_spaces(self) -> list[MemorySpace]:
+        """The looked-up values (every batch reads those of its keys, and a key's value is written once), and the
+        aggregation's own."""
+        return [MemorySpace(self._prefix, prefix_end(self._prefix)), *self.aggregation.memory_spaces()]
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

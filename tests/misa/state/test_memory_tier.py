@@ -118,22 +118,48 @@ def test_reads_through_the_memory_tier_equal_the_reads_below_it(config, tmp_path
         pair.close()
 
 
-def test_only_operators_with_memory_spaces_get_a_tier_and_zero_turns_it_off(config, tmp_path):
+def _operators() -> dict[str, tuple[object, list[int] | None]]:
+    """Operators by name, with the ``window_bytes`` of each space they hold (None: no memory tier)."""
     from misa.operators.aggregation import Agg, Aggregation
     from misa.operators.dedup import Deduplicate
     from misa.operators.interval_join import IntervalJoin
+    from misa.operators.keyed import KeyedJoin
+    from misa.operators.lookup_aggregation import LookupAggregation
 
-    within = Deduplicate(["k"], event_time="t", watermark_delay="2s", within_watermark=True)
-    by_time = Deduplicate(["k", "t"], event_time="t", watermark_delay="2s")  # keys forgotten by range, window by window
-    tumbling = Aggregation(["k"], [Agg("n", "count", "*")], window="10 seconds", event_time="t", watermark_delay="1s")
+    count = [Agg("n", "count", "*")]
+    tumbling = Aggregation(["k"], count, window="10 seconds", event_time="t", watermark_delay="1s")
+    return {
+        "dropDuplicatesWithinWatermark": (
+            Deduplicate(["k"], event_time="t", watermark_delay="2s", within_watermark=True),
+            [0],
+        ),
+        "dropDuplicates by event time": (Deduplicate(["k", "t"], event_time="t", watermark_delay="2s"), None),
+        "tumbling windows": (tumbling, [8]),
+        "sliding windows": (
+            Aggregation(["k"], count, window="10 seconds", slide="2 seconds", event_time="t", watermark_delay="1s"),
+            None,
+        ),
+        "no window": (Aggregation(["k"], count), None),
+        "interval join": (IntervalJoin(["k"], event_time="t", payload=["v"]), [8]),
+        "keyed join": (KeyedJoin("bid", "auction", "auction", "id", ("category", 10)), [0]),
+        "keyed join, every right row": (
+            KeyedJoin("bid", "auction", "auction", "id", ("category", 10), unique_right=False),
+            None,
+        ),
+        "lookup aggregation": (LookupAggregation("ad", tumbling, lambda keys: ["c"] * len(keys)), [0, 8]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_operators()))
+def test_operators_hold_the_spaces_they_name_and_zero_turns_the_tier_off(config, tmp_path, name):
+    operator, window_bytes = _operators()[name]
     with StateStore(config, tmp_path / "s", f"file://{tmp_path / 'dfs'}") as store:
-        assert new_view(store, config, within).memory is not None
-        assert new_view(store, config, by_time).memory is None
-        assert new_view(store, config, tumbling).memory is None
-        interval = new_view(store, config, IntervalJoin(["k"], event_time="t", payload=["v"]))
-        assert interval.memory is not None and interval.memory.spaces[0].window_bytes == 8
-        off = config.with_values(memory_tier_max_bytes=0)
-        assert new_view(store, off, within).memory is None
+        memory = new_view(store, config, operator).memory
+        if window_bytes is None:
+            assert memory is None
+        else:
+            assert memory is not None and sorted(s.window_bytes for s in memory.spaces) == window_bytes
+            assert new_view(store, config.with_values(memory_tier_max_bytes=0), operator).memory is None
 
 
 def test_a_space_over_the_budget_is_dropped_with_a_warning_naming_the_setting(config, tmp_path, caplog):
