@@ -429,7 +429,8 @@ class MisaConfig:
         "Memory for the state's memory tier, per key partition: the key spaces an operator looks up every batch (a "
         "deduplication's keys, tumbling windows' states, an interval join's buckets, a keyed join's right rows, a "
         "lookup aggregation's looked-up values) held whole in memory, so their reads need no RocksDB look-up; "
-        "loaded at the first read after a start, kept current by every batch, RocksDB still written in order. A "
+        "loaded in the background when a start has loaded the state, kept current by every batch, RocksDB still "
+        "written in order. A "
         "space past this is dropped and read from RocksDB (a warning says so). "
         "0: no memory tier.",
     )

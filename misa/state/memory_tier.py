@@ -1,25 +1,25 @@
 """The memory tier: whole key spaces of the state held in memory, so that their point reads need no RocksDB look-up.
 
-An operator names the key spaces it looks up every batch and seldom writes (``memory_spaces()``: a deduplication's
-remembered keys, a lookup aggregation's looked-up values); the tier holds each such space *whole*, as of the last frozen
-version: loaded from RocksDB and the pending commit buffers at its first read (one range scan: the prefetch that
-fills it), then kept current with every batch's changes, applied when the batch's version is frozen. Because it is
-whole, a key it does not hold is absent: a read of a held space never reaches RocksDB, present or not. The commit
-still writes every change to RocksDB in order, so recovery is unchanged; a reload of the state forgets the tier and
-it loads again at its next read.
+An operator names the key spaces it looks up every batch (``memory_spaces()``: a deduplication's remembered keys,
+tumbling windows' states, an interval join's buckets, a keyed join's right rows, a lookup aggregation's looked-up
+values); the tier holds each such space *whole*, as of the last frozen version: loaded from RocksDB and the pending
+commit buffers as soon as the state is loaded, in the background (:meth:`MemoryTier.start_loading`; a space not
+loaded yet is loaded by its first read), then kept current with every batch's changes, applied when the batch's
+version is frozen. Because it is whole, a key it does not hold is absent: a read of a held space never reaches
+RocksDB, present or not. The commit still writes every change to RocksDB in order, so recovery is unchanged; a reload
+of the state forgets the tier and loads it again.
 
 A space keyed by window (``MemorySpace.window_bytes``: every key starts with its window's end, as an interval join's
 buckets do) is held as one dict per window (:mod:`misa.state.held_entries`), so that the watermark's range delete of
 closed windows drops them whole.
 
-Its entries are the operators' own values, in one dict per space; a batch's reads are one ``map`` over it, its puts
-one ``update`` into the batch's changes of the space (the view's ``put_many`` calls give them space by space), no
-Python per key. Keeping a space current costs about a microsecond per change (a dict of a million entries misses the
-CPU caches), a RocksDB look-up 2 to 4 µs: the tier pays where look-ups outnumber changes several times, as in a
-deduplication, where every row is looked up and only new keys are written (docs/benchmarks.md measures it; session
-windows and the stream join, which write about as much as they read, were measured slower with it). A space past the
-byte budget (``spark.misa.state.memoryTier.maxBytes``) is dropped, with a warning, and its reads go to RocksDB again,
-as without the tier.
+A batch's reads are one ``map`` per dict, its puts one ``update`` into the batch's changes of the space (the view's
+``put_many`` calls give them space by space), no Python per key. Keeping a space current costs about a microsecond
+per change (a dict of millions of entries misses the CPU caches), a RocksDB look-up 2 to 8 µs: the tier pays where
+look-ups cost more than the upkeep (docs/benchmarks.md measures each operator; sliding windows' panes, session windows
+and the stream join, which write about as much as they read, were measured no cheaper with it). A space past the byte
+budget (``spark.misa.state.memoryTier.maxBytes``) is dropped, with a warning, and its reads go to RocksDB again, as
+without the tier.
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class MemoryTier:
         self.max_bytes = max_bytes
         self._reads = self._loaded = 0  # since the last take_stats()
         self._lock = threading.Lock()  # reads, loads and a freeze one at a time (prefetch threads read too)
+        self._loader: threading.Thread | None = None
 
     @property
     def bytes(self) -> int:
@@ -129,18 +130,46 @@ class MemoryTier:
             self._reads += len(keys)
             return entries.get_many(keys)
 
+    def start_loading(self, load: Loader) -> None:
+        """Load every space not held yet in a thread of its own (the state was just loaded: the first batch's reads
+        find them held, or wait for the rest of the load instead of starting it)."""
+        self.wait()
+        self._loader = threading.Thread(target=self._load_all, args=(load,), name="misa-memory-tier", daemon=True)
+        self._loader.start()
+
+    def _load_all(self, load: Loader) -> None:
+        for space in self.spaces:
+            with self._lock:
+                if space.entries is None and not space.dropped:
+                    try:
+                        self._load(space, load)
+                    except Exception as exc:  # noqa: BLE001 - the first read of the space loads it and meets it
+                        log.warning("misa memory tier: loading the state's keys %s failed: %s", space.shown, exc)
+                        return
+
+    def wait(self) -> None:
+        """Until a background load started by :meth:`start_loading` has ended."""
+        if self._loader is not None:
+            self._loader.join()
+            self._loader = None
+
     def _load(self, space: HeldSpace, load: Loader) -> FlatEntries | WindowedEntries | None:
         """Read the whole space (RocksDB and the pending buffers, below the running batch), a chunk at a time;
         None if it passes the budget (reading stops there)."""
         started = time.monotonic()
         entries = space.new_entries()
-        space.entries, items, sizes = entries, iter(load(space.begin, space.end)), 0
-        while chunk := list(itertools.islice(items, LOAD_CHUNK)):
-            entries.add(chunk)
-            sizes += sum(len(k) + len(v) for k, v in chunk)
-            space.entry_bytes = sizes / len(entries)
-            if not self._fits(space, "loading it"):
-                return None
+        space.entries, sizes = entries, 0
+        try:
+            items = iter(load(space.begin, space.end))
+            while chunk := list(itertools.islice(items, LOAD_CHUNK)):
+                entries.add(chunk)
+                sizes += sum(len(k) + len(v) for k, v in chunk)
+                space.entry_bytes = sizes / len(entries)
+                if not self._fits(space, "loading it"):
+                    return None
+        except BaseException:
+            space.entries = None  # never held in part: the next read loads it again (and meets the error itself)
+            raise
         self._loaded += len(entries)
         log.info(
             "misa memory tier: loaded %d keys of the state's keys %s (about %s) in %.2f s",

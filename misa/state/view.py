@@ -244,12 +244,15 @@ class StateView:
             self._manager.cache.clear()
         if self.cache is not None:
             self.cache.clear()
-        if self.memory is not None:
-            self.memory.clear()
         self.writes.clear()
         with self._lock:
             self._frozen = []
+        if self.memory is not None:  # and load it again now, in the background, before the next batch reads it
+            self.memory.clear()
+            self.memory.start_loading(self._live_below)
 
     def close(self) -> None:
+        if self.memory is not None:
+            self.memory.wait()
         if self._manager is not None:
             self._manager.close()

@@ -222,3 +222,34 @@ def test_entries_per_window_equal_entries_in_one_dict(seed):
         assert len(windowed) == len(flat)
         most_windows = max(most_windows, len(windowed.windows))
     assert found > 50 and most_windows > 3, "too few keys held for the test to mean anything"
+
+
+def test_a_reset_loads_the_tier_in_the_background_before_the_first_read(config, tmp_path):
+    with StateStore(config, tmp_path / "s", f"file://{tmp_path / 'dfs'}") as store:
+        store.write([(b"m" + bytes([i]), bytes([i])) for i in range(100)] + [(b"z", b"outside")])
+        view = StateView(store, memory=MemoryTier([SPACE], 1 << 30))
+        view.reset()  # as after recovery loaded the store
+        view.memory.wait()
+        assert view.memory.take_stats() == {"memory_reads": 0, "memory_loaded": 100}
+        assert view.get_many([b"m\x05", b"m\xff"]) == [b"\x05", None]
+        assert view.memory.take_stats() == {"memory_reads": 2, "memory_loaded": 0}  # held: no second load
+        view.close()
+
+
+def test_a_load_that_fails_holds_nothing_and_the_next_read_loads_again():
+    def failing(begin: bytes, end: bytes):
+        for i in range(LOAD_CHUNK + 10):  # past one chunk, so that part of the space was added
+            yield b"m" + i.to_bytes(4, "big"), b"v"
+        raise OSError("disk gone")
+
+    def working(begin: bytes, end: bytes):
+        yield from ((b"m" + i.to_bytes(4, "big"), b"v") for i in range(LOAD_CHUNK + 20))
+
+    tier = MemoryTier([SPACE], 1 << 30)
+    tier.start_loading(failing)
+    tier.wait()
+    assert tier.spaces[0].entries is None and not tier.spaces[0].dropped
+    last = b"m" + (LOAD_CHUNK + 15).to_bytes(4, "big")  # a key the failed load never reached
+    assert tier.get_many([last], working) == [b"v"]
+    with pytest.raises(OSError, match="disk gone"):  # the batch's own load meets the error
+        MemoryTier([SPACE], 1 << 30).get_many([last], failing)
