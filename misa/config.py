@@ -430,9 +430,7 @@ class MisaConfig:
         "deduplication's keys, tumbling windows' states, an interval join's buckets, a keyed join's right rows, a "
         "lookup aggregation's looked-up values) held whole in memory, so their reads need no RocksDB look-up; "
         "loaded in the background when a start has loaded the state, kept current by every batch, RocksDB still "
-        "written in order. A "
-        "space past this is dropped and read from RocksDB (a warning says so). "
-        "0: no memory tier.",
+        "written in order. A space past this is dropped and read from RocksDB (a warning says so). 0: no memory tier.",
     )
     prefetch_mode: str = setting(
         "spark.misa.prefetch.enabled",

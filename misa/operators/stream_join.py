@@ -46,14 +46,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.exceptions import AnalysisError
-from misa.operators.base import (
-    HintSource,
-    KeyPartitioned,
-    OperatorResult,
-    StateReadable,
-    StateStoreSpec,
-    state_table,
-)
+from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StateReadable, StateStoreSpec, state_table
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.row_lists import append_rows, matches
 from misa.operators.schema import schema_from_text, schema_text

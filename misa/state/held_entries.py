@@ -3,8 +3,9 @@
 A space keyed by window (every key starts with its window's end, as an interval join's buckets do) keeps a dict per
 window, the window-aware layout of FlowKV (``../shared/papers/``): the watermark's range delete of closed windows
 drops their dicts whole instead of finding and popping each key in one large dict, and a batch's puts go to the few
-small dicts of its open windows. Every operation works on whole key lists (a ``map`` over a dict, keys grouped by
-window with Arrow): no Python per key but where a range cuts a window or the batch deletes keys.
+small dicts of its open windows. Reads and puts work on whole key lists (a ``map`` over a dict, keys grouped by
+window with Arrow); Python per key only finds a batch's deletes among its changes and the keys of a window that a
+range cuts.
 """
 
 from __future__ import annotations

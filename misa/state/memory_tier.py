@@ -46,8 +46,7 @@ Loader = Callable[[bytes, bytes], Iterable[tuple[bytes, bytes]]]  # the live ent
 
 class MemorySpace(NamedTuple):
     """A key range [begin, end) an operator asks the tier to hold; ``window_bytes`` > 0: every key of it starts with
-    its window's end in that many bytes, and whole windows are deleted by range (the tier indexes the keys by
-    window)."""
+    its window's end in that many bytes, and whole windows are deleted by range (the tier holds a dict per window)."""
 
     begin: bytes
     end: bytes
