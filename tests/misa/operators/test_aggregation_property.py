@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from misa.config import MisaConfig
 from misa.operators.aggregation import Agg, Aggregation
+from misa.runtime.batch_cache import new_view
 from misa.state.store import StateStore
-from misa.state.view import StateView
 
 SCHEMA = "g long, t timestamp, i long, n int, d double, e double, f float, ts timestamp"
 AGGS = [
@@ -87,7 +87,7 @@ def test_random_batches_give_sparks_rows_and_types(spark, no_ansi, shape, split)
     op = Aggregation(["g"], AGGS, **SHAPES[shape])
     config = MisaConfig.from_mapping({"spark.misa.state.shards": "2"})
     with tempfile.TemporaryDirectory() as tmp, StateStore(config, Path(tmp) / "state", f"file://{tmp}/dfs") as store:
-        got, got_schema = run_misa(spark, op, SCHEMA, split, StateView(store))
+        got, got_schema = run_misa(spark, op, SCHEMA, split, new_view(store, config, op))  # tumbling: memory tier
     expected, expected_schema = run_native(spark, op, SCHEMA, [row for batch in split for row in batch])
     assert_same(got, expected)
     assert_same_types(got_schema, expected_schema)

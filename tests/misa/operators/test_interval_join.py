@@ -154,3 +154,33 @@ def test_bad_definitions_are_explained(view):
         IntervalJoin(["vid"], "t", ["x"]).apply(pa.table({"vid": [1], EVENT_US: [1], "x": [1.5]}), view)
     with pytest.raises(KeyError, match=r"lack columns \['x'\]"):
         IntervalJoin(["vid"], "t", ["x"]).apply(pa.table({"vid": [1], EVENT_US: [1]}), view)
+
+
+def test_the_join_through_the_memory_tier_gives_the_rows_of_the_join_without_it(config, tmp_path):
+    """Random batches, each frozen before the next (so later batches read the buckets through the tier, held per
+    window), the watermark closing windows on the way: the same output as a view without the tier."""
+    from misa.runtime.batch_cache import new_view
+
+    rng = np.random.default_rng(5)
+    ops = [join("20s"), join("20s")]
+    with (
+        StateStore(config, tmp_path / "a", f"file://{tmp_path / 'a-dfs'}") as held,
+        StateStore(config, tmp_path / "b", f"file://{tmp_path / 'b-dfs'}") as plain,
+    ):
+        views = [new_view(held, config, ops[0]), StateView(plain)]
+        assert views[0].memory is not None and views[1].memory is None
+        oldest, tier_reads, found = [], 0, 0
+        for batch in range(12):
+            rows = [(int(rng.integers(0, 6)), int(10 * batch + rng.integers(-15, 10)), i) for i in range(20)]
+            outputs = []
+            for op, view in zip(ops, views):
+                output = apply_then_idle(op, reports(*rows), view).output
+                outputs.append(sorted(tuple(r.values()) for r in output.to_pylist()))
+                view.freeze(batch + 1)
+            assert outputs[0] == outputs[1], f"batch {batch}"
+            found += len(outputs[0])
+            tier_reads += views[0].memory.take_stats()["memory_reads"]
+            oldest.append(bucket_ends(views[0])[0])
+        assert found > 100 and tier_reads > 100  # pairs found, reads the tier answered
+        assert oldest[-1] > oldest[0]  # the watermark dropped the oldest windows on the way
+        assert bucket_ends(views[0]) == bucket_ends(views[1])
