@@ -68,6 +68,7 @@ class Outcome:
     mismatch: Mismatch | None = None
     refused: str = ""
     message: str = ""
+    spark_rows: int = 0  # the rows Spark wrote over the run (a check that passes on no rows checks nothing)
 
     @property
     def ok(self) -> bool:
@@ -132,7 +133,8 @@ def judge(
                 Mismatch(None, f"misa failed at start: {type(misa_error).__name__}: {_first_line(misa_error)}")
             )
         return Outcome(refused="misa", message=_first_line(misa_error))
-    return Outcome(compare(outputs["spark"], outputs["misa"]))
+    spark_rows = sum(table.num_rows for table in outputs["spark"].values())
+    return Outcome(compare(outputs["spark"], outputs["misa"]), spark_rows=spark_rows)
 
 
 class _Refused(Exception):

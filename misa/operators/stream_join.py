@@ -87,6 +87,7 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
     right: JoinSide
     key_time: int | None = None  # the join key that is the watermarked event time, if one is
     policy: str = "min"  # spark.sql.streaming.multipleWatermarkPolicy
+    one_watermark: bool = False  # both sides read one withWatermark node (one stream split by filters)
     watermark: InputsWatermark = field(init=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
     _row_types: tuple[pa.StructType, pa.StructType] | None = field(default=None, init=False, repr=False)
@@ -98,7 +99,8 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         if self.policy not in ("min", "max"):
             raise ValueError(f"spark.sql.streaming.multipleWatermarkPolicy {self.policy!r}: min or max")
         delays = tuple(side.delay_ms if side.event_time is not None else None for side in (self.left, self.right))
-        self.watermark = InputsWatermark(delays, self.policy)  # a side without withWatermark never counts
+        nodes = (0, 0) if self.one_watermark else ()
+        self.watermark = InputsWatermark(delays, self.policy, nodes)  # a side without withWatermark never counts
 
     @property
     def key_columns(self) -> list[str]:

@@ -110,6 +110,7 @@ class InputsWatermark(FollowsSpark):
 
     delays_ms: tuple[int | None, ...]  # per input; None: an input without withWatermark, which never counts
     policy: str = "min"
+    nodes: tuple[int, ...] = ()  # per input, its withWatermark node (default: one each); see :meth:`_next`
     at_us: int = 0
     max_event_us: dict[int, int] = field(default_factory=dict)  # per input, since the query (re)started
     restored_next_us: int = 0  # the next batch's watermark when the query (re)started
@@ -152,13 +153,17 @@ class InputsWatermark(FollowsSpark):
         return candidate if candidate > self.at_us else None
 
     def _next(self, max_event_us: dict[int, int] | None = None) -> int:
+        """The policy's choice of the nodes' watermarks. Spark's tracker keeps one per ``withWatermark`` node (by its
+        id): inputs that read one node (one stream split by filters into a self-join's sides or a union's
+        branches) share the latest of their watermarks; a node none of whose inputs had rows counts as 0."""
         latest = self.max_event_us if max_event_us is None else max_event_us
-        marks = [
-            (latest[i] // 1000 - delay) * 1000 if i in latest else 0
-            for i, delay in enumerate(self.delays_ms)
-            if delay is not None
-        ]
-        chosen = (min(marks) if self.policy == "min" else max(marks)) if marks else 0
+        marks: dict[int, int] = {}
+        for i, delay in enumerate(self.delays_ms):
+            if delay is not None:
+                node = self.nodes[i] if self.nodes else i
+                mark = (latest[i] // 1000 - delay) * 1000 if i in latest else 0
+                marks[node] = max(mark, marks.get(node, mark))
+        chosen = (min(marks.values()) if self.policy == "min" else max(marks.values())) if marks else 0
         return max(chosen, self.restored_next_us)
 
     def metadata(self) -> dict[str, Any]:
@@ -179,6 +184,7 @@ class WatermarkInputs:
     column: str
     delays_ms: tuple[int | None, ...]
     policy: str = "min"  # spark.sql.streaming.multipleWatermarkPolicy
+    nodes: tuple[int, ...] = ()  # each input's withWatermark node (:class:`InputsWatermark`)
 
     @property
     def watermarked(self) -> list[int]:
@@ -186,7 +192,7 @@ class WatermarkInputs:
         return [i for i, delay in enumerate(self.delays_ms) if delay is not None]
 
     def watermark(self) -> InputsWatermark:
-        return InputsWatermark(self.delays_ms, self.policy)
+        return InputsWatermark(self.delays_ms, self.policy, self.nodes)
 
     def observe(self, watermark: InputsWatermark, maxima: dict[int, int | None]) -> None:
         """Take the batch's latest event time (us) of each watermarked input that had rows with one (None: none)."""

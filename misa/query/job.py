@@ -30,7 +30,7 @@ from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
-from misa.query.pushdown import pushed_filters, with_pushed
+from misa.query.pushdown import Pushdown
 from misa.query.translate import stateful_node, translate
 from misa.query.translation import JoinInput, Translation, watermarks
 
@@ -85,13 +85,14 @@ def planned(
             "is a batch DataFrame: run it in Spark"
         )
     spark = query.sparkSession
-    plan = read_plan(query)
+    pushdown = Pushdown(spark, read_plan(query))
+    plan = pushdown.plan
     _spark_accepts(spark, plan, output_mode)
     policy = spark.conf.get("spark.sql.streaming.multipleWatermarkPolicy", "min") or "min"
     translation = translate(plan, output_mode, collect_max_items, policy.lower())
     for warning in translation.warnings:
         log.warning(warning)
-    source = _source_rows(spark, translation, plan)
+    source = _source_rows(spark, translation, pushdown)
     translation.operator.signature(source.schema)  # columns and types, before anything starts
     return translation, source, QueryOutput(spark, translation, stateful_node(plan), sink)
 
@@ -177,13 +178,12 @@ def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> Non
     jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(plan.jvm, mode)
 
 
-def _source_rows(spark: SparkSession, translation: Translation, query: PlanNode) -> DataFrame:
-    """The stream of rows the operator reads: the plan below the stateful node, as Spark runs it in ``query``
+def _source_rows(spark: SparkSession, translation: Translation, pushdown: Pushdown) -> DataFrame:
+    """The stream of rows the operator reads: the plan below the stateful node, as Spark runs it in the query
     (with the filters Spark's optimizer moves below its watermarks from above that node)."""
-    pushed = pushed_filters(spark, query)
     if translation.join_inputs:
-        return _join_rows(spark, translation.join_inputs, pushed)
-    rows = dataframe_of(spark, with_pushed(translation.source, pushed))
+        return _join_rows(spark, translation.join_inputs, pushdown)
+    rows = dataframe_of(spark, pushdown.source(translation.source))
     for condition in translation.conditions:
         rows = rows.where(condition)
     for name, column in translation.extra_columns:
@@ -191,11 +191,11 @@ def _source_rows(spark: SparkSession, translation: Translation, query: PlanNode)
     return rows
 
 
-def _join_rows(spark: SparkSession, inputs: list[JoinInput], pushed: dict[int, list[Any]]) -> DataFrame:
+def _join_rows(spark: SparkSession, inputs: list[JoinInput], pushdown: Pushdown) -> DataFrame:
     """A join's two sides as one stream (:mod:`misa.operators.stream_join`): the side, its keys, its row."""
     sides = []
     for index, side in enumerate(inputs):
-        rows = dataframe_of(spark, with_pushed(side.plan, pushed))
+        rows = dataframe_of(spark, pushdown.source(side.plan))
         keys = [key.alias(f"_k{i}") for i, key in enumerate(side.keys)]
         fields = [column_of(a).alias(name) for a, name in zip(attributes_of(side.plan), side.names)]
         sides.append(rows.select(*keys, F.struct(*fields).alias(ROW_COLUMNS[index])))

@@ -21,6 +21,7 @@ from misa.query.translation import (
     Translation,
     refuse_filters_on_event_time,
     refused,
+    watermark_nodes,
     watermarks,
 )
 
@@ -69,7 +70,8 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
                 state_offset_ms=offset,
             )
         )
-    operator = StreamJoin(len(keys), join_sides[0], join_sides[1], key_time, watermark_policy)
+    one_watermark = len(set(watermark_nodes(node.children))) == 1
+    operator = StreamJoin(len(keys), join_sides[0], join_sides[1], key_time, watermark_policy, one_watermark)
     inputs = [
         JoinInput(side, names[index], [column_of(pair[index].jvm) for pair in keys])
         for index, side in enumerate(node.children)

@@ -72,7 +72,7 @@ def read_plan(df: DataFrame) -> PlanNode:
             "from_query reads the plan of a classic PySpark DataFrame; this one is from Spark Connect: "
             "build the query in a local or cluster session (SparkSession.builder.master(...))"
         )
-    return _node(jdf.queryExecution().analyzed())
+    return plan_of(jdf.queryExecution().analyzed())
 
 
 def dataframe_of(spark: SparkSession, node: PlanNode) -> DataFrame:
@@ -87,9 +87,10 @@ def python_list(scala_seq: Any) -> list[Any]:
     return [scala_seq.apply(i) for i in range(scala_seq.size())]
 
 
-def _node(jnode: Any) -> PlanNode:
+def plan_of(jnode: Any) -> PlanNode:
+    """A JVM logical plan, read into :class:`PlanNode` values."""
     kind = str(jnode.getClass().getSimpleName())
-    children = [_node(c) for c in python_list(jnode.children())]
+    children = [plan_of(c) for c in python_list(jnode.children())]
     output = [_attr(a) for a in python_list(jnode.output())]
     return PlanNode(kind, children, output, jnode, _fields(kind, jnode))
 
@@ -109,7 +110,8 @@ def _fields(kind: str, jnode: Any) -> dict[str, Any]:
     if kind == "EventTimeWatermark":
         event_time = _attr(jnode.eventTime())
         marked = [a for a in python_list(jnode.output()) if int(a.exprId().id()) == event_time.expr_id]
-        return {"event_time": _attr(marked[0]), "delay": str(jnode.delay().toString())}
+        node = int(jnode.nodeId().getMostSignificantBits())  # the node's, shared by its occurrences
+        return {"event_time": _attr(marked[0]), "delay": str(jnode.delay().toString()), "node": node}
     if kind == "Expand":
         return {"projections": [[expr_of(e) for e in python_list(p)] for p in python_list(jnode.projections())]}
     if kind == "Join":
@@ -188,7 +190,7 @@ def with_input_column(path: list[PlanNode], name: str) -> PlanNode:
             plan = project(scala_list([*python_list(node.jvm.projectList()), tag_attribute]), plan)
         else:
             plan = node.jvm.withNewChildren(scala_list([plan]))
-    return _node(plan)
+    return plan_of(plan)
 
 
 def sql_over_aggregates(expr: Expr, columns: dict[str, str]) -> str:

@@ -65,6 +65,19 @@ def watermarks(node: PlanNode) -> list[PlanNode]:
     return found
 
 
+def watermark_nodes(inputs: list[PlanNode]) -> tuple[int, ...]:
+    """For each input (a union's branch, a join's side), the number of the ``withWatermark`` node its rows count
+    for: inputs that read one node (one stream split by filters) share it, as Spark's watermark tracker does; an
+    input with no node or several gets one of its own."""
+    numbers: dict[int, int] = {}
+    found = []
+    for index, node in enumerate(inputs):
+        marks = watermarks(node)
+        key = marks[0].fields["node"] if len(marks) == 1 else ("input", index)
+        found.append(numbers.setdefault(key, len(numbers)))
+    return tuple(found)
+
+
 def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
     """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
     the filter drops, misa's sees only the rows that reach the operator (a time window's aggregation takes such a

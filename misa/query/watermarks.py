@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from misa.operators.watermark import WatermarkInputs
 from misa.query.plan import Attr, PlanNode, with_input_column
-from misa.query.translation import refused, watermarks
+from misa.query.translation import refused, watermark_nodes, watermarks
 
 INPUT = "_misa_input"  # the source column naming each row's branch of a union of watermarked streams
 PASSES_COLUMNS = ("Project", "Filter", "SubqueryAlias")  # nodes between the stateful node and a union
@@ -70,7 +70,8 @@ def watermarked(stateful: PlanNode, source: PlanNode, column: Attr | None, polic
             "the union's own event-time column",
         )
     delays = tuple(_branch_delay(stateful, branch, position) for branch in union.children)
-    return Watermarked(with_input_column(path, INPUT), delay, WatermarkInputs(INPUT, delays, policy))
+    inputs = WatermarkInputs(INPUT, delays, policy, watermark_nodes(union.children))
+    return Watermarked(with_input_column(path, INPUT), delay, inputs)
 
 
 def _union_path(source: PlanNode) -> list[PlanNode] | None:

@@ -20,3 +20,18 @@ def test_a_followed_global_watermark_of_several_inputs_is_sparks():
     watermark.follow(5_000_000)
     assert watermark.advance() == 5_000_000 and watermark.at_us == 5_000_000
     assert watermark.advance() is None  # the model alone: still 0, and a watermark never goes back
+
+
+def test_inputs_of_one_withwatermark_node_share_its_latest_watermark_under_either_policy():
+    """A self-join's sides or a union's branches of one stream read one node: Spark's tracker keeps one watermark
+    for it (by its id), the latest of its occurrences'; another node still counts for the policy."""
+    for policy in ("min", "max"):
+        one_node = InputsWatermark((0, 0), policy, nodes=(0, 0))
+        one_node.observe_input(0, 20_000_000)
+        one_node.observe_input(1, 5_000_000)
+        assert one_node.advance() == 20_000_000
+    two_nodes = InputsWatermark((0, 0, 0), "min", nodes=(0, 0, 1))
+    two_nodes.observe_input(0, 20_000_000)
+    assert two_nodes.advance() is None  # node 1 has had no rows: 0
+    two_nodes.observe_input(2, 8_000_000)
+    assert two_nodes.advance() == 8_000_000
