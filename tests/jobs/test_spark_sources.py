@@ -117,6 +117,30 @@ SCENARIOS = {
         "append",
         (Round(files=(("topic/00000.jsonl", rows((101, 1), (101, 0))),)),),
     ),
+    # Spark infers clickAdId >= 1 from the impressions' filter and the join's keys, and filters the clicks by it
+    # below their withWatermark: the click of ad 0 at 1000 s moves no watermark.
+    "two streams joined, a filter on one side that Spark infers for the other": Scenario(
+        "inferred",
+        lambda spark, inputs: clicks_join(spark, inputs, ad_ids_from=1),
+        "append",
+        (
+            Round(
+                files=(
+                    ("impressions/0.json", rows((100, 1), (300, 2))),
+                    ("clicks/0.json", rows((1000, 0))),
+                    ("clicks/1.json", rows((105, 1))),
+                )
+            ),
+        ),
+    ),
+    # Spark pushes a filter on a group key above the aggregation below withWatermark: the row at 200 s (k = 0) moves
+    # no watermark, so no window closes before the end.
+    "a filter on a group key above the aggregation": Scenario(
+        "having",
+        lambda spark, inputs: windowed(files(spark, inputs / "in")).where("k > 0"),
+        "append",
+        (Round(files=(("in/0.json", rows((100, 1), (200, 0))), ("in/1.json", rows((95, 1))))),),
+    ),
     "a Python source with a backlog (Kafka's case), append": Scenario(
         "topic",
         lambda spark, inputs: windowed(topic(spark, inputs)),
@@ -144,30 +168,6 @@ RIGHT_FIRST = (
     Round(files=(("impressions/1.json", rows((70, 2))), ("clicks/1.json", rows((95, 2))))),
 )
 SLOW_SCENARIOS = {
-    # Spark infers clickAdId >= 1 from the impressions' filter and the join's keys, and filters the clicks by it
-    # below their withWatermark: the click of ad 0 at 1000 s moves no watermark.
-    "two streams joined, a filter on one side that Spark infers for the other": Scenario(
-        "inferred",
-        lambda spark, inputs: clicks_join(spark, inputs, ad_ids_from=1),
-        "append",
-        (
-            Round(
-                files=(
-                    ("impressions/0.json", rows((100, 1), (300, 2))),
-                    ("clicks/0.json", rows((1000, 0))),
-                    ("clicks/1.json", rows((105, 1))),
-                )
-            ),
-        ),
-    ),
-    # Spark pushes a filter on a group key above the aggregation below withWatermark: the row at 200 s (k = 0) moves
-    # no watermark, so no window closes before the end.
-    "a filter on a group key above the aggregation": Scenario(
-        "having",
-        lambda spark, inputs: windowed(files(spark, inputs / "in")).where("k > 0"),
-        "append",
-        (Round(files=(("in/0.json", rows((100, 1), (200, 0))), ("in/1.json", rows((95, 1))))),),
-    ),
     "two streams: right rows only, a restart, then a left row (min policy)": Scenario(
         "right first", clicks_join, "append", RIGHT_FIRST
     ),
