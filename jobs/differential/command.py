@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -47,6 +48,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "subfolders, a Python source with a backlog, rate-micro-batch, two streams, static sides, unions, triggers "
         "once/availableNow/processing time, restarts): Spark's rows, or a refusal at start",
     )
+    parser.add_argument(
+        "--split-only",
+        action="store_true",
+        help="with --deployments: every case one stream split by filters into a join's sides or a union's branches "
+        "(filters on the key, a side field, the value or the event time, above or below withWatermark; one read or "
+        "a second read of the source)",
+    )
     parser.add_argument("--replay", help="run one saved case (a JSON file this command wrote) instead")
     parser.add_argument("--no-shrink", action="store_true", help="report mismatches without shrinking them")
     parser.set_defaults(func=run)
@@ -57,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     work = Path(args.work)
     spark = local_session()
     if args.deployments:
-        return run_deployments(spark, range(args.seed, args.seed + args.cases), work)
+        return run_deployments(spark, range(args.seed, args.seed + args.cases), work, args.split_only)
     cases = [Case.from_json(Path(args.replay).read_text())] if args.replay else None
     seeds = range(args.seed, args.seed + args.cases)
     coverage: Counter = Counter()
@@ -87,21 +95,26 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def run_deployments(spark: Any, seeds: range, work: Path) -> int:
-    """Random deployments (:mod:`jobs.differential.deployments`); exit status 1 if any mismatched. Each line names
-    the case's shapes and its outcome; the end counts every shape drawn, and the refusals by message."""
+def run_deployments(spark: Any, seeds: range, work: Path, split_only: bool = False) -> int:
+    """Random deployments (:mod:`jobs.differential.deployments`; ``split_only``: each one stream split by filters);
+    exit status 1 if any mismatched. Each line names the case's shapes and its outcome (with the rows Spark wrote);
+    the end counts every shape drawn, the cases where Spark wrote no row, and the refusals by message."""
     coverage: Counter = Counter()
     refusals: Counter = Counter()
     failures, started = 0, time.monotonic()
     for n, seed in enumerate(seeds, 1):
-        deployment = random_deployment(seed)
+        deployment = random_deployment(seed, split_only)
         outcome = run_scenario(spark, deployment.scenario(), work / "run")
         coverage.update(deployment.tags)
         if outcome.refused:
-            refusals[f"{outcome.refused}: {outcome.message[:140]}"] += 1
+            message = re.sub(r"#\d+|-T\d+ms", "", outcome.message)  # without the plan's ids, for grouping
+            refusals[f"{outcome.refused}: {message[:160]}"] += 1
             coverage[f"refused:{outcome.refused}"] += 1
+        elif outcome.mismatch is None:
+            coverage["same:no rows" if not outcome.spark_rows else "same:rows"] += 1
         failures += outcome.mismatch is not None
-        said = f"refused by {outcome.refused}" if outcome.refused else "same as Spark"
+        said = f"same as Spark ({outcome.spark_rows} rows)"
+        said = f"refused by {outcome.refused}: {outcome.message[:300]}" if outcome.refused else said
         said = f"MISMATCH {outcome.mismatch}" if outcome.mismatch else said
         print(f"[{n}/{len(seeds)} {time.monotonic() - started:.0f}s] {deployment.describe()}: {said}", flush=True)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))

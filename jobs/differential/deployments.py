@@ -16,7 +16,14 @@ write, not from misa's operators:
   ``stddev``, an expression over aggregates;
 * **trigger and rounds**: ``availableNow``, ``once``, processing time with files arriving between triggers, and
   ``processingTime`` 0 for a source that always has input; one to three runs over one checkpoint (restarts);
-* **where misa keeps the state**: the driver, or (a third of the cases) a state host on the executors.
+* **where misa keeps the state**: the driver, or (a third of the cases) a state host on the executors;
+* **one stream split by filters** (issue 61; a fifth of the cases, every case with ``--split-only``): into the two
+  sides of a join of two streams or into two branches unioned before the stateful step; the branches' filters on
+  the key, on the row's ``side`` field, on the value or on the event time, placed above ``withWatermark`` (one
+  node both branches read) or below it (a ``withWatermark`` per branch); both branches from one read, or the second
+  from a second ``readStream`` of the same source, with the same projections or other ones
+  (:func:`drawn_split`). An event-time filter above the watermark is a shape misa refuses: those cases check the
+  refusal at start.
 
 Each case runs through plain Spark and through misa (:func:`jobs.differential.scenarios.run_scenario`): a query
 Spark refuses must be refused by misa at start; one misa refuses must be refused at start with
@@ -26,7 +33,7 @@ Spark refuses must be refused by misa at start; one misa refuses must be refused
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,20 @@ AGGREGATES = ("count", "sum", "avg", "stddev", "over_aggregates")
 TRIGGERS = ("availableNow", "once", "processingTime")
 MODES = ("append", "update", "complete")
 KEY_FILTERS = ("none", "above", "one_side")
+SPLITS = ("none", "join", "union")
+SPLIT_ON = ("key", "side", "value", "time")
+SPLIT_AT = ("above", "below")
+SPLIT_FROM = ("one_read", "two_reads", "two_reads_other_projection")
+SPLIT_SOURCES = ("folder", "glob", "subfolders", "topic", "rate")
+SPLIT_SHARE = 0.2  # of the cases, without --split-only
+# Each branch's filter, SQL over the source's columns: overlapping for the key and the value (a join finds pairs, a
+# union counts a row twice), disjoint for the side and the event time's second (a row of side 2 goes to neither).
+SPLIT_FILTERS = {
+    "key": ("k >= 1", "k <= 2"),
+    "side": ("side = 0", "side = 1"),
+    "value": ("v < 12", "v >= 3"),
+    "time": ("second(t) % 2 = 0", "second(t) % 2 = 1"),
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,10 @@ class Deployment:
     rounds: tuple[Round, ...]
     key_filter: str = "none"
     placement: str = "driver"  # spark.misa.state.placement
+    split: str = "none"  # one stream split by filters into a join's sides or a union's branches (SPLITS)
+    split_on: str = ""  # what the branches' filters read (SPLIT_ON)
+    split_at: str = ""  # above withWatermark or below it (SPLIT_AT)
+    split_from: str = ""  # one read, or a second read of the source with the same or other projections (SPLIT_FROM)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -74,6 +99,7 @@ class Deployment:
             names.remove("aggregate")
         if self.stateful in ("join", "outer_join"):
             names.remove("key")
+        names += ["split"] + (["split_on", "split_at", "split_from"] if self.split != "none" else [])
         return tuple(f"{name}:{getattr(self, name)}" for name in names) + (f"rounds:{len(self.rounds)}",)
 
     def describe(self) -> str:
@@ -119,10 +145,16 @@ class Deployment:
         return grouped.agg(*self._aggregates()), name
 
     def _events(self, spark: SparkSession, inputs: Path, folder: str = "in") -> DataFrame:
-        """The source's rows with columns ``t, k, v, s, st``, watermarked."""
+        """The source's rows with columns ``t, k, v, s, st`` (and ``side`` when split), watermarked."""
+        return self._read(spark, inputs, folder).withWatermark("t", f"{self.delay_s} seconds")
+
+    def _read(self, spark: SparkSession, inputs: Path, folder: str = "in", other: bool = False) -> DataFrame:
+        """One ``readStream`` of the source; ``other``: through other projections (columns in another order, the
+        event time computed again, the same values)."""
+        schema = SCHEMA + ", side int" if self.split != "none" else SCHEMA
         if self.source == "topic":
             spark.dataSource.register(TopicSource)
-            reader = spark.readStream.format("misa-test-topic").schema(SCHEMA).option("maxRecordsPerBatch", 3)
+            reader = spark.readStream.format("misa-test-topic").schema(schema).option("maxRecordsPerBatch", 3)
             rows = reader.load(str(inputs / "topic"))
         elif self.source == "rate":
             rate = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 3).load()
@@ -134,14 +166,41 @@ class Deployment:
                 F.concat(F.lit("s"), (F.col("value") % 2).cast("string")).alias("s"),
                 F.struct((F.col("value") % 2).cast("int").alias("a"), F.lit("x").alias("b")).alias("st"),
             )
+            if self.split != "none":  # a seventh of the rows in neither branch
+                rows = rows.withColumn("side", F.when(F.col("value") % 7 == 6, 2).otherwise(F.col("value") % 2))
+                rows = rows.withColumn("side", F.col("side").cast("int"))
         else:
             path = {"glob": inputs / folder / "*.json", "subfolders": inputs / folder}.get(self.source, inputs / folder)
-            rows = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(path))
-        return rows.withWatermark("t", f"{self.delay_s} seconds")
+            rows = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(path))
+        if other:
+            event_time = F.timestamp_micros(F.unix_micros("t")).alias("t")
+            return rows.select("side", "st", "s", "v", "k", event_time)
+        return rows
+
+    def _branches(self, spark: SparkSession, inputs: Path) -> tuple[DataFrame, DataFrame]:
+        """One stream split by filters into two branches, each watermarked (:data:`SPLIT_FILTERS`): above
+        ``withWatermark``, both branches of one read read one node; below it, each branch has its own."""
+        first_filter, second_filter = SPLIT_FILTERS[self.split_on]
+        first = self._read(spark, inputs)
+        second = first
+        if self.split_from != "one_read":
+            second = self._read(spark, inputs, other=self.split_from == "two_reads_other_projection")
+        if self.split_at == "above":
+            marked = first.withWatermark("t", f"{self.delay_s} seconds")
+            other = marked if second is first else second.withWatermark("t", f"{self.delay_s} seconds")
+            return marked.where(first_filter), other.where(second_filter)
+        return (
+            first.where(first_filter).withWatermark("t", f"{self.delay_s} seconds"),
+            second.where(second_filter).withWatermark("t", f"{self.delay_s} seconds"),
+        )
 
     def _planned(self, spark: SparkSession, inputs: Path) -> DataFrame:
-        """The source's rows through the plan below the stateful step."""
-        events = self._events(spark, inputs)
+        """The source's rows through the plan below the stateful step (split: the union of the two branches)."""
+        if self.split == "union":
+            first, second = self._branches(spark, inputs)
+            events = first.unionByName(second)
+        else:
+            events = self._events(spark, inputs)
         if self.plan == "renamed":
             return events.withColumnRenamed("k", "my k").withColumnRenamed("v", "value")
         if self.plan == "filter":
@@ -183,29 +242,41 @@ class Deployment:
         return keyed.dropDuplicates([column])
 
     def _join(self, spark: SparkSession, inputs: Path) -> DataFrame:
-        left = self._events(spark, inputs).select(F.col("k").alias("lk"), F.col("t").alias("lt"), "v")
+        if self.split == "join":  # one stream's two branches
+            first, second = self._branches(spark, inputs)
+        else:
+            first, second = self._events(spark, inputs), self._events(spark, inputs, "other")
+        left = first.select(F.col("k").alias("lk"), F.col("t").alias("lt"), "v")
         if self.key_filter == "one_side":
             left = left.where(F.col("lk") >= 1)
-        right = self._events(spark, inputs, "other").select(F.col("k").alias("rk"), F.col("t").alias("rt"), "s")
+        right = second.select(F.col("k").alias("rk"), F.col("t").alias("rt"), "s")
         bound = f"interval {self.window_s} seconds"
         condition = F.expr(f"lk = rk AND rt >= lt - {bound} AND rt <= lt + {bound}")
         return left.join(right, condition, "inner" if self.stateful == "join" else "left_outer")
 
 
-def random_deployment(seed: int) -> Deployment:
-    """The deployment of ``seed``."""
+def random_deployment(seed: int, split_only: bool = False) -> Deployment:
+    """The deployment of ``seed``; ``split_only``: one stream split by filters, whatever :func:`drawn_split` draws
+    without it (a seed drawn split without it is the same case with it)."""
     rng = random.Random(seed)
     stateful = rng.choice(STATEFUL)
+    split = drawn_split(seed, stateful, split_only)
+    stateful = split.pop("stateful", stateful)
     two = stateful in ("join", "outer_join")
     source = rng.choice(SOURCES if not two else ("two_folders",))
     plan = "as_read" if two else rng.choice(PLANS)
-    if plan == "union":
+    if split:  # one source, split; a union of two streams is not among its plans
+        source = split.pop("source")
+        plan = "as_read" if plan == "union" else plan
+    elif plan == "union":
         source = "two_folders"
     elif source == "two_folders" and not two:
         source = "folder"
     trigger = "processingTime" if source == "rate" else rng.choices(TRIGGERS, weights=(6, 2, 2))[0]
     delay_s, window_s = rng.choice((0, 2, 5)), rng.choice((4, 10))
-    rounds = _rounds(rng, source, plan, two, trigger, delay_s)
+    rounds = _rounds(rng, source, plan, two and not split, trigger, delay_s)
+    if split:
+        rounds = _with_sides(seed, rounds)
     key_filter = rng.choices(KEY_FILTERS if two else KEY_FILTERS[:2], weights=(6, 2, 2) if two else (6, 2))[0]
     return Deployment(
         seed,
@@ -221,7 +292,48 @@ def random_deployment(seed: int) -> Deployment:
         rounds,
         key_filter,
         drawn_placement(seed),
+        **split,
     )
+
+
+def drawn_split(seed: int, stateful: str, only: bool = False) -> dict[str, str]:
+    """The split of case ``seed`` (Deployment's ``split*`` fields, the ``source`` and the ``stateful`` step), or
+    nothing: a fifth of the cases, every case when ``only``. Drawn from a generator of its own, the same draws
+    either way, so a seed keeps its other draws. A join split runs a join (the seed's, else an inner join three
+    times in four), a union split the seed's step (else one of the others)."""
+    rng = random.Random(f"split-{seed}")
+    drawn = rng.random() < SPLIT_SHARE
+    kind = rng.choice(SPLITS[1:])
+    joined = rng.choices(("join", "outer_join"), weights=(3, 1))[0]
+    unjoined = rng.choice(STATEFUL[:-2])
+    shape = {
+        "split": kind,
+        "split_on": rng.choice(SPLIT_ON),
+        "split_at": rng.choice(SPLIT_AT),
+        "split_from": rng.choice(SPLIT_FROM),
+        "source": rng.choices(SPLIT_SOURCES, weights=(3, 1, 1, 3, 1))[0],
+    }
+    if not (drawn or only):
+        return {}
+    if kind == "join" and stateful not in ("join", "outer_join"):
+        stateful = joined
+    elif kind == "union" and stateful in ("join", "outer_join"):
+        stateful = unjoined
+    return {**shape, "stateful": stateful}
+
+
+def _with_sides(seed: int, rounds: tuple[Round, ...]) -> tuple[Round, ...]:
+    """The rounds' rows with a ``side`` field (0 or 1, a tenth 2: no branch's), drawn from a generator of their own
+    (the rows keep their other fields)."""
+    rng = random.Random(f"side-{seed}")
+
+    def sided(files: tuple[tuple[str, Rows], ...]) -> tuple[tuple[str, Rows], ...]:
+        return tuple(
+            (path, tuple({**row, "side": rng.choices((0, 1, 2), weights=(9, 9, 2))[0]} for row in rows))
+            for path, rows in files
+        )
+
+    return tuple(replace(r, files=sided(r.files), later=sided(r.later)) for r in rounds)
 
 
 def _output_mode(rng: random.Random, stateful: str) -> str:
