@@ -198,8 +198,22 @@ def _join_rows(spark: SparkSession, inputs: list[JoinInput], pushdown: Pushdown)
         rows = dataframe_of(spark, pushdown.source(side.plan))
         keys = [key.alias(f"_k{i}") for i, key in enumerate(side.keys)]
         fields = [column_of(a).alias(name) for a, name in zip(attributes_of(side.plan), side.names)]
-        sides.append(rows.select(*keys, F.struct(*fields).alias(ROW_COLUMNS[index])))
+        row = F.struct(*fields)
+        row_type = nullable(rows.select(row.alias("row")).schema["row"].dataType)
+        sides.append(rows.select(*keys, row.cast(row_type).alias(ROW_COLUMNS[index])))
     types = [rows.schema[ROW_COLUMNS[i]].dataType for i, rows in enumerate(sides)]
     left = sides[0].select(F.lit(0).alias(SIDE), "*", F.lit(None).cast(types[1]).alias(ROW_COLUMNS[1]))
     right = sides[1].select(F.lit(1).alias(SIDE), "*", F.lit(None).cast(types[0]).alias(ROW_COLUMNS[0]))
     return left.unionByName(right)
+
+
+def nullable(dtype: T.DataType) -> T.DataType:
+    """``dtype`` with every field, element and value nullable: a side's row is null in the other side's rows, and
+    Arrow refuses a null struct whose fields may not be (Kafka's ``partition`` and ``offset``, a literal)."""
+    if isinstance(dtype, T.StructType):
+        return T.StructType([T.StructField(f.name, nullable(f.dataType), True, f.metadata) for f in dtype.fields])
+    if isinstance(dtype, T.ArrayType):
+        return T.ArrayType(nullable(dtype.elementType), True)
+    if isinstance(dtype, T.MapType):
+        return T.MapType(dtype.keyType, nullable(dtype.valueType), True)
+    return dtype

@@ -6,6 +6,7 @@ Python offset source, with the state on the driver and on the executors; Spark's
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -165,5 +166,60 @@ def test_sparks_rows_when_one_stream_is_split_by_filters(spark, tmp_path: Path, 
 def test_the_self_join_with_its_state_on_the_executors(spark, tmp_path: Path, name: str):
     on_executors = SCENARIOS[name]
     outcome = run_scenario(spark, Scenario(**{**on_executors.__dict__, "conf": ON_EXECUTORS}), tmp_path)
+    assert outcome.ok, f"{name}: {outcome}"
+    assert outcome.spark_rows > 0, f"{name}: Spark wrote no rows"
+
+
+# Kafka-shaped defects an independent generator found (issue 62, item 3): a join side that keeps a non-nullable column
+# (Kafka's partition and offset, a literal, rate's columns), and a filter on a column decoded from ``value`` that
+# Spark's optimizer pushes below withWatermark into the decoding projection.
+def decoded(spark: SparkSession, inputs: Path) -> DataFrame:
+    """Records whose ``value`` is a JSON string, decoded as a Kafka query decodes its value, then watermarked."""
+    raw = spark.readStream.schema("value string").option("maxFilesPerTrigger", 1).json(str(inputs / "in"))
+    fields = F.from_json("value", "k long, v long, t long, side int").alias("j")
+    events = raw.select(fields).select("j.*").withColumn("ts", F.timestamp_millis("t"))
+    return events.withWatermark("ts", "10 seconds")
+
+
+def as_values(rows: Rows) -> Rows:
+    return tuple({"value": json.dumps(row)} for row in as_millis(rows))
+
+
+KAFKA_SHAPED = {
+    "a join side keeps a non-nullable column (a literal)": Scenario(
+        "non-nullable",
+        lambda spark, inputs: self_join(file_events(spark, inputs).withColumn("one", F.lit(1))).select(
+            "lk", "lt", "rv", F.lit(7).alias("seven")
+        ),
+        "append",
+        on_files(lambda spark, e: e)[1],
+    ),
+    "a join side keeps a non-nullable column in its row": Scenario(
+        "non-nullable row",
+        lambda spark, inputs: (
+            lambda left, right: left.withColumn("one", F.lit(1)).join(
+                right, F.expr("lk = rk AND rt BETWEEN lt AND lt + interval 10 seconds")
+            )
+        )(*sides(file_events(spark, inputs))),
+        "append",
+        on_files(lambda spark, e: e)[1],
+    ),
+    "a filter on a decoded column after withWatermark, then a windowed aggregation": Scenario(
+        "decoded filter",
+        lambda spark, inputs: (
+            decoded(spark, inputs)
+            .where("side = 1")
+            .groupBy(F.window("ts", "5 seconds"), "k")
+            .agg(F.count("*").alias("n"))
+        ),
+        "append",
+        (Round(files=tuple((f"in/{i}.json", as_values(r)) for i, r in enumerate(split_rows(63)))),),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(KAFKA_SHAPED))
+def test_sparks_rows_on_kafka_shaped_queries(spark, tmp_path: Path, name: str):
+    outcome = run_scenario(spark, KAFKA_SHAPED[name], tmp_path)
     assert outcome.ok, f"{name}: {outcome}"
     assert outcome.spark_rows > 0, f"{name}: Spark wrote no rows"
