@@ -159,16 +159,17 @@ class Deployment:
         elif self.source == "rate":
             rate = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 3).load()
             late = F.when(F.col("value") % 4 == 3, F.expr("INTERVAL 7 SECONDS")).otherwise(F.expr("INTERVAL 0 SECONDS"))
-            rows = rate.select(
+            columns = [
                 (F.col("timestamp") + F.expr("INTERVAL 15 SECONDS") - late).alias("t"),
                 (F.col("value") % 3).cast("int").alias("k"),
                 F.col("value").alias("v"),
                 F.concat(F.lit("s"), (F.col("value") % 2).cast("string")).alias("s"),
                 F.struct((F.col("value") % 2).cast("int").alias("a"), F.lit("x").alias("b")).alias("st"),
-            )
+            ]
             if self.split != "none":  # a seventh of the rows in neither branch
-                rows = rows.withColumn("side", F.when(F.col("value") % 7 == 6, 2).otherwise(F.col("value") % 2))
-                rows = rows.withColumn("side", F.col("side").cast("int"))
+                side = F.when(F.col("value") % 7 == 6, 2).otherwise(F.col("value") % 2)
+                columns.append(side.cast("int").alias("side"))
+            rows = rate.select(*columns)
         else:
             path = {"glob": inputs / folder / "*.json", "subfolders": inputs / folder}.get(self.source, inputs / folder)
             rows = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(path))
