@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint format bench-ckpt clean
+.PHONY: run test lint format bench-ckpt kafka-jars clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,15 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install -e '.[test,bench]'
 	touch $(TEST_STAMP)
 
+# The Kafka broker's jars (jobs/kafka_broker.py), resolved from Maven Central by conf/kafka/pom.xml into a
+# git-ignored folder; again only when the build file changes. Jobs and tests never fetch them.
+KAFKA_JARS := .kafka/broker/.resolved
+$(KAFKA_JARS): conf/kafka/pom.xml | $(BIN)/python
+	$(BIN)/python -m jobs.kafka_install
+	touch $@
+
+kafka-jars: $(KAFKA_JARS)
+
 RUN := runs/cm2
 SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(BIN)/python \
 	$(BIN)/spark-submit --master 'local[2]' --conf spark.ui.enabled=false \
@@ -30,7 +39,7 @@ SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python PYSPARK_DRIVER_PYTHON=$(CURDIR)
 # then the two side by side without their warm-up batches, and the plots.
 CM2 := jobs/cluster_monitoring.py --query cm2 --input $(RUN)/input --available-now --max-files-per-trigger 2 \
 	--metrics $(RUN)/metrics.jsonl
-run: $(STAMP)
+run: $(STAMP) $(KAFKA_JARS)
 	rm -rf $(RUN)
 	$(BIN)/misa gen cm --out $(RUN)/input --rate 1500 --seconds 48 --jobs 3000 --late-fraction 0.1 --lateness 12s
 	$(SUBMIT) $(CM2) --mode misa --output $(RUN)/misa/output --checkpoint $(RUN)/misa/checkpoint
@@ -39,7 +48,7 @@ run: $(STAMP)
 	@echo "A small run (about 9,000 state keys, input read at once): Spark's own work per batch dominates both" \
 		"modes. The README's headline is CM2 with a live source and a million keys (docs/benchmarks.md)."
 
-test: lint
+test: lint $(KAFKA_JARS)
 	$(BIN)/python -m pytest
 
 # ruff (settings in pyproject.toml): lint and the format check; `make format` rewrites the files.

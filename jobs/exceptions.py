@@ -9,3 +9,7 @@ class RedisServerError(MisaError, RuntimeError):
 
 class RegimeError(MisaError, RuntimeError):
     """A regime could not be set up (or a tool's file system is up with other parameters)."""
+
+
+class KafkaBrokerError(MisaError, RuntimeError):
+    """The project's Kafka broker could not be installed, started or reached."""

@@ -1,4 +1,4 @@
-"""Shared fixtures: small configurations, a file:// DFS and an S3 server on loopback (moto)."""
+"""Shared fixtures: small configurations, a file:// DFS, an S3 server on loopback (moto) and a Kafka broker."""
 
 from __future__ import annotations
 
@@ -72,6 +72,18 @@ def s3_endpoint() -> Iterator[str]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[str]:
+    """The project's Kafka broker (KRaft, on loopback) for the whole test session: its bootstrap servers. Its jars are
+    resolved first if missing (`make test` has done it)."""
+    from jobs.kafka_broker import KafkaBroker
+    from jobs.kafka_install import install_broker_jars
+
+    install_broker_jars()
+    with KafkaBroker() as broker:
+        yield broker.bootstrap
 
 
 @pytest.fixture
