@@ -23,7 +23,7 @@ Data = str | bytes | None
 
 
 class Record(NamedTuple):
-    """A record to produce; a plain ``(key, value, timestamp_ms)`` tuple works too. No timestamp: the
+    """A record to produce; a plain ``(key, value, timestamp_ms)`` tuple works too. No timestamp (None or 0): the
     producer's clock; no partition: the key's hash (or any, for a null key)."""
 
     key: Data
