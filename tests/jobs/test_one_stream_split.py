@@ -223,3 +223,16 @@ def test_sparks_rows_on_kafka_shaped_queries(spark, tmp_path: Path, name: str):
     outcome = run_scenario(spark, KAFKA_SHAPED[name], tmp_path)
     assert outcome.ok, f"{name}: {outcome}"
     assert outcome.spark_rows > 0, f"{name}: Spark wrote no rows"
+
+
+def test_a_branch_that_aggregates_next_to_one_that_joins_is_refused_at_start(spark, tmp_path: Path):
+    """Two stateful operations (a count per key of one branch, joined with the other branch): refused at start."""
+
+    def build(spark: SparkSession, inputs: Path) -> DataFrame:
+        left, right = sides(file_events(spark, inputs))
+        counts = left.groupBy(F.window("lt", "5 seconds").alias("w"), "lk").count()
+        return counts.join(right, F.expr("lk = rk AND rt >= w.start AND rt < w.end"))
+
+    rounds = on_files(lambda spark, e: e)[1]
+    outcome = run_scenario(spark, Scenario("aggregating branch", build, "append", rounds), tmp_path)
+    assert outcome.mismatch is None and outcome.refused in ("Spark", "misa"), outcome
