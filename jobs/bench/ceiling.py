@@ -24,6 +24,11 @@ A record per (shape, keys) gives CPU µs per delta per phase and in all, the sam
 (the work that holds the GIL, so one process's ceiling however many cores it has; the rest is RocksDB on the
 store's pool threads), wall deltas per second, the process's resident memory and the state's disk bytes. The
 first ``--warmup`` batches are not measured.
+
+This benchmark compares misa with itself only (its own earlier code, its settings, one process against several):
+no Spark query runs, the deltas are generated (:mod:`jobs.bench.ceiling_shapes`), so there is no Spark output to
+check misa's against (issue 61's check, :mod:`jobs.bench.same_output`, is for the benchmarks that compare the two).
+Its Spark counterpart, ``misa bench spark-cpu``, does check its runs' output.
 """
 
 from __future__ import annotations

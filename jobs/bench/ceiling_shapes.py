@@ -5,7 +5,8 @@ evenly over the ``lifetime`` a key lives without updates, and each measured batc
 ``lifetime * deltas / keys``, so the keys the batch's watermark evicts are about as many as its deltas touch
 (the state neither grows nor empties). The deltas have exactly the columns and Arrow types the operator's
 Spark plan gives (``tests/jobs/bench/test_ceiling_shapes.py`` compares them with Spark's), drawn uniformly
-over the key space.
+over the key space. The shapes run the operator alone, with no Spark query, so there is no Spark output to compare
+theirs with: ``misa bench ceiling`` compares misa with itself only (see its docstring).
 
 =============  ===================================================================================
 cm2-update     Cluster Monitoring CM2: AVG(cpu_request) by job_id, 30 s windows every 1 s, update mode

@@ -5,6 +5,10 @@ same ``--max-files-per-trigger``, so each batch gets the same amount of data (a 
 Each run is its own spark-submit; state and Spark's checkpoint go to the target directory (local
 disk or the remote DFS mount). Latency is Spark's ``triggerExecution`` time of each batch, the
 first ``--warmup`` batches excluded in every mode alike.
+
+Every runtime mode's output is checked against the native mode's on the same target, batch by batch
+(:func:`jobs.bench.runs.check_against_native`): a mode whose output differs gets no ratio, the difference is
+printed and the command exits with :data:`~jobs.bench.same_output.DIFFER_EXIT`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import json
 import shutil
 from pathlib import Path
 
-from jobs.bench.runs import add_ratios, batch_stats, markdown_table, rows_per_batch, submit
+from jobs.bench.runs import add_ratios, batch_stats, check_against_native, markdown_table, rows_per_batch, submit
+from jobs.bench.same_output import Check, differ_exit, settled_keys
 from jobs.gen.cm import generate_cm
 
 
@@ -54,20 +59,31 @@ def run(args: argparse.Namespace) -> int:
     targets = dict(t.split("=", 1) for t in args.target) or {"local": str(args.work / "local")}
     batch_rows = rows_per_batch(data, args.files_per_batch)
     rows = []
+    checks: dict[str, Check] = {}
+    modes = args.modes.split(",")
     for target, folder in targets.items():
-        for mode in args.modes.split(","):
+        runs = {}
+        for mode in modes:
             rows.append(_run_one(args, data, target, Path(folder), mode, batch_rows))
+            runs[mode] = (_output(args, target, mode), Path(folder) / f"cm2-{mode}" / "spark")
+        for mode, check in check_against_native(rows[-len(modes) :], runs, settled_keys("cm2")).items():
+            checks[f"{target}/{mode}"] = check
+            print(f"[{target}/{mode}] {check.line()}", flush=True)
     add_ratios(rows, ["target"])
     (args.work / "summary.json").write_text(json.dumps(rows, indent=1))
     print("\n" + markdown_table(rows, ["target", "mode"]))
-    return 0
+    return differ_exit(checks)
+
+
+def _output(args: argparse.Namespace, target: str, mode: str) -> Path:
+    return args.work / "out" / f"{target}-{mode}"
 
 
 def _run_one(args: argparse.Namespace, data: Path, target: str, folder: Path, mode: str, batch_rows: list[int]) -> dict:
     """One spark-submit run of CM2 in ``mode`` with state and Spark's checkpoint under ``folder``."""
     run_dir = folder / f"cm2-{mode}"
     local_state = args.work / "state" / f"{target}-{mode}"
-    for stale in (run_dir, local_state):
+    for stale in (run_dir, local_state, _output(args, target, mode)):
         shutil.rmtree(stale, ignore_errors=True)
     metrics = args.work / f"metrics-{target}-{mode}.jsonl"
     metrics.unlink(missing_ok=True)
@@ -79,7 +95,7 @@ def _run_one(args: argparse.Namespace, data: Path, target: str, folder: Path, mo
         "--input",
         str(data),
         "--output",
-        str(args.work / "out" / f"{target}-{mode}"),
+        str(_output(args, target, mode)),
         "--checkpoint",
         str(run_dir / "spark"),
         "--state-dir",

@@ -20,6 +20,15 @@ puts the working state and Spark's local dir (so Spark's RocksDB working directo
 the runtime reading with direct reads and its caches and memtables scaled down to ``--volume-cache``;
 ``--redis-delay`` puts YSB's Redis behind a latency proxy, for every mode. Beside each run: the state's
 keys, its SST bytes and, on the volume, the device's reads per batch.
+
+Each run keeps its output, and once every run is done each runtime mode's output is checked against a native run
+of the same query, target and rate (``native``, else ``native-default``; :mod:`jobs.bench.same_output`). A
+processing-time trigger cuts the input by the clock, so the runs' batches differ and what is compared is what does
+not depend on the cut: the last row per key (update output), every row (a join's append output), or an append-mode
+aggregation's windows up to the last window both runs closed. Only runs that read every file can be compared; a run
+without such a native run at its rate (``--find-capacity`` steps misa past native's rates) is "not checked", and the
+table says so. A run whose output differs shows "outputs differ" instead of its rate in the capacity table, the
+difference is printed and the command exits with :data:`~jobs.bench.same_output.DIFFER_EXIT`.
 """
 
 from __future__ import annotations
@@ -48,7 +57,8 @@ from jobs.bench.live_stats import (
 )
 from jobs.bench.queries import name_list
 from jobs.bench.regimes import DEFAULT_TOOLS, DiskSampler, RedisProxy, Regimes, RemoteDfs, SlowVolume
-from jobs.bench.runs import submit_command, submit_env
+from jobs.bench.runs import DIFFERS, SAME, submit_command, submit_env
+from jobs.bench.same_output import Check, compare_settled, differ_exit, settled_keys
 from jobs.bench.workloads import (
     QUERIES,
     WORKLOADS,
@@ -262,11 +272,43 @@ def run(args: argparse.Namespace) -> int:
                 print(_line(row), flush=True)
                 if args.find_capacity and rate == rates[-1] and row["sustained"] and rate * args.step <= args.max_rate:
                     rates.append(round(rate * args.step))
+    checks = check_outputs(rows)
     table = markdown(rows, args.find_capacity, env.notes)
     (args.work / "live.md").write_text(table + "\n")
     (args.work / "summary.json").write_text(json.dumps({"regimes": env.regimes, "runs": rows}, indent=1))
     print("\n" + table)
-    return 0
+    return differ_exit(checks)
+
+
+AGGREGATIONS = ("cm1", "cm2", "lr4", "ysb")  # the live queries that are windowed aggregations (the rest: joins)
+
+
+def check_outputs(rows: list[dict]) -> dict[str, Check]:
+    """Each runtime mode's run against the native run (``native``, else ``native-default``) of the same query,
+    target and rate, when both read every file: its row's ``output`` says the result (:data:`SAME`,
+    :data:`DIFFERS` or why it was not checked); the checks by run."""
+    checks = {}
+    for row in rows:
+        if row["mode"] in NATIVE_MODES:
+            continue
+        same_run = ("query", "target", "rate")
+        peers = [r for m in NATIVE_MODES for r in rows if r["mode"] == m and all(r[k] == row[k] for k in same_run)]
+        if not peers:
+            row["output"] = "not checked: no native run at this rate"
+            continue
+        unread = [
+            f"{r['mode']} left {r['unprocessed_files']} files unread" for r in (row, peers[0]) if r["unprocessed_files"]
+        ]
+        if unread:
+            row["output"] = "not checked: " + ", ".join(unread)
+            continue
+        keys = settled_keys(row["query"], row.get("output_mode"))
+        closed = keys is None and row["query"] in AGGREGATIONS
+        check = compare_settled(row["output_dir"], peers[0]["output_dir"], keys, windows_closed=closed)
+        row["output"] = SAME if check.same else DIFFERS
+        checks[f"{row['query']} {row['target']} {_mode(row)} {row['rate']:.0f}/s"] = check
+        print(f"{row['query']} {row['target']} {_mode(row)} {row['rate']:.0f}/s: {check.line()}", flush=True)
+    return checks
 
 
 def _applicable(runs: Iterable[tuple[str, tuple[str, str], str, Variant]]) -> Iterator[tuple]:
@@ -360,6 +402,8 @@ def _measure(
         log.close()
     row = live.result(trigger_s, args.warmup)
     row["regimes"] = env.regimes
+    row["output_mode"] = args.output_mode  # None: the job's own
+    row["output_dir"] = str((live.folder if args.output_on_target else live.work) / "output")
     if env.volume:  # the next run needs the room
         shutil.rmtree(local, ignore_errors=True)
     return row
@@ -526,10 +570,11 @@ def markdown(rows: list[dict], capacity: bool, notes: Sequence[str] = ()) -> str
     reads, the runtime's phases, and each mode's capacity if searched."""
     head = (
         "| query | target | mode | rate | batches | batch p50 (s) | batch p99 (s) | e2e p50 (s) | e2e p99 (s) | "
-        "backlog (files) | sustained | max state keys | max Spark state rows | max SST bytes | device reads/batch |"
+        "backlog (files) | sustained | max state keys | max Spark state rows | max SST bytes | device reads/batch | "
+        "output |"
     )
     lines = [f"Regime: {note}." for note in notes] + [""] * bool(notes)
-    lines += [head, "| --- | --- | --- |" + " ---: |" * 7 + " --- |" + " ---: |" * 4]
+    lines += [head, "| --- | --- | --- |" + " ---: |" * 7 + " --- |" + " ---: |" * 4 + " --- |"]
 
     def s(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -542,7 +587,8 @@ def markdown(rows: list[dict], capacity: bool, notes: Sequence[str] = ()) -> str
             f"{_count(r['state_keys']) if r['state_keys'] else 'n/a'} | "
             f"{_count(r['spark_state_rows']) if r.get('spark_state_rows') else 'n/a'} | "
             f"{human_bytes(r['sst_bytes']) if r.get('sst_bytes') else 'n/a'} | "
-            f"{_count(r['device_reads_per_batch']) if r.get('device_reads_per_batch') is not None else 'n/a'} |"
+            f"{_count(r['device_reads_per_batch']) if r.get('device_reads_per_batch') is not None else 'n/a'} | "
+            f"{r.get('output', '-')} |"
         )
     small = [r for r in rows if r.get("sst_bytes") and r["sst_bytes"] < 20 * _memory_bytes(r)]
     if small:
@@ -588,6 +634,7 @@ def markdown(rows: list[dict], capacity: bool, notes: Sequence[str] = ()) -> str
             lines.append(f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {cells} |")
     if capacity:
         best: dict[tuple, float] = {}
+        differ = {(r["query"], r["target"], _mode(r)) for r in rows if r.get("output") == DIFFERS}
         for r in rows:
             key = (r["query"], r["target"], _mode(r))
             if r["sustained"]:
@@ -595,5 +642,8 @@ def markdown(rows: list[dict], capacity: bool, notes: Sequence[str] = ()) -> str
             else:
                 best.setdefault(key, 0.0)
         lines += ["", "| query | target | mode | highest sustained rate (records/s) |", "| --- | --- | --- | ---: |"]
-        lines += [f"| {q} | {t} | {m} | {rate:.0f} |" for (q, t, m), rate in best.items()]
+        lines += [
+            f"| {q} | {t} | {m} | {'outputs differ: no rate reported' if (q, t, m) in differ else f'{rate:.0f}'} |"
+            for (q, t, m), rate in best.items()
+        ]
     return "\n".join(lines)

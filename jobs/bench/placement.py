@@ -11,6 +11,11 @@ runs, every process of the run is sampled from ``/proc`` every 0.2 s (user and s
 driver JVM (with a local cluster, its master and workers run in it too), the job's Python process and its state
 worker processes; the executors' are each executor JVM and every process below it (Python workers, the state hosts).
 A process's last 0.2 s before it exits can be missed, the same way in every run.
+
+Each run keeps its output (the job's Parquet folder per batch id); with ``native`` among the runs, each placement's
+output is checked against it batch by batch (:mod:`jobs.bench.same_output`). A placement whose output differs gets
+no ratio (the difference is printed, the command exits with :data:`~jobs.bench.same_output.DIFFER_EXIT`); without
+``native`` the outputs are not checked, and the line says so.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from jobs.bench.queries import name_list
 from jobs.bench.runs import ROOT, submit_env
+from jobs.bench.same_output import Check, compare_runs, differ_exit, settled_keys
 from jobs.gen.cm import generate_cm
 from misa.obs.report import load_metrics
 
@@ -115,12 +121,35 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         print(json.dumps(rows[-1]), flush=True)
+    checks = check_outputs(rows, work)
     print(_table(rows))
     per_record = {row["placement"]: row["driver_us_per_record"] for row in rows}
     for run, base in (("executors", "driver"), ("native", "driver"), ("executors", "native")):
-        if run in per_record and base in per_record:
+        differing = [name for name in (run, base) if name in checks and not checks[name].same]
+        if differing:
+            what = f"{' and '.join(differing)}'s output differs from native's"
+            print(f"driver CPU per record, {run} / {base}: {what}, no ratio reported")
+        elif run in per_record and base in per_record:
             print(f"driver CPU per record, {run} / {base}: {per_record[run] / max(1e-9, per_record[base]):.3f}")
-    return 0
+    return differ_exit(checks)
+
+
+def check_outputs(rows: list[dict], work: Path) -> dict[str, Check]:
+    """Each placement's output against the native run's (batch by batch: both read one file a batch), noted in its
+    row's ``output``; the checks by placement (none without a native run)."""
+    runs = [row["placement"] for row in rows]
+    if "native" not in runs:
+        print("outputs not checked: no native run (--runs ...,native) to check them against", flush=True)
+        return {}
+    checks = {}
+    for row in rows:
+        if row["placement"] != "native":
+            run, native = work / row["placement"], work / "native"
+            check = compare_runs((run / "out", run / "ckpt"), (native / "out", native / "ckpt"), settled_keys("cm2"))
+            checks[row["placement"]] = check
+            row["output"] = "same as native" if check.same else "DIFFERS from native"
+            print(f"[{row['placement']}] {check.line()}", flush=True)
+    return checks
 
 
 def _command(args: argparse.Namespace, run: str, data: Path, run_dir: Path) -> list[str]:
@@ -202,6 +231,7 @@ def _tree(root: int) -> dict[int, tuple[str, float]]:
 
 
 def _table(rows: list[dict]) -> str:
-    """The rows as a Markdown table."""
-    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    return "\n".join(lines + ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows])
+    """The rows as a Markdown table (a column a row lacks, such as native's ``output``, shows ``-``)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(str(row.get(c, "-")) for c in columns) + " |" for row in rows])

@@ -12,6 +12,12 @@ and every batch is input rows against a growing state. Both engines read the sam
 (for misa it includes the state phase and hands the commit off as misa does); records/s is the records over the
 sum of those times; the first batch, which loads the initial state too, is reported apart as initial-state
 keys/s. The order of the engines alternates between ``--repeats``.
+
+Each run keeps its output (each batch's Arrow table by batch id: Spark's collected with ``toArrow`` in its
+``foreachBatch``, as misa's sink gets it; before issue 61 Spark's batches only counted their rows) and each misa run
+is checked against Spark's run of the same repeat, batch by batch (:mod:`jobs.bench.same_output`). Where they
+differ the table gives no ratio, the difference is printed and the command exits with
+:data:`~jobs.bench.same_output.DIFFER_EXIT`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.bench.same_output import Check, compare_batches, differ_exit
 from jobs.differential.command import local_session
 from jobs.differential.processor import EVENT_TIME, OUTPUT, SessionFraudProcessor, payments
 from jobs.submit import native_state_store_conf
@@ -58,15 +65,21 @@ def run(args: argparse.Namespace) -> int:
     _initial(work / "initial", args.keys)
     spark = local_session("misa-bench-processor")
     results: dict[str, list[list[float]]] = {"spark": [], "misa": []}
+    checks: dict[str, Check] = {}
     for repeat in range(args.repeats):
+        outputs: dict[str, dict[int, pa.Table]] = {}
         for engine in ("spark", "misa") if repeat % 2 == 0 else ("misa", "spark"):
             started = time.monotonic()
             run_dir = work / f"{engine}-{repeat}"
-            times = _spark(spark, work, run_dir) if engine == "spark" else _misa(spark, args, run_dir)
+            run = _spark(spark, work, run_dir) if engine == "spark" else _misa(spark, args, run_dir)
+            times, outputs[engine] = run
             results[engine].append(times)
             print(f"{engine} run {repeat + 1}: {len(times)} batches, {time.monotonic() - started:.0f} s", flush=True)
-    print(table(results, args.records, args.keys))
-    return 0
+        checks[f"run {repeat + 1}"] = compare_batches(outputs["misa"], outputs["spark"])
+        print(f"run {repeat + 1}: {checks[f'run {repeat + 1}'].line()}", flush=True)
+    if all(check.same for check in checks.values()):
+        print(table(results, args.records, args.keys))
+    return differ_exit(checks)
 
 
 def table(results: dict[str, list[list[float]]], records: int, keys: int) -> str:
@@ -140,7 +153,9 @@ def _data_batch_times(query) -> list[float]:
     return [float(p["durationMs"]["triggerExecution"]) for p in query.recentProgress if p["numInputRows"] > 0]
 
 
-def _spark(spark: SparkSession, work: Path, run_dir: Path) -> list[float]:
+def _spark(spark: SparkSession, work: Path, run_dir: Path) -> tuple[list[float], dict[int, pa.Table]]:
+    """The processor in plain Spark: its data batches' times and output by batch id."""
+    output: dict[int, pa.Table] = {}
     for key, value in native_state_store_conf("native", MisaConfig()).items():
         spark.conf.set(key, value)
     initial = spark.read.parquet(str(work / "initial")).groupBy("card")
@@ -148,16 +163,18 @@ def _spark(spark: SparkSession, work: Path, run_dir: Path) -> list[float]:
         _stream(spark, work / "input")
         .groupBy("card")
         .transformWithStateInPandas(SessionFraudProcessor(), OUTPUT, "Append", "EventTime", initialState=initial)
-        .writeStream.foreachBatch(lambda df, _: df.count())
+        .writeStream.foreachBatch(lambda df, batch_id: output.__setitem__(batch_id, df.toArrow()))
         .option("checkpointLocation", str(run_dir / "ckpt"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
-    return _data_batch_times(query)
+    return _data_batch_times(query), output
 
 
-def _misa(spark: SparkSession, args: argparse.Namespace, run_dir: Path) -> list[float]:
+def _misa(spark: SparkSession, args: argparse.Namespace, run_dir: Path) -> tuple[list[float], dict[int, pa.Table]]:
+    """The processor through misa: its data batches' times and output by batch id, as its sink got it."""
+    output: dict[int, pa.Table] = {}
     config = MisaConfig.from_mapping({"spark.misa.state.processes": str(args.processes)})
     job = transform_with_state_in_pandas(
         _stream(spark, Path(args.work) / "input"),
@@ -166,7 +183,7 @@ def _misa(spark: SparkSession, args: argparse.Namespace, run_dir: Path) -> list[
         OUTPUT,
         "Append",
         "EventTime",
-        lambda batch_id, table: None,
+        output.__setitem__,
         str(run_dir / "ckpt"),
         initial_state=spark.read.parquet(str(Path(args.work) / "initial")),
         config=config,
@@ -175,6 +192,6 @@ def _misa(spark: SparkSession, args: argparse.Namespace, run_dir: Path) -> list[
     try:
         query = job.start({"availableNow": True})
         query.awaitTermination()
-        return _data_batch_times(query)
+        return _data_batch_times(query), output
     finally:
         job.close()

@@ -6,6 +6,11 @@ seconds of data (3 by default, what a 3 s trigger collects at that rate), the sa
 every mode. Each run is its own spark-submit with state and Spark's checkpoint on local disk. The
 native reference of Q13 and YSB is one Spark batch job over the whole input (the issue's
 reference); its row has one batch, its latency is that job's time.
+
+Every runtime mode's output is checked against the native mode's of the same query and rate
+(:func:`jobs.bench.runs.check_against_native`): batch by batch where both read the same files per batch, else
+(the batch reference) as settled rows. A mode whose output differs gets no ratio, the difference is printed and
+the command exits with :data:`~jobs.bench.same_output.DIFFER_EXIT`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Collection
 
-from jobs.bench.runs import add_ratios, batch_stats, markdown_table, rows_per_batch, submit
+from jobs.bench.runs import add_ratios, batch_stats, check_against_native, markdown_table, rows_per_batch, submit
+from jobs.bench.same_output import Check, differ_exit, settled_keys
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.ysb import generate_ysb
@@ -88,17 +94,23 @@ def run(args: argparse.Namespace) -> int:
     if args.batches <= args.warmup:
         raise SystemExit(f"misa bench jobs: --batches {args.batches} must exceed --warmup {args.warmup}")
     rows = []
+    checks: dict[str, Check] = {}
     for rate in args.rates:
         for query in args.queries:
             data = _input(args, QUERIES[query], rate)
             batch_rows = rows_per_batch(data, args.files_per_batch)
+            runs = {}
             for mode in args.modes:
                 rows.append(_run_one(args, query, rate, mode, data, batch_rows))
+                runs[mode] = (_run_dir(args, query, rate, mode) / "out", _run_dir(args, query, rate, mode) / "ckpt")
                 (args.work / "summary.json").write_text(json.dumps(rows, indent=1))
+            for mode, check in check_against_native(rows[-len(args.modes) :], runs, settled_keys(query)).items():
+                checks[f"{query}/{rate:g}/{mode}"] = check
+                print(f"[{query}/{rate:g}/{mode}] {check.line()}", flush=True)
     add_ratios(rows, ["query", "rate"])
     (args.work / "summary.json").write_text(json.dumps(rows, indent=1))
     print("\n" + markdown_table(rows, ["query", "rate", "mode"]))
-    return 0
+    return differ_exit(checks)
 
 
 def _input(args: argparse.Namespace, workload: str, rate: float) -> Path:
@@ -111,10 +123,15 @@ def _input(args: argparse.Namespace, workload: str, rate: float) -> Path:
     return data
 
 
+def _run_dir(args: argparse.Namespace, query: str, rate: float, mode: str) -> Path:
+    """The folder of one run: its output, Spark checkpoint and metrics."""
+    return args.work / "runs" / f"{query}-{rate:g}-{mode}"
+
+
 def _run_one(args: argparse.Namespace, query: str, rate: float, mode: str, data: Path, batch_rows: list[int]) -> dict:
     """One spark-submit run of ``query`` in ``mode``."""
     label = f"{query}/{rate:g}/{mode}"
-    run_dir = args.work / "runs" / label.replace("/", "-")
+    run_dir = _run_dir(args, query, rate, mode)
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     metrics = run_dir / "metrics.jsonl"

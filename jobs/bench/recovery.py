@@ -39,6 +39,11 @@ partitions on another. misa's batch fails on the lost host, and the job (``--ret
 again in the same driver: new hosts, every partition recovered from the DFS, the batch replayed. No process
 restarts, so the driver's phases are empty; ``recovery`` is the runtime's recovery in place, ``query start``
 the rest up to the first batch's trigger.
+
+Both modes' output (Parquet per batch id, on the target) is kept, and once a target's cycles are done misa's is
+checked against native's (:mod:`jobs.bench.same_output`): their batches differ (each restart re-plans), so as the
+last row written per (bidder, auction), Q18's result. Where it differs, the target's rows show no misa / native
+ratio, the difference is printed and the command exits with :data:`~jobs.bench.same_output.DIFFER_EXIT`.
 """
 
 from __future__ import annotations
@@ -53,13 +58,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
-from typing import Any, Iterator, Sequence
+from typing import Any, Collection, Iterator, Sequence
 
 from checkpoint.manifest import marker_path
 from jobs.bench.live import _stop
 from jobs.bench.live_stats import batch_ends, file_batches
 from jobs.bench.queries import name_list
 from jobs.bench.runs import submit_command, submit_env
+from jobs.bench.same_output import Check, compare_settled, differ_exit, settled_keys
 from jobs.gen.nexmark import generate_nexmark
 from jobs.submit import RUNTIME_MODES
 from misa.obs.report import load_metrics
@@ -182,16 +188,25 @@ def run(args: argparse.Namespace) -> int:
     print(f"input: {len(workload.build)} build files, {workload.keys:,} keys", flush=True)
     targets = dict(t.split("=", 1) for t in args.target) or {"local": str(args.work / "dfs")}
     rows: list[dict] = []
+    checks: dict[str, Check] = {}
     for target, folder in targets.items():
         for row in run_target(args, workload, target, Path(folder).resolve()):
             rows.append(row)
             with (args.work / "recovery.jsonl").open("a") as out:
                 out.write(json.dumps(row) + "\n")
             print(line(row), flush=True)
-    table = markdown(rows)
+        if set(MODES) <= set(args.modes):
+            checks[target] = check_output(Path(folder).resolve())
+            print(f"[{target}] {checks[target].line()}", flush=True)
+    table = markdown(rows, {target for target, check in checks.items() if not check.same})
     (args.work / "recovery.md").write_text(table + "\n")
     print("\n" + table)
-    return 0
+    return differ_exit(checks)
+
+
+def check_output(folder: Path) -> Check:
+    """misa's output on a target against native's, after every cycle: the last row written per Q18 key."""
+    return compare_settled(folder / "q18-misa" / "output", folder / "q18-native" / "output", settled_keys("q18"))
 
 
 # ---------------------------------------------------------------------------------------------- input
@@ -572,8 +587,9 @@ def paired_ratio(row: dict, rows: Sequence[dict]) -> float | None:
     return row["total_s"] / native[0]["total_s"] if native else None
 
 
-def markdown(rows: Sequence[dict]) -> str:
-    """The median per cell with the misa/native ratio of the medians, then every cycle with its phases."""
+def markdown(rows: Sequence[dict], differ: Collection[str] = ()) -> str:
+    """The median per cell with the misa/native ratio of the medians, then every cycle with its phases; no ratio on
+    the targets ``differ`` (where misa's output differs from native's)."""
 
     def s(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -588,6 +604,7 @@ def markdown(rows: Sequence[dict]) -> str:
     for (target, case, mode), m in medians.items():
         native = medians.get((target, case, "native"), {}).get("total_s")
         ratio = s(m["total_s"] / native) if native and mode != "native" else "-"
+        ratio = "outputs differ" if target in differ and mode != "native" else ratio
         lines.append(
             f"| {target} | {case} | {mode} | {m['runs']} | {s(m['total_s'])} | {s(m['min_s'])} - {s(m['max_s'])} "
             f"| {ratio} | {s(m['jvm_s'] + m['session_s'] if 'jvm_s' in m else None)} | {s(m['recovery_s'])} "
@@ -603,7 +620,8 @@ def markdown(rows: Sequence[dict]) -> str:
         "| ---: | ---: | ---: | --- |",
     ]
     for r in rows:
-        cells = [s(r["total_s"]), s(paired_ratio(r, rows))]
+        paired = "outputs differ" if r["target"] in differ and r["mode"] != "native" else s(paired_ratio(r, rows))
+        cells = [s(r["total_s"]), paired]
         cells += [s(r.get(k)) for k in ("restart_s", "jvm_s", "session_s", *RECOVERY_STEPS)]
         cells += [s(r["query_start_s"]), s(r.get("detect_s")), s(r.get("hosts_s")), s(r["first_batch_s"])]
         cells += [s(r.get("state_load_sum_s")), s(r.get("warm_batch_s"))]

@@ -4,6 +4,11 @@ Latency is Spark's ``triggerExecution`` time of each batch (the ``latency_s`` of
 records), the first ``warmup`` batches left out. Throughput counts the records of each batch's
 input files (``batch_rows``), because Spark's numInputRows is taken after filter pushdown in
 native mode and before it otherwise.
+
+Each run keeps its output (the job's Parquet folder per batch id) and its Spark checkpoint, so that every runtime
+mode's output is checked against the native mode's of the same group (:func:`check_against_native`,
+:mod:`jobs.bench.same_output`) before a ratio is given: a row whose output differs, or whose peer's does, gets no
+ratio, and the table says so.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from jobs.bench.same_output import Check, compare_runs
+from jobs.submit import NATIVE_MODES
 from misa.obs.report import load_metrics, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
+SAME, DIFFERS = "same as native", "DIFFERS from native"  # a row's ``output``
 
 
 def rows_per_batch(data: Path, files_per_batch: int) -> list[int]:
@@ -90,10 +98,33 @@ def batch_stats(metrics: Path, warmup: int, batch_rows: Sequence[int]) -> dict:
     }
 
 
-def add_ratios(rows: list[dict], group: Sequence[str]) -> None:
-    """``p99_vs_sync``, ``p99_vs_native`` and ``tput_vs_sync`` against the rows of the same ``group`` values."""
+def check_against_native(
+    rows: Sequence[dict], runs: dict[str, tuple[Path, Path]], keys: Sequence[str] | None = None
+) -> dict[str, Check]:
+    """Each runtime mode's output against the native mode's (``native``, else ``native-default``), ``runs`` being
+    each mode's (output folder, Spark checkpoint) and ``rows`` their rows (by ``mode``): sets each compared row's
+    ``output`` (:data:`SAME` or :data:`DIFFERS`) and ``output_rows``; the checks by mode (none without a native
+    run). ``keys``: the query's key columns when its output is an update (for runs whose batches differ)."""
+    reference = next((m for m in NATIVE_MODES if m in runs), None)
+    if reference is None:
+        return {}
+    checks = {mode: compare_runs(run, runs[reference], keys) for mode, run in runs.items() if mode not in NATIVE_MODES}
     for row in rows:
-        peers = {r["mode"]: r for r in rows if all(r[g] == row[g] for g in group)}
+        if row["mode"] in checks:
+            check = checks[row["mode"]]
+            row |= {"output": SAME if check.same else DIFFERS, "output_rows": check.misa_rows}
+        elif row["mode"] == reference and checks:
+            row["output_rows"] = next(iter(checks.values())).spark_rows
+    return checks
+
+
+def add_ratios(rows: list[dict], group: Sequence[str]) -> None:
+    """``p99_vs_sync``, ``p99_vs_native`` and ``tput_vs_sync`` against the rows of the same ``group`` values; none
+    for or against a row whose output differs from native's (:func:`check_against_native`)."""
+    for row in rows:
+        if row.get("output") == DIFFERS:
+            continue
+        peers = {r["mode"]: r for r in rows if all(r[g] == row[g] for g in group) and r.get("output") != DIFFERS}
         if "sync" in peers:
             row["p99_vs_sync"] = row["p99"] / peers["sync"]["p99"]
             row["tput_vs_sync"] = row["rows_per_s"] / peers["sync"]["rows_per_s"]
@@ -120,10 +151,11 @@ def markdown_table(rows: Sequence[dict], leading: Sequence[str]) -> str:
                 "p99 / native",
                 "rows/s / sync",
                 "max state keys",
+                "output",
             ]
         )
         + " |",
-        "| " + " | ".join(["---"] * len(leading) + ["---:"] * 8) + " |",
+        "| " + " | ".join(["---"] * len(leading) + ["---:"] * 8 + ["---"]) + " |",
     ]
     for r in rows:
         cells = [str(r[c]) for c in leading] + [
@@ -135,6 +167,7 @@ def markdown_table(rows: Sequence[dict], leading: Sequence[str]) -> str:
             ratio(r, "p99_vs_native"),
             ratio(r, "tput_vs_sync"),
             f"{r['state_keys']:,}" if r["state_keys"] else "n/a",
+            r.get("output", "-"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

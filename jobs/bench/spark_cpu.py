@@ -10,6 +10,10 @@ whole query on Spark's tuned RocksDB store (:func:`jobs.submit.native_state_stor
 it is the Spark part only (parsing and the deltas), the driver's state phase being what
 ``misa bench ceiling`` measures. Together they give the cluster size at which Spark's own store would
 overtake one misa driver (docs/benchmarks.md, the driver ceiling).
+
+Each run keeps its output, and each runtime mode's is checked against the native mode's of the same query, batch
+by batch (:func:`jobs.bench.runs.check_against_native`): a CPU figure of a run whose output differs means
+nothing, so the difference is printed and the command exits with :data:`~jobs.bench.same_output.DIFFER_EXIT`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from jobs.bench.runs import rows_per_batch, submit
+from jobs.bench.runs import check_against_native, rows_per_batch, submit
+from jobs.bench.same_output import Check, differ_exit, settled_keys
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
@@ -52,11 +57,14 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"misa bench spark-cpu: --queries {','.join(unknown)}: use {', '.join(QUERIES)}")
     rows = []
+    checks: dict[str, Check] = {}
     for query in queries:
         data = _input(args, query)
         batch_rows = rows_per_batch(data, args.files_per_batch)
         records = sum(batch_rows[args.warmup :])
+        runs = {}
         for mode in args.modes.split(","):
+            runs[mode] = (_run_dir(args, query, mode) / "out", _run_dir(args, query, mode) / "ckpt")
             cpu_s, tasks, deltas = _run(args, query, mode, data)
             row = {
                 "query": query,
@@ -70,8 +78,15 @@ def run(args: argparse.Namespace) -> int:
                 row["deltas_per_record"] = round(deltas / records, 3)
             print(json.dumps(row), flush=True)
             rows.append(row)
+        for mode, check in check_against_native(rows[-len(runs) :], runs, settled_keys(query)).items():
+            checks[f"{query}/{mode}"] = check
+            print(f"[{query}/{mode}] {check.line()}", flush=True)
     (args.work / "summary.json").write_text(json.dumps(rows, indent=1))
-    return 0
+    return differ_exit(checks)
+
+
+def _run_dir(args: argparse.Namespace, query: str, mode: str) -> Path:
+    return args.work / "runs" / f"{query}-{mode}"
 
 
 def _input(args: argparse.Namespace, query: str) -> Path:
@@ -88,7 +103,7 @@ def _input(args: argparse.Namespace, query: str) -> Path:
 def _run(args: argparse.Namespace, query: str, mode: str, data: Path) -> tuple[float, int, int | None]:
     """One run of ``query`` in ``mode``: its tasks' executor CPU seconds, their count and (misa's modes) the deltas
     its batches handed to the state phase."""
-    run_dir = args.work / "runs" / f"{query}-{mode}"
+    run_dir = _run_dir(args, query, mode)
     shutil.rmtree(run_dir, ignore_errors=True)
     events = run_dir / "events"
     events.mkdir(parents=True)

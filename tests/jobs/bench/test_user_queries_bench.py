@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 from jobs.bench.user_queries import generate, table
 
 
-def test_the_backlog_has_its_files_rows_keys_and_a_tenth_of_rows_out_of_order(tmp_path):
+def test_the_backlog_has_its_files_rows_keys_a_tenth_of_rows_out_of_order_and_two_sides(tmp_path):
     generate(tmp_path / "input", files=3, records=2_000, keys=500, file_seconds=5)
     files = sorted((tmp_path / "input").iterdir())
     assert len(files) == 3
@@ -19,6 +19,8 @@ def test_the_backlog_has_its_files_rows_keys_and_a_tenth_of_rows_out_of_order(tm
         assert max(times) < (i + 1) * 5_000 and min(times) >= max(0, i * 5_000 - 5_000)
         late += sum(1 for a, b in zip(times, times[1:]) if b < a)  # a row earlier than the one before it
     assert 0.05 * 6_000 <= late <= 0.15 * 6_000
+    sides = [s for t in tables for s in t["side"].to_pylist()]
+    assert set(sides) == {0, 1} and 0.4 * 6_000 <= sum(sides) <= 0.6 * 6_000
 
 
 def test_the_table_gives_each_engines_wall_and_batch_percentiles_and_misas_ratios():
@@ -27,5 +29,5 @@ def test_the_table_gives_each_engines_wall_and_batch_percentiles_and_misas_ratio
         {"query": "session", "engine": "misa", "repeat": 0, "wall_s": 5.0, "batch_ms": [50.0, 100.0, 150.0]},
     ]
     lines = table(rows).splitlines()
-    assert lines[2].startswith("| session | spark | 1 | 10.0 | 200 | 298 | - |")
-    assert lines[3] == "| session | misa | 1 | 5.0 | 100 | 149 | 0.50 | 0.50 | 0.50 |"
+    assert lines[2].startswith("| session | spark | 1 | - | 10.0 | 200 | 298 | - |")
+    assert lines[3] == "| session | misa | 1 | - | 5.0 | 100 | 149 | 0.50 | 0.50 | 0.50 |"
