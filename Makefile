@@ -19,10 +19,11 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install -e '.[test,bench]'
 	touch $(TEST_STAMP)
 
-# The Kafka broker's jars (jobs/kafka_broker.py), resolved from Maven Central by conf/kafka/pom.xml into a
-# git-ignored folder; again only when the build file changes. Jobs and tests never fetch them.
+# The Kafka broker's jars (jobs/kafka_broker.py) and Spark's Kafka connector, resolved from Maven Central by
+# conf/kafka/pom.xml and conf/kafka/connector-pom.xml into git-ignored folders; again only when a build file
+# changes. Jobs and tests never fetch them.
 KAFKA_JARS := .kafka/broker/.resolved
-$(KAFKA_JARS): conf/kafka/pom.xml | $(BIN)/python
+$(KAFKA_JARS): conf/kafka/pom.xml conf/kafka/connector-pom.xml | $(STAMP)
 	$(BIN)/python -m jobs.kafka_install
 	touch $@
 

@@ -1,9 +1,13 @@
-"""The Kafka broker's jars, resolved from Maven Central through the project's own build file.
+"""The Kafka broker's jars and Spark's Kafka connector, resolved from Maven Central through the project's own build
+files.
 
 ``conf/kafka/pom.xml`` names Apache Kafka (KRaft mode) and its logging binding; :func:`install_broker_jars` copies
 them with Maven into the git-ignored ``.kafka/broker`` folder (``make kafka-jars`` and ``misa kafka install`` call
-it). A stamp file holds the build file's hash: while it matches, nothing is fetched again. Jobs and tests only read
-the folder (:func:`broker_jars`); they never fetch.
+it). ``conf/kafka/connector-pom.xml`` names Spark's Kafka connector; :func:`install_connector_jars` copies it and the
+dependencies PySpark does not ship into ``.kafka/connector``, for ``spark.jars`` (:func:`connector_jars`). Maven
+Central serves no Spark 4.3.0 artifact (the installed PySpark's), so the connector is 4.2.0, the newest it serves;
+both engines of every comparison run with it. A stamp file holds each build file's hash: while it matches, nothing
+is fetched again. Jobs and tests only read the folders; they never fetch.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from jobs.exceptions import KafkaBrokerError
 ROOT = Path(__file__).resolve().parents[1]
 BROKER_POM = ROOT / "conf" / "kafka" / "pom.xml"
 BROKER_JARS = ROOT / ".kafka" / "broker"
+CONNECTOR_POM = ROOT / "conf" / "kafka" / "connector-pom.xml"
+CONNECTOR_JARS = ROOT / ".kafka" / "connector"
 STAMP = ".resolved"  # in the jar folder: the hash of the build file it was resolved from
 INSTALL_HINT = "run `make kafka-jars` (or `misa kafka install`), which resolves conf/kafka/pom.xml with Maven"
 
@@ -77,10 +83,47 @@ def install_broker_jars(jars_dir: Path = BROKER_JARS, pom: Path = BROKER_POM) ->
         shutil.rmtree(partial, ignore_errors=True)
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
         raise KafkaBrokerError(f"Maven could not resolve {pom} (exit {result.returncode}):\n{tail}")
+    if pom == CONNECTOR_POM:
+        _drop_jars_spark_ships(partial)
     (partial / STAMP).write_text(pom_hash(pom) + "\n")
     shutil.rmtree(jars_dir, ignore_errors=True)
     partial.rename(jars_dir)
     return True
+
+
+def install_connector_jars(jars_dir: Path = CONNECTOR_JARS) -> bool:
+    """Spark's Kafka connector and the dependencies PySpark does not ship, into ``jars_dir``; True if Maven ran."""
+    return install_broker_jars(jars_dir, CONNECTOR_POM)
+
+
+def _drop_jars_spark_ships(folder: Path) -> None:
+    """Remove the jars of artifacts PySpark's own ``jars`` folder has (another version of one on ``spark.jars``
+    would shadow or clash with Spark's)."""
+    import pyspark
+
+    shipped = {_artifact(jar.name) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    for jar in folder.glob("*.jar"):
+        if _artifact(jar.name) in shipped:
+            jar.unlink()
+
+
+def _artifact(jar_name: str) -> str:
+    """A jar's artifact name without its version (``kafka-clients-3.9.2.jar``: ``kafka-clients``)."""
+    parts = jar_name.removesuffix(".jar").split("-")
+    kept = []
+    for part in parts:
+        if part[:1].isdigit():
+            break
+        kept.append(part)
+    return "-".join(kept)
+
+
+def connector_jars(jars_dir: Path = CONNECTOR_JARS) -> list[str]:
+    """The connector's jars for ``spark.jars`` (none when it is not installed: Kafka sources then fail in Spark,
+    naming the data source)."""
+    if not (jars_dir / STAMP).is_file():
+        return []
+    return [str(jar) for jar in sorted(jars_dir.glob("*.jar"))]
 
 
 def broker_jars(jars_dir: Path = BROKER_JARS) -> list[Path]:
@@ -95,8 +138,9 @@ def main() -> int:
     """``python -m jobs.kafka_install``: resolve the jars if needed and say how long it took."""
     began = time.monotonic()
     ran = install_broker_jars()
+    ran = install_connector_jars() or ran
     what = f"resolved in {time.monotonic() - began:.1f} s" if ran else "already resolved"
-    print(f"kafka jars: {len(broker_jars())} in {BROKER_JARS} ({what})")
+    print(f"kafka jars: {len(broker_jars())} in {BROKER_JARS}, {len(connector_jars())} in {CONNECTOR_JARS} ({what})")
     return 0
 
 

@@ -113,8 +113,11 @@ def spark():
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this venv (pyarrow)
+    from jobs.kafka_install import connector_jars
+
     session = (
         SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(connector_jars()))  # Spark's Kafka connector (make kafka-jars)
         .appName("misa-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

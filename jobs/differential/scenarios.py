@@ -1,7 +1,8 @@
 """A query as users deploy it, through misa.from_query and through plain Spark, compared batch id by batch id.
 
 A :class:`Scenario` builds its streaming DataFrame with Spark's API over inputs of its own (file folders, globs,
-subfolders, a static table, the ``rate-micro-batch`` source, the tests' own Python source), feeds them in rounds
+subfolders, a static table, the ``rate-micro-batch`` source, the tests' own Python source, Kafka topics of the
+project's broker: :mod:`jobs.differential.kafka_inputs`), feeds them in rounds
 and runs each round as a new query over the same checkpoint (a restarted driver) with its trigger. Both engines'
 outputs are keyed by Spark's batch ids: the batch ids run must be the same (batches without data included) and
 so must each batch's rows and column types.
@@ -23,6 +24,7 @@ import pyarrow as pa
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.differential.kafka_inputs import KafkaInputs
 from jobs.differential.runner import Mismatch, _first_line, compare
 from misa import MisaConfig, from_query
 from misa.exceptions import AnalysisError as MisaAnalysisError
@@ -44,6 +46,7 @@ class Round:
     later: tuple[tuple[str, Rows], ...] = ()
     batches: int | None = None
     quiet_s: float = 5.0
+    before: Callable[[Path], None] | None = None  # run on the engine's inputs before the round (a topic changed)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Scenario:
     conf: dict[str, str] = field(default_factory=dict)  # misa's settings
     session_conf: dict[str, str] = field(default_factory=dict)  # Spark's, set on the session for both engines
     folders: tuple[str, ...] = ()  # made at start, for a source whose first file comes later (or never)
+    kafka: KafkaInputs | None = None  # the topics of a scenario on Kafka: a file path ``kafka/NAME/...`` produces
 
 
 @dataclass(frozen=True)
@@ -92,11 +96,15 @@ def run_scenario(spark: SparkSession, scenario: Scenario, work: Path) -> Outcome
             inputs.mkdir(parents=True)
             for folder in scenario.folders:
                 (inputs / folder).mkdir(parents=True, exist_ok=True)
+            if scenario.kafka is not None:
+                scenario.kafka.create(inputs)
             for round_ in scenario.rounds:  # a file source needs its folder at start, before its first file
                 for path, _ in (*round_.files, *round_.later):
                     (inputs / path).parent.mkdir(parents=True, exist_ok=True)
             for number, round_ in enumerate(scenario.rounds):
-                _write(inputs, round_.files)
+                if round_.before is not None:
+                    round_.before(inputs)
+                _write(inputs, round_.files, scenario.kafka)
                 try:
                     _run_round(spark, scenario, round_, engine, inputs, work / engine / "ckpt", outputs[engine])
                 except _Refused as refusal:
@@ -183,7 +191,7 @@ def _run_round(
     try:
         for path, rows in round_.later:
             _await_quiet(query, round_.quiet_s)
-            _write(inputs, ((path, rows),))
+            _write(inputs, ((path, rows),), scenario.kafka)
         if round_.batches is not None:
             _await_batches(query, outputs, seen, round_.batches)
             query.stop()
@@ -228,10 +236,13 @@ def _await_batches(query: Any, outputs: dict[int, pa.Table], seen: set[int], bat
         threading.Event().wait(0.05)
 
 
-def _write(inputs: Path, files: tuple[tuple[str, Rows], ...]) -> None:
+def _write(inputs: Path, files: tuple[tuple[str, Rows], ...], kafka: KafkaInputs | None = None) -> None:
     """Write each file atomically (a dot name, then a rename), modification times in the order written (Spark
-    orders new files by them)."""
+    orders new files by them); a path ``kafka/NAME/...`` produces its rows to the engine's topic NAME instead."""
     for path, rows in files:
+        if kafka is not None and path.startswith("kafka/"):
+            kafka.produce(inputs, path.split("/")[1], rows)
+            continue
         target = inputs / path
         target.parent.mkdir(parents=True, exist_ok=True)
         hidden = target.with_name("." + target.name)

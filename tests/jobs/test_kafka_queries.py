@@ -1,0 +1,172 @@
+"""Spark's answer on Kafka (issue 62, item 3): queries over topics of the project's own broker, through
+misa.from_query and through plain Spark, compared batch by batch (:mod:`jobs.differential.scenarios`; each engine
+reads topics of its own, made and fed the same way). The event time is the records' Kafka timestamp, stamped by the
+producer; values are JSON decoded with ``from_json``, as a Kafka query decodes them."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.differential.kafka_inputs import KafkaInputs, topic_name
+from jobs.differential.scenarios import Round, Rows, Scenario, run_scenario
+from jobs.kafka_client import admin
+
+VALUE = "k long, v long, side int"
+ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}
+
+
+def records(seed: int, batches: int = 3, per_batch: int = 30, keys: int = 8, partitions: int = 3) -> tuple[Rows, ...]:
+    """Keyed records with event times moving forward, a tenth of them late by up to 8 s, over ``partitions``."""
+    rng = random.Random(seed)
+    clock, out = 100.0, []
+    for _ in range(batches):
+        rows = []
+        for _ in range(per_batch):
+            clock += 0.3
+            t = clock - rng.uniform(0, 8) if rng.random() < 0.1 else clock
+            k = rng.randrange(keys)
+            rows.append({"k": k, "v": rng.randrange(50), "side": rng.randrange(2), "t": round(t, 3),
+                         "_partition": rng.randrange(partitions)})  # fmt: skip
+        out.append(tuple(rows))
+    return tuple(out)
+
+
+def kafka_stream(spark: SparkSession, bootstrap: str, inputs: Path, name: str = "events", **options: str) -> DataFrame:
+    """The topic's records decoded, with Kafka's own columns (partition, offset: never null), watermarked on the
+    record timestamp."""
+    reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    reader = reader.option("subscribe", topic_name(inputs, name)).option("startingOffsets", "earliest")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    raw = reader.load()
+    decoded = raw.select(
+        F.from_json(F.col("value").cast("string"), VALUE).alias("j"), "partition", "offset", "timestamp"
+    )
+    return decoded.select("j.*", "partition", "offset", F.col("timestamp").alias("ts")).withWatermark("ts", "5 seconds")
+
+
+def windowed(events: DataFrame) -> DataFrame:
+    return events.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+
+
+def self_join(events: DataFrame) -> DataFrame:
+    """Impressions and clicks of one topic; each side keeps Kafka's non-nullable partition and offset."""
+    left = events.where("side = 0").select(
+        F.col("k").alias("lk"), F.col("ts").alias("lt"), F.col("partition").alias("lp"), F.col("offset").alias("lo")
+    )
+    right = events.where("side = 1").select(F.col("k").alias("rk"), F.col("ts").alias("rt"), F.col("v").alias("rv"))
+    return left.join(right, F.expr("lk = rk AND rt BETWEEN lt AND lt + interval 10 seconds"))
+
+
+def produced(name: str, batches: tuple[Rows, ...]) -> tuple[tuple[str, Rows], ...]:
+    return tuple((f"kafka/{name}/{i}", rows) for i, rows in enumerate(batches))
+
+
+def scenarios(bootstrap: str) -> dict[str, Scenario]:
+    one_topic = KafkaInputs(bootstrap, {"events": 3})
+    backlog = (Round(files=produced("events", records(62))),)
+    two_runs = (Round(files=produced("events", records(63)[:2])), Round(files=produced("events", records(63)[2:])))
+
+    def on(build, **options):
+        return lambda spark, inputs: build(kafka_stream(spark, bootstrap, inputs, **options))
+
+    def per_partition_start(spark: SparkSession, inputs: Path) -> DataFrame:
+        starts = json.dumps({topic_name(inputs, "events"): {"0": 5, "1": -2, "2": 3}})
+        return windowed(kafka_stream(spark, bootstrap, inputs, startingOffsets=starts))
+
+    def static_names(spark: SparkSession, inputs: Path) -> DataFrame:
+        names = spark.createDataFrame([(k, f"n{k}") for k in range(5)], "k long, name string")
+        events = kafka_stream(spark, bootstrap, inputs).join(names, "k")
+        return events.groupBy(F.window("ts", "5 seconds"), "name").agg(F.count("*").alias("n"))
+
+    def two_topics(spark: SparkSession, inputs: Path) -> DataFrame:
+        left = kafka_stream(spark, bootstrap, inputs, "impressions").select(
+            F.col("k").alias("lk"), F.col("ts").alias("lt"), F.col("offset").alias("lo")
+        )
+        right = kafka_stream(spark, bootstrap, inputs, "clicks").select(
+            F.col("k").alias("rk"), F.col("ts").alias("rt"), F.col("v").alias("rv")
+        )
+        return left.join(right, F.expr("lk = rk AND rt BETWEEN lt - interval 5 seconds AND lt + interval 5 seconds"))
+
+    both = records(64, partitions=2)
+    return {
+        "a backlog under availableNow and maxOffsetsPerTrigger, windowed counts, append": Scenario(
+            "kafka backlog", on(windowed, maxOffsetsPerTrigger="25"), "append", backlog, kafka=one_topic
+        ),
+        "a backlog under trigger once, windowed counts, update, restarted": Scenario(
+            "kafka once", on(windowed), "update", two_runs, trigger={"once": True}, kafka=one_topic
+        ),
+        "a deduplication by key and event time, two runs": Scenario(
+            "kafka dedup",
+            on(lambda e: e.dropDuplicates(["k", "ts"]).select("k", "v", "ts"), maxOffsetsPerTrigger="40"),
+            "append",
+            two_runs,
+            kafka=one_topic,
+        ),
+        "a self-join of one topic, sides keeping partition and offset": Scenario(
+            "kafka self-join", on(self_join, maxOffsetsPerTrigger="30"), "append", backlog, kafka=one_topic
+        ),
+        "a filter on a decoded column after withWatermark, then a window": Scenario(
+            "kafka decoded filter", on(lambda e: windowed(e.where("side = 1"))), "append", backlog, kafka=one_topic
+        ),
+        "startingOffsets per partition (JSON)": Scenario(
+            "kafka starting offsets", per_partition_start, "update", backlog, kafka=one_topic
+        ),
+        "a topic joined with a static table": Scenario(
+            "kafka static", static_names, "append", backlog, kafka=one_topic
+        ),
+        "two topics joined": Scenario(
+            "kafka two topics",
+            two_topics,
+            "append",
+            (Round(files=produced("impressions", both[:2]) + produced("clicks", both[1:])),),
+            kafka=KafkaInputs(bootstrap, {"impressions": 2, "clicks": 2}),
+        ),
+    }
+
+
+DEFAULT = (
+    "a backlog under availableNow and maxOffsetsPerTrigger, windowed counts, append",
+    "a self-join of one topic, sides keeping partition and offset",
+)
+NAMES = [
+    "a backlog under availableNow and maxOffsetsPerTrigger, windowed counts, append",
+    "a backlog under trigger once, windowed counts, update, restarted",
+    "a deduplication by key and event time, two runs",
+    "a self-join of one topic, sides keeping partition and offset",
+    "a filter on a decoded column after withWatermark, then a window",
+    "startingOffsets per partition (JSON)",
+    "a topic joined with a static table",
+    "two topics joined",
+]
+
+
+@pytest.mark.parametrize(
+    "name", [name if name in DEFAULT else pytest.param(name, marks=pytest.mark.slow) for name in NAMES]
+)
+def test_sparks_batches_and_rows_on_kafka(spark, kafka_broker, tmp_path: Path, name: str):
+    outcome = run_scenario(spark, scenarios(kafka_broker)[name], tmp_path)
+    assert outcome.ok, f"{name}: {outcome}"
+    assert outcome.spark_rows > 0, f"{name}: Spark wrote no rows"
+
+
+def test_the_self_join_on_kafka_with_its_state_on_the_executors(spark, kafka_broker, tmp_path: Path):
+    on_topic = scenarios(kafka_broker)["a self-join of one topic, sides keeping partition and offset"]
+    outcome = run_scenario(spark, Scenario(**{**on_topic.__dict__, "conf": ON_EXECUTORS}), tmp_path)
+    assert outcome.ok, outcome
+    assert outcome.spark_rows > 0
+
+
+def test_each_engine_reads_a_topic_of_its_own(kafka_broker, tmp_path: Path):
+    inputs = KafkaInputs(kafka_broker, {"events": 2})
+    inputs.create(tmp_path / "spark")
+    inputs.create(tmp_path / "misa")
+    topics = admin(kafka_broker).list_topics(timeout=10).topics
+    assert {topic_name(tmp_path / engine, "events") for engine in ("spark", "misa")} <= set(topics)
+    assert len(topics[topic_name(tmp_path / "misa", "events")].partitions) == 2
