@@ -180,15 +180,16 @@ def test_recovery_gives_no_ratio_on_a_target_where_the_outputs_differ():
 def test_live_reports_no_capacity_for_a_mode_whose_output_differs(tmp_path):
     def row(mode, rate, output_dir, **extra):
         return {"query": "q20", "mode": mode, "variant": "", "rate": rate, "target": "local", "sustained": True,
-                "unprocessed_files": 0, "output_dir": str(output_dir), "output_mode": None, **extra}  # fmt: skip
+                "unfinished_files": 0, "output_dir": str(output_dir), "output_mode": None, **extra}  # fmt: skip
 
     spark = _sink(tmp_path / "spark", SPARK)
     lost = _sink(tmp_path / "lost", {0: SPARK[0]})
     rows = [row("native", 100.0, spark), row("misa", 100.0, lost), row("sync", 100.0, spark),
-            row("sync", 200.0, spark), row("nocommit", 100.0, spark, unprocessed_files=2)]  # fmt: skip
+            row("sync", 200.0, spark), row("nocommit", 100.0, spark, unfinished_files=2)]  # fmt: skip
     checks = live.check_outputs(rows)
+    unfinished = "not checked: nocommit stopped before the batches of 2 files ended"
     assert [r.get("output") for r in rows] == [
-        None, DIFFERS, SAME, "not checked: no native run at this rate", "not checked: nocommit left 2 files unread"
+        None, DIFFERS, SAME, "not checked: no native run at this rate", unfinished
     ]  # fmt: skip
     assert list(checks) == ["q20 local misa 100/s", "q20 local sync 100/s"]
     assert "| q20 | local | misa | outputs differ: no rate reported |" in live.markdown(
