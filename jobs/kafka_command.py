@@ -1,8 +1,9 @@
-"""``misa kafka install|up|down|status``: the project's Kafka broker in the background, for runs by hand.
+"""``misa kafka install|up|down|status|produce``: the project's Kafka broker in the background, for runs by hand.
 
 ``up`` starts a broker (:class:`jobs.kafka_broker.KafkaBroker`, detached: it outlives the command), writes its
 bootstrap servers, pid, folder and log to a state file (``runs/kafka/broker.json`` by default) and prints the
-bootstrap servers; ``down`` stops it and removes its folder; ``status`` says whether it runs (exit 1 if not).
+bootstrap servers; ``down`` stops it and removes its folder; ``status`` says whether it runs (exit 1 if not);
+``produce`` writes a generator's folder of JSON lines into a topic (:mod:`jobs.kafka_produce`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from jobs.exceptions import KafkaBrokerError
 from jobs.kafka_broker import MAIN_CLASS, KafkaBroker, stop_process
 from jobs.kafka_install import install_broker_jars
 from jobs.kafka_install import main as install_main
+from jobs.kafka_produce import produce_folder
 from misa.exceptions import CommandError
 
 STATE = Path("runs") / "kafka" / "broker.json"
@@ -80,6 +82,19 @@ def _status(args: argparse.Namespace) -> int:
     return 1
 
 
+def _produce(args: argparse.Namespace) -> int:
+    state = read_state(args.state)
+    bootstrap = args.bootstrap or (state or {}).get("bootstrap")
+    if not bootstrap:
+        raise CommandError(f"no broker: give --bootstrap, or start one with `misa kafka up` (state {args.state})")
+    written = _checked(
+        lambda: produce_folder(bootstrap, args.topic, args.source, args.partitions, args.key_field, args.replace)
+    )
+    print(f"{written.records:,} records ({written.malformed:,} not JSON objects) from {written.files} files "
+          f"into {args.topic} ({args.partitions} partitions) at {bootstrap}")  # fmt: skip
+    return 0
+
+
 def _checked(call):
     """``call()``, its error as misa's one-line command error."""
     try:
@@ -105,3 +120,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         if name == "up":
             p.add_argument("--heap", default="512m", help="the broker JVM's -Xmx")
         p.set_defaults(func=func)
+    p = sub.add_parser("produce", help="write a folder of JSON-lines files (a generator's output) into a topic")
+    p.add_argument("source", type=Path, help="the folder (its files in name order, each line one record)")
+    p.add_argument("--topic", required=True, help="created with --partitions if it does not exist")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--key-field", help="the JSON field whose value keys each record (default: no key)")
+    p.add_argument("--replace", action="store_true", help="delete the topic first if it exists")
+    p.add_argument("--bootstrap", help="the broker (default: the one `misa kafka up` started)")
+    p.add_argument("--state", type=Path, default=STATE, help="the state file of the broker `up` started")
+    p.set_defaults(func=_produce)

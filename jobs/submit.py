@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 from checkpoint.exceptions import OwnershipError
 from common.errors import LocationError
 from common.location import parse, spark_location
+from jobs.kafka_source import add_kafka_arguments, check_source, kafka_json, kafka_lines
 from misa.config import CommitMode, MisaConfig, parse_seconds
 from misa.exceptions import AnalysisError, ConfigError, IncompatibleStateError, RecoveryError
 from misa.io.json_arrow import read_json_lines_arrow
@@ -91,9 +92,9 @@ def job_arguments(
     description: str, queries: tuple[str, ...], output_mode: str | None = "update"
 ) -> argparse.ArgumentParser:
     """The command line shared by the jobs; ``output_mode`` is the default (None: the job chooses per query)."""
-    p = argparse.ArgumentParser(description=description)
+    p = _JobParser(description=description)
     p.add_argument("--query", required=True, choices=queries)
-    p.add_argument("--input", required=True, help="directory of JSON-lines files (read as a stream)")
+    p.add_argument("--input", help="directory of JSON-lines files (read as a stream); or a Kafka topic, below")
     p.add_argument("--output", required=True, help="Parquet output, one folder per batch id")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint location")
     p.add_argument("--state-dir", help="local state directory (default: CHECKPOINT/misa-local)")
@@ -132,7 +133,17 @@ def job_arguments(
         help="runtime modes: when the query fails (or its start does), log the error and call start() again in "
         "this driver, at most N times (default 0)",
     )
+    add_kafka_arguments(p)
     return p
+
+
+class _JobParser(argparse.ArgumentParser):
+    """A job's command line: one source, ``--input`` or ``--kafka`` (:func:`jobs.kafka_source.check_source`)."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed = super().parse_args(args, namespace)
+        check_source(self, parsed)
+        return parsed
 
 
 def spark_session(app_name: str) -> SparkSession:
@@ -209,13 +220,16 @@ def read_stream(
     reader = spark.readStream
     if args.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
-    parsed = parse_json_lines(reader.text(args.input), schema, required)
+    lines = kafka_lines(spark, args) if args.kafka else reader.text(args.input)
+    parsed = parse_json_lines(lines, schema, required)
     return good_records(parsed) if is_native(args.mode) else parsed
 
 
 def read_json_stream(spark: SparkSession, args: argparse.Namespace, schema: StructType) -> DataFrame:
     """The input as a Spark user reads it: Spark's JSON reader with ``schema`` (its PERMISSIVE mode: a malformed
     line's fields are null; no quarantine)."""
+    if args.kafka:
+        return kafka_json(spark, args, schema)
     reader = spark.readStream.schema(schema)
     if args.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
@@ -229,10 +243,13 @@ def peek_input(
     required: Sequence[str] = (),
     shape: Callable[[DataFrame], DataFrame] | None = None,
     hint_stage: Callable[[pa.Table], pa.Table] | None = None,
-) -> FileSourcePeek:
+) -> FileSourcePeek | None:
     """The input files that arrived and no batch read yet, read as :func:`read_stream` reads a batch of them
     (``shape``: what the job adds to the stream, applied to them too); with ``hint_stage`` (the job's last hint
-    stage in Arrow), their hint rows are read on the driver without a Spark job."""
+    stage in Arrow), their hint rows are read on the driver without a Spark job. None on Kafka (hints then come
+    from each batch's own rows)."""
+    if args.kafka:
+        return None
 
     def read(files: list[str]) -> DataFrame:
         rows = parse_json_lines(spark.read.text(files), schema, required)
