@@ -50,6 +50,8 @@ FAILPOINTS: dict[str, str] = {
     "recovery.after_offset_removed": "in recovery, after each of Spark's offsets entries past C is removed",
     "recovery.after_commit_removed": "in recovery, after Spark's commit entry of the in-flight batch C is removed",
     "replay.after_forget": "in a replay inside the running query, after the replayed version's markers are removed",
+    "kafka_sink.before_commit": "in the Kafka sink, a batch's records sent in its transaction, before its commit",
+    "kafka_sink.after_commit": "in the Kafka sink, after a batch's transaction committed, before the sink returns",
 }
 
 

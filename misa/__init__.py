@@ -43,6 +43,7 @@ _EXPORTS = {
     "LookupAggregation": "misa.operators.lookup_aggregation",
     "ParquetBatchSink": "misa.io.sink",
     "DataFrameSink": "misa.io.dataframe_sink",
+    "KafkaTransactionalSink": "misa.io.kafka_sink",
     "read_batches": "misa.io.sink",
     "final_results": "misa.io.sink",
     "Quarantine": "misa.io.quarantine",
