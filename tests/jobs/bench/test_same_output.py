@@ -82,6 +82,14 @@ def test_a_columns_nullability_is_not_part_of_the_output():
     assert compare_batches({0: pa.table({"n": [2, 1]}, schema=required)}, {0: pa.table({"n": [1, 2]})}).same
 
 
+def test_a_timestamps_zone_named_utc_or_etc_utc_is_the_same_zone_but_another_zone_is_not():
+    def at(zone):
+        return pa.table({"window": pa.array([{"end": T0}], pa.struct([("end", pa.timestamp("us", zone))]))})
+
+    assert compare_batches({0: at("UTC")}, {0: at("Etc/UTC")}).same
+    assert not compare_batches({0: at("UTC")}, {0: at("Europe/Paris")}).same
+
+
 def _sink(root, batches):
     sink = ParquetBatchSink(root)
     for batch_id, table in batches.items():
