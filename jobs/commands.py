@@ -15,6 +15,7 @@ from jobs import kafka_command, soak
 from jobs.bench import ceiling as bench_ceiling
 from jobs.bench import cm as bench_cm
 from jobs.bench import crossover as bench_crossover
+from jobs.bench import kafka as bench_kafka
 from jobs.bench import live as bench_live
 from jobs.bench import placement as bench_placement
 from jobs.bench import processor as bench_processor
@@ -168,3 +169,4 @@ def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubP
     bench_processor.add_parser(bench)
     bench_user_queries.add_parser(bench)
     bench_state_read.add_parser(bench)
+    bench_kafka.add_parser(bench)
