@@ -24,10 +24,6 @@ SHAPES = (
 CORPUS = (
     ("issue 61: one stream split into a self-join's sides kept no row", f"{SPLIT}[the issue's self-join, files]"),
     (
-        "issue 61: the same on the Python offset source",
-        f"{SPLIT}[the issue's self-join, Python offset source]",
-    ),
-    (
         "issue 61: the self-join with its state on the executors",
         "tests/jobs/test_one_stream_split.py::test_the_self_join_with_its_state_on_the_executors"
         "[the issue's self-join, files]",

@@ -33,7 +33,7 @@ def test_cm2_on_a_kafka_topic_gives_the_native_modes_rows_batch_by_batch(spark, 
     assert written.records == len(consume_all(kafka_broker, "cm2-test")) > 0
     runs = {}
     for mode in ("misa", "native"):
-        args = on_kafka(job_args("cm2", mode, data, tmp_path / mode), kafka_broker, "cm2-test", 700)
+        args = on_kafka(job_args("cm2", mode, data, tmp_path / mode), kafka_broker, "cm2-test", 4000)
         cluster_monitoring.run(spark, cluster_monitoring.parse_args(args))
         runs[mode] = read_output(tmp_path / mode / "out")
     assert runs["native"].size > 0

@@ -64,6 +64,7 @@ def test_read_committed_skips_an_aborted_transaction(kafka_broker):
     assert sorted(r.value for r in consume_all(kafka_broker, topic)) == [b"aborted", b"committed"]
 
 
+@pytest.mark.slow  # a second broker of its own (make test starts one for the session)
 def test_misa_kafka_up_status_down(tmp_path):
     state = tmp_path / "broker.json"
     up = subprocess.run([MISA, "kafka", "up", "--state", str(state)], capture_output=True, text=True, timeout=180)

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
+from typing import Any, Iterable
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.differential.kafka_inputs import KafkaInputs, topic_name
 from jobs.differential.scenarios import Round, Rows, Scenario, run_scenario
-from jobs.kafka_client import admin
+from jobs.kafka_client import admin, create_topic
 
 VALUE = "k long, v long, side int"
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}
@@ -41,7 +45,9 @@ def kafka_stream(spark: SparkSession, bootstrap: str, inputs: Path, name: str = 
     """The topic's records decoded, with Kafka's own columns (partition, offset: never null), watermarked on the
     record timestamp."""
     reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-    reader = reader.option("subscribe", topic_name(inputs, name)).option("startingOffsets", "earliest")
+    if "subscribePattern" not in options:
+        reader = reader.option("subscribe", topic_name(inputs, name))
+    reader = reader.option("startingOffsets", "earliest")
     for key, value in options.items():
         reader = reader.option(key, value)
     raw = reader.load()
@@ -64,8 +70,41 @@ def self_join(events: DataFrame) -> DataFrame:
     return left.join(right, F.expr("lk = rk AND rt BETWEEN lt AND lt + interval 10 seconds"))
 
 
-def produced(name: str, batches: tuple[Rows, ...]) -> tuple[tuple[str, Rows], ...]:
-    return tuple((f"kafka/{name}/{i}", rows) for i, rows in enumerate(batches))
+def produced(name: str, batches: tuple[Rows, ...], first: int = 0) -> tuple[tuple[str, Rows], ...]:
+    return tuple((f"kafka/{name}/{first + i}", rows) for i, rows in enumerate(batches))
+
+
+def grow(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
+    """Add partitions to ``topic`` up to ``partitions`` (admin create_partitions); wait until its metadata shows
+    them."""
+    client = admin(bootstrap)
+    if len(client.list_topics(topic, timeout=10).topics[topic].partitions) >= partitions:
+        return
+    client.create_partitions([NewPartitions(topic, partitions)], request_timeout=timeout_s)[topic].result()
+    deadline = time.monotonic() + timeout_s
+    while len(client.list_topics(topic, timeout=10).topics[topic].partitions) < partitions:
+        assert time.monotonic() < deadline, f"{topic} did not show {partitions} partitions in {timeout_s} s"
+        time.sleep(0.1)
+
+
+def delete_before(bootstrap: str, topic: str, offsets: dict[int, int], timeout_s: float = 30.0) -> None:
+    """Delete the records of ``topic`` before ``offsets`` (partition: offset), as retention would."""
+    wanted = [TopicPartition(topic, p, offset) for p, offset in offsets.items() if offset > 0]
+    for future in admin(bootstrap).delete_records(wanted, request_timeout=timeout_s).values():
+        future.result()
+
+
+class GrowingTopics(KafkaInputs):
+    """Topics that gain partitions while a query runs: a produced file whose only row is ``{"_partitions": N}``
+    adds partitions to the topic up to N instead of producing (a step of a round's ``later`` of its own, so that
+    both engines' triggers see the new, empty partitions before any record lands in them)."""
+
+    def produce(self, inputs: Path, name: str, rows: Iterable[dict[str, Any]]) -> None:
+        rows = tuple(rows)
+        if len(rows) == 1 and set(rows[0]) == {"_partitions"}:
+            grow(self.bootstrap, topic_name(inputs, name), rows[0]["_partitions"])
+        else:
+            super().produce(inputs, name, rows)
 
 
 def scenarios(bootstrap: str) -> dict[str, Scenario]:
@@ -95,6 +134,42 @@ def scenarios(bootstrap: str) -> dict[str, Scenario]:
         return left.join(right, F.expr("lk = rk AND rt BETWEEN lt - interval 5 seconds AND lt + interval 5 seconds"))
 
     both = records(64, partitions=2)
+    live = records(65, batches=4)
+    slow = records(66, batches=4)
+    three, five = records(67, batches=1)[0], records(67, batches=3, partitions=5)[1:]
+    latest = records(68)
+    lossy = records(69)
+    limited = records(70, batches=4)
+
+    def add_partitions(inputs: Path) -> None:
+        grow(bootstrap, topic_name(inputs, "events"), 5)
+
+    def on_pattern(spark: SparkSession, inputs: Path) -> DataFrame:
+        pattern = f"(events|later)-{topic_name(inputs, '').rsplit('-', 1)[1]}"
+        return windowed(kafka_stream(spark, bootstrap, inputs, subscribePattern=pattern))
+
+    def create_later(inputs: Path) -> None:
+        create_topic(bootstrap, topic_name(inputs, "later"), 2)
+
+    def lose_records(inputs: Path) -> None:
+        """Produce the second batch, then delete about half of what each partition got of it, unread."""
+        ends = {p: sum(1 for r in lossy[0] if r["_partition"] == p) for p in range(3)}
+        one_topic.produce(inputs, "events", lossy[1])
+        gained = {p: sum(1 for r in lossy[1] if r["_partition"] == p) for p in range(3)}
+        delete_before(bootstrap, topic_name(inputs, "events"), {p: ends[p] + gained[p] // 2 for p in range(3)})
+
+    def data_loss(fail: str) -> Scenario:
+        return Scenario(
+            f"kafka data loss {fail}",
+            on(windowed, failOnDataLoss=fail),
+            "append",
+            (
+                Round(files=produced("events", lossy[:1])),
+                Round(files=produced("events", lossy[2:], 2), before=lose_records),
+            ),
+            kafka=one_topic,
+        )
+
     return {
         "a backlog under availableNow and maxOffsetsPerTrigger, windowed counts, append": Scenario(
             "kafka backlog", on(windowed, maxOffsetsPerTrigger="25"), "append", backlog, kafka=one_topic
@@ -128,6 +203,71 @@ def scenarios(bootstrap: str) -> dict[str, Scenario]:
             (Round(files=produced("impressions", both[:2]) + produced("clicks", both[1:])),),
             kafka=KafkaInputs(bootstrap, {"impressions": 2, "clicks": 2}),
         ),
+        "live processingTime rounds, records produced while the query runs": Scenario(
+            "kafka live",
+            on(windowed),
+            "append",
+            (Round(files=produced("events", live[:1]), later=produced("events", live[1:], 1)),),
+            trigger={"processingTime": "1 second"},
+            kafka=one_topic,
+        ),
+        "minOffsetsPerTrigger with maxTriggerDelay, live": Scenario(
+            "kafka min offsets",
+            on(windowed, minOffsetsPerTrigger="50", maxTriggerDelay="30s"),
+            "append",
+            (Round(files=produced("events", slow[:1]), later=produced("events", slow[1:], 1)),),
+            trigger={"processingTime": "1 second"},
+            kafka=one_topic,
+        ),
+        "a partition added between two runs over one checkpoint": Scenario(
+            "kafka partition added",
+            on(windowed, maxOffsetsPerTrigger="30"),
+            "update",
+            (
+                Round(files=(("kafka/events/0", three),)),
+                Round(files=produced("events", five, 1), before=add_partitions),
+            ),
+            kafka=one_topic,
+        ),
+        "a partition added while the query runs": Scenario(
+            "kafka partition added live",
+            on(windowed),
+            "update",
+            (
+                Round(
+                    files=(("kafka/events/0", three),),
+                    later=(("kafka/events/grow", ({"_partitions": 5},)), *produced("events", five, 1)),
+                ),
+            ),
+            trigger={"processingTime": "1 second"},
+            kafka=GrowingTopics(bootstrap, {"events": 3}),
+        ),
+        "subscribePattern with a topic created between runs": Scenario(
+            "kafka pattern",
+            on_pattern,
+            "append",
+            (
+                Round(files=produced("events", latest[:1])),
+                Round(files=produced("later", latest[1:], 1), before=create_later),
+            ),
+            kafka=one_topic,
+        ),
+        "startingOffsets latest: records produced before the first run skipped": Scenario(
+            "kafka latest",
+            on(windowed, startingOffsets="latest"),
+            "update",
+            (Round(files=produced("events", latest[:1])), Round(files=produced("events", latest[1:], 1))),
+            kafka=one_topic,
+        ),
+        "records deleted by retention, failOnDataLoss false": data_loss("false"),
+        "records deleted by retention, failOnDataLoss true": data_loss("true"),
+        "a restart under maxOffsetsPerTrigger, windowed counts, update": Scenario(
+            "kafka limited restart",
+            on(windowed, maxOffsetsPerTrigger="25"),
+            "update",
+            (Round(files=produced("events", limited[:3])), Round(files=produced("events", limited[3:], 3))),
+            kafka=one_topic,
+        ),
     }
 
 
@@ -144,6 +284,14 @@ NAMES = [
     "startingOffsets per partition (JSON)",
     "a topic joined with a static table",
     "two topics joined",
+    "live processingTime rounds, records produced while the query runs",
+    "minOffsetsPerTrigger with maxTriggerDelay, live",
+    "a partition added between two runs over one checkpoint",
+    "a partition added while the query runs",
+    "subscribePattern with a topic created between runs",
+    "startingOffsets latest: records produced before the first run skipped",
+    "records deleted by retention, failOnDataLoss false",
+    "a restart under maxOffsetsPerTrigger, windowed counts, update",
 ]
 
 
@@ -156,6 +304,15 @@ def test_sparks_batches_and_rows_on_kafka(spark, kafka_broker, tmp_path: Path, n
     assert outcome.spark_rows > 0, f"{name}: Spark wrote no rows"
 
 
+@pytest.mark.slow
+def test_records_deleted_by_retention_fail_both_engines_under_fail_on_data_loss(spark, kafka_broker, tmp_path: Path):
+    outcome = run_scenario(
+        spark, scenarios(kafka_broker)["records deleted by retention, failOnDataLoss true"], tmp_path
+    )
+    assert outcome.refused == "Spark", outcome  # both runs failed (a run of one engine alone: a mismatch)
+
+
+@pytest.mark.slow  # make test runs it on the driver, and the files self-join on the executors
 def test_the_self_join_on_kafka_with_its_state_on_the_executors(spark, kafka_broker, tmp_path: Path):
     on_topic = scenarios(kafka_broker)["a self-join of one topic, sides keeping partition and offset"]
     outcome = run_scenario(spark, Scenario(**{**on_topic.__dict__, "conf": ON_EXECUTORS}), tmp_path)

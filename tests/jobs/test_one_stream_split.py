@@ -155,6 +155,8 @@ SCENARIOS = {
 ON_BOTH_PLACEMENTS = ("the issue's self-join, files", "the issue's self-join, Python offset source")
 # make test's time: these run with -m slow (each shares its cause with a case make test runs)
 SLOW = {
+    "the issue's self-join, Python offset source",
+    "a row one side takes moves the one watermark of both sides (self-join, min policy)",
     "the self-join, a side with a static table too",
     "a row no branch takes moves no watermark (join)",
     "a row no branch takes moves no watermark (union)",
