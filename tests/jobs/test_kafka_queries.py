@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pytest
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.differential.kafka_inputs import KafkaInputs, topic_name
 from jobs.differential.scenarios import Round, Rows, Scenario, run_scenario
-from jobs.kafka_client import admin
+from jobs.kafka_client import admin, create_topic
 
 VALUE = "k long, v long, side int"
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}
@@ -44,7 +45,9 @@ def kafka_stream(spark: SparkSession, bootstrap: str, inputs: Path, name: str = 
     """The topic's records decoded, with Kafka's own columns (partition, offset: never null), watermarked on the
     record timestamp."""
     reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-    reader = reader.option("subscribe", topic_name(inputs, name)).option("startingOffsets", "earliest")
+    if "subscribePattern" not in options:
+        reader = reader.option("subscribe", topic_name(inputs, name))
+    reader = reader.option("startingOffsets", "earliest")
     for key, value in options.items():
         reader = reader.option(key, value)
     raw = reader.load()
@@ -82,6 +85,14 @@ def grow(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -
     while len(client.list_topics(topic, timeout=10).topics[topic].partitions) < partitions:
         assert time.monotonic() < deadline, f"{topic} did not show {partitions} partitions in {timeout_s} s"
         time.sleep(0.1)
+
+
+def delete_before(bootstrap: str, topic: str, offsets: dict[int, int], timeout_s: float = 30.0) -> None:
+    """Delete the records of ``topic`` before ``offsets`` (partition: offset), as retention would."""
+    wanted = [TopicPartition(topic, p, offset) for p, offset in offsets.items() if offset > 0]
+    client = admin(bootstrap)  # held until the answers: a client destroyed early never answers
+    for future in client.delete_records(wanted, request_timeout=timeout_s).values():
+        future.result(timeout=timeout_s)
 
 
 class GrowingTopics(KafkaInputs):
@@ -128,10 +139,37 @@ def scenarios(bootstrap: str) -> dict[str, Scenario]:
     slow = records(66, batches=4)
     three, five = records(67, batches=1)[0], records(67, batches=3, partitions=5)[1:]
     latest = records(68)
+    lossy = records(69)
     limited = records(70, batches=4)
 
     def add_partitions(inputs: Path) -> None:
         grow(bootstrap, topic_name(inputs, "events"), 5)
+
+    def on_pattern(spark: SparkSession, inputs: Path) -> DataFrame:
+        pattern = f"(events|later)-{topic_name(inputs, '').rsplit('-', 1)[1]}"
+        return windowed(kafka_stream(spark, bootstrap, inputs, subscribePattern=pattern))
+
+    def create_later(inputs: Path) -> None:
+        create_topic(bootstrap, topic_name(inputs, "later"), 3)  # the rows name 3
+
+    def lose_records(inputs: Path) -> None:
+        """Produce the second batch, then delete about half of what each partition got of it, unread."""
+        ends = {p: sum(1 for r in lossy[0] if r["_partition"] == p) for p in range(3)}
+        one_topic.produce(inputs, "events", lossy[1])
+        gained = {p: sum(1 for r in lossy[1] if r["_partition"] == p) for p in range(3)}
+        delete_before(bootstrap, topic_name(inputs, "events"), {p: ends[p] + gained[p] // 2 for p in range(3)})
+
+    def data_loss(fail: str) -> Scenario:
+        return Scenario(
+            f"kafka data loss {fail}",
+            on(windowed, failOnDataLoss=fail),
+            "append",
+            (
+                Round(files=produced("events", lossy[:1])),
+                Round(files=produced("events", lossy[2:], 2), before=lose_records),
+            ),
+            kafka=one_topic,
+        )
 
     return {
         "a backlog under availableNow and maxOffsetsPerTrigger, windowed counts, append": Scenario(
@@ -205,6 +243,16 @@ def scenarios(bootstrap: str) -> dict[str, Scenario]:
             trigger={"processingTime": "1 second"},
             kafka=GrowingTopics(bootstrap, {"events": 3}),
         ),
+        "subscribePattern with a topic created between runs": Scenario(
+            "kafka pattern",
+            on_pattern,
+            "append",
+            (
+                Round(files=produced("events", latest[:1])),
+                Round(files=produced("later", latest[1:], 1), before=create_later),
+            ),
+            kafka=one_topic,
+        ),
         "startingOffsets latest: records produced before the first run skipped": Scenario(
             "kafka latest",
             on(windowed, startingOffsets="latest"),
@@ -212,6 +260,8 @@ def scenarios(bootstrap: str) -> dict[str, Scenario]:
             (Round(files=produced("events", latest[:1])), Round(files=produced("events", latest[1:], 1))),
             kafka=one_topic,
         ),
+        "records deleted by retention, failOnDataLoss false": data_loss("false"),
+        "records deleted by retention, failOnDataLoss true": data_loss("true"),
         "a restart under maxOffsetsPerTrigger, windowed counts, update": Scenario(
             "kafka limited restart",
             on(windowed, maxOffsetsPerTrigger="25"),
@@ -239,7 +289,9 @@ NAMES = [
     "minOffsetsPerTrigger with maxTriggerDelay, live",
     "a partition added between two runs over one checkpoint",
     "a partition added while the query runs",
+    "subscribePattern with a topic created between runs",
     "startingOffsets latest: records produced before the first run skipped",
+    "records deleted by retention, failOnDataLoss false",
     "a restart under maxOffsetsPerTrigger, windowed counts, update",
 ]
 
@@ -251,6 +303,14 @@ def test_sparks_batches_and_rows_on_kafka(spark, kafka_broker, tmp_path: Path, n
     outcome = run_scenario(spark, scenarios(kafka_broker)[name], tmp_path)
     assert outcome.ok, f"{name}: {outcome}"
     assert outcome.spark_rows > 0, f"{name}: Spark wrote no rows"
+
+
+@pytest.mark.slow
+def test_records_deleted_by_retention_fail_both_engines_under_fail_on_data_loss(spark, kafka_broker, tmp_path: Path):
+    outcome = run_scenario(
+        spark, scenarios(kafka_broker)["records deleted by retention, failOnDataLoss true"], tmp_path
+    )
+    assert outcome.refused == "Spark", outcome  # both runs failed (a run of one engine alone: a mismatch)
 
 
 @pytest.mark.slow  # make test runs it on the driver, and the files self-join on the executors
