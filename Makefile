@@ -40,7 +40,8 @@ SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python PYSPARK_DRIVER_PYTHON=$(CURDIR)
 
 # The same Cluster Monitoring input, CM2 through the MiSA runtime (misa mode) and in Spark's tuned native
 # mode (its RocksDB state store as its documentation advises), both appending to one metrics file;
-# then the two side by side without their warm-up batches, and the plots. The input is a topic of 4
+# then their outputs checked equal batch by batch (no ratio from runs that differ), the two side by side
+# without their warm-up batches, and the plots. The input is a topic of 4
 # partitions keyed by job on the project's own Kafka broker, 3,000 records a batch; `make run SOURCE=files`
 # reads the generator's folder instead, 2 files (2 s of event time) a batch.
 CM2 := jobs/cluster_monitoring.py --query cm2 --available-now --metrics $(RUN)/metrics.jsonl
@@ -57,6 +58,7 @@ endif
 		--checkpoint $(RUN)/misa/checkpoint
 	$(SUBMIT) $(CM2) $(CM2_$(SOURCE)) --mode native --output $(RUN)/native/output \
 		--checkpoint $(RUN)/native/checkpoint
+	$(BIN)/python -m jobs.bench.same_output $(RUN)/misa/output $(RUN)/native/output
 	$(BIN)/misa report $(RUN)/metrics.jsonl --out $(RUN)/report
 	@echo "A small run (about 9,000 state keys, input read at once): Spark's own work per batch dominates both" \
 		"modes. The README's headline is CM2 with a live source and a million keys (docs/benchmarks.md)." \

@@ -224,3 +224,18 @@ def differ_exit(checks: Mapping[str, Check | None]) -> int:
     for name, check in differing.items():
         print(f"{name}: {check.report()}", flush=True)
     return DIFFER_EXIT if differing else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.bench.same_output MISA_OUTPUT SPARK_OUTPUT``: two runs' output folders, batch by batch
+    (``make run`` checks its two modes with it before ``misa report``'s ratios)."""
+    import sys
+
+    misa, spark = argv if argv is not None else sys.argv[1:]
+    check = compare_folders(misa, spark)
+    print(check.report(), flush=True)
+    return 0 if check.same else DIFFER_EXIT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
