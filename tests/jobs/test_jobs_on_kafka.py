@@ -27,6 +27,7 @@ def on_kafka(args: list[str], bootstrap: str, topic: str, per_batch: int) -> lis
     return [*args, "--kafka", bootstrap, "--topic", topic, "--max-offsets-per-trigger", str(per_batch)]
 
 
+@pytest.mark.slow  # two CM2 runs (make run runs the same on its larger input and checks them equal)
 def test_cm2_on_a_kafka_topic_gives_the_native_modes_rows_batch_by_batch(spark, kafka_broker, tmp_path: Path):
     data = late_cm2_input(tmp_path / "input", seed=11)
     written = produce_folder(kafka_broker, "cm2-test", data, partitions=3, key_field="job_id", replace=True)
