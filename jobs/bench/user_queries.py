@@ -9,8 +9,8 @@ The input is a backlog of ``--files`` Parquet files of ``--records`` payments ea
 * ``join``: each payment joined with the same user's payments of the 10 s before it (an inner stream-stream
   self-join with an event-time interval), append output;
 * ``session``: per user, ``count(*)`` over session windows of a 5 s gap, append output;
-* ``self_join``: issue 61's query: the one stream split by ``side`` (drawn 0 or 1 per payment) into two sides, each
-  side's payments joined with the other side's of the same user in the 10 s after it, append output.
+* ``self_join``: issue 61's query: the one stream split by ``side`` (drawn 0 or 1 per payment) into the two sides
+  of a join, each side-0 payment joined with the same user's side-1 payments of the 10 s after it, append output.
 
 Both engines read the same files one per batch (``availableNow``) in one Spark session (``local[2]``): Spark with
 its RocksDB store tuned as its docs advise (:func:`jobs.submit.native_state_store_conf`), its output collected as
