@@ -184,6 +184,7 @@ class StatefulJob:
         self._spark_watermark: SparkWatermark | None = None  # the running query's, when its stream has withWatermark
         self._follows_spark = False  # whether the running query's stream has withWatermark (known before it starts)
         self._query_started = threading.Event()
+        self._query: StreamingQuery | None = None  # Spark's query of the last start, stopped by close
         self._requested = EMPTY_VERSION  # the batch after which this run requested a batch without data
         self._no_data_batches = False  # whether Spark would run batches without data for the operator (at start)
         self._spark_moved: bool | None = None  # whether Spark's watermark moves after the running batch, once read
@@ -284,6 +285,7 @@ class StatefulJob:
         self._follows_spark = has_watermark(stream)
         with planned_as_stateful(spark):
             query = writer.trigger(**trigger).start()
+        self._query = query
         self._spark_watermark = SparkWatermark(query) if self._follows_spark else None
         self._no_data_batches = runs_no_data_batches(self.operator) and no_data_batches_enabled(spark)
         self._query_started.set()
@@ -625,8 +627,11 @@ class StatefulJob:
             self.mirror.sync(self.checkpoints.check_owner)
 
     def close(self, spark: SparkSession | None = None) -> None:
-        """:meth:`settle`, then release the state (and the metrics listener)."""
+        """Stop the query if it still runs (a batch running, with or without data, ends first: it reads the state),
+        :meth:`settle`, then release the state (and the metrics listener)."""
         try:
+            if self._query is not None and self._query.isActive:
+                self._query.stop()
             self.settle()
         finally:
             self._end_interrupt()

@@ -1,5 +1,8 @@
 """The job API on static DataFrames: a replayed batch id reloads the state before it."""
 
+import time
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
@@ -7,6 +10,7 @@ from pyspark.sql import functions as F
 from misa.config import MisaConfig
 from misa.job import StatefulJob
 from misa.operators.aggregation import Agg, Aggregation
+from misa.query.job import from_query
 from misa.runtime.process import switch_interval
 
 
@@ -169,3 +173,18 @@ def test_a_run_without_the_spark_log_mirror_between_mirrored_runs_continues_from
         run_count_job(spark, outputs.__setitem__, str(tmp_path / "ckpt"), tmp_path / "in", mirror=mirror)
     assert sorted(outputs) == [0, 1, 2]
     assert {r["k"]: r["n"] for r in outputs[2].to_pylist()} == {0: 30, 1: 30, 2: 30}
+
+
+def test_close_stops_a_query_that_still_runs_before_it_releases_the_state(spark, tmp_path: Path):
+    """``close()`` of a running query (a rate source always has input): it stops the query first, so that no batch
+    reads a closed store (misa bench kafka saw a batch without data fail with DbClosedError after a close)."""
+    rate = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
+    counts = rate.withWatermark("timestamp", "1 second").groupBy(F.window("timestamp", "2 seconds")).count()
+    batches: list[int] = []
+    job = from_query(counts, lambda batch_id, table: batches.append(batch_id), str(tmp_path / "ckpt"), echo=None)
+    query = job.start({"processingTime": "0 seconds"})
+    deadline = time.monotonic() + 120
+    while len(batches) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job.close()
+    assert not query.isActive and query.exception() is None
