@@ -1,5 +1,7 @@
 """The generator of deployments (jobs/differential/deployments.py) draws every shape users deploy, including shapes
-misa refuses; a fixed-seed slice runs against plain Spark here (`misa fuzz --deployments` runs more)."""
+misa refuses; a fixed-seed slice runs against plain Spark here (`misa fuzz --deployments` runs more). Among the
+shapes, one stream split by filters into a join's sides or a union's branches (issue 61), which the generator did
+not draw before: `misa fuzz --deployments --split-only` draws only those."""
 
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ def test_the_generator_draws_every_shape_within_200_seeds():
         "trigger": d.TRIGGERS,
         "output_mode": d.MODES,
         "placement": ("driver", "executors"),
+        "split": d.SPLITS,
+        "split_on": d.SPLIT_ON,
+        "split_at": d.SPLIT_AT,
+        "split_from": d.SPLIT_FROM,
     }
     missing = [f"{name}:{value}" for name, values in shapes.items() for value in values if not drawn[f"{name}:{value}"]]
     assert not missing, f"never drawn: {missing}"
@@ -32,11 +38,79 @@ def test_the_generator_draws_every_shape_within_200_seeds():
 def test_a_seed_draws_the_same_deployment():
     assert d.random_deployment(7) == d.random_deployment(7)
     assert d.random_deployment(7) != d.random_deployment(8)
+    assert d.random_deployment(7, split_only=True) == d.random_deployment(7, split_only=True)
+
+
+SPLIT_SEEDS = range(200)
+
+
+def test_split_only_draws_every_split_shape_and_its_combinations_within_200_seeds():
+    cases = [d.random_deployment(seed, split_only=True) for seed in SPLIT_SEEDS]
+    assert all(c.split != "none" for c in cases)
+    drawn = Counter(tag for c in cases for tag in c.tags)
+    shapes = {
+        "split": d.SPLITS[1:],
+        "split_on": d.SPLIT_ON,
+        "split_at": d.SPLIT_AT,
+        "split_from": d.SPLIT_FROM,
+        "source": d.SPLIT_SOURCES,
+        "stateful": d.STATEFUL,
+        "trigger": d.TRIGGERS,
+        "placement": ("driver", "executors"),
+    }
+    missing = [f"{name}:{value}" for name, values in shapes.items() for value in values if not drawn[f"{name}:{value}"]]
+    assert not missing, f"never drawn: {missing}"
+    pairs = Counter((c.split, c.split_on, c.split_at) for c in cases) + Counter((c.split, c.split_from) for c in cases)
+    wanted = [(s, on, at) for s in d.SPLITS[1:] for on in d.SPLIT_ON for at in d.SPLIT_AT]
+    wanted += [(s, f) for s in d.SPLITS[1:] for f in d.SPLIT_FROM]
+    assert not [w for w in wanted if not pairs[w]], "combinations never drawn"
+    assert {c.source for c in cases} <= set(d.SPLIT_SOURCES)  # one source, read once or twice
+    assert all((c.split == "join") == (c.stateful in ("join", "outer_join")) for c in cases)
+
+
+def test_a_seed_split_without_split_only_is_the_same_case_with_it_and_the_others_keep_their_draws():
+    cases = {seed: d.random_deployment(seed) for seed in range(500)}
+    split = [seed for seed, c in cases.items() if c.split != "none"]
+    assert 60 <= len(split) <= 140, f"{len(split)} of 500 split"  # a fifth
+    assert all(cases[seed] == d.random_deployment(seed, split_only=True) for seed in split)
+    for c in cases.values():
+        if c.split == "none":
+            assert not c.split_on and all(
+                "side" not in row for r in c.rounds for _, rows in r.files + r.later for row in rows
+            )
+
+
+# Python's reading of each branch's filter (d.SPLIT_FILTERS) over a generated row; `t` in seconds, and a minute's
+# seconds have the parity of `t`.
+IN_BRANCH = {
+    "key": (lambda r: r["k"] is not None and r["k"] >= 1, lambda r: r["k"] is not None and r["k"] <= 2),
+    "side": (lambda r: r["side"] == 0, lambda r: r["side"] == 1),
+    "value": (lambda r: r["v"] < 12, lambda r: r["v"] >= 3),
+    "time": (lambda r: r["t"] % 2 == 0, lambda r: r["t"] % 2 == 1),
+}
+
+
+def test_the_rows_of_split_cases_reach_both_branches():
+    """The generated rows carry the split's column, so that both branches get rows: in nine cases in ten of files or
+    a topic, each branch takes a row; a tenth of the rows have side 2 (no branch's)."""
+    both, cases, sides = 0, 0, Counter()
+    for seed in range(200):
+        c = d.random_deployment(seed, split_only=True)
+        rows = [row for r in c.rounds for _, rs in r.files + r.later for row in rs]
+        if c.source == "rate":
+            assert not rows
+            continue
+        cases += 1
+        sides.update(row["side"] for row in rows)
+        first, second = IN_BRANCH[c.split_on]
+        both += any(map(first, rows)) and any(map(second, rows))
+    assert both >= 0.9 * cases, f"{both} of {cases} cases give rows to both branches"
+    assert sides[0] > 4 * sides[2] and sides[1] > 4 * sides[2] > 0
 
 
 # Seeds of the slice: a Python source with a backlog under a filter (a sliding window) and two streams unioned
 # (session windows, restarts); each runs through both engines (the first with -m slow: the suite's time).
-SLICE = (pytest.param(6, marks=pytest.mark.slow), 3)
+SLICE = (pytest.param(326, marks=pytest.mark.slow), 3)
 
 
 @pytest.mark.parametrize("seed", SLICE)
@@ -44,3 +118,27 @@ def test_a_fixed_seed_slice_gives_sparks_rows_or_a_refusal_at_start(spark, tmp_p
     deployment = d.random_deployment(seed)
     outcome = run_scenario(spark, deployment.scenario(), tmp_path)
     assert outcome.mismatch is None, f"{deployment.describe()}: {outcome.mismatch}"
+
+
+# Split seeds (`--split-only`), each one run of a folder through availableNow: the issue's shape (a self-join of one
+# read's sides split on the side field above its withWatermark), and (-m slow) a union of one read's branches split
+# on the value above its withWatermark (deduplicated), a union of two reads' branches, the second read through other
+# projections, split on the side below each withWatermark (tumbling windows), and a self-join split on the event time
+# above the watermark, which misa refuses at start.
+SPLIT_SLICE = (
+    (1388, "ok"),
+    pytest.param(2091, "ok", marks=pytest.mark.slow),
+    pytest.param(1034, "ok", marks=pytest.mark.slow),
+    pytest.param(1045, "refused by misa", marks=pytest.mark.slow),
+)
+
+
+@pytest.mark.parametrize(("seed", "expected"), SPLIT_SLICE)
+def test_fixed_split_seeds_give_sparks_rows_or_misas_refusal_at_start(spark, tmp_path: Path, seed: int, expected: str):
+    deployment = d.random_deployment(seed, split_only=True)
+    outcome = run_scenario(spark, deployment.scenario(), tmp_path)
+    assert outcome.mismatch is None, f"{deployment.describe()}: {outcome.mismatch}"
+    if expected == "ok":
+        assert outcome.ok and outcome.spark_rows > 0, f"{deployment.describe()}: {outcome}"
+    else:
+        assert outcome.refused == "misa" and "event-time" in outcome.message, f"{deployment.describe()}: {outcome}"
