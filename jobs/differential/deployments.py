@@ -173,9 +173,9 @@ class Deployment:
         else:
             path = {"glob": inputs / folder / "*.json", "subfolders": inputs / folder}.get(self.source, inputs / folder)
             rows = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(path))
-        if other:
+        if other:  # every column read (a partition column too), in reverse order
             event_time = F.timestamp_micros(F.unix_micros("t")).alias("t")
-            return rows.select("side", "st", "s", "v", "k", event_time)
+            return rows.select(*[event_time if name == "t" else F.col(f"`{name}`") for name in reversed(rows.columns)])
         return rows
 
     def _branches(self, spark: SparkSession, inputs: Path) -> tuple[DataFrame, DataFrame]:

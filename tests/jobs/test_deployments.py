@@ -123,12 +123,12 @@ def test_a_fixed_seed_slice_gives_sparks_rows_or_a_refusal_at_start(spark, tmp_p
 # Split seeds (`--split-only`), each one run of a folder through availableNow: the issue's shape (a self-join of one
 # read's sides split on the side field above its withWatermark), and (-m slow) a union of one read's branches split
 # on the value above its withWatermark (deduplicated), a union of two reads' branches, the second read through other
-# projections, split on the side below each withWatermark (tumbling windows), and a self-join split on the event time
-# above the watermark, which misa refuses at start.
+# projections, split on the side below each withWatermark (renamed, deduplicated), and a self-join split on the event
+# time above the watermark, which misa refuses at start.
 SPLIT_SLICE = (
     (1388, "ok"),
     pytest.param(2091, "ok", marks=pytest.mark.slow),
-    pytest.param(1034, "ok", marks=pytest.mark.slow),
+    pytest.param(1126, "ok", marks=pytest.mark.slow),
     pytest.param(1045, "refused by misa", marks=pytest.mark.slow),
 )
 
