@@ -131,8 +131,8 @@ def equal_sorted(a: pa.Table, b: pa.Table) -> bool:
     keys = [(name, "ascending") for name in flat_a.column_names]
     try:
         sorted_a, sorted_b = flat_a.sort_by(keys), flat_b.sort_by(keys)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-        return False
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # a type Arrow does not sort
+        return False  # not "differ": compare_batches then compares the batch row by row
     return all(x.equals(y) for x, y in zip(sorted_a.columns, sorted_b.columns))  # nullability aside, as compare's
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import shutil
 import threading
 import time
@@ -33,6 +34,34 @@ from misa.exceptions import UnsupportedQueryError
 Rows = tuple[dict[str, Any], ...]
 _WRITTEN = itertools.count()
 Builder = Callable[[SparkSession, Path], DataFrame]  # the query over the scenario's inputs under a folder
+
+
+def drifting_rows(
+    seed: int,
+    batches: int,
+    per_batch: int,
+    keys: int,
+    values: int,
+    step_s: float,
+    late_s: float,
+    partitions: int | None = None,
+) -> tuple[Rows, ...]:
+    """``batches`` batches of keyed rows (``k``, ``v``, ``t`` in epoch seconds, ``side`` 0 or 1), event time moving
+    forward ``step_s`` a row with a tenth of the rows out of order by up to ``late_s``; with ``partitions``, each row
+    names its Kafka partition (``_partition``, :mod:`jobs.differential.kafka_inputs`)."""
+    rng = random.Random(seed)
+    clock, out = 100.0, []
+    for _ in range(batches):
+        rows = []
+        for _ in range(per_batch):
+            clock += step_s
+            t = clock - rng.uniform(0, late_s) if rng.random() < 0.1 else clock
+            row = {"k": rng.randrange(keys), "v": rng.randrange(values), "t": round(t, 3), "side": rng.randrange(2)}
+            if partitions:
+                row["_partition"] = rng.randrange(partitions)
+            rows.append(row)
+        out.append(tuple(rows))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

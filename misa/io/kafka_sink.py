@@ -87,7 +87,8 @@ class KafkaTransactionalSink:
         failpoints.hit("kafka_sink.after_commit")
 
     def committed_batch(self) -> int:
-        """The newest batch id the sink's transactions committed (-1: none)."""
+        """The newest batch id the sink's transactions committed (-1: none). Keeps the sink's consumer group metadata
+        too, which each transaction's offset commit names."""
         consumer = Consumer(
             {"bootstrap.servers": self.bootstrap, "group.id": self.name, "isolation.level": "read_committed"}
         )

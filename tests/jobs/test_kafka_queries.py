@@ -6,7 +6,6 @@ producer; values are JSON decoded with ``from_json``, as a Kafka query decodes t
 from __future__ import annotations
 
 import json
-import random
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -18,27 +17,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.differential.kafka_inputs import KafkaInputs, topic_name
-from jobs.differential.scenarios import Round, Rows, Scenario, run_scenario
+from jobs.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
 from jobs.kafka_client import admin, create_topic
 
 VALUE = "k long, v long, side int"
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}
 
 
-def records(seed: int, batches: int = 3, per_batch: int = 30, keys: int = 8, partitions: int = 3) -> tuple[Rows, ...]:
-    """Keyed records with event times moving forward, a tenth of them late by up to 8 s, over ``partitions``."""
-    rng = random.Random(seed)
-    clock, out = 100.0, []
-    for _ in range(batches):
-        rows = []
-        for _ in range(per_batch):
-            clock += 0.3
-            t = clock - rng.uniform(0, 8) if rng.random() < 0.1 else clock
-            k = rng.randrange(keys)
-            rows.append({"k": k, "v": rng.randrange(50), "side": rng.randrange(2), "t": round(t, 3),
-                         "_partition": rng.randrange(partitions)})  # fmt: skip
-        out.append(tuple(rows))
-    return tuple(out)
+def records(seed: int, batches: int = 3, partitions: int = 3) -> tuple[Rows, ...]:
+    """30 records a batch over 8 keys, a tenth late by up to 8 s, over ``partitions`` partitions."""
+    return drifting_rows(seed, batches, 30, keys=8, values=50, step_s=0.3, late_s=8, partitions=partitions)
 
 
 def kafka_stream(spark: SparkSession, bootstrap: str, inputs: Path, name: str = "events", **options: str) -> DataFrame:

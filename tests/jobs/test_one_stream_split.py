@@ -7,32 +7,22 @@ Python offset source, with the state on the driver and on the executors; Spark's
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.scenarios import Round, Rows, Scenario, run_scenario
+from jobs.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
 from jobs.differential.topic_source import TopicSource
 
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}
 
 
-def split_rows(seed: int, files: int = 3, per_file: int = 40, keys: int = 12) -> tuple[Rows, ...]:
-    """The issue's input, small: keys, values, event times in seconds moving forward with a tenth of the rows out of
-    order by up to 5 s, and the side (0 or 1) each row belongs to."""
-    rng = random.Random(seed)
-    clock, batches = 100.0, []
-    for _ in range(files):
-        rows = []
-        for _ in range(per_file):
-            clock += 0.25
-            t = clock - rng.uniform(0, 5) if rng.random() < 0.1 else clock
-            rows.append({"k": rng.randrange(keys), "v": rng.randrange(100), "t": round(t, 3), "side": rng.randrange(2)})
-        batches.append(tuple(rows))
-    return tuple(batches)
+def split_rows(seed: int) -> tuple[Rows, ...]:
+    """The issue's input, small: 3 files of 40 rows over 12 keys, a tenth of the rows out of order by up to 5 s, each
+    row on side 0 or 1."""
+    return drifting_rows(seed, batches=3, per_batch=40, keys=12, values=100, step_s=0.25, late_s=5)
 
 
 def as_millis(rows: Rows) -> Rows:
