@@ -32,6 +32,7 @@ _EXPORTS = {
     "StatefulOperator": "misa.operators.base",
     "HintSource": "misa.operators.base",
     "KeyPartitioned": "misa.operators.base",
+    "KeyColumns": "misa.parallel.routing",
     "OperatorResult": "misa.operators.base",
     "StateView": "misa.state.view",
     "Agg": "misa.operators.aggregation",

@@ -305,7 +305,7 @@ def routing_cost(bench: Shape, partitions: int, batches: int) -> float:
     for number in range(batches):
         batch = bench.batch(number)
         started = time.process_time()
-        partition = partition_of_rows(operator.partition_keys(batch), batch.num_rows, partitions)
+        partition = partition_of_rows(operator.partition_key_reader()(batch), batch.num_rows, partitions)
         for part in split(batch, partition, partitions):
             take(share(part))
         cpu += time.process_time() - started
@@ -330,7 +330,7 @@ def transport_cost(bench: Shape, hosts: int, batches: int) -> float:
         for number in range(batches):
             batch = bench.batch(number)
             schema = batch.schema.serialize().to_pybytes()
-            sending = Sending(locations, key, uuid.uuid4().hex, schema, bench.operator.partition_keys)
+            sending = Sending(locations, key, uuid.uuid4().hex, schema, bench.operator.partition_key_reader())
             started = time.process_time()
             sent = send_rows(sending, 0, 0, iter(batch.to_batches(SPARK_ARROW_BATCH)))
             for host in sent.column("host").to_pylist():

@@ -21,7 +21,7 @@ class HostHints(PartitionedHints):
         self.hosts = pool
 
     def hint_frame(self, hints: DataFrame, hinted: BatchHintLog) -> SentHints:
-        sent = self.hosts.send(hints, self.operator.hint_partition_keys, latest_of=HINT_TS)
+        sent = self.hosts.send(hints, self.operator.hint_key_reader(), latest_of=HINT_TS)
         try:
             replies: list[SentHints] = self.hosts.ask_each("hint_sent", [(box, sent.latest) for box in sent.inboxes])
         except BaseException:

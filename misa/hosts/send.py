@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,9 +20,8 @@ from pyspark.sql import DataFrame
 
 from misa.exceptions import StateWorkerError
 from misa.hosts.server import Inbox, call_options, stream_path
-from misa.parallel.routing import partition_of_rows, split
+from misa.parallel.routing import KeysOf, partition_of_rows, split
 
-KeysOf = Callable[[pa.Table], Sequence[Any]]
 SENT_SCHEMA = "spark_partition int, attempt int, host int, rows long, latest long"
 
 

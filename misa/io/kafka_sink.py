@@ -78,6 +78,7 @@ class KafkaTransactionalSink:
                 producer.poll(0)
             marker = [TopicPartition(self.topic, 0, batch_id + 1)]
             producer.send_offsets_to_transaction(marker, self._group)
+            self._flush(producer)  # every row on the broker, in the open transaction (commit would flush too)
             failpoints.hit("kafka_sink.before_commit")
             producer.commit_transaction()
         except BaseException:
@@ -112,6 +113,12 @@ class KafkaTransactionalSink:
         if self._producer is not None:
             self._producer.flush(30)
             self._producer = None
+
+    def _flush(self, producer: Producer) -> None:
+        """Wait until the broker has every row produced so far (at most 60 s)."""
+        left = producer.flush(60)
+        if left:
+            raise KafkaException(f"Kafka sink {self.name}: {left} rows not delivered to {self.bootstrap} in 60 s")
 
     def _ready(self) -> Producer:
         """The producer, started and fenced in on first use, with the committed batch read back."""

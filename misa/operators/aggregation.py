@@ -64,6 +64,7 @@ from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
+from misa.parallel.routing import KeyColumns
 from misa.state.codec import MOMENTS, AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
 from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, WINDOW_PREFIX_BYTES, window_prefix
 from misa.state.memory_tier import MemorySpace
@@ -451,9 +452,9 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         complete output."""
         return self.output_mode != "complete" and self.watermark_delay is not None
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+    def partition_key_reader(self) -> KeyColumns:
         """A group's windows and panes live with the group: its columns pick the partition."""
-        return [deltas[c] for c in self.group_by]
+        return KeyColumns(tuple(self.group_by))
 
     def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         return self.watermark if self.event_time else None

@@ -40,10 +40,10 @@ times; by default there are none.
 
 **Optional, key partitions** (:class:`KeyPartitioned`, a base class an operator declares): with
 ``spark.misa.state.processes`` above 1 each worker process runs its own copy of the operator over the deltas of its
-key partition (:mod:`misa.parallel`). ``partition_keys(deltas)`` names the columns whose values pick a row's
+key partition (:mod:`misa.parallel`). ``partition_key_reader()`` reads the columns whose values pick a row's
 partition: rows that meet the same state must agree on them. An operator with an event-time watermark
 returns it from ``event_watermark()``: the workers' watermarks observe the whole batch's latest event time,
-not only their partition's, so they stay Spark's. With prefetching, ``hint_partition_keys(hints)`` picks the
+not only their partition's, so they stay Spark's. With prefetching, ``hint_key_reader()`` picks the
 partition of a hint row the same way (by default its hint key columns), and the worker of that partition names
 and prefetches its keys.
 
@@ -75,6 +75,7 @@ from pyspark.sql import types as T
 
 from misa.config import parse_seconds
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs
+from misa.parallel.routing import KeyColumns, KeysOf
 from misa.state.memory_tier import MemorySpace
 from misa.state.view import StateView
 from prefetch.hints import HintSpec
@@ -202,19 +203,20 @@ class KeyPartitioned(ABC):
     Declare it as a base class; the runtime checks ``isinstance`` before it starts worker processes."""
 
     @abstractmethod
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        """Per delta row, the values that pick its partition (equal for rows that meet the same state); no
-        columns: every row is in one partition."""
+    def partition_key_reader(self) -> KeysOf:
+        """What reads, per delta row, the values that pick its partition (equal for rows that meet the same state;
+        no columns: every row is in one partition): a plain value such as :class:`KeyColumns`, pickled to Spark's
+        tasks without the operator."""
 
     def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         """The operator's event-time watermark, kept equal in every partition (None: it has none)."""
         return None
 
-    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        """Per hint row (:class:`HintSource`), the values that pick the partition whose state it names: the same
-        values as :meth:`partition_keys` gives the rows of that state; by default the hint's key columns."""
-        spec = self.hint_spec()  # type: ignore[attr-defined]
-        return [hints[c] for c in spec.key_columns]
+    def hint_key_reader(self) -> KeysOf:
+        """What reads, per hint row (:class:`HintSource`), the values that pick the partition whose state it names:
+        the same values as :meth:`partition_key_reader` reads from the rows of that state; by default the hint's key
+        columns."""
+        return KeyColumns(tuple(self.hint_spec().key_columns))  # type: ignore[attr-defined]
 
 
 DEFAULT_STORE = "default"  # the store a read shows unless it names another (Spark's default storeName)

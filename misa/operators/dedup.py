@@ -48,6 +48,7 @@ from misa.operators.base import (
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns, schema_from_text, schema_text
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
+from misa.parallel.routing import KeyColumns
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import DEDUP_EXPIRIES, DEDUP_EXPIRY, KEY_SPACE_VERSION, joined, split_fixed, window_prefix
 from misa.state.memory_tier import MemorySpace
@@ -143,8 +144,8 @@ class Deduplicate(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             self._evict(state, previous, advanced)
         return OperatorResult(self._schema.empty_table() if self._schema is not None else pa.table({}))
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        return [deltas[c] for c in self.columns]
+    def partition_key_reader(self) -> KeyColumns:
+        return KeyColumns(tuple(self.columns))
 
     def _observe(self, rows: pa.Table, times: np.ndarray) -> None:
         """The watermark takes the batch's latest event time (each input's, for a union of watermarked inputs)."""
@@ -170,8 +171,8 @@ class Deduplicate(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         """The keys the batch will look up: the key columns, behind the event time when it is one of the keys."""
         return group_hint_keys(hints, self.columns, [b""], self._event_us(hints) if self._by_time else None)
 
-    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        return [hints[c] for c in self.columns]
+    def hint_key_reader(self) -> KeyColumns:
+        return KeyColumns(tuple(self.columns))
 
     def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         return self.watermark if self.event_time else None

@@ -56,6 +56,7 @@ from misa.operators.base import (
 )
 from misa.operators.schema import INTEGERS, column_of, duration, event_time, key_columns, schema_from_text, schema_text
 from misa.operators.watermark import EventTimeWatermark
+from misa.parallel.routing import KeyColumns
 from misa.state.codec import KeyCodec, normalize_float_keys
 from misa.state.keys import KEY_SPACE_VERSION, WINDOW_PREFIX_BYTES, window_prefix
 from misa.state.memory_tier import MemorySpace
@@ -148,9 +149,9 @@ class IntervalJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         self._expire(state, evict_us)
         return result
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+    def partition_key_reader(self) -> KeyColumns:
         """Rows join rows of their key only: the keys pick the partition."""
-        return [deltas[c] for c in self.keys]
+        return KeyColumns(tuple(self.keys))
 
     def event_watermark(self) -> EventTimeWatermark | None:
         return self.watermark

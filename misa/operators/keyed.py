@@ -51,6 +51,7 @@ from misa.operators.schema import (
     schema_text,
     struct_of,
 )
+from misa.parallel.routing import EitherSideKey, KeyColumns
 from misa.state.codec import KeyCodec
 from misa.state.keys import KEY_SPACE_VERSION, RIGHT_ROW, SIDE_ROW, WAITING_LEFT, key_tails, prefix_end, prefixed
 from misa.state.memory_tier import MemorySpace
@@ -173,9 +174,9 @@ class LookupJoin(HintSource, KeyPartitioned, StateReadable):
         """The batch's rows, the output's columns only."""
         return batch.select(*self.columns)
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+    def partition_key_reader(self) -> KeyColumns:
         """Every partition holds the whole side table, so any column spreads the rows: the key column."""
-        return [deltas[self.key_column]]
+        return KeyColumns((self.key_column,))
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         if self.side_rows is None:
@@ -308,9 +309,9 @@ class TopN(HintSource, KeyPartitioned, StateReadable):
             .drop(_RANK)
         )
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+    def partition_key_reader(self) -> KeyColumns:
         """A key's first rows live with the key: its columns pick the partition."""
-        return [deltas[c] for c in self.keys]
+        return KeyColumns(tuple(self.keys))
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         rows = deltas.select([*self.keys, *self.columns])
@@ -464,11 +465,9 @@ class KeyedJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         """The batch's rows of either input."""
         return batch.where(F.col(self.left).isNotNull() | F.col(self.right).isNotNull()).select(self.left, self.right)
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+    def partition_key_reader(self) -> EitherSideKey:
         """A left row meets the right row of its key: the join key (the left's or the right's) picks the partition."""
-        left = pc.struct_field(deltas[self.left].combine_chunks(), self.left_key)
-        right = pc.struct_field(deltas[self.right].combine_chunks(), self.right_key)
-        return [pc.coalesce(left, right.cast(left.type))]
+        return EitherSideKey(self.left, self.left_key, self.right, self.right_key)
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """Find each key's right row, join the left rows that have one, keep the others waiting."""
@@ -540,9 +539,9 @@ class KeyedJoin(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         """The columns of :meth:`hint_input`."""
         return HintSpec((_JOIN_KEY, _IS_RIGHT), _HINT_TIME if self.time_column else None)
 
-    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        """The join key alone, as :meth:`partition_keys` takes it (either side's rows of a key meet there)."""
-        return [hints[_JOIN_KEY]]
+    def hint_key_reader(self) -> KeyColumns:
+        """The join key alone, as :meth:`partition_key_reader` takes it (either side's rows of a key meet there)."""
+        return KeyColumns((_JOIN_KEY,))
 
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """Every key's right row; a right row's key also its waiting left rows (read when it arrives)."""

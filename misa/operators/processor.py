@@ -49,6 +49,7 @@ from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, Stat
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns
 from misa.operators.watermark import EventTimeWatermark
+from misa.parallel.routing import KeyColumns
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import (
     KEY_SPACE_VERSION,
@@ -457,8 +458,8 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         """Batches without data fire event-time timers (processing-time timers fire in data batches only)."""
         return self.time_mode == "EventTime"
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        return [deltas[c] for c in self.group_by]
+    def partition_key_reader(self) -> KeyColumns:
+        return KeyColumns(tuple(self.group_by))
 
     def event_watermark(self) -> EventTimeWatermark | None:
         return self.watermark if self.time_mode == "EventTime" else None

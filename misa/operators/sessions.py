@@ -52,6 +52,7 @@ from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import column_type, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.session_records import Sessions, earliest_ends, merge_overlapping
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
+from misa.parallel.routing import KeyColumns
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import (
     KEY_SPACE_VERSION,
@@ -191,8 +192,8 @@ class SessionAggregation(HintSource, KeyPartitioned, StateReadable):
         """Spark's session windows run batches without data in append output with a watermark, not in complete."""
         return self.output_mode != "complete" and self.watermark_delay is not None
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        return [deltas[c] for c in self.group_by]
+    def partition_key_reader(self) -> KeyColumns:
+        return KeyColumns(tuple(self.group_by))
 
     def event_watermark(self) -> EventTimeWatermark | InputsWatermark | None:
         return self.watermark

@@ -51,6 +51,7 @@ from misa.operators.group_hints import group_hint_keys
 from misa.operators.row_lists import append_rows, matches
 from misa.operators.schema import schema_from_text, schema_text
 from misa.operators.watermark import InputsWatermark
+from misa.parallel.routing import KeyColumns
 from misa.state.codec import KeyCodec, distinct_keys, normalize_float_keys
 from misa.state.keys import JOIN_ROWS, JOIN_TIMER, KEY_SPACE_VERSION, joined, key_tails, prefix_end, prefixed
 from misa.state.record_codec import RecordCodec
@@ -182,9 +183,9 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         """Spark's join runs batches without data only when a side's state has a watermark to evict by."""
         return self._bounds(0) != (None, None)
 
-    def partition_keys(self, deltas: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        rows = normalize_float_keys(deltas.select(self.key_columns), self.key_columns)
-        return [rows[c] for c in self.key_columns]
+    def partition_key_reader(self) -> KeyColumns:
+        """The join keys (:func:`~misa.parallel.routing.partition_of_rows` compares floats as Spark does)."""
+        return KeyColumns(tuple(self.key_columns))
 
     def event_watermark(self) -> InputsWatermark:
         return self.watermark
@@ -196,8 +197,8 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         """Both sides' row lists of the hint rows' keys (a row of either side reads both)."""
         return group_hint_keys(hints, self.key_columns, [JOIN_ROWS + side for side in SIDE_BYTES])
 
-    def hint_partition_keys(self, hints: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
-        return self.partition_keys(hints)
+    def hint_key_reader(self) -> KeyColumns:
+        return self.partition_key_reader()
 
     # ------------------------------------------------------------------ the batch's rows
     def _usable(self, rows: pa.Table, index: int, side: JoinSide, late: int) -> tuple[pa.Table, int, int]:

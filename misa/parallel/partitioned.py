@@ -293,7 +293,7 @@ class PartitionedHints:
         self.pool = pool
 
     def hint_rows(self, hints: pa.Table, latest_event_us: int | None, hinted: BatchHintLog) -> HintCounts:
-        parts, _ = self.pool.route(hints, self.operator.hint_partition_keys)
+        parts, _ = self.pool.route(hints, self.operator.hint_key_reader())
         try:
             counts: list[HintCounts] = self.pool.ask_each("hint", [(p, latest_event_us) for p in parts])
         except BaseException:
@@ -340,7 +340,7 @@ class PartitionedOperator:
 
     def send(self, deltas: pa.Table | DataFrame) -> RoutedDeltas:
         """Route ``deltas`` to the partitions (a DataFrame's rows from Spark's tasks, when the pool can)."""
-        parts, rows = self.pool.route(deltas, self.operator.partition_keys)
+        parts, rows = self.pool.route(deltas, self.operator.partition_key_reader())
         return RoutedDeltas(parts, rows)
 
     def apply(self, deltas: pa.Table | RoutedDeltas, state: Any) -> OperatorResult:

@@ -3,13 +3,44 @@ joined."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from misa.state.codec import normalize_float_keys
 from prefetch.sketch import hash_keys
+
+KeysOf = Callable[[pa.Table], Sequence[pa.Array | pa.ChunkedArray]]
+
+
+@dataclass(frozen=True)
+class KeyColumns:
+    """Reads a table's key columns, the values that pick each row's partition. A plain value: Spark's tasks get
+    it pickled on their own, without the operator (whose state another thread changes meanwhile) and its state."""
+
+    columns: tuple[str, ...]
+
+    def __call__(self, table: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        return [table[c] for c in self.columns]
+
+
+@dataclass(frozen=True)
+class EitherSideKey:
+    """Reads the key of a row that is one of two sides (struct columns ``left`` and ``right``, one of them set):
+    the left's field ``left_key``, else the right's field ``right_key``."""
+
+    left: str
+    left_key: str
+    right: str
+    right_key: str
+
+    def __call__(self, table: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+        left = pc.struct_field(table[self.left].combine_chunks(), self.left_key)
+        right = pc.struct_field(table[self.right].combine_chunks(), self.right_key)
+        return [pc.coalesce(left, right.cast(left.type))]
 
 
 def partition_of_rows(keys: Sequence[pa.Array | pa.ChunkedArray], rows: int, partitions: int) -> np.ndarray:

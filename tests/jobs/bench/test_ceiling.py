@@ -171,7 +171,7 @@ def test_with_the_state_on_the_executors_misa_and_spark_share_the_cluster_cores(
 def test_the_runtimes_routing_splits_a_shapes_deltas_by_key_without_losing_a_row(name: str) -> None:
     bench = shape(name, keys=500, deltas_per_batch=300)
     batch = bench.batch(0)
-    partition = partition_of_rows(bench.operator.partition_keys(batch), batch.num_rows, 3)
+    partition = partition_of_rows(bench.operator.partition_key_reader()(batch), batch.num_rows, 3)
     parts = [take(share(part)) for part in split(batch, partition, 3)]
     rows = sorted(map(repr, batch.to_pylist()))
     assert sorted(repr(row) for part in parts for row in part.to_pylist()) == rows
@@ -215,5 +215,5 @@ def test_the_transport_to_the_hosts_delivers_every_delta_to_its_partitions_host(
     assert ceiling.transport_cost(bench, 2, 1) > 0
     assert len(taken) == 2 and sum(t.num_rows for t in taken) == sum(sent) > 400
     for host, table in enumerate(taken):  # every row in its key partition's host
-        keys = bench.operator.partition_keys(table)
+        keys = bench.operator.partition_key_reader()(table)
         assert set(ceiling.partition_of_rows(keys, table.num_rows, 2).tolist()) == {host}

@@ -91,12 +91,26 @@ def test_with_the_state_on_the_executors_no_hint_row_passes_the_driver(
 ):
     """On the executors every batch's hints, ahead from its files and in the batch, come from hint jobs whose tasks
     send their rows to the state host that owns each key: the driver reads no input file (the job's reader on the
-    driver is left out) and holds no hint row; the output is the same."""
+    driver is left out) and holds no hint row; the output is the same. The tasks get the key columns to route by,
+    not the operator: pickled while the batch changes the operator's state on another thread, it failed a batch
+    with "dictionary changed size during iteration" (seen in CI)."""
+    from pyspark import cloudpickle
+
+    import misa.hosts.client
     from misa.parallel.partitioned import PartitionedHints
 
     monkeypatch.setattr(PartitionedHints, "hint_rows", lambda *a: pytest.fail("hint rows passed the driver"))
+    sent_with: list[bytes] = []
+
+    def send_frame(frame, locations, key, keys_of, latest_of=None):
+        sent_with.append(cloudpickle.dumps(keys_of))
+        return real_send_frame(frame, locations, key, keys_of, latest_of)
+
+    real_send_frame = misa.hosts.client.send_frame
+    monkeypatch.setattr(misa.hosts.client, "send_frame", send_frame)
     session_conf({"spark.misa.prefetch.enabled": "true", "spark.misa.state.placement": "executors"})
     assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
+    assert sent_with and not [p for p in sent_with if b"misa.operators" in p]
     prefetch = [r["prefetch"] for r in metrics(tmp_path)]
     assert {p["reader"] for p in prefetch} == {"spark"} and {p["source"] for p in prefetch[1:]} == {"ahead"}
     assert sum(p["hinted"] for p in prefetch) > 0 and sum(p["prefetch_hits"] for p in prefetch) > 0
