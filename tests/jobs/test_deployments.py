@@ -110,7 +110,7 @@ def test_the_rows_of_split_cases_reach_both_branches():
 
 # Seeds of the slice: a Python source with a backlog under a filter (a sliding window) and two streams unioned
 # (session windows, restarts); each runs through both engines (the first with -m slow: the suite's time).
-SLICE = (pytest.param(326, marks=pytest.mark.slow), 3)
+SLICE = (pytest.param(326, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow))  # the suite's time
 
 
 @pytest.mark.parametrize("seed", SLICE)

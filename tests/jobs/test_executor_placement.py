@@ -80,10 +80,8 @@ def on_cluster(data: Path, run_dir: Path, failpoints: str = "", conf: dict[str, 
     return Run(done.returncode, done.stdout + done.stderr, executor_logs(done.stderr) + failpoints_told)
 
 
-@pytest.mark.parametrize(
-    "api",  # make test: the job's own operator; the query as a Spark user writes it (from_query): on demand
-    ["operator", pytest.param("from_query", marks=pytest.mark.slow)],
-)
+@pytest.mark.slow  # the suite's time; make test compares the executors placement with Spark in test_one_stream_split
+@pytest.mark.parametrize("api", ["operator", "from_query"])
 def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tmp_path, api):
     """The deltas go from Spark's tasks to the two hosts, the output from the hosts to the sink's Parquet files,
     written by Spark's tasks."""

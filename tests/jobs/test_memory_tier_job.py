@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -34,6 +35,7 @@ def _deduplicated(rows: DataFrame) -> DataFrame:
     return rows.dropDuplicatesWithinWatermark(["k"]).select("k", "t", "v")
 
 
+@pytest.mark.slow  # the suite's time
 def test_a_restarted_deduplication_reads_its_keys_through_the_memory_tier_and_gives_sparks_rows(spark, tmp_path):
     folder = tmp_path / "input"
     _write(folder, 0, 3)

@@ -56,6 +56,7 @@ LATE_ONLY = (
 )
 
 
+@pytest.mark.slow  # the suite's time
 def test_drop_duplicates_of_a_renamed_column_drops_rows_late_by_a_watermark_on_another_column(spark, tmp_path):
     """Finding 6: dropDuplicates(['k2', 'my k']), 'my k' renamed, the watermark on t."""
 
@@ -241,7 +242,7 @@ def _union(spark: SparkSession, inputs: Path, b_watermark: bool = True) -> DataF
     return stream(spark, inputs, "a").select("k", "t", "v").withWatermark("t", "5 seconds").union(b)
 
 
-@pytest.mark.slow  # make test runs a union of watermarked streams in test_deployments.py's slice (seed 3)
+@pytest.mark.slow  # make test runs a union below one withWatermark in test_one_stream_split.py
 def test_a_windowed_count_of_a_union_of_watermarked_streams_gives_sparks_rows(spark, tmp_path):
     def build(spark: SparkSession, inputs: Path) -> DataFrame:
         return _union(spark, inputs).groupBy(F.window("t", "10 seconds"), "k").count()

@@ -242,6 +242,7 @@ def test_an_executor_kill_takes_one_executor_and_lets_the_driver_end_by_itself(t
     assert soak.kill_kind("dfs.put#2 (executor)") == "dfs.put (executor)" and soak.kill_kind("after 3s") == "timed"
 
 
+@pytest.mark.slow  # the suite's time
 def test_timed_kill_and_hang_kill_the_whole_process_group(tmp_path):
     pid_file = tmp_path / "child.pid"
     code = (

@@ -279,6 +279,7 @@ def test_the_native_stream_looks_campaigns_up_in_redis_and_equals_the_batch_refe
     assert redis_reads(redis_client)[0] >= 6  # MGETs in every batch: no side table, no cache across batches
 
 
+@pytest.mark.slow  # the suite's time
 def test_restart_reads_known_ads_from_the_checkpoint(spark, ysb_data, reference, tmp_path, redis_server, redis_client):
     data, _ = ysb_data
     store_mapping(redis_client, json.loads((data / SIDE_DIR / CAMPAIGNS_FILE).read_text()))

@@ -54,7 +54,7 @@ def _timestamp(seconds: int) -> datetime.datetime:
     return datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_deltas_of_each_row_give_the_rows_of_deltas_spark_grouped(spark, tmp_path: Path, monkeypatch, seed: int):
     rng = np.random.default_rng(seed)
     per_row = IdleBatchRun(tmp_path / "per-row", SessionAggregation(["k"], AGGS, "session", "t", watermark_delay="2s"))

@@ -64,6 +64,7 @@ def test_lookahead_moves_to_the_filtered_stage(spark, tmp_path_factory, tmp_path
     assert stages[0] == 0 and stages[-1] == 1, stages
 
 
+@pytest.mark.slow  # the suite's time
 def test_the_next_batch_hints_are_extracted_between_batches(spark, cm_data, tmp_path, session_conf, without_prefetch):
     """After the first batch, each batch's keys were prefetched before it started, from its files read
     ahead on the driver (two per batch here); with nextBatch off every batch extracts its own."""
@@ -153,6 +154,7 @@ def test_auto_probes_prefetching_and_records_each_choice(spark, cm_data, tmp_pat
     assert all(c["cost_us_per_row"] > 0 and 0 <= c["read_share"] <= 1 for c in choices)
 
 
+@pytest.mark.slow  # the suite's time
 def test_append_mode_prefetches_the_records_its_closing_windows_read(spark, cm_data, tmp_path, session_conf):
     """CM2 in append mode reads, at each new watermark, the record of every key whose windows close: those keys
     come from the state's timers, not the batch's input, and are hinted with it (``due_hinted``); the output

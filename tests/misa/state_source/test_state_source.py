@@ -114,7 +114,8 @@ def spark_batch(spark, checkpoint: Path) -> int:
     return spark.read.format("state-metadata").load(str(checkpoint)).collect()[0].maxBatchId
 
 
-ON_DEMAND = ("no window, sum", "dropDuplicates")  # their families have cases in make test: -m slow runs these
+# their families have cases in make test: -m slow runs these
+ON_DEMAND = ("no window, sum", "dropDuplicates", "sliding windows, max", "dropDuplicates with the event time")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ON_DEMAND else n for n in QUERIES])
@@ -182,6 +183,7 @@ def test_a_stream_joins_rows_are_sparks(spark, tmp_path, side):
     assert theirs and ours == theirs
 
 
+@pytest.mark.slow  # the suite's time
 def test_a_state_of_two_worker_processes_reads_as_one(spark, tmp_path):
     build, mode = QUERIES["tumbling windows, sum and count"]
     write_input(tmp_path / "in")
@@ -277,6 +279,7 @@ def test_a_removed_version_and_a_damaged_file_are_named(spark, tmp_path):
         read(spark, tmp_path / "misa").collect()
 
 
+@pytest.mark.slow  # the suite's time
 def test_a_read_runs_while_the_job_writes(spark, tmp_path):
     """Reads of the newest durable version while batches commit; each equals the same version read afterwards."""
     (tmp_path / "in").mkdir()
