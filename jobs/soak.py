@@ -23,6 +23,9 @@ state hosts on the two executors of a ``local-cluster``, whose failpoints fire i
   the second started while the first runs (both slowed by a ``sleep`` failpoint); either may
   refuse with a clear message (superseded, batch gap), neither may hang; then a clean run.
 
+Each iteration also draws its source (``--sources``): the job's files, or the same records in a topic of a Kafka
+broker the soak starts (:mod:`jobs.soak_kafka`), each with its own native reference.
+
 The whole output (every row of every batch, :mod:`jobs.output_diff`) must equal the native
 reference's, and after it ``misa ckpt verify`` must find the DFS copy sound.
 
@@ -64,6 +67,7 @@ from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
+from jobs.soak_kafka import PARTITIONS, SOURCES, SoakTopics, kafka_layout, submit_options
 from jobs.submit import RETRY_MESSAGE
 from misa.config import CommitMode
 from misa.runtime.spark_log import SparkCheckpointLog
@@ -202,6 +206,7 @@ class Plan:
     standby_s: float = 0.0
     processes: int = 1
     placement: str = "driver"
+    source: str = "files"
 
     @property
     def on_executors(self) -> bool:
@@ -264,9 +269,26 @@ def sample_plan(
     scenarios: Sequence[str] = SCENARIOS,
     processes: Sequence[int] = PROCESSES,
     placements: Sequence[str] = PLACEMENTS,
+    sources: Sequence[str] = ("files",),
 ) -> Plan:
     """One iteration's plan; ``versions``: per job, the batches of its input; ``clean_s``: per job and placement, a
-    clean run's time."""
+    clean run's time. The source is drawn last, and only among several, so a seed's other draws stay as they were."""
+    plan = _sample_runs(rng, jobs, modes, dfs_kinds, versions, clean_s, scenarios, processes, placements)
+    return replace(plan, source=rng.choice(list(sources))) if len(sources) > 1 else replace(plan, source=sources[0])
+
+
+def _sample_runs(
+    rng: random.Random,
+    jobs: Sequence[str],
+    modes: Sequence[str],
+    dfs_kinds: Sequence[str],
+    versions: dict[str, int],
+    clean_s: dict[tuple[str, str], float],
+    scenarios: Sequence[str],
+    processes: Sequence[int],
+    placements: Sequence[str],
+) -> Plan:
+    """:func:`sample_plan`'s draws but the source."""
     job = rng.choice(list(jobs))
     mode, dfs = rng.choice(list(modes)), rng.choice(list(dfs_kinds))
     scenario = rng.choice(list(scenarios))
@@ -549,6 +571,7 @@ class Record:
     scenario: str = "kill"
     processes: int = 1  # spark.misa.state.processes of every run
     placement: str = "driver"  # spark.misa.state.placement of every run
+    source: str = "files"  # the job's files, or the same records on a Kafka topic
     kills: list[str] = field(default_factory=list)  # the planned kills that fired
     attempts: list[dict] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)  # "<run>: <message>" of runs that refused
@@ -593,7 +616,7 @@ class Record:
         events += [f"{len(self.refusals)} refusal(s)"] if self.refusals else []
         return (
             f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} {self.placement[0]}{self.processes} "
-            f"{self.mode:10} {self.dfs:4} "
+            f"{self.mode:10} {self.dfs:4} {self.source:5} "
             f"{' + '.join(self.plan)}; {'; '.join(events)} | {result} {self.seconds:.0f}s"
         )
 
@@ -625,8 +648,11 @@ def damage_dfs(fs: Any, root: str, damage: Damage) -> tuple[str, str] | None:
 Layout = dict[int, tuple[str, ...]]  # batch id -> the input files it read (batches that read some)
 
 
-def batch_layout(checkpoint: Path) -> Layout:
-    """The input files each batch read, from Spark's checkpoint (its offsets log and the file source's log)."""
+def batch_layout(checkpoint: Path, source: str = "files") -> Layout:
+    """The input each batch read, from Spark's checkpoint: the files (its offsets log and the file source's log),
+    or on Kafka the offsets each batch ended at."""
+    if source == "kafka":
+        return kafka_layout(checkpoint)
     return {
         b: tuple(sorted(f.name for f in files)) for b, files in SparkCheckpointLog(checkpoint).batch_files().items()
     }
@@ -657,18 +683,19 @@ class Reference:
     settled: Counter
 
     @classmethod
-    def of(cls, spec: SoakJob, run_dir: Path) -> Reference:
-        return cls(read_output(run_dir / "out"), batch_layout(run_dir / "ckpt"), settled_rows(spec, run_dir / "out"))
+    def of(cls, spec: SoakJob, run_dir: Path, source: str = "files") -> Reference:
+        layout = batch_layout(run_dir / "ckpt", source)
+        return cls(read_output(run_dir / "out"), layout, settled_rows(spec, run_dir / "out"))
 
 
-def judge(spec: SoakJob, reference: Reference, run_dir: Path) -> tuple[str, RowDiff, str]:
+def judge(spec: SoakJob, reference: Reference, run_dir: Path, source: str = "files") -> tuple[str, RowDiff, str]:
     """(result, diff, detail) of a finished run against the reference.
 
     When every batch read the reference's files the whole output must be equal: ``ok`` or ``mismatch``.
     Otherwise (Spark re-planned batches after a crash, see the README) the result is ``relayout``, or
     ``mismatch`` when even the settled rows differ.
     """
-    layout = batch_layout(run_dir / "ckpt")
+    layout = batch_layout(run_dir / "ckpt", source)
     if layout == reference.layout:
         diff = diff_rows(read_output(run_dir / "out").rows, reference.output.rows)
         return ("ok", diff, "") if diff.ok else ("mismatch", diff, diff.describe(reference.output.columns))
@@ -696,8 +723,9 @@ class Soak:
         )
         self.inputs: dict[str, Path] = {}
         self.versions: dict[str, int] = {}
-        self.reference: dict[str, Reference] = {}
-        self.clean_s: dict[tuple[str, str], float] = {}  # per job and placement
+        self.reference: dict[tuple[str, str], Reference] = {}  # per job and source
+        self.clean_s: dict[tuple[str, str], float] = {}  # per job and placement: the longest source's
+        self.topics = SoakTopics() if "kafka" in args.sources else None
         self.s3_server = None
         self.archive = self.work / "spark.jsa" if args.cds else None
 
@@ -715,6 +743,8 @@ class Soak:
     def __exit__(self, *exc: object) -> None:
         if self.s3_server is not None:
             self.s3_server.stop()
+        if self.topics is not None:
+            self.topics.stop()
 
     def _start_s3(self) -> None:
         try:
@@ -749,37 +779,46 @@ class Soak:
         )
 
     def prepare(self, job: str) -> None:
-        """Generate ``job``'s input, run its native reference and a clean misa run (which must equal it)."""
+        """Generate ``job``'s input (and write it into its topic), then per source run its native reference and a
+        clean misa run per placement (which must equal it)."""
         spec = JOBS[job]
         data = self.inputs[job] = self.work / "input" / job
         stats = spec.generate(data, seed=self.args.seed)
         self.versions[job] = math.ceil(stats["files"] / FILES_PER_BATCH)
-        native_dir = self.work / "reference" / job
-        native = self._run_clean(job, "native", native_dir)
-        reference = self.reference[job] = Reference.of(spec, native_dir)
+        print(f"{job}: {stats['records']} records in {stats['files']} files, {self.versions[job]} batches", flush=True)
+        if self.topics is not None:
+            records = self.topics.add(job, data, self.versions[job])
+            print(f"  written into a topic of {PARTITIONS} partitions: {records} records", flush=True)
+        for source in self.args.sources:
+            self._prepare_source(job, source)
+
+    def _prepare_source(self, job: str, source: str) -> None:
+        """``job``'s native reference on ``source`` and a clean misa run per placement, which must equal it."""
+        spec = JOBS[job]
+        native_dir = self.work / "reference" / f"{job}-{source}"
+        native = self._run_clean(job, "native", native_dir, source=source)
+        reference = self.reference[job, source] = Reference.of(spec, native_dir, source)
         if not reference.output.size:
             raise SystemExit(f"misa soak: the native reference of {job} has no rows: the input is too small")
-        print(
-            f"{job}: {stats['records']} records in {stats['files']} files, {self.versions[job]} batches; native "
-            f"reference {reference.output.size} rows ({native.seconds:.1f}s)",
-            flush=True,
-        )
+        print(f"  {source}: native reference {reference.output.size} rows ({native.seconds:.1f}s)", flush=True)
         for placement in self.args.placements:
-            clean_dir = self.work / "reference" / f"{job}-misa-{placement}"
-            clean = self._run_clean(job, CommitMode.MISA, clean_dir, placement)
-            self.clean_s[job, placement] = clean.seconds
-            result, _, detail = judge(spec, reference, clean_dir)
-            print(f"  clean misa run, state on the {placement}: {result} ({clean.seconds:.1f}s)", flush=True)
+            clean_dir = self.work / "reference" / f"{job}-{source}-misa-{placement}"
+            clean = self._run_clean(job, CommitMode.MISA, clean_dir, placement, source)
+            self.clean_s[job, placement] = max(clean.seconds, self.clean_s.get((job, placement), 0.0))
+            result, _, detail = judge(spec, reference, clean_dir, source)
+            print(f"  {source}: clean misa run, state on the {placement}: {result} ({clean.seconds:.1f}s)", flush=True)
             if result != "ok":
                 raise SystemExit(
-                    f"misa soak: a clean {job} run in misa mode (state on the {placement}) differs from the native "
-                    f"reference, so kills cannot be judged:\n{detail}"
+                    f"misa soak: a clean {job} run on {source} in misa mode (state on the {placement}) differs from "
+                    f"the native reference, so kills cannot be judged:\n{detail}"
                 )
 
-    def _run_clean(self, job: str, mode: str, run_dir: Path, placement: str = "driver") -> Attempt:
+    def _run_clean(
+        self, job: str, mode: str, run_dir: Path, placement: str = "driver", source: str = "files"
+    ) -> Attempt:
         run_dir.mkdir(parents=True)
         attempt = run_attempt(
-            self.command(job, mode, run_dir, f"file://{run_dir / 'dfs'}", placement=placement),
+            self.command(job, mode, run_dir, f"file://{run_dir / 'dfs'}", placement=placement, source=source),
             self.env,
             run_dir / "run.log",
             time.monotonic() + self.args.iteration_timeout,
@@ -812,10 +851,12 @@ class Soak:
         run: Run | None = None,
         processes: int = 1,
         placement: str = "driver",
+        source: str = "files",
     ) -> list[str]:
         """The spark-submit command line of ``job`` in ``mode`` writing under ``run_dir`` (``run``: its own state
         dir, Spark conf and ``--retry-start``; ``processes``: state worker processes or hosts, unless ``--conf`` sets
-        them; ``placement`` executors: on a local cluster, the state on its executors)."""
+        them; ``placement`` executors: on a local cluster, the state on its executors; ``source``: its files or its
+        topic)."""
         spec = JOBS[job]
         conf = {**self.conf, **dict(run.conf if run else ()), "spark.driver.extraJavaOptions": self.java_options()}
         conf.setdefault("spark.misa.state.processes", str(processes))
@@ -824,14 +865,19 @@ class Soak:
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
+        if source == "kafka":
+            assert self.topics is not None
+            cmd += submit_options()
+            read = self.topics.arguments(job)
+        else:
+            read = ["--input", str(self.inputs[job]), "--max-files-per-trigger", str(FILES_PER_BATCH)]
         cmd += [
             str(ROOT / "jobs" / spec.script),
             "--query",
             spec.query,
             "--mode",
             mode,
-            "--input",
-            str(self.inputs[job]),
+            *read,
             "--output",
             str(run_dir / "out"),
             "--checkpoint",
@@ -839,8 +885,6 @@ class Soak:
             "--dfs",
             dfs,
             "--available-now",
-            "--max-files-per-trigger",
-            str(FILES_PER_BATCH),
             "--watermark-delay",
             "5s",
             "--quiet",
@@ -882,6 +926,7 @@ class Soak:
             plan.scenario,
             plan.processes,
             plan.placement,
+            plan.source,
             run_dir=str(run_dir),
         )
         started = time.monotonic()
@@ -890,7 +935,8 @@ class Soak:
         if ended:
             record.result, record.detail = ended
         else:
-            record.result, diff, record.detail = judge(JOBS[plan.job], self.reference[plan.job], run_dir)
+            reference = self.reference[plan.job, plan.source]
+            record.result, diff, record.detail = judge(JOBS[plan.job], reference, run_dir, plan.source)
             record.lost, record.extra, record.doubled = diff.lost, diff.extra_rows, diff.doubled
             if record.result == "ok":
                 self._verify_dfs(dfs, record)
@@ -927,7 +973,7 @@ class Soak:
     def _run(self, plan: Plan, run: Run, run_dir: Path, dfs: str, log: Path, deadline: float) -> Attempt:
         """One spark-submit of ``run``, started after its delay."""
         time.sleep(max(0.0, min(run.delay_s, deadline - time.monotonic())))
-        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run, plan.processes, plan.placement)
+        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run, plan.processes, plan.placement, plan.source)
         return run_attempt(cmd, self.env, log, deadline, run.kill, run.failpoints)
 
     def _verify_dfs(self, dfs: str, record: Record) -> None:
@@ -971,14 +1017,17 @@ def summarize(records: Sequence[Record]) -> dict:
     fired = Counter(kill_kind(k) for r in records for k in r.kills)
     scenarios: dict[str, Counter] = {}
     placements: dict[str, Counter] = {}
+    sources: dict[str, Counter] = {}
     for r in records:
         scenarios.setdefault(r.scenario, Counter())[r.result] += 1
         placements.setdefault(r.placement, Counter())[r.result] += 1
+        sources.setdefault(r.source, Counter())[r.result] += 1
     return {
         "iterations": len(records),
         "results": dict(Counter(r.result for r in records)),
         "by_scenario": {name: dict(results) for name, results in sorted(scenarios.items())},
         "by_placement": {name: dict(results) for name, results in sorted(placements.items())},
+        "by_source": {name: dict(results) for name, results in sorted(sources.items())},
         "no_kill_iterations": sum(1 for r in records if not r.kills),
         "kills_by_point": dict(sorted(fired.items())),
         "retried_starts": sum(1 for r in records if r.retried),
@@ -1007,6 +1056,7 @@ def summary_text(summary: dict, refusal_chars: int = 300) -> str:
             + results(summary["results"]),
             *[f"  {name}: {results(counts)}" for name, counts in summary["by_scenario"].items()],
             *[f"  state on the {name}: {results(counts)}" for name, counts in summary["by_placement"].items()],
+            *[f"  on {name}: {results(counts)}" for name, counts in summary["by_source"].items()],
             f"kills that fired: {kills}; iterations where no kill fired: {summary['no_kill_iterations']}; "
             f"retried starts: {summary['retried_starts']}",
             f"lost rows {summary['lost_rows']}, extra rows {summary['extra_rows']} "
@@ -1034,6 +1084,7 @@ def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan
                 args.scenarios,
                 args.processes,
                 args.placements,
+                args.sources,
             ),
         )
 
@@ -1105,6 +1156,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=list(PLACEMENTS),
         help="spark.misa.state.placement drawn among per iteration (executors: on a local cluster of two executors, "
         "executor kills too); default: driver,executors",
+    )
+    p.add_argument(
+        "--sources",
+        type=lambda t: name_list(t, SOURCES),
+        default=list(SOURCES),
+        help="drawn among per iteration: the job's files, or the same records on a topic of a Kafka broker the soak "
+        "starts (make kafka-jars); default: files,kafka",
     )
     p.add_argument(
         "--modes", type=lambda t: name_list(t, MODES), default=list(MODES), help=f"default: {','.join(MODES)}"

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 
 import fsspec
 import pyarrow as pa
@@ -19,7 +20,7 @@ import pytest
 
 from checkpoint.exceptions import DfsUnavailableError
 from common import failpoints
-from jobs import soak
+from jobs import soak, soak_kafka
 from jobs.submit import RETRY_MESSAGE, run_with_retries
 from misa.cli import main as misa
 from misa.io.sink import ParquetBatchSink
@@ -32,6 +33,7 @@ CLEAN_S = {
     for placement in soak.PLACEMENTS
 }
 SHORTEST, LONGEST = min(CLEAN_S.values()), max(CLEAN_S.values())
+SOURCES = soak_kafka.SOURCES
 
 
 def draw(count: int, seed: int = 3, scenarios=soak.SCENARIOS) -> list[soak.Plan]:
@@ -64,6 +66,48 @@ def test_plans_are_seeded_and_cover_every_failpoint_job_mode_dfs_and_scenario():
     assert max(k.hit for k in kills if k.point == "dfs.put") == 4 * soak.SHARDS * 5
     for kill in kills:
         failpoints.parse(kill.failpoints)  # a valid MISA_FAILPOINTS value
+
+
+def test_half_the_plans_read_kafka_and_drawing_the_source_changes_no_other_draw():
+    both = [
+        soak.sample_plan(
+            soak.iteration_rng(3, i), list(soak.JOBS), soak.MODES, soak.DFS_KINDS, VERSIONS, CLEAN_S, sources=SOURCES
+        )
+        for i in range(2000)
+    ]
+    assert 0.45 < sum(p.source == "kafka" for p in both) / len(both) < 0.55
+    assert [replace(p, source="files") for p in both] == draw(2000)  # a seed's files-only plans stay as they were
+    assert {p.source for p in draw(200)} == {"files"}
+
+
+def test_a_kafka_run_reads_the_jobs_topic_with_the_connector_on_the_class_path(tmp_path):
+    s = soak.Soak(soak_args(tmp_path))
+    s.topics = soak_kafka.SoakTopics()
+    s.topics._broker = argparse.Namespace(bootstrap="127.0.0.1:9")  # the command line only: no broker needed
+    s.topics._per_batch["q20"] = 123
+    cmd = s.command("q20", "misa", tmp_path / "r", "file:///d", source="kafka")
+    assert "--input" not in cmd and "--max-files-per-trigger" not in cmd
+    assert cmd[cmd.index("--kafka") + 1 : cmd.index("--kafka") + 6] == [
+        "127.0.0.1:9",
+        "--topic",
+        "soak-q20",
+        "--max-offsets-per-trigger",
+        "123",
+    ]
+    assert cmd.index("--jars") < cmd.index(str(soak.ROOT / "jobs" / "nexmark.py"))
+    assert all(jar.endswith(".jar") for jar in cmd[cmd.index("--jars") + 1].split(","))
+
+
+def test_a_kafka_batch_layout_is_the_offsets_each_batch_ended_at(tmp_path):
+    offsets = tmp_path / "ckpt" / "offsets"
+    offsets.mkdir(parents=True)
+    ends = ['{"soak-q20":{"1":5,"0":4}}', '{"soak-q20":{"0":4,"1":5}}', '{"soak-q20":{"0":9,"1":5}}']
+    for batch, end in enumerate(ends):
+        (offsets / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{end}\n')
+    (offsets / ".0.crc").write_text("")
+    layout = soak.batch_layout(tmp_path / "ckpt", "kafka")
+    # batch 1 read nothing new (a batch without data); key order does not matter
+    assert layout == {0: ('{"soak-q20": {"0": 4, "1": 5}}',), 2: ('{"soak-q20": {"0": 9, "1": 5}}',)}
 
 
 def test_half_the_plans_run_two_state_workers_and_only_those_kill_a_worker():
@@ -164,7 +208,16 @@ def test_standby_stage_runs_two_drivers_on_their_own_state_dirs_then_a_clean_run
 
 
 def soak_args(tmp_path, **values) -> argparse.Namespace:
-    defaults = dict(work=tmp_path, seed=0, conf=[], cds=False, dfs=["file"], iteration_timeout=60.0, keep_runs=False)
+    defaults = dict(
+        work=tmp_path,
+        seed=0,
+        conf=[],
+        cds=False,
+        dfs=["file"],
+        iteration_timeout=60.0,
+        keep_runs=False,
+        sources=["files"],
+    )
     return argparse.Namespace(**{**defaults, **values})
 
 

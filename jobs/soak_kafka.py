@@ -1,0 +1,76 @@
+"""The crash soak's Kafka source: one broker for the soak, one topic per job, and Spark's batches on it.
+
+A job's generated folder is written once into its topic (:func:`jobs.kafka_produce.produce_folder`, every line a
+record, malformed ones too, spread over :data:`PARTITIONS` partitions); its runs read the topic from the earliest
+offsets with ``maxOffsetsPerTrigger`` set so that the batches are about as many as on the files. The topic never
+changes during the soak, so Spark cuts it into the same batches in every run, and after a crash it replans a batch
+from the offsets it logged: a run's batches are the reference's when its offsets log ends each batch where the
+reference's does (:func:`kafka_layout`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from jobs.kafka_broker import KafkaBroker
+from jobs.kafka_install import connector_jars
+from jobs.kafka_produce import produce_folder
+
+PARTITIONS = 2
+SOURCES = ("files", "kafka")  # the soak's sources, drawn per iteration
+
+Layout = dict[int, tuple[str, ...]]
+
+
+class SoakTopics:
+    """The soak's broker (started on first use) and each job's topic and batch size."""
+
+    def __init__(self) -> None:
+        self._broker: KafkaBroker | None = None
+        self._per_batch: dict[str, int] = {}
+
+    def add(self, job: str, folder: Path, batches: int) -> int:
+        """Write ``folder`` into ``job``'s topic, read later in about ``batches`` batches: the records written."""
+        if self._broker is None:
+            self._broker = KafkaBroker().start()
+        written = produce_folder(self._broker.bootstrap, topic(job), folder, PARTITIONS, None, replace=True)
+        self._per_batch[job] = math.ceil(written.records / max(1, batches))
+        return written.records
+
+    def arguments(self, job: str) -> list[str]:
+        """The job's source options (instead of ``--input`` and ``--max-files-per-trigger``)."""
+        assert self._broker is not None, "SoakTopics.add() first"
+        per_batch = str(self._per_batch[job])
+        return ["--kafka", self._broker.bootstrap, "--topic", topic(job), "--max-offsets-per-trigger", per_batch]
+
+    def stop(self) -> None:
+        if self._broker is not None:
+            self._broker.stop()
+            self._broker = None
+
+
+def topic(job: str) -> str:
+    return f"soak-{job}"
+
+
+def submit_options() -> list[str]:
+    """spark-submit's options that put Spark's Kafka connector on the driver's and executors' class path."""
+    return ["--jars", ",".join(map(str, connector_jars()))]
+
+
+def kafka_layout(checkpoint: Path) -> Layout:
+    """Batch id -> the end offsets of each of its sources, for the batches that read records (as the files' layout
+    keeps the batches that read files): the lines of Spark's offsets log after its version and metadata lines."""
+    folder = checkpoint / "offsets"
+    entries = sorted(int(e.name) for e in folder.iterdir() if e.name.isdigit()) if folder.is_dir() else []
+    found: Layout = {}
+    previous: tuple[str, ...] = ()
+    for batch in entries:
+        lines = (folder / str(batch)).read_text().splitlines()[2:]
+        ends = tuple(json.dumps(json.loads(line), sort_keys=True) for line in lines)
+        if ends != previous:
+            found[batch] = ends
+        previous = ends
+    return found
