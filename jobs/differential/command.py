@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import time
 from collections import Counter
@@ -12,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from jobs.differential.cases import Case, random_case
-from jobs.differential.deployments import random_deployment
+from jobs.differential.deployments import Deployment, random_deployment
 from jobs.differential.processor import random_processor_case, run_processor_case
 from jobs.differential.queries import case_tags, random_query_case
-from jobs.differential.runner import run_case
-from jobs.differential.scenarios import run_scenario
+from jobs.differential.runner import Mismatch, run_case
+from jobs.differential.scenarios import Outcome, run_scenario
 from jobs.differential.shrink import shrink
 
 
@@ -55,6 +56,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(filters on the key, a side field, the value or the event time, above or below withWatermark; one read or "
         "a second read of the source)",
     )
+    parser.add_argument(
+        "--kafka-only",
+        action="store_true",
+        help="with --deployments: every case on Kafka topics of a broker started for the run (1-4 partitions, key "
+        "skew, startingOffsets earliest or per partition, maxOffsetsPerTrigger or minOffsetsPerTrigger with "
+        "maxTriggerDelay, the value decoded with from_json, Kafka's columns kept); a fresh topic per case",
+    )
     parser.add_argument("--replay", help="run one saved case (a JSON file this command wrote) instead")
     parser.add_argument("--no-shrink", action="store_true", help="report mismatches without shrinking them")
     parser.set_defaults(func=run)
@@ -63,9 +71,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the cases; exit status 1 if any mismatched."""
     work = Path(args.work)
-    spark = local_session()
     if args.deployments:
-        return run_deployments(spark, range(args.seed, args.seed + args.cases), work, args.split_only)
+        seeds = range(args.seed, args.seed + args.cases)
+        deployments = [random_deployment(s, args.split_only, args.kafka_only) for s in seeds]
+        if not any(deployment.source == "kafka" for deployment in deployments):
+            return run_deployments(local_session(), deployments, work)
+        from jobs.kafka_broker import KafkaBroker
+        from jobs.kafka_install import connector_jars, install_broker_jars
+
+        install_broker_jars()
+        with KafkaBroker() as broker:  # one broker for the run, a fresh topic per case and engine
+            spark = local_session(jars=connector_jars())
+            return run_deployments(spark, deployments, work, broker.bootstrap)
+    spark = local_session()
     cases = [Case.from_json(Path(args.replay).read_text())] if args.replay else None
     seeds = range(args.seed, args.seed + args.cases)
     coverage: Counter = Counter()
@@ -95,30 +113,45 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def run_deployments(spark: Any, seeds: range, work: Path, split_only: bool = False) -> int:
-    """Random deployments (:mod:`jobs.differential.deployments`; ``split_only``: each one stream split by filters);
-    exit status 1 if any mismatched. Each line names the case's shapes and its outcome (with the rows Spark wrote);
-    the end counts every shape drawn, the cases where Spark wrote no row, and the refusals by message."""
+def run_deployments(spark: Any, deployments: list[Deployment], work: Path, bootstrap: str = "") -> int:
+    """Random deployments (:mod:`jobs.differential.deployments`; a Kafka case's topics on the broker at
+    ``bootstrap``); exit status 1 if any mismatched. Each line names the case's shapes, its outcome (with the rows
+    Spark wrote) and its time; the end counts every shape drawn, the outcomes per shape (``shape=outcome``), the
+    cases where Spark wrote no row, and the refusals by message."""
     coverage: Counter = Counter()
     refusals: Counter = Counter()
     failures, started = 0, time.monotonic()
-    for n, seed in enumerate(seeds, 1):
-        deployment = random_deployment(seed, split_only)
-        outcome = run_scenario(spark, deployment.scenario(), work / "run")
+    for n, deployment in enumerate(deployments, 1):
+        began = time.monotonic()
+        try:
+            # a folder per case: a Kafka case's topics are named by it, fresh for each case
+            outcome = run_scenario(spark, deployment.scenario(bootstrap), work / "run" / str(deployment.seed))
+        except Exception as error:  # noqa: BLE001 - the harness itself failed (a topic not made): a run failure
+            outcome = Outcome(Mismatch(None, f"the run failed: {type(error).__name__}: {str(error)[:300]}"))
+        finally:
+            shutil.rmtree(work / "run" / str(deployment.seed), ignore_errors=True)
         coverage.update(deployment.tags)
         if outcome.refused:
-            message = re.sub(r"#\d+|-T\d+ms", "", outcome.message)  # without the plan's ids, for grouping
+            message = re.sub(r"#\d+|-T\d+ms|-[0-9a-f]{10}\b", "", outcome.message)  # no plan ids or topic hashes
             refusals[f"{outcome.refused}: {message[:160]}"] += 1
-            coverage[f"refused:{outcome.refused}"] += 1
+            kind = f"refused:{outcome.refused}"
         elif outcome.mismatch is None:
-            coverage["same:no rows" if not outcome.spark_rows else "same:rows"] += 1
+            kind = "same:no rows" if not outcome.spark_rows else "same:rows"
+        else:
+            kind = "mismatch"
+        coverage[kind] += 1
+        coverage.update(f"{tag}={kind}" for tag in deployment.tags if tag.startswith("kafka_"))
         failures += outcome.mismatch is not None
         said = f"same as Spark ({outcome.spark_rows} rows)"
         said = f"refused by {outcome.refused}: {outcome.message[:300]}" if outcome.refused else said
         said = f"MISMATCH {outcome.mismatch}" if outcome.mismatch else said
-        print(f"[{n}/{len(seeds)} {time.monotonic() - started:.0f}s] {deployment.describe()}: {said}", flush=True)
+        took = time.monotonic() - began
+        print(
+            f"[{n}/{len(deployments)} {time.monotonic() - started:.0f}s +{took:.0f}s] {deployment.describe()}: {said}",
+            flush=True,
+        )
     counts = ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
-    print(f"{failures} of {len(seeds)} cases mismatched; coverage: {counts}")
+    print(f"{failures} of {len(deployments)} cases mismatched; coverage: {counts}")
     for message, count in refusals.most_common():
         print(f"  refused {count}x: {message}")
     return 1 if failures else 0
@@ -145,13 +178,15 @@ def _count(coverage: Counter, case: Case) -> None:
     coverage["files"] += case.files
 
 
-def local_session(app_name: str = "misa-fuzz"):
-    """A local[2] session for the differential runs and benchmarks that run in this process (UI and progress off)."""
+def local_session(app_name: str = "misa-fuzz", jars: list[str] | None = None):
+    """A local[2] session for the differential runs and benchmarks that run in this process (UI and progress off);
+    ``jars``: on ``spark.jars`` (Spark's Kafka connector)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.config("spark.jars", ",".join(jars)) if jars else SparkSession.builder
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

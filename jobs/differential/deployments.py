@@ -24,6 +24,15 @@ write, not from misa's operators:
   from a second ``readStream`` of the same source, with the same projections or other ones
   (:func:`drawn_split`). An event-time filter above the watermark is a shape misa refuses: those cases check the
   refusal at start.
+* **Kafka sources** (issue 62; two cases in five, every case with ``--kafka-only``): the source becomes topics of
+  the project's broker (one per stream, a fresh one per case and engine: :mod:`jobs.differential.kafka_inputs`)
+  with 1 to 4 partitions, the records partitioned by key, the keys even or skewed to one; ``startingOffsets``
+  earliest or per partition in JSON (earliest, latest or an offset); no admission limit, ``maxOffsetsPerTrigger``,
+  or (under processing time) ``minOffsetsPerTrigger`` with ``maxTriggerDelay``; the value decoded with
+  ``from_json``; the event time the value's field or Kafka's ``timestamp``; Kafka's own columns (partition,
+  offset, timestamp, topic) kept through the query, as columns of a deduplication's or a join's rows, or as
+  aggregates of a window's (:func:`drawn_kafka`). Every other draw stays (triggers, placements, splits, the
+  shapes misa refuses at start).
 
 Each case runs through plain Spark and through misa (:func:`jobs.differential.scenarios.run_scenario`): a query
 Spark refuses must be refused by misa at start; one misa refuses must be refused at start with
@@ -32,8 +41,9 @@ Spark refuses must be refused by misa at start; one misa refuses must be refused
 
 from __future__ import annotations
 
+import json
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.differential.cases import drawn_placement
+from jobs.differential.kafka_inputs import KafkaInputs, topic_name
 from jobs.differential.scenarios import Round, Rows, Scenario
 from jobs.differential.topic_source import TopicSource
 
@@ -59,6 +70,12 @@ SPLIT_AT = ("above", "below")
 SPLIT_FROM = ("one_read", "two_reads", "two_reads_other_projection")
 SPLIT_SOURCES = ("folder", "glob", "subfolders", "topic", "rate")
 SPLIT_SHARE = 0.2  # of the cases, without --split-only
+KAFKA_SHARE = 0.4  # of the cases, without --kafka-only
+KAFKA_SKEW = ("even", "skewed")  # the records' keys (a topic's records are partitioned by key)
+KAFKA_START = ("earliest", "json")  # startingOffsets: "earliest", or per partition in JSON
+KAFKA_LIMITS = ("none", "maxOffsetsPerTrigger", "minOffsetsPerTrigger")  # the last with maxTriggerDelay
+KAFKA_TIME = ("value", "timestamp")  # the event time: the value's field, or Kafka's timestamp of the record
+KAFKA_COLUMNS = ("partition", "offset", "timestamp", "topic")  # Kafka's own columns a query may keep
 # Each branch's filter, SQL over the source's columns: overlapping for the key and the value (a join finds pairs, a
 # union counts a row twice), disjoint for the side and the event time's second (a row of side 2 goes to neither).
 SPLIT_FILTERS = {
@@ -90,6 +107,16 @@ class Deployment:
     split_on: str = ""  # what the branches' filters read (SPLIT_ON)
     split_at: str = ""  # above withWatermark or below it (SPLIT_AT)
     split_from: str = ""  # one read, or a second read of the source with the same or other projections (SPLIT_FROM)
+    kafka_partitions: int = 0  # source "kafka": each topic's partitions
+    kafka_skew: str = ""  # KAFKA_SKEW
+    kafka_start: tuple[
+        tuple[str, tuple[int, ...]], ...
+    ] = ()  # per topic, each partition's offset (-2, -1, n); () earliest
+    kafka_limit: str = ""  # KAFKA_LIMITS
+    kafka_limit_n: int = 0  # maxOffsetsPerTrigger, or minOffsetsPerTrigger
+    kafka_time: str = ""  # KAFKA_TIME
+    kafka_columns: tuple[str, ...] = ()  # of KAFKA_COLUMNS, kept in the query
+    bootstrap: str = field(default="", compare=False)  # the broker the case runs on (not a draw)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -100,12 +127,34 @@ class Deployment:
         if self.stateful in ("join", "outer_join"):
             names.remove("key")
         names += ["split"] + (["split_on", "split_at", "split_from"] if self.split != "none" else [])
-        return tuple(f"{name}:{getattr(self, name)}" for name in names) + (f"rounds:{len(self.rounds)}",)
+        tags = [f"{name}:{getattr(self, name)}" for name in names] + [f"rounds:{len(self.rounds)}"]
+        if self.source == "kafka":
+            tags += [
+                f"kafka_partitions:{self.kafka_partitions}",
+                f"kafka_skew:{self.kafka_skew}",
+                f"kafka_start:{'json' if self.kafka_start else 'earliest'}",
+                f"kafka_limit:{self.kafka_limit}",
+                f"kafka_time:{self.kafka_time}",
+                f"kafka_trigger:{self.trigger}",
+                f"kafka_placement:{self.placement}",
+            ]
+            tags += [f"kafka_column:{name}" for name in self.kafka_columns] or ["kafka_column:none"]
+            starts = {o for _, offsets in self.kafka_start for o in offsets}
+            tags += [f"kafka_start_offset:{ {-2: 'earliest', -1: 'latest'}.get(o, 'n') }" for o in sorted(starts)]
+        return tuple(dict.fromkeys(tags))
 
     def describe(self) -> str:
         return f"seed {self.seed}: " + " ".join(tag.split(":", 1)[1] for tag in self.tags)
 
-    def scenario(self) -> Scenario:
+    def scenario(self, bootstrap: str = "") -> Scenario:
+        """The case as a scenario; ``bootstrap``: the broker of a Kafka case's topics."""
+        if self.source == "kafka":
+            if not bootstrap:
+                raise ValueError(f"seed {self.seed} reads Kafka: give the broker's bootstrap servers")
+            return replace(self, bootstrap=bootstrap)._scenario()
+        return self._scenario()
+
+    def _scenario(self) -> Scenario:
         trigger: dict[str, Any] = {"availableNow": True}
         if self.trigger == "once":
             trigger = {"once": True}
@@ -115,9 +164,24 @@ class Deployment:
         conf = {"spark.misa.state.placement": self.placement}
         if self.placement == "executors":  # one state host: the test session's two task slots hold it and the tasks
             conf["spark.misa.state.processes"] = "1"
+        kafka = None
+        if self.source == "kafka":
+            folders = ()
+            kafka = KafkaInputs(self.bootstrap, {name: self.kafka_partitions for name in self._topics()})
         return Scenario(
-            f"seed {self.seed}", self.build, self.output_mode, self.rounds, trigger, folders=folders, conf=conf
+            f"seed {self.seed}",
+            self.build,
+            self.output_mode,
+            self.rounds,
+            trigger,
+            folders=folders,
+            conf=conf,
+            kafka=kafka,
         )
+
+    def _topics(self) -> tuple[str, ...]:
+        """A Kafka case's topics: one per stream (``in``, and ``other`` for a second stream)."""
+        return _streams(self.stateful, self.plan, self.split != "none")
 
     # ------------------------------------------------------------------ the query, in Spark's API
     def build(self, spark: SparkSession, inputs: Path) -> DataFrame:
@@ -142,7 +206,7 @@ class Deployment:
             "global": lambda: events.groupBy(key),
             "session": lambda: events.groupBy(F.session_window("t", f"{self.window_s} seconds"), key),
         }[self.stateful]()
-        return grouped.agg(*self._aggregates()), name
+        return grouped.agg(*self._aggregates(), *self._kafka_aggregates()), name
 
     def _events(self, spark: SparkSession, inputs: Path, folder: str = "in") -> DataFrame:
         """The source's rows with columns ``t, k, v, s, st`` (and ``side`` when split), watermarked."""
@@ -152,7 +216,9 @@ class Deployment:
         """One ``readStream`` of the source; ``other``: through other projections (columns in another order, the
         event time computed again, the same values)."""
         schema = SCHEMA + ", side int" if self.split != "none" else SCHEMA
-        if self.source == "topic":
+        if self.source == "kafka":
+            rows = self._kafka(spark, inputs, folder, schema)
+        elif self.source == "topic":
             spark.dataSource.register(TopicSource)
             reader = spark.readStream.format("misa-test-topic").schema(schema).option("maxRecordsPerBatch", 3)
             rows = reader.load(str(inputs / "topic"))
@@ -177,6 +243,49 @@ class Deployment:
             event_time = F.timestamp_micros(F.unix_micros("t")).alias("t")
             return rows.select(*[event_time if name == "t" else F.col(f"`{name}`") for name in reversed(rows.columns)])
         return rows
+
+    def _kafka(self, spark: SparkSession, inputs: Path, folder: str, schema: str) -> DataFrame:
+        """The topic of stream ``folder`` read as drawn, its value decoded with ``from_json``, with the columns of a
+        folder's rows (``t`` the value's or Kafka's timestamp) and the Kafka columns kept (``kafka_partition``,
+        ``kafka_offset``, ``kafka_timestamp``, ``kafka_topic``: the topic's name without the engine's hash)."""
+        topic = topic_name(inputs, folder)
+        reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
+        reader = reader.option("subscribe", topic)
+        starts = dict(self.kafka_start).get(folder)
+        if starts is None:
+            reader = reader.option("startingOffsets", "earliest")
+        else:
+            offsets = {str(partition): offset for partition, offset in enumerate(starts)}
+            reader = reader.option("startingOffsets", json.dumps({topic: offsets}))
+        if self.kafka_limit == "maxOffsetsPerTrigger":
+            reader = reader.option("maxOffsetsPerTrigger", self.kafka_limit_n)
+        elif self.kafka_limit == "minOffsetsPerTrigger":
+            reader = reader.option("minOffsetsPerTrigger", self.kafka_limit_n).option("maxTriggerDelay", "30s")
+        raw = reader.load()
+        value = F.from_json(F.col("value").cast("string"), schema).alias("j")
+        decoded = raw.select(value, "partition", "offset", "timestamp", "topic")
+        names = [name.split()[0] for name in schema.split(", ")]
+        columns = [
+            F.col("timestamp").alias("t") if n == "t" and self.kafka_time == "timestamp" else F.col(f"j.{n}")
+            for n in names
+        ]
+        kept = {
+            "partition": F.col("partition").alias("kafka_partition"),
+            "offset": F.col("offset").alias("kafka_offset"),
+            "timestamp": F.col("timestamp").alias("kafka_timestamp"),
+            "topic": F.regexp_replace("topic", "-[0-9a-f]{10}$", "").alias("kafka_topic"),
+        }
+        return decoded.select(*columns, *[kept[name] for name in self.kafka_columns])
+
+    def _kafka_aggregates(self) -> list[Column]:
+        """A window's or a group's aggregates over the Kafka columns kept."""
+        chosen = {
+            "partition": F.max("kafka_partition").alias("max_partition"),
+            "offset": F.sum("kafka_offset").alias("offsets"),
+            "timestamp": F.max("kafka_timestamp").alias("last_record"),
+            "topic": F.min("kafka_topic").alias("topic"),
+        }
+        return [chosen[name] for name in self.kafka_columns]
 
     def _branches(self, spark: SparkSession, inputs: Path) -> tuple[DataFrame, DataFrame]:
         """One stream split by filters into two branches, each watermarked (:data:`SPLIT_FILTERS`): above
@@ -247,19 +356,25 @@ class Deployment:
             first, second = self._branches(spark, inputs)
         else:
             first, second = self._events(spark, inputs), self._events(spark, inputs, "other")
-        left = first.select(F.col("k").alias("lk"), F.col("t").alias("lt"), "v")
+        kept = [f"kafka_{name}" for name in self.kafka_columns]
+        left = first.select(F.col("k").alias("lk"), F.col("t").alias("lt"), "v", *kept)
         if self.key_filter == "one_side":
             left = left.where(F.col("lk") >= 1)
-        right = second.select(F.col("k").alias("rk"), F.col("t").alias("rt"), "s")
+        right = second.select(
+            F.col("k").alias("rk"), F.col("t").alias("rt"), "s", *[F.col(c).alias(f"r{c}") for c in kept]
+        )
         bound = f"interval {self.window_s} seconds"
         condition = F.expr(f"lk = rk AND rt >= lt - {bound} AND rt <= lt + {bound}")
         return left.join(right, condition, "inner" if self.stateful == "join" else "left_outer")
 
 
-def random_deployment(seed: int, split_only: bool = False) -> Deployment:
+def random_deployment(seed: int, split_only: bool = False, kafka_only: bool = False) -> Deployment:
     """The deployment of ``seed``; ``split_only``: one stream split by filters, whatever :func:`drawn_split` draws
-    without it (a seed drawn split without it is the same case with it)."""
+    without it (a seed drawn split without it is the same case with it); ``kafka_only``: on Kafka, whatever
+    :func:`drawn_kafka` draws without it (likewise)."""
     rng = random.Random(seed)
+    kafka = random.Random(f"kafka-{seed}")
+    on_kafka = kafka.random() < KAFKA_SHARE or kafka_only
     stateful = rng.choice(STATEFUL)
     split = drawn_split(seed, stateful, split_only)
     stateful = split.pop("stateful", stateful)
@@ -273,11 +388,16 @@ def random_deployment(seed: int, split_only: bool = False) -> Deployment:
         source = "two_folders"
     elif source == "two_folders" and not two:
         source = "folder"
+    if on_kafka:  # the topics replace the source drawn: one stream, or two (a join of two streams, a union)
+        source = "kafka"
     trigger = "processingTime" if source == "rate" else rng.choices(TRIGGERS, weights=(6, 2, 2))[0]
     delay_s, window_s = rng.choice((0, 2, 5)), rng.choice((4, 10))
     rounds = _rounds(rng, source, plan, two and not split, trigger, delay_s)
     if split:
         rounds = _with_sides(seed, rounds)
+    drawn: dict[str, Any] = {}
+    if on_kafka:
+        rounds, drawn = drawn_kafka(kafka, rounds, trigger, _streams(stateful, plan, bool(split)))
     key_filter = rng.choices(KEY_FILTERS if two else KEY_FILTERS[:2], weights=(6, 2, 2) if two else (6, 2))[0]
     return Deployment(
         seed,
@@ -294,6 +414,7 @@ def random_deployment(seed: int, split_only: bool = False) -> Deployment:
         key_filter,
         drawn_placement(seed),
         **split,
+        **drawn,
     )
 
 
@@ -323,6 +444,55 @@ def drawn_split(seed: int, stateful: str, only: bool = False) -> dict[str, str]:
     return {**shape, "stateful": stateful}
 
 
+def drawn_kafka(
+    rng: random.Random, rounds: tuple[Round, ...], trigger: str, topics: tuple[str, ...]
+) -> tuple[tuple[Round, ...], dict[str, Any]]:
+    """A Kafka case's draws (Deployment's ``kafka_*`` fields) from its own generator ``rng``, and its rounds' rows
+    with their partition (``_partition``: the key's, a null key's the last; keys skewed: most rows' key 0)."""
+    partitions = rng.randint(1, 4)
+    skew = rng.choice(KAFKA_SKEW)
+    start = rng.choice(KAFKA_START)
+    limits = KAFKA_LIMITS if trigger == "processingTime" else KAFKA_LIMITS[:2]  # a minimum: under processing time
+    limit = rng.choices(limits, weights=(1, 1, 2)[: len(limits)])[0]
+    limit_n = rng.randint(2, 12) if limit == "maxOffsetsPerTrigger" else rng.randint(2, 6)
+    event_time = rng.choice(KAFKA_TIME)
+    columns = tuple(name for name in KAFKA_COLUMNS if rng.random() < 0.4)
+
+    def partitioned(files: tuple[tuple[str, Rows], ...]) -> tuple[tuple[str, Rows], ...]:
+        out = []
+        for path, rows in files:
+            keyed = []
+            for row in rows:
+                k = 0 if skew == "skewed" and row["k"] is not None and rng.random() < 0.6 else row["k"]
+                keyed.append({**row, "k": k, "_partition": partitions - 1 if k is None else k % partitions})
+            out.append((path, tuple(keyed)))
+        return tuple(out)
+
+    rounds = tuple(replace(r, files=partitioned(r.files), later=partitioned(r.later)) for r in rounds)
+    starts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    if start == "json":  # each partition: earliest, latest, or an offset up to the records there at start
+        at_start = [(path.split("/")[1], row["_partition"]) for path, rows in rounds[0].files for row in rows]
+        starts = tuple(
+            (topic, tuple(_start_offset(rng, at_start.count((topic, p))) for p in range(partitions)))
+            for topic in topics
+        )
+    drawn = {
+        "kafka_partitions": partitions,
+        "kafka_skew": skew,
+        "kafka_start": starts,
+        "kafka_limit": limit,
+        "kafka_limit_n": limit_n if limit != "none" else 0,
+        "kafka_time": event_time,
+        "kafka_columns": columns,
+    }
+    return rounds, drawn
+
+
+def _start_offset(rng: random.Random, records: int) -> int:
+    """A partition's starting offset in JSON: earliest (-2), latest (-1), or one of its ``records`` at start."""
+    return rng.choice((-2, -1, rng.randint(0, records), rng.randint(0, records)))
+
+
 def _with_sides(seed: int, rounds: tuple[Round, ...]) -> tuple[Round, ...]:
     """The rounds' rows with a ``side`` field (0 or 1, a tenth 2: no branch's), drawn from a generator of their own
     (the rows keep their other fields)."""
@@ -335,6 +505,11 @@ def _with_sides(seed: int, rounds: tuple[Round, ...]) -> tuple[Round, ...]:
         )
 
     return tuple(replace(r, files=sided(r.files), later=sided(r.later)) for r in rounds)
+
+
+def _streams(stateful: str, plan: str, split: bool) -> tuple[str, ...]:
+    """A case's streams: a join of two streams (not one split) and a union of two read ``in`` and ``other``."""
+    return ("in", "other") if (stateful in ("join", "outer_join") and not split) or plan == "union" else ("in",)
 
 
 def _output_mode(rng: random.Random, stateful: str) -> str:
@@ -372,6 +547,8 @@ def _rounds(rng: random.Random, source: str, plan: str, two: bool, trigger: str,
 def _path(source: str, folder: str, index: int) -> str:
     if source == "topic":
         return f"topic/{index:05d}.jsonl"
+    if source == "kafka":  # produced to the engine's topic of the stream
+        return f"kafka/{folder}/{index:05d}"
     if source == "subfolders":
         return f"{folder}/day={index % 2}/part-{index:05d}.json"
     return f"{folder}/part-{index:05d}.json"

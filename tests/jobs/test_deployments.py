@@ -64,7 +64,7 @@ def test_split_only_draws_every_split_shape_and_its_combinations_within_200_seed
     wanted = [(s, on, at) for s in d.SPLITS[1:] for on in d.SPLIT_ON for at in d.SPLIT_AT]
     wanted += [(s, f) for s in d.SPLITS[1:] for f in d.SPLIT_FROM]
     assert not [w for w in wanted if not pairs[w]], "combinations never drawn"
-    assert {c.source for c in cases} <= set(d.SPLIT_SOURCES)  # one source, read once or twice
+    assert {c.source for c in cases} <= {*d.SPLIT_SOURCES, "kafka"}  # one source, read once or twice
     assert all((c.split == "join") == (c.stateful in ("join", "outer_join")) for c in cases)
 
 
@@ -110,7 +110,7 @@ def test_the_rows_of_split_cases_reach_both_branches():
 
 # Seeds of the slice: a Python source with a backlog under a filter (a sliding window) and two streams unioned
 # (session windows, restarts); each runs through both engines (the first with -m slow: the suite's time).
-SLICE = (pytest.param(326, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow))  # the suite's time
+SLICE = (pytest.param(326, marks=pytest.mark.slow), pytest.param(3423, marks=pytest.mark.slow))  # the suite's time
 
 
 @pytest.mark.parametrize("seed", SLICE)
@@ -127,7 +127,7 @@ def test_a_fixed_seed_slice_gives_sparks_rows_or_a_refusal_at_start(spark, tmp_p
 # time above the watermark, which misa refuses at start.
 SPLIT_SLICE = (
     (1388, "ok"),
-    pytest.param(2091, "ok", marks=pytest.mark.slow),
+    pytest.param(833, "ok", marks=pytest.mark.slow),
     pytest.param(1126, "ok", marks=pytest.mark.slow),
     pytest.param(1045, "refused by misa", marks=pytest.mark.slow),
 )
@@ -142,3 +142,69 @@ def test_fixed_split_seeds_give_sparks_rows_or_misas_refusal_at_start(spark, tmp
         assert outcome.ok and outcome.spark_rows > 0, f"{deployment.describe()}: {outcome}"
     else:
         assert outcome.refused == "misa" and "event-time" in outcome.message, f"{deployment.describe()}: {outcome}"
+
+
+# Kafka sources (issue 62): two cases in five, every case with `--kafka-only` (`misa fuzz --deployments --kafka-only`
+# runs them on a broker started for the run).
+KAFKA_SEEDS = range(200)
+
+
+def test_kafka_only_draws_every_kafka_option_trigger_and_placement_within_200_seeds():
+    cases = [d.random_deployment(seed, kafka_only=True) for seed in KAFKA_SEEDS]
+    assert all(c.source == "kafka" for c in cases)
+    drawn = Counter(tag for c in cases for tag in c.tags)
+    wanted = [f"kafka_partitions:{n}" for n in (1, 2, 3, 4)]
+    wanted += [f"kafka_skew:{v}" for v in d.KAFKA_SKEW] + [f"kafka_start:{v}" for v in d.KAFKA_START]
+    wanted += [f"kafka_start_offset:{v}" for v in ("earliest", "latest", "n")]
+    wanted += [f"kafka_limit:{v}" for v in d.KAFKA_LIMITS] + [f"kafka_time:{v}" for v in d.KAFKA_TIME]
+    wanted += [f"kafka_column:{v}" for v in (*d.KAFKA_COLUMNS, "none")]
+    wanted += [f"kafka_trigger:{v}" for v in d.TRIGGERS] + ["kafka_placement:driver", "kafka_placement:executors"]
+    wanted += [f"stateful:{v}" for v in d.STATEFUL] + [f"plan:{v}" for v in d.PLANS] + ["split:join", "split:union"]
+    missing = [tag for tag in wanted if not drawn[tag]]
+    assert not missing, f"never drawn: {missing}"
+    assert all(c.trigger == "processingTime" for c in cases if c.kafka_limit == "minOffsetsPerTrigger")
+
+
+def test_a_kafka_seed_keeps_its_draws_with_kafka_only_and_two_cases_in_five_are_on_kafka():
+    cases = {seed: d.random_deployment(seed) for seed in range(500)}
+    kafka = [seed for seed, c in cases.items() if c.source == "kafka"]
+    assert 160 <= len(kafka) <= 240, f"{len(kafka)} of 500 on Kafka"
+    assert all(cases[seed] == d.random_deployment(seed, kafka_only=True) for seed in kafka)
+    assert d.random_deployment(11, kafka_only=True) == d.random_deployment(11, kafka_only=True)
+    for c in cases.values():
+        rows = [row for r in c.rounds for _, rs in r.files + r.later for row in rs]
+        if c.source != "kafka":
+            assert not c.kafka_partitions and all("_partition" not in row for row in rows)
+        else:  # each record in a partition of its topic, by its key
+            assert all(0 <= row["_partition"] < c.kafka_partitions for row in rows)
+            assert all(row["k"] is None or row["_partition"] == row["k"] % c.kafka_partitions for row in rows)
+
+
+def test_kafka_starting_offsets_name_every_partition_of_every_topic_within_its_records_at_start():
+    for seed in KAFKA_SEEDS:
+        c = d.random_deployment(seed, kafka_only=True)
+        if not c.kafka_start:
+            continue
+        two = (c.stateful in ("join", "outer_join") and c.split == "none") or c.plan == "union"
+        topics = ("in", "other") if two else ("in",)
+        assert [topic for topic, _ in c.kafka_start] == list(topics)
+        for topic, offsets in c.kafka_start:
+            assert len(offsets) == c.kafka_partitions
+            for partition, offset in enumerate(offsets):
+                at_start = sum(
+                    1
+                    for path, rows in c.rounds[0].files
+                    if path.split("/")[1] == topic
+                    for row in rows
+                    if row["_partition"] == partition
+                )
+                assert offset in (-2, -1) or 0 <= offset <= at_start
+
+
+def test_a_kafka_case_needs_the_broker_and_names_its_topics():
+    c = d.random_deployment(11, kafka_only=True)
+    with pytest.raises(ValueError, match="bootstrap"):
+        c.scenario()
+    scenario = c.scenario("127.0.0.1:9")
+    assert scenario.kafka is not None and set(scenario.kafka.topics.values()) == {c.kafka_partitions}
+    assert all(path.startswith("kafka/") for r in scenario.rounds for path, _ in r.files + r.later)
