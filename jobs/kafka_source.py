@@ -26,6 +26,11 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
         help="earliest, latest or Spark's per-partition JSON (a new query only; default earliest)",
     )
     group.add_argument("--max-offsets-per-trigger", type=int, help="at most this many records a batch")
+    group.add_argument(
+        "--output-topic",
+        help="also write each batch's output rows into this topic on the same broker, in one transaction per batch "
+        "(exactly once for a read_committed consumer; jobs/kafka_output.py)",
+    )
 
 
 def check_source(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -34,6 +39,8 @@ def check_source(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--kafka needs --topic")
     if not args.kafka and not args.input:
         parser.error("give the input: --input DIR, or --kafka BOOTSTRAP --topic TOPIC")
+    if args.output_topic and not args.kafka:
+        parser.error("--output-topic needs --kafka (the topic is written on the source's broker)")
 
 
 def kafka_lines(spark: SparkSession, args: argparse.Namespace) -> DataFrame:

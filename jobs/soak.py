@@ -724,6 +724,7 @@ class Soak:
         self.inputs: dict[str, Path] = {}
         self.versions: dict[str, int] = {}
         self.reference: dict[tuple[str, str], Reference] = {}  # per job and source
+        self.reference_topic_rows: dict[str, Counter] = {}  # per job: its native reference's output topic
         self.clean_s: dict[tuple[str, str], float] = {}  # per job and placement: the longest source's
         self.topics = SoakTopics() if "kafka" in args.sources else None
         self.s3_server = None
@@ -800,12 +801,15 @@ class Soak:
         reference = self.reference[job, source] = Reference.of(spec, native_dir, source)
         if not reference.output.size:
             raise SystemExit(f"misa soak: the native reference of {job} has no rows: the input is too small")
+        if source == "kafka":
+            assert self.topics is not None
+            self.reference_topic_rows[job] = self.topics.output_rows(native_dir)
         print(f"  {source}: native reference {reference.output.size} rows ({native.seconds:.1f}s)", flush=True)
         for placement in self.args.placements:
             clean_dir = self.work / "reference" / f"{job}-{source}-misa-{placement}"
             clean = self._run_clean(job, CommitMode.MISA, clean_dir, placement, source)
             self.clean_s[job, placement] = max(clean.seconds, self.clean_s.get((job, placement), 0.0))
-            result, _, detail = judge(spec, reference, clean_dir, source)
+            result, _, detail = self._judge(job, source, clean_dir)
             print(f"  {source}: clean misa run, state on the {placement}: {result} ({clean.seconds:.1f}s)", flush=True)
             if result != "ok":
                 raise SystemExit(
@@ -868,7 +872,7 @@ class Soak:
         if source == "kafka":
             assert self.topics is not None
             cmd += submit_options()
-            read = self.topics.arguments(job)
+            read = self.topics.arguments(job, run_dir)
         else:
             read = ["--input", str(self.inputs[job]), "--max-files-per-trigger", str(FILES_PER_BATCH)]
         cmd += [
@@ -935,8 +939,7 @@ class Soak:
         if ended:
             record.result, record.detail = ended
         else:
-            reference = self.reference[plan.job, plan.source]
-            record.result, diff, record.detail = judge(JOBS[plan.job], reference, run_dir, plan.source)
+            record.result, diff, record.detail = self._judge(plan.job, plan.source, run_dir)
             record.lost, record.extra, record.doubled = diff.lost, diff.extra_rows, diff.doubled
             if record.result == "ok":
                 self._verify_dfs(dfs, record)
@@ -944,6 +947,16 @@ class Soak:
         if record.result == "ok" and not self.args.keep_runs:  # a refusal's folder stays, like a failure's
             self._remove(run_dir, f"{index:04d}/" if plan.dfs == "s3" else None)
         return record
+
+    def _judge(self, job: str, source: str, run_dir: Path) -> tuple[str, RowDiff, str]:
+        """:func:`judge` of the run's output against the reference; on Kafka, when equal, its output topic's
+        committed rows against the reference's too."""
+        judged = judge(JOBS[job], self.reference[job, source], run_dir, source)
+        if source != "kafka" or judged[0] != "ok":
+            return judged
+        assert self.topics is not None
+        diff = diff_rows(self.topics.output_rows(run_dir), self.reference_topic_rows[job])
+        return ("ok", diff, "") if diff.ok else ("mismatch", diff, f"the output topic: {diff.describe()}")
 
     def _run_stages(
         self, plan: Plan, steps: list[Stage], run_dir: Path, dfs: str, deadline: float, record: Record

@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 from checkpoint.exceptions import OwnershipError
 from common.errors import LocationError
 from common.location import parse, spark_location
+from jobs.kafka_output import BatchSink, with_kafka_output
 from jobs.kafka_source import add_kafka_arguments, check_source, kafka_json, kafka_lines
 from misa.config import CommitMode, MisaConfig, parse_seconds
 from misa.exceptions import AnalysisError, ConfigError, IncompatibleStateError, RecoveryError
@@ -319,7 +320,7 @@ def run_misa(
     stream: DataFrame,
     operator: StatefulOperator,
     upstream: Callable[[DataFrame], DataFrame],
-    sink: ParquetBatchSink,
+    sink: BatchSink,
     hint_stages: Sequence[Callable[[DataFrame], DataFrame]] | None = None,
     next_input: NextInput | None = None,
 ) -> None:
@@ -341,7 +342,7 @@ def run_misa(
     run_started(spark, job, lambda: job.start(spark, stream, trigger(args), f"{args.query}-{args.mode}"), args)
 
 
-def run_from_query(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: ParquetBatchSink) -> None:
+def run_from_query(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: BatchSink) -> None:
     """Run ``result``, the query as a Spark user writes it, through :func:`misa.from_query` until it ends."""
     options = {**misa_options(spark, args), "bad_records": None}  # Spark's own reader: no quarantine columns
     query = from_query(result, sink, args.checkpoint, output_mode=args.output_mode, **options)
@@ -445,7 +446,7 @@ def run_query(
     spark: SparkSession, args: argparse.Namespace, query: JobQuery, schema: StructType, required: Sequence[str]
 ) -> None:
     """Run ``query`` over the input in the mode of the command line, writing Parquet per batch id."""
-    sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
+    sink = with_kafka_output(ParquetBatchSink(args.output, sort_by=query.sort_by), args)
     if args.from_query:  # the query as a Spark user writes it, over Spark's own JSON reader
         written = query.native(read_json_stream(spark, args, schema), args)
         if is_native(args.mode):
@@ -461,17 +462,17 @@ def run_query(
         run_misa(spark, args, stream, query.operator(args), query.upstream, sink, query.hint_stages(), peek)
 
 
-def write_native(spark: SparkSession, sink: ParquetBatchSink, batch_id: int, rows: DataFrame) -> None:
+def write_native(spark: SparkSession, sink: BatchSink, batch_id: int, rows: DataFrame) -> None:
     """Write a native batch's output: on a cluster from the executors, as a Spark user's DataFrame sink writes (one
     sorted file after a shuffle to one task, so that the stateful stage keeps its parallelism), in local mode
-    through the driver."""
-    if spark.sparkContext.master.startswith("local["):
+    (or to a sink of tables only, such as the Kafka output's) through the driver."""
+    if spark.sparkContext.master.startswith("local[") or not isinstance(sink, ParquetBatchSink):
         sink(batch_id, rows.toArrow())
     else:
         sink.write_frame(batch_id, rows.repartition(1) if sink.sort_by else rows)
 
 
-def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: ParquetBatchSink) -> None:
+def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame, sink: BatchSink) -> None:
     """Run the same query in plain Spark Structured Streaming with Spark's RocksDB state store, configured for
     ``args.mode`` (:func:`native_state_store_conf`; every setting is printed)."""
     conf = native_state_store_conf(args.mode, MisaConfig.from_session(spark))

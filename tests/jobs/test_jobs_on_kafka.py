@@ -5,6 +5,8 @@ Spark's native mode batch by batch (each reads the same offsets in each batch)."
 from __future__ import annotations
 
 import argparse
+import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from job_helpers import job_args, results
 from jobs import cluster_monitoring
 from jobs.kafka_client import consume_all
 from jobs.kafka_produce import produce_folder
-from jobs.output_diff import diff_rows, read_output
+from jobs.output_diff import canonical, diff_rows, read_output, without_batch_ids
 from jobs.submit import job_arguments
 
 
@@ -43,6 +45,28 @@ def test_cm2_on_a_kafka_topic_gives_the_native_modes_rows_batch_by_batch(spark, 
     assert results(cluster_monitoring, "cm2", tmp_path / "misa")
 
 
+@pytest.mark.slow  # two CM2 runs; make test has the sink's own kill tests (tests/misa/io/test_kafka_sink.py)
+def test_the_output_topic_holds_each_batchs_rows_once_for_a_committed_reader(spark, kafka_broker, tmp_path: Path):
+    """``--output-topic``: the job's rows also go into a topic, a transaction per batch; a second run on the same
+    checkpoint (every batch already committed) writes nothing again."""
+    data = late_cm2_input(tmp_path / "input", seed=12)
+    produce_folder(kafka_broker, "cm2-out-src", data, partitions=2, key_field="job_id", replace=True)
+    args = on_kafka(job_args("cm2", "misa", data, tmp_path / "misa"), kafka_broker, "cm2-out-src", 4000)
+    args += ["--output-topic", "cm2-out"]
+    for _ in range(2):
+        cluster_monitoring.run(spark, cluster_monitoring.parse_args(args))
+    written = Counter()  # the Parquet rows, timestamps as the sink's JSON writes them
+    for row, n in without_batch_ids(read_output(tmp_path / "misa" / "out").rows).items():
+        written[tuple(v.isoformat() if hasattr(v, "isoformat") else v for v in row)] += n
+    committed = Counter(
+        tuple(canonical(v) for v in json.loads(r.value).values())
+        for r in consume_all(kafka_broker, "cm2-out", read_committed=True)
+    )
+    assert sum(written.values()) > 0
+    diff = diff_rows(committed, written)
+    assert diff.ok, diff.describe()
+
+
 def test_a_malformed_record_on_the_topic_is_quarantined_not_lost(kafka_broker, tmp_path: Path):
     folder = tmp_path / "input"
     folder.mkdir()
@@ -58,6 +82,7 @@ def test_a_malformed_record_on_the_topic_is_quarantined_not_lost(kafka_broker, t
     [
         (["--kafka", "127.0.0.1:9092"], "--kafka needs --topic"),
         ([], "--input DIR, or --kafka BOOTSTRAP --topic TOPIC"),
+        (["--input", "i", "--output-topic", "o"], "--output-topic needs --kafka"),
     ],
 )
 def test_a_job_needs_one_source(argv: list[str], message: str, capsys):

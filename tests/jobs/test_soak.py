@@ -94,6 +94,7 @@ def test_a_kafka_run_reads_the_jobs_topic_with_the_connector_on_the_class_path(t
         "--max-offsets-per-trigger",
         "123",
     ]
+    assert cmd[cmd.index("--output-topic") + 1] == soak_kafka.output_topic(tmp_path / "r")  # judged read_committed
     assert cmd.index("--jars") < cmd.index(str(soak.ROOT / "jobs" / "nexmark.py"))
     assert all(jar.endswith(".jar") for jar in cmd[cmd.index("--jars") + 1].split(","))
 
@@ -103,10 +104,10 @@ def test_a_kafka_batch_layout_is_the_offsets_each_batch_ended_at(tmp_path):
     offsets.mkdir(parents=True)
     ends = ['{"soak-q20":{"1":5,"0":4}}', '{"soak-q20":{"0":4,"1":5}}', '{"soak-q20":{"0":9,"1":5}}']
     for batch, end in enumerate(ends):
-        (offsets / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{end}\n')
+        (offsets / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{end}\n{{"misaNoDataBatchAfter":{batch}}}\n')
     (offsets / ".0.crc").write_text("")
     layout = soak.batch_layout(tmp_path / "ckpt", "kafka")
-    # batch 1 read nothing new (a batch without data); key order does not matter
+    # batch 1 read nothing new (a batch without data); key order and misa's own sources do not matter
     assert layout == {0: ('{"soak-q20": {"0": 4, "1": 5}}',), 2: ('{"soak-q20": {"0": 9, "1": 5}}',)}
 
 
