@@ -8,9 +8,11 @@
 Its jars come from ``.kafka/broker`` (:mod:`jobs.kafka_install`; nothing is fetched here). :meth:`KafkaBroker.start`
 formats the storage (``kafka.tools.StorageTool format --standalone``), starts ``kafka.Kafka``, and returns once a
 topic can be created; a broker that does not come up fails with the end of its log. :meth:`KafkaBroker.stop` ends
-it (SIGTERM, then SIGKILL) and removes the folder. A broker started by a test also gets SIGTERM when the thread that
-started it dies; a ``detached`` one (``misa kafka up``) outlives its starter and is stopped by pid
-(:func:`stop_process`).
+it (SIGTERM, then SIGKILL) and removes the folder; ``stop(keep_data=True)`` keeps the folder and the ports, and the
+next :meth:`~KafkaBroker.start` runs the broker again on them (no new format: its topics, records, offsets and
+transactions as they were; a broker down for a while, then back at the same address). A broker started by a test
+also gets SIGTERM when the thread that started it dies; a ``detached`` one (``misa kafka up``) outlives its starter
+and is stopped by pid (:func:`stop_process`).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class KafkaBroker:
 
     @property
     def bootstrap(self) -> str:
-        """``127.0.0.1:PORT``, the running broker's bootstrap servers."""
+        """``127.0.0.1:PORT``, the broker's bootstrap servers (the same while it is stopped with ``keep_data``)."""
         if self.port is None:
             raise KafkaBrokerError("the Kafka broker is not running: use KafkaBroker as a context manager")
         return f"127.0.0.1:{self.port}"
@@ -114,10 +116,17 @@ class KafkaBroker:
     def __repr__(self) -> str:
         return f"KafkaBroker({self.bootstrap if self.port is not None else 'not running'})"
 
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     def start(self) -> KafkaBroker:
-        """Format the storage, start the broker and return once a topic can be created on it."""
+        """Format the storage, start the broker and return once a topic can be created on it; after
+        ``stop(keep_data=True)``, start it again on the same folder and ports (no format)."""
         classpath = os.pathsep.join(map(str, broker_jars(self.jars_dir)))
         java = java_binary()
+        if self.dir is not None:
+            return self._restart(java, classpath)
         self.dir = Path(tempfile.mkdtemp(prefix="misa-kafka-"))
         errors = []
         try:
@@ -137,6 +146,20 @@ class KafkaBroker:
             raise
         self.stop()
         raise KafkaBrokerError(f"the Kafka broker did not start in {self.attempts} attempts: " + " | ".join(errors))
+
+    def _restart(self, java: str, classpath: str) -> KafkaBroker:
+        """The kept broker started again: the same server.properties (folder and ports), once."""
+        assert self.dir is not None and self.port is not None
+        if self.running:
+            raise KafkaBrokerError(f"{self!r} is running: stop it first")
+        self._launch(java, classpath, self.dir / "server.properties")
+        reason = self._wait_ready(self.port)
+        if reason is not None:
+            self._terminate()
+            raise KafkaBrokerError(
+                f"the Kafka broker did not start again on {self.bootstrap}: {reason}; {self._log_tail()}"
+            )
+        return self
 
     def _configure(self, port: int, controller_port: int) -> Path:
         """A fresh data folder and the server.properties for these ports."""
@@ -209,9 +232,12 @@ class KafkaBroker:
             stop_process(self._process.pid, wait=self._process.wait)
             self._process = None
 
-    def stop(self) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL after 15 s) and remove its folder."""
+    def stop(self, keep_data: bool = False) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after 15 s) and remove its folder; with ``keep_data``, keep the
+        folder and the ports for the next :meth:`start`."""
         self._terminate()
+        if keep_data and self.dir is not None and self.port is not None:
+            return
         self.port = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
