@@ -38,6 +38,10 @@ CORPUS = (
         f"{SOURCES}[a stream-static join drops a row that still moves Spark's watermark]",
     ),
     (
+        "issue 63 (an independent generator, twice): a key first seen without event time, forgotten by Spark",
+        f"{SOURCES}[dropDuplicatesWithinWatermark, a key first seen without event time, forgotten at the first eviction]",
+    ),
+    (
         "misa fuzz --deployments seed 1122: a keyless row Spark filters below the watermark",
         f"{SOURCES}[two streams joined, a keyless row that Spark filters below the watermark]",
     ),

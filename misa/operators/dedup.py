@@ -13,7 +13,8 @@ has not seen is emitted (the whole row) and its key remembered:
   is forgotten once its event time is at or before the eviction watermark; keys are stored behind their
   event time, so eviction is one range delete;
 * **within the watermark** (``within_watermark=True``) a key (without the event time) is remembered until
-  its first row's event time plus the delay; late rows are dropped as above. The key's expiry is stored
+  its first row's event time plus the delay (a first row without event time: the delay after 1970, as Spark
+  stores it); late rows are dropped as above. The key's expiry is stored
   with it, and each batch's new keys with their expiries as one record (columns ``expiry`` and ``key``) behind
   the earliest of them (``0xFE D`` ++ earliest expiry ++ its key): eviction scans only the records holding an
   expired key, forgets those keys and writes the rest back as one record. (Older versions kept a timer key per
@@ -192,8 +193,10 @@ class Deduplicate(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         return self._codec.encode(times if self._by_time else None, columns, rows.num_rows)
 
     def _expiries(self, times: np.ndarray) -> np.ndarray:
-        """When keys first seen at ``times`` expire: the event time plus the delay (no event time: never)."""
-        return np.where(times == NO_EVENT_TIME, NO_EVENT_TIME, times + self.delay_us).astype(np.int64)
+        """When keys first seen at ``times`` expire: the event time plus the delay. A key first seen without an event
+        time expires at the delay, as Spark stores it (its row's null time slot reads 0), so the first eviction past
+        it forgets the key."""
+        return np.where(times == NO_EVENT_TIME, 0, times).astype(np.int64) + self.delay_us
 
     def _remember(self, state: StateView, keys: list[bytes], times: np.ndarray) -> None:
         """Keep the batch's new ``keys``, first seen at ``times`` (within the watermark: with their expiries)."""

@@ -135,6 +135,20 @@ SCENARIOS = {
     ),
     # Spark pushes a filter on a group key above the aggregation below withWatermark: the row at 200 s (k = 0) moves
     # no watermark, so no window closes before the end.
+    "dropDuplicatesWithinWatermark, a key first seen without event time, forgotten at the first eviction": Scenario(
+        "null time dedup",
+        lambda spark, inputs: (
+            files(spark, inputs / "in").withWatermark("t", "5 seconds").dropDuplicatesWithinWatermark(["k"])
+        ),
+        "append",
+        (
+            # Spark stores the key's expiry from the null time read as 0: 0 + 5 s, past at the next batch's eviction
+            Round(
+                files=(("in/0.json", rows((None, 1), (100, 2))), ("in/1.json", rows((110, 3)))),
+            ),
+            Round(files=(("in/2.json", rows((None, 1), (130, 4))),)),  # after a restart: k 1 is new again
+        ),
+    ),
     "a filter on a group key above the aggregation": Scenario(
         "having",
         lambda spark, inputs: windowed(files(spark, inputs / "in")).where("k > 0"),
