@@ -39,7 +39,8 @@ CORPUS = (
     ),
     (
         "issue 63 (an independent generator, twice): a key first seen without event time, forgotten by Spark",
-        f"{SOURCES}[dropDuplicatesWithinWatermark, a key first seen without event time, forgotten at the first eviction]",
+        f"{SOURCES}[dropDuplicatesWithinWatermark, a key first seen without event time, "
+        "forgotten at the first eviction]",
     ),
     (
         "misa fuzz --deployments seed 1122: a keyless row Spark filters below the watermark",
