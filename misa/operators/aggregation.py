@@ -2,7 +2,8 @@
 
 :class:`Aggregation` covers windowed aggregation (tumbling or sliding event-time windows with a
 watermark, update or append output) and continuous (unwindowed) aggregation, with sum, count,
-avg, min, max, stddev and variance over any integer or string group columns. Its semantics follow Spark's own
+avg, min, max, count_if, bool_and, bool_or, the moment functions (:mod:`.moments`) and the object aggregates
+(:mod:`.object_aggs`) over any integer or string group columns. Its semantics follow Spark's own
 streaming aggregation, so that ``--mode native`` is an exact reference:
 
 * the watermark of batch v is ``max event time (ms) of batches < v - delay``; it starts at 0;
@@ -27,7 +28,7 @@ value is combined from its panes when it is emitted.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -58,20 +59,39 @@ from misa.operators.base import (
     spark_interval,
     state_table,
 )
-from misa.operators.moments import MOMENT_FUNCTIONS, moment_partials, moment_results
-from misa.operators.object_aggs import OBJECT_FUNCTIONS, OBJECT_ORDERED, ObjectValues, is_object, object_partial
+from misa.operators.moments import (
+    CO_MOMENT_FUNCTIONS,
+    MOMENT_FUNCTIONS,
+    moment_count,
+    moment_fold,
+    moment_partials,
+    moment_results,
+)
+from misa.operators.object_aggs import (
+    BY_FUNCTIONS,
+    OBJECT_FUNCTIONS,
+    OBJECT_ORDERED,
+    ObjectValues,
+    is_object,
+    object_pane_reason,
+    object_partial,
+)
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.parallel.routing import KeyColumns
-from misa.state.codec import MOMENTS, AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
+from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
 from misa.state.keys import KEY_SPACE_VERSION, PANE_RECORD, WINDOW_PREFIX_BYTES, window_prefix
 from misa.state.memory_tier import MemorySpace
+from misa.state.moment_folds import EXTRA_CELLS
 from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
-AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", *MOMENT_FUNCTIONS, *OBJECT_FUNCTIONS)
+BOOLEAN_FUNCTIONS = {"bool_and": "min", "bool_or": "max"}  # folded as Spark's replacements: min, max of booleans
+AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", "count_if", *BOOLEAN_FUNCTIONS)
+AGG_FUNCTIONS += (*MOMENT_FUNCTIONS, *OBJECT_FUNCTIONS)
+TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS)  # aggregates of a second column (Agg.other)
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
 OUTPUT_MODES = ("update", "append", "complete")
 NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
@@ -82,6 +102,7 @@ ORDERED = (*NUMBERS, T.DateType, T.TimestampType, T.TimestampNTZType)
 INPUT_TYPES = {"sum": (*NUMBERS, T.DecimalType), "avg": (*NUMBERS, T.DecimalType)}
 INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_ORDERED)}
 INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in MOMENT_FUNCTIONS}  # as doubles, as Spark casts them
+INPUT_TYPES |= {f: (T.BooleanType,) for f in ("count_if", *BOOLEAN_FUNCTIONS)}
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
 DELTA_SCHEMA = "delta_schema"  # metadata: the deltas' Arrow schema (misa.operators.schema.schema_text)
@@ -91,23 +112,49 @@ LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding wind
 
 @dataclass(frozen=True)
 class Agg:
-    """One output column: ``function`` of input ``column`` (count: ``"*"`` counts rows, Spark's ``count(*)``).
+    """One output column: ``function`` of input ``column`` (count: ``"*"`` counts rows, Spark's ``count(*)``) and,
+    for the functions of two columns (:data:`TWO_COLUMNS`), ``other``: covariance's and correlation's y, max_by's
+    and min_by's ordering.
 
-    Functions: sum, count, avg, min, max, (:mod:`misa.operators.moments`) stddev_samp, stddev_pop, var_samp,
-    var_pop, and (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct."""
+    Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, (:mod:`misa.operators.moments`)
+    stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
+    (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
+    min_by."""
 
     name: str
     function: str
     column: str
+    other: str = ""
 
     def __post_init__(self) -> None:
         if self.function not in AGG_FUNCTIONS:
             raise ValueError(f"aggregate {self.name}: unknown function {self.function!r}; use one of {AGG_FUNCTIONS}")
         if self.column == ROWS_COLUMN and self.function != "count":
             raise ValueError(f'aggregate {self.name}: "*" is count\'s column only (count(*)); name a column')
+        if bool(self.other) != (self.function in TWO_COLUMNS):
+            raise ValueError(f"aggregate {self.name}: other (a second column) is for {', '.join(TWO_COLUMNS)} only")
 
     def __str__(self) -> str:
-        return f'Agg("{self.name}", "{self.function}", "{self.column}")'
+        other = f', other="{self.other}"' if self.other else ""
+        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other})'
+
+    def signature(self, schema: T.StructType) -> str:
+        """This aggregate in a state's signature, its input columns checked against ``schema``."""
+        if self.column == ROWS_COLUMN:
+            return f"{self.name}=count(*)"
+        dtype = column_type(schema, self.column, str(self))
+        self.check_input(dtype)
+        arguments = [typed(self.column, dtype)]
+        if self.other:
+            other = column_type(schema, self.other, str(self))
+            self.check_other(other)
+            arguments.append(typed(self.other, other))
+        return f"{self.name}={self.function}({', '.join(arguments)})"
+
+    def check_other(self, dtype: T.DataType) -> None:
+        """Refuse a second column misa cannot compute with (covariance and correlation: numbers)."""
+        if self.function in CO_MOMENT_FUNCTIONS:
+            replace(self, function="var_pop", other="").check_input(dtype)
 
     def check_input(self, dtype: T.DataType) -> None:
         """Refuse an input type whose aggregate misa cannot compute exactly as Spark does."""
@@ -122,16 +169,17 @@ class Agg:
 
     def partials(self, index: int, dtype: T.DataType | None) -> list[Column]:
         """The delta columns of this aggregate (number ``index``) over a group of rows of input type ``dtype``:
-        ``_v{index}`` (vectorized; central moments: the mean, and the m2 ``_m{index}``) or ``_o{index}`` (and
-        ``_r{index}``; :mod:`.object_aggs`), then ``_c{index}``."""
+        ``_v{index}`` (vectorized; moments: the mean, then the further cells ``_m{index}``, ``_m{index}_1``, ...)
+        or ``_o{index}`` (and ``_r{index}``; :mod:`.object_aggs`), then ``_c{index}``."""
+        other = F.col(self.other) if self.other else None
         if is_object(self.function, dtype):
             assert dtype is not None
-            columns = object_partial(self.function, F.col(self.column), dtype)
+            columns = object_partial(self.function, F.col(self.column), dtype, other)
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
         elif self.function in MOMENT_FUNCTIONS:
-            named = [
-                c.alias(f"{prefix}{index}") for c, prefix in zip(moment_partials(F.col(self.column)), ("_v", "_m"))
-            ]
+            mean, *cells = moment_partials(self.function, F.col(self.column), other)
+            named = [mean.alias(f"_v{index}"), *(c.alias(moment_cell(index, j)) for j, c in enumerate(cells))]
+            return [*named, moment_count(self.function, F.col(self.column), other).alias(f"_c{index}")]
         else:
             named = [self.partial().alias(f"_v{index}")]
         return [*named, self.partial_count().alias(f"_c{index}")]
@@ -139,8 +187,8 @@ class Agg:
     def row_partials(self, index: int, dtype: T.DataType | None) -> list[Column] | None:
         """The same delta columns as :meth:`partials` over one row, without grouping (sum, count, avg, min and max of
         numbers and times); None for the aggregates whose partial only a group of rows gives (object aggregates,
-        central moments)."""
-        if is_object(self.function, dtype) or self.function in MOMENT_FUNCTIONS:
+        moments, count_if, bool_and, bool_or)."""
+        if is_object(self.function, dtype) or self.function not in ("sum", "count", "avg", "min", "max"):
             return None
         column = F.lit(1) if self.column == ROWS_COLUMN else F.col(self.column)
         value = column  # min and max: the value itself, of the input type
@@ -157,7 +205,12 @@ class Agg:
         column = F.lit(1) if self.column == ROWS_COLUMN else F.col(self.column)
         if self.function == "avg":
             return F.sum(column.cast("double"))
-        return {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}[self.function](column)
+        if self.function == "count_if":
+            return F.count_if(column)
+        if self.function in BOOLEAN_FUNCTIONS:
+            column = column.cast("bigint")
+        function = BOOLEAN_FUNCTIONS.get(self.function, self.function)
+        return {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}[function](column)
 
     def partial_count(self) -> Column:
         """How many non-null inputs this aggregate saw in a group of rows."""
@@ -166,8 +219,9 @@ class Agg:
     def fold(self, value_type: pa.DataType) -> Fold:
         """How partial values of ``value_type`` (the Arrow type of :meth:`partial`) combine."""
         if self.function in MOMENT_FUNCTIONS:
-            return Fold(self.name, MOMENTS, floating=True)
-        op = self.function if self.function in ("min", "max") else "sum"
+            return Fold(self.name, moment_fold(self.function), floating=True)
+        op = BOOLEAN_FUNCTIONS.get(self.function, self.function)
+        op = op if op in ("min", "max") else "sum"
         return Fold(self.name, op, pa.types.is_floating(value_type))
 
 
@@ -222,10 +276,10 @@ class AggValues:
     @property
     def cells(self) -> list[str]:
         """The kind of each aggregate's value cell, stored with each version."""
-        return [MOMENTS if f.op == MOMENTS else "float64" if f.floating else "int64" for f in self.states.folds]
+        return [f.op if f.op in EXTRA_CELLS else "float64" if f.floating else "int64" for f in self.states.folds]
 
     def delta_states(self, deltas: pa.Table) -> np.ndarray:
-        """The deltas' states: per aggregate its partial value (null: the identity) and count (and m2)."""
+        """The deltas' states: per aggregate its partial value (null: the identity) and count (and moments)."""
         columns = []
         for i, fold, t in zip(self.indexes, self.states.folds, self.types):
             value = deltas[f"_v{i}"].combine_chunks()
@@ -234,8 +288,8 @@ class AggValues:
             else:
                 cells = value.view(_integers(t)).cast(pa.int64()).fill_null(fold.identity).to_numpy()
             columns += [cells, deltas[f"_c{i}"].to_numpy().astype(np.int64)]
-            if fold.op == MOMENTS:
-                columns.append(_float_cells(deltas[f"_m{i}"].combine_chunks(), 0.0))
+            for j in range(EXTRA_CELLS.get(fold.op, 0)):
+                columns.append(_float_cells(deltas[moment_cell(i, j)].combine_chunks(), 0.0))
         return np.column_stack(columns) if columns else self.states.identity(deltas.num_rows)
 
     def columns(self, states: np.ndarray, objects: list[list[Any]]) -> dict[str, pa.Array]:
@@ -243,16 +297,23 @@ class AggValues:
         out = self.objects.columns(objects) if self.objects else {}
         for i, (agg, t) in enumerate(zip(self.aggs, self.types)):
             value, count = self.states.value(states, i), self.states.count(states, i)
-            empty = None if agg.function == "count" else count == 0
+            empty = None if agg.function in ("count", "count_if") else count == 0
             if agg.function == "avg":
                 value = value / np.maximum(count, 1)
             elif agg.function in MOMENT_FUNCTIONS:
-                value, empty = moment_results(agg.function, count, self.states.m2(states, i))
-            if pa.types.is_floating(t):
+                value, empty = moment_results(agg.function, count, self.states.moments(states, i))
+            if agg.function in BOOLEAN_FUNCTIONS:
+                out[agg.name] = pa.array(value != 0, mask=empty)
+            elif pa.types.is_floating(t):
                 out[agg.name] = pa.array(value, mask=empty).cast(t)
             else:
                 out[agg.name] = pa.array(value, mask=empty).cast(_integers(t)).view(t)
         return {name: out[name] for name in self.names}
+
+
+def moment_cell(index: int, cell: int) -> str:
+    """The delta column of aggregate ``index``'s moment cell ``cell`` (after the mean and the count)."""
+    return f"_m{index}" + (f"_{cell}" if cell else "")
 
 
 def _float_cells(values: pa.Array, identity: float) -> np.ndarray:
@@ -335,14 +396,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         """Resolve against the input's schema (each column must exist, with a type misa handles exactly);
         the signature of the state this aggregation keeps."""
         self._check_inputs(schema)
-        aggregations = []
-        for agg in self.aggs:
-            if agg.column == ROWS_COLUMN:
-                aggregations.append(f"{agg.name}=count(*)")
-                continue
-            dtype = column_type(schema, agg.column, str(agg))
-            agg.check_input(dtype)
-            aggregations.append(f"{agg.name}={agg.function}({typed(agg.column, dtype)})")
+        aggregations = [agg.signature(schema) for agg in self.aggs]
         if self.event_time:
             event_time(schema, self.event_time, f"the aggregation's event_time {self.event_time!r}")
         signature = {
@@ -409,12 +463,13 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         for agg in self.aggs:
             if agg.column in types:  # else Spark names the missing column
                 agg.check_input(types[agg.column])
+                if agg.other in types:
+                    agg.check_other(types[agg.other])
                 if self._panes is not None and is_object(agg.function, types[agg.column]):
                     raise UnsupportedQueryError(
                         f"[MISA_UNSUPPORTED_QUERY] aggregate {agg.name} ({agg.function} of "
-                        f"{types[agg.column].simpleString()}) over sliding windows is not in misa yet: use it over "
-                        "tumbling windows or without a window, or sum/count/avg/min/max/stddev/variance of numbers "
-                        "over sliding windows"
+                        f"{types[agg.column].simpleString()}) over sliding windows is not in misa yet: "
+                        f"{object_pane_reason(agg.function)}; use it over tumbling windows or without a window"
                     )
 
     # ------------------------------------------------------------------ driver side

@@ -13,14 +13,15 @@ do not fit there, and are kept here with Spark's semantics:
 * ``collect_list`` / ``collect_set`` (nulls skipped; an empty group gives an empty array), bounded by
   ``spark.misa.aggregate.collectMaxItems`` items per group: more fails the batch, naming the group's
   aggregate and the setting, rather than dropping values;
+* ``max_by`` / ``min_by`` (:mod:`.extremum_by`): the value of the row of the greatest (least) ordering;
 * ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
   count for its default relative error (0.05: 512 registers); small counts use linear counting, as Spark's
   HyperLogLog++ does, so they equal Spark's; larger ones have Spark's relative standard deviation (tests measure
   it), without Spark's bias table.
 
 Each delta row carries, per aggregate ``i``, its partial value ``_o{i}`` (Spark computes it per group of the
-batch) and its count of non-null inputs ``_c{i}``; the state value of a group is the pickled list of the
-aggregates' states, stored after the vectorized cells.
+batch; max_by and min_by: with its ordering ``_r{i}``) and its count of non-null inputs ``_c{i}``; the state value
+of a group is the pickled list of the aggregates' states, stored after the vectorized cells.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.exceptions import AggregateOverflowError, MisaError
+from misa.operators.extremum_by import BY_FUNCTIONS, by_partial, merge_by
 
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
-OBJECT_FUNCTIONS += ("approx_count_distinct",)
+OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS)
 FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
 OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
 HLL_PRECISION = 9  # Spark's for relativeSD 0.05: ceil(2 * log2(1.106 / 0.05))
@@ -61,9 +63,19 @@ def is_object(function: str, dtype: T.DataType | None) -> bool:
     return function in ("sum", "avg") and isinstance(dtype, T.DecimalType)
 
 
-def object_partial(function: str, column: Column, dtype: T.DataType) -> list[Column]:
+def object_pane_reason(function: str) -> str:
+    """Why misa does not combine ``function``'s states across the panes of a sliding window."""
+    if function in FIRST + LAST:
+        return f"{function} of a window is of its first (last) row in Spark's reading order, which its panes lose"
+    return f"{function}'s state is a Python value per group, which misa's pane records do not hold"
+
+
+def object_partial(function: str, column: Column, dtype: T.DataType, other: Column | None = None) -> list[Column]:
     """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals)
-    a typed null carrying the result type."""
+    a typed null carrying the result type, (max_by, min_by) the extremum of the ordering ``other``."""
+    if function in BY_FUNCTIONS:
+        assert other is not None
+        return by_partial(function, column, other)
     if function == "approx_count_distinct":
         return [F.collect_set(F.when(column.isNotNull(), F.xxhash64(column)))]
     if function == "avg":
@@ -97,10 +109,12 @@ class ObjectAgg:
     def identity(self) -> Any:
         if self.function == "approx_count_distinct":
             return bytes(1 << HLL_PRECISION)
+        if self.function in BY_FUNCTIONS:
+            return [None, None]  # value, ordering
         return [None, 0]  # value, count (first/last: rows seen; ignoring nulls: values seen)
 
-    def of_row(self, value: Any, count: int) -> Any:
-        """The state of one delta row."""
+    def of_row(self, value: Any, count: Any) -> Any:
+        """The state of one delta row (max_by, min_by: ``count`` is the ordering)."""
         if self.function == "approx_count_distinct":
             return _registers(value or [])
         if self.function in ("first", "last"):
@@ -114,6 +128,8 @@ class ObjectAgg:
         f = self.function
         if f == "approx_count_distinct":
             return bytes(np.maximum(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)))
+        if f in BY_FUNCTIONS:
+            return merge_by(f, a, b)
         (x, n), (y, m) = a, b
         if f in FIRST:
             return a if n else b
@@ -145,10 +161,10 @@ class ObjectAgg:
         f = self.function
         if f == "approx_count_distinct":
             return _estimate(state)
-        value, count = state
+        value, count = state  # max_by, min_by: value, ordering
         if f in ("collect_list", "collect_set"):
             return value if count else []
-        if f in FIRST + LAST:
+        if f in FIRST + LAST + BY_FUNCTIONS:
             return value
         if not count or value is None:
             return None
@@ -191,10 +207,13 @@ class ObjectValues:
 
     def delta_states(self, deltas: pa.Table) -> list[list[Any]]:
         """Per delta row, the list of its aggregates' states."""
-        columns = [
-            zip(deltas[f"_o{a.index}"].to_pylist(), deltas[f"_c{a.index}"].to_pylist(), strict=True) for a in self.aggs
-        ]
+        columns = [zip(deltas[f"_o{a.index}"].to_pylist(), self._counts(deltas, a), strict=True) for a in self.aggs]
         return [[a.of_row(v, c) for a, (v, c) in zip(self.aggs, row)] for row in zip(*columns)]
+
+    @staticmethod
+    def _counts(deltas: pa.Table, agg: ObjectAgg) -> list[Any]:
+        """Per delta row, aggregate ``agg``'s count of inputs (max_by, min_by: its ordering's extremum)."""
+        return deltas[f"_{'r' if agg.function in BY_FUNCTIONS else 'c'}{agg.index}"].to_pylist()
 
     def per_key(self, states: list[list[Any]], key_of_row: np.ndarray, keys: int) -> list[list[Any]]:
         """The rows' states folded per key, rows in order."""

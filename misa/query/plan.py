@@ -123,6 +123,9 @@ def _fields(kind: str, jnode: Any) -> dict[str, Any]:
     return {}
 
 
+DIVIDING = ("StddevSamp", "VarianceSamp", "Skewness", "Kurtosis", "Corr", "CovSample")  # statistical aggregates
+
+
 def expr_of(jexpr: Any) -> Expr:
     """The Python tree of a Catalyst expression."""
     kind = str(jexpr.getClass().getSimpleName())
@@ -134,9 +137,9 @@ def expr_of(jexpr: Any) -> Expr:
         value = bool(jexpr.isDistinct()) or bool(jexpr.filter().isDefined())
     if kind == "HyperLogLogPlusPlus":  # value: the relative error asked for
         value = float(jexpr.relativeSD())
-    if kind in ("First", "Last"):  # value: whether nulls are skipped
+    if kind in ("First", "Last", "AnyValue"):  # value: whether nulls are skipped
         value = bool(jexpr.ignoreNulls())
-    if kind in ("StddevSamp", "VarianceSamp"):  # value: null for one input (else NaN: statisticalAggregate legacy)
+    if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None
     return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name, jexpr)

@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from misa.exceptions import UnsupportedQueryError
-from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.sessions import SessionAggregation
 from misa.query.aggregates import ComputedOutputs, event_time_filters
 from misa.query.deduplication import translate_deduplication
 from misa.query.group_keys import GroupKey, group_keys
 from misa.query.joins import translate_join
-from misa.query.plan import Attr, Expr, PlanNode, column_of
+from misa.query.plan import DIVIDING, Attr, Expr, PlanNode, column_of
 from misa.query.translation import OutputColumn, Translation, refuse_filters_on_event_time, refused, watermarks
 from misa.query.watermarks import watermarked
 
@@ -46,6 +46,14 @@ FUNCTIONS |= {"Last": "last", "HyperLogLogPlusPlus": "approx_count_distinct"}
 FUNCTIONS |= {"CollectSet": "collect_set", "CollectList": "collect_list"}
 FUNCTIONS |= {"StddevSamp": "stddev_samp", "StddevPop": "stddev_pop"}
 FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
+FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or", "AnyValue": "first"}
+FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kurtosis": "kurtosis"}
+FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp"}
+NOT_EXACT = {  # functions Spark runs in streaming aggregations that misa refuses, and why
+    "ApproximatePercentile": "its result is of Spark's quantile sketch, whose compressions misa cannot reproduce "
+    "exactly",
+    "Mode": "Spark picks among values of equal counts by its hash map's order, which misa cannot reproduce",
+}
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
 
@@ -270,6 +278,12 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     function = aggregate.children[0]
     if aggregate.value:
         raise refused(node, f"{aggregate.sql} is DISTINCT or FILTERed", "the aggregate without DISTINCT or FILTER")
+    if function.kind in NOT_EXACT:
+        raise refused(
+            node,
+            f"misa does not compute {aggregate.sql} yet: {NOT_EXACT[function.kind]}",
+            f"one of {', '.join(FUNCTIONS.values())} (docs/spark-queries.md lists every function)",
+        )
     if function.kind not in FUNCTIONS:
         raise refused(
             node,
@@ -280,26 +294,31 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         raise refused(
             node, f"{aggregate.sql} asks for relative error {function.value}", "approx_count_distinct(column)"
         )
-    if function.kind in ("StddevSamp", "VarianceSamp") and not function.value:
+    if function.kind in DIVIDING and not function.value:
         raise refused(
             node,
-            f"{aggregate.sql} is NaN for one row under spark.sql.legacy.statisticalAggregate=true",
-            "the query with Spark's default, spark.sql.legacy.statisticalAggregate=false (null for one row)",
+            f"{aggregate.sql} is NaN where it divides by zero under spark.sql.legacy.statisticalAggregate=true",
+            "the query with Spark's default, spark.sql.legacy.statisticalAggregate=false (null there)",
         )
     arguments = function.children
-    if len(arguments) != 1:
+    misa_function = FUNCTIONS[function.kind]
+    if len(arguments) != (2 if misa_function in TWO_COLUMNS else 1):
         raise refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
-    argument = arguments[0]
-    if function.kind == "Count" and argument.kind == "Literal" and argument.value is not None:
+    if function.kind == "Count" and arguments[0].kind == "Literal" and arguments[0].value is not None:
         return Agg(name, "count", "*")
-    misa_function = FUNCTIONS[function.kind] + (
-        "_ignore_nulls" if function.kind in ("First", "Last") and function.value else ""
-    )
+    if function.kind in ("First", "Last", "AnyValue") and function.value:
+        misa_function += "_ignore_nulls"
+    columns = [_argument_column(argument, translation) for argument in arguments]
+    return Agg(name, misa_function, *columns)
+
+
+def _argument_column(argument: Expr, translation: Translation) -> str:
+    """The source column of an aggregate's argument: its column, or one misa adds computing the expression."""
     if argument.attr is not None:
-        return Agg(name, misa_function, argument.attr.name)
+        return argument.attr.name
     column = ARGUMENT.format(len(translation.extra_columns))
     translation.extra_columns.append((column, argument.sql))
-    return Agg(name, misa_function, column)
+    return column
 
 
 def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:

@@ -7,8 +7,9 @@ flag byte and then 8 bytes big-endian for integers, booleans, dates (days), time
 Spark's: microseconds) and floats (float64 bits, -0.0 and NaN normalized as Spark groups them), or a
 4-byte length and UTF-8 for strings.
 Values of incremental aggregates (:class:`AggStates`) are, per aggregate, its value as 8 bytes (an
-int64, or a float64 for floating aggregates) and its count of non-null inputs (int64), little-endian; a central
-moments aggregate (stddev, variance) has a third cell, the float64 sum of squared deviations from its mean value.
+int64, or a float64 for floating aggregates) and its count of non-null inputs (int64), little-endian; a moments
+aggregate (stddev, variance, skewness, kurtosis, covariance, correlation) has further float64 cells
+(:mod:`misa.state.moment_folds`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import pyarrow.compute as pc
 
 from misa.exceptions import AggregateOverflowError
 from misa.state.keys import split_fixed
+from misa.state.moment_folds import EXTRA_CELLS, fold_moments
 from misa.state.record_codec import index_ranges, utf8_parts
 
 WINDOW_END_DTYPE = np.dtype(">u8")  # a key's window end: big-endian, so keys sort by it
 AGG_CELLS = 2  # per aggregate: value, count
-MOMENTS = "moments"  # the fold of central moments: mean, count and m2 (three cells), merged as Spark merges them
 CELL = np.dtype("<i8")
 INT64 = np.iinfo(np.int64)
 
@@ -213,7 +214,7 @@ def _variable_parts(column: pa.Array) -> pa.Array:
 @dataclass(frozen=True)
 class Fold:
     """How one aggregate's value folds: ``op`` (sum, min or max) over int64 or (``floating``) float64 values, or
-    :data:`MOMENTS` (float64 mean, count and m2).
+    moments (:data:`~misa.state.moment_folds.EXTRA_CELLS`: float64 mean, count and further cells).
 
     ``name`` is the aggregate's output column, for error messages.
     """
@@ -224,14 +225,14 @@ class Fold:
 
     @property
     def cells(self) -> int:
-        """The aggregate's cells in a state: value and count (and m2 for central moments)."""
-        return AGG_CELLS + (self.op == MOMENTS)
+        """The aggregate's cells in a state: value and count (and the further cells of moments)."""
+        return AGG_CELLS + EXTRA_CELLS.get(self.op, 0)
 
     @property
     def identity(self) -> int | float:
         """The value of no rows: ``x`` folded with it is ``x`` (float min: NaN, the top of Spark's order)."""
         if self.floating:
-            return {"sum": 0.0, "min": np.nan, "max": -np.inf, MOMENTS: 0.0}[self.op]
+            return 0.0 if self.op in EXTRA_CELLS else {"sum": 0.0, "min": np.nan, "max": -np.inf}[self.op]
         return {"sum": 0, "min": INT64.max, "max": INT64.min}[self.op]
 
     def reduce(self, values: np.ndarray, starts: np.ndarray, ansi: bool) -> np.ndarray:
@@ -244,27 +245,6 @@ class Fold:
             _check_sum(values, starts, self.name)
         ufunc = {"sum": np.add, "min": np.fmin if self.floating else np.minimum, "max": np.maximum}[self.op]
         return ufunc.reduceat(values, starts)
-
-
-def _fold_moments(cells: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The central moments (mean, count, m2 cells) of each segment of ``cells`` beginning at ``starts``, merged one
-    row after the other as Spark's ``CentralMomentAgg`` merges two buffers (Chan et al.); merged with a state of no
-    inputs, a state stays as it is (so equal values keep m2 exactly 0)."""
-    mean, count, m2 = cells[:, 0].view(np.float64), cells[:, 1], cells[:, 2].view(np.float64)
-    out_mean, out_count, out_m2 = mean[starts], count[starts], m2[starts]
-    lengths = np.diff(np.r_[starts, len(cells)])
-    for step in range(1, int(lengths.max(initial=1))):
-        at = np.flatnonzero(lengths > step)
-        rows = starts[at] + step
-        n1, n2 = out_count[at].astype(np.float64), count[rows].astype(np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):  # NaN and infinite inputs give NaN, as in Spark
-            delta = mean[rows] - out_mean[at]
-            delta_n = delta / np.maximum(n1 + n2, 1.0)
-            merged = out_mean[at] + delta_n * n2, out_m2[at] + m2[rows] + delta * delta_n * n1 * n2
-        for out, b, both in ((out_mean, mean[rows], merged[0]), (out_m2, m2[rows], merged[1])):
-            out[at] = np.where(n1 == 0, b, np.where(n2 == 0, out[at], both))
-        out_count[at] += count[rows]
-    return np.column_stack([out_mean.view(np.int64), out_count, out_m2.view(np.int64)])
 
 
 def _check_sum(values: np.ndarray, starts: np.ndarray, name: str) -> None:
@@ -280,7 +260,7 @@ def _check_sum(values: np.ndarray, starts: np.ndarray, name: str) -> None:
 @dataclass(frozen=True)
 class AggStates:
     """Aggregate states as int64 arrays of shape (rows, cells): each aggregate's value (int64, or the bits of a
-    float64) then its count of non-null inputs (then a central moments aggregate's m2); stored as little-endian
+    float64) then its count of non-null inputs (then a moments aggregate's further cells); stored as little-endian
     8-byte cells.
 
     ``ansi``: integer sums raise on overflow (the session's ``spark.sql.ansi.enabled``) instead of wrapping.
@@ -323,9 +303,10 @@ class AggStates:
         """Aggregate ``i``'s counts of non-null inputs."""
         return states[:, self.offsets[i] + 1]
 
-    def m2(self, states: np.ndarray, i: int) -> np.ndarray:
-        """Central moments aggregate ``i``'s sums of squared deviations from the mean."""
-        return np.ascontiguousarray(states[:, self.offsets[i] + 2]).view(np.float64)
+    def moments(self, states: np.ndarray, i: int) -> np.ndarray:
+        """Moments aggregate ``i``'s further cells (rows, cells) as float64 (:mod:`misa.state.moment_folds`)."""
+        at = self.offsets[i] + AGG_CELLS
+        return np.ascontiguousarray(states[:, at : self.offsets[i] + self.folds[i].cells]).view(np.float64)
 
     def reduce(self, states: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """The states of the row segments beginning at ``starts`` (each non-empty): counts add, values fold."""
@@ -333,8 +314,8 @@ class AggStates:
             return self.identity(len(starts))
         out = np.empty((len(starts), self.width), np.int64)
         for i, (at, fold) in enumerate(zip(self.offsets, self.folds)):
-            if fold.op == MOMENTS:
-                out[:, at : at + fold.cells] = _fold_moments(states[:, at : at + fold.cells], starts)
+            if fold.op in EXTRA_CELLS:
+                out[:, at : at + fold.cells] = fold_moments(fold.op, states[:, at : at + fold.cells], starts)
                 continue
             out[:, at + 1] = np.add.reduceat(states[:, at + 1], starts)
             folded = fold.reduce(self.value(states, i), starts, self.ansi)

@@ -1,0 +1,40 @@
+"""``max_by`` / ``min_by``: the value of the row whose ordering is the greatest (least), as Spark's ``MaxMinBy``.
+
+A state is ``[value, ordering]`` (ordering None: no row with a non-null ordering yet). Rows of a null ordering are
+skipped; a later state replaces an earlier one only if its ordering is strictly greater (less): on ties the earlier
+value stays, as Spark's merge keeps its buffer. Spark's order: NaN above every double, -0.0 equal to 0.0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+BY_FUNCTIONS = ("max_by", "min_by")
+
+
+def by_partial(function: str, value: Column, ordering: Column) -> list[Column]:
+    """A group of rows' partial: Spark's own ``max_by`` (``min_by``) of the group, then its ordering's extremum."""
+    if function == "max_by":
+        return [F.max_by(value, ordering), F.max(ordering)]
+    return [F.min_by(value, ordering), F.min(ordering)]
+
+
+def merge_by(function: str, earlier: list[Any], later: list[Any]) -> list[Any]:
+    """The state of ``earlier`` rows followed by ``later`` ones."""
+    if later[1] is None:
+        return earlier
+    if earlier[1] is None:
+        return later
+    a, b = _rank(earlier[1]), _rank(later[1])
+    return later if (b > a if function == "max_by" else b < a) else earlier
+
+
+def _rank(ordering: Any) -> tuple[bool, Any]:
+    """An ordering value as Spark ranks it (NaN the greatest double)."""
+    if isinstance(ordering, float) and math.isnan(ordering):
+        return True, 0.0
+    return False, ordering
