@@ -346,6 +346,47 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        "`count_if(cond)`, `bool_and` / `every`, `bool_or` / `some` (sliding windows too)",
+        RUNS,
+        lambda r: (
+            watermarked(r)
+            .groupBy(F.window(T, W, "5 seconds"), "k")
+            .agg(F.count_if(F.col("v") > 1), F.bool_and("b"), F.every(F.col("v") > 0), F.bool_or("b"), F.some("b"))
+        ),
+        covered_by=("fn:count_if:bigint", "fn:bool_and:string", "fn:bool_or:sliding", "fn:count_if:session"),
+    ),
+    Entry(
+        "`skewness`, `kurtosis`, `corr`, `covar_pop`, `covar_samp` (sliding windows too)",
+        RUNS,
+        lambda r: windowed(r, F.skewness("v"), F.kurtosis("d"), F.corr("v", "t"), F.covar_samp("t", "v")),
+        note="Spark's moments (order 4; covariance and correlation over the rows where both are non-null), merged as "
+        "Spark merges them: equal up to floating-point rounding; null where Spark divides by zero (one row, equal "
+        "values, a constant column; `spark.sql.legacy.statisticalAggregate=true` is refused)",
+        covered_by=(
+            "fn:skewness:double",
+            "fn:kurtosis:bigint",
+            "fn:corr:sliding",
+            "fn:covar_pop:decimal",
+            "fn:covar_samp:global",
+        ),
+    ),
+    Entry(
+        "`max_by(col, ord)`, `min_by(col, ord)`",
+        DIFFERS,
+        lambda r: windowed(r, F.max_by("s", "v"), F.min_by("v", "t")),
+        note="the value at the greatest (least) ordering, rows of a null ordering skipped; on ties, the value Spark's "
+        "aggregation of the batch picks (its reading order; Spark documents max_by/min_by as non-deterministic "
+        "there), and across batches the earlier batch's, as Spark's merge keeps its state's",
+        covered_by=("fn:max_by:string", "fn:min_by:bigint", "fn:max_by:session"),
+    ),
+    Entry(
+        "`any_value(col)`, `any_value(col, ignoreNulls=True)`",
+        DIFFERS,
+        lambda r: windowed(r, F.any_value("v"), F.any_value("s", F.lit(True))),
+        note="Spark computes it as `first(col)`, and so does misa: " + ORDER_NOTE,
+        covered_by=("fn:any_value:bigint", "fn:any_value:tumbling"),
+    ),
+    Entry(
         "`first(col)`, `last(col)`",
         DIFFERS,
         lambda r: windowed(r, F.first("v"), F.last("s")),
@@ -391,10 +432,14 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for relative error",
     ),
     Entry(
-        "functions of sliding windows other than sum, count, avg, min, max, stddev and variance of numbers",
+        "functions of sliding windows other than sum, count, avg, min, max, count_if, bool_and, bool_or and the "
+        "moment functions of numbers (first, last, any_value, collect_list, collect_set, approx_count_distinct, "
+        "max_by, min_by; and min, max, sum, avg of strings, booleans and decimals)",
         REFUSED,
         lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.first("s")),
-        note="tumbling windows or no window",
+        note="tumbling windows or no window; the message gives the reason: first/last/any_value of a window are of "
+        "its first (last) row in Spark's reading order, which its panes lose; the others' states are Python values "
+        "per group, which misa's pane records do not hold",
         refusal="over sliding windows is not in misa yet",
     ),
     Entry(
@@ -405,9 +450,24 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`percentile_approx`, `skewness`, `max_by`, ...)",
+        "`percentile_approx(col, p)`",
         REFUSED,
         lambda r: windowed(r, F.percentile_approx("v", 0.5)),
+        note="the functions above: its result is of Spark's quantile sketch, whose compressions misa cannot "
+        "reproduce exactly",
+        refusal="Spark's quantile sketch",
+    ),
+    Entry(
+        "`mode(col)`",
+        REFUSED,
+        lambda r: windowed(r, F.mode("v")),
+        note="the functions above: Spark picks among values of equal counts by its hash map's order",
+        refusal="its hash map's order",
+    ),
+    Entry(
+        "other aggregate functions (`percentile`, `median`, `histogram_numeric`, `regr_*`, ...)",
+        REFUSED,
+        lambda r: windowed(r, F.median("v")),
         note="the functions above",
         refusal="misa does not compute",
     ),

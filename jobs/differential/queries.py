@@ -38,6 +38,14 @@ SPARK_FUNCTIONS |= {"first_ignore_nulls": lambda c: F.first(c, ignorenulls=True)
 SPARK_FUNCTIONS |= {"last_ignore_nulls": lambda c: F.last(c, ignorenulls=True)}
 MOMENT_FUNCTIONS = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop")
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in MOMENT_FUNCTIONS}
+# issue 63's functions: of a condition on v, of v ordered by t, of v and t; drawn by _with_more_functions
+CONDITION_FUNCTIONS = ("count_if", "bool_and", "bool_or")
+SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(F.col(c).cast("string") > "1") for f in CONDITION_FUNCTIONS}
+SHAPE_FUNCTIONS = ("skewness", "kurtosis")
+CO_MOMENT_FUNCTIONS = ("corr", "covar_pop", "covar_samp")
+SPARK_FUNCTIONS |= {f: getattr(F, f) for f in SHAPE_FUNCTIONS}
+SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(c, "t") for f in (*CO_MOMENT_FUNCTIONS, "max_by", "min_by")}
+SPARK_FUNCTIONS |= {"any_value": F.any_value}
 # after withWatermark: Spark keeps the conjunct on the event time above its watermark node (the rows it drops count
 # for the watermark) and pushes the other below it
 TIME_FILTER = f"second({EVENT_TIME}) % 3 <> 0 AND (v IS NULL OR CAST(v AS STRING) <> '2')"
@@ -201,6 +209,7 @@ def random_query_case(seed: int) -> Case:
         query = replace(query, watermark=False, output_mode=rng.choice(modes))
     if not dedup:
         query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
+        query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
@@ -225,6 +234,20 @@ def _with_later_forms(rng: random.Random, query: Query) -> Query:
         over_aggregates=rng.random() < 0.2,
         time_filter=query.operator in ("tumbling", "sliding", "global") and rng.random() < 0.2,
     )
+
+
+def _with_more_functions(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random, one or two of issue 63's functions its form and value type run
+    (drawn from their own ``rng``, so every seed keeps its earlier form and rows): over sliding windows those whose
+    state merges across panes, the moments over numbers only, any_value where first is drawn."""
+    if query.operator == "stream_join" or rng.random() >= 0.3:
+        return query
+    functions = list(CONDITION_FUNCTIONS)
+    functions += [*SHAPE_FUNCTIONS, *CO_MOMENT_FUNCTIONS] if query.value_type in NUMERIC_VALUES else []
+    if query.operator != "sliding":
+        functions += ["max_by", "min_by"] + (["any_value"] if "first" in VALUE_TYPES[query.value_type] else [])
+    drawn = tuple(f for f in rng.sample(functions, rng.randint(1, 2)) if f not in query.functions)
+    return replace(query, functions=query.functions + drawn)
 
 
 def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
