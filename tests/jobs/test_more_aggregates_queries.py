@@ -1,0 +1,46 @@
+"""Issue 63's aggregate functions written in Spark's API, through misa.from_query and through plain Spark, compared
+batch id by batch id over random rows with restarts (:func:`jobs.differential.runner.run_case`): every output mode,
+tumbling, sliding and session windows and none."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.differential.cases import Query, Settings
+from jobs.differential.queries import query_case_of
+from jobs.differential.runner import run_case
+
+CASES = {
+    "tumbling windows, update: count_if, bool_and, max_by, skewness, corr of integers": Query(
+        "tumbling", {"k0": "string"}, ("count_if", "bool_and", "max_by", "skewness", "corr"), "bigint", 10, 10, 2
+    ),
+    "tumbling windows, append: min_by, kurtosis, covar_samp, any_value of doubles": Query(
+        "tumbling",
+        {"k0": "int"},
+        ("min_by", "kurtosis", "covar_samp", "any_value"),
+        "double",
+        10,
+        delay_s=2,
+        output_mode="append",
+    ),
+    "sliding windows, update: count_if, bool_or, skewness, covar_pop of doubles": Query(
+        "sliding", {"k0": "bigint"}, ("count_if", "bool_or", "skewness", "covar_pop"), "double", 10, 5, 2
+    ),
+    "sliding windows, complete: corr, kurtosis, bool_and of integers": Query(
+        "sliding", {"k0": "string"}, ("corr", "kurtosis", "bool_and"), "bigint", 10, 5, 2, "complete"
+    ),
+    "no window, complete: covar_samp, max_by, count_if of decimals": Query(
+        "global", {"k0": "bigint"}, ("covar_samp", "max_by", "count_if"), "decimal(12,2)", output_mode="complete"
+    ),
+    "session windows, append: skewness, min_by, bool_or of integers": Query(
+        "session", {"k0": "string"}, ("skewness", "min_by", "bool_or"), "bigint", 5, delay_s=2, output_mode="append"
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_function_gives_sparks_rows_and_types(spark, tmp_path, name):
+    case = query_case_of(CASES[name], Settings(), seed=63)
+    mismatch = run_case(spark, case, tmp_path / "run")
+    assert mismatch is None, f"{case.describe()}\n{mismatch}"
