@@ -28,9 +28,9 @@ write, not from misa's operators:
   the project's broker (one per stream, a fresh one per case and engine: :mod:`jobs.differential.kafka_inputs`)
   with 1 to 4 partitions, the records partitioned by key, the keys even or skewed to one; ``startingOffsets``
   earliest or per partition in JSON (earliest, latest or an offset); no admission limit, ``maxOffsetsPerTrigger``,
-  or (under processing time) ``minOffsetsPerTrigger`` with ``maxTriggerDelay``; the value decoded with
-  ``from_json``; the event time the value's field or Kafka's ``timestamp``; Kafka's own columns (partition,
-  offset, timestamp, topic) kept through the query, as columns of a deduplication's or a join's rows, or as
+  or (under processing time) ``minOffsetsPerTrigger`` with a ``maxTriggerDelay`` longer than the run; the value
+  decoded with ``from_json``; the event time the value's field or Kafka's ``timestamp``; Kafka's own columns
+  (partition, offset, timestamp, topic) kept through the query, as columns of a deduplication's or a join's rows, or as
   aggregates of a window's (:func:`drawn_kafka`). Every other draw stays (triggers, placements, splits, the
   shapes misa refuses at start).
 
@@ -76,6 +76,10 @@ KAFKA_START = ("earliest", "json")  # startingOffsets: "earliest", or per partit
 KAFKA_LIMITS = ("none", "maxOffsetsPerTrigger", "minOffsetsPerTrigger")  # the last with maxTriggerDelay
 KAFKA_TIME = ("value", "timestamp")  # the event time: the value's field, or Kafka's timestamp of the record
 KAFKA_COLUMNS = ("partition", "offset", "timestamp", "topic")  # Kafka's own columns a query may keep
+# With minOffsetsPerTrigger: longer than any run, so that the minimum alone decides when a batch runs (and each run's
+# first trigger, which Spark never delays). A delay that can expire while a run waits for quiet before producing
+# (30 s: two runs under load averages over 100) makes a batch's records depend on the clock, not on the engine.
+KAFKA_MAX_TRIGGER_DELAY = "600s"
 # Each branch's filter, SQL over the source's columns: overlapping for the key and the value (a join finds pairs, a
 # union counts a row twice), disjoint for the side and the event time's second (a row of side 2 goes to neither).
 SPLIT_FILTERS = {
@@ -260,7 +264,8 @@ class Deployment:
         if self.kafka_limit == "maxOffsetsPerTrigger":
             reader = reader.option("maxOffsetsPerTrigger", self.kafka_limit_n)
         elif self.kafka_limit == "minOffsetsPerTrigger":
-            reader = reader.option("minOffsetsPerTrigger", self.kafka_limit_n).option("maxTriggerDelay", "30s")
+            reader = reader.option("minOffsetsPerTrigger", self.kafka_limit_n)
+            reader = reader.option("maxTriggerDelay", KAFKA_MAX_TRIGGER_DELAY)
         raw = reader.load()
         value = F.from_json(F.col("value").cast("string"), schema).alias("j")
         decoded = raw.select(value, "partition", "offset", "timestamp", "topic")
