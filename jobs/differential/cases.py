@@ -45,6 +45,7 @@ class Query:
     right_delay_s: int = 0  # stream_join: the right side's withWatermark delay
     residual: bool = False  # stream_join: a predicate of both sides' values in the condition (a.v < b.v)
     right_filter: bool = False  # stream_join: the right side filtered (its rows differ from the left's)
+    join_how: str = "inner"  # stream_join: Spark's join type (queries.JOIN_HOWS)
     over_aggregates: bool = False  # expressions over aggregates inside agg (from_query aggregation cases)
     time_filter: bool = False  # a filter on the event time after withWatermark (from_query aggregation cases)
     key_expressions: bool = False  # group keys Spark computes: an expression, a struct's field (from_query cases)
@@ -119,7 +120,8 @@ class Case:
             "sliding": f"window {q.window_s}s slide {q.slide_s}s",
             "global": "no window",
             "join": f"self-join within {q.interval_s}s",
-            "stream_join": f"inner join, {q.join_shape} {q.interval_s}s, right delay {q.right_delay_s}s"
+            "stream_join": f"{q.join_how.replace('_', ' ')} join, {q.join_shape} {q.interval_s}s, "
+            f"right delay {q.right_delay_s}s"
             + (", a.v < b.v" if q.residual else "")
             + (", right side filtered" if q.right_filter else ""),
             "dedup": "dropDuplicates(keys)",

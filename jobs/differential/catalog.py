@@ -250,12 +250,22 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("join:key_time",),
     ),
     Entry(
-        "outer and semi stream-stream joins (`how='left_outer'`, ...)",
-        REFUSED,
+        "left outer, right outer, full outer and left semi stream-stream joins (`how='left_outer'`, ...)",
+        RUNS,
         lambda r: joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}", "left_outer"),
         "append",
-        "an inner join; unmatched rows of an outer join depend on when Spark evicts each side",
-        "misa runs inner stream-stream joins",
+        "the condition is evaluated on each pair of rows; a preserved side's row that never matched comes out "
+        "with nulls in the batch Spark's state watermark evicts it (often one without data); a left semi join's "
+        "left row comes out once, on its first match",
+        covered_by=("join:left_outer", "join:right_outer", "join:full_outer", "join:left_semi"),
+    ),
+    Entry(
+        "an outer or semi stream-stream join whose condition has a part of one side's columns alone (`a.v > 0`)",
+        REFUSED,
+        lambda r: joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T} AND a.v > 0", "left_outer"),
+        "append",
+        "that side filtered before the join",
+        "reads one side only",
     ),
     Entry(
         "`applyInPandasWithState` / `transformWithStateInPandas`",
@@ -376,7 +386,7 @@ ENTRIES: tuple[Entry, ...] = (
         lambda r: windowed(r, F.max_by("s", "v"), F.min_by("v", "t")),
         note="the value at the greatest (least) ordering, rows of a null ordering skipped; on ties, the value Spark's "
         "aggregation of the batch picks (its reading order; Spark documents max_by/min_by as non-deterministic "
-        "there), and across batches the earlier batch's, as Spark's merge keeps its state's",
+        "there), and across batches the later batch's, as Spark's merge of its state with a batch takes it",
         covered_by=("fn:max_by:string", "fn:min_by:bigint", "fn:max_by:session"),
     ),
     Entry(

@@ -31,6 +31,7 @@ from jobs.differential.cases import (
 EVENT_TIME = "event_time"
 QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
+JOIN_HOWS = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")  # its join type
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
 SPARK_FUNCTIONS |= {"approx_count_distinct": F.approx_count_distinct}
@@ -169,10 +170,14 @@ def _stream_join(q: Query, events: DataFrame) -> DataFrame:
         "key_time": [a_t == b_t],
     }[q.join_shape]
     condition += [F.col("a.v") < F.col("b.v")] if q.residual else []
-    joined = left.join(right, reduce(lambda x, y: x & y, condition))
+    joined = left.join(right, reduce(lambda x, y: x & y, condition), q.join_how)
     if not q.above:
         return joined  # both sides' columns, with the same names
     columns = [F.col(f"a.{k}").alias(k) for k in q.keys]
+    if q.join_how == "left_semi":  # the left side's columns only
+        return joined.select(*columns, F.col("a.v").alias("av"), a_t.alias("at")).where(
+            "av IS NULL OR CAST(av AS STRING) <> '7'"
+        )
     columns += [F.col("a.v").alias("av"), F.col("b.v").alias("bv"), a_t.alias("at"), b_t.alias("bt")]
     return joined.select(*columns).where("bv IS NULL OR CAST(bv AS STRING) <> '7'")
 
@@ -282,6 +287,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         right_delay_s=rng.choice((0, 2, 5, 10)),
         residual=rng.random() < 0.3,
         right_filter=rng.random() < 0.4,
+        join_how=random.Random(f"join how {seed}").choices(JOIN_HOWS, weights=(6, 1, 1, 1, 1))[0],
     )
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
@@ -309,7 +315,7 @@ def case_tags(case: Case) -> set[str]:
     q = case.query
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
     if q.operator == "stream_join":
-        tags |= {f"join:{q.join_shape}"} | ({"join:a.v < b.v"} if q.residual else set())
+        tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
         return tags | ({"join:right side without watermark"} if not q.watermark else set())
     tags |= {"count(*)"} if q.count_star and not q.operator.startswith("dedup") else set()

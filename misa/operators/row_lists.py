@@ -13,14 +13,20 @@ from misa.state.record_codec import RecordCodec
 from misa.state.view import StateView
 
 
-def matches(a: pa.Table, a_group: np.ndarray, b: pa.Table, b_group: np.ndarray) -> tuple[pa.Table, pa.Table]:
-    """Every pair of rows of ``a`` and ``b`` in the same group, as two aligned tables (``a``'s rows in order, each
-    one's partners in ``b``'s order)."""
+def pair_indices(a_group: np.ndarray, b_group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of rows of ``a`` and ``b`` in the same group, as two aligned arrays of row indices (``a``'s rows
+    in order, each one's partners in ``b``'s order)."""
     order = np.argsort(b_group, kind="stable")
     lo = np.searchsorted(b_group[order], a_group, "left")
     counts = np.searchsorted(b_group[order], a_group, "right") - lo
     a_rows = np.repeat(np.arange(len(a_group)), counts)
     b_rows = order[np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))]
+    return a_rows.astype(np.int64), b_rows.astype(np.int64)
+
+
+def matches(a: pa.Table, a_group: np.ndarray, b: pa.Table, b_group: np.ndarray) -> tuple[pa.Table, pa.Table]:
+    """Every pair of rows of ``a`` and ``b`` in the same group, as two aligned tables (:func:`pair_indices`)."""
+    a_rows, b_rows = pair_indices(a_group, b_group)
     return a.take(pa.array(a_rows, pa.int64())), b.take(pa.array(b_rows, pa.int64()))
 
 
@@ -38,10 +44,25 @@ def append_rows(
     if not rows.num_rows:
         return
     rows = pa.concat_tables([old, rows.cast(old.schema)])
-    group = np.concatenate([old_group, group])
-    touched = np.unique(new[1])
+    put_lists(state, prefix, records, keys, (rows, np.concatenate([old_group, group])), np.unique(new[1]))
+
+
+def put_lists(
+    state: StateView,
+    prefix: bytes,
+    records: RecordCodec,
+    keys: Sequence[bytes],
+    rows: tuple[pa.Table, np.ndarray],
+    touched: np.ndarray,
+) -> None:
+    """Write the whole lists of the ``touched`` keys (indices in ``keys``) from ``rows`` (rows and each one's index
+    in ``keys``), in order; a touched key without rows is deleted."""
+    table, group = rows
+    if not len(touched):
+        return
     keep = np.isin(group, touched)
-    rows, group = rows.filter(pa.array(keep)), group[keep]
+    table, group = table.filter(pa.array(keep)), group[keep]
     order = np.argsort(group, kind="stable")
     counts = np.bincount(group, minlength=len(keys))[touched]
-    state.put_many(prefixed(prefix, [keys[g] for g in touched]), records.encode(rows.take(order), counts))
+    values = records.encode(table.take(pa.array(order, pa.int64())), counts)
+    state.put_many(prefixed(prefix, [keys[g] for g in touched]), [v if c else None for v, c in zip(values, counts)])

@@ -62,6 +62,7 @@ SIDE, ROW_COLUMNS, PREFIXES = "_side", ("_l", "_r"), ("l", "r")
 SIDE_BYTES = (b"L", b"R")
 TIME_BIAS = 1 << 63  # timer times are stored as unsigned big-endian: times before 1970 sort first too
 TIME = "_t"  # a stored row's time (µs), its state watermark's measure
+MATCHED = "_m"  # an outer or semi join's stored row: whether it has matched a row of the other side
 ROW_TYPES = "row_types"  # metadata: the sides' row types, an Arrow schema
 WHOLE = b"\x01"  # a timer's value: its time is its key's latest and every row of the key has a time
 NO_TIME = np.iinfo(np.int64).min
@@ -77,6 +78,7 @@ class JoinSide:
     delay_ms: int = 0
     not_null: tuple[str, ...] = ()
     state_offset_ms: int | None = None
+    null_keys: bool = False  # rows with a null key are kept (an outer join's preserved side: Spark infers no filter)
 
 
 @dataclass
@@ -112,6 +114,21 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         return self.left, self.right
 
     # ------------------------------------------------------------------ at start
+    @property
+    def emitting(self) -> tuple[bool, bool]:
+        """Per side, whether its rows evicted unmatched come out (padded with nulls): an outer join's."""
+        return False, False
+
+    @property
+    def output_sides(self) -> tuple[int, ...]:
+        """The sides whose fields make the output's rows."""
+        return 0, 1
+
+    @property
+    def flagged(self) -> bool:
+        """Whether stored rows carry a matched flag (:data:`MATCHED`)."""
+        return False
+
     def signature(self, schema: T.StructType) -> dict[str, Any]:
         """The input has the side, the keys and both rows (structs holding each side's event time)."""
         names = schema.fieldNames()
@@ -176,7 +193,7 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the watermark moved and a side has a state watermark: evicts."""
         if self._bounds(0) != (None, None) and self.watermark.advance() is not None and self._records is not None:
-            self._evict(state, self._bounds(self.watermark.at_us))
+            return OperatorResult(self._output(self._evict(state, self._bounds(self.watermark.at_us))))
         return OperatorResult(self._empty())
 
     def spark_runs_no_data_batches(self) -> bool:
@@ -205,7 +222,7 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         """The side's rows that join: without nulls in the keys and ``not_null`` fields (these are dropped before the
         watermark sees them), and not late; with the counts of both kinds dropped."""
         struct = rows[ROW_COLUMNS[index]].combine_chunks() if rows.num_rows else None
-        nulls = [rows[c].is_null() for c in self.key_columns]
+        nulls = [] if side.null_keys else [rows[c].is_null() for c in self.key_columns]
         nulls += [pc.struct_field(struct, name).is_null() for name in side.not_null] if struct is not None else []
         valid = pc.invert(_any(nulls, rows.num_rows))
         kept = rows.filter(valid)
@@ -236,10 +253,10 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         else:
             time = pa.nulls(rows.num_rows, pa.int64())
         struct = rows[ROW_COLUMNS[index]].combine_chunks() if rows.num_rows else None
-        fields = (
-            struct.flatten() if struct is not None else [pa.array([], f.type) for f in self._records[index].fields[1:]]
-        )
-        return pa.Table.from_arrays([time.cast(pa.int64()), *fields], schema=self._records[index].schema)
+        row_type = self._row_types[index]  # type: ignore[index]
+        fields = struct.flatten() if struct is not None else [pa.array([], f.type) for f in row_type]
+        flags = [pa.array(np.zeros(rows.num_rows, bool))] if self.flagged else []
+        return pa.Table.from_arrays([time.cast(pa.int64()), *fields, *flags], schema=self._records[index].schema)
 
     def _keys(self, rows: pa.Table) -> list[bytes]:
         rows = normalize_float_keys(rows.select(self.key_columns), self.key_columns)
@@ -316,10 +333,12 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         timers = joined(JOIN_TIMER + SIDE_BYTES[index], _biased(times_us), [keys[g] for g in owners])
         state.put_many(timers, values)
 
-    def _evict(self, state: StateView, bounds: tuple[int | None, int | None]) -> None:
+    def _evict(self, state: StateView, bounds: tuple[int | None, int | None]) -> list[tuple[pa.Table, pa.Table]]:
         """Delete each side's rows at or before its bound: the keys come from the timers due. A key whose latest
-        timer is due (and has no row without a time) goes whole, unread; the others' rows are read and filtered."""
+        timer is due (and has no row without a time) goes whole, unread; the others' rows are read and filtered.
+        An :attr:`emitting` side's rows are all read: those it evicts unmatched are returned, padded with nulls."""
         assert self._records is not None
+        padded = []
         for index, bound in enumerate(bounds):
             if bound is None:
                 continue
@@ -330,6 +349,7 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
             timers, marks = pa.array([k for k, _ in due], pa.binary()), pa.array([v for _, v in due], pa.binary())
             tails = key_tails(timers, len(JOIN_TIMER) + 9)
             whole = pc.unique(tails.filter(pc.equal(marks, pa.scalar(WHOLE, pa.binary()))))
+            whole = whole.slice(0, 0) if self.emitting[index] else whole
             partly = pc.unique(tails.filter(pc.invert(pc.is_in(tails, whole))))
             state.put_many(prefixed(JOIN_ROWS + SIDE_BYTES[index], whole.to_pylist()), [None] * len(whole))
             keys = partly.to_pylist()
@@ -340,6 +360,17 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
             values = self._records[index].encode(rows.filter(pa.array(kept)), counts)
             state.put_many(records, [v if c else None for v, c in zip(values, counts.tolist())])
             state.delete_range(begin, end)
+            if self.emitting[index]:
+                unmatched = ~kept & ~rows[MATCHED].to_numpy(zero_copy_only=False).astype(bool)
+                padded.append(self._padded(index, rows.filter(pa.array(unmatched))))
+        return padded
+
+    def _padded(self, index: int, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """``rows`` of side ``index`` paired with rows of nulls of the other side."""
+        assert self._records is not None
+        other = self._records[1 - index].schema
+        nulls = pa.table([pa.nulls(rows.num_rows, f.type) for f in other], schema=other)
+        return (rows, nulls) if index == 0 else (nulls, rows)
 
     # ------------------------------------------------------------------ output
     def _empty(self) -> pa.Table:
@@ -351,7 +382,8 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         """Rows of the left row's fields then the right row's (``pairs``: aligned stored-form rows)."""
         assert self._row_types is not None
         columns, names = [], []
-        for side, (prefix, row_type) in enumerate(zip(PREFIXES, self._row_types)):
+        for side in self.output_sides:
+            prefix, row_type = PREFIXES[side], self._row_types[side]
             for i in range(row_type.num_fields):
                 parts = [pair[side].column(i + 1) for pair in pairs]
                 chunks = [c for part in parts for c in part.chunks]
@@ -402,7 +434,7 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
     def _set_row_types(self, left: pa.StructType, right: pa.StructType) -> None:
         if self._row_types != (left, right):
             self._row_types = (left, right)
-            self._records = (stored_rows(left), stored_rows(right))
+            self._records = (stored_rows(left, self.flagged), stored_rows(right, self.flagged))
 
 
 def _timer(index: int, time_us: int, key: bytes) -> bytes:
@@ -421,12 +453,13 @@ def _biased(times_us: np.ndarray) -> np.ndarray:
     return (times_us.astype(np.int64).view(np.uint64) ^ np.uint64(TIME_BIAS)).view(np.int64)
 
 
-def stored_rows(row_type: pa.StructType) -> RecordCodec:
-    """The codec of a side's stored rows: the time, then the row's fields (``f0, f1, ...``)."""
+def stored_rows(row_type: pa.StructType, flagged: bool = False) -> RecordCodec:
+    """The codec of a side's stored rows: the time, then the row's fields (``f0, f1, ...``), then (``flagged``)
+    whether the row has matched (:data:`MATCHED`)."""
     fields = [pa.field(TIME, pa.int64())] + [
         pa.field(f"f{i}", row_type.field(i).type) for i in range(row_type.num_fields)
     ]
-    return RecordCodec(fields, marker=COLUMNS)
+    return RecordCodec(fields + ([pa.field(MATCHED, pa.bool_())] if flagged else []), marker=COLUMNS)
 
 
 def _after(times: pa.ChunkedArray, bound: int) -> np.ndarray:

@@ -1,9 +1,12 @@
-"""A stream-stream join of Spark's analyzed plan as misa's :class:`~misa.operators.stream_join.StreamJoin`.
+"""A stream-stream join of Spark's analyzed plan as misa's :class:`~misa.operators.stream_join.StreamJoin` (an inner
+join) or :class:`~misa.operators.outer_join.OuterStreamJoin` (left, right or full outer, left semi).
 
 The condition's equalities of a left and a right expression are the join's keys; everything else in it (the
-event-time bounds, other predicates) filters the joined rows, with the steps above the join. Each side's event
-time, Spark's state watermarks of the condition (:func:`misa.query.plan.state_offset_ms`) and the columns whose
-nulls Spark's optimizer filters below ``withWatermark`` are read here.
+event-time bounds, other predicates) filters an inner join's joined rows, with the steps above the join, and is
+evaluated by the operator on pairs of rows for the other types (:mod:`misa.query.join_condition`). Each side's
+event time, Spark's state watermarks of the condition (:func:`misa.query.plan.state_offset_ms`) and the columns
+whose nulls Spark's optimizer filters below ``withWatermark`` (on the sides an outer join does not preserve) are
+read here.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from functools import reduce
 
 from pyspark.sql import Column
 
+from misa.operators.outer_join import OuterStreamJoin
 from misa.operators.stream_join import JoinSide, StreamJoin
 from misa.query.group_keys import check_key_type
+from misa.query.join_condition import pair_condition
 from misa.query.plan import Attr, Expr, PlanNode, column_of, state_offset_ms
 from misa.query.translation import (
     JoinInput,
@@ -27,18 +32,24 @@ from misa.query.translation import (
 
 NULL_INTOLERANT = {"EqualTo", "LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual", "Add", "Subtract"}
 NULL_INTOLERANT |= {"Multiply", "UnaryMinus", "Cast", "TimeAdd", "TimestampAddInterval", "DatetimeSub", "Not"}
+JOIN_TYPES = {"Inner": "inner", "LeftOuter": "left_outer", "RightOuter": "right_outer", "FullOuter": "full_outer"}
+JOIN_TYPES |= {"LeftSemi": "left_semi"}
+PRESERVED = {"left_outer": (0,), "right_outer": (1,), "full_outer": (0, 1)}  # the sides whose unmatched rows come out
 
 
 def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
-    """An inner join of two streams: the equalities of the two sides' columns in its condition become the keys of
-    :class:`StreamJoin`; the rest of the condition (the event-time bounds, other predicates) filters its output."""
-    if node.fields["join_type"] != "Inner":
+    """A join of two streams: the equalities of the two sides' columns in its condition become the keys of
+    :class:`StreamJoin`; the rest of the condition (the event-time bounds, other predicates) filters an inner
+    join's output, and is the pairs' condition of an outer or semi join's :class:`OuterStreamJoin`."""
+    join_type = JOIN_TYPES.get(node.fields["join_type"])
+    if join_type is None:
         raise refused(
             node,
-            f"it is a {node.fields['join_type']} join: misa runs inner stream-stream joins (an outer join's "
-            "unmatched rows depend on when each side's state is evicted, which misa does not reproduce)",
-            "an inner join (join(other, condition) or how='inner')",
+            f"it is a {node.fields['join_type']} join: misa runs inner, left outer, right outer, full outer and "
+            "left semi stream-stream joins",
+            "one of these (how='inner', 'left_outer', 'right_outer', 'full_outer' or 'left_semi')",
         )
+    preserved = PRESERVED.get(join_type, ())
     left, right = node.children
     sides = ({a.expr_id for a in left.output}, {a.expr_id for a in right.output})
     keys: list[tuple[Expr, Expr]] = []
@@ -53,6 +64,9 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
         raise refused(node, "its condition has no equality of a left and a right column", "a.k = b.k AND ...")
     for left_key, _ in keys:
         check_key_type(node, left_key.sql, left_key.dtype)
+    if join_type != "inner":  # evaluated by the operator on pairs (refused first: the rest reads the condition)
+        fields = {a.expr_id: (side, i) for side, n in enumerate(node.children) for i, a in enumerate(n.output)}
+        condition = pair_condition(node, rest, fields)
     names = [[f"{p}{i}" for i in range(len(n.output))] for p, n in zip("lr", node.children)]
     renames = {a.expr_id: name for n, ns in zip(node.children, names) for a, name in zip(n.output, ns)}
     marked = [_event_time_of(node, side) for side in node.children]
@@ -66,17 +80,26 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
             JoinSide(
                 event_time=renames[event_time.expr_id] if event_time else None,
                 delay_ms=event_time.watermark_delay_ms or 0 if event_time else 0,
-                not_null=tuple(sorted(_not_null(keys, rest, sides[index], event_time, renames))),
+                not_null=()
+                if index in preserved
+                else tuple(sorted(_not_null(keys, rest, sides[index], event_time, renames))),
                 state_offset_ms=offset,
+                null_keys=index in preserved,
             )
         )
     one_watermark = len(set(watermark_nodes(node.children))) == 1
-    operator = StreamJoin(len(keys), join_sides[0], join_sides[1], key_time, watermark_policy, one_watermark)
+    shape = (len(keys), join_sides[0], join_sides[1], key_time, watermark_policy, one_watermark)
+    if join_type != "inner":
+        operator: StreamJoin = OuterStreamJoin(*shape, join_type=join_type, condition=condition)
+        rest = []
+    else:
+        operator = StreamJoin(*shape)
     inputs = [
         JoinInput(side, names[index], [column_of(pair[index].jvm) for pair in keys])
         for index, side in enumerate(node.children)
     ]
-    output = [OutputColumn(name, "column", name) for name in names[0] + names[1]]
+    shown = names[:1] if join_type == "left_semi" else names  # a semi join outputs the left rows
+    output = [OutputColumn(name, "column", name) for side in shown for name in side]
     above: list[tuple[str, list[str | Column]]] = []
     if rest:
         above.append(("where", [reduce(lambda a, b: a & b, [column_of(e.jvm) for e in rest])]))

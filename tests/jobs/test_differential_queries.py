@@ -199,6 +199,7 @@ WATERMARK_READ_BEFORE_THE_HINTS = {
         "right_delay_s": 0,
         "residual": False,
         "right_filter": False,
+        "join_how": "inner",
         "over_aggregates": False,
         "time_filter": False,
         "key_expressions": False,
