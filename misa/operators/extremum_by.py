@@ -1,8 +1,9 @@
 """``max_by`` / ``min_by``: the value of the row whose ordering is the greatest (least), as Spark's ``MaxMinBy``.
 
 A state is ``[value, ordering]`` (ordering None: no row with a non-null ordering yet). Rows of a null ordering are
-skipped; a later state replaces an earlier one only if its ordering is strictly greater (less): on ties the earlier
-value stays, as Spark's merge keeps its buffer. Spark's order: NaN above every double, -0.0 equal to 0.0.
+skipped; a later state replaces an earlier one unless the earlier's ordering is strictly greater (less): on ties
+the later value wins, as in Spark's merge of a group's stored state (left) with a batch's (right).
+Spark's order: NaN above every double, -0.0 equal to 0.0.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def merge_by(function: str, earlier: list[Any], later: list[Any]) -> list[Any]:
     if earlier[1] is None:
         return later
     a, b = _rank(earlier[1]), _rank(later[1])
-    return later if (b > a if function == "max_by" else b < a) else earlier
+    return earlier if (a > b if function == "max_by" else a < b) else later
 
 
 def _rank(ordering: Any) -> tuple[bool, Any]:
