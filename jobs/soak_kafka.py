@@ -82,7 +82,7 @@ def submit_options() -> list[str]:
 
 
 def kafka_layout(checkpoint: Path) -> Layout:
-    """Batch id -> the end offsets of each of its Kafka sources, for the batches that read records (as the files'
+    """Batch id -> the distinct end offsets of its Kafka sources, for the batches that read records (as the files'
     layout keeps the batches that read files): the lines of Spark's offsets log after its version and metadata
     lines that are a topic's offsets per partition (not those of misa's own sources)."""
     folder = checkpoint / "offsets"
@@ -92,7 +92,8 @@ def kafka_layout(checkpoint: Path) -> Layout:
     for batch in entries:
         lines = (folder / str(batch)).read_text().splitlines()[2:]
         offsets = [json.loads(line) for line in lines if line.startswith("{")]
-        ends = tuple(json.dumps(o, sort_keys=True) for o in offsets if _is_topic_offsets(o))
+        # distinct: a query that reads the topic twice (a self-join) logs its offsets once per read
+        ends = tuple(sorted({json.dumps(o, sort_keys=True) for o in offsets if _is_topic_offsets(o)}))
         if ends != previous:
             found[batch] = ends
         previous = ends
