@@ -208,3 +208,28 @@ def test_a_kafka_case_needs_the_broker_and_names_its_topics():
     scenario = c.scenario("127.0.0.1:9")
     assert scenario.kafka is not None and set(scenario.kafka.topics.values()) == {c.kafka_partitions}
     assert all(path.startswith("kafka/") for r in scenario.rounds for path, _ in r.files + r.later)
+
+
+# Kafka seeds (`--kafka-only`), each on topics of the test session's broker: a tumbling window's average in complete
+# output over one partition read from an offset under maxOffsetsPerTrigger, the event time Kafka's timestamp and the
+# topic kept as an aggregate; and (-m slow) a deduplication joined with a static table over a topic of 4 partitions,
+# skewed keys, Kafka's partition, timestamp and topic kept as columns; a sliding window with the topic's name as an
+# aggregate (min of a string), which misa refuses at start.
+KAFKA_SLICE = (
+    (20003, "ok"),
+    pytest.param(20002, "ok", marks=pytest.mark.slow),
+    pytest.param(20004, "refused by misa", marks=pytest.mark.slow),
+)
+
+
+@pytest.mark.parametrize(("seed", "expected"), KAFKA_SLICE)
+def test_fixed_kafka_seeds_give_sparks_rows_or_misas_refusal_at_start(
+    spark, kafka_broker, tmp_path: Path, seed: int, expected: str
+):
+    deployment = d.random_deployment(seed, kafka_only=True)
+    outcome = run_scenario(spark, deployment.scenario(kafka_broker), tmp_path)
+    assert outcome.mismatch is None, f"{deployment.describe()}: {outcome.mismatch}"
+    if expected == "ok":
+        assert outcome.ok and outcome.spark_rows > 0, f"{deployment.describe()}: {outcome}"
+    else:
+        assert outcome.refused == "misa" and "sliding" in outcome.message, f"{deployment.describe()}: {outcome}"
