@@ -17,15 +17,16 @@ timers and output columns) with Spark's ``StreamingSymmetricHashJoinExec`` for t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark.sql import types as T
 
 from misa.operators.base import OperatorResult
 from misa.operators.pair_condition import Condition, holds
 from misa.operators.row_lists import pair_indices, put_lists
-from misa.operators.stream_join import JOIN_ROWS, MATCHED, SIDE, SIDE_BYTES, TIME, StreamJoin, _after
+from misa.operators.stream_join import JOIN_ROWS, MATCHED, SIDE_BYTES, TIME, StreamJoin, _after
 from misa.state.codec import distinct_keys
 from misa.state.view import StateView
 
@@ -57,7 +58,7 @@ class OuterStreamJoin(StreamJoin):
     def flagged(self) -> bool:
         return True
 
-    def signature(self, schema) -> dict:
+    def signature(self, schema: T.StructType) -> dict[str, Any]:
         return super().signature(schema) | {"join_type": self.join_type}
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
@@ -66,12 +67,7 @@ class OuterStreamJoin(StreamJoin):
         self._set_row_types(deltas.schema.field("_l").type, deltas.schema.field("_r").type)
         late, evict = self.watermark.begin_batch()
         result = OperatorResult(self._empty())
-        usable = []
-        for index, side in enumerate(self.sides):
-            on_time, dropped, late_rows = self._usable(deltas.filter(pc.equal(deltas[SIDE], index)), index, side, late)
-            result.dropped_rows += dropped
-            result.late_rows += late_rows
-            usable.append(on_time)
+        usable = self._batch_rows(deltas, late, result)
         keys, key_of_row = distinct_keys(self._keys(usable[0]) + self._keys(usable[1]))
         split = usable[0].num_rows
         left, right = ((self._stored_form(usable[i], i), g) for i, g in enumerate(np.split(key_of_row, [split])))
@@ -105,7 +101,9 @@ class OuterStreamJoin(StreamJoin):
         result.output = self._output(pairs + self._evict(state, bounds))
         return result
 
-    def _match(self, rows: Rows, other: Rows, side: int, skip_matched: bool = False) -> tuple:
+    def _match(
+        self, rows: Rows, other: Rows, side: int, skip_matched: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, tuple[pa.Table, pa.Table]]:
         """Pairs of ``rows`` (of ``side``) with ``other``'s rows that match: which of ``rows`` found one, the indices
         of ``other``'s rows that did, and the pairs as (left, right) tables (``skip_matched``: ``other``'s rows
         matched before are left out)."""

@@ -161,13 +161,7 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         self._set_row_types(deltas.schema.field("_l").type, deltas.schema.field("_r").type)
         late, evict = self.watermark.begin_batch()
         result = OperatorResult(self._empty())
-        usable = []
-        for index, side in enumerate(self.sides):
-            rows = deltas.filter(pc.equal(deltas[SIDE], index))
-            on_time, dropped, late_rows = self._usable(rows, index, side, late)
-            result.dropped_rows += dropped
-            result.late_rows += late_rows
-            usable.append(on_time)
+        usable = self._batch_rows(deltas, late, result)
         keys, key_of_row = distinct_keys(self._keys(usable[0]) + self._keys(usable[1]))
         split = usable[0].num_rows
         new = [
@@ -218,6 +212,17 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         return self.partition_key_reader()
 
     # ------------------------------------------------------------------ the batch's rows
+    def _batch_rows(self, deltas: pa.Table, late: int, result: OperatorResult) -> list[pa.Table]:
+        """Each side's rows of the batch that join (:meth:`_usable`), counting those dropped in ``result``."""
+        usable = []
+        for index, side in enumerate(self.sides):
+            rows = deltas.filter(pc.equal(deltas[SIDE], index))
+            on_time, dropped, late_rows = self._usable(rows, index, side, late)
+            result.dropped_rows += dropped
+            result.late_rows += late_rows
+            usable.append(on_time)
+        return usable
+
     def _usable(self, rows: pa.Table, index: int, side: JoinSide, late: int) -> tuple[pa.Table, int, int]:
         """The side's rows that join: without nulls in the keys and ``not_null`` fields (these are dropped before the
         watermark sees them), and not late; with the counts of both kinds dropped."""

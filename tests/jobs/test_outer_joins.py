@@ -123,3 +123,24 @@ def test_refused_without_a_time_bound(spark, tmp_path: Path, how: str):
     """Spark refuses an outer join whose state it could never evict, and misa with it."""
     outcome = run_scenario(spark, scenario(how, ROUNDS[:1], build=joined(how, "true")), tmp_path)
     assert outcome.refused == "Spark", outcome
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", HOWS)
+def test_rows_with_null_keys(spark, tmp_path: Path, how: str):
+    """Rows without a key on both sides: a preserved side's come out with nulls when evicted, as Spark's do."""
+    rounds = (
+        Round(files=(("impressions/0.json", rows((10, None), (20, 1))), ("clicks/0.json", rows((15, None), (25, 1))))),
+        Round(files=(("impressions/1.json", rows((200, 2))), ("clicks/1.json", rows((210, None), (220, 2))))),
+    )
+    outcome = run_scenario(spark, scenario(how, rounds), tmp_path)
+    assert outcome.ok and outcome.spark_rows, f"{how}: {outcome}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["left_outer", "left_semi"])
+def test_in_worker_processes(spark, tmp_path: Path, how: str):
+    """The state in two worker processes (rows routed by the join key), a restart between rounds."""
+    conf = {"spark.misa.state.processes": "2"}
+    outcome = run_scenario(spark, scenario(how, random_rounds(5, rounds=2), conf=conf), tmp_path)
+    assert outcome.ok and outcome.spark_rows, f"{how}: {outcome}"
