@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 from common.location import local_path
 from jobs.gen.nexmark import SIDE_INPUT
 from jobs.gen.parts import SIDE_DIR
+from jobs.kafka_output import with_kafka_output
 from jobs.schemas import NEXMARK_BID, NEXMARK_EVENTS, NEXMARK_SIDE_INPUT
 from jobs.submit import (
     is_native,
@@ -251,7 +252,7 @@ KEY_COLUMNS = {name: query.key_columns for name, query in QUERIES.items()}
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run one query with the parsed command line (also used in-process by the tests)."""
     query = QUERIES[args.query]
-    sink = ParquetBatchSink(args.output, sort_by=query.sort_by)
+    sink = with_kafka_output(ParquetBatchSink(args.output, sort_by=query.sort_by), args)
     if not is_native(args.mode):
         peek = peek_input(spark, args, NEXMARK_EVENTS, ("event_type",), mark_incomplete)
         run_misa(spark, args, read_events(spark, args), query.operator(args), query.upstream, sink, next_input=peek)

@@ -501,7 +501,7 @@ def run_native(spark: SparkSession, args: argparse.Namespace, result: DataFrame,
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
-def run_batch_reference(reference: DataFrame, args: argparse.Namespace, sink: ParquetBatchSink) -> None:
+def run_batch_reference(reference: DataFrame, args: argparse.Namespace, sink: BatchSink) -> None:
     """The reference as one plain Spark batch job: compute ``reference`` and write it as batch 0, with one
     metrics record (mode ``native-batch``) holding its wall time."""
     started = time.time()

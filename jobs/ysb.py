@@ -41,6 +41,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from common.location import local_path
 from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE
+from jobs.kafka_output import with_kafka_output
 from jobs.redis_server import RedisLookup, RedisServer, store_mapping
 from jobs.schemas import YSB_EVENTS
 from jobs.stages import TimedFilter
@@ -154,7 +155,7 @@ def native_stream(spark: SparkSession, args: argparse.Namespace, url: str) -> Da
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
     """Run the query with the parsed command line (also used in-process by the tests)."""
-    sink = ParquetBatchSink(args.output, sort_by=SORT_BY)
+    sink = with_kafka_output(ParquetBatchSink(args.output, sort_by=SORT_BY), args)
     if is_native(args.mode) and not args.native_stream:
         run_batch_reference(reference(spark, args), args, sink)
         return
