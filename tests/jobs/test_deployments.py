@@ -216,7 +216,7 @@ def test_a_kafka_case_needs_the_broker_and_names_its_topics():
 # skewed keys, Kafka's partition, timestamp and topic kept as columns; a sliding window with the topic's name as an
 # aggregate (min of a string), which misa refuses at start.
 KAFKA_SLICE = (
-    (20003, "ok"),
+    pytest.param(20003, "ok", marks=pytest.mark.slow),  # the suite's time: make test runs Kafka in test_kafka_*
     pytest.param(20002, "ok", marks=pytest.mark.slow),
     pytest.param(20004, "refused by misa", marks=pytest.mark.slow),
 )

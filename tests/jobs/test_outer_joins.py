@@ -74,11 +74,8 @@ def scenario(how: str, rounds: tuple[Round, ...] = ROUNDS, **options) -> Scenari
     return Scenario(how, options.pop("build", joined(how)), "append", rounds, **options)
 
 
-# make test: left and full outer (both sides' unmatched rows); right outer and left semi on demand (the suite's time)
-ON_DEMAND = ("right_outer", "left_semi")
-
-
-@pytest.mark.parametrize("how", [pytest.param(h, marks=pytest.mark.slow) if h in ON_DEMAND else h for h in HOWS])
+@pytest.mark.slow  # about 2 minutes a join type on a quiet machine (two engines, two rounds): on demand
+@pytest.mark.parametrize("how", HOWS)
 def test_sparks_rows_batch_by_batch(spark, tmp_path: Path, how: str):
     outcome = run_scenario(spark, scenario(how), tmp_path)
     assert outcome.ok and outcome.spark_rows, f"{how}: {outcome}"
