@@ -27,7 +27,6 @@ from misa.operators.base import OperatorResult
 from misa.operators.pair_condition import Condition, holds
 from misa.operators.row_lists import pair_indices, put_lists
 from misa.operators.stream_join import JOIN_ROWS, MATCHED, SIDE_BYTES, TIME, StreamJoin, _after
-from misa.state.codec import distinct_keys
 from misa.state.view import StateView
 
 JOIN_TYPES = ("left_outer", "right_outer", "full_outer", "left_semi")
@@ -64,13 +63,8 @@ class OuterStreamJoin(StreamJoin):
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """Match each side's rows with the other side's stored rows, store them with their matched flags, then
         evict, outputting the preserved sides' evicted rows that never matched."""
-        self._set_row_types(deltas.schema.field("_l").type, deltas.schema.field("_r").type)
-        late, evict = self.watermark.begin_batch()
         result = OperatorResult(self._empty())
-        usable = self._batch_rows(deltas, late, result)
-        keys, key_of_row = distinct_keys(self._keys(usable[0]) + self._keys(usable[1]))
-        split = usable[0].num_rows
-        left, right = ((self._stored_form(usable[i], i), g) for i, g in enumerate(np.split(key_of_row, [split])))
+        evict, keys, (left, right) = self._begin(deltas, result)
         stored_left, stored_right = self._read(state, keys)
         result.state_reads = 2 * len(keys)
         semi = self.join_type == "left_semi"

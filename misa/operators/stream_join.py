@@ -155,18 +155,24 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         return batch
 
     # ------------------------------------------------------------------ driver side
+    def _begin(
+        self, deltas: pa.Table, result: OperatorResult
+    ) -> tuple[int, list[bytes], list[tuple[pa.Table, np.ndarray]]]:
+        """A batch's start, shared by the joins: the eviction watermark, the distinct keys of both sides' usable rows
+        (null-keyed and late ones dropped and counted in ``result``), and per side its rows in stored form with each
+        row's index into those keys."""
+        self._set_row_types(deltas.schema.field("_l").type, deltas.schema.field("_r").type)
+        late, evict = self.watermark.begin_batch()
+        usable = self._batch_rows(deltas, late, result)
+        keys, key_of_row = distinct_keys(self._keys(usable[0]) + self._keys(usable[1]))
+        groups = np.split(key_of_row, [usable[0].num_rows])
+        return evict, keys, [(self._stored_form(usable[i], i), groups[i]) for i in range(2)]
+
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """Drop null-keyed and late rows, join each side's rows with the other side's stored rows, store them, then
         evict what the eviction watermark allows; for all keys at once, as columns."""
-        self._set_row_types(deltas.schema.field("_l").type, deltas.schema.field("_r").type)
-        late, evict = self.watermark.begin_batch()
         result = OperatorResult(self._empty())
-        usable = self._batch_rows(deltas, late, result)
-        keys, key_of_row = distinct_keys(self._keys(usable[0]) + self._keys(usable[1]))
-        split = usable[0].num_rows
-        new = [
-            (self._stored_form(usable[i], i), group) for i, group in enumerate((key_of_row[:split], key_of_row[split:]))
-        ]
+        evict, keys, new = self._begin(deltas, result)
         stored = self._read(state, keys)
         result.state_reads = 2 * len(keys)
         every_left = (pa.concat_tables([stored[0][0], new[0][0]]), np.concatenate([stored[0][1], new[0][1]]))
