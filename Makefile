@@ -19,12 +19,12 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install -e '.[test,bench]'
 	touch $(TEST_STAMP)
 
-# The Kafka broker's jars (jobs/kafka_broker.py) and Spark's Kafka connector, resolved from Maven Central by
+# The Kafka broker's jars (services/kafka_broker.py) and Spark's Kafka connector, resolved from Maven Central by
 # conf/kafka/pom.xml and conf/kafka/connector-pom.xml into git-ignored folders; again only when a build file
 # changes. Jobs and tests never fetch them.
 KAFKA_JARS := .kafka/broker/.resolved
 $(KAFKA_JARS): conf/kafka/pom.xml conf/kafka/connector-pom.xml | $(STAMP)
-	$(BIN)/python -m jobs.kafka_install
+	$(BIN)/python -m services.kafka_install
 	touch $@
 
 kafka-jars: $(KAFKA_JARS)

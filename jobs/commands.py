@@ -1,7 +1,7 @@
-"""The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the project's Kafka broker (``misa kafka``),
-the crash soak (``misa soak``), the differential test against plain Spark (``misa fuzz``) and the job benchmarks
-(``misa bench cm``, ``ceiling``, ``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``), registered through
-the ``misa.commands`` entry point group."""
+"""The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``), the
+differential test against plain Spark (``misa fuzz``) and the job benchmarks (``misa bench cm``, ``ceiling``,
+``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``), registered through the ``misa.commands`` entry point
+group."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs import kafka_command, soak
+from jobs import soak
 from jobs.bench import ceiling as bench_ceiling
 from jobs.bench import cm as bench_cm
 from jobs.bench import crossover as bench_crossover
@@ -152,10 +152,9 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...``, ``misa kafka ...``, ``misa soak``, ``misa fuzz`` and the job benchmarks (``misa bench cm``,
+    """``misa gen ...``, ``misa soak``, ``misa fuzz`` and the job benchmarks (``misa bench cm``,
     ``ceiling``, ``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``)."""
     add_gen_parser(commands)
-    kafka_command.add_parser(commands)
     soak.add_parser(commands)
     fuzz.add_parser(commands)
     bench_cm.add_parser(bench)

@@ -3,7 +3,7 @@
 ``--kafka BOOTSTRAP --topic T`` (with ``--starting-offsets`` and ``--max-offsets-per-trigger``) replaces
 ``--input DIR``: each record's value is one JSON line, so the rest of a job (its quarantine of malformed records,
 its schema) is the same on either source. Spark's Kafka connector must be on the session's jars
-(``make kafka-jars``; :func:`jobs.kafka_install.connector_jars`).
+(``make kafka-jars``; :func:`services.kafka_install.connector_jars`).
 """
 
 from __future__ import annotations

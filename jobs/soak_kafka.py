@@ -1,6 +1,6 @@
 """The crash soak's Kafka source: one broker for the soak, one topic per job, and Spark's batches on it.
 
-A job's generated folder is written once into its topic (:func:`jobs.kafka_produce.produce_folder`, every line a
+A job's generated folder is written once into its topic (:func:`services.kafka_produce.produce_folder`, every line a
 record, malformed ones too, spread over :data:`PARTITIONS` partitions); its runs read the topic from the earliest
 offsets with ``maxOffsetsPerTrigger`` set so that the batches are about as many as on the files. The topic never
 changes during the soak, so Spark cuts it into the same batches in every run, and after a crash it replans a batch
@@ -20,11 +20,11 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from jobs.kafka_broker import KafkaBroker
-from jobs.kafka_client import consume_all
-from jobs.kafka_install import connector_jars
-from jobs.kafka_produce import produce_folder
 from jobs.output_diff import canonical
+from services.kafka_broker import KafkaBroker
+from services.kafka_client import consume_all
+from services.kafka_install import connector_jars
+from services.kafka_produce import produce_folder
 
 PARTITIONS = 2
 SOURCES = ("files", "kafka")  # the soak's sources, drawn per iteration

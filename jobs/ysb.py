@@ -42,7 +42,6 @@ from common.location import local_path
 from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE
 from jobs.kafka_output import with_kafka_output
-from jobs.redis_server import RedisLookup, RedisServer, store_mapping
 from jobs.schemas import YSB_EVENTS
 from jobs.stages import TimedFilter
 from jobs.submit import (
@@ -60,6 +59,7 @@ from misa.io.quarantine import good_records, parse_json_lines
 from misa.io.sink import ParquetBatchSink
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.lookup_aggregation import LookupAggregation
+from services.redis_server import RedisLookup, RedisServer, store_mapping
 
 WINDOW = "10 seconds"
 REQUIRED = ("ad_id", "event_type", "event_time")  # a record lacking one is bad

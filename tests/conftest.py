@@ -10,8 +10,8 @@ from typing import Iterator
 import pytest
 
 from common import failpoints
-from jobs.ports import free_port
 from misa.config import MisaConfig
+from services.ports import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -78,8 +78,8 @@ def s3_endpoint() -> Iterator[str]:
 def kafka_broker() -> Iterator[str]:
     """The project's Kafka broker (KRaft, on loopback) for the whole test session: its bootstrap servers. Its jars are
     resolved first if missing (`make test` has done it)."""
-    from jobs.kafka_broker import KafkaBroker
-    from jobs.kafka_install import install_broker_jars
+    from services.kafka_broker import KafkaBroker
+    from services.kafka_install import install_broker_jars
 
     install_broker_jars()
     with KafkaBroker() as broker:
@@ -113,7 +113,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this venv (pyarrow)
-    from jobs.kafka_install import connector_jars
+    from services.kafka_install import connector_jars
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -17,7 +17,7 @@ import sys
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.kafka_client import Record
+from services.kafka_client import Record
 
 VALUE = "k long, v long"
 
@@ -57,8 +57,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--per-batch", type=int, default=25, help="maxOffsetsPerTrigger")
     args = parser.parse_args(argv)
 
-    from jobs.kafka_install import connector_jars
     from misa import KafkaTransactionalSink, MisaConfig, ParquetBatchSink, from_query
+    from services.kafka_install import connector_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (

@@ -65,7 +65,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.bench.same_output import Check, compare_batches
-from jobs.kafka_client import create_topic
+from services.kafka_client import create_topic
 
 BASE_MS = 1_700_000_000_000
 QUERIES = ("tumbling", "sliding", "dedup", "session", "join")
@@ -599,7 +599,7 @@ def realtime_refusals(spark: Any, bootstrap: str, work: Path, partitions: int) -
     rows it wrote if it ran. Last, whether a ``foreach`` sink runs in real-time mode (a tumbling window)."""
     from pyspark.sql import functions as F
 
-    from jobs.kafka_client import consume_all, produce
+    from services.kafka_client import consume_all, produce
 
     topic = f"refusals-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, partitions=partitions)
@@ -730,8 +730,8 @@ def command(args: argparse.Namespace) -> int:
 
     from pyspark.sql import SparkSession
 
-    from jobs.kafka_broker import KafkaBroker
-    from jobs.kafka_install import connector_jars
+    from services.kafka_broker import KafkaBroker
+    from services.kafka_install import connector_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     slots = args.partitions + 2

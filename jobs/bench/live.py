@@ -69,7 +69,6 @@ from jobs.bench.workloads import (
     generator,
     input_name,
 )
-from jobs.redis_server import RedisServer
 from jobs.submit import MODES, NATIVE_MODES, RUNTIME_MODES
 from jobs.ysb import REDIS_URL_ENV
 from misa.config import parse_bytes, parse_seconds
@@ -77,6 +76,7 @@ from misa.obs.records import PREFETCH_COUNTERS
 from misa.obs.report import load_metrics
 from misa.runtime.spark_mirror import LOCAL_COPY
 from misa.units import human_bytes
+from services.redis_server import RedisServer
 
 
 @dataclass(frozen=True)

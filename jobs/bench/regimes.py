@@ -28,8 +28,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from jobs.exceptions import RegimeError
-from jobs.ports import free_port
 from misa.config import parse_bytes, parse_seconds
+from services.ports import free_port
 
 DEFAULT_TOOLS = Path(__file__).resolve().parents[3] / "shared" / "tools"
 

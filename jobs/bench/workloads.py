@@ -21,8 +21,8 @@ from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.parts import SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE, generate_ysb
-from jobs.redis_server import RedisServer, store_mapping
 from misa.config import MisaConfig
+from services.redis_server import RedisServer, store_mapping
 
 QUERIES = {
     "cm1": "cluster_monitoring.py",

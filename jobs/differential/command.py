@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         deployments = [random_deployment(s, args.split_only, args.kafka_only) for s in seeds]
         if not any(deployment.source == "kafka" for deployment in deployments):
             return run_deployments(local_session(), deployments, work)
-        from jobs.kafka_broker import KafkaBroker
-        from jobs.kafka_install import connector_jars, install_broker_jars
+        from services.kafka_broker import KafkaBroker
+        from services.kafka_install import connector_jars, install_broker_jars
 
         install_broker_jars()
         with KafkaBroker() as broker:  # one broker for the run, a fresh topic per case and engine

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from jobs.kafka_client import Record, create_topic, produce
+from services.kafka_client import Record, create_topic, produce
 
 
 def topic_name(inputs: Path, name: str) -> str:

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from jobs.differential.kafka_inputs import KafkaInputs, topic_name
 from jobs.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
-from jobs.kafka_client import admin, create_topic
+from services.kafka_client import admin, create_topic
 
 VALUE = "k long, v long, side int"
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}

@@ -20,7 +20,7 @@ import pytest
 from cm_helpers import assert_same_output, output, run_in_process, spark_submit
 
 from jobs.gen.cm import generate_cm
-from jobs.ports import free_port
+from services.ports import free_port
 
 pytestmark = pytest.mark.slow
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")

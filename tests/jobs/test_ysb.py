@@ -23,10 +23,8 @@ from redis.retry import Retry
 from state_helpers import apply_then_idle
 
 from jobs import ysb
-from jobs.exceptions import RedisServerError
 from jobs.gen.parts import BAD_RECORDS_FILE, SIDE_DIR
 from jobs.gen.ysb import CAMPAIGNS_FILE, generate_ysb
-from jobs.redis_server import RedisLookup, RedisServer, connect, store_mapping
 from misa import register_state_sources
 from misa.io.quarantine import read_quarantine
 from misa.operators.aggregation import Agg, Aggregation
@@ -34,6 +32,8 @@ from misa.operators.lookup_aggregation import LookupAggregation
 from misa.runtime.batch_cache import new_view
 from misa.runtime.commit import CommitController
 from misa.state.store import StateStore
+from services.exceptions import RedisServerError
+from services.redis_server import RedisLookup, RedisServer, connect, store_mapping
 
 S = 1_000_000  # one second in microseconds
 CAMPAIGNS = {"a1": "c1", "a2": "c1", "a3": "c2", "a4": "c2"}

@@ -12,7 +12,7 @@ import redis
 
 from jobs.bench.regimes import DEFAULT_TOOLS, DiskSampler, RedisProxy, Regimes, RemoteDfs, SlowVolume, device_reads
 from jobs.exceptions import RegimeError
-from jobs.redis_server import RedisServer
+from services.redis_server import RedisServer
 
 ROOT_TOOLS = pytest.mark.skipif(os.geteuid() != 0, reason="a loop device and a mount need root")
 

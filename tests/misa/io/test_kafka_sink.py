@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from jobs.kafka_client import consume_all, create_topic
 from misa import KafkaTransactionalSink, MisaConfig, from_query
+from services.kafka_client import consume_all, create_topic
 
 ROOT = Path(__file__).resolve().parents[3]
 

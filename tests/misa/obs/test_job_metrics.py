@@ -13,12 +13,12 @@ from urllib.request import urlopen
 import pytest
 from pyspark.sql import functions as F
 
-from jobs.ports import free_port
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError
 from misa.job import StatefulJob
 from misa.obs.records import BATCH_PHASES, CommitStatus
 from misa.operators.aggregation import Agg, Aggregation
+from services.ports import free_port
 
 ROWS_PER_FILE, KEYS = 30, 5
 

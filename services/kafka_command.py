@@ -1,9 +1,9 @@
 """``misa kafka install|up|down|status|produce``: the project's Kafka broker in the background, for runs by hand.
 
-``up`` starts a broker (:class:`jobs.kafka_broker.KafkaBroker`, detached: it outlives the command), writes its
+``up`` starts a broker (:class:`services.kafka_broker.KafkaBroker`, detached: it outlives the command), writes its
 bootstrap servers, pid, folder and log to a state file (``runs/kafka/broker.json`` by default) and prints the
 bootstrap servers; ``down`` stops it and removes its folder; ``status`` says whether it runs (exit 1 if not);
-``produce`` writes a generator's folder of JSON lines into a topic (:mod:`jobs.kafka_produce`).
+``produce`` writes a generator's folder of JSON lines into a topic (:mod:`services.kafka_produce`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import json
 import shutil
 from pathlib import Path
 
-from jobs.exceptions import KafkaBrokerError
-from jobs.kafka_broker import MAIN_CLASS, KafkaBroker, stop_process
-from jobs.kafka_install import install_broker_jars
-from jobs.kafka_install import main as install_main
-from jobs.kafka_produce import produce_folder
 from misa.exceptions import CommandError
+from services.exceptions import KafkaBrokerError
+from services.kafka_broker import MAIN_CLASS, KafkaBroker, stop_process
+from services.kafka_install import install_broker_jars
+from services.kafka_install import main as install_main
+from services.kafka_produce import produce_folder
 
 STATE = Path("runs") / "kafka" / "broker.json"
 

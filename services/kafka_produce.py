@@ -16,8 +16,8 @@ from typing import Iterator
 
 from confluent_kafka.admin import AdminClient
 
-from jobs.exceptions import KafkaBrokerError
-from jobs.kafka_client import Record, create_topic, delete_topic, produce
+from services.exceptions import KafkaBrokerError
+from services.kafka_client import Record, create_topic, delete_topic, produce
 
 BATCH = 20_000  # records per producer flush
 

@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from jobs.exceptions import KafkaBrokerError
+from services.exceptions import KafkaBrokerError
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKER_POM = ROOT / "conf" / "kafka" / "pom.xml"
@@ -135,7 +135,7 @@ def broker_jars(jars_dir: Path = BROKER_JARS) -> list[Path]:
 
 
 def main() -> int:
-    """``python -m jobs.kafka_install``: resolve the jars if needed and say how long it took."""
+    """``python -m services.kafka_install``: resolve the jars if needed and say how long it took."""
     began = time.monotonic()
     ran = install_broker_jars()
     ran = install_connector_jars() or ran

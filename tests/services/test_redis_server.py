@@ -15,8 +15,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from common.location import redact
-from jobs.exceptions import RedisServerError
-from jobs.redis_server import RedisLookup, RedisServer, connect, store_mapping
+from services.exceptions import RedisServerError
+from services.redis_server import RedisLookup, RedisServer, connect, store_mapping
 
 
 @pytest.fixture(scope="module")

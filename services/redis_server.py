@@ -34,8 +34,8 @@ from typing import Callable, Mapping, Sequence
 import redis
 
 from common.location import redact
-from jobs.exceptions import RedisServerError
-from jobs.ports import free_port
+from services.exceptions import RedisServerError
+from services.ports import free_port
 
 DEFAULT_BINARY = "redis-server"
 PACKAGE_HINT = (

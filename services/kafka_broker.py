@@ -3,9 +3,9 @@
 ::
 
     with KafkaBroker() as broker:              # free ports, storage formatted in a temporary folder
-        create_topic(broker.bootstrap, "events", partitions=3)   # jobs.kafka_client
+        create_topic(broker.bootstrap, "events", partitions=3)   # services.kafka_client
 
-Its jars come from ``.kafka/broker`` (:mod:`jobs.kafka_install`; nothing is fetched here). :meth:`KafkaBroker.start`
+Its jars come from ``.kafka/broker`` (:mod:`services.kafka_install`; nothing is fetched here). :meth:`KafkaBroker.start`
 formats the storage (``kafka.tools.StorageTool format --standalone``), starts ``kafka.Kafka``, and returns once a
 topic can be created; a broker that does not come up fails with the end of its log. :meth:`KafkaBroker.stop` ends
 it (SIGTERM, then SIGKILL) and removes the folder; ``stop(keep_data=True)`` keeps the folder and the ports, and the
@@ -28,11 +28,11 @@ import time
 import uuid
 from pathlib import Path
 
-from jobs.exceptions import KafkaBrokerError
-from jobs.kafka_client import create_topic, delete_topic
-from jobs.kafka_install import BROKER_JARS, ROOT, broker_jars, java_binary
-from jobs.ports import free_port
-from jobs.redis_server import _terminate_with_parent  # the same pre-exec hook as the Redis server's
+from services.exceptions import KafkaBrokerError
+from services.kafka_client import create_topic, delete_topic
+from services.kafka_install import BROKER_JARS, ROOT, broker_jars, java_binary
+from services.ports import free_port
+from services.redis_server import _terminate_with_parent  # the same pre-exec hook as the Redis server's
 
 LOG4J_CONFIG = ROOT / "conf" / "kafka" / "log4j2.properties"
 MAIN_CLASS = "kafka.Kafka"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from jobs.exceptions import KafkaBrokerError
-from jobs.kafka_broker import KafkaBroker
-from jobs.kafka_client import Record, admin, consume_all, create_topic, produce
-from jobs.kafka_command import is_running
-from jobs.kafka_install import BROKER_POM, STAMP, install_broker_jars, pom_hash
+from services.exceptions import KafkaBrokerError
+from services.kafka_broker import KafkaBroker
+from services.kafka_client import Record, admin, consume_all, create_topic, produce
+from services.kafka_command import is_running
+from services.kafka_install import BROKER_POM, STAMP, install_broker_jars, pom_hash
 
 MISA = str(Path(sys.executable).parent / "misa")
 
@@ -93,10 +93,10 @@ def test_a_missing_jar_folder_is_named(tmp_path):
 
 def test_missing_maven_or_java_is_named_and_a_resolved_folder_needs_neither(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr("jobs.kafka_install.shutil.which", lambda name: None if name == "mvn" else "/usr/bin/java")
+    monkeypatch.setattr("services.kafka_install.shutil.which", lambda name: None if name == "mvn" else "/usr/bin/java")
     with pytest.raises(KafkaBrokerError, match=r"Maven \(mvn\) was not found on PATH"):
         install_broker_jars(tmp_path / "jars")
-    monkeypatch.setattr("jobs.kafka_install.shutil.which", lambda name: None)
+    monkeypatch.setattr("services.kafka_install.shutil.which", lambda name: None)
     with pytest.raises(KafkaBrokerError, match=r"Java was not found .* Java 17 or newer"):
         install_broker_jars(tmp_path / "jars")
     resolved = tmp_path / "resolved"

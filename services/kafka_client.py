@@ -17,7 +17,7 @@ from typing import Iterable, Mapping, NamedTuple
 from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobs.exceptions import KafkaBrokerError
+from services.exceptions import KafkaBrokerError
 
 Data = str | bytes | None
 
