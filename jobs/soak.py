@@ -60,7 +60,6 @@ import fsspec
 import pyspark
 
 from common.failpoints import ENV_VAR, FAILPOINTS, LOG_VAR
-from jobs.bench.queries import name_list
 from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
@@ -69,6 +68,7 @@ from jobs.gen.parts import LateArrivals
 from jobs.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
 from jobs.soak_kafka import PARTITIONS, SOURCES, SoakTopics, kafka_layout, submit_options
 from jobs.submit import RETRY_MESSAGE
+from misa.cli.main import name_list
 from misa.config import CommitMode
 from misa.runtime.spark_log import SparkCheckpointLog
 

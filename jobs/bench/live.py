@@ -56,7 +56,6 @@ from jobs.bench.live_stats import (
     file_batches,
     weighted_percentile,
 )
-from jobs.bench.queries import name_list
 from jobs.bench.regimes import DEFAULT_TOOLS, DiskSampler, RedisProxy, Regimes, RemoteDfs, SlowVolume
 from jobs.bench.runs import DIFFERS, SAME, submit_command, submit_env
 from jobs.bench.same_output import Check, compare_settled, differ_exit, settled_keys
@@ -71,6 +70,7 @@ from jobs.bench.workloads import (
 )
 from jobs.submit import MODES, NATIVE_MODES, RUNTIME_MODES
 from jobs.ysb import REDIS_URL_ENV
+from misa.cli.main import name_list
 from misa.config import parse_bytes, parse_seconds
 from misa.obs.records import PREFETCH_COUNTERS
 from misa.obs.report import load_metrics

@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.bench.queries import name_list
 from jobs.bench.runs import ROOT, submit_env
 from jobs.bench.same_output import Check, compare_runs, differ_exit, settled_keys
 from jobs.gen.cm import generate_cm
+from misa.cli.main import name_list
 from misa.obs.report import load_metrics
 
 PLACEMENTS = ("driver", "executors")

@@ -20,7 +20,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Collection
+from typing import Callable
 
 from jobs.bench.runs import add_ratios, batch_stats, check_against_native, markdown_table, rows_per_batch, submit
 from jobs.bench.same_output import Check, differ_exit, settled_keys
@@ -28,6 +28,7 @@ from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.ysb import generate_ysb
 from jobs.submit import MODES
+from misa.cli.main import name_list
 
 
 @dataclass(frozen=True)
@@ -52,15 +53,6 @@ QUERIES = {
     "q20": "nexmark",
     "ysb": "ysb",
 }
-
-
-def name_list(text: str, known: Collection[str]) -> list[str]:
-    """A comma-separated command-line list of names, each one of ``known`` (else an argparse error naming them)."""
-    names = text.split(",")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(known)}")
-    return names
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -63,11 +63,11 @@ from typing import Any, Collection, Iterator, Sequence
 from checkpoint.manifest import marker_path
 from jobs.bench.live import _stop
 from jobs.bench.live_stats import batch_ends, file_batches
-from jobs.bench.queries import name_list
 from jobs.bench.runs import submit_command, submit_env
 from jobs.bench.same_output import Check, compare_settled, differ_exit, settled_keys
 from jobs.gen.nexmark import generate_nexmark
 from jobs.submit import RUNTIME_MODES
+from misa.cli.main import name_list
 from misa.obs.report import load_metrics
 from misa.parallel.layout import partitions_file
 from misa.runtime.spark_log import SparkCheckpointLog

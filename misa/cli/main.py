@@ -12,7 +12,7 @@ import logging
 import sys
 import traceback
 from importlib.metadata import entry_points
-from typing import Callable
+from typing import Callable, Collection
 
 from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError
 from common import failpoints
@@ -54,6 +54,15 @@ def with_default(action: argparse.Action) -> str | None:
         return action.help
     shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
     return f"{text} (default: {shown.replace('%', '%%')})".strip()
+
+
+def name_list(text: str, known: Collection[str]) -> list[str]:
+    """A comma-separated command-line list of names, each one of ``known`` (else an argparse error naming them)."""
+    names = text.split(",")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    return names
 
 
 class Parser(argparse.ArgumentParser):
