@@ -1,7 +1,6 @@
-"""The jobs' sub-commands of ``misa``: the data generators (``misa gen``), the crash soak (``misa soak``), the
-differential test against plain Spark (``misa fuzz``) and the job benchmarks (``misa bench cm``, ``ceiling``,
-``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``), registered through the ``misa.commands`` entry point
-group."""
+"""The jobs' sub-commands of ``misa``: the data generators (``misa gen``) and the job benchmarks (``misa bench cm``,
+``ceiling``, ``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``), registered through the ``misa.commands``
+entry point group."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs import soak
 from jobs.bench import ceiling as bench_ceiling
 from jobs.bench import cm as bench_cm
 from jobs.bench import crossover as bench_crossover
@@ -24,7 +22,6 @@ from jobs.bench import recovery as bench_recovery
 from jobs.bench import spark_cpu as bench_spark_cpu
 from jobs.bench import state_read as bench_state_read
 from jobs.bench import user_queries as bench_user_queries
-from jobs.differential import command as fuzz
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
@@ -152,11 +149,9 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...``, ``misa soak``, ``misa fuzz`` and the job benchmarks (``misa bench cm``,
+    """``misa gen ...`` and the job benchmarks (``misa bench cm``,
     ``ceiling``, ``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``)."""
     add_gen_parser(commands)
-    soak.add_parser(commands)
-    fuzz.add_parser(commands)
     bench_cm.add_parser(bench)
     bench_ceiling.add_parser(bench)
     bench_crossover.add_parser(bench)

@@ -15,7 +15,7 @@ from job_helpers import assert_same_output, assert_same_results, output  # noqa:
 from jobs import cluster_monitoring
 from jobs.gen.cm import generate_cm
 from jobs.gen.parts import LateArrivals
-from jobs.output_diff import Output
+from verify.output_diff import Output
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

@@ -15,8 +15,8 @@ from types import ModuleType
 
 import pyspark
 
-from jobs.output_diff import Output, diff_rows, read_output
 from misa.io.sink import final_results, read_batches
+from verify.output_diff import Output, diff_rows, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +112,7 @@ def output_rows(run_dir: Path) -> Counter:
 
 
 def output(run_dir: Path) -> Output:
-    """Every row of every batch with its batch id (floats rounded, see :mod:`jobs.output_diff`)."""
+    """Every row of every batch with its batch id (floats rounded, see :mod:`verify.output_diff`)."""
     return read_output(run_dir / "out")
 
 

@@ -1,4 +1,4 @@
-"""A driver of its own for the Kafka fault tests (tests/jobs/test_kafka_faults.py): misa's ``from_query`` over a
+"""A driver of its own for the Kafka fault tests (tests/verify/test_kafka_faults.py): misa's ``from_query`` over a
 topic of the project's broker, windowed counts per key, ``availableNow`` with ``maxOffsetsPerTrigger``, written to a
 Parquet sink or to the transactional Kafka sink. The tests run it as a process of its own (``MISA_FAILPOINTS``
 kills it at a commit stage) and again on the same checkpoint; plain Spark runs :func:`windowed_counts` in the

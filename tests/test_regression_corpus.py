@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = "tests/jobs/test_spark_sources.py::test_sparks_batches_and_rows"
-SPLIT = "tests/jobs/test_one_stream_split.py::test_sparks_rows_when_one_stream_is_split_by_filters"
+SOURCES = "tests/verify/test_spark_sources.py::test_sparks_batches_and_rows"
+SPLIT = "tests/verify/test_one_stream_split.py::test_sparks_rows_when_one_stream_is_split_by_filters"
 SHAPES = (
-    "tests/jobs/test_query_shapes.py::test_selections_above_the_stateful_node_are_picked_in_arrow_only_when_they_only_"
+    "tests/verify/test_query_shapes.py::test_selections_above_the_stateful_node_are_picked_in_arrow_only_when_they_only_"
     "select"
 )
 
@@ -25,7 +25,7 @@ CORPUS = (
     ("issue 61: one stream split into a self-join's sides kept no row", f"{SPLIT}[the issue's self-join, files]"),
     (
         "issue 61: the self-join with its state on the executors",
-        "tests/jobs/test_one_stream_split.py::test_the_self_join_with_its_state_on_the_executors"
+        "tests/verify/test_one_stream_split.py::test_the_self_join_with_its_state_on_the_executors"
         "[the issue's self-join, files]",
     ),
     ("issue 61: a union of one stream's branches", f"{SPLIT}[a union of the two branches, aggregated]"),
@@ -69,7 +69,7 @@ CORPUS = (
     ),
     (
         "misa fuzz --from-query seed 9522 (shrunk): Spark's watermark read before the hint job ran",
-        "tests/jobs/test_differential_queries.py::test_spark_watermark_is_read_after_every_job_of_the_batch_ran",
+        "tests/verify/test_differential_queries.py::test_spark_watermark_is_read_after_every_job_of_the_batch_ran",
     ),
     (
         "misa fuzz --from-query seed 9115: sessions of object aggregates only",
@@ -82,7 +82,7 @@ CORPUS = (
     ),
     (
         "soak seed 45, iteration 71: the last mirror of Spark's log failed after the query ended",
-        "tests/jobs/test_soak.py::test_a_failure_of_the_last_mirror_of_sparks_log_after_the_query_ended_starts_the_query_again",
+        "tests/verify/test_soak.py::test_a_failure_of_the_last_mirror_of_sparks_log_after_the_query_ended_starts_the_query_again",
     ),
     (
         "soak: a source entry no offsets entry planned merged two source batches",

@@ -1,6 +1,6 @@
 """``misa bench processor``: one StatefulProcessor on Spark's transformWithStateInPandas and on misa, side by side.
 
-The processor is :class:`jobs.differential.processor.SessionFraudProcessor` (per card: value, list and map state
+The processor is :class:`verify.differential.processor.SessionFraudProcessor` (per card: value, list and map state
 and an event-time session timer). Its initial state holds ``--keys`` cards (``handleInitialState`` once per card
 in the first batch, as in SPARK-54392's measurement); the input is ``--batches`` Parquet files of ``--records``
 payments each, cards drawn uniformly from the same ``--keys`` (so each batch reads that many cards' state); event
@@ -34,10 +34,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.bench.same_output import Check, compare_batches, differ_exit
-from jobs.differential.command import local_session
-from jobs.differential.processor import EVENT_TIME, OUTPUT, SessionFraudProcessor, payments
 from jobs.submit import native_state_store_conf
 from misa import MisaConfig, transform_with_state_in_pandas
+from verify.differential.command import local_session
+from verify.differential.processor import EVENT_TIME, OUTPUT, SessionFraudProcessor, payments
 
 DELAY = "60 seconds"
 SCHEMA = "card string, t bigint, amount bigint, merchant string"

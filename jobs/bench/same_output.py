@@ -6,9 +6,9 @@ engines' output and checks it here; when they differ it reports no ratio, says s
 (:meth:`Check.line`; ``misa bench queries --queries self_join`` on the code before issue 61's fix printed
 ``outputs differ: misa 0 rows, Spark 11,677 rows — no ratio reported``) and exits non-zero (:data:`DIFFER_EXIT`).
 
-The comparison is the project's own, not a second one: :func:`jobs.differential.runner.compare` (each batch's rows
+The comparison is the project's own, not a second one: :func:`verify.differential.runner.compare` (each batch's rows
 as a multiset, floats up to summation order, NaN equal to NaN, Arrow types exactly, but a timestamp's zone by what it
-is rather than its name: :func:`in_utc`) and :mod:`jobs.output_diff` (whole outputs read from
+is rather than its name: :func:`in_utc`) and :mod:`verify.output_diff` (whole outputs read from
 :class:`~misa.io.sink.ParquetBatchSink` folders). Which of two ways, by what the runs share:
 
 * **the same batches** (both engines read the same input files in each batch: ``availableNow`` with a fixed count
@@ -32,9 +32,9 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
-from jobs.differential.runner import compare
-from jobs.output_diff import diff_rows, final_rows, read_output, without_batch_ids
 from misa.io.sink import read_batches
+from verify.differential.runner import compare
+from verify.output_diff import diff_rows, final_rows, read_output, without_batch_ids
 
 DIFFER_EXIT = 3  # a benchmark's exit status when misa's output differs from Spark's
 NO_RATIO = "no ratio reported"
@@ -187,7 +187,7 @@ def _up_to_common_window(got: Counter, expected: Counter, column: int) -> tuple[
 
 def batch_layout(checkpoint: str | Path) -> dict[int, tuple[str, ...]]:
     """The input files each batch read, from a Spark checkpoint (none without one: a batch job)."""
-    from jobs.soak import batch_layout as layout
+    from verify.soak import batch_layout as layout
 
     return layout(Path(checkpoint)) if (Path(checkpoint) / "offsets").exists() else {}
 

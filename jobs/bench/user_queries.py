@@ -40,10 +40,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.bench.same_output import Check, compare_batches, differ_exit
-from jobs.differential.command import local_session
 from jobs.submit import native_state_store_conf
 from misa import MisaConfig, from_query
 from misa.cli.main import name_list
+from verify.differential.command import local_session
 
 QUERIES = ("sliding", "dedup", "join", "session", "self_join")
 OUTPUT_MODES = {"sliding": "update", "dedup": "append", "join": "append", "session": "append", "self_join": "append"}

@@ -26,10 +26,10 @@ from common.failpoints import LOG_VAR
 from jobs import cluster_monitoring
 from jobs.gen.cm import generate_cm
 from jobs.gen.parts import LateArrivals
-from jobs.output_diff import Output
 from misa import Agg, MisaConfig, StatefulJob, register_state_sources
 from misa.exceptions import ConfigError
 from misa.operators.aggregation import Aggregation
+from verify.output_diff import Output
 
 CLUSTER = "local-cluster[2,2,1024]"
 MISA = str(Path(sys.executable).parent / "misa")

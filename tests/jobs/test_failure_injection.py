@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output, spark_submit
 
-from jobs.output_diff import Output
+from verify.output_diff import Output
 
 # One restart chain over one input: each run is killed at the next point (its hit counted in that run;
 # 2 shards, so per-shard points are hit twice per version), the run after it recovers and goes on.

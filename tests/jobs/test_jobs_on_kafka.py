@@ -14,10 +14,10 @@ from cm_helpers import late_cm2_input
 from job_helpers import job_args, results
 
 from jobs import cluster_monitoring
-from jobs.output_diff import canonical, diff_rows, read_output, without_batch_ids
 from jobs.submit import job_arguments
 from services.kafka_client import consume_all
 from services.kafka_produce import produce_folder
+from verify.output_diff import canonical, diff_rows, read_output, without_batch_ids
 
 
 def on_kafka(args: list[str], bootstrap: str, topic: str, per_batch: int) -> list[str]:

@@ -15,8 +15,8 @@ from job_helpers import assert_same_output, metrics, output, run_in_process, spa
 from jobs import linear_road
 from jobs.gen.lr import generate_lr
 from jobs.gen.parts import BAD_RECORDS_FILE
-from jobs.output_diff import Output
 from misa.io.quarantine import read_quarantine
+from verify.output_diff import Output
 
 QUERIES = ["lr2", "lr4"]
 

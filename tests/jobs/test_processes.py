@@ -15,7 +15,7 @@ from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output, ru
 from job_helpers import job_args, spark_submit_command
 
 from jobs import cluster_monitoring
-from jobs.output_diff import Output
+from verify.output_diff import Output
 
 TWO = {"spark.misa.state.processes": "2"}
 # Worker kills at each commit stage, one run each (two shards per worker: per-shard points are hit twice a version).

@@ -15,7 +15,7 @@ import pytest
 from job_helpers import executor_logs, native_output, output, spark_submit_command
 
 from jobs import spark_queries
-from jobs.output_diff import diff_rows
+from verify.output_diff import diff_rows
 
 CLUSTER = "local-cluster[2,2,1024]"
 

@@ -11,10 +11,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StatefulProcessor
 
-from jobs.differential.catalog import ENTRIES, SOURCE_SCHEMA
 from misa import ConfigError, MisaConfig, StatefulJob, from_query, transform_with_state_in_pandas
 from misa.config import CommitMode
 from misa.operators.aggregation import Agg, Aggregation
+from verify.differential.catalog import ENTRIES, SOURCE_SCHEMA
 
 SESSION = {"spark.misa.state.shards": "2", "spark.misa.commit.mode": "sync"}
 

@@ -1,5 +1,5 @@
 """StreamJoin, Spark's inner stream-stream join, batch by batch over a real store (the differential tests compare it
-with Spark's own through from_query: tests/jobs/test_differential_queries.py)."""
+with Spark's own through from_query: tests/verify/test_differential_queries.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Batches without data from Spark's trigger (misa/runtime/no_data_batches.py): the request source's offsets, a batch
 told from Spark's offsets log, a checkpoint without the source refused, and which operators ask for one (end to end
-against plain Spark: tests/jobs/test_spark_sources.py)."""
+against plain Spark: tests/verify/test_spark_sources.py)."""
 
 from __future__ import annotations
 

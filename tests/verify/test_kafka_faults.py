@@ -24,12 +24,12 @@ from kafka_driver import in_order, windowed_counts
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential import processor
-from jobs.differential.runner import compare
 from misa import MisaConfig, from_query, transform_with_state_in_pandas
 from misa.io.sink import read_batches
 from services.kafka_broker import KafkaBroker
 from services.kafka_client import Record, consume_all, create_topic, produce
+from verify.differential import processor
+from verify.differential.runner import compare
 
 SENTINEL_T = 10_000.0  # a last record far ahead: its watermark closes every window before it
 LIVE_DELAY = "30 seconds"  # more than any two records read in different batches are apart: rows not timing's

@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
-from jobs.differential.topic_source import TopicSource
+from verify.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
+from verify.differential.topic_source import TopicSource
 
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}
 
@@ -151,7 +151,7 @@ SLOW = {
     "a row no branch takes moves no watermark (join)",
     "a row no branch takes moves no watermark (union)",
     "a row one branch takes moves its watermark only (union, max policy)",
-    # on a real topic in make test (tests/jobs/test_kafka_queries.py): here on files, on demand
+    # on a real topic in make test (tests/verify/test_kafka_queries.py): here on files, on demand
     "a join side keeps a non-nullable column in its row",
     "a filter on a decoded column after withWatermark, then a windowed aggregation",
     "a join side keeps a non-nullable column (a literal)",

@@ -7,8 +7,8 @@ from typing import Callable, Iterator
 
 from pyspark.sql import SparkSession
 
-from jobs.differential.cases import Case
-from jobs.differential.runner import Mismatch, run_case
+from verify.differential.cases import Case
+from verify.differential.runner import Mismatch, run_case
 
 Rounds = list[list[list[dict]]]
 

@@ -1,5 +1,5 @@
 """Spark's answer on Kafka (issue 62, item 3): queries over topics of the project's own broker, through
-misa.from_query and through plain Spark, compared batch by batch (:mod:`jobs.differential.scenarios`; each engine
+misa.from_query and through plain Spark, compared batch by batch (:mod:`verify.differential.scenarios`; each engine
 reads topics of its own, made and fed the same way). The event time is the records' Kafka timestamp, stamped by the
 producer; values are JSON decoded with ``from_json``, as a Kafka query decodes them."""
 
@@ -16,9 +16,9 @@ from confluent_kafka.admin import NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.kafka_inputs import KafkaInputs, topic_name
-from jobs.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
 from services.kafka_client import admin, create_topic
+from verify.differential.kafka_inputs import KafkaInputs, topic_name
+from verify.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
 
 VALUE = "k long, v long, side int"
 ON_EXECUTORS = {"spark.misa.state.placement": "executors", "spark.misa.state.processes": "1"}

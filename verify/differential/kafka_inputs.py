@@ -1,4 +1,4 @@
-"""A scenario's Kafka topics (:mod:`jobs.differential.scenarios`): each engine reads topics of its own, made and
+"""A scenario's Kafka topics (:mod:`verify.differential.scenarios`): each engine reads topics of its own, made and
 fed the same way, so both see the same partitions, offsets and record timestamps.
 
 A topic's name is its scenario name and the engine's inputs folder hashed (``events-1a2b3c4d5e``). A row produced

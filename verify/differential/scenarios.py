@@ -2,7 +2,7 @@
 
 A :class:`Scenario` builds its streaming DataFrame with Spark's API over inputs of its own (file folders, globs,
 subfolders, a static table, the ``rate-micro-batch`` source, the tests' own Python source, Kafka topics of the
-project's broker: :mod:`jobs.differential.kafka_inputs`), feeds them in rounds
+project's broker: :mod:`verify.differential.kafka_inputs`), feeds them in rounds
 and runs each round as a new query over the same checkpoint (a restarted driver) with its trigger. Both engines'
 outputs are keyed by Spark's batch ids: the batch ids run must be the same (batches without data included) and
 so must each batch's rows and column types.
@@ -25,11 +25,11 @@ import pyarrow as pa
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.differential.kafka_inputs import KafkaInputs
-from jobs.differential.runner import Mismatch, _first_line, compare
 from misa import MisaConfig, from_query
 from misa.exceptions import AnalysisError as MisaAnalysisError
 from misa.exceptions import UnsupportedQueryError
+from verify.differential.kafka_inputs import KafkaInputs
+from verify.differential.runner import Mismatch, _first_line, compare
 
 Rows = tuple[dict[str, Any], ...]
 _WRITTEN = itertools.count()
@@ -48,7 +48,7 @@ def drifting_rows(
 ) -> tuple[Rows, ...]:
     """``batches`` batches of keyed rows (``k``, ``v``, ``t`` in epoch seconds, ``side`` 0 or 1), event time moving
     forward ``step_s`` a row with a tenth of the rows out of order by up to ``late_s``; with ``partitions``, each row
-    names its Kafka partition (``_partition``, :mod:`jobs.differential.kafka_inputs`)."""
+    names its Kafka partition (``_partition``, :mod:`verify.differential.kafka_inputs`)."""
     rng = random.Random(seed)
     clock, out = 100.0, []
     for _ in range(batches):

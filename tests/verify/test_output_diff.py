@@ -1,12 +1,12 @@
-"""The whole-output comparison (jobs.output_diff) that the kill tests and the crash soak rely on."""
+"""The whole-output comparison (verify.output_diff) that the kill tests and the crash soak rely on."""
 
 from collections import Counter
 from datetime import datetime
 
 import pyarrow as pa
 
-from jobs.output_diff import canonical, diff_rows, read_output
 from misa.io.sink import ParquetBatchSink, final_results
+from verify.output_diff import canonical, diff_rows, read_output
 
 REFERENCE = [  # batch 0, then batch 1 updates key 1 (update mode)
     [(datetime(2024, 1, 1), 1, 0.1 + 0.2), (datetime(2024, 1, 1), 2, 2.5)],

@@ -1,6 +1,6 @@
 """Batches without data exactly when Spark runs them, on the sources, plans and triggers users deploy (issue 44's
 findings 1-5): each query through misa.from_query and through plain Spark, compared batch id by batch id
-(jobs/differential/scenarios.py). Each input is built so that a batch without data run where Spark runs none
+(verify/differential/scenarios.py). Each input is built so that a batch without data run where Spark runs none
 moves the watermark early and loses a row Spark counts."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.scenarios import Round, Scenario, judge, run_scenario
-from jobs.differential.topic_source import TopicSource
+from verify.differential.scenarios import Round, Scenario, judge, run_scenario
+from verify.differential.topic_source import TopicSource
 
 SCHEMA = "t timestamp, k int, v bigint"
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from jobs.differential.cases import Query, Settings
-from jobs.differential.queries import MOMENT_FUNCTIONS, query_case_of, random_query_case
-from jobs.differential.runner import run_case
+from verify.differential.cases import Query, Settings
+from verify.differential.queries import MOMENT_FUNCTIONS, query_case_of, random_query_case
+from verify.differential.runner import run_case
 
 OBJECTS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
 CASES = {

@@ -20,10 +20,10 @@ import pytest
 
 from checkpoint.exceptions import DfsUnavailableError
 from common import failpoints
-from jobs import soak, soak_kafka
 from jobs.submit import RETRY_MESSAGE, run_with_retries
 from misa.cli import main as misa
 from misa.io.sink import ParquetBatchSink
+from verify import soak, soak_kafka
 
 VERSIONS = {"cm2": 5, "lr2": 5, "q20": 5}
 CLEAN = {"cm2": 20.0, "lr2": 30.0, "q20": 25.0}

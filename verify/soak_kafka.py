@@ -20,11 +20,11 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from jobs.output_diff import canonical
 from services.kafka_broker import KafkaBroker
 from services.kafka_client import consume_all
 from services.kafka_install import connector_jars
 from services.kafka_produce import produce_folder
+from verify.output_diff import canonical
 
 PARTITIONS = 2
 SOURCES = ("files", "kafka")  # the soak's sources, drawn per iteration

@@ -4,7 +4,7 @@ A :class:`Deployment` is drawn from a seed, shape by shape, each shape from the 
 write, not from misa's operators:
 
 * **source**: one folder of JSON files, a glob (``in/*.json``), files in subfolders (``in/day=N/``), the tests'
-  Python source with a backlog (Kafka's stand-in, :mod:`jobs.differential.topic_source`), ``rate-micro-batch``,
+  Python source with a backlog (Kafka's stand-in, :mod:`verify.differential.topic_source`), ``rate-micro-batch``,
   two folders (two different streams, for a union or a join);
 * **plan** below the stateful step: as read, columns renamed (one with a space), a filter, a join with a static
   table, a union of two watermarked streams;
@@ -25,7 +25,7 @@ write, not from misa's operators:
   (:func:`drawn_split`). An event-time filter above the watermark is a shape misa refuses: those cases check the
   refusal at start.
 * **Kafka sources** (issue 62; two cases in five, every case with ``--kafka-only``): the source becomes topics of
-  the project's broker (one per stream, a fresh one per case and engine: :mod:`jobs.differential.kafka_inputs`)
+  the project's broker (one per stream, a fresh one per case and engine: :mod:`verify.differential.kafka_inputs`)
   with 1 to 4 partitions, the records partitioned by key, the keys even or skewed to one; ``startingOffsets``
   earliest or per partition in JSON (earliest, latest or an offset); no admission limit, ``maxOffsetsPerTrigger``,
   or (under processing time) ``minOffsetsPerTrigger`` with a ``maxTriggerDelay`` longer than the run; the value
@@ -34,7 +34,7 @@ write, not from misa's operators:
   aggregates of a window's (:func:`drawn_kafka`). Every other draw stays (triggers, placements, splits, the
   shapes misa refuses at start).
 
-Each case runs through plain Spark and through misa (:func:`jobs.differential.scenarios.run_scenario`): a query
+Each case runs through plain Spark and through misa (:func:`verify.differential.scenarios.run_scenario`): a query
 Spark refuses must be refused by misa at start; one misa refuses must be refused at start with
 ``UnsupportedQueryError``; every other one must give Spark's batches and rows.
 """
@@ -50,10 +50,10 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.cases import drawn_placement
-from jobs.differential.kafka_inputs import KafkaInputs, topic_name
-from jobs.differential.scenarios import Round, Rows, Scenario
-from jobs.differential.topic_source import TopicSource
+from verify.differential.cases import drawn_placement
+from verify.differential.kafka_inputs import KafkaInputs, topic_name
+from verify.differential.scenarios import Round, Rows, Scenario
+from verify.differential.topic_source import TopicSource
 
 SCHEMA = "t timestamp, k int, v bigint, s string, st struct<a:int,b:string>"
 SOURCES = ("folder", "glob", "subfolders", "topic", "rate", "two_folders")

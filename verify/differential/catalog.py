@@ -2,8 +2,8 @@
 
 Each :class:`Entry` is one row of docs/spark-queries.md: a query written in Spark's API over a small stream,
 what misa does (``runs``, ``runs, with a difference``, or ``refused`` with its message), and for a query that
-runs, the tags of the random differential cases that cover it (:func:`jobs.differential.queries.case_tags`).
-tests/jobs/test_spark_queries.py builds every query through ``from_query`` and checks the table in the docs
+runs, the tags of the random differential cases that cover it (:func:`verify.differential.queries.case_tags`).
+tests/verify/test_spark_queries.py builds every query through ``from_query`` and checks the table in the docs
 is :func:`render`'s.
 """
 

@@ -1,4 +1,4 @@
-"""The generator of deployments (jobs/differential/deployments.py) draws every shape users deploy, including shapes
+"""The generator of deployments (verify/differential/deployments.py) draws every shape users deploy, including shapes
 misa refuses; a fixed-seed slice runs against plain Spark here (`misa fuzz --deployments` runs more). Among the
 shapes, one stream split by filters into a join's sides or a union's branches (issue 61), which the generator did
 not draw before: `misa fuzz --deployments --split-only` draws only those."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.differential import deployments as d
-from jobs.differential.scenarios import run_scenario
+from verify.differential import deployments as d
+from verify.differential.scenarios import run_scenario
 
 
 def test_the_generator_draws_every_shape_within_200_seeds():

@@ -1,5 +1,5 @@
 """Left outer, right outer, full outer and left semi stream-stream joins through misa.from_query and through plain
-Spark, compared batch id by batch id (jobs/differential/scenarios.py): matched rows, rows that never match (an
+Spark, compared batch id by batch id (verify/differential/scenarios.py): matched rows, rows that never match (an
 outer join's come out padded with nulls in the batch Spark evicts them, often one without data), late rows and
 restarts; a left semi join's left row comes out once, on its first match."""
 
@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
-from tests.jobs.test_spark_sources import files, rows
+from tests.verify.test_spark_sources import files, rows
+from verify.differential.scenarios import Round, Rows, Scenario, drifting_rows, run_scenario
 
 HOWS = ("left_outer", "right_outer", "full_outer", "left_semi")
 BOUNDS = "clickTime >= impressionTime AND clickTime <= impressionTime + interval 1 minute"

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from pyspark.errors import AnalysisException
 
-from jobs.differential.catalog import ENTRIES, REFUSED, SOURCE_SCHEMA, Entry, render
-from jobs.differential.queries import case_tags, random_query_case
 from misa import MisaConfig, UnsupportedQueryError, from_query
 from misa.query.job import planned
+from verify.differential.catalog import ENTRIES, REFUSED, SOURCE_SCHEMA, Entry, render
+from verify.differential.queries import case_tags, random_query_case
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark-queries.md"
 FUZZ_CASES = 500  # the fuzz run the docs report covers these seeds
 
 
 def test_the_docs_table_is_the_catalogs():
-    assert render() in DOC.read_text(), "docs/spark-queries.md's table differs from jobs/differential/catalog.py"
+    assert render() in DOC.read_text(), "docs/spark-queries.md's table differs from verify/differential/catalog.py"
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.spark[:60] for e in ENTRIES])

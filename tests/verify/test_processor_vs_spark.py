@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.differential.processor import random_processor_case, run_processor_case
+from verify.differential.processor import random_processor_case, run_processor_case
 
 SEEDS = [1, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(2, 9))]
 

@@ -23,11 +23,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.cases import Case
-from jobs.differential.queries import spark_api_query
-from jobs.output_diff import canonical, diff_rows
 from jobs.submit import native_aggregation, native_interval_join
 from misa import Agg, Aggregation, IntervalJoin, MisaConfig, StatefulJob, from_query
+from verify.differential.cases import Case
+from verify.differential.queries import spark_api_query
+from verify.output_diff import canonical, diff_rows
 
 EVENT_TIME = "event_time"
 _NONE = pa.table({})  # the output of a batch an engine did not run

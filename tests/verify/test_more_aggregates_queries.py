@@ -1,14 +1,14 @@
 """Issue 63's aggregate functions written in Spark's API, through misa.from_query and through plain Spark, compared
-batch id by batch id over random rows with restarts (:func:`jobs.differential.runner.run_case`): every output mode,
+batch id by batch id over random rows with restarts (:func:`verify.differential.runner.run_case`): every output mode,
 tumbling, sliding and session windows and none."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs.differential.cases import Query, Settings
-from jobs.differential.queries import query_case_of
-from jobs.differential.runner import run_case
+from verify.differential.cases import Query, Settings
+from verify.differential.queries import query_case_of
+from verify.differential.runner import run_case
 
 CASES = {
     "tumbling windows, update: count_if, bool_and, max_by, skewness, corr of integers": Query(

@@ -12,13 +12,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from jobs.differential.cases import Case, random_case
-from jobs.differential.deployments import Deployment, random_deployment
-from jobs.differential.processor import random_processor_case, run_processor_case
-from jobs.differential.queries import case_tags, random_query_case
-from jobs.differential.runner import Mismatch, run_case
-from jobs.differential.scenarios import Outcome, run_scenario
-from jobs.differential.shrink import shrink
+from verify.differential.cases import Case, random_case
+from verify.differential.deployments import Deployment, random_deployment
+from verify.differential.processor import random_processor_case, run_processor_case
+from verify.differential.queries import case_tags, random_query_case
+from verify.differential.runner import Mismatch, run_case
+from verify.differential.scenarios import Outcome, run_scenario
+from verify.differential.shrink import shrink
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_deployments(spark: Any, deployments: list[Deployment], work: Path, bootstrap: str = "") -> int:
-    """Random deployments (:mod:`jobs.differential.deployments`; a Kafka case's topics on the broker at
+    """Random deployments (:mod:`verify.differential.deployments`; a Kafka case's topics on the broker at
     ``bootstrap``); exit status 1 if any mismatched. Each line names the case's shapes, its outcome (with the rows
     Spark wrote) and its time; the end counts every shape drawn, the outcomes per shape (``shape=outcome``), the
     cases where Spark wrote no row, and the refusals by message."""

@@ -24,9 +24,9 @@ state hosts on the two executors of a ``local-cluster``, whose failpoints fire i
   refuse with a clear message (superseded, batch gap), neither may hang; then a clean run.
 
 Each iteration also draws its source (``--sources``): the job's files, or the same records in a topic of a Kafka
-broker the soak starts (:mod:`jobs.soak_kafka`), each with its own native reference.
+broker the soak starts (:mod:`verify.soak_kafka`), each with its own native reference.
 
-The whole output (every row of every batch, :mod:`jobs.output_diff`) must equal the native
+The whole output (every row of every batch, :mod:`verify.output_diff`) must equal the native
 reference's, and after it ``misa ckpt verify`` must find the DFS copy sound.
 
 One small input per job is generated once per soak; its native reference and a clean run in misa
@@ -65,12 +65,12 @@ from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.parts import LateArrivals
-from jobs.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
-from jobs.soak_kafka import PARTITIONS, SOURCES, SoakTopics, kafka_layout, submit_options
 from jobs.submit import RETRY_MESSAGE
 from misa.cli.main import name_list
 from misa.config import CommitMode
 from misa.runtime.spark_log import SparkCheckpointLog
+from verify.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
+from verify.soak_kafka import PARTITIONS, SOURCES, SoakTopics, kafka_layout, submit_options
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES_PER_BATCH = 2

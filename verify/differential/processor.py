@@ -7,7 +7,7 @@ it emits one row per card (flagged when the batch's largest amount is over twice
 a session's end emits a summary row and clears the card's state. Its outputs do not depend on the order of a
 card's rows within a batch, so Spark's and misa's rows compare as multisets.
 
-:func:`run_processor_case` runs one random case (a differential :class:`~jobs.differential.cases.Case` of a
+:func:`run_processor_case` runs one random case (a differential :class:`~verify.differential.cases.Case` of a
 stream of payments) through both engines, batch by batch, with restarts between rounds.
 """
 
@@ -24,9 +24,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from jobs.differential.cases import Case, Query, Settings, case_of, with_placement
-from jobs.differential.runner import Mismatch, _first_line, _write_file, compare
 from misa import MisaConfig, transform_with_state_in_pandas
+from verify.differential.cases import Case, Query, Settings, case_of, with_placement
+from verify.differential.runner import Mismatch, _first_line, _write_file, compare
 
 OUTPUT = "card string, kind string, payments long, total long, largest long, merchants long, flagged boolean"
 GAP_MS = 10_000

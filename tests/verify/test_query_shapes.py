@@ -2,7 +2,7 @@
 
 Each scenario writes small JSON files under its own folders, one file per batch of each source (``availableNow``
 with ``maxFilesPerTrigger`` 1, so a round's batches run back to back), and restarts the query between rounds
-(:func:`jobs.differential.scenarios.run_scenario`). The rows are chosen so that each case turns on what it names:
+(:func:`verify.differential.scenarios.run_scenario`). The rows are chosen so that each case turns on what it names:
 a row late only by the newest watermark, a key seen before a restart, an input with no rows yet.
 """
 
@@ -15,8 +15,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.differential.scenarios import Builder, Round, Scenario, run_scenario
 from misa.query.job import planned
+from verify.differential.scenarios import Builder, Round, Scenario, run_scenario
 
 SCHEMA = "k string, k2 bigint, t bigint, v bigint, s string, st struct<a: int, b: string, n: struct<x: double>>"
 POLICY = "spark.sql.streaming.multipleWatermarkPolicy"

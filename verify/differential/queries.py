@@ -3,7 +3,7 @@
 
 :func:`spark_api_query` writes a case's query as a Spark user would (``withWatermark``, ``groupBy(window(...))``,
 ``agg``, ``dropDuplicates``, ``select``/``where`` after); :func:`random_query_case` draws the forms misa runs
-(docs/spark-queries.md), with the inputs of :mod:`jobs.differential.cases` (late rows, rows out of order,
+(docs/spark-queries.md), with the inputs of :mod:`verify.differential.cases` (late rows, rows out of order,
 back-to-back batches, restarts, every key type).
 """
 
@@ -16,7 +16,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.differential.cases import (
+from verify.differential.cases import (
     COMMIT_MODES,
     FUNCTIONS,
     KEY_TYPES,

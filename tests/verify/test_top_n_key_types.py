@@ -12,8 +12,8 @@ import pytest
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from jobs.differential.cases import KEY_TYPES, PREFETCHING, Query, Settings, case_of
 from misa import MisaConfig, StatefulJob, TopN
+from verify.differential.cases import KEY_TYPES, PREFETCHING, Query, Settings, case_of
 
 KEYS = [f"k_{t}" for t in KEY_TYPES]
 

@@ -1,7 +1,7 @@
 """misa against plain Spark, batch by batch: the issue's findings as fixed cases, then a fixed-seed random slice.
 
 Every case runs through misa and through the same query in plain Spark (one local session), with a round's
-files back to back and a restart between rounds (:mod:`jobs.differential.runner`); ``misa fuzz`` runs more.
+files back to back and a restart between rounds (:mod:`verify.differential.runner`); ``misa fuzz`` runs more.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from jobs.differential.cases import KEY_TYPES, OPERATORS, PREFETCHING, Case, Query, Settings, case_of, random_case
-from jobs.differential.runner import compare, run_case
+from verify.differential.cases import KEY_TYPES, OPERATORS, PREFETCHING, Case, Query, Settings, case_of, random_case
+from verify.differential.runner import compare, run_case
 
 SLOW = pytest.mark.slow
 SLICE = [0, *(pytest.param(seed, marks=SLOW) for seed in (1, 2, 3))]  # CI runs seed 0; `misa fuzz` any
@@ -167,8 +167,8 @@ def test_a_checkpoint_path_with_a_space_non_ascii_hash_and_percent_restarts_wher
 def test_a_mismatch_is_shrunk_to_the_rows_that_cause_it(monkeypatch, tmp_path):
     """The shrinker keeps cutting rounds, files and rows while the case still fails (here: while it holds the
     row at 7 s after the row at 25 s, a stand-in for a real run)."""
-    from jobs.differential import shrink as shrinking
-    from jobs.differential.runner import Mismatch
+    from verify.differential import shrink as shrinking
+    from verify.differential.runner import Mismatch
 
     def fails(spark, c: Case, work) -> Mismatch | None:
         times = [row["t"] for r in c.rounds for f in r for row in f]
