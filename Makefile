@@ -58,7 +58,7 @@ endif
 		--checkpoint $(RUN)/misa/checkpoint
 	$(SUBMIT) $(CM2) $(CM2_$(SOURCE)) --mode native --output $(RUN)/native/output \
 		--checkpoint $(RUN)/native/checkpoint
-	$(BIN)/python -m jobs.bench.same_output $(RUN)/misa/output $(RUN)/native/output
+	$(BIN)/python -m bench.same_output $(RUN)/misa/output $(RUN)/native/output
 	$(BIN)/misa report $(RUN)/metrics.jsonl --out $(RUN)/report
 	@echo "A small run (about 9,000 state keys, input read at once): Spark's own work per batch dominates both" \
 		"modes. The README's headline is CM2 with a live source and a million keys (docs/benchmarks.md)." \

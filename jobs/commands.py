@@ -1,5 +1,4 @@
-"""The jobs' sub-commands of ``misa``: the data generators (``misa gen``) and the job benchmarks (``misa bench cm``,
-``ceiling``, ``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``), registered through the ``misa.commands``
+"""The jobs' sub-command of ``misa``: the data generators (``misa gen``), registered through the ``misa.commands``
 entry point group."""
 
 from __future__ import annotations
@@ -10,18 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.bench import ceiling as bench_ceiling
-from jobs.bench import cm as bench_cm
-from jobs.bench import crossover as bench_crossover
-from jobs.bench import kafka as bench_kafka
-from jobs.bench import live as bench_live
-from jobs.bench import placement as bench_placement
-from jobs.bench import processor as bench_processor
-from jobs.bench import queries as bench_jobs
-from jobs.bench import recovery as bench_recovery
-from jobs.bench import spark_cpu as bench_spark_cpu
-from jobs.bench import state_read as bench_state_read
-from jobs.bench import user_queries as bench_user_queries
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
@@ -148,19 +135,6 @@ def add_gen_parser(subparsers: argparse._SubParsersAction) -> None:
         p.set_defaults(func=_generate)
 
 
-def add_job_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """``misa gen ...`` and the job benchmarks (``misa bench cm``,
-    ``ceiling``, ``crossover``, ``jobs``, ``live``, ``recovery``, ``spark-cpu``)."""
+def add_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """``misa gen ...``."""
     add_gen_parser(commands)
-    bench_cm.add_parser(bench)
-    bench_ceiling.add_parser(bench)
-    bench_crossover.add_parser(bench)
-    bench_jobs.add_parser(bench)
-    bench_live.add_parser(bench)
-    bench_placement.add_parser(bench)
-    bench_recovery.add_parser(bench)
-    bench_spark_cpu.add_parser(bench)
-    bench_processor.add_parser(bench)
-    bench_user_queries.add_parser(bench)
-    bench_state_read.add_parser(bench)
-    bench_kafka.add_parser(bench)

@@ -7,7 +7,7 @@ The public API, importable from here::
 Packages by responsibility: :mod:`misa.runtime` (the job, its per-batch phases, the commit
 controller, recovery), :mod:`misa.state` (the store, the batch's view, codecs, the key space),
 :mod:`misa.operators`, :mod:`misa.io` (sinks and quarantine), :mod:`misa.obs` (metrics and
-report), :mod:`misa.cli` (the ``misa`` command) and :mod:`misa.bench`. Its errors are in
+report) and :mod:`misa.cli` (the ``misa`` command). Its errors are in
 :mod:`misa.exceptions`, each a :class:`MisaError`; they and the checkpoints' errors are exported here
 too. Names are loaded on first use, so ``import misa.config`` stays light.
 """

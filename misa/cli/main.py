@@ -1,8 +1,8 @@
 """The ``misa`` console command.
 
-The runtime's own commands are here; packages above ``misa`` (the jobs: ``gen``, ``soak``, ``bench
-cm``, ``bench jobs``) add theirs through the ``misa.commands`` entry point group, so ``misa`` never
-imports them.
+The runtime's own commands are here; the packages above ``misa`` add theirs through the ``misa.commands`` entry
+point group (``jobs``: ``gen``; ``services``: ``kafka``; ``verify``: ``soak``, ``fuzz``; ``bench``: every ``bench``
+sub-command), in the order of the entry points' names, so ``misa`` never imports them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from typing import Callable, Collection
 from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError
 from common import failpoints
 from common.errors import LocationError
-from misa.bench import ckpt as bench_ckpt
-from misa.bench import state as bench_state
 from misa.cli import ckpt as ckpt_cli
 from misa.config import defaults_file_text
 from misa.exceptions import CommandError, ConfigError
@@ -91,7 +89,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line, with the sub-commands every installed ``misa.commands`` entry point adds."""
+    """The command line, with the sub-commands every installed ``misa.commands`` entry point adds (by name)."""
     parser = Parser(prog="misa", description="MiSA for PySpark: RocksDB state with asynchronous commit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log retries and progress")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,9 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("conf", help="print every spark.misa.* key with its default").set_defaults(func=_conf)
     report.add_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
-    bench_ckpt.add_parser(bench)
-    bench_state.add_parser(bench)
-    for entry in entry_points(group="misa.commands"):
+    for entry in sorted(entry_points(group="misa.commands"), key=lambda entry: entry.name):
         extend: Extension = entry.load()
         extend(sub, bench)
     return parser

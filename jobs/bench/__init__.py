@@ -1,1 +1,0 @@
-"""Benchmark drivers that run the jobs side by side with spark-submit."""

@@ -1,1 +1,0 @@
-"""The runtime's benchmarks: checkpoint upload sizes and state-cache policies."""
