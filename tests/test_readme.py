@@ -8,7 +8,19 @@ from misa.config import settings
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 DOCS = {path: path.read_text() for path in (ROOT / "docs").glob("*.md")}
-PACKAGES = ("misa/", "checkpoint/", "common/", "prefetch/", "jobs/", "tests/", "conf/", "docs/")
+PACKAGES = (
+    "misa/",
+    "checkpoint/",
+    "common/",
+    "prefetch/",
+    "services/",
+    "jobs/",
+    "verify/",
+    "bench/",
+    "tests/",
+    "conf/",
+    "docs/",
+)
 
 
 def test_readme_documents_every_setting_and_both_commands():
