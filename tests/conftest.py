@@ -11,7 +11,7 @@ import pytest
 
 from common import failpoints
 from misa.config import MisaConfig
-from services.ports import free_port
+from services.s3_server import start_s3_server
 
 
 @pytest.fixture(autouse=True)
@@ -49,23 +49,10 @@ def config() -> MisaConfig:
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A real S3 API server (moto's server mode) on loopback, with credentials in the environment."""
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    saved = {
-        k: os.environ.get(k)
-        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
-    }
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    yield endpoint
+    server, env = start_s3_server()
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    yield env["AWS_ENDPOINT_URL"]
     server.stop()
     for key, value in saved.items():
         if value is None:

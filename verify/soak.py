@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import random
@@ -69,6 +68,7 @@ from jobs.submit import RETRY_MESSAGE
 from misa.cli.main import name_list
 from misa.config import CommitMode
 from misa.runtime.spark_log import SparkCheckpointLog
+from services.s3_server import start_s3_server
 from verify.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
 from verify.soak_kafka import PARTITIONS, SOURCES, SoakTopics, kafka_layout, submit_options
 
@@ -749,22 +749,13 @@ class Soak:
 
     def _start_s3(self) -> None:
         try:
-            from moto.server import ThreadedMotoServer
+            self.s3_server, env = start_s3_server()
         except ImportError as exc:
             raise SystemExit(
                 "misa soak: --dfs s3 needs moto's server (pip install 'moto[server]', in the test "
                 "extra), or choose --dfs file"
             ) from exc
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per S3 request
-        self.s3_server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.s3_server.start()
-        host, port = self.s3_server.get_host_and_port()
-        self.env.update(
-            AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing",
-            AWS_DEFAULT_REGION="us-east-1",
-            AWS_ENDPOINT_URL=f"http://{host}:{port}",
-        )
+        self.env.update(env)
         self._s3().create_bucket(Bucket=BUCKET)
 
     def _s3(self) -> Any:
