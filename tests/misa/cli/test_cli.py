@@ -27,7 +27,9 @@ def sub_commands(parser: argparse.ArgumentParser, name: str = "misa") -> Iterato
 
 def test_every_commands_help_describes_its_arguments_and_shows_their_defaults():
     commands = dict(sub_commands(build_parser()))
-    assert {"misa ckpt list", "misa ckpt gc", "misa report", "misa bench cm", "misa gen cm"} <= set(commands)
+    # the entry points' (bench, jobs, services, verify): an install older than setup.cfg's entry points lacks some
+    entry_points = {"misa bench ckpt", "misa bench cm", "misa gen cm", "misa kafka up", "misa soak", "misa fuzz"}
+    assert {"misa ckpt list", "misa ckpt gc", "misa report", *entry_points} <= set(commands)
     for name, parser in commands.items():
         text = " ".join(parser.format_help().split())
         for action in parser._actions:
