@@ -38,7 +38,8 @@ from pyspark.sql.streaming import StreamingQuery
 from checkpoint.exceptions import CorruptCheckpointError
 from common import failpoints
 from common.location import Location, spark_location
-from misa.config import STATE_FOLDER, CommitMode, MisaConfig
+from misa.config import STATE_FOLDER, MisaConfig
+from misa.config_keys import CommitMode
 from misa.exceptions import CommitFailedError, ConfigError, RecoveryError
 from misa.hosts.hints import HostHints
 from misa.hosts.output import HostRows

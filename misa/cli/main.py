@@ -20,7 +20,7 @@ from common.errors import LocationError
 from misa.bench import ckpt as bench_ckpt
 from misa.bench import state as bench_state
 from misa.cli import ckpt as ckpt_cli
-from misa.config import defaults_file_text
+from misa.config_docs import defaults_file_text
 from misa.exceptions import CommandError, ConfigError
 from misa.obs import report
 
