@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from misa.config_keys import Settings, settings
+from misa.markdown import cell
 
 CONFIGURATION_INTRO = """\
 Every setting is a Spark conf key under `spark.misa.`, given with `spark-submit --conf key=value`, with
@@ -48,5 +49,5 @@ def configuration_markdown() -> str:
         meta = spec.metadata
         default = f"`{meta['default']}`" if str(meta["default"]) else "(none)"
         cells = (f"`{meta['key']}`", meta["kind"].name, default, meta["kind"].allowed, meta["doc"])
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append("| " + " | ".join(map(cell, cells)) + " |")
     return "\n".join(lines) + "\n"
