@@ -41,7 +41,7 @@ def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
     lines += [f"| [`{prog}`](#{_anchor(prog)}) | {_prose(summary)} |" for prog, summary, _ in commands[1:]]
     for prog, summary, command in commands:
         lines += ["", f"## `{prog}`", "", _prose(command.description or summary), "", "```", _synopsis(command), "```"]
-        rows = [_row(action) for action in _arguments(command)]
+        rows = [_row(action, prog) for action in _arguments(command)]
         if rows:
             lines += ["", "| argument | what it does |", "| --- | --- |", *rows]
     return "\n".join(lines) + "\n"
@@ -85,9 +85,9 @@ def _synopsis(parser: argparse.ArgumentParser) -> str:
     return " ".join(words)
 
 
-def _row(action: argparse.Action) -> str:
+def _row(action: argparse.Action, prog: str) -> str:
     """The table row of one argument: how it is written, and its help with its default and choices."""
-    help_text = _expanded_help(action)
+    help_text = _expanded_help(action, prog)
     if action.choices is not None and action.metavar is not None:  # the value name hides them
         help_text = f"{help_text} (one of: {', '.join(map(str, action.choices))})".strip()
     required = " (required)" if action.option_strings and action.required else ""
@@ -122,12 +122,12 @@ def _value(action: argparse.Action) -> str:
     return name
 
 
-def _expanded_help(action: argparse.Action) -> str:
+def _expanded_help(action: argparse.Action, prog: str) -> str:
     """The help with argparse's ``%(default)s``-style fields filled in, as ``--help`` prints it."""
     if not action.help:
         return ""
-    params = {key: value for key, value in vars(action).items() if value is not argparse.SUPPRESS}
-    params = {key: getattr(value, "__name__", value) for key, value in params.items()}
+    params = {k: getattr(v, "__name__", v) for k, v in vars(action).items() if v is not argparse.SUPPRESS}
+    params["prog"] = prog
     if params.get("choices") is not None:
         params["choices"] = ", ".join(map(str, params["choices"]))
     return action.help % params

@@ -18,6 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     zeta.add_argument("--out", required=True, help="where to")
     zeta.add_argument("--tools", default=str(CHECKOUT.parent / "shared" / "tools"), help="tools")
     zeta.add_argument("--hidden", help=argparse.SUPPRESS)
+    zeta.add_argument("--name", help="a name for %(prog)s")
     alpha = sub.add_parser("alpha", help="the first")
     alpha.add_subparsers(dest="alpha_command", required=True).add_parser("inner", help="below alpha")
     return parser
@@ -36,6 +37,7 @@ def test_every_command_in_name_order_with_its_synopsis_and_arguments():
     assert "| `--mode {a,b}` | how (default: a) |" in text
     assert "| `--out OUT` | where to (required) |" in text
     assert "| `--tools TOOLS` | tools (default: ../shared/tools) |" in text  # the same in every checkout
+    assert "| `--name NAME` | a name for tool zeta |" in text
     assert "hidden" not in text and "--help" not in text.split("## `tool`")[1]
 
 
