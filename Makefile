@@ -76,6 +76,12 @@ format: $(TEST_STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The generated reference pages, docs/configuration.md (the spark.misa.* keys) and docs/cli.md (the misa command,
+# every sub-command the installed entry points add): rewritten from the code; a test fails when they differ.
+.PHONY: docs
+docs: $(STAMP)
+	$(BIN)/python -m misa.docs_gen
+
 bench-ckpt: $(TEST_STAMP)
 	$(BIN)/misa bench ckpt
 

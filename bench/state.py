@@ -34,7 +34,8 @@ from typing import Sequence
 import numpy as np
 
 from bench.state_workloads import DISTRIBUTIONS, WORKLOADS, BatchAccesses, KeyStream, StateWorkload
-from misa.config import MisaConfig, parse_bytes
+from misa.config import MisaConfig
+from misa.config_forms import parse_bytes
 from misa.exceptions import ConfigError
 from misa.runtime.batch_cache import attach_prefetcher
 from misa.runtime.process import gc_paused, switch_interval

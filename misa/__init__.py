@@ -27,7 +27,7 @@ _EXPORTS = {
     "SessionAggregation": "misa.operators.sessions",
     "Deduplicate": "misa.operators.dedup",
     "UnsupportedQueryError": "misa.exceptions",
-    "BadRecordFilter": "misa.job",
+    "BadRecordFilter": "misa.runtime.batch_input",
     "MisaConfig": "misa.config",
     "StatefulOperator": "misa.operators.base",
     "HintSource": "misa.operators.base",

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from misa.config import settings
+from misa.config_keys import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

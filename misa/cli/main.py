@@ -18,7 +18,7 @@ from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError
 from common import failpoints
 from common.errors import LocationError
 from misa.cli import ckpt as ckpt_cli
-from misa.config import defaults_file_text
+from misa.config_docs import defaults_file_text
 from misa.exceptions import CommandError, ConfigError
 from misa.obs import report
 

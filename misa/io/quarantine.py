@@ -1,4 +1,4 @@
-"""Bad input records, set aside per batch: the runtime side of :class:`misa.job.BadRecordFilter`.
+"""Bad input records, set aside per batch: the runtime side of :class:`misa.runtime.batch_input.BadRecordFilter`.
 
 The input is read as text and parsed with :func:`parse_json_lines`, which keeps each record's raw
 line (``_raw_record``) and flags it (``_bad_record``). A record is bad when

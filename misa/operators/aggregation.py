@@ -38,7 +38,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.exceptions import AnalysisError, UnsupportedQueryError
 from misa.operators.base import (
     DEFAULT_STORE,

@@ -73,7 +73,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs
 from misa.parallel.routing import KeyColumns, KeysOf
 from misa.state.memory_tier import MemorySpace

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.operators.base import (
     DEFAULT_STORE,
     HintSource,

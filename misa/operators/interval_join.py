@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.operators.aggregation import DELTA_SCHEMA
 from misa.operators.base import (
     DEFAULT_STORE,

@@ -44,7 +44,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.operators.base import HintSource, KeyPartitioned, OperatorResult, StateReadable, StateStoreSpec, state_table
 from misa.operators.group_hints import group_hint_keys
 from misa.operators.schema import event_time, key_columns

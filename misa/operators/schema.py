@@ -14,7 +14,7 @@ from typing import Sequence
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.exceptions import AnalysisError
 
 INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.exceptions import AnalysisError
 from misa.operators import session_records
 from misa.operators.aggregation import DELTA_SCHEMA, NO_WATERMARK, OUTPUT_WINDOW, Agg, AggValues

@@ -19,7 +19,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from misa.config import CommitMode, MisaConfig
+from misa.config import MisaConfig
+from misa.config_keys import CommitMode
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.operators.base import KeyPartitioned, OperatorResult
 from misa.parallel.layout import partition_locations, record_partitions, recorded_partitions

@@ -25,7 +25,7 @@ from pyspark.sql.streaming import StatefulProcessor, StreamingQuery
 
 from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
-from misa.job import Sink, StatefulJob
+from misa.job import StatefulJob
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.output import QueryOutput
@@ -33,6 +33,7 @@ from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, re
 from misa.query.pushdown import Pushdown
 from misa.query.translate import stateful_node, translate
 from misa.query.translation import JoinInput, Translation, watermarks
+from misa.runtime.batch_loop import Sink
 
 log = logging.getLogger(__name__)
 OUTPUT_MODES = ("append", "update", "complete")

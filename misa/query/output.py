@@ -18,10 +18,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from misa.exceptions import UnsupportedQueryError
 from misa.io.dataframe_sink import FrameSink
-from misa.job import Sink
 from misa.operators.aggregation import OUTPUT_WINDOW
 from misa.query.plan import PlanNode, with_attributes
 from misa.query.translation import Translation
+from misa.runtime.batch_loop import Sink
 
 
 class QueryOutput:

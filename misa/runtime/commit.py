@@ -37,7 +37,7 @@ from checkpoint import Fence, no_fence
 from checkpoint.exceptions import CorruptCheckpointError, DfsUnavailableError, OwnershipError
 from common import failpoints
 from common.location import redact
-from misa.config import CommitMode
+from misa.config_keys import CommitMode
 from misa.exceptions import CommitFailedError
 from misa.obs.records import CommitRecord, CommitStatus
 from misa.runtime.spark_mirror import SparkLogMirror

@@ -77,7 +77,7 @@ def test_a_hint_source_must_name_its_keys_and_takes_the_rows_as_they_are_by_defa
 @pytest.mark.parametrize(("operator", "hinted"), [(Declared(), True), (Undeclared(), False)])
 def test_a_job_prefetches_only_for_a_declared_hint_source(tmp_path, caplog, operator, hinted):
     config = replace(MisaConfig(), prefetch_mode="true", cache_policy="tac")
-    with caplog.at_level(logging.WARNING, logger="misa.job"):
+    with caplog.at_level(logging.WARNING, logger="misa.runtime.job_parts"):
         job = StatefulJob(operator, lambda batch_id, table: None, str(tmp_path / "ckpt"), config=config, echo=None)
     try:
         assert (job.hints is not None) == hinted
