@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint format bench-ckpt kafka-jars clean
+.PHONY: run test lint format readme-plot bench-plots bench-ckpt kafka-jars clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,7 +61,7 @@ endif
 	$(BIN)/python -m bench.same_output $(RUN)/misa/output $(RUN)/native/output
 	$(BIN)/misa report $(RUN)/metrics.jsonl --out $(RUN)/report
 	@echo "A small run (about 9,000 state keys, input read at once): Spark's own work per batch dominates both" \
-		"modes. The README's headline is CM2 with a live source and a million keys (docs/benchmarks.md)." \
+		"modes. The large-state results are in docs/benchmarks/ (CM2 live with a million keys: live.md)." \
 		"The broker stays up for the next run: $(KAFKA) down stops it."
 
 test: lint $(KAFKA_JARS)
@@ -81,6 +81,14 @@ format: $(TEST_STAMP)
 .PHONY: docs
 docs: $(STAMP)
 	$(BIN)/python -m misa.docs_gen
+
+# The README's picture: make run's batch latency over time (misa against Spark's store), copied under docs/.
+readme-plot:
+	cp $(RUN)/report/latency_timeline.png docs/img/make-run-latency.png
+
+# The benchmark pages' plots, drawn from their tables (docs/benchmarks/img/).
+bench-plots: $(TEST_STAMP)
+	$(BIN)/misa bench plots
 
 bench-ckpt: $(TEST_STAMP)
 	$(BIN)/misa bench ckpt

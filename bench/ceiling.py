@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for name in shapes:
         for keys in sizes:
-            scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-ceiling-")) / f"{name}-{keys}"
+            scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-ceiling-")).resolve() / f"{name}-{keys}"
             try:
                 if args.partitions > 1:
                     record = measure_partitions(name, keys, config, scratch, args)

@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _targets(specs: list[str], scratch: Path) -> dict[str, str]:
     if not specs:
-        return {"local": f"file://{scratch / 'dfs-local'}"}
+        return {"local": f"file://{(scratch / 'dfs-local').resolve()}"}
     return dict(spec.split("=", 1) for spec in specs)
 
 

@@ -101,7 +101,7 @@ def _run_one(args: argparse.Namespace, data: Path, target: str, folder: Path, mo
         "--state-dir",
         str(local_state),
         "--dfs",
-        f"file://{run_dir / 'state'}",
+        f"file://{(run_dir / 'state').resolve()}",
         "--available-now",
         "--max-files-per-trigger",
         str(args.files_per_batch),

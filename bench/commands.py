@@ -11,6 +11,7 @@ from bench import (
     crossover,
     kafka,
     live,
+    page_plots,
     placement,
     processor,
     queries,
@@ -24,7 +25,7 @@ from bench import (
 
 def add_commands(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """``misa bench ckpt``, ``state``, ``cm``, ``ceiling``, ``crossover``, ``jobs``, ``live``, ``placement``,
-    ``recovery``, ``spark-cpu``, ``processor``, ``queries``, ``state-read`` and ``kafka``."""
+    ``recovery``, ``spark-cpu``, ``processor``, ``queries``, ``state-read``, ``kafka`` and ``plots``."""
     for module in (
         ckpt,
         state,
@@ -40,5 +41,6 @@ def add_commands(commands: argparse._SubParsersAction, bench: argparse._SubParse
         user_queries,
         state_read,
         kafka,
+        page_plots,
     ):
         module.add_parser(bench)

@@ -462,7 +462,7 @@ def job_command(
     if args.output_mode:
         job_args += ["--output-mode", args.output_mode]
     if live.mode in RUNTIME_MODES:
-        job_args += ["--state-dir", str(local / "state"), "--dfs", f"file://{live.folder / 'misa-state'}"]
+        job_args += ["--state-dir", str(local / "state"), "--dfs", f"file://{(live.folder / 'misa-state').resolve()}"]
     elif live.query == "ysb":
         job_args += ["--native-stream"]  # the reference as a stream, its lookups in the bench's Redis too
     regime_conf = [*env.conf(), f"spark.local.dir={local / 'spark-local'}"] if env.volume else []

@@ -133,7 +133,7 @@ def open_stores(
 
     Returns the stores by policy and the preloaded key count.
     """
-    dfs = f"file://{scratch / 'dfs'}"
+    dfs = f"file://{(scratch / 'dfs').resolve()}"
     first = stack.enter_context(StateStore(config, scratch / f"state-{policies[0]}", dfs))
     state_keys = preload(first, workload)
     first.checkpoints.upload_and_retain(0)

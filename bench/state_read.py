@@ -46,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def build_state(folder: Path, keys: int, batch_keys: int, shards: int) -> str:
     """The state's DFS location, after building it (see the module); prints progress on stderr."""
     config = MisaConfig.from_mapping({"spark.misa.state.shards": str(shards)})
-    dfs_url = f"file://{folder / 'dfs'}"
+    dfs_url = f"file://{(folder / 'dfs').resolve()}"
     operator = Aggregation(["k"], [Agg("n", "count", "*"), Agg("total", "sum", "v")])
     record_operator(dfs_url, operator, SIGNATURE)
     with StateStore(config, folder / "state", dfs_url) as store:

@@ -1,9 +1,10 @@
-"""``misa kafka install|up|down|status|produce``: the project's Kafka broker in the background, for runs by hand.
+"""``misa kafka install|up|down|status|produce|jars``: the project's Kafka broker in the background, for runs by hand.
 
 ``up`` starts a broker (:class:`services.kafka_broker.KafkaBroker`, detached: it outlives the command), writes its
 bootstrap servers, pid, folder and log to a state file (``runs/kafka/broker.json`` by default) and prints the
 bootstrap servers; ``down`` stops it and removes its folder; ``status`` says whether it runs (exit 1 if not);
-``produce`` writes a generator's folder of JSON lines into a topic (:mod:`services.kafka_produce`).
+``produce`` writes a generator's folder of JSON lines into a topic (:mod:`services.kafka_produce`); ``jars`` prints
+Spark's Kafka connector as ``spark-submit --jars`` takes it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from misa.exceptions import CommandError
 from services.exceptions import KafkaBrokerError
 from services.kafka_broker import MAIN_CLASS, KafkaBroker, stop_process
-from services.kafka_install import install_broker_jars
+from services.kafka_install import connector_jars, install_broker_jars
 from services.kafka_install import main as install_main
 from services.kafka_produce import produce_folder
 
@@ -95,6 +96,14 @@ def _produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_connector_jars(_: argparse.Namespace) -> int:
+    jars = connector_jars()
+    if not jars:
+        raise CommandError("Spark's Kafka connector is not installed: run `make kafka-jars` (or `misa kafka install`)")
+    print(",".join(jars))
+    return 0
+
+
 def _checked(call):
     """``call()``, its error as misa's one-line command error."""
     try:
@@ -129,3 +138,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--bootstrap", help="the broker (default: the one `misa kafka up` started)")
     p.add_argument("--state", type=Path, default=STATE, help="the state file of the broker `up` started")
     p.set_defaults(func=_produce)
+    sub.add_parser(
+        "jars", help="print Spark's Kafka connector's jars, comma-separated, for spark-submit --jars"
+    ).set_defaults(func=print_connector_jars)

@@ -4,6 +4,7 @@ the jars, Maven or Java are missing or the broker cannot start."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from misa.exceptions import CommandError
+from services import kafka_command
 from services.exceptions import KafkaBrokerError
 from services.kafka_broker import KafkaBroker
 from services.kafka_client import Record, admin, consume_all, create_topic, produce
@@ -119,3 +122,12 @@ def test_a_broker_that_cannot_start_says_why_and_leaves_no_folder(tmp_path, monk
 def _bytes(data: str | bytes | None) -> bytes:
     """``data`` as Kafka returns it, with b"<null>" for None (sortable among bytes)."""
     return data.encode() if isinstance(data, str) else b"<null>" if data is None else data
+
+
+def test_misa_kafka_jars_prints_the_connector_for_spark_submit(capsys, monkeypatch):
+    assert kafka_command.print_connector_jars(argparse.Namespace()) == 0
+    jars = capsys.readouterr().out.strip().split(",")
+    assert any("spark-sql-kafka-0-10" in Path(j).name for j in jars) and all(Path(j).is_file() for j in jars)
+    monkeypatch.setattr(kafka_command, "connector_jars", lambda: [])
+    with pytest.raises(CommandError, match="make kafka-jars"):
+        kafka_command.print_connector_jars(argparse.Namespace())
