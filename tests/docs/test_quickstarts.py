@@ -46,7 +46,7 @@ def test_the_operator_quick_start_averages_every_window(spark, user_folder):
     run_quickstart(1)
     cpus = defaultdict(list)
     for i in range(600):
-        for start in sliding_windows(i * 1000, 30, 10):
+        for start in sliding_windows((1_700_000_000 + i) * 1000, 30, 10):
             cpus[(start, i % 20)].append(i % 7 / 10)
     results = final_results(str(user_folder / "tasks-out"), ["window_start", "job_id"])
     got = {(k[0].replace(tzinfo=None), k[1]): round(r["avg_cpu"], 9) for k, r in results.items()}
