@@ -20,3 +20,28 @@ def user_folder(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         yield tmp_path
     finally:
         local.setWorkingDirectory(before)
+
+
+@pytest.fixture(autouse=True)
+def jobs_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close the jobs a page builds but does not run (an example of a constructor), as a script's end would leave
+    nothing running: their commit threads would outlive the test."""
+    from misa.job import StatefulJob
+
+    opened: list[StatefulJob] = []
+    init, close = StatefulJob.__init__, StatefulJob.close
+
+    def tracked_init(self: StatefulJob, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        opened.append(self)
+
+    def tracked_close(self: StatefulJob, *args, **kwargs) -> None:
+        if self in opened:
+            opened.remove(self)
+        close(self, *args, **kwargs)
+
+    monkeypatch.setattr(StatefulJob, "__init__", tracked_init)
+    monkeypatch.setattr(StatefulJob, "close", tracked_close)
+    yield
+    for job in list(opened):
+        job.close()
