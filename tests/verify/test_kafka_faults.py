@@ -51,6 +51,7 @@ def counted(rows: Counter) -> int:
     return sum(n * times for (start, _k, n, _s), times in rows.items() if start.timestamp() < SENTINEL_T - 5)
 
 
+@pytest.mark.slow  # a broker of its own, stopped and started (about 7 s), as the live queries through a restart
 def test_a_broker_stopped_and_started_again_keeps_its_address_topics_and_records(tmp_path: Path):
     with KafkaBroker() as broker:
         bootstrap, folder = broker.bootstrap, broker.dir
