@@ -36,7 +36,7 @@ from jobs.linear_road import QUERIES as LR_QUERIES
 from jobs.nexmark import Q20_CATEGORY, q20_operator
 from jobs.schemas import NEXMARK_AUCTION, NEXMARK_BID
 from jobs.ysb import campaign_views
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 from misa.operators.aggregation import Agg
 from misa.operators.base import MAX_EVENT, PANE_END, ROWS, WINDOW_END, WINDOW_START
 from misa.operators.dedup import Deduplicate

@@ -71,7 +71,7 @@ from bench.workloads import (
 from jobs.submit import MODES, NATIVE_MODES, RUNTIME_MODES
 from jobs.ysb import REDIS_URL_ENV
 from misa.cli.main import name_list
-from misa.config import parse_bytes, parse_seconds
+from misa.config_forms import parse_bytes, parse_seconds
 from misa.obs.records import PREFETCH_COUNTERS
 from misa.obs.report import load_metrics
 from misa.runtime.spark_mirror import LOCAL_COPY

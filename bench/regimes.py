@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from bench.exceptions import RegimeError
-from misa.config import parse_bytes, parse_seconds
+from misa.config_forms import parse_bytes, parse_seconds
 from services.ports import free_port
 
 DEFAULT_TOOLS = Path(__file__).resolve().parents[2] / "shared" / "tools"

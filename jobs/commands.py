@@ -14,7 +14,7 @@ from jobs.gen.lr import generate_lr
 from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.parts import UNITS, LateArrivals
 from jobs.gen.ysb import generate_ysb
-from misa.config import parse_seconds
+from misa.config_forms import parse_seconds
 
 Option = tuple[str, type, Any, str]  # flag, type, default, help
 BAD_FRACTION: Option = (

@@ -24,7 +24,9 @@ from common.errors import LocationError
 from common.location import parse, spark_location
 from jobs.kafka_output import BatchSink, with_kafka_output
 from jobs.kafka_source import add_kafka_arguments, check_source, kafka_json, kafka_lines
-from misa.config import CommitMode, MisaConfig, parse_seconds
+from misa.config import MisaConfig
+from misa.config_forms import parse_seconds
+from misa.config_keys import CommitMode
 from misa.exceptions import AnalysisError, ConfigError, IncompatibleStateError, RecoveryError
 from misa.io.json_arrow import read_json_lines_arrow
 from misa.io.quarantine import Quarantine, good_records, parse_json_lines

@@ -22,11 +22,10 @@ from typing import Any, Mapping
 
 from checkpoint import RetryPolicy
 from misa.config_checks import check
-from misa.config_forms import parse_bytes, parse_seconds
-from misa.config_keys import CommitMode, Settings
+from misa.config_keys import Settings
 from misa.config_sources import read_properties, session_values, typed_values
 
-__all__ = ["STATE_FOLDER", "CommitMode", "MisaConfig", "parse_bytes", "parse_seconds"]
+__all__ = ["STATE_FOLDER", "MisaConfig"]
 
 STATE_FOLDER = "misa-state"  # the default place of the state's DFS copy: <checkpoint location>/misa-state
 

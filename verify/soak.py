@@ -66,7 +66,7 @@ from jobs.gen.nexmark import generate_nexmark
 from jobs.gen.parts import LateArrivals
 from jobs.submit import RETRY_MESSAGE
 from misa.cli.main import name_list
-from misa.config import CommitMode
+from misa.config_keys import CommitMode
 from misa.runtime.spark_log import SparkCheckpointLog
 from services.s3_server import start_s3_server
 from verify.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids

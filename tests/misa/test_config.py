@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 from pyspark import SparkConf
 
-from misa.config import CommitMode, MisaConfig
+from misa.config import MisaConfig
 from misa.config_docs import defaults_file_text
-from misa.config_keys import settings
+from misa.config_keys import CommitMode, settings
 from misa.exceptions import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

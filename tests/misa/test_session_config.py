@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StatefulProcessor
 
 from misa import ConfigError, MisaConfig, StatefulJob, from_query, transform_with_state_in_pandas
-from misa.config import CommitMode
+from misa.config_keys import CommitMode
 from misa.operators.aggregation import Agg, Aggregation
 from verify.differential.catalog import ENTRIES, SOURCE_SCHEMA
 
