@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from bench.ceiling_shapes import SHAPES, Shape, shape
+from common.location import local_location
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError
 from misa.hosts.send import Sending, send_rows
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for name in shapes:
         for keys in sizes:
-            scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-ceiling-")).resolve() / f"{name}-{keys}"
+            scratch = Path(args.work or tempfile.mkdtemp(prefix="misa-ceiling-")) / f"{name}-{keys}"
             try:
                 if args.partitions > 1:
                     record = measure_partitions(name, keys, config, scratch, args)
@@ -174,7 +175,7 @@ def measure(
     bench: Shape, config: MisaConfig, scratch: Path, args: argparse.Namespace, ready: Callable[[], Any] | None = None
 ) -> dict[str, Any]:
     """Preload ``bench``'s state, run its batches and return the record (``ready`` is called between the two)."""
-    with StateStore(config, scratch / "state", f"file://{scratch / 'dfs'}") as store:
+    with StateStore(config, scratch / "state", local_location(scratch / "dfs").url) as store:
         started = time.monotonic()
         preload(bench, store)
         preload_s = time.monotonic() - started

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from checkpoint import DfsCheckpoints
+from common.location import local_location
 from misa.config import MisaConfig
 from misa.units import human_bytes
 
@@ -42,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _targets(specs: list[str], scratch: Path) -> dict[str, str]:
     if not specs:
-        return {"local": f"file://{(scratch / 'dfs-local').resolve()}"}
+        return {"local": local_location(scratch / "dfs-local").url}
     return dict(spec.split("=", 1) for spec in specs)
 
 

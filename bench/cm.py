@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bench.runs import add_ratios, batch_stats, check_against_native, markdown_table, rows_per_batch, submit
 from bench.same_output import Check, differ_exit, settled_keys
+from common.location import local_location
 from jobs.gen.cm import generate_cm
 
 
@@ -101,7 +102,7 @@ def _run_one(args: argparse.Namespace, data: Path, target: str, folder: Path, mo
         "--state-dir",
         str(local_state),
         "--dfs",
-        f"file://{(run_dir / 'state').resolve()}",
+        local_location(run_dir / "state").url,
         "--available-now",
         "--max-files-per-trigger",
         str(args.files_per_batch),

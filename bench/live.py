@@ -68,6 +68,7 @@ from bench.workloads import (
     generator,
     input_name,
 )
+from common.location import local_location
 from jobs.submit import MODES, NATIVE_MODES, RUNTIME_MODES
 from jobs.ysb import REDIS_URL_ENV
 from misa.cli.main import name_list
@@ -462,7 +463,7 @@ def job_command(
     if args.output_mode:
         job_args += ["--output-mode", args.output_mode]
     if live.mode in RUNTIME_MODES:
-        job_args += ["--state-dir", str(local / "state"), "--dfs", f"file://{(live.folder / 'misa-state').resolve()}"]
+        job_args += ["--state-dir", str(local / "state"), "--dfs", local_location(live.folder / "misa-state").url]
     elif live.query == "ysb":
         job_args += ["--native-stream"]  # the reference as a stream, its lookups in the bench's Redis too
     regime_conf = [*env.conf(), f"spark.local.dir={local / 'spark-local'}"] if env.volume else []

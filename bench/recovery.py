@@ -65,6 +65,7 @@ from bench.live_stats import batch_ends, file_batches
 from bench.runs import ROOT, submit_command, submit_env
 from bench.same_output import Check, compare_settled, differ_exit, settled_keys
 from checkpoint.manifest import marker_path
+from common.location import local_location
 from jobs.gen.nexmark import generate_nexmark
 from jobs.submit import RUNTIME_MODES
 from misa.cli.main import name_list
@@ -140,7 +141,7 @@ class Series:
     @property
     def state_roots(self) -> list[Path]:
         """Where the runtime's DFS markers are: the state's folder, or each key partition's."""
-        partitions = partitions_file(f"file://{self.dfs.resolve()}") if self.dfs.exists() else None
+        partitions = partitions_file(local_location(self.dfs).url) if self.dfs.exists() else None
         return [self.dfs] if partitions is None else [self.dfs / f"partition-{i}" for i in range(partitions)]
 
 
@@ -299,7 +300,7 @@ def start(args: argparse.Namespace, series: Series) -> None:
                 "--trigger", args.trigger, "--max-files-per-trigger", str(args.files_per_batch),
                 "--metrics", str(series.metrics)]  # fmt: skip
     if series.mode in RUNTIME_MODES:
-        job_args += ["--state-dir", str(state_dir), "--dfs", f"file://{series.dfs.resolve()}"]
+        job_args += ["--state-dir", str(state_dir), "--dfs", local_location(series.dfs).url]
         if "executor" in args.cases:  # a batch that lost a state host fails; the job restarts its query in place
             job_args += ["--retry-start", str(RESTARTS_IN_PLACE)]
     conf = [f"spark.local.dir={spark_local}", *args.conf]

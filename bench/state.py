@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from bench.state_workloads import DISTRIBUTIONS, WORKLOADS, BatchAccesses, KeyStream, StateWorkload
+from common.location import local_location
 from misa.config import MisaConfig
 from misa.config_forms import parse_bytes
 from misa.exceptions import ConfigError
@@ -133,7 +134,7 @@ def open_stores(
 
     Returns the stores by policy and the preloaded key count.
     """
-    dfs = f"file://{(scratch / 'dfs').resolve()}"
+    dfs = local_location(scratch / "dfs").url
     first = stack.enter_context(StateStore(config, scratch / f"state-{policies[0]}", dfs))
     state_keys = preload(first, workload)
     first.checkpoints.upload_and_retain(0)

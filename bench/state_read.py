@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from common.location import local_location
 from misa.config import MisaConfig
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.base import ROWS
@@ -46,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def build_state(folder: Path, keys: int, batch_keys: int, shards: int) -> str:
     """The state's DFS location, after building it (see the module); prints progress on stderr."""
     config = MisaConfig.from_mapping({"spark.misa.state.shards": str(shards)})
-    dfs_url = f"file://{(folder / 'dfs').resolve()}"
+    dfs_url = local_location(folder / "dfs").url
     operator = Aggregation(["k"], [Agg("n", "count", "*"), Agg("total", "sum", "v")])
     record_operator(dfs_url, operator, SIGNATURE)
     with StateStore(config, folder / "state", dfs_url) as store:

@@ -59,6 +59,7 @@ import fsspec
 import pyspark
 
 from common.failpoints import ENV_VAR, FAILPOINTS, LOG_VAR
+from common.location import local_location
 from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm
 from jobs.gen.lr import generate_lr
@@ -813,7 +814,7 @@ class Soak:
     ) -> Attempt:
         run_dir.mkdir(parents=True)
         attempt = run_attempt(
-            self.command(job, mode, run_dir, f"file://{run_dir / 'dfs'}", placement=placement, source=source),
+            self.command(job, mode, run_dir, local_location(run_dir / "dfs").url, placement=placement, source=source),
             self.env,
             run_dir / "run.log",
             time.monotonic() + self.args.iteration_timeout,
@@ -893,7 +894,7 @@ class Soak:
     # ------------------------------------------------------------------ iterations
     def dfs_url(self, plan: Plan, index: int, run_dir: Path) -> str:
         """The DFS of an iteration: a folder of its own, or a prefix of its own in the bucket."""
-        return f"file://{run_dir / 'dfs'}" if plan.dfs == "file" else f"s3://{BUCKET}/{index:04d}"
+        return local_location(run_dir / "dfs").url if plan.dfs == "file" else f"s3://{BUCKET}/{index:04d}"
 
     def filesystem(self, url: str) -> tuple[Any, str]:
         """An fsspec file system and path of ``url`` (the soak's S3 server for ``s3://``)."""
