@@ -13,6 +13,10 @@ from common import failpoints
 from misa.config import MisaConfig
 from services.s3_server import start_s3_server
 
+# Every Spark the tests start (the session below, spark-submit jobs and local-cluster executors, which inherit the
+# environment) binds to loopback, never to the machine's other addresses.
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+
 
 @pytest.fixture(autouse=True)
 def _no_failpoints() -> Iterator[None]:
