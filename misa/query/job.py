@@ -28,11 +28,12 @@ from misa.exceptions import UnsupportedQueryError
 from misa.job import StatefulJob
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
+from misa.query.chain import chain_of, chained_operator
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
 from misa.query.pushdown import Pushdown
 from misa.query.translate import stateful_node, translate
-from misa.query.translation import JoinInput, Translation, watermarks
+from misa.query.translation import JoinInput, Translation, source_columns, watermarks
 from misa.runtime.batch_loop import Sink
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,9 @@ def planned(
     translation = translate(plan, output_mode, collect_max_items, policy.lower())
     for warning in translation.warnings:
         log.warning(warning)
-    source = _source_rows(spark, translation, pushdown)
+    source = _source_rows(spark, chain_of(translation)[0], pushdown)
+    if translation.upstream is not None:  # several stateful operations, the job runs them as one
+        translation.operator = chained_operator(spark, translation)
     translation.operator.signature(source.schema)  # columns and types, before anything starts
     return translation, source, QueryOutput(spark, translation, stateful_node(plan), sink)
 
@@ -176,7 +179,9 @@ def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> Non
     """Spark's own checks of a streaming query for ``output_mode`` (its AnalysisException if it refuses)."""
     jvm = spark._jvm  # type: ignore[attr-defined]
     mode = getattr(jvm.org.apache.spark.sql.streaming.OutputMode, output_mode.capitalize())()
-    jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(plan.jvm, mode)
+    checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
+    checker.checkForStreaming(plan.jvm, mode)
+    checker.checkStreamingQueryGlobalWatermarkLimit(plan.jvm, mode)  # stateful operations one above another
 
 
 def _source_rows(spark: SparkSession, translation: Translation, pushdown: Pushdown) -> DataFrame:
@@ -184,12 +189,7 @@ def _source_rows(spark: SparkSession, translation: Translation, pushdown: Pushdo
     (with the filters Spark's optimizer moves below its watermarks from above that node)."""
     if translation.join_inputs:
         return _join_rows(spark, translation.join_inputs, pushdown)
-    rows = dataframe_of(spark, pushdown.source(translation.source))
-    for condition in translation.conditions:
-        rows = rows.where(condition)
-    for name, column in translation.extra_columns:
-        rows = rows.withColumn(name, F.expr(column) if isinstance(column, str) else column)
-    return rows
+    return source_columns(dataframe_of(spark, pushdown.source(translation.source)), translation)
 
 
 def _join_rows(spark: SparkSession, inputs: list[JoinInput], pushdown: Pushdown) -> DataFrame:
