@@ -152,11 +152,13 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
             "two stateful operations in a chain, not more",
         ),
         (
-            lambda s, i: watermarked(s, i)
-            .groupBy(F.session_window("t", "5 seconds"), "k")
-            .count()
-            .groupBy(F.window(F.window_time("session_window"), "1 minute"))
-            .count(),
+            lambda s, i: (
+                watermarked(s, i)
+                .groupBy(F.session_window("t", "5 seconds"), "k")
+                .count()
+                .groupBy(F.window(F.window_time("session_window"), "1 minute"))
+                .count()
+            ),
             "session window's output",
         ),
     ],
