@@ -17,6 +17,7 @@ from typing import Callable
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Aggregation
 from misa.operators.chain import Link, OperatorChain
 from misa.operators.dedup import Deduplicate
@@ -27,6 +28,7 @@ from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode
 from misa.query.translation import Translation, refused, source_columns, stateful_below
 
+ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 BUILT = "dropDuplicates, dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream "
 BUILT += "join, then an aggregation (groupBy with a time window over an event time it passes on, or none)"
 
@@ -52,6 +54,13 @@ def upstream(node: PlanNode, translation: Translation, translate: Callable[[Plan
         raise _refused(node, below, "misa runs two stateful operations in a chain, not more, yet")
     if isinstance(lower.operator, OuterStreamJoin):
         raise _refused(node, below, "misa runs an aggregation over an inner stream-stream join's output only, yet")
+    if isinstance(lower.operator, Aggregation) and operator.output_mode != "append":  # Spark's check was off
+        raise _refused(
+            node,
+            below,
+            f"Spark runs the aggregation below in {operator.output_mode} output too, whose rows a stateful operation "
+            "above may drop as late (spark.sql.streaming.statefulOperator.checkCorrectness.enabled=true refuses it)",
+        )
     if isinstance(lower.operator, Aggregation) and not lower.operator.window:
         raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
     if isinstance(lower.operator, SessionAggregation):
@@ -75,6 +84,12 @@ def chain_of(top: Translation) -> list[Translation]:
 
 def chained_operator(spark: SparkSession, top: Translation) -> OperatorChain:
     """The job's operator for a query of several stateful operations (``top``'s chain)."""
+    if spark.conf.get(ALLOW_MULTIPLE, "true").strip().lower() != "true":
+        raise UnsupportedQueryError(
+            f"[MISA_UNSUPPORTED_QUERY] misa cannot run {top.stateful!r} over another stateful operation's output with "
+            f"{ALLOW_MULTIPLE}=false (Spark's single global watermark for every operator, before Spark 3.4). Write "
+            f"instead: the query with {ALLOW_MULTIPLE}=true, Spark's default (its watermark propagated)."
+        )
     chain = chain_of(top)
     links = []
     for lower, upper in zip(chain, chain[1:]):
