@@ -67,12 +67,16 @@ def deduplicated_then_grouped(spark: SparkSession, inputs: Path) -> DataFrame:
     return watermarked(spark, inputs).dropDuplicates(["k", "v"]).groupBy("k").agg(F.count("*").alias("n"))
 
 
-def windows_of_windows(spark: SparkSession, inputs: Path) -> DataFrame:
-    """A count per 10 s window and key, then the counts summed per 20 s window of window_time(window)."""
+def windows_of_windows(spark: SparkSession, inputs: Path, time: F.Column | str | None = None) -> DataFrame:
+    """A count per 10 s window and key, then the counts summed per 20 s window of window_time(window) (or of
+    ``time``: the window column itself, which Spark's analyzer turns into its window_time)."""
     counts = windowed_counts(watermarked(spark, inputs))
-    return counts.groupBy(F.window(F.window_time("window"), "20 seconds")).agg(
-        F.sum("n").alias("rows"), F.max("total").alias("most")
-    )
+    window = F.window(F.window_time("window") if time is None else time, "20 seconds")
+    return counts.groupBy(window).agg(F.sum("n").alias("rows"), F.max("total").alias("most"))
+
+
+def windows_of_the_window_column(spark: SparkSession, inputs: Path) -> DataFrame:
+    return windows_of_windows(spark, inputs, "window")
 
 
 def joined_then_counted(spark: SparkSession, inputs: Path) -> DataFrame:
@@ -98,6 +102,8 @@ JOIN_ROUNDS = (
         files=(
             ("a/2.json", (event("y", 150), event("x", 160))),
             ("b/2.json", (event("y", 160, 7), event("x", 170, 8), event("x", 99, 9))),
+            ("a/3.json", (event("x", 300),)),
+            ("b/3.json", (event("x", 310, 10),)),
         )
     ),
 )
@@ -111,6 +117,12 @@ def assert_as_spark(spark: SparkSession, tmp_path: Path, name: str, build: Build
 def test_windows_of_windows_close_in_sparks_batches(spark, tmp_path: Path):
     """(b): a windowed count (append), then a 20 s window over window_time(window) (append)."""
     assert_as_spark(spark, tmp_path, "windows of windows", windows_of_windows, "append")
+
+
+@pytest.mark.slow
+def test_windows_of_the_window_column(spark, tmp_path: Path):
+    """(b) with window("window", ...): Spark's analyzer takes the window column's window_time."""
+    assert_as_spark(spark, tmp_path, "windows of the window column", windows_of_the_window_column, "append")
 
 
 @pytest.mark.slow
