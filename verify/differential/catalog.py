@@ -237,6 +237,19 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:window:append",),
     ),
     Entry(
+        "inner stream-stream join, then `groupBy(window(t, size), cols)` over a side's event time (append)",
+        RUNS,
+        lambda r: (
+            joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            .groupBy(F.window(f"b.{T}", W), F.col("a.k").alias("k"))
+            .count()
+        ),
+        "append",
+        "the aggregation's watermark is the join's output watermark: the least of its sides' state watermarks and "
+        "the global one, as Spark propagates it",
+        covered_by=("chain:join:append",),
+    ),
+    Entry(
         "an aggregation in update or complete output below another stateful operation",
         REFUSED,
         lambda r: windowed(r, F.count("*").alias("n")).groupBy(F.window(F.window_time("window"), "1 minute")).count(),
