@@ -74,6 +74,11 @@ class OperatorChain:
             if isinstance(watermark, EventTimeWatermark) and not isinstance(watermark, PropagatedWatermark):
                 link.operator.watermark = PropagatedWatermark(watermark.delay_ms)
 
+    def __reduce__(self) -> Any:
+        """Not pickled: its links' feeds run Spark jobs of the query's session (the state data sources, which load
+        a recorded operator, say so rather than read it)."""
+        raise TypeError("an operator chain's links feed each operator with Spark jobs of the query's session")
+
     @property
     def operators(self) -> list[Any]:
         return [self.first, *(link.operator for link in self.links)]
