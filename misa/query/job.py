@@ -16,6 +16,7 @@ steps above it on each batch's output (:mod:`misa.query.output`).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, GroupedData, SparkSession
@@ -26,6 +27,7 @@ from pyspark.sql.streaming import StatefulProcessor, StreamingQuery
 from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
 from misa.job import StatefulJob
+from misa.operators.dedup import Deduplicate
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
 from misa.query.chain import chain_of, chained_operator
@@ -94,6 +96,8 @@ def planned(
     translation = translate(plan, output_mode, collect_max_items, policy.lower())
     for warning in translation.warnings:
         log.warning(warning)
+    for part in chain_of(translation):
+        _without_pruned_event_time(part, pushdown)
     source = _source_rows(spark, chain_of(translation)[0], pushdown)
     if translation.upstream is not None:  # several stateful operations, the job runs them as one
         translation.operator = chained_operator(spark, translation)
@@ -173,6 +177,21 @@ def transform_with_state_in_pandas(
     return ProcessorJob(
         stream, group_by, processor, output_schema, time_mode, sink, checkpoint_location, initial_state, **options
     )
+
+
+def _without_pruned_event_time(translation: Translation, pushdown: Pushdown) -> None:
+    """A deduplication whose event time is not among its keys judges no row late when Spark's optimizer prunes that
+    column below it (nothing above reads it: ``dropDuplicates(["k", "v"]).groupBy("k")``); misa's then neither."""
+    operator, node = translation.operator, translation.node
+    if not isinstance(operator, Deduplicate) or not operator.event_time or operator.event_time_key or node is None:
+        return
+    if operator.within_watermark or operator.watermark_inputs is not None:
+        return
+    marked = [a.expr_id for a in node.output if a.watermark_delay_ms is not None]
+    keys = {k.expr_id for k in node.fields["keys"]}
+    kept = [ids for ids in pushdown.outputs_of(node.kind) if keys <= ids]
+    if marked and kept and all(marked[0] not in ids for ids in kept):
+        translation.operator = replace(operator, event_time=None, watermark_delay=None)
 
 
 def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> None:
