@@ -118,6 +118,7 @@ def assert_as_spark(spark: SparkSession, tmp_path: Path, name: str, build: Build
     assert outcome.ok and outcome.spark_rows, f"{name}: {outcome}"
 
 
+@pytest.mark.slow  # 25 s: the suite's time
 def test_windows_of_windows_close_in_sparks_batches(spark, tmp_path: Path):
     """(b): a windowed count (append), then a 20 s window over window_time(window) (append)."""
     assert_as_spark(spark, tmp_path, "windows of windows", windows_of_windows, "append")
