@@ -94,7 +94,16 @@ def chained_operator(spark: SparkSession, top: Translation) -> OperatorChain:
     links = []
     for lower, upper in zip(chain, chain[1:]):
         assert lower.node is not None
-        feed = _feed(QueryOutput(spark, lower, lower.node, _no_sink), upper)
+        output = QueryOutput(spark, lower, lower.node, _no_sink)
+        names = [f.name for f in output.frame(pa.table({})).schema.fields]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # the operation above reads its columns by name
+            raise UnsupportedQueryError(
+                f"[MISA_UNSUPPORTED_QUERY] misa cannot run {upper.stateful!r} over the output of {lower.stateful!r}: "
+                f"it has several columns named {twice}. Write instead: a select of the columns under names of their "
+                "own (F.col('a.t').alias('at'), ...) between the two."
+            )
+        feed = _feed(output, upper)
         links.append(Link(upper.operator, feed, feed(pa.table({})).schema))
     return OperatorChain(chain[0].operator, links)
 

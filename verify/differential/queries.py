@@ -79,10 +79,8 @@ def _chained(lower: DataFrame, q: Query) -> DataFrame:
     over window_time of a tumbling window's, an aggregation (windowed when there is a watermark) over a
     deduplication's, or a count per window of the right side's event time over an inner join's."""
     keys = [F.col(k) for k in q.keys]
-    if q.chain == "join":  # the pairs per window of the right side's event time
-        time = F.col("bt") if q.above else F.col(f"b.{EVENT_TIME}")
-        keys = [F.col(k) if q.above else F.col(f"a.{k}").alias(k) for k in q.keys]
-        return lower.groupBy(F.window(time, f"{2 * q.window_s} seconds"), *keys).agg(F.count("*").alias("pairs"))
+    if q.chain == "join":  # the pairs per window of the right side's event time (the join's columns renamed)
+        return lower.groupBy(F.window("bt", f"{2 * q.window_s} seconds"), *keys).agg(F.count("*").alias("pairs"))
     if q.chain == "window":
         window = F.window(F.window_time("window"), f"{2 * q.window_s} seconds")
         return lower.groupBy(window, *keys).agg(F.count("*").alias("windows"))
@@ -268,7 +266,7 @@ def _with_chain(rng: random.Random, query: Query) -> Query:
     if query.operator.startswith("dedup"):
         return replace(query, chain="aggregate", output_mode=query.output_mode if query.watermark else "update")
     if query.operator == "stream_join" and query.join_how == "inner" and query.watermark:
-        return replace(query, chain="join")
+        return replace(query, chain="join", above=True)  # the join's columns under names of their own
     return query
 
 
