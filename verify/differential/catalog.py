@@ -237,11 +237,13 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:window:append",),
     ),
     Entry(
-        "inner stream-stream join, then `groupBy(window(t, size), cols)` over a side's event time (append)",
+        "inner stream-stream join, then `groupBy(window(t, size), cols)` over a side's event time (append; the "
+        "join's columns under names of their own)",
         RUNS,
         lambda r: (
             joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
-            .groupBy(F.window(f"b.{T}", W), F.col("a.k").alias("k"))
+            .select(F.col("a.k").alias("k"), F.col(f"b.{T}").alias("bt"))
+            .groupBy(F.window("bt", W), "k")
             .count()
         ),
         "append",
