@@ -173,7 +173,8 @@ ENTRIES: tuple[Entry, ...] = (
         lambda r: watermarked(r).withColumnRenamed("k", "my k").dropDuplicates(["k2", "my k"]),
         "append",
         "rows at or before the watermark are dropped, as Spark's deduplication drops them by the event-time column of "
-        "its input (the one `withWatermark` marked, renamed or not); the keys are kept for good",
+        "its input (the one `withWatermark` marked, renamed or not), unless nothing after it reads that column "
+        "(Spark's optimizer prunes it below the deduplication, which then drops no row); the keys are kept for good",
         covered_by=("dedup:watermark elsewhere",),
     ),
     Entry(
