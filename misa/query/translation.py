@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.exceptions import UnsupportedQueryError
@@ -55,6 +56,32 @@ class Translation:
     picks: list[int] | None = None  # when ``above`` only selects columns: the node's columns it gives, in order
     warnings: list[str] = field(default_factory=list)
     stateful: str = ""  # the stateful node, as Spark prints it
+    upstream: Translation | None = None  # a chain: the stateful operation below, whose output is this one's input
+    node: PlanNode | None = None  # the stateful node
+    own_attributes: bool = False  # ``above`` is of the plan's own expressions, run on the node's own attributes
+
+
+STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
+
+
+def is_stateful(node: PlanNode) -> bool:
+    """Whether ``node`` is a stateful operation of a streaming query (a join of two streams among them)."""
+    return node.kind in STATEFUL or node.kind == "Join" and all(reads_stream(c) for c in node.children)
+
+
+def stateful_below(node: PlanNode) -> PlanNode | None:
+    """The highest stateful node at or below ``node`` (None: none)."""
+    if is_stateful(node):
+        return node
+    for child in node.children:
+        found = stateful_below(child)
+        if found is not None:
+            return found
+    return None
+
+
+def reads_stream(node: PlanNode) -> bool:
+    return node.kind.startswith("Streaming") or any(reads_stream(c) for c in node.children)
 
 
 def watermarks(node: PlanNode) -> list[PlanNode]:
@@ -96,6 +123,16 @@ def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
                     "the same filter before withWatermark (or, for groupBy(window(...)), right before the groupBy)",
                 )
         node = node.children[0]
+
+
+def source_columns(rows: DataFrame, translation: Translation) -> DataFrame:
+    """The operator's input of ``rows`` (the stateful node's input): the filters Spark's windowing applies, and the
+    columns misa adds (computed keys, aggregates' arguments)."""
+    for condition in translation.conditions:
+        rows = rows.where(condition)
+    for name, column in translation.extra_columns:
+        rows = rows.withColumn(name, F.expr(column) if isinstance(column, str) else column)
+    return rows
 
 
 def refused(node: PlanNode, why: str, instead: str) -> UnsupportedQueryError:

@@ -173,7 +173,8 @@ ENTRIES: tuple[Entry, ...] = (
         lambda r: watermarked(r).withColumnRenamed("k", "my k").dropDuplicates(["k2", "my k"]),
         "append",
         "rows at or before the watermark are dropped, as Spark's deduplication drops them by the event-time column of "
-        "its input (the one `withWatermark` marked, renamed or not); the keys are kept for good",
+        "its input (the one `withWatermark` marked, renamed or not), unless nothing after it reads that column "
+        "(Spark's optimizer prunes it below the deduplication, which then drops no row); the keys are kept for good",
         covered_by=("dedup:watermark elsewhere",),
     ),
     Entry(
@@ -218,11 +219,55 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="it filters on the event-time column after withWatermark",
     ),
     Entry(
-        "two stateful operations in one query",
+        "`dropDuplicates(...)` or `dropDuplicatesWithinWatermark(...)`, then `groupBy(window(t, size), cols)` or "
+        "`groupBy(cols)`: append, update",
+        RUNS,
+        lambda r: watermarked(r).dropDuplicates(["k", T]).groupBy(F.window(T, W), "k").agg(F.count("*")),
+        "append",
+        "the deduplication's output of a batch is the aggregation's input in the same batch, with Spark's propagated "
+        "watermark (`PropagateWatermarkSimulator`); both operators' state in the one checkpoint, committed together",
+        covered_by=("chain:aggregate:append", "chain:aggregate:update"),
+    ),
+    Entry(
+        "`groupBy(window(t, size), cols)` (append), then `groupBy(window(window_time(window), size2))` (append)",
+        RUNS,
+        lambda r: windowed(r, F.count("*").alias("n")).groupBy(F.window(F.window_time("window"), "1 minute")).count(),
+        "append",
+        "the windows the first aggregation closes in a batch are the second's input in that batch, and close the "
+        "second's windows in the batch Spark closes them (often one without data)",
+        covered_by=("chain:window:append",),
+    ),
+    Entry(
+        "inner stream-stream join, then `groupBy(window(t, size), cols)` over a side's event time (append; the "
+        "join's columns under names of their own)",
+        RUNS,
+        lambda r: (
+            joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            .select(F.col("a.k").alias("k"), F.col(f"b.{T}").alias("bt"))
+            .groupBy(F.window("bt", W), "k")
+            .count()
+        ),
+        "append",
+        "the aggregation's watermark is the join's output watermark: the least of its sides' state watermarks and "
+        "the global one, as Spark propagates it",
+        covered_by=("chain:join:append",),
+    ),
+    Entry(
+        "an aggregation in update or complete output below another stateful operation",
         REFUSED,
-        lambda r: events(r).dropDuplicates(["k"]).groupBy("k").agg(F.count("*")),
-        note="one stateful operation per query (a second query reads the first one's output)",
-        refusal="more than one stateful operation",
+        lambda r: windowed(r, F.count("*").alias("n")).groupBy(F.window(F.window_time("window"), "1 minute")).count(),
+        note="Spark refuses it too: the aggregation below in append output",
+        refusal="Detected pattern of possible 'correctness' issue",
+    ),
+    Entry(
+        "other stateful operations one above another (a deduplication or a join above an aggregation, a session "
+        "window below one, three in a chain)",
+        REFUSED,
+        lambda r: windowed(r, F.count("*").alias("n")).dropDuplicates(["k"]),
+        "append",
+        note="a deduplication, a time-window aggregation (append) or an inner stream-stream join, then an "
+        "aggregation; or a second query reading the first one's output",
+        refusal="it reads the output of the stateful",
     ),
     Entry(
         "inner stream-stream join with an event-time interval (`a.join(b, keys & time bounds)`)",

@@ -31,6 +31,7 @@ from verify.differential.cases import (
 EVENT_TIME = "event_time"
 QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
+CHAINS = ("window", "aggregate", "join")  # a second stateful operation over the first's output (_chained)
 JOIN_HOWS = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")  # its join type
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
@@ -69,7 +70,26 @@ VALUE_TYPES = {  # value type -> the functions of it the random cases draw
 
 def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     """The case's query over the source's rows, in Spark's DataFrame API."""
-    q = case.query
+    query = _stateful_query(case.query, rows)
+    return _chained(query, case.query) if case.query.chain else query
+
+
+def _chained(lower: DataFrame, q: Query) -> DataFrame:
+    """A second stateful operation over the output of ``lower`` (:data:`CHAINS`): a 20 s (twice the window) window
+    over window_time of a tumbling window's, an aggregation (windowed when there is a watermark) over a
+    deduplication's, or a count per window of the right side's event time over an inner join's."""
+    keys = [F.col(k) for k in q.keys]
+    if q.chain == "join":  # the pairs per window of the right side's event time (the join's columns renamed)
+        return lower.groupBy(F.window("bt", f"{2 * q.window_s} seconds"), *keys).agg(F.count("*").alias("pairs"))
+    if q.chain == "window":
+        window = F.window(F.window_time("window"), f"{2 * q.window_s} seconds")
+        return lower.groupBy(window, *keys).agg(F.count("*").alias("windows"))
+    window = [F.window(EVENT_TIME, f"{q.window_s} seconds")] if q.watermark else []
+    return lower.groupBy(*window, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
+
+
+def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
+    """The query's (first) stateful operation over the source's rows, and the steps after it."""
     events = rows.withColumn(EVENT_TIME, F.timestamp_millis("t"))
     keys = list(q.keys)
     if q.operator == "stream_join":
@@ -216,6 +236,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
+    query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -224,7 +245,29 @@ def random_query_case(seed: int) -> Case:
         processes=rng.choice((1, 1, 2)) if form != "global" or key_count else 1,
         from_query=True,
     )
-    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
+    return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
+
+
+def _placed(seed: int, query: Query, settings: Settings) -> Settings:
+    """``settings`` with the state's placement drawn; a chain's operators run in the driver's process
+    (misa.operators.chain)."""
+    settings = with_placement(seed, settings)
+    return replace(settings, processes=1, placement="driver") if query.chain else settings
+
+
+def _with_chain(rng: random.Random, query: Query) -> Query:
+    """A tumbling window's aggregation (append), a deduplication or an inner stream-stream join ``query`` with, at
+    random, a second stateful operation over its output (:func:`_chained`; drawn from its own ``rng``, so every seed
+    keeps its earlier form and rows): Spark runs them with its watermark propagated (issue 63)."""
+    if rng.random() >= 0.15:
+        return query
+    if query.operator == "tumbling" and query.watermark:
+        return replace(query, chain="window", output_mode="append", above=False)
+    if query.operator.startswith("dedup"):
+        return replace(query, chain="aggregate", output_mode=query.output_mode if query.watermark else "update")
+    if query.operator == "stream_join" and query.join_how == "inner" and query.watermark:
+        return replace(query, chain="join", above=True)  # the join's columns under names of their own
+    return query
 
 
 def _with_later_forms(rng: random.Random, query: Query) -> Query:
@@ -297,7 +340,8 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         processes=rng.choice((1, 1, 2)),
         from_query=True,
     )
-    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
+    query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
+    return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
 
 
 def _output_mode(rng: random.Random, form: str) -> str:
@@ -314,6 +358,7 @@ def case_tags(case: Case) -> set[str]:
     """What a case exercises, as the docs table's rows name it (docs/spark-queries.md)."""
     q = case.query
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
+    tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
