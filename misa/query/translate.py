@@ -29,7 +29,7 @@ from misa.query.deduplication import translate_deduplication
 from misa.query.group_keys import GroupKey, group_keys
 from misa.query.joins import translate_join
 from misa.query.plan import DIVIDING, Attr, Expr, PlanNode, column_of
-from misa.query.translation import OutputColumn, Translation, refuse_filters_on_event_time, refused, watermarks
+from misa.query.translation import OutputColumn, Translation, refused, watermarks
 from misa.query.watermarks import watermarked
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
@@ -89,9 +89,7 @@ def translate(
         raise UnsupportedQueryError(f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {error}") from error
     if translation.join_inputs:  # run on the join's own attributes (its two sides may share column names)
         translation.above += [(kind, [column_of(e.jvm) for e in exprs]) for kind, exprs in above]
-    else:
-        if not isinstance(translation.operator, Aggregation) or translation.operator.event_time:
-            refuse_filters_on_event_time(node, translation.source)  # an aggregation without a window has no watermark
+    else:  # a filter on the event time in the source runs in Spark, whose watermark the operator follows
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
     only_selects = len(translation.above) == len(above) and all(kind == "select" for kind, _ in translation.above)

@@ -210,11 +210,30 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("event-time filter:tumbling", "event-time filter:sliding", "event-time filter:global"),
     ),
     Entry(
-        "a filter on the event time between `withWatermark` and a session window or a deduplication",
-        REFUSED,
+        "a filter on the event time between `withWatermark` and a session window or a deduplication (a projection "
+        "between them too)",
+        RUNS,
         lambda r: watermarked(r).where(F.col(T) > F.lit(LATER).cast("timestamp")).dropDuplicatesWithinWatermark(["k"]),
         "append",
-        note="the same filter before `withWatermark` (Spark's watermark counts the rows such a filter drops)",
+        note="the filter runs in misa's source, in Spark, whose watermark misa's operator follows: the rows it drops "
+        "count as Spark's watermark node counts them (Spark pushes the filter's conjuncts that do not read the event "
+        "time below it, and those rows do not count)",
+        covered_by=tuple(f"event-time filter:{form}" for form in ("session", "dedup", "dedup_time", "dedup_within")),
+    ),
+    Entry(
+        "a filter on the event time after `withWatermark` on a side of a stream-stream join",
+        REFUSED,
+        lambda r: (
+            watermarked(r)
+            .where(F.col(T) > F.lit(LATER).cast("timestamp"))
+            .alias("a")
+            .join(
+                watermarked(r).alias("b"), F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            )
+        ),
+        "append",
+        note="the same filter before `withWatermark`, or after the join (Spark's watermark counts the rows such a "
+        "filter drops; not yet checked against Spark for a join)",
         refusal="it filters on the event-time column after withWatermark",
     ),
     Entry(

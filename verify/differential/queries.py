@@ -78,6 +78,8 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
         if q.struct_keys:
             events, keys = events.withColumn("ks", F.struct(*[F.col(k) for k in keys])), ["ks"]
         watermarked = _watermarked(events, q)
+        if q.time_filter:
+            watermarked = watermarked.where(TIME_FILTER)
         if q.operator == "dedup":
             deduplicated = (watermarked if q.watermark else events).dropDuplicates(keys)
         elif q.operator == "dedup_time":
@@ -216,6 +218,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
+    query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -229,7 +232,8 @@ def random_query_case(seed: int) -> Case:
 
 def _with_later_forms(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` with, at random, the forms added since the first fuzz run: stddev and variance,
-    expressions over aggregates, a filter on the event time after withWatermark (drawn from their own ``rng``, so
+    expressions over aggregates, a filter on the event time after withWatermark (session windows:
+    :func:`_with_event_time_filter`; drawn from their own ``rng``, so
     every seed keeps its earlier form and rows)."""
     moments = query.value_type in NUMERIC_VALUES and rng.random() < 0.3
     functions = query.functions + (tuple(rng.sample(MOMENT_FUNCTIONS, rng.randint(1, 2))) if moments else ())
@@ -268,6 +272,15 @@ def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
         struct_keys=dedup and rng.random() < 0.3,
         union=query.operator != "global" and watermark and not query.time_filter and rng.random() < 0.2,
     )
+
+
+def _with_event_time_filter(rng: random.Random, query: Query) -> Query:
+    """A session window or deduplication ``query`` with, at random, a filter on the event time after withWatermark
+    (issue 63; drawn from its own ``rng``, so every seed keeps its earlier form and rows)."""
+    forms = ("session", "dedup", "dedup_time", "dedup_within")
+    if query.operator not in forms or not query.watermark or query.union or rng.random() >= 0.2:
+        return query
+    return replace(query, time_filter=True)
 
 
 def _random_join_case(rng: random.Random, seed: int) -> Case:
@@ -331,7 +344,7 @@ def case_tags(case: Case) -> set[str]:
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
         tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
-        tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
+    tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
     return tags
 
 
