@@ -217,6 +217,7 @@ def random_query_case(seed: int) -> Case:
     if not dedup:
         query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
+        query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     settings = Settings(
@@ -257,6 +258,29 @@ def _with_more_functions(rng: random.Random, query: Query) -> Query:
         functions += ["max_by", "min_by"] + (["any_value"] if "first" in VALUE_TYPES[query.value_type] else [])
     drawn = tuple(f for f in rng.sample(functions, rng.randint(1, 2)) if f not in query.functions)
     return replace(query, functions=query.functions + drawn)
+
+
+SLIDING_OBJECTS = {  # value type -> the functions of it over sliding windows whose states panes keep
+    "bigint": ("max_by", "min_by", "approx_count_distinct"),
+    "double": ("max_by", "min_by"),
+    "decimal(12,2)": ("sum", "avg", "min", "max", "max_by", "count"),
+    "string": ("min", "max", "min_by", "approx_count_distinct", "count"),
+    "boolean": ("min", "max", "max_by", "count"),
+}
+
+
+def _with_sliding_objects(rng: random.Random, query: Query) -> Query:
+    """A sliding-window ``query`` with, at random, the object aggregates panes keep (issue 63, item 5): max_by or
+    min_by added over its numbers, or its values of another type with that type's functions (drawn from their own
+    ``rng``, so every seed keeps its earlier form and rows)."""
+    if query.operator != "sliding" or rng.random() >= 0.5:
+        return query
+    value_type = rng.choice(list(SLIDING_OBJECTS)) if rng.random() < 0.6 else query.value_type
+    if value_type == query.value_type:
+        drawn = tuple(f for f in rng.sample(SLIDING_OBJECTS[value_type], 1) if f not in query.functions)
+        return replace(query, functions=query.functions + drawn)
+    functions = SLIDING_OBJECTS[value_type]
+    return replace(query, value_type=value_type, functions=tuple(rng.sample(functions, min(3, len(functions)))))
 
 
 def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
@@ -343,6 +367,7 @@ def case_tags(case: Case) -> set[str]:
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
+        tags |= {f"sliding:{f}:{q.value_type.split('(')[0]}" for f in q.functions} if q.operator == "sliding" else set()
         tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
     tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
     return tags
