@@ -59,9 +59,6 @@ class PaneObjects:
                 merged.append(agg.merge(x, y, self.values.limit))
         return merged
 
-    def identity(self) -> list[Any]:
-        return [[None, None, -1] if by else s for s, by in zip(self.values.identity(), self._by)]
-
     def fold(self, states: Sequence[list[Any]], starts: np.ndarray) -> list[list[Any]]:
         """The states of the segments of ``states`` beginning at ``starts`` (each non-empty), in order."""
         ends = [*starts.tolist()[1:], len(states)]
