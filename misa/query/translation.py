@@ -92,9 +92,9 @@ def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
             if any(e.attr is not None and e.attr.watermark_delay_ms is not None for e in condition.walk()):
                 raise refused(
                     node,
-                    "it filters on the event-time column after withWatermark (Spark's watermark counts the rows "
-                    "it drops)",
-                    "the same filter before withWatermark (or, for groupBy(window(...)), right before the groupBy)",
+                    "it filters on the event-time column after withWatermark on a side of a stream-stream join "
+                    "(Spark's watermark counts the rows it drops)",
+                    "the same filter before withWatermark, or after the join",
                 )
         node = node.children[0]
 
