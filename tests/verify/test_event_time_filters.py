@@ -3,9 +3,9 @@ projection, through misa.from_query and through plain Spark, batch id by batch i
 
 Spark's optimizer keeps the filter's conjuncts on the event time above its watermark node, which counts the rows they
 drop, and pushes the others below it, whose rows then never count. The filter here, ``second(t) % 10 <> 0 AND
-v <> 9``, drops x at 30 s (counted: Spark's watermark is 25 s after batch 1) and z at 90 s (not counted: it would
-make it 85 s). Batch 2's p at 21 s is then late, and its q at 28 s is not; after the restart, q at 40 s is dropped
-and counted again, t at 50 s dropped and not. Each was refused before ("it filters on the event-time column after
+v <> 9``, drops x at 30 s (counted: Spark's watermark is 25 s after batch 1) and z at 91 s (not counted: it would
+make it 86 s). Batch 2's p at 21 s is then late, and its q at 28 s is not; after the restart, q at 40 s is dropped
+and counted again, t at 51 s dropped and not. Each was refused before ("it filters on the event-time column after
 withWatermark").
 """
 
@@ -26,14 +26,14 @@ ROUNDS = (
     Round(
         files=(
             ("a/0.json", (event("x", 1), event("y", 2), event("x", 3, 2))),
-            ("a/1.json", (event("x", 30), event("z", 90, 9), event("w", 24), event("y", 22, 3))),
+            ("a/1.json", (event("x", 30), event("z", 91, 9), event("w", 24), event("y", 22, 3))),
             ("a/2.json", (event("p", 21), event("q", 28), event("w", 26, 2), event("y", 27))),
         )
     ),
     Round(
         files=(
             ("a/3.json", (event("r", 23), event("q", 40), event("s", 33))),
-            ("a/4.json", (event("s", 31), event("t", 50, 9), event("u", 44), event("q", 36))),
+            ("a/4.json", (event("s", 31), event("t", 51, 9), event("u", 44), event("q", 36))),
         )
     ),
 )
