@@ -93,9 +93,8 @@ SHAPES: dict[str, tuple[Builder, str]] = {
 }
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[] if i == 0 else [pytest.mark.slow]) for i, n in enumerate(SHAPES)]
-)
+@pytest.mark.slow  # 16 to 30 s each: make test builds the form through from_query (tests/verify/test_spark_queries.py)
+@pytest.mark.parametrize("name", list(SHAPES))
 def test_a_filter_on_the_event_time_after_withwatermark_gives_sparks_rows(spark, tmp_path, name):
     """The rows the filter drops count for the watermark exactly as Spark's watermark node counts them."""
     build, mode = SHAPES[name]
