@@ -33,9 +33,8 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[] if i == 0 else [pytest.mark.slow]) for i, n in enumerate(CASES)]
-)
+@pytest.mark.slow  # 30 to 80 s each: make test runs max_by/min_by over sliding windows in test_more_aggregates.py
+@pytest.mark.parametrize("name", list(CASES))
 def test_object_aggregates_over_sliding_windows_give_sparks_rows_and_types(spark, tmp_path, name):
     case = query_case_of(CASES[name], Settings(processes=2 if "append" in name else 1), seed=63)
     mismatch = run_case(spark, case, tmp_path / "run")
