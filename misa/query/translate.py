@@ -35,7 +35,6 @@ from misa.query.translation import (
     Translation,
     is_stateful,
     reads_stream,
-    refuse_filters_on_event_time,
     refused,
     stateful_below,
     watermarks,
@@ -111,14 +110,10 @@ def translate(
     # stateful operation (window_time(window) and its kind, which Spark's SQL text does not give back)
     translation.own_attributes = bool(translation.join_inputs) or below
     if not translation.join_inputs:
-        # a chained operation's watermark is the one below's (propagated): no withWatermark counts its input's rows
-        timed = not isinstance(translation.operator, Aggregation) or translation.operator.event_time
-        if timed and not chained:  # an aggregation without a window has no watermark
-            refuse_filters_on_event_time(node, translation.source)
         translation.above = []
     if translation.own_attributes:
         translation.above += [(kind, [column_of(e.jvm) for e in exprs]) for kind, exprs in above]
-    else:
+    else:  # a filter on the event time in the source runs in Spark, whose watermark the operator follows
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
     only_selects = len(translation.above) == len(above) and all(kind == "select" for kind, _ in translation.above)

@@ -106,9 +106,10 @@ def watermark_nodes(inputs: list[PlanNode]) -> tuple[int, ...]:
 
 
 def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
-    """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
-    the filter drops, misa's sees only the rows that reach the operator (a time window's aggregation takes such a
-    filter right before it into its operator: :func:`misa.query.aggregates.event_time_filters`)."""
+    """A filter on the event time between withWatermark and a stream-stream join's side (Spark's watermark counts
+    the rows the filter drops), not yet checked against Spark for a join. An aggregation or a deduplication over
+    one stream keeps such a filter in its source, which runs in Spark, and follows the watermark Spark keeps over
+    it (:mod:`misa.runtime.watermark_sync`): the rows it drops count as Spark counts them."""
     if not watermarks(stateful):
         return
     node = source
@@ -118,9 +119,9 @@ def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
             if any(e.attr is not None and e.attr.watermark_delay_ms is not None for e in condition.walk()):
                 raise refused(
                     node,
-                    "it filters on the event-time column after withWatermark (Spark's watermark counts the rows "
-                    "it drops)",
-                    "the same filter before withWatermark (or, for groupBy(window(...)), right before the groupBy)",
+                    "it filters on the event-time column after withWatermark on a side of a stream-stream join "
+                    "(Spark's watermark counts the rows it drops)",
+                    "the same filter before withWatermark, or after the join",
                 )
         node = node.children[0]
 

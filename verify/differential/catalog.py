@@ -211,11 +211,30 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("event-time filter:tumbling", "event-time filter:sliding", "event-time filter:global"),
     ),
     Entry(
-        "a filter on the event time between `withWatermark` and a session window or a deduplication",
-        REFUSED,
+        "a filter on the event time between `withWatermark` and a session window or a deduplication (a projection "
+        "between them too)",
+        RUNS,
         lambda r: watermarked(r).where(F.col(T) > F.lit(LATER).cast("timestamp")).dropDuplicatesWithinWatermark(["k"]),
         "append",
-        note="the same filter before `withWatermark` (Spark's watermark counts the rows such a filter drops)",
+        note="the filter runs in misa's source, in Spark, whose watermark misa's operator follows: the rows it drops "
+        "count as Spark's watermark node counts them (Spark pushes the filter's conjuncts that do not read the event "
+        "time below it, and those rows do not count)",
+        covered_by=tuple(f"event-time filter:{form}" for form in ("session", "dedup", "dedup_time", "dedup_within")),
+    ),
+    Entry(
+        "a filter on the event time after `withWatermark` on a side of a stream-stream join",
+        REFUSED,
+        lambda r: (
+            watermarked(r)
+            .where(F.col(T) > F.lit(LATER).cast("timestamp"))
+            .alias("a")
+            .join(
+                watermarked(r).alias("b"), F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            )
+        ),
+        "append",
+        note="the same filter before `withWatermark`, or after the join (Spark's watermark counts the rows such a "
+        "filter drops; not yet checked against Spark for a join)",
         refusal="it filters on the event-time column after withWatermark",
     ),
     Entry(
@@ -431,8 +450,9 @@ ENTRIES: tuple[Entry, ...] = (
         lambda r: windowed(r, F.max_by("s", "v"), F.min_by("v", "t")),
         note="the value at the greatest (least) ordering, rows of a null ordering skipped; on ties, the value Spark's "
         "aggregation of the batch picks (its reading order; Spark documents max_by/min_by as non-deterministic "
-        "there), and across batches the later batch's, as Spark's merge of its state with a batch takes it",
-        covered_by=("fn:max_by:string", "fn:min_by:bigint", "fn:max_by:session"),
+        "there), and across batches the later batch's, as Spark's merge of its state with a batch takes it; over "
+        "sliding windows a tie within one batch between rows of two panes goes to the later pane's",
+        covered_by=("fn:max_by:string", "fn:min_by:bigint", "fn:max_by:session", "fn:min_by:sliding"),
     ),
     Entry(
         "`any_value(col)`, `any_value(col, ignoreNulls=True)`",
@@ -487,14 +507,32 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for relative error",
     ),
     Entry(
-        "functions of sliding windows other than sum, count, avg, min, max, count_if, bool_and, bool_or and the "
-        "moment functions of numbers (first, last, any_value, collect_list, collect_set, approx_count_distinct, "
-        "max_by, min_by; and min, max, sum, avg of strings, booleans and decimals)",
+        "sliding windows: `max_by`, `min_by`, `approx_count_distinct`; `min`, `max` of strings, booleans, decimals; "
+        "`sum`, `avg` of decimals",
+        RUNS,
+        lambda r: (
+            watermarked(r)
+            .groupBy(F.window(T, W, "5 seconds"), "k")
+            .agg(F.max_by("s", "v"), F.min("s"), F.max("b"), F.sum("d"), F.avg("d"), F.approx_count_distinct("s"))
+        ),
+        note="each pane keeps the aggregates' states, combined into each window's as Spark's merge combines them (a "
+        "tie of max_by/min_by to the later batch's; approx_count_distinct's registers as over tumbling windows)",
+        covered_by=(
+            "sliding:max_by:bigint",
+            "sliding:min_by:string",
+            "sliding:min:string",
+            "sliding:max:boolean",
+            "sliding:avg:decimal",
+            "sliding:approx_count_distinct:string",
+        ),
+    ),
+    Entry(
+        "`first`, `last`, `any_value`, `collect_list`, `collect_set` over sliding windows",
         REFUSED,
         lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.first("s")),
         note="tumbling windows or no window; the message gives the reason: first/last/any_value of a window are of "
-        "its first (last) row in Spark's reading order, which its panes lose; the others' states are Python values "
-        "per group, which misa's pane records do not hold",
+        "its first (last) row in Spark's reading order, and collect_list/collect_set list its rows' values in that "
+        "order, which its panes lose",
         refusal="over sliding windows is not in misa yet",
     ),
     Entry(

@@ -98,6 +98,8 @@ def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
         if q.struct_keys:
             events, keys = events.withColumn("ks", F.struct(*[F.col(k) for k in keys])), ["ks"]
         watermarked = _watermarked(events, q)
+        if q.time_filter:
+            watermarked = watermarked.where(TIME_FILTER)
         if q.operator == "dedup":
             deduplicated = (watermarked if q.watermark else events).dropDuplicates(keys)
         elif q.operator == "dedup_time":
@@ -235,7 +237,9 @@ def random_query_case(seed: int) -> Case:
     if not dedup:
         query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
+        query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
+    query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
@@ -272,7 +276,8 @@ def _with_chain(rng: random.Random, query: Query) -> Query:
 
 def _with_later_forms(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` with, at random, the forms added since the first fuzz run: stddev and variance,
-    expressions over aggregates, a filter on the event time after withWatermark (drawn from their own ``rng``, so
+    expressions over aggregates, a filter on the event time after withWatermark (session windows:
+    :func:`_with_event_time_filter`; drawn from their own ``rng``, so
     every seed keeps its earlier form and rows)."""
     moments = query.value_type in NUMERIC_VALUES and rng.random() < 0.3
     functions = query.functions + (tuple(rng.sample(MOMENT_FUNCTIONS, rng.randint(1, 2))) if moments else ())
@@ -298,6 +303,29 @@ def _with_more_functions(rng: random.Random, query: Query) -> Query:
     return replace(query, functions=query.functions + drawn)
 
 
+SLIDING_OBJECTS = {  # value type -> the functions of it over sliding windows whose states panes keep
+    "bigint": ("max_by", "min_by", "approx_count_distinct"),
+    "double": ("max_by", "min_by"),
+    "decimal(12,2)": ("sum", "avg", "min", "max", "max_by", "count"),
+    "string": ("min", "max", "min_by", "approx_count_distinct", "count"),
+    "boolean": ("min", "max", "max_by", "count"),
+}
+
+
+def _with_sliding_objects(rng: random.Random, query: Query) -> Query:
+    """A sliding-window ``query`` with, at random, the object aggregates panes keep (issue 63, item 5): max_by or
+    min_by added over its numbers, or its values of another type with that type's functions (drawn from their own
+    ``rng``, so every seed keeps its earlier form and rows)."""
+    if query.operator != "sliding" or rng.random() >= 0.5:
+        return query
+    value_type = rng.choice(list(SLIDING_OBJECTS)) if rng.random() < 0.6 else query.value_type
+    if value_type == query.value_type:
+        drawn = tuple(f for f in rng.sample(SLIDING_OBJECTS[value_type], 1) if f not in query.functions)
+        return replace(query, functions=query.functions + drawn)
+    functions = SLIDING_OBJECTS[value_type]
+    return replace(query, value_type=value_type, functions=tuple(rng.sample(functions, min(3, len(functions)))))
+
+
 def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
     """A window or deduplication ``query`` with, at random, keys Spark computes (an expression, a struct), a
     deduplication with withWatermark on a column not among its keys, and a union of two watermarked streams (drawn
@@ -311,6 +339,15 @@ def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
         struct_keys=dedup and rng.random() < 0.3,
         union=query.operator != "global" and watermark and not query.time_filter and rng.random() < 0.2,
     )
+
+
+def _with_event_time_filter(rng: random.Random, query: Query) -> Query:
+    """A session window or deduplication ``query`` with, at random, a filter on the event time after withWatermark
+    (issue 63; drawn from its own ``rng``, so every seed keeps its earlier form and rows)."""
+    forms = ("session", "dedup", "dedup_time", "dedup_within")
+    if query.operator not in forms or not query.watermark or query.union or rng.random() >= 0.2:
+        return query
+    return replace(query, time_filter=True)
 
 
 def _random_join_case(rng: random.Random, seed: int) -> Case:
@@ -375,8 +412,9 @@ def case_tags(case: Case) -> set[str]:
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
+        tags |= {f"sliding:{f}:{q.value_type.split('(')[0]}" for f in q.functions} if q.operator == "sliding" else set()
         tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
-        tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
+    tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
     return tags
 
 
