@@ -262,7 +262,7 @@ def _aggs(node: PlanNode, keys: list[GroupKey], window_attr: Attr | None, transl
         if inner.attr is not None and window_attr is not None and inner.attr.expr_id == window_attr.expr_id:
             translation.output.append(OutputColumn(name, "window"))
         elif key is not None:
-            translation.output.append(OutputColumn(name, "column", key.column))
+            translation.output.append(OutputColumn(name, "key text" if key.text else "column", key.column))
         elif inner.kind == "AggregateExpression":
             aggs.append(_agg(node, name, inner, translation))
             translation.output.append(OutputColumn(name, "column", name))
