@@ -93,7 +93,20 @@ def _groups(window: Any, *keys: Any) -> Builder:
     return build
 
 
+def _devices(spark: SparkSession, inputs: Path) -> DataFrame:
+    """The stream with a struct column ``device`` made by withColumn (of a string, a nested struct and a decimal)."""
+    return _watermarked(spark, inputs).withColumn("device", F.struct("k", F.col("st.n").alias("n"), "d"))
+
+
 SHAPES: dict[str, tuple[Builder, str]] = {
+    "groupBy('device'), a struct column made by withColumn, no window, complete": (
+        lambda spark, inputs: _devices(spark, inputs).groupBy("device").agg(F.max("v")),
+        "complete",
+    ),
+    "groupBy(window, 'device'), a struct column made by withColumn, update": (
+        lambda spark, inputs: _devices(spark, inputs).groupBy(F.window("t", "10 seconds"), "device").count(),
+        "update",
+    ),
     "groupBy(st), a nested struct column, no window, update": (_groups(None, "st"), "update"),
     "groupBy(struct(k, d)), a tumbling window, append": (
         _groups(lambda: F.window("t", "10 seconds"), F.struct("k", "d").alias("kd")),
