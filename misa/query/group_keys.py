@@ -66,8 +66,8 @@ def group_keys(node: PlanNode, window: Attr | None, translation: Translation) ->
 
 
 def dedup_key_columns(node: PlanNode, key: Attr, translation: Translation) -> list[str]:
-    """The source columns misa deduplicates ``key`` (a column of the node's input) by: itself, or a struct's null
-    flag and fields (nested structs the same way)."""
+    """The source columns misa deduplicates ``key`` (a column of the node's input) by: itself, its text (an array, a
+    decimal, binary), or a struct's null flag and fields (nested structs the same way, other fields by their text)."""
     check_key_type(node, key.name, key.dtype)
     if isinstance(key.dtype, KEY_TYPES):
         return [key.name]
