@@ -136,6 +136,7 @@ SHAPES: dict[str, tuple[Builder, str]] = {
     ),
     "inner join on a struct and a decimal": (_joined("inner", "a.st = b.st AND a.d = b.d"), "append"),
     "left outer join on an array": (_joined("left_outer", "a.arr = b.arr"), "append"),
+    "right outer join on a decimal": (_joined("right_outer", "a.d = b.d"), "append"),
     "full outer join on struct(k, bn)": (_joined("full_outer", "struct(a.k, a.bn) = struct(b.k, b.bn)"), "append"),
     "left semi join on binary": (_joined("left_semi", "a.bn = b.bn"), "append"),
 }
