@@ -312,12 +312,12 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
-        "a key of a map type (`dropDuplicates(['m'])`, a map in a struct or an array)",
+        "a key of a map type (`dropDuplicatesWithinWatermark(['m'])`, a map in a struct or an array)",
         REFUSED,
-        lambda r: events(r).withColumn("m", F.create_map("k", "v")).dropDuplicates(["m"]),
+        lambda r: watermarked(r).withColumn("m", F.create_map("k", "v")).dropDuplicatesWithinWatermark(["m"]),
         "append",
-        "Spark groups by no map (a map has no order): a key of its entries in an order of their own "
-        "(`array_sort(map_entries(m))`)",
+        "Spark refuses grouping by a map, joining on one and `dropDuplicates` of one itself (a map has no order): a "
+        "key of its entries in an order of their own (`array_sort(map_entries(m))`)",
         "a map, which Spark does not group by",
     ),
     Entry(
