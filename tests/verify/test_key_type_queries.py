@@ -154,8 +154,22 @@ def test_group_keys_of_every_type_give_sparks_rows_and_types(spark, tmp_path):
     assert outcome.ok and outcome.spark_rows, outcome
 
 
+# A left semi join's difference from Spark in batch 2 of these rows is not the keys': it is the same with a string
+# key misa ran before (``base64(a.bn) = base64(b.bn)``, on main as of b526cbf): a left row late by the watermark
+# comes out as matched.
+SEMI = "left semi join on binary"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="a left semi join's late left rows"))
+        if n == SEMI
+        else n
+        for n in SHAPES
+    ],
+)
 def test_keys_of_every_type_give_sparks_rows(spark, tmp_path, name):
     build, mode = SHAPES[name]
     outcome = run_scenario(spark, Scenario(name, build, mode, ROUNDS), tmp_path / "run")
