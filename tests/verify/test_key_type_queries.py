@@ -155,8 +155,8 @@ def test_group_keys_of_every_type_give_sparks_rows_and_types(spark, tmp_path):
 
 
 # A left semi join's difference from Spark in batch 2 of these rows is not the keys': it is the same with a string
-# key misa ran before (``base64(a.bn) = base64(b.bn)``, on main as of b526cbf): a left row late by the watermark
-# comes out as matched.
+# key misa ran before (``base64(a.bn) = base64(b.bn)``, on main as of b526cbf): misa outputs left rows of batch 2
+# that Spark does not (event times 3 s and 14 s, behind the watermark).
 SEMI = "left semi join on binary"
 
 
