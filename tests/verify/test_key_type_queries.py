@@ -164,7 +164,9 @@ SEMI = "left semi join on binary"
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="a left semi join's late left rows"))
+        pytest.param(
+            n, marks=pytest.mark.xfail(strict=True, reason="misa's semi join: extra left rows, with a string key too")
+        )
         if n == SEMI
         else n
         for n in SHAPES
