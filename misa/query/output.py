@@ -1,9 +1,10 @@
 """misa's output of a batch in the shape of Spark's stateful node, then what the query does above it.
 
 The operator's rows become the node's columns in Spark's order and types (a window as Spark's
-``struct<start, end>``; an aggregation's outputs that compute over its aggregates by the translation's
-projection); the projections and filters above the node (``select``, ``where``, ``withColumn`` after the
-aggregation) run on them in Spark, as SQL read from the analyzed plan, and the sink gets the result.
+``struct<start, end>``; a key misa holds as its text, :mod:`misa.query.key_text`, decoded to Spark's value; an
+aggregation's outputs that compute over its aggregates by the translation's projection); the projections and
+filters above the node (``select``, ``where``, ``withColumn`` after the aggregation) run on them in Spark, as SQL
+read from the analyzed plan, and the sink gets the result.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from misa.exceptions import UnsupportedQueryError
 from misa.io.dataframe_sink import FrameSink
 from misa.operators.aggregation import OUTPUT_WINDOW
+from misa.query.key_text import decode_keys
 from misa.query.plan import PlanNode, with_attributes
 from misa.query.translation import Translation
 from misa.runtime.batch_loop import Sink
@@ -141,13 +143,17 @@ class QueryOutput:
 
 def _shaped(table: pa.Table, columns: list[tuple[str, str]], schema: pa.Schema) -> pa.Table:
     """The operator's rows as the stateful node's columns (``columns``: each one's kind and source column)."""
-    return pa.table([_column(table, kind, source) for kind, source in columns], schema=schema)
+    return pa.table(
+        [_column(table, kind, source, field.type) for (kind, source), field in zip(columns, schema)], schema=schema
+    )
 
 
-def _column(table: pa.Table, kind: str, source: str) -> pa.Array:
+def _column(table: pa.Table, kind: str, source: str, dtype: pa.DataType) -> pa.Array:
     if kind == "window":
         start, end = (table[c].combine_chunks() for c in OUTPUT_WINDOW)
         return pa.StructArray.from_arrays([start, end], names=["start", "end"])
+    if kind == "key text":
+        return decode_keys(table[source], dtype)
     return table[source].combine_chunks()
 
 

@@ -63,6 +63,7 @@ NOT_EXACT = {  # functions Spark runs in streaming aggregations that misa refuse
     "Mode": "Spark picks among values of equal counts by its hash map's order, which misa cannot reproduce",
 }
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
+WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
 
 
@@ -264,7 +265,7 @@ def _aggs(node: PlanNode, keys: list[GroupKey], window_attr: Attr | None, transl
         if inner.attr is not None and window_attr is not None and inner.attr.expr_id == window_attr.expr_id:
             translation.output.append(OutputColumn(name, "window"))
         elif key is not None:
-            translation.output.append(OutputColumn(name, "column", key.column))
+            translation.output.append(OutputColumn(name, "key text" if key.text else "column", key.column))
         elif inner.kind == "AggregateExpression":
             aggs.append(_agg(node, name, inner, translation))
             translation.output.append(OutputColumn(name, "column", name))
@@ -330,7 +331,7 @@ def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:
     while True:
         if node.kind == "Project":
             for e in node.fields["list"]:
-                if e.kind == "Alias" and e.children[0].kind == "CreateNamedStruct":
+                if e.kind == "Alias" and e.children[0].kind == "CreateNamedStruct" and _marks_a_window(e):
                     attr = next(a for a in node.output if a.name == e.name)
                     if attr.expr_id in grouping:
                         return attr, node, e.children[0]
@@ -339,6 +340,12 @@ def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:
         if node.kind != "Filter":
             return None
         node = node.children[0]
+
+
+def _marks_a_window(alias: Expr) -> bool:
+    """Whether ``alias`` is a window's struct Spark's analyzer made (not a struct column a query groups by)."""
+    metadata = alias.jvm.metadata()
+    return any(bool(metadata.contains(marker)) for marker in WINDOW_MARKERS)
 
 
 def _window(aggregate: PlanNode) -> tuple[TimeWindow | None, PlanNode, list[str]]:

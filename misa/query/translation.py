@@ -18,7 +18,8 @@ class OutputColumn:
     """One column of the stateful node's output: its name and what it is in misa's output."""
 
     name: str
-    kind: str  # "window" (the struct of window_start, window_end), "column" (misa's column ``source``)
+    kind: str  # "window" (the struct of window_start, window_end), "column" (misa's column ``source``), "key text"
+    # (misa's column ``source`` holds a key's text, misa.query.key_text: decoded to the node's type)
     source: str = ""
 
 

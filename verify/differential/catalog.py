@@ -362,11 +362,27 @@ ENTRIES: tuple[Entry, ...] = (
         "an expression of its window",
     ),
     Entry(
-        "a group or join key of type struct, decimal, array, map or binary; a deduplication's key of these but struct",
+        "a group, join or deduplication key of type struct (nested too), array, decimal or binary (`groupBy('st')`, "
+        "`groupBy(struct(a, b))`, `a.st = b.st`, `dropDuplicates(['arr'])`)",
+        RUNS,
+        lambda r: watermarked(r).groupBy(F.window(T, W), F.struct("k", "d").alias("kd")).count(),
+        "append",
+        "misa keys its state by a text Spark computes in misa's source, equal exactly where Spark's keys are (fields "
+        "and elements by position, null fields equal, -0.0 and NaN normalized inside structs and arrays as Spark "
+        "normalizes floating keys, decimals at their scale); an aggregation's output decodes it back to Spark's type",
+        covered_by=tuple(
+            f"composite keys:{form}"
+            for form in ("global", "tumbling", "sliding", "session", "dedup", "dedup_time", "dedup_within", "inner")
+        ),
+    ),
+    Entry(
+        "a key of a map type (`dropDuplicatesWithinWatermark(['m'])`, a map in a struct or an array)",
         REFUSED,
-        lambda r: events(r).groupBy("d").agg(F.sum("v")),
-        note="keys of type integer, boolean, float, double, string, date or timestamp (a struct's fields)",
-        refusal="which misa does not key state by",
+        lambda r: watermarked(r).withColumn("m", F.create_map("k", "v")).dropDuplicatesWithinWatermark(["m"]),
+        "append",
+        "Spark refuses grouping by a map, joining on one and `dropDuplicates` of one itself (a map has no order): a "
+        "key of its entries in an order of their own (`array_sort(map_entries(m))`)",
+        "a map, which Spark does not group by",
     ),
     Entry(
         "an expression over aggregates inside `agg` (`agg(sum(v) * 2)`, `max(v) - min(v)`)",

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from verify.differential.cases import (
     COMMIT_MODES,
+    COMPOSITE_KEY_TYPES,
     FUNCTIONS,
     KEY_TYPES,
     PREFETCHING,
@@ -239,6 +240,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
         query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
+    query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
     settings = Settings(
@@ -350,6 +352,15 @@ def _with_event_time_filter(rng: random.Random, query: Query) -> Query:
     return replace(query, time_filter=True)
 
 
+def _with_composite_keys(rng: random.Random, query: Query) -> Query:
+    """``query`` with, in a third of the cases with keys, each key's type a struct (nested too), an array, a decimal or
+    binary at random (drawn from their own ``rng``, so every seed keeps its earlier form; rows change only with it)."""
+    if not query.keys or rng.random() >= 1 / 3:
+        return query
+    keys = {name: rng.choice(COMPOSITE_KEY_TYPES) if rng.random() < 0.7 else t for name, t in query.keys.items()}
+    return replace(query, keys=keys)
+
+
 def _random_join_case(rng: random.Random, seed: int) -> Case:
     shape = rng.choice(JOIN_SHAPES)
     key_count = rng.choice((0, 1, 2) if shape == "key_time" else (1, 1, 2))  # the event time may be the only key
@@ -369,6 +380,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         right_filter=rng.random() < 0.4,
         join_how=random.Random(f"join how {seed}").choices(JOIN_HOWS, weights=(6, 1, 1, 1, 1))[0],
     )
+    query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -399,6 +411,7 @@ def case_tags(case: Case) -> set[str]:
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
+        tags |= {f"composite keys:{q.join_how}"} if set(q.keys.values()) & set(COMPOSITE_KEY_TYPES) else set()
         return tags | ({"join:right side without watermark"} if not q.watermark else set())
     tags |= {"count(*)"} if q.count_star and not q.operator.startswith("dedup") else set()
     tags |= {f"startTime:{q.operator}"} if q.start_s else set()
@@ -409,6 +422,7 @@ def case_tags(case: Case) -> set[str]:
     tags |= {f"key expressions:{q.operator}"} if q.key_expressions else set()
     tags |= {f"struct keys:{q.operator}"} if q.struct_keys else set()
     tags |= {f"union:{q.operator}"} if q.union else set()
+    tags |= {f"composite keys:{q.operator}"} if set(q.keys.values()) & set(COMPOSITE_KEY_TYPES) else set()
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
