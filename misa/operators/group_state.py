@@ -275,6 +275,9 @@ class GroupStateOperator(StatefulProcessorOperator):
         per group."""
         return [tuple(s.iloc[0] for s in self.conversion.series(keys.slice(i, 1))) for i in range(keys.num_rows)]
 
+    def _arrow_output(self) -> pa.Schema:
+        return to_arrow_schema(self.output_schema, timezone="UTC")  # as misa's tables hold timestamps
+
     def _output_table(self, frames: list[pd.DataFrame]) -> pa.Table:
         assert isinstance(self.output_schema, T.StructType)
         return self.conversion.table(pd.concat(frames, ignore_index=True), self.output_schema)

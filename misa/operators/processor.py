@@ -411,7 +411,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         now_ms = int(self.clock() * 1000)
         handle = self._bind(state, now_ms)
         late, evict = self.watermark.begin_batch()
-        result = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
+        result = OperatorResult(self._arrow_output().empty_table())
         if self.event_time and deltas.num_rows:  # the watermark is kept whenever the input has an event time
             times = pc.cast(deltas[self.event_time], pa.timestamp("us")).cast(pa.int64())
             self.watermark.observe(pc.max(times).as_py())
@@ -437,7 +437,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the watermark moved: fire the event-time timers it made due."""
-        empty = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
+        empty = OperatorResult(self._arrow_output().empty_table())
         if self.time_mode != "EventTime":
             return empty
         now_ms = int(self.clock() * 1000)
@@ -486,10 +486,14 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         processing = now_ms if self.time_mode == "ProcessingTime" else -1
         return processing, evict_us // 1000 if self.time_mode == "EventTime" else -1
 
+    def _arrow_output(self) -> pa.Schema:
+        """The output's Arrow schema."""
+        return to_arrow_schema(self.output_schema)
+
     def _output_table(self, frames: list[pd.DataFrame]) -> pa.Table:
         """The rows the processor yielded (non-empty frames) as the output schema's table."""
         return pa.Table.from_pandas(
-            pd.concat(frames, ignore_index=True), schema=to_arrow_schema(self.output_schema), preserve_index=False
+            pd.concat(frames, ignore_index=True), schema=self._arrow_output(), preserve_index=False
         )
 
     def _frames(self, rows: pa.Table, bounds: np.ndarray) -> list[pd.DataFrame]:

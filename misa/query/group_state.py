@@ -17,7 +17,7 @@ from pyspark.serializers import CloudPickleSerializer
 from pyspark.sql import types as T
 
 from misa.operators.group_state import PandasConversion, group_state_operator, unstored_fields
-from misa.query.plan import PlanNode
+from misa.query.plan import PlanNode, python_list
 from misa.query.translation import OutputColumn, Translation, refused
 from misa.query.watermarks import event_time_column, watermarked
 
@@ -67,13 +67,9 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
 
 def _function(node: PlanNode) -> Callable[..., Any]:
     """The user's function: the pickled command of the node's Python UDF (``(func, returnType)``), unpickled."""
-    python_function = node.jvm.functionExpr().func()
-    command = python_function.command()
-    if not isinstance(command, (bytes, bytearray)):
-        jvm = SparkContext._jvm  # type: ignore[attr-defined]
-        command = command.toArray(jvm.scala.reflect.ClassTag.Byte())
+    command = _command_bytes(node.jvm.functionExpr().func().command())
     try:
-        loaded = CloudPickleSerializer().loads(bytes(command))
+        loaded = CloudPickleSerializer().loads(command)
     except Exception as error:  # noqa: BLE001 - a broadcast command (over 1 MB pickled), a missing module, ...
         raise refused(
             node,
@@ -84,6 +80,25 @@ def _function(node: PlanNode) -> Callable[..., Any]:
     if not callable(func):
         raise refused(node, f"its Python UDF holds {type(func).__name__}, not a function", "a Python function")
     return func
+
+
+def _command_bytes(command: Any) -> bytes:
+    """A Python function's command (Scala's ``Seq[Byte]``, or a byte array) as bytes."""
+    if isinstance(command, (bytes, bytearray)):
+        return bytes(command)
+    jvm = SparkContext._jvm  # type: ignore[attr-defined]
+    readers: list[Callable[[], Any]] = [
+        lambda: command.unsafeArray(),  # an ArraySeq of bytes
+        lambda: command.toArray(jvm.scala.reflect.ClassTag.Byte()),
+    ]
+    for read in readers:
+        try:
+            data = read()
+        except Exception:  # noqa: BLE001 - Py4J's error: the next way
+            continue
+        if isinstance(data, (bytes, bytearray)):
+            return bytes(data)
+    return bytes(int(b) & 0xFF for b in python_list(command))
 
 
 def _conversion() -> PandasConversion:
