@@ -31,13 +31,32 @@ CASES = [
     ),
     pytest.param(case("running", "string", 2, 8, commit_mode="sync"), id="running", marks=pytest.mark.slow),
     pytest.param(case("running", "bigint", 0, 3, prefetching="auto"), id="running-bigint", marks=pytest.mark.slow),
-    # an hour's processing-time timeout: no group times out in either engine
-    pytest.param(case("idle", "string", 0, 9), id="idle", marks=pytest.mark.slow),
 ]
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
 @pytest.mark.parametrize("the_case", CASES)
 def test_the_function_gives_sparks_rows(spark, tmp_path, the_case):
     assert len(the_case.rounds) >= 2, "a case restarts between rounds"
     mismatch = run_case(spark, the_case, tmp_path / "run")
+    assert mismatch is None, f"{the_case.describe()}\n{mismatch}"
+
+
+@pytest.mark.parametrize(
+    "function, seed",
+    [("instant", 5), pytest.param("idle", 9, marks=pytest.mark.slow)],
+)
+def test_processing_time_timeouts_fire_as_in_spark_in_data_batches(spark, tmp_path, function, seed):
+    """Processing-time timeouts without Spark's batches without data (which it runs after every batch for them, so
+    that ``availableNow`` would not end): ``instant``'s 1 ms timeout times out, in each batch, every group an earlier
+    batch saw and this one does not (each batch starts over 1 ms after the one before, in both engines: a wall-clock
+    margin of the batches' own length); ``idle``'s hour times out none."""
+    the_case = case(function, "string", 0, seed)
+    files = [{row["k0"] for row in rows} for files in the_case.rounds for rows in files]
+    assert len(the_case.rounds) >= 2 and any(before - after for before, after in zip(files, files[1:]))
+    spark.conf.set(NO_DATA_BATCHES, "false")
+    try:
+        mismatch = run_case(spark, the_case, tmp_path / "run")
+    finally:
+        spark.conf.unset(NO_DATA_BATCHES)
     assert mismatch is None, f"{the_case.describe()}\n{mismatch}"
