@@ -24,7 +24,7 @@ from misa.query.watermarks import event_time_column, watermarked
 
 def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
     """A ``FlatMapGroupsInPandasWithState`` node (``watermark_policy``: spark.sql.streaming.multipleWatermarkPolicy)."""
-    child = node.children[0]
+    child = _input(node)
     marked = event_time_column(node, child.output)
     timed = watermarked(node, child, marked, watermark_policy)
     if timed.inputs is not None:
@@ -41,6 +41,13 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
             node,
             f"it groups by {computed}, computed from its input",
             "the key as a column first (withColumn), then groupBy(column).applyInPandasWithState(...)",
+        )
+    arguments = [e.attr.name if e.attr is not None else e.sql for e in node.fields["arguments"]]
+    if arguments != [a.name for a in child.output]:
+        raise refused(
+            node,
+            f"its function reads {arguments}, not its input's columns {[a.name for a in child.output]}",
+            "df.groupBy(columns).applyInPandasWithState(...) on the DataFrame whose columns the function reads",
         )
     state_schema: T.StructType = node.fields["state"]
     unstored = unstored_fields(state_schema)
@@ -63,6 +70,17 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
         _conversion(),
     )
     return Translation(timed.source, operator, [OutputColumn(a.name, "column", a.name) for a in node.output])
+
+
+def _input(node: PlanNode) -> PlanNode:
+    """The node's input rows: below the projection ``groupBy`` adds (the grouping columns again, ahead of the
+    DataFrame's own), if there is one."""
+    child = node.children[0]
+    if child.kind == "Project" and all(e.attr is not None for e in child.fields["list"]):
+        below = child.children[0]
+        if {a.expr_id for a in child.output} == {a.expr_id for a in below.output}:
+            return below
+    return child
 
 
 def _function(node: PlanNode) -> Callable[..., Any]:

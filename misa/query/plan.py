@@ -117,6 +117,7 @@ def _fields(kind: str, jnode: Any) -> dict[str, Any]:
     if kind == "FlatMapGroupsInPandasWithState":  # applyInPandasWithState: its function is read when translated
         return {
             "grouping": [_attr(a) for a in python_list(jnode.groupingAttributes())],
+            "arguments": [expr_of(e) for e in python_list(jnode.functionExpr().children())],  # the function's columns
             "state": T._parse_datatype_json_string(str(jnode.stateType().json())),
             "timeout": str(jnode.timeout().toString()),
             "output_mode": str(jnode.outputMode().toString()),
