@@ -270,10 +270,12 @@ class GroupStateOperator(StatefulProcessorOperator):
             for begin, end in zip(bounds[:-1], bounds[1:])
         ]
 
-    def _groupings(self, keys: pa.Table) -> list[tuple]:
+    def _groupings(self, keys: pa.Table, count: int) -> list[tuple]:
         """The key tuple as Spark's worker makes it: the first value of each key column's pandas Series, converted
-        per group."""
-        return [tuple(s.iloc[0] for s in self.conversion.series(keys.slice(i, 1))) for i in range(keys.num_rows)]
+        per group (no grouping columns: the empty tuple)."""
+        if not keys.num_columns:
+            return [()] * count
+        return [tuple(s.iloc[0] for s in self.conversion.series(keys.slice(i, 1))) for i in range(count)]
 
     def _arrow_output(self) -> pa.Schema:
         return to_arrow_schema(self.output_schema, timezone="UTC")  # as misa's tables hold timestamps

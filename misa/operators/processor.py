@@ -502,9 +502,10 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         frame = rows.to_pandas()
         return [frame.iloc[bounds[i] : bounds[i + 1]].reset_index(drop=True) for i in range(len(bounds) - 1)]
 
-    def _groupings(self, keys: pa.Table) -> list[tuple]:
-        """Each row of the grouping columns ``keys`` as the key tuple the processor gets."""
-        return list(zip(*[column.to_pylist() for column in keys.columns]))
+    def _groupings(self, keys: pa.Table, count: int) -> list[tuple]:
+        """Each of the ``count`` rows of the grouping columns ``keys`` as the key tuple the processor gets."""
+        columns = [column.to_pylist() for column in keys.columns]
+        return [tuple(column[i] for column in columns) for i in range(count)]
 
     def _initial_rows(self, rows: pa.Table, handle: MisaProcessorHandle, values: TimerValues) -> None:
         """handleInitialState once per key of the initial state, with its rows."""
@@ -535,7 +536,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         order = np.argsort(key_of_row, kind="stable")
         bounds = np.searchsorted(key_of_row[order], np.arange(len(keys) + 1))
         frames = self._frames(rows.take(pa.array(order)), bounds)
-        groupings = self._groupings(rows.select(list(self.group_by)).take(pa.array(order[bounds[:-1]])))
+        groupings = self._groupings(rows.select(list(self.group_by)).take(pa.array(order[bounds[:-1]])), len(keys))
         for i, key in enumerate(keys):
             self._state.key = key
             yield groupings[i], frames[i]
@@ -557,7 +558,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
             self._state.key = group_key
             handle.deleteTimer(at_ms)
             names = [f.name for f in self._codec.fields]
-            grouping = self._groupings(pa.table(self._codec.decode([group_key])[1], names=names))[0]
+            grouping = self._groupings(pa.table(self._codec.decode([group_key])[1], names=names), 1)[0]
             outputs += list(self.processor.handleExpiredTimer(grouping, values, ExpiredTimerInfo(at_ms)) or [])
         return outputs
 
