@@ -27,6 +27,7 @@ What Spark's ``FlatMapGroupsInPandasWithStateExec`` does, and so does this:
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -55,7 +56,7 @@ TIMEOUTS = {  # Spark's GroupStateTimeout -> the processor's time mode that fire
 VALUE_STATE = "groupState"  # the state variable holding each group's value (its name in the state reader)
 STORED_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.StringType)
 STORED_TYPES += (T.BooleanType,)
-INTEGER_RANGES = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}
+INTEGER_BITS = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}
 
 
 def unstored_fields(schema: T.StructType) -> list[T.StructField]:
@@ -65,9 +66,10 @@ def unstored_fields(schema: T.StructType) -> list[T.StructField]:
 
 
 def stored(value: Iterable[Any], schema: T.StructType) -> tuple:
-    """A state value as Spark's JVM keeps it for ``schema``: the Python values it converts from its pickled form
-    (``EvaluatePython.makeFromJava``), and null where it takes none (a float for an integer field, an integer for a
-    floating one, an integer out of the field's range)."""
+    """A state value as Spark's JVM keeps it for ``schema``: the Python values it converts from their pickled form
+    (``EvaluatePython.makeFromJava``, measured in Spark 4.3): an integer is cut to an integer field's width (an
+    integer beyond 64 bits, a float or a boolean there: null), a float rounded to a float field's precision (an
+    integer there: null), a string and a boolean kept in their own fields only."""
     values = tuple(value)
     if len(values) != len(schema.fields):
         raise PySparkValueError(
@@ -85,11 +87,13 @@ def _stored_field(value: Any, dtype: T.DataType) -> Any:
     if isinstance(dtype, T.StringType):
         return value if isinstance(value, str) else None
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
-        return float(value) if isinstance(value, float) else None
-    bits = INTEGER_RANGES[type(dtype)]
-    if isinstance(value, bool) or not isinstance(value, int):
+        if not isinstance(value, float):
+            return None
+        return struct.unpack("f", struct.pack("f", value))[0] if isinstance(dtype, T.FloatType) else value
+    if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < 1 << 63:
         return None
-    return value if -(1 << (bits - 1)) <= value < 1 << (bits - 1) else None
+    bits = INTEGER_BITS[type(dtype)]
+    return (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))  # Java's narrowing of a long
 
 
 class GroupStateFunction(StatefulProcessor):

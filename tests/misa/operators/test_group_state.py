@@ -115,9 +115,10 @@ def test_processing_time_timeouts_fire_in_the_first_batch_after_them(run):
 
 
 def test_a_value_is_stored_as_sparks_jvm_converts_it():
-    schema = T.StructType([T.StructField(n, t) for n, t in (("i", T.IntegerType()), ("d", T.DoubleType()))])
-    assert stored((3, 2.5), schema) == (3, 2.5)
-    assert stored((2.5, 3), schema) == (None, None)
-    assert stored((1 << 31, True), schema) == (None, None)
+    """As Spark 4.3 stores (3, 2.5, True, 1 << 40) for "d double, l long, i int, j int": (None, None, None, 0)."""
+    fields = (("d", T.DoubleType()), ("l", T.LongType()), ("i", T.IntegerType()), ("j", T.IntegerType()))
+    schema = T.StructType([T.StructField(n, t) for n, t in fields])
+    assert stored((3, 2.5, True, 1 << 40), schema) == (None, None, None, 0)
+    assert stored((2.5, 3, -7, (1 << 31) + 5), schema) == (2.5, 3, -7, -(1 << 31) + 5)
     with pytest.raises(PySparkValueError, match="has 1 fields"):
         stored((1,), schema)
