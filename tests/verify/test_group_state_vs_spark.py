@@ -23,7 +23,10 @@ def case(function: str, key_type: str, delay_s: int, seed: int, **settings: Any)
 
 CASES = [
     # event-time sessions: timeouts in batches without data, a call that changes nothing, two rounds (a restart)
-    pytest.param(case("sessions", "string", 2, 6, commit_mode="misa", prefetching="true"), id="sessions"),
+    pytest.param(case("sessions", "string", 2, 63, commit_mode="misa", prefetching="true"), id="sessions"),
+    pytest.param(
+        case("sessions", "string", 2, 6, commit_mode="sync"), id="sessions-more-batches", marks=pytest.mark.slow
+    ),
     pytest.param(
         case("sessions", "bigint", 5, 7, commit_mode="async-ckpt", processes=2),
         id="sessions-bigint-processes",
