@@ -47,7 +47,7 @@ def test_the_function_gives_sparks_rows(spark, tmp_path, the_case):
 
 @pytest.mark.parametrize(
     "function, seed",
-    [("instant", 5), pytest.param("idle", 9, marks=pytest.mark.slow)],
+    [pytest.param("instant", 5, marks=pytest.mark.slow), pytest.param("idle", 9, marks=pytest.mark.slow)],
 )
 def test_processing_time_timeouts_fire_as_in_spark_in_data_batches(spark, tmp_path, function, seed):
     """Processing-time timeouts without Spark's batches without data (which it runs after every batch for them, so
