@@ -300,8 +300,8 @@ ENTRIES: tuple[Entry, ...] = (
             .applyInPandasWithState(count_rows, "k string, n long", "n long", "Update", "NoTimeout")
         ),
         note="Spark's GroupState, state and timeouts as Spark keeps them; a processing-time timeout fires in the "
-        "first data batch whose start (misa's clock when the batch's state phase starts, Spark's trigger time) is "
-        "after it, where Spark also runs batches without data for them",
+        "first data batch whose start (misa's clock when its state phase starts, Spark's trigger time) is after it: "
+        "Spark also runs a batch without data after every batch for them (under availableNow without end)",
         covered_by=tuple(f"group_state:{t}" for t in ("NoTimeout", "EventTimeTimeout", "ProcessingTimeTimeout")),
     ),
     Entry(
