@@ -285,8 +285,10 @@ class GroupStateOperator(StatefulProcessorOperator):
         return to_arrow_schema(self.output_schema, timezone="UTC")  # as misa's tables hold timestamps
 
     def _output_table(self, frames: list[pd.DataFrame]) -> pa.Table:
+        """Each DataFrame the function gave converted on its own (Spark's worker converts a task's together: a
+        column of integers in one and floats in another, as an integer key's null group gives, as floats)."""
         assert isinstance(self.output_schema, T.StructType)
-        return self.conversion.table(pd.concat(frames, ignore_index=True), self.output_schema)
+        return pa.concat_tables([self.conversion.table(frame, self.output_schema) for frame in frames])
 
 
 def group_state_operator(

@@ -308,12 +308,14 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
 
 def _random_group_state_case(seed: int) -> Case:
     """A case of an applyInPandasWithState function (:mod:`verify.differential.group_state`), drawn from a generator
-    of its own (the other seeds keep their forms and rows): one key column, bigint values."""
+    of its own (the other seeds keep their forms and rows): one key column, bigint values. Keys are strings or ints:
+    Spark converts the output DataFrames of a task's groups together, and a bigint key's null group makes them
+    floats, which changes the extreme keys (misa converts each call's alone: docs/spark-queries.md)."""
     rng = random.Random(f"group-state-{seed}")
     function = rng.choice(DRAWN)
     query = Query(
         operator="group_state",
-        keys={"k0": rng.choice(("string", "bigint"))},
+        keys={"k0": rng.choice(("string", "int"))},
         functions=(function,),
         delay_s=rng.choice((0, 2, 5, 10)),
         output_mode=SHAPES[function].mode,
