@@ -19,12 +19,12 @@ has event-time windows.
 * Q18, the last bid of each (bidder, auction): the bid with the latest ``date_time``; ties go to
   the larger whole record ``(date_time, price, channel, url, extra)``, strings compared as UTF-8
   bytes, null below any value (Spark's ``max(struct(...))``). Columns ``bidder, auction, price,
-  channel, url, date_time, extra``; update output: a key's row whenever it changes.
+  channel, url, date_time, extra``; update output: a key's row whenever it has a bid in the batch.
 * Q19, the top 10 bids of each auction by price; ties: the earlier ``date_time`` first, then the
   smaller ``bidder`` (identical bids take consecutive ranks). Columns ``auction, rank, price,
-  bidder, date_time`` (rank 1..10); update output: every rank of each auction whose top 10
-  changed. Ranks only fill up and are replaced, never removed, so the last row per (auction, rank)
-  is the final top 10.
+  bidder, date_time`` (rank 1..10); update output: every rank of each auction with a bid in the
+  batch, as Spark's update output emits every group with input. Ranks only fill up and are
+  replaced, never removed, so the last row per (auction, rank) is the final top 10.
 * Q20, each bid with its auction where the auction's category is 10 (an inner join on
   ``bid.auction = auction.id``, each pair once whichever comes first). Columns: the bid's
   ``auction, bidder, price, channel, url, date_time, extra``, then the auction's ``item_name,

@@ -70,7 +70,8 @@ class Settings:
         PROCESSES,
         "Worker processes of the state phase, each owning a key partition of the state (its RocksDB shards, "
         "cache and commit); 1 keeps the state in the driver's process. auto: the number the state was written "
-        "with, or for a new state the driver's cores less one (at least 1, at most spark.misa.state.shards). "
+        "with, or for a new state the driver's cores less one (at least 1, at most spark.misa.state.shards; 1 for an "
+        "operator whose state does not split by key, such as from_query's chain of stateful operations). "
         "Fixed per state: another number needs new state locations.",
     )
     state_placement: str = setting(

@@ -34,12 +34,13 @@ def executor_count(spark: SparkSession) -> int:
     return max(1, registered)
 
 
-def state_partitions(config: MisaConfig, state_dir: str | Path, dfs_url: str) -> int:
+def state_partitions(config: MisaConfig, state_dir: str | Path, dfs_url: str, splits: bool = True) -> int:
     """The state's key partition count (:func:`~misa.parallel.layout.partition_count`); on the executors ``auto``
-    gives a new state one partition per executor. A state the driver's own process wrote cannot move to the
-    executors (it has no partitions)."""
+    gives a new state one partition per executor, in the driver's processes one for an operator whose state does
+    not split by key (``splits`` False: it is not :class:`~misa.operators.base.KeyPartitioned`). A state the
+    driver's own process wrote cannot move to the executors (it has no partitions)."""
     if not on_executors(config):
-        return partition_count(config, state_dir, dfs_url)
+        return partition_count(config, state_dir, dfs_url, None if splits else 1)
     if partitions_file(dfs_url) is None and recorded_partitions(state_dir, dfs_url) == 1:
         raise ConfigError(
             f"{PLACEMENT_KEY}=executors, but the state at {parse(dfs_url).given} was written in the driver's own "

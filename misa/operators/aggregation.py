@@ -73,9 +73,9 @@ from misa.operators.object_aggs import (
     OBJECT_ORDERED,
     ObjectValues,
     is_object,
-    object_pane_reason,
     object_partial,
 )
+from misa.operators.pane_objects import PaneObjects, pane_refusal
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
@@ -347,6 +347,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     _ansi: bool = field(default=False, init=False, repr=False)  # the session's, read by deltas()
     _cells: list[str] | None = field(default=None, init=False, repr=False)  # AggValues.cells of the state
     _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)  # the last deltas', for no_data_batch
+    _batches: int = field(default=0, init=False, repr=False)  # data batches applied (stamps panes' max_by states)
 
     def __post_init__(self) -> None:
         if self.output_mode not in OUTPUT_MODES:
@@ -465,11 +466,12 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
                 agg.check_input(types[agg.column])
                 if agg.other in types:
                     agg.check_other(types[agg.other])
-                if self._panes is not None and is_object(agg.function, types[agg.column]):
+                reason = pane_refusal(agg.function) if is_object(agg.function, types[agg.column]) else None
+                if self._panes is not None and reason is not None:
                     raise UnsupportedQueryError(
                         f"[MISA_UNSUPPORTED_QUERY] aggregate {agg.name} ({agg.function} of "
                         f"{types[agg.column].simpleString()}) over sliding windows is not in misa yet: "
-                        f"{object_pane_reason(agg.function)}; use it over tumbling windows or without a window"
+                        f"{reason}; use it over tumbling windows or without a window"
                     )
 
     # ------------------------------------------------------------------ driver side
@@ -477,6 +479,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         """A data batch: rows of windows closed at the late-events watermark are dropped, the rest merged; then
         windows closed at the eviction watermark are evicted (append mode emits them) (:mod:`.watermark`)."""
         values = self._values(deltas.schema)
+        self._batches += 1
         result = OperatorResult(self._empty_output(deltas.schema, values))
         late, evict = self.watermark.begin_batch()
         if not self._bounded:
@@ -542,6 +545,8 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             )
         self._cells = values.cells
         self._last_schema = schema
+        if self._panes is not None:
+            self._panes.configure(values.states.width, PaneObjects(values.objects) if values.objects else None)
         return values
 
     def _apply_keys(
@@ -601,7 +606,10 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             group_keys = codec.encode(None, [deltas[c].combine_chunks() for c in self.group_by], deltas.num_rows)
             pane_ends, events = deltas[PANE_END].to_numpy(), deltas[MAX_EVENT].to_numpy()
             delta = values.delta_states(deltas)
-            changed = panes.merge(group_keys, pane_ends, delta, events, watermark, state, values.states)
+            objects = None
+            if panes.objects is not None:
+                objects = panes.objects.stamped(values.objects.delta_states(deltas), self._batches)
+            changed = panes.merge(group_keys, pane_ends, delta, events, watermark, state, values.states, objects)
             result.state_reads = len(changed.group_keys)
             if self.output_mode == "update":
                 result.output = self._window_output(changed, values)
@@ -611,7 +619,10 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         _, columns = self._codec.decode(windows.group_keys)
         picked = [pc.take(c, pa.array(windows.keys)) for c in columns]
         keys = pa.table(dict(zip(self._key_columns(), self._window_columns(windows.ends) + picked)))
-        return self._output(keys, values, windows.states, [])
+        objects = []
+        if windows.objects is not None and self._panes is not None and self._panes.objects is not None:
+            objects = self._panes.objects.plain(windows.objects)
+        return self._output(keys, values, windows.states, objects)
 
     def _key_codec(self, schema: pa.Schema) -> KeyCodec:
         if self._codec is None:
@@ -715,7 +726,8 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         """Stored with each version: the watermark, the state layout, the kinds of aggregate values and the deltas'
         schema (a batch without data right after a restart, and a reader of the state, decode with it)."""
         schema = {DELTA_SCHEMA: schema_text(self._last_schema)} if self._last_schema is not None else {}
-        return {**self.watermark.metadata(), "layout": self._layout, "values": self._cells} | schema
+        batches = {"batches": self._batches} if self._panes is not None else {}
+        return {**self.watermark.metadata(), "layout": self._layout, "values": self._cells} | schema | batches
 
     def restore(self, metadata: dict[str, Any]) -> None:
         """Resume from a version's metadata; a version of another state layout is refused, never misread."""
@@ -727,6 +739,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
                 "run the query from a new checkpoint location and state dir"
             )
         self._cells = metadata.get("values")
+        self._batches = int(metadata.get("batches", 0))
         if DELTA_SCHEMA in metadata:
             self._last_schema, self._codec = schema_from_text(metadata[DELTA_SCHEMA]), None
             self._key_codec(self._last_schema)  # a batch without data right after a restart decodes keys with it

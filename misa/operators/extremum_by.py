@@ -39,3 +39,8 @@ def _rank(ordering: Any) -> tuple[bool, Any]:
     if isinstance(ordering, float) and math.isnan(ordering):
         return True, 0.0
     return False, ordering
+
+
+def same_ordering(a: Any, b: Any) -> bool:
+    """Whether Spark ranks two (non-null) ordering values equal (NaN equals NaN, -0.0 equals 0.0)."""
+    return _rank(a) == _rank(b)

@@ -259,9 +259,10 @@ class TopN(HintSource, KeyPartitioned, StateReadable):
     ``order``: (column, "ascending" | "descending") pairs naming every one of ``columns`` (the rows'
     other columns, integer or string), nulls last either way, strings compared as UTF-8 bytes (as
     Spark does). Rows equal in every order column are equal rows, so the result is deterministic.
-    State: key -> the key's current first rows in rank order. Output (update): for each key whose
-    first rows changed in the batch, all of them: ``keys``, ``rank_column`` (1-based, if given),
-    ``columns``. Every row is usable: a null key is a key of its own.
+    State: key -> the key's current first rows in rank order. Output (update, as Spark's update output
+    emits every group that had input, changed or not): for each key with rows in the batch, all its first
+    rows: ``keys``, ``rank_column`` (1-based, if given), ``columns``. Every row is usable: a null key is a key
+    of its own.
     """
 
     keys: Sequence[str]
@@ -329,9 +330,8 @@ class TopN(HintSource, KeyPartitioned, StateReadable):
         changed = np.fromiter((new != before for new, before in zip(values, old)), bool, len(keys))
         which = np.flatnonzero(changed)
         state.put_many([keys[i] for i in which], [values[i] for i in which])
-        out = changed[kept_group]
         first_row = np.unique(group, return_index=True)[1]  # a row of each key, for its key columns
-        output = self._output(rows, first_row[kept_group[out]], rank[out], firsts.filter(pa.array(out, pa.bool_())))
+        output = self._output(rows, first_row[kept_group], rank, firsts)
         return OperatorResult(output, state_reads=len(keys))
 
     def hint_spec(self) -> HintSpec:

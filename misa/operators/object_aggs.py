@@ -67,7 +67,9 @@ def object_pane_reason(function: str) -> str:
     """Why misa does not combine ``function``'s states across the panes of a sliding window."""
     if function in FIRST + LAST:
         return f"{function} of a window is of its first (last) row in Spark's reading order, which its panes lose"
-    return f"{function}'s state is a Python value per group, which misa's pane records do not hold"
+    if function in ("collect_list", "collect_set"):
+        return f"{function} of a window lists its rows' values in Spark's reading order, which its panes lose"
+    return f"misa does not combine {function}'s states across panes"
 
 
 def object_partial(function: str, column: Column, dtype: T.DataType, other: Column | None = None) -> list[Column]:

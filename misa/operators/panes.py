@@ -17,18 +17,22 @@ State layout per group key (:mod:`misa.state.keys`):
 
 Arrays here are NumPy: ``keys`` are indices into the batch's distinct group keys, ``ends`` pane
 ends in microseconds, ``states`` aggregate states (two int64 cells per aggregate), folded by the
-aggregation's :class:`~misa.state.codec.AggStates`.
+aggregation's :class:`~misa.state.codec.AggStates`. With object aggregates (:mod:`misa.operators.pane_objects`)
+each pane row also has a list of their states (``objects``), folded by :class:`PaneObjects`, and a record holds
+its row count after the timer and their pickled states after its rows.
 """
 
 from __future__ import annotations
 
 import math
+import pickle
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+from misa.operators.pane_objects import PaneObjects
 from misa.state.codec import AggStates
 from misa.state.keys import PANE_RECORD, PANE_TIMER, joined, window_prefix
 from misa.state.record_codec import exclusive_cumsum, index_ranges
@@ -142,21 +146,28 @@ class Panes:
     keys: np.ndarray
     ends: np.ndarray
     states: np.ndarray
+    objects: list[list[Any]] | None = None  # per row, its object aggregates' states (None: there are none)
 
     @classmethod
-    def empty(cls, cells: int) -> Panes:
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, cells), np.int64))
+    def empty(cls, cells: int, objects: bool = False) -> Panes:
+        return cls(
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, cells), np.int64), [] if objects else None
+        )
 
     def take(self, rows: np.ndarray) -> Panes:
-        return Panes(self.keys[rows], self.ends[rows], self.states[rows])
+        objects = None if self.objects is None else [self.objects[i] for i in rows.tolist()]
+        return Panes(self.keys[rows], self.ends[rows], self.states[rows], objects)
 
 
 class PaneRecords:
-    """Encodes and decodes pane records: an int64 timer, then rows of (pane end, aggregate state cells)."""
+    """Encodes and decodes pane records: an int64 timer, then rows of (pane end, aggregate state cells); with
+    ``objects``, an int64 row count after the timer and the rows' pickled object states after them."""
 
-    def __init__(self, cells: int):
+    def __init__(self, cells: int, objects: bool = False):
         self.cells = cells
+        self.objects = objects
         self.row = np.dtype([("end", "<i8"), ("state", "<i8", (self.cells,))])
+        self.header = TIMER.itemsize * (2 if objects else 1)
 
     def decode(self, values: Sequence[bytes | None]) -> tuple[np.ndarray, Panes]:
         """The timers (-1 where there is no record) and the pane rows of ``values``, in key order."""
@@ -165,7 +176,7 @@ class PaneRecords:
         timers = np.full(n, -1, np.int64)
         present = np.flatnonzero(array.is_valid().to_numpy(zero_copy_only=False))
         if not len(present):
-            return timers, Panes.empty(self.cells)
+            return timers, Panes.empty(self.cells, self.objects)
         _, offsets, data = array.buffers()
         buffer = np.frombuffer(data, np.uint8)
         starts = np.frombuffer(offsets, np.int64)[array.offset : array.offset + n + 1]
@@ -173,16 +184,25 @@ class PaneRecords:
         starts = starts[present]
         timers[present] = buffer[starts[:, None] + np.arange(TIMER.itemsize)].view(TIMER).ravel()
         counts = np.zeros(n, np.int64)
-        counts[present] = (lengths - TIMER.itemsize) // width
-        rows = buffer[index_ranges(starts + TIMER.itemsize, counts[present] * width)].view(self.row)
+        if self.objects:
+            counts[present] = buffer[starts[:, None] + TIMER.itemsize + np.arange(TIMER.itemsize)].view(TIMER).ravel()
+        else:
+            counts[present] = (lengths - TIMER.itemsize) // width
+        rows = buffer[index_ranges(starts + self.header, counts[present] * width)].view(self.row)
         states = rows["state"].reshape(len(rows), self.cells).astype(np.int64, copy=False)
-        return timers, Panes(np.repeat(np.arange(n), counts), rows["end"].astype(np.int64), states)
+        objects = None
+        if self.objects:
+            tails = zip((starts + self.header + counts[present] * width).tolist(), (starts + lengths).tolist())
+            objects = [state for begin, end in tails for state in pickle.loads(buffer[begin:end].tobytes())]
+        return timers, Panes(np.repeat(np.arange(n), counts), rows["end"].astype(np.int64), states, objects)
 
     def encode(self, keys: int, timers: np.ndarray, panes: Panes) -> list[bytes | None]:
         """One record per key index below ``keys`` (None for a key without panes: delete it)."""
         rows = np.empty(len(panes.ends), self.row)
         rows["end"], rows["state"] = panes.ends, panes.states
         counts = np.bincount(panes.keys, minlength=keys)
+        if self.objects:
+            return self._encode_objects(timers, panes, rows, counts)
         sizes = np.where(counts > 0, TIMER.itemsize + counts * self.row.itemsize, 0)
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         buffer = np.empty(int(offsets[-1]), np.uint8)
@@ -199,9 +219,23 @@ class PaneRecords:
         )
         return records.to_pylist()
 
+    def _encode_objects(
+        self, timers: np.ndarray, panes: Panes, rows: np.ndarray, counts: np.ndarray
+    ) -> list[bytes | None]:
+        """Records with object states, one by one (their states are pickled per record anyway)."""
+        assert panes.objects is not None
+        records: list[bytes | None] = [None] * len(counts)
+        begin = 0
+        for key in np.flatnonzero(counts).tolist():  # panes are sorted by key
+            end = begin + int(counts[key])
+            head = np.array([timers[key], counts[key]], TIMER).tobytes()
+            records[key] = head + rows[begin:end].tobytes() + pickle.dumps(panes.objects[begin:end], protocol=5)
+            begin = end
+        return records
 
-def fold(panes: Panes, aggs: AggStates) -> Panes:
-    """Panes sorted by (key, end) with the rows of one (key, end) merged into one."""
+
+def fold(panes: Panes, aggs: AggStates, objects: PaneObjects | None = None) -> Panes:
+    """Panes sorted by (key, end) with the rows of one (key, end) merged into one, in their order."""
     order = np.lexsort((panes.ends, panes.keys))
     panes = panes.take(order)
     if not len(order):
@@ -209,18 +243,26 @@ def fold(panes: Panes, aggs: AggStates) -> Panes:
     new = np.ones(len(order), bool)
     new[1:] = (panes.keys[1:] != panes.keys[:-1]) | (panes.ends[1:] != panes.ends[:-1])
     starts = np.flatnonzero(new)
-    return Panes(panes.keys[starts], panes.ends[starts], aggs.reduce(panes.states, starts))
+    folded = None if panes.objects is None or objects is None else objects.fold(panes.objects, starts)
+    return Panes(panes.keys[starts], panes.ends[starts], aggs.reduce(panes.states, starts), folded)
 
 
 def window_states(
-    panes: Panes, windows: PaneWindows, keys: np.ndarray, ends: np.ndarray, aggs: AggStates
-) -> np.ndarray:
-    """The aggregate state of each window (``keys[i]``, ending at ``ends[i]``): its panes combined.
+    panes: Panes,
+    windows: PaneWindows,
+    keys: np.ndarray,
+    ends: np.ndarray,
+    aggs: AggStates,
+    objects: PaneObjects | None = None,
+) -> tuple[np.ndarray, list[list[Any]] | None]:
+    """The aggregate state of each window (``keys[i]``, ending at ``ends[i]``): its panes combined in order (and
+    their object states, when ``panes`` have them).
 
     ``panes`` are sorted by (key, end) and every window holds at least one of them.
     """
+    with_objects = panes.objects is not None and objects is not None
     if not len(keys):
-        return aggs.identity(0)
+        return aggs.identity(0), [] if with_objects else None
     pane = windows.pane_us
     base = min(int(panes.ends.min()), int(ends.min())) - windows.size_us
     span = (max(int(panes.ends.max()), int(ends.max())) - base) // pane + 1
@@ -230,4 +272,7 @@ def window_states(
     counts = hi - lo
     starts = np.cumsum(counts) - counts
     rows = np.arange(int(counts.sum())) - np.repeat(starts - lo, counts)
-    return aggs.reduce(panes.states[rows], starts)
+    if not with_objects:
+        return aggs.reduce(panes.states[rows], starts), None
+    assert panes.objects is not None and objects is not None
+    return aggs.reduce(panes.states[rows], starts), objects.fold([panes.objects[i] for i in rows.tolist()], starts)

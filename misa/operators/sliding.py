@@ -10,9 +10,11 @@ It returns windows as (distinct group key index, window end, aggregate state); t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from misa.operators.pane_objects import PaneObjects
 from misa.operators.panes import (
     PaneRecords,
     Panes,
@@ -34,12 +36,14 @@ RECORDS_END = prefix_end(PANE_RECORD)  # the end of the pane records' key range
 
 @dataclass
 class Windows:
-    """Windows to emit: ``keys`` index ``group_keys``; ``states`` are their combined aggregate states."""
+    """Windows to emit: ``keys`` index ``group_keys``; ``states`` are their combined aggregate states (``objects``
+    their object aggregates' states, when there are some)."""
 
     group_keys: list[bytes]
     keys: np.ndarray
     ends: np.ndarray
     states: np.ndarray
+    objects: list[list[Any]] | None = None
 
 
 class PaneState:
@@ -50,6 +54,18 @@ class PaneState:
         self.windows = windows
         self.records = PaneRecords(cells)
         self.append = append
+        self.objects: PaneObjects | None = None
+
+    def configure(self, cells: int, objects: PaneObjects | None) -> None:
+        """The aggregates' vectorized ``cells`` and object aggregates, known once their input types are."""
+        if (cells, objects is not None) != (self.records.cells, self.records.objects):
+            self.records = PaneRecords(cells, objects is not None)
+        self.objects = objects
+
+    def _none(self, group_keys: list[bytes], aggs: AggStates) -> Windows:
+        """No windows."""
+        empty = np.zeros(0, np.int64)
+        return Windows(group_keys, empty, empty, aggs.identity(0), [] if self.objects is not None else None)
 
     def merge(
         self,
@@ -60,22 +76,29 @@ class PaneState:
         watermark_us: int,
         state: StateView,
         aggs: AggStates,
+        objects: list[list[Any]] | None = None,
     ) -> Windows:
         """Fold the batch's pane deltas (rows of ``group_keys`` with no window closed at ``watermark_us``
-        only) into their records with ``aggs``; in update mode the windows they changed, with their new states."""
+        only; ``objects``: their object states) into their records with ``aggs``; in update mode the windows they
+        changed, with their new states."""
         distinct, key_of_row = distinct_keys(group_keys)
         ts = latest_per_key(key_of_row, len(distinct), event_us)
         keys = record_keys(distinct)
         old_timers, old = self.records.decode(state.get_many(keys, ts.tolist()))
-        delta = Panes(key_of_row, pane_ends, states)
-        merged = fold(_concat(old, delta), aggs)
+        delta = Panes(key_of_row, pane_ends, states, objects)
+        merged = fold(_concat(old, delta), aggs, self.objects)
         merged = merged.take(np.flatnonzero(self.windows.last_window_end(merged.ends) > watermark_us))
         self._write(state, distinct, old_timers, merged, watermark_us)
         if self.append:  # append mode emits windows when they close, not when they change
-            return Windows(distinct, np.zeros(0, np.int64), np.zeros(0, np.int64), aggs.identity(0))
+            return self._none(distinct, aggs)
         first, last = self.windows.open_window_ends(pane_ends, watermark_us)
         out_keys, out_ends = self.windows.windows_of(key_of_row, first, last)
-        return Windows(distinct, out_keys, out_ends, window_states(merged, self.windows, out_keys, out_ends, aggs))
+        return Windows(distinct, out_keys, out_ends, *self._window_states(merged, out_keys, out_ends, aggs))
+
+    def _window_states(
+        self, panes: Panes, keys: np.ndarray, ends: np.ndarray, aggs: AggStates
+    ) -> tuple[np.ndarray, list[list[Any]] | None]:
+        return window_states(panes, self.windows, keys, ends, aggs, self.objects)
 
     def close(self, previous_us: int, watermark_us: int, state: StateView, aggs: AggStates) -> Windows:
         """Visit the records due at ``watermark_us`` (the watermark moved from ``previous_us``): in append
@@ -84,7 +107,7 @@ class PaneState:
         begin, end = timer_range(watermark_us)
         distinct = list(dict.fromkeys(group_key_of_timer(k) for k, _ in state.scan(begin, end)))
         state.delete_range(begin, end)
-        none = Windows(distinct, np.zeros(0, np.int64), np.zeros(0, np.int64), aggs.identity(0))
+        none = self._none(distinct, aggs)
         if not distinct:
             return none
         if not self.append:  # a due timer is the key's last window end: every pane is dead, no need to read them
@@ -96,8 +119,7 @@ class PaneState:
         if self.append:
             first, last = self.windows.open_window_ends(panes.ends, previous_us)
             out_keys, out_ends = self.windows.windows_of(panes.keys, first, last, through=watermark_us)
-            states = window_states(panes, self.windows, out_keys, out_ends, aggs)
-            emitted = Windows(distinct, out_keys, out_ends, states)
+            emitted = Windows(distinct, out_keys, out_ends, *self._window_states(panes, out_keys, out_ends, aggs))
         live = panes.take(np.flatnonzero(self.windows.last_window_end(panes.ends) > watermark_us))
         self._write(state, distinct, np.full(len(distinct), -1), live, watermark_us)
         return emitted
@@ -118,7 +140,7 @@ class PaneState:
         if after_us is not None:
             first = self.windows.open_window_ends(panes.ends, after_us)[0]
         keys_of, ends = self.windows.windows_of(panes.keys, first, self.windows.last_window_end(panes.ends))
-        return Windows(distinct, keys_of, ends, window_states(panes, self.windows, keys_of, ends, aggs))
+        return Windows(distinct, keys_of, ends, *self._window_states(panes, keys_of, ends, aggs))
 
     def due_records(self, state: StateView, after_us: int, through_us: int) -> tuple[list[bytes], np.ndarray]:
         """Append mode: the records :meth:`close` will read when the watermark moves from ``after_us`` to
@@ -163,4 +185,5 @@ class PaneState:
 
 
 def _concat(a: Panes, b: Panes) -> Panes:
-    return Panes(np.r_[a.keys, b.keys], np.r_[a.ends, b.ends], np.vstack([a.states, b.states]))
+    objects = None if a.objects is None or b.objects is None else a.objects + b.objects
+    return Panes(np.r_[a.keys, b.keys], np.r_[a.ends, b.ends], np.vstack([a.states, b.states]), objects)

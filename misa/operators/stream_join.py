@@ -207,6 +207,12 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
     def event_watermark(self) -> InputsWatermark:
         return self.watermark
 
+    def output_watermark(self, input_us: int) -> int:
+        """Spark's ``produceOutputWatermark`` of the join for an input watermark (µs): the least of its sides' state
+        watermarks and the input's, the lower bound of the event times of the rows it may still output (a stateful
+        operation reading its output takes it as its input watermark: :mod:`misa.operators.chain`)."""
+        return min([bound for bound in self._bounds(input_us) if bound is not None] + [input_us])
+
     def hint_spec(self) -> HintSpec:
         return HintSpec(tuple(self.key_columns))
 

@@ -206,3 +206,36 @@ def inputs_signature(inputs: WatermarkInputs | None) -> dict[str, Any]:
     if inputs is None:
         return {}
     return {"watermark_inputs": [f"{delay}ms" if delay is not None else "none" for delay in inputs.delays_ms]}
+
+
+@dataclass
+class PropagatedWatermark(EventTimeWatermark):
+    """The watermark of a stateful operator that reads another's output in the same query (a chain): Spark's
+    ``PropagateWatermarkSimulator`` gives it the upstream's output watermark as its input watermark, so it observes
+    no event times of its own. The chain sets :attr:`next_us` (the upstream's output watermark for the running batch)
+    before each batch; :attr:`at_us` is, as for :class:`EventTimeWatermark`, the one the last batch evicted with (the
+    next batch's late-events watermark, Spark's input watermark of the batch before)."""
+
+    next_us: int = 0
+
+    def observe(self, batch_max_us: int | None) -> None:
+        """Its rows move nothing: the upstream's watermark does."""
+
+    def advance(self) -> int | None:
+        candidate = self._followed(self.next_us)
+        if candidate <= self.at_us:
+            return None
+        self.at_us = candidate
+        return candidate
+
+    def moves(self) -> bool:
+        return self.next_us > self.at_us
+
+    def after(self, event_us: int | None) -> int | None:
+        return None
+
+    def metadata(self) -> dict[str, Any]:
+        return {"watermark_us": self.at_us}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.at_us = self.next_us = int(metadata.get("watermark_us", 0))

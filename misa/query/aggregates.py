@@ -7,7 +7,9 @@
 * **A filter on the event time** between ``withWatermark`` and a window's aggregation: Spark's optimizer keeps its
   conjuncts on the event time above the watermark node, whose watermark then counts the rows they drop, and pushes
   the other conjuncts below it (:func:`event_time_filters`); misa's aggregation applies the first after its
-  watermark saw the rows (``Aggregation(where=...)``).
+  watermark saw the rows (``Aggregation(where=...)``). (The operator's watermark is Spark's own anyway,
+  :mod:`misa.runtime.watermark_sync`: a filter left in the source, under a projection or before a session window
+  or a deduplication, runs in Spark above its watermark node, which counts the rows it drops.)
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The keys of a stateful node as columns of misa's source: a column as itself, anything else computed by Spark.
 
 Spark groups by any expression (``groupBy(upper(s))``, ``groupBy((k % 2).alias("p"))``, ``groupBy(st.a)``) and
-deduplicates by struct columns. misa keys its state by plain columns (:class:`~misa.state.codec.KeyCodec`): such a
-key is computed in Spark below the stateful node, as a column the source adds (the expression itself, resolved on
-the source's attributes), and a struct is keyed by its fields (each struct's null flag, then its fields, nested
-structs flattened the same way), which Spark's key compares the same. The node's output keeps Spark's own columns.
+by keys of any type it orders (structs, arrays, decimals, binary). misa keys its state by plain columns
+(:class:`~misa.state.codec.KeyCodec`): such a key is computed in Spark below the stateful node, as a column the
+source adds (the expression itself, resolved on the source's attributes); a struct, array, decimal or binary key
+as its text (:mod:`misa.query.key_text`), which an aggregation's output decodes back to Spark's type; and a
+deduplication's struct by its fields (each struct's null flag, then its fields, nested structs flattened the same
+way), which Spark's key compares the same. The node's output keeps Spark's own columns.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pyspark.sql import Column
 from pyspark.sql import types as T
 
 from misa.operators.schema import KEY_TYPES
+from misa.query.key_text import COMPOSITE, key_text
 from misa.query.plan import Attr, Expr, PlanNode, attributes_of, column_of
 from misa.query.translation import Translation, refused
 
@@ -27,6 +30,7 @@ class GroupKey:
 
     expr: Expr
     column: str
+    text: bool = False  # the column is the key's text (misa.query.key_text), decoded in the output
 
     def matches(self, expr: Expr) -> bool:
         """Whether ``expr`` (an output expression of the aggregation) is this key."""
@@ -42,53 +46,88 @@ def group_keys(node: PlanNode, window: Attr | None, translation: Translation) ->
         if g.attr is not None and window is not None and g.attr.expr_id == window.expr_id:
             continue
         check_key_type(node, g.attr.name if g.attr is not None else g.sql, g.dtype)
-        if g.attr is not None:
-            keys.append(GroupKey(g, g.attr.name))
-            continue
-        if window is not None and any(e.attr is not None and e.attr.expr_id == window.expr_id for e in g.walk()):
+        if (
+            g.attr is None
+            and window is not None
+            and any(e.attr is not None and e.attr.expr_id == window.expr_id for e in g.walk())
+        ):
             raise refused(
                 node,
                 f"it groups by {g.sql}, an expression of its window",
                 "group by the window itself, and compute from it in a select after the aggregation",
             )
-        keys.append(GroupKey(g, _added(translation, column_of(g.jvm))))
+        if isinstance(g.dtype, COMPOSITE):
+            keys.append(GroupKey(g, _added(translation, key_text(column_of(g.jvm), g.dtype)), text=True))
+        elif g.attr is not None:
+            keys.append(GroupKey(g, g.attr.name))
+        else:
+            keys.append(GroupKey(g, _added(translation, column_of(g.jvm))))
     return keys
 
 
 def dedup_key_columns(node: PlanNode, key: Attr, translation: Translation) -> list[str]:
-    """The source columns misa deduplicates ``key`` (a column of the node's input) by: itself, or a struct's null
-    flag and fields (nested structs the same way)."""
-    if not isinstance(key.dtype, T.StructType):
-        check_key_type(node, key.name, key.dtype)
+    """The source columns misa deduplicates ``key`` (a column of the node's input) by: itself, its text (an array, a
+    decimal, binary), or a struct's null flag and fields (nested structs the same way, other fields by their text)."""
+    check_key_type(node, key.name, key.dtype)
+    if isinstance(key.dtype, KEY_TYPES):
         return [key.name]
     attribute = next(a for a in attributes_of(node.children[0]) if int(a.exprId().id()) == key.expr_id)
-    return _struct_columns(node, key.name, column_of(attribute), key.dtype, translation)
+    if not isinstance(key.dtype, T.StructType):
+        return [_added(translation, key_text(column_of(attribute), key.dtype))]
+    return _struct_columns(key.name, column_of(attribute), key.dtype, translation)
 
 
-def _struct_columns(
-    node: PlanNode, name: str, struct: Column, dtype: T.StructType, translation: Translation
-) -> list[str]:
+def _struct_columns(name: str, struct: Column, dtype: T.StructType, translation: Translation) -> list[str]:
     columns = [_added(translation, struct.isNull())]
     for field in dtype.fields:
         value, path = struct.getField(field.name), f"{name}.{field.name}"
         if isinstance(field.dataType, T.StructType):
-            columns += _struct_columns(node, path, value, field.dataType, translation)
-        else:
-            check_key_type(node, path, field.dataType)
+            columns += _struct_columns(path, value, field.dataType, translation)
+        elif isinstance(field.dataType, KEY_TYPES):
             columns.append(_added(translation, value))
+        else:
+            columns.append(_added(translation, key_text(value, field.dataType)))
     return columns
 
 
+def key_column(node: PlanNode, key: Expr) -> Column:
+    """The column misa keys ``key`` (an expression over the node's input, a join's key) by: itself, or its text."""
+    check_key_type(node, key.sql, key.dtype)
+    column = column_of(key.jvm)
+    return key_text(column, key.dtype) if isinstance(key.dtype, COMPOSITE) else column
+
+
 def check_key_type(node: PlanNode, name: str, dtype: T.DataType | None) -> None:
-    """Refuse a key (a group key, a deduplication's key or a struct's field of one) misa does not key state by."""
-    if not isinstance(dtype, KEY_TYPES):
-        kind = dtype.simpleString() if dtype is not None else "unknown"
+    """Refuse a key (a group key, a deduplication's or join's key) of a type misa does not key state by: a map
+    (Spark groups by no map either), or a type neither misa's codec nor its key text holds (an interval, a variant),
+    in the key or in a struct's field or an array's element of it."""
+    unkeyed = _unkeyed(dtype)
+    if unkeyed is None:
+        return
+    kind = dtype.simpleString() if dtype is not None else "unknown"
+    inner = "" if unkeyed is dtype else f" (of {unkeyed.simpleString()})"
+    if isinstance(unkeyed, T.MapType):
         raise refused(
             node,
-            f"its key {name!r} is of type {kind}, which misa does not key state by",
-            "keys of type integer, boolean, float, double, string, date or timestamp (a struct's fields, as a "
-            "deduplication's key), cast in the upstream or taken from the struct",
+            f"its key {name!r} is of type {kind}{inner}, a map, which Spark does not group by (a map has no order) "
+            "and misa does not key state by",
+            "a key of the map's entries in an order of their own (array_sort(map_entries(m))), or of its values",
         )
+    raise refused(
+        node,
+        f"its key {name!r} is of type {kind}{inner}, which misa does not key state by",
+        "keys of type integer, boolean, float, double, string, date, timestamp, decimal, binary, or structs and "
+        "arrays of these, cast in the upstream",
+    )
+
+
+def _unkeyed(dtype: T.DataType | None) -> T.DataType | None:
+    """The first type in ``dtype`` (itself, a field's, an element's) misa does not key by; None if there is none."""
+    if isinstance(dtype, T.StructType):
+        return next((u for u in (_unkeyed(f.dataType) for f in dtype.fields) if u is not None), None)
+    if isinstance(dtype, T.ArrayType):
+        return _unkeyed(dtype.elementType)
+    return None if isinstance(dtype, (*KEY_TYPES, T.DecimalType, T.BinaryType)) else dtype
 
 
 def _added(translation: Translation, column: Column) -> str:

@@ -16,6 +16,7 @@ steps above it on each batch's output (:mod:`misa.query.output`).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, GroupedData, SparkSession
@@ -26,13 +27,15 @@ from pyspark.sql.streaming import StatefulProcessor, StreamingQuery
 from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
 from misa.job import StatefulJob
+from misa.operators.dedup import Deduplicate
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import ROW_COLUMNS, SIDE
+from misa.query.chain import chain_of, chained_operator
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
 from misa.query.pushdown import Pushdown
 from misa.query.translate import stateful_node, translate
-from misa.query.translation import JoinInput, Translation, watermarks
+from misa.query.translation import JoinInput, Translation, source_columns, watermarks
 from misa.runtime.batch_loop import Sink
 
 log = logging.getLogger(__name__)
@@ -93,7 +96,11 @@ def planned(
     translation = translate(plan, output_mode, collect_max_items, policy.lower())
     for warning in translation.warnings:
         log.warning(warning)
-    source = _source_rows(spark, translation, pushdown)
+    for part in chain_of(translation):
+        _without_pruned_event_time(part, pushdown)
+    source = _source_rows(spark, chain_of(translation)[0], pushdown)
+    if translation.upstream is not None:  # several stateful operations, the job runs them as one
+        translation.operator = chained_operator(spark, translation)
     translation.operator.signature(source.schema)  # columns and types, before anything starts
     return translation, source, QueryOutput(spark, translation, stateful_node(plan), sink)
 
@@ -172,11 +179,28 @@ def transform_with_state_in_pandas(
     )
 
 
+def _without_pruned_event_time(translation: Translation, pushdown: Pushdown) -> None:
+    """A deduplication whose event time is not among its keys judges no row late when Spark's optimizer prunes that
+    column below it (nothing above reads it: ``dropDuplicates(["k", "v"]).groupBy("k")``); misa's then neither."""
+    operator, node = translation.operator, translation.node
+    if not isinstance(operator, Deduplicate) or not operator.event_time or operator.event_time_key or node is None:
+        return
+    if operator.within_watermark or operator.watermark_inputs is not None:
+        return
+    marked = [a.expr_id for a in node.output if a.watermark_delay_ms is not None]
+    keys = {k.expr_id for k in node.fields["keys"]}
+    kept = [ids for ids in pushdown.outputs_of(node.kind) if keys <= ids]
+    if marked and kept and all(marked[0] not in ids for ids in kept):
+        translation.operator = replace(operator, event_time=None, watermark_delay=None)
+
+
 def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> None:
     """Spark's own checks of a streaming query for ``output_mode`` (its AnalysisException if it refuses)."""
     jvm = spark._jvm  # type: ignore[attr-defined]
     mode = getattr(jvm.org.apache.spark.sql.streaming.OutputMode, output_mode.capitalize())()
-    jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(plan.jvm, mode)
+    checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
+    checker.checkForStreaming(plan.jvm, mode)
+    checker.checkStreamingQueryGlobalWatermarkLimit(plan.jvm, mode)  # stateful operations one above another
 
 
 def _source_rows(spark: SparkSession, translation: Translation, pushdown: Pushdown) -> DataFrame:
@@ -184,12 +208,7 @@ def _source_rows(spark: SparkSession, translation: Translation, pushdown: Pushdo
     (with the filters Spark's optimizer moves below its watermarks from above that node)."""
     if translation.join_inputs:
         return _join_rows(spark, translation.join_inputs, pushdown)
-    rows = dataframe_of(spark, pushdown.source(translation.source))
-    for condition in translation.conditions:
-        rows = rows.where(condition)
-    for name, column in translation.extra_columns:
-        rows = rows.withColumn(name, F.expr(column) if isinstance(column, str) else column)
-    return rows
+    return source_columns(dataframe_of(spark, pushdown.source(translation.source)), translation)
 
 
 def _join_rows(spark: SparkSession, inputs: list[JoinInput], pushdown: Pushdown) -> DataFrame:

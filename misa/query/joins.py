@@ -17,7 +17,7 @@ from pyspark.sql import Column
 
 from misa.operators.outer_join import OuterStreamJoin
 from misa.operators.stream_join import JoinSide, StreamJoin
-from misa.query.group_keys import check_key_type
+from misa.query.group_keys import key_column
 from misa.query.join_condition import pair_condition
 from misa.query.plan import Attr, Expr, PlanNode, column_of, state_offset_ms
 from misa.query.translation import (
@@ -62,8 +62,7 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
             keys.append(pair)
     if not keys:
         raise refused(node, "its condition has no equality of a left and a right column", "a.k = b.k AND ...")
-    for left_key, _ in keys:
-        check_key_type(node, left_key.sql, left_key.dtype)
+    key_columns = [[key_column(node, pair[index]) for pair in keys] for index in (0, 1)]  # refuses a map first
     if join_type != "inner":  # evaluated by the operator on pairs (refused first: the rest reads the condition)
         fields = {a.expr_id: (side, i) for side, n in enumerate(node.children) for i, a in enumerate(n.output)}
         condition = pair_condition(node, rest, fields)
@@ -94,10 +93,7 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
         rest = []
     else:
         operator = StreamJoin(*shape)
-    inputs = [
-        JoinInput(side, names[index], [column_of(pair[index].jvm) for pair in keys])
-        for index, side in enumerate(node.children)
-    ]
+    inputs = [JoinInput(side, names[index], key_columns[index]) for index, side in enumerate(node.children)]
     shown = names[:1] if join_type == "left_semi" else names  # a semi join outputs the left rows
     output = [OutputColumn(name, "column", name) for side in shown for name in side]
     above: list[tuple[str, list[str | Column]]] = []

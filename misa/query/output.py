@@ -1,9 +1,10 @@
 """misa's output of a batch in the shape of Spark's stateful node, then what the query does above it.
 
 The operator's rows become the node's columns in Spark's order and types (a window as Spark's
-``struct<start, end>``; an aggregation's outputs that compute over its aggregates by the translation's
-projection); the projections and filters above the node (``select``, ``where``, ``withColumn`` after the
-aggregation) run on them in Spark, as SQL read from the analyzed plan, and the sink gets the result.
+``struct<start, end>``; a key misa holds as its text, :mod:`misa.query.key_text`, decoded to Spark's value; an
+aggregation's outputs that compute over its aggregates by the translation's projection); the projections and
+filters above the node (``select``, ``where``, ``withColumn`` after the aggregation) run on them in Spark, as SQL
+read from the analyzed plan, and the sink gets the result.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from misa.exceptions import UnsupportedQueryError
 from misa.io.dataframe_sink import FrameSink
 from misa.operators.aggregation import OUTPUT_WINDOW
+from misa.query.key_text import decode_keys
 from misa.query.plan import PlanNode, with_attributes
 from misa.query.translation import Translation
 from misa.runtime.batch_loop import Sink
@@ -47,17 +49,8 @@ class QueryOutput:
         """Apply the steps above the stateful node to an empty batch: a step Spark cannot run again from its SQL
         (or a projection that does not give the node's types) fails here, at start, naming the step. When the
         steps only select columns, the Arrow schema Spark gives their output (the picked columns are cast to it)."""
-        empty = self._rows(self.spark.createDataFrame([], self.schema))
-        rows = empty
-        for kind, texts in self.steps:
-            try:
-                rows = _step(rows, kind, texts)
-            except Exception as error:  # noqa: BLE001 - any failure is the step's, reported with it
-                raise UnsupportedQueryError(
-                    f"[MISA_UNSUPPORTED_QUERY] misa cannot run the {kind} {texts} after {self.translation.stateful!r} "
-                    f"on its output ({type(error).__name__}: {str(error).splitlines()[0]}). Write instead: the "
-                    "step with built-in functions of the columns, or run it in your sink."
-                ) from error
+        empty = self.spark.createDataFrame([], self.schema)
+        rows = self._steps_on(empty, checking=True)
         projection = self.translation.projection
         types = [a.dtype for a in self.node.output]
         if projection is not None and [f.dataType for f in _step(empty, "select", projection.select).schema] != types:
@@ -83,9 +76,7 @@ class QueryOutput:
 
         rows = frame.mapInArrow(shaped, self.schema)
         if self.steps:
-            rows = self._rows(rows)
-            for kind, texts in self.steps:
-                rows = _step(rows, kind, texts)
+            rows = self._steps_on(rows)
         else:
             rows = rows.toDF(*self.names)
         if isinstance(self.sink, FrameSink):
@@ -103,26 +94,66 @@ class QueryOutput:
             return table.rename_columns(self.names)
         if self.picked_schema is not None:
             return table.select(self.picks).rename_columns(self.picked_schema.names).cast(self.picked_schema)
-        rows = self._rows(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
-        for kind, texts in self.steps:
-            rows = _step(rows, kind, texts)
-        return rows.toArrow()
+        return self._stepped(table).toArrow()
+
+    def frame(self, table: pa.Table) -> DataFrame:
+        """The query's output rows of the operator's output ``table`` as a DataFrame (in a chain of stateful
+        operators, the next operator's input: :mod:`misa.operators.chain`)."""
+        if not table.num_columns:
+            table = self.arrow_schema.empty_table()
+        else:
+            table = _shaped(table, [(c.kind, c.source) for c in self.translation.output], self.arrow_schema)
+        if not self.steps:
+            return self.spark.createDataFrame(table if table.num_rows else [], self.schema).toDF(*self.names)
+        return self._stepped(table)
+
+    def _stepped(self, table: pa.Table) -> DataFrame:
+        """The steps above the node run by Spark on the node's rows ``table``."""
+        return self._steps_on(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
+
+    def _steps_on(self, rows: DataFrame, checking: bool = False) -> DataFrame:
+        """The steps above the node run by Spark on ``rows`` (the operator's columns when the node's are computed
+        from them: that projection first); ``checking``: at start, a step that fails is refused, naming it."""
+        steps = self.steps
+        if self.translation.projection is not None:
+            rows, steps = self._step(rows, *steps[0], checking), steps[1:]
+        rows = self._rows(rows)
+        for kind, texts in steps:
+            rows = self._step(rows, kind, texts, checking)
+        return rows
+
+    def _step(self, rows: DataFrame, kind: str, texts: list[str | Column], checking: bool) -> DataFrame:
+        if not checking:
+            return _step(rows, kind, texts)
+        try:
+            return _step(rows, kind, texts)
+        except Exception as error:  # noqa: BLE001 - any failure is the step's, reported with it
+            raise UnsupportedQueryError(
+                f"[MISA_UNSUPPORTED_QUERY] misa cannot run the {kind} {texts} after {self.translation.stateful!r} "
+                f"on its output ({type(error).__name__}: {str(error).splitlines()[0]}). Write instead: the "
+                "step with built-in functions of the columns, or run it in your sink."
+            ) from error
 
     def _rows(self, rows: DataFrame) -> DataFrame:
-        """The operator's rows for the steps above: a join's as the join's own attributes (its steps are the plan's
-        expressions, which read them), other nodes' by name (their steps are SQL)."""
-        return with_attributes(rows, self.node) if self.translation.join_inputs else rows
+        """The node's rows for the steps above: as the node's own attributes when the steps are the plan's own
+        expressions, which read them (a join's: its two sides may share names; an operation's below another in a
+        chain), else by name (the steps are SQL)."""
+        return with_attributes(rows, self.node) if self.translation.own_attributes else rows
 
 
 def _shaped(table: pa.Table, columns: list[tuple[str, str]], schema: pa.Schema) -> pa.Table:
     """The operator's rows as the stateful node's columns (``columns``: each one's kind and source column)."""
-    return pa.table([_column(table, kind, source) for kind, source in columns], schema=schema)
+    return pa.table(
+        [_column(table, kind, source, field.type) for (kind, source), field in zip(columns, schema)], schema=schema
+    )
 
 
-def _column(table: pa.Table, kind: str, source: str) -> pa.Array:
+def _column(table: pa.Table, kind: str, source: str, dtype: pa.DataType) -> pa.Array:
     if kind == "window":
         start, end = (table[c].combine_chunks() for c in OUTPUT_WINDOW)
         return pa.StructArray.from_arrays([start, end], names=["start", "end"])
+    if kind == "key text":
+        return decode_keys(table[source], dtype)
     return table[source].combine_chunks()
 
 

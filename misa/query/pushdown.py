@@ -45,7 +45,19 @@ class Pushdown:
         self.plan = plan_of(self._distinct(query.jvm, itertools.count()))
         optimizer = spark._jsparkSession.sessionState().optimizer()  # type: ignore[attr-defined]
         self._filters: dict[str, list[Any]] = {}
-        _collect(optimizer.execute(self.plan.jvm), self._filters)
+        self.optimized = optimizer.execute(self.plan.jvm)
+        _collect(self.optimized, self._filters)
+
+    def outputs_of(self, kind: str) -> list[set[int]]:
+        """The output attributes' ids of each ``kind`` node of the optimized plan (whose column pruning may drop an
+        input column a node does not read, the event time below a deduplication among them)."""
+        found, stack = [], [self.optimized]
+        while stack:
+            node = stack.pop()
+            if str(node.getClass().getSimpleName()) == kind:
+                found.append({int(a.exprId().id()) for a in python_list(node.output())})
+            stack.extend(python_list(node.children()))
+        return found
 
     def source(self, node: PlanNode) -> PlanNode:
         """``node`` (a part of :attr:`plan`) with the filters below the same occurrences (a copy already there is

@@ -26,15 +26,23 @@ from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.sessions import SessionAggregation
 from misa.query.aggregates import ComputedOutputs, event_time_filters
+from misa.query.chain import upstream
 from misa.query.deduplication import translate_deduplication
 from misa.query.group_keys import GroupKey, group_keys
 from misa.query.group_state import translate_group_state
 from misa.query.joins import translate_join
 from misa.query.plan import DIVIDING, Attr, Expr, PlanNode, column_of
-from misa.query.translation import OutputColumn, Translation, refuse_filters_on_event_time, refused, watermarks
+from misa.query.translation import (
+    OutputColumn,
+    Translation,
+    is_stateful,
+    reads_stream,
+    refused,
+    stateful_below,
+    watermarks,
+)
 from misa.query.watermarks import watermarked
 
-STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsInPandasWithState")
 ABOVE = ("Project", "Filter", "SubqueryAlias")
 ARBITRARY_STATE = (
     "FlatMapGroupsWithState",
@@ -56,6 +64,7 @@ NOT_EXACT = {  # functions Spark runs in streaming aggregations that misa refuse
     "Mode": "Spark picks among values of equal counts by its hash map's order, which misa cannot reproduce",
 }
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
+WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
 
 
@@ -72,38 +81,54 @@ class TimeWindow:
 
 
 def translate(
-    plan: PlanNode, output_mode: str, collect_max_items: int = 10_000, watermark_policy: str = "min"
+    plan: PlanNode,
+    output_mode: str,
+    collect_max_items: int = 10_000,
+    watermark_policy: str = "min",
+    below: bool = False,
 ) -> Translation:
     """misa's form of ``plan``, or :class:`UnsupportedQueryError` naming the node it cannot take
     (``collect_max_items``: spark.misa.aggregate.collectMaxItems; ``watermark_policy``: Spark's
-    spark.sql.streaming.multipleWatermarkPolicy)."""
+    spark.sql.streaming.multipleWatermarkPolicy; ``below``: ``plan`` is the input of another stateful operation,
+    :mod:`misa.query.chain`)."""
     above, node = _above(plan)
     picks = column_picks(plan, node)
+    chained = any(stateful_below(c) is not None for c in node.children)
     try:
         if node.kind == "Aggregate":
             translation = _aggregation(node, output_mode, collect_max_items, watermark_policy)
         elif node.kind == "Join":
             translation = translate_join(node, watermark_policy)
         elif node.kind == "FlatMapGroupsInPandasWithState":
+            if below or chained:
+                raise refused(
+                    node,
+                    "applyInPandasWithState with another stateful operation in the query",
+                    "applyInPandasWithState as the query's one stateful operation (a second query reads its output)",
+                )
             translation = translate_group_state(node, watermark_policy)
         else:
             translation = translate_deduplication(node, watermark_policy)
     except ValueError as error:  # the operator refuses the combination (its message says what to write)
         raise UnsupportedQueryError(f"[MISA_UNSUPPORTED_QUERY] misa cannot run {node.describe()!r}: {error}") from error
-    if translation.join_inputs:  # run on the join's own attributes (its two sides may share column names)
+    translation.node = node
+    if chained:  # its input is the output of the stateful operation below (misa.query.chain)
+        translation.upstream = upstream(
+            node, translation, lambda source: translate(source, "append", collect_max_items, watermark_policy, True)
+        )
+    # a join's steps run on its own attributes (its two sides may share column names), and so do those below another
+    # stateful operation (window_time(window) and its kind, which Spark's SQL text does not give back)
+    translation.own_attributes = bool(translation.join_inputs) or below
+    if not translation.join_inputs:
+        translation.above = []
+    if translation.own_attributes:
         translation.above += [(kind, [column_of(e.jvm) for e in exprs]) for kind, exprs in above]
-    else:
-        if not isinstance(translation.operator, Aggregation) or translation.operator.event_time:
-            refuse_filters_on_event_time(node, translation.source)  # an aggregation without a window has no watermark
+    else:  # a filter on the event time in the source runs in Spark, whose watermark the operator follows
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
     only_selects = len(translation.above) == len(above) and all(kind == "select" for kind, _ in translation.above)
     translation.picks = picks if translation.projection is None and only_selects else None  # a join may add a where
     return translation
-
-
-def _is_stateful(node: PlanNode) -> bool:
-    return node.kind in STATEFUL or node.kind == "Join" and all(_reads_stream(c) for c in node.children)
 
 
 def column_picks(plan: PlanNode, node: PlanNode) -> list[int] | None:
@@ -133,8 +158,8 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
     """The projections and filters above the stateful node (applied bottom up), and the node."""
     steps: list[tuple[str, list[Expr]]] = []
     node = plan
-    while not _is_stateful(node):
-        if not _reads_stream(node):
+    while not is_stateful(node):
+        if not reads_stream(node):
             raise refused(node, "it reads no stream", "a streaming DataFrame (spark.readStream...)")
         if node.kind in ARBITRARY_STATE:
             raise refused(
@@ -144,7 +169,7 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
                 "own (docs/extending.md); a StatefulProcessor runs through misa.transform_with_state_in_pandas",
             )
         if node.kind not in ABOVE or len(node.children) != 1:
-            stateful = _stateful_below(node)
+            stateful = stateful_below(node)
             if stateful is None:
                 raise refused(
                     node,
@@ -162,30 +187,14 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
         elif node.kind == "Filter":
             steps.append(("where", [node.fields["condition"]]))
         node = node.children[0]
-    if any(_stateful_below(c) is not None for c in node.children):
-        raise refused(node, "the query has more than one stateful operation", "one stateful operation per query")
     return steps[::-1], node
 
 
 def stateful_node(plan: PlanNode) -> PlanNode:
     """The plan's stateful node (the plan is one :func:`translate` took)."""
-    found = _stateful_below(plan)
+    found = stateful_below(plan)
     assert found is not None
     return found
-
-
-def _stateful_below(node: PlanNode) -> PlanNode | None:
-    if _is_stateful(node):
-        return node
-    for child in node.children:
-        found = _stateful_below(child)
-        if found is not None:
-            return found
-    return None
-
-
-def _reads_stream(node: PlanNode) -> bool:
-    return node.kind.startswith("Streaming") or any(_reads_stream(c) for c in node.children)
 
 
 # ---------------------------------------------------------------------------------------------- aggregation
@@ -266,7 +275,7 @@ def _aggs(node: PlanNode, keys: list[GroupKey], window_attr: Attr | None, transl
         if inner.attr is not None and window_attr is not None and inner.attr.expr_id == window_attr.expr_id:
             translation.output.append(OutputColumn(name, "window"))
         elif key is not None:
-            translation.output.append(OutputColumn(name, "column", key.column))
+            translation.output.append(OutputColumn(name, "key text" if key.text else "column", key.column))
         elif inner.kind == "AggregateExpression":
             aggs.append(_agg(node, name, inner, translation))
             translation.output.append(OutputColumn(name, "column", name))
@@ -332,7 +341,7 @@ def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:
     while True:
         if node.kind == "Project":
             for e in node.fields["list"]:
-                if e.kind == "Alias" and e.children[0].kind == "CreateNamedStruct":
+                if e.kind == "Alias" and e.children[0].kind == "CreateNamedStruct" and _marks_a_window(e):
                     attr = next(a for a in node.output if a.name == e.name)
                     if attr.expr_id in grouping:
                         return attr, node, e.children[0]
@@ -341,6 +350,12 @@ def _window_node(aggregate: PlanNode) -> tuple[Attr, PlanNode, Expr] | None:
         if node.kind != "Filter":
             return None
         node = node.children[0]
+
+
+def _marks_a_window(alias: Expr) -> bool:
+    """Whether ``alias`` is a window's struct Spark's analyzer made (not a struct column a query groups by)."""
+    metadata = alias.jvm.metadata()
+    return any(bool(metadata.contains(marker)) for marker in WINDOW_MARKERS)
 
 
 def _window(aggregate: PlanNode) -> tuple[TimeWindow | None, PlanNode, list[str]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.exceptions import UnsupportedQueryError
@@ -17,7 +18,8 @@ class OutputColumn:
     """One column of the stateful node's output: its name and what it is in misa's output."""
 
     name: str
-    kind: str  # "window" (the struct of window_start, window_end), "column" (misa's column ``source``)
+    kind: str  # "window" (the struct of window_start, window_end), "column" (misa's column ``source``), "key text"
+    # (misa's column ``source`` holds a key's text, misa.query.key_text: decoded to the node's type)
     source: str = ""
 
 
@@ -55,6 +57,32 @@ class Translation:
     picks: list[int] | None = None  # when ``above`` only selects columns: the node's columns it gives, in order
     warnings: list[str] = field(default_factory=list)
     stateful: str = ""  # the stateful node, as Spark prints it
+    upstream: Translation | None = None  # a chain: the stateful operation below, whose output is this one's input
+    node: PlanNode | None = None  # the stateful node
+    own_attributes: bool = False  # ``above`` is of the plan's own expressions, run on the node's own attributes
+
+
+STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsInPandasWithState")
+
+
+def is_stateful(node: PlanNode) -> bool:
+    """Whether ``node`` is a stateful operation of a streaming query (a join of two streams among them)."""
+    return node.kind in STATEFUL or node.kind == "Join" and all(reads_stream(c) for c in node.children)
+
+
+def stateful_below(node: PlanNode) -> PlanNode | None:
+    """The highest stateful node at or below ``node`` (None: none)."""
+    if is_stateful(node):
+        return node
+    for child in node.children:
+        found = stateful_below(child)
+        if found is not None:
+            return found
+    return None
+
+
+def reads_stream(node: PlanNode) -> bool:
+    return node.kind.startswith("Streaming") or any(reads_stream(c) for c in node.children)
 
 
 def watermarks(node: PlanNode) -> list[PlanNode]:
@@ -79,9 +107,10 @@ def watermark_nodes(inputs: list[PlanNode]) -> tuple[int, ...]:
 
 
 def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
-    """A filter on the event time between withWatermark and the stateful node: Spark's watermark counts the rows
-    the filter drops, misa's sees only the rows that reach the operator (a time window's aggregation takes such a
-    filter right before it into its operator: :func:`misa.query.aggregates.event_time_filters`)."""
+    """A filter on the event time between withWatermark and a stream-stream join's side (Spark's watermark counts
+    the rows the filter drops), not yet checked against Spark for a join. An aggregation or a deduplication over
+    one stream keeps such a filter in its source, which runs in Spark, and follows the watermark Spark keeps over
+    it (:mod:`misa.runtime.watermark_sync`): the rows it drops count as Spark counts them."""
     if not watermarks(stateful):
         return
     node = source
@@ -91,11 +120,21 @@ def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
             if any(e.attr is not None and e.attr.watermark_delay_ms is not None for e in condition.walk()):
                 raise refused(
                     node,
-                    "it filters on the event-time column after withWatermark (Spark's watermark counts the rows "
-                    "it drops)",
-                    "the same filter before withWatermark (or, for groupBy(window(...)), right before the groupBy)",
+                    "it filters on the event-time column after withWatermark on a side of a stream-stream join "
+                    "(Spark's watermark counts the rows it drops)",
+                    "the same filter before withWatermark, or after the join",
                 )
         node = node.children[0]
+
+
+def source_columns(rows: DataFrame, translation: Translation) -> DataFrame:
+    """The operator's input of ``rows`` (the stateful node's input): the filters Spark's windowing applies, and the
+    columns misa adds (computed keys, aggregates' arguments)."""
+    for condition in translation.conditions:
+        rows = rows.where(condition)
+    for name, column in translation.extra_columns:
+        rows = rows.withColumn(name, F.expr(column) if isinstance(column, str) else column)
+    return rows
 
 
 def refused(node: PlanNode, why: str, instead: str) -> UnsupportedQueryError:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from misa.operators.watermark import WatermarkInputs
 from misa.query.plan import Attr, PlanNode, with_input_column
-from misa.query.translation import refused, watermark_nodes, watermarks
+from misa.query.translation import refused, stateful_below, watermark_nodes, watermarks
 
 INPUT = "_misa_input"  # the source column naming each row's branch of a union of watermarked streams
 PASSES_COLUMNS = ("Project", "Filter", "SubqueryAlias")  # nodes between the stateful node and a union
@@ -49,6 +49,8 @@ def watermarked(stateful: PlanNode, source: PlanNode, column: Attr | None, polic
     if column is None or column.watermark_delay_ms is None:
         return Watermarked(source, None)
     delay = f"{column.watermark_delay_ms}ms"
+    if stateful_below(source) is not None:  # a chain: the operation below gives the watermark (misa.query.chain)
+        return Watermarked(source, delay)
     path = _union_path(source)
     marks = watermarks(source)
     if path is None or not watermarks(path[-1]):

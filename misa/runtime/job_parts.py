@@ -22,7 +22,7 @@ from misa.config_keys import CommitMode
 from misa.exceptions import ConfigError
 from misa.hosts.hints import HostHints
 from misa.hosts.placement import is_partitioned, on_executors, partitioned_store, state_partitions
-from misa.operators.base import HintSource, StatefulOperator
+from misa.operators.base import HintSource, KeyPartitioned, StatefulOperator
 from misa.parallel.partitioned import PartitionedCommit, PartitionedHints, PartitionedOperator, PartitionedView
 from misa.runtime.batch_cache import attach_prefetcher, new_view
 from misa.runtime.batch_hints import BatchHints, DataFrameStage
@@ -81,7 +81,7 @@ def build_parts(
     ``CHECKPOINT/misa-state``) as the configured placement keeps it, then what works around it."""
     state_dir = state_dir or config.state_dir or _default_state_dir(checkpoint_location)
     dfs_url = dfs_url or config.dfs_url or checkpoint_location.child(STATE_FOLDER).url
-    processes = state_partitions(config, state_dir, dfs_url)
+    processes = state_partitions(config, state_dir, dfs_url, isinstance(operator, KeyPartitioned))
     executors = on_executors(config)
     partitioned = is_partitioned(config, dfs_url, processes)
     if partitioned:

@@ -52,9 +52,10 @@ def test_every_repository_path_the_docs_name_exists():
         assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
 
 
-def test_the_benchmark_pages_are_one_per_benchmark_within_60_kb():
+def test_the_benchmark_pages_are_one_per_benchmark_within_72_kb():
     pages = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
-    assert sum(len(p.read_bytes()) for p in pages) <= 60_000, "docs/benchmarks/ holds the current results only"
+    # 11 pages of about 6 KB: a page holds its current table, not its history (git keeps that)
+    assert sum(len(p.read_bytes()) for p in pages) <= 72_000, "docs/benchmarks/ holds the current results only"
     index = (ROOT / "docs" / "benchmarks" / "README.md").read_text()
     assert all(f"]({p.name})" in index for p in pages if p.name != "README.md"), "the index links every page"
     assert not (ROOT / "docs" / "benchmarks.md").exists(), "the one long page was split into docs/benchmarks/"

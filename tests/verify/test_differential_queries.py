@@ -143,6 +143,20 @@ CASES = {
         ),
         Settings(),
     ),
+    "session windows after a filter on the event time, max_by, append output": (
+        Query("session", {"k0": "string"}, ("count", "max_by"), "bigint", 5, 5, 2, "append", time_filter=True),
+        Settings(),
+    ),
+    "dropDuplicatesWithinWatermark after a filter on the event time, two worker processes": (
+        Query("dedup_within", {"k0": "int"}, delay_s=5, output_mode="append", time_filter=True),
+        Settings(processes=2),
+    ),
+    "sliding windows: max_by, min_by and approx_count_distinct of strings, a start time, update output": (
+        Query(
+            "sliding", {"k0": "bigint"}, ("max_by", "min_by", "approx_count_distinct"), "string", 10, 4, 2, start_s=1
+        ),
+        Settings(prefetching="true"),
+    ),
 }
 SLICE = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
 

@@ -5,7 +5,8 @@ one file per trigger). Each round runs as one ``availableNow`` query, so its fil
 no batch without data between them) and the query restarts between rounds. Event times move forward with a
 clock; some rows are late by more than the watermark delay and more than one batch's advance, some arrive
 out of order within the delay. Key columns take every type misa accepts, with nulls and edge values
-(-0.0, NaN, empty strings, extreme integers, dates and timestamps).
+(-0.0, NaN, empty strings, extreme integers, dates and timestamps; from_query cases also structs, arrays, decimals
+and binary, with values Spark takes as equal inside them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 KEY_TYPES = ("int", "bigint", "boolean", "double", "float", "string", "date", "timestamp")
+# keys misa holds as a text Spark computes (misa.query.key_text); from_query cases draw them (queries.py)
+COMPOSITE_KEY_TYPES = (
+    "decimal(10,2)",
+    "binary",
+    "array<double>",
+    "struct<a: int, b: double>",
+    "struct<s: string, n: struct<x: float, l: array<bigint>>, d: decimal(6,3)>",
+)
 OPERATORS = ("tumbling", "sliding", "global", "join")
 FUNCTIONS = ("sum", "count", "avg", "min", "max")
 COMMIT_MODES = ("sync", "async-ckpt", "misa")
@@ -47,10 +56,11 @@ class Query:
     right_filter: bool = False  # stream_join: the right side filtered (its rows differ from the left's)
     join_how: str = "inner"  # stream_join: Spark's join type (queries.JOIN_HOWS)
     over_aggregates: bool = False  # expressions over aggregates inside agg (from_query aggregation cases)
-    time_filter: bool = False  # a filter on the event time after withWatermark (from_query aggregation cases)
+    time_filter: bool = False  # a filter on the event time after withWatermark (from_query cases but joins)
     key_expressions: bool = False  # group keys Spark computes: an expression, a struct's field (from_query cases)
     struct_keys: bool = False  # a deduplication's keys as one struct column (from_query cases)
     union: bool = False  # the stream unioned with itself, each with its own withWatermark (from_query cases)
+    chain: str = ""  # a second stateful operation over the first's output (from_query cases; queries.CHAINS)
 
 
 @dataclass(frozen=True)
@@ -252,4 +262,20 @@ def _key_value(rng: random.Random, spark_type: str) -> Any:
         "date": ("1970-01-01", "2024-02-29", "1969-12-31"),
         "timestamp": ("1970-01-01T00:00:00Z", "2024-03-10T02:30:00Z", "2000-01-01T12:00:00.123456Z"),
     }
-    return rng.choice(choices[spark_type])
+    return rng.choice(choices.get(spark_type) or COMPOSITE_KEY_VALUES[spark_type])
+
+
+NAN = float("nan")
+COMPOSITE_KEY_VALUES: dict[str, tuple] = {  # values Spark takes as equal among them (-0.0 and 0.0, 1.5 and 1.50)
+    "decimal(10,2)": (0.0, -0.0, 1.5, 1.50, -12345678.91, 0.01),
+    "binary": ("", "AA==", "AAE=", "/w=="),  # base64, as Spark's JSON reader takes binary
+    "array<double>": ([0.0], [-0.0], [NAN], [], [None, 1.5], [1.5, None]),
+    "struct<a: int, b: double>": ({"a": 1, "b": 0.0}, {"a": 1, "b": -0.0}, {"a": None, "b": None}, {"a": 2, "b": NAN}),
+    "struct<s: string, n: struct<x: float, l: array<bigint>>, d: decimal(6,3)>": (
+        {"s": "x", "n": {"x": 0.0, "l": [1, None]}, "d": 1.5},
+        {"s": "x", "n": {"x": -0.0, "l": [1, None]}, "d": 1.500},
+        {"s": "x", "n": None, "d": None},
+        {"s": None, "n": {"x": NAN, "l": []}, "d": -0.001},
+        {"s": "y", "n": {"x": None, "l": None}, "d": 0.0},
+    ),
+}

@@ -196,7 +196,8 @@ ENTRIES: tuple[Entry, ...] = (
         lambda r: watermarked(r).withColumnRenamed("k", "my k").dropDuplicates(["k2", "my k"]),
         "append",
         "rows at or before the watermark are dropped, as Spark's deduplication drops them by the event-time column of "
-        "its input (the one `withWatermark` marked, renamed or not); the keys are kept for good",
+        "its input (the one `withWatermark` marked, renamed or not), unless nothing after it reads that column "
+        "(Spark's optimizer prunes it below the deduplication, which then drops no row); the keys are kept for good",
         covered_by=("dedup:watermark elsewhere",),
     ),
     Entry(
@@ -233,19 +234,82 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("event-time filter:tumbling", "event-time filter:sliding", "event-time filter:global"),
     ),
     Entry(
-        "a filter on the event time between `withWatermark` and a session window or a deduplication",
-        REFUSED,
+        "a filter on the event time between `withWatermark` and a session window or a deduplication (a projection "
+        "between them too)",
+        RUNS,
         lambda r: watermarked(r).where(F.col(T) > F.lit(LATER).cast("timestamp")).dropDuplicatesWithinWatermark(["k"]),
         "append",
-        note="the same filter before `withWatermark` (Spark's watermark counts the rows such a filter drops)",
+        note="the filter runs in misa's source, in Spark, whose watermark misa's operator follows: the rows it drops "
+        "count as Spark's watermark node counts them (Spark pushes the filter's conjuncts that do not read the event "
+        "time below it, and those rows do not count)",
+        covered_by=tuple(f"event-time filter:{form}" for form in ("session", "dedup", "dedup_time", "dedup_within")),
+    ),
+    Entry(
+        "a filter on the event time after `withWatermark` on a side of a stream-stream join",
+        REFUSED,
+        lambda r: (
+            watermarked(r)
+            .where(F.col(T) > F.lit(LATER).cast("timestamp"))
+            .alias("a")
+            .join(
+                watermarked(r).alias("b"), F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            )
+        ),
+        "append",
+        note="the same filter before `withWatermark`, or after the join (Spark's watermark counts the rows such a "
+        "filter drops; not yet checked against Spark for a join)",
         refusal="it filters on the event-time column after withWatermark",
     ),
     Entry(
-        "two stateful operations in one query",
+        "`dropDuplicates(...)` or `dropDuplicatesWithinWatermark(...)`, then `groupBy(window(t, size), cols)` or "
+        "`groupBy(cols)`: append, update",
+        RUNS,
+        lambda r: watermarked(r).dropDuplicates(["k", T]).groupBy(F.window(T, W), "k").agg(F.count("*")),
+        "append",
+        "the deduplication's output of a batch is the aggregation's input in the same batch, with Spark's propagated "
+        "watermark (`PropagateWatermarkSimulator`); both operators' state in the one checkpoint, committed together",
+        covered_by=("chain:aggregate:append", "chain:aggregate:update"),
+    ),
+    Entry(
+        "`groupBy(window(t, size), cols)` (append), then `groupBy(window(window_time(window), size2))` (append)",
+        RUNS,
+        lambda r: windowed(r, F.count("*").alias("n")).groupBy(F.window(F.window_time("window"), "1 minute")).count(),
+        "append",
+        "the windows the first aggregation closes in a batch are the second's input in that batch, and close the "
+        "second's windows in the batch Spark closes them (often one without data)",
+        covered_by=("chain:window:append",),
+    ),
+    Entry(
+        "inner stream-stream join, then `groupBy(window(t, size), cols)` over a side's event time (append; the "
+        "join's columns under names of their own)",
+        RUNS,
+        lambda r: (
+            joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            .select(F.col("a.k").alias("k"), F.col(f"b.{T}").alias("bt"))
+            .groupBy(F.window("bt", W), "k")
+            .count()
+        ),
+        "append",
+        "the aggregation's watermark is the join's output watermark: the least of its sides' state watermarks and "
+        "the global one, as Spark propagates it",
+        covered_by=("chain:join:append",),
+    ),
+    Entry(
+        "an aggregation in update or complete output below another stateful operation",
         REFUSED,
-        lambda r: events(r).dropDuplicates(["k"]).groupBy("k").agg(F.count("*")),
-        note="one stateful operation per query (a second query reads the first one's output)",
-        refusal="more than one stateful operation",
+        lambda r: windowed(r, F.count("*").alias("n")).groupBy(F.window(F.window_time("window"), "1 minute")).count(),
+        note="Spark refuses it too: the aggregation below in append output",
+        refusal="Detected pattern of possible 'correctness' issue",
+    ),
+    Entry(
+        "other stateful operations one above another (a deduplication or a join above an aggregation, a session "
+        "window below one, three in a chain)",
+        REFUSED,
+        lambda r: windowed(r, F.count("*").alias("n")).dropDuplicates(["k"]),
+        "append",
+        note="a deduplication, a time-window aggregation (append) or an inner stream-stream join, then an "
+        "aggregation; or a second query reading the first one's output",
+        refusal="it reads the output of the stateful",
     ),
     Entry(
         "inner stream-stream join with an event-time interval (`a.join(b, keys & time bounds)`)",
@@ -340,11 +404,27 @@ ENTRIES: tuple[Entry, ...] = (
         "an expression of its window",
     ),
     Entry(
-        "a group or join key of type struct, decimal, array, map or binary; a deduplication's key of these but struct",
+        "a group, join or deduplication key of type struct (nested too), array, decimal or binary (`groupBy('st')`, "
+        "`groupBy(struct(a, b))`, `a.st = b.st`, `dropDuplicates(['arr'])`)",
+        RUNS,
+        lambda r: watermarked(r).groupBy(F.window(T, W), F.struct("k", "d").alias("kd")).count(),
+        "append",
+        "misa keys its state by a text Spark computes in misa's source, equal exactly where Spark's keys are (fields "
+        "and elements by position, null fields equal, -0.0 and NaN normalized inside structs and arrays as Spark "
+        "normalizes floating keys, decimals at their scale); an aggregation's output decodes it back to Spark's type",
+        covered_by=tuple(
+            f"composite keys:{form}"
+            for form in ("global", "tumbling", "sliding", "session", "dedup", "dedup_time", "dedup_within", "inner")
+        ),
+    ),
+    Entry(
+        "a key of a map type (`dropDuplicatesWithinWatermark(['m'])`, a map in a struct or an array)",
         REFUSED,
-        lambda r: events(r).groupBy("d").agg(F.sum("v")),
-        note="keys of type integer, boolean, float, double, string, date or timestamp (a struct's fields)",
-        refusal="which misa does not key state by",
+        lambda r: watermarked(r).withColumn("m", F.create_map("k", "v")).dropDuplicatesWithinWatermark(["m"]),
+        "append",
+        "Spark refuses grouping by a map, joining on one and `dropDuplicates` of one itself (a map has no order): a "
+        "key of its entries in an order of their own (`array_sort(map_entries(m))`)",
+        "a map, which Spark does not group by",
     ),
     Entry(
         "an expression over aggregates inside `agg` (`agg(sum(v) * 2)`, `max(v) - min(v)`)",
@@ -428,8 +508,9 @@ ENTRIES: tuple[Entry, ...] = (
         lambda r: windowed(r, F.max_by("s", "v"), F.min_by("v", "t")),
         note="the value at the greatest (least) ordering, rows of a null ordering skipped; on ties, the value Spark's "
         "aggregation of the batch picks (its reading order; Spark documents max_by/min_by as non-deterministic "
-        "there), and across batches the later batch's, as Spark's merge of its state with a batch takes it",
-        covered_by=("fn:max_by:string", "fn:min_by:bigint", "fn:max_by:session"),
+        "there), and across batches the later batch's, as Spark's merge of its state with a batch takes it; over "
+        "sliding windows a tie within one batch between rows of two panes goes to the later pane's",
+        covered_by=("fn:max_by:string", "fn:min_by:bigint", "fn:max_by:session", "fn:min_by:sliding"),
     ),
     Entry(
         "`any_value(col)`, `any_value(col, ignoreNulls=True)`",
@@ -484,14 +565,32 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for relative error",
     ),
     Entry(
-        "functions of sliding windows other than sum, count, avg, min, max, count_if, bool_and, bool_or and the "
-        "moment functions of numbers (first, last, any_value, collect_list, collect_set, approx_count_distinct, "
-        "max_by, min_by; and min, max, sum, avg of strings, booleans and decimals)",
+        "sliding windows: `max_by`, `min_by`, `approx_count_distinct`; `min`, `max` of strings, booleans, decimals; "
+        "`sum`, `avg` of decimals",
+        RUNS,
+        lambda r: (
+            watermarked(r)
+            .groupBy(F.window(T, W, "5 seconds"), "k")
+            .agg(F.max_by("s", "v"), F.min("s"), F.max("b"), F.sum("d"), F.avg("d"), F.approx_count_distinct("s"))
+        ),
+        note="each pane keeps the aggregates' states, combined into each window's as Spark's merge combines them (a "
+        "tie of max_by/min_by to the later batch's; approx_count_distinct's registers as over tumbling windows)",
+        covered_by=(
+            "sliding:max_by:bigint",
+            "sliding:min_by:string",
+            "sliding:min:string",
+            "sliding:max:boolean",
+            "sliding:avg:decimal",
+            "sliding:approx_count_distinct:string",
+        ),
+    ),
+    Entry(
+        "`first`, `last`, `any_value`, `collect_list`, `collect_set` over sliding windows",
         REFUSED,
         lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.first("s")),
         note="tumbling windows or no window; the message gives the reason: first/last/any_value of a window are of "
-        "its first (last) row in Spark's reading order, which its panes lose; the others' states are Python values "
-        "per group, which misa's pane records do not hold",
+        "its first (last) row in Spark's reading order, and collect_list/collect_set list its rows' values in that "
+        "order, which its panes lose",
         refusal="over sliding windows is not in misa yet",
     ),
     Entry(

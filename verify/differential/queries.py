@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from verify.differential.cases import (
     COMMIT_MODES,
+    COMPOSITE_KEY_TYPES,
     FUNCTIONS,
     KEY_TYPES,
     PREFETCHING,
@@ -33,6 +34,7 @@ EVENT_TIME = "event_time"
 GROUP_STATE_SHARE = 0.06  # of the seeds: an applyInPandasWithState case (drawn apart from the forms below)
 QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
+CHAINS = ("window", "aggregate", "join")  # a second stateful operation over the first's output (_chained)
 JOIN_HOWS = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")  # its join type
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
@@ -71,7 +73,26 @@ VALUE_TYPES = {  # value type -> the functions of it the random cases draw
 
 def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     """The case's query over the source's rows, in Spark's DataFrame API."""
-    q = case.query
+    query = _stateful_query(case.query, rows)
+    return _chained(query, case.query) if case.query.chain else query
+
+
+def _chained(lower: DataFrame, q: Query) -> DataFrame:
+    """A second stateful operation over the output of ``lower`` (:data:`CHAINS`): a 20 s (twice the window) window
+    over window_time of a tumbling window's, an aggregation (windowed when there is a watermark) over a
+    deduplication's, or a count per window of the right side's event time over an inner join's."""
+    keys = [F.col(k) for k in q.keys]
+    if q.chain == "join":  # the pairs per window of the right side's event time (the join's columns renamed)
+        return lower.groupBy(F.window("bt", f"{2 * q.window_s} seconds"), *keys).agg(F.count("*").alias("pairs"))
+    if q.chain == "window":
+        window = F.window(F.window_time("window"), f"{2 * q.window_s} seconds")
+        return lower.groupBy(window, *keys).agg(F.count("*").alias("windows"))
+    window = [F.window(EVENT_TIME, f"{q.window_s} seconds")] if q.watermark else []
+    return lower.groupBy(*window, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
+
+
+def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
+    """The query's (first) stateful operation over the source's rows, and the steps after it."""
     events = rows.withColumn(EVENT_TIME, F.timestamp_millis("t"))
     keys = list(q.keys)
     if q.operator == "stream_join":
@@ -82,6 +103,8 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
         if q.struct_keys:
             events, keys = events.withColumn("ks", F.struct(*[F.col(k) for k in keys])), ["ks"]
         watermarked = _watermarked(events, q)
+        if q.time_filter:
+            watermarked = watermarked.where(TIME_FILTER)
         if q.operator == "dedup":
             deduplicated = (watermarked if q.watermark else events).dropDuplicates(keys)
         elif q.operator == "dedup_time":
@@ -221,7 +244,11 @@ def random_query_case(seed: int) -> Case:
     if not dedup:
         query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
+        query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
+    query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
+    query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
+    query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -230,12 +257,35 @@ def random_query_case(seed: int) -> Case:
         processes=rng.choice((1, 1, 2)) if form != "global" or key_count else 1,
         from_query=True,
     )
-    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
+    return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
+
+
+def _placed(seed: int, query: Query, settings: Settings) -> Settings:
+    """``settings`` with the state's placement drawn; a chain's operators run in the driver's process
+    (misa.operators.chain)."""
+    settings = with_placement(seed, settings)
+    return replace(settings, processes=1, placement="driver") if query.chain else settings
+
+
+def _with_chain(rng: random.Random, query: Query) -> Query:
+    """A tumbling window's aggregation (append), a deduplication or an inner stream-stream join ``query`` with, at
+    random, a second stateful operation over its output (:func:`_chained`; drawn from its own ``rng``, so every seed
+    keeps its earlier form and rows): Spark runs them with its watermark propagated (issue 63)."""
+    if rng.random() >= 0.15:
+        return query
+    if query.operator == "tumbling" and query.watermark:
+        return replace(query, chain="window", output_mode="append", above=False)
+    if query.operator.startswith("dedup"):
+        return replace(query, chain="aggregate", output_mode=query.output_mode if query.watermark else "update")
+    if query.operator == "stream_join" and query.join_how == "inner" and query.watermark:
+        return replace(query, chain="join", above=True)  # the join's columns under names of their own
+    return query
 
 
 def _with_later_forms(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` with, at random, the forms added since the first fuzz run: stddev and variance,
-    expressions over aggregates, a filter on the event time after withWatermark (drawn from their own ``rng``, so
+    expressions over aggregates, a filter on the event time after withWatermark (session windows:
+    :func:`_with_event_time_filter`; drawn from their own ``rng``, so
     every seed keeps its earlier form and rows)."""
     moments = query.value_type in NUMERIC_VALUES and rng.random() < 0.3
     functions = query.functions + (tuple(rng.sample(MOMENT_FUNCTIONS, rng.randint(1, 2))) if moments else ())
@@ -261,6 +311,29 @@ def _with_more_functions(rng: random.Random, query: Query) -> Query:
     return replace(query, functions=query.functions + drawn)
 
 
+SLIDING_OBJECTS = {  # value type -> the functions of it over sliding windows whose states panes keep
+    "bigint": ("max_by", "min_by", "approx_count_distinct"),
+    "double": ("max_by", "min_by"),
+    "decimal(12,2)": ("sum", "avg", "min", "max", "max_by", "count"),
+    "string": ("min", "max", "min_by", "approx_count_distinct", "count"),
+    "boolean": ("min", "max", "max_by", "count"),
+}
+
+
+def _with_sliding_objects(rng: random.Random, query: Query) -> Query:
+    """A sliding-window ``query`` with, at random, the object aggregates panes keep (issue 63, item 5): max_by or
+    min_by added over its numbers, or its values of another type with that type's functions (drawn from their own
+    ``rng``, so every seed keeps its earlier form and rows)."""
+    if query.operator != "sliding" or rng.random() >= 0.5:
+        return query
+    value_type = rng.choice(list(SLIDING_OBJECTS)) if rng.random() < 0.6 else query.value_type
+    if value_type == query.value_type:
+        drawn = tuple(f for f in rng.sample(SLIDING_OBJECTS[value_type], 1) if f not in query.functions)
+        return replace(query, functions=query.functions + drawn)
+    functions = SLIDING_OBJECTS[value_type]
+    return replace(query, value_type=value_type, functions=tuple(rng.sample(functions, min(3, len(functions)))))
+
+
 def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
     """A window or deduplication ``query`` with, at random, keys Spark computes (an expression, a struct), a
     deduplication with withWatermark on a column not among its keys, and a union of two watermarked streams (drawn
@@ -274,6 +347,24 @@ def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
         struct_keys=dedup and rng.random() < 0.3,
         union=query.operator != "global" and watermark and not query.time_filter and rng.random() < 0.2,
     )
+
+
+def _with_event_time_filter(rng: random.Random, query: Query) -> Query:
+    """A session window or deduplication ``query`` with, at random, a filter on the event time after withWatermark
+    (issue 63; drawn from its own ``rng``, so every seed keeps its earlier form and rows)."""
+    forms = ("session", "dedup", "dedup_time", "dedup_within")
+    if query.operator not in forms or not query.watermark or query.union or rng.random() >= 0.2:
+        return query
+    return replace(query, time_filter=True)
+
+
+def _with_composite_keys(rng: random.Random, query: Query) -> Query:
+    """``query`` with, in a third of the cases with keys, each key's type a struct (nested too), an array, a decimal or
+    binary at random (drawn from their own ``rng``, so every seed keeps its earlier form; rows change only with it)."""
+    if not query.keys or rng.random() >= 1 / 3:
+        return query
+    keys = {name: rng.choice(COMPOSITE_KEY_TYPES) if rng.random() < 0.7 else t for name, t in query.keys.items()}
+    return replace(query, keys=keys)
 
 
 def _random_join_case(rng: random.Random, seed: int) -> Case:
@@ -295,6 +386,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         right_filter=rng.random() < 0.4,
         join_how=random.Random(f"join how {seed}").choices(JOIN_HOWS, weights=(6, 1, 1, 1, 1))[0],
     )
+    query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -303,7 +395,8 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         processes=rng.choice((1, 1, 2)),
         from_query=True,
     )
-    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
+    query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
+    return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
 
 
 def _random_group_state_case(seed: int) -> Case:
@@ -346,9 +439,11 @@ def case_tags(case: Case) -> set[str]:
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
     if q.operator == "group_state":
         return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"}
+    tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
+        tags |= {f"composite keys:{q.join_how}"} if set(q.keys.values()) & set(COMPOSITE_KEY_TYPES) else set()
         return tags | ({"join:right side without watermark"} if not q.watermark else set())
     tags |= {"count(*)"} if q.count_star and not q.operator.startswith("dedup") else set()
     tags |= {f"startTime:{q.operator}"} if q.start_s else set()
@@ -359,11 +454,13 @@ def case_tags(case: Case) -> set[str]:
     tags |= {f"key expressions:{q.operator}"} if q.key_expressions else set()
     tags |= {f"struct keys:{q.operator}"} if q.struct_keys else set()
     tags |= {f"union:{q.operator}"} if q.union else set()
+    tags |= {f"composite keys:{q.operator}"} if set(q.keys.values()) & set(COMPOSITE_KEY_TYPES) else set()
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
+        tags |= {f"sliding:{f}:{q.value_type.split('(')[0]}" for f in q.functions} if q.operator == "sliding" else set()
         tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
-        tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
+    tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
     return tags
 
 

@@ -145,8 +145,17 @@ def test_max_by_ties_across_batches_take_the_later_value_as_spark(spark, tmp_pat
     assert got[(1,)] == {"g": 1, "v": "b", "w": "b"}
 
 
-@pytest.mark.parametrize("agg", OBJECTS, ids=str)
-def test_max_by_and_min_by_over_sliding_windows_are_refused_with_the_reason(spark, agg):
+def test_max_by_and_min_by_over_sliding_windows_give_sparks_rows_and_types(spark, tmp_path):
+    """Their states are kept per pane and combined into each window's (refused before: issue 63, item 5)."""
+    check(spark, tmp_path, OBJECTS, "sliding")
+
+
+@pytest.mark.parametrize(
+    ("agg", "reason"),
+    [(Agg("f", "first", "s"), r"first \(last\) row"), (Agg("c", "collect_list", "s"), "rows' values in Spark")],
+    ids=str,
+)
+def test_functions_of_the_rows_order_over_sliding_windows_are_refused_with_the_reason(spark, agg, reason):
     op = Aggregation(["g"], [agg], **SHAPES["sliding"])
-    with pytest.raises(UnsupportedQueryError, match=f"{agg.function}'s state is a Python value per group"):
+    with pytest.raises(UnsupportedQueryError, match=reason):
         op.deltas(spark.createDataFrame([], SCHEMA))

@@ -1,0 +1,121 @@
+"""A query with stateful operations one above the other, as misa's chain of operators (:mod:`misa.operators.chain`).
+
+Spark runs such a query (``spark.sql.streaming.statefulOperator.allowMultiple``, true by default) when every
+operation below another emits in append mode (its ``UnsupportedOperationChecker`` refuses the rest, and misa with
+it). misa translates the plan from the top: the highest stateful node's operator reads, instead of a source, the
+output of the operation below it, translated as a query of its own whose top is that node's input (the projections
+and filters between the two run by Spark on each batch's output below, then what the operator above computes in its
+source: its keys, its aggregates' arguments). Built: a deduplication (``dropDuplicates``,
+``dropDuplicatesWithinWatermark``), a time-window aggregation (append) or an inner stream-stream join below an
+aggregation (with a time window, or none); anything else is refused here, naming the pair.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from misa.exceptions import UnsupportedQueryError
+from misa.operators.aggregation import Aggregation
+from misa.operators.chain import Link, OperatorChain
+from misa.operators.dedup import Deduplicate
+from misa.operators.outer_join import OuterStreamJoin
+from misa.operators.sessions import SessionAggregation
+from misa.operators.stream_join import StreamJoin
+from misa.query.output import QueryOutput
+from misa.query.plan import PlanNode
+from misa.query.translation import Translation, refused, source_columns, stateful_below
+
+ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
+BUILT = "dropDuplicates, dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream "
+BUILT += "join, then an aggregation (groupBy with a time window over an event time it passes on, or none)"
+
+
+def upstream(node: PlanNode, translation: Translation, translate: Callable[[PlanNode], Translation]) -> Translation:
+    """The translation of the stateful operation below ``node`` (whose own ``translation`` is made), the query of its
+    input translated by ``translate`` in append mode; a pair misa does not run is refused."""
+    below = stateful_below(translation.source)
+    assert below is not None
+    operator = translation.operator
+    if not isinstance(operator, Aggregation):
+        raise _refused(node, below, f"misa runs no {node.kind} over another stateful operation's output yet")
+    if operator.window and operator.watermark_delay is None:
+        raise _refused(
+            node,
+            below,
+            f"its window is over {operator.event_time!r}, which carries no watermark from the operation below (Spark's "
+            "propagated watermark follows the event-time column: window_time(window), the window, or the column "
+            "withWatermark marked)",
+        )
+    lower = translate(translation.source)
+    if lower.upstream is not None:
+        raise _refused(node, below, "misa runs two stateful operations in a chain, not more, yet")
+    if isinstance(lower.operator, OuterStreamJoin):
+        raise _refused(node, below, "misa runs an aggregation over an inner stream-stream join's output only, yet")
+    if isinstance(lower.operator, Aggregation) and operator.output_mode != "append":  # Spark's check was off
+        raise _refused(
+            node,
+            below,
+            f"Spark runs the aggregation below in {operator.output_mode} output too, whose rows a stateful operation "
+            "above may drop as late (spark.sql.streaming.statefulOperator.checkCorrectness.enabled=true refuses it)",
+        )
+    if isinstance(lower.operator, Aggregation) and not lower.operator.window:
+        raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
+    if isinstance(lower.operator, SessionAggregation):
+        raise _refused(node, below, "misa runs no stateful operation over a session window's output yet")
+    if not isinstance(lower.operator, (Aggregation, Deduplicate, StreamJoin)):
+        raise _refused(node, below, f"misa runs no stateful operation over a {below.kind}'s output yet")
+    return lower
+
+
+def _refused(node: PlanNode, below: PlanNode, why: str) -> Exception:
+    return refused(node, f"it reads the output of the stateful {below.describe()!r}: {why}", BUILT)
+
+
+def chain_of(top: Translation) -> list[Translation]:
+    """The translations of a query's stateful operations, the lowest (the one reading the source) first."""
+    chain = [top]
+    while chain[0].upstream is not None:
+        chain.insert(0, chain[0].upstream)
+    return chain
+
+
+def chained_operator(spark: SparkSession, top: Translation) -> OperatorChain:
+    """The job's operator for a query of several stateful operations (``top``'s chain)."""
+    if spark.conf.get(ALLOW_MULTIPLE, "true").strip().lower() != "true":
+        raise UnsupportedQueryError(
+            f"[MISA_UNSUPPORTED_QUERY] misa cannot run {top.stateful!r} over another stateful operation's output with "
+            f"{ALLOW_MULTIPLE}=false (Spark's single global watermark for every operator, before Spark 3.4). Write "
+            f"instead: the query with {ALLOW_MULTIPLE}=true, Spark's default (its watermark propagated)."
+        )
+    chain = chain_of(top)
+    links = []
+    for lower, upper in zip(chain, chain[1:]):
+        assert lower.node is not None
+        output = QueryOutput(spark, lower, lower.node, _no_sink)
+        names = [f.name for f in output.frame(pa.table({})).schema.fields]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # the operation above reads its columns by name
+            raise UnsupportedQueryError(
+                f"[MISA_UNSUPPORTED_QUERY] misa cannot run {upper.stateful!r} over the output of {lower.stateful!r}: "
+                f"it has several columns named {twice}. Write instead: a select of the columns under names of their "
+                "own (F.col('a.t').alias('at'), ...) between the two."
+            )
+        feed = _feed(output, upper)
+        links.append(Link(upper.operator, feed, feed(pa.table({})).schema))
+    return OperatorChain(chain[0].operator, links)
+
+
+def _feed(below: QueryOutput, upper: Translation) -> Callable[[pa.Table], DataFrame]:
+    """What turns the operator below's output of a batch into the input of ``upper``'s operator."""
+
+    def feed(table: pa.Table) -> DataFrame:
+        return source_columns(below.frame(table), upper)
+
+    return feed
+
+
+def _no_sink(batch_id: int, table: pa.Table) -> None:
+    raise AssertionError("an operation below another in a chain has no sink: its output is the next one's input")

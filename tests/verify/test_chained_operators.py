@@ -1,0 +1,195 @@
+"""Queries with two stateful operations one above the other (issue 63), through misa.from_query and through plain
+Spark, compared batch id by batch id (:func:`verify.differential.scenarios.run_scenario`).
+
+Spark runs them with its watermark propagated from operation to operation (``PropagateWatermarkSimulator``): the
+lower operation's output of a batch (the rows it emits in append mode) is the upper one's input in the same batch,
+and the upper one closes its windows in the batch Spark closes them (often one without data, after the lower one
+emitted the windows that close them). Each case has one file a batch (``maxFilesPerTrigger`` 1), late rows, and a
+restart between rounds; chains Spark refuses are refused with Spark's reason, chains misa does not run with misa's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from misa.exceptions import UnsupportedQueryError
+from misa.query.chain import ALLOW_MULTIPLE
+from misa.query.job import planned
+from tests.verify.test_query_shapes import event, stream
+from verify.differential.scenarios import Round, Scenario, run_scenario
+
+Build = Callable[[SparkSession, Path], DataFrame]
+
+# Batch 0 sees x twice at 100 s (a duplicate in the batch) and moves the watermark to 100 s (delay 5 s); batch 1's
+# x at 100 s is a duplicate of a key seen before, its y at 95 s still counts (judged by batch 0's 0 s) and closes at
+# once with [90, 100); batch 2 moves the watermark to 126 s, which the batch Spark runs without data then closes
+# [100, 110) and [110, 120) with (and the 20 s window [100, 120) above them). After the restart y at 118 s is late
+# (its windows closed), x at 130 s twice a duplicate, and the last batch closes the rest.
+ROUNDS = (
+    Round(
+        files=(
+            ("a/0.json", (event("x", 100, 1), event("x", 100, 1), event("y", 101, 2), event("x", 105, 3))),
+            ("a/1.json", (event("x", 100, 1), event("x", 112, 4), event("y", 113, 5), event("y", 95, 6))),
+            ("a/2.json", (event("y", 125, 7), event("x", 131, 8))),
+        )
+    ),
+    Round(
+        files=(
+            ("a/3.json", (event("y", 118, 9), event("x", 130, 10), event("x", 130, 10), event("y", 142, 11))),
+            ("a/4.json", (event("x", 161, 12), event("y", 190, 13))),
+        )
+    ),
+)
+
+
+def watermarked(spark: SparkSession, inputs: Path) -> DataFrame:
+    return stream(spark, inputs).withWatermark("t", "5 seconds")
+
+
+def windowed_counts(rows: DataFrame, time: F.Column | str = "t", size: str = "10 seconds") -> DataFrame:
+    return rows.groupBy(F.window(time, size), "k").agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+
+
+def deduplicated(spark: SparkSession, inputs: Path) -> DataFrame:
+    """dropDuplicates with the event time among the keys, then a count per 10 s window and key."""
+    return windowed_counts(watermarked(spark, inputs).dropDuplicates(["k", "t"]))
+
+
+def deduplicated_within(spark: SparkSession, inputs: Path) -> DataFrame:
+    """dropDuplicatesWithinWatermark of the key and value, then a count per 10 s window and key."""
+    return windowed_counts(watermarked(spark, inputs).dropDuplicatesWithinWatermark(["k", "v"]))
+
+
+def deduplicated_then_grouped(spark: SparkSession, inputs: Path) -> DataFrame:
+    """dropDuplicates of the key and value (the watermark drops late rows), then a count per key without a window."""
+    return watermarked(spark, inputs).dropDuplicates(["k", "v"]).groupBy("k").agg(F.count("*").alias("n"))
+
+
+def windows_of_windows(spark: SparkSession, inputs: Path, time: F.Column | str | None = None) -> DataFrame:
+    """A count per 10 s window and key, then the counts summed per 20 s window of window_time(window) (or of
+    ``time``: the window column itself, which Spark's analyzer turns into its window_time)."""
+    counts = windowed_counts(watermarked(spark, inputs))
+    window = F.window(F.window_time("window") if time is None else time, "20 seconds")
+    return counts.groupBy(window).agg(F.sum("n").alias("rows"), F.max("total").alias("most"))
+
+
+def windows_of_the_window_column(spark: SparkSession, inputs: Path) -> DataFrame:
+    return windows_of_windows(spark, inputs, "window")
+
+
+def joined_then_counted(spark: SparkSession, inputs: Path) -> DataFrame:
+    """Impressions joined with their clicks within 20 s, then the matches per 10 s window of the click time."""
+    impressions = watermarked(spark, inputs).select(F.col("k").alias("ad"), F.col("t").alias("shown"))
+    clicks = stream(spark, inputs, "b").withWatermark("t", "10 seconds")
+    clicks = clicks.select(F.col("k").alias("clicked_ad"), F.col("t").alias("clicked"), "v")
+    condition = "ad = clicked_ad AND clicked BETWEEN shown AND shown + INTERVAL 20 SECONDS"
+    matched = impressions.join(clicks, F.expr(condition))
+    return matched.groupBy(F.window("clicked", "10 seconds"), "ad").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+
+
+JOIN_ROUNDS = (
+    Round(
+        files=(
+            ("a/0.json", (event("x", 100), event("y", 101), event("x", 104))),
+            ("b/0.json", (event("x", 103, 1), event("y", 112, 2), event("z", 113, 3))),
+            ("a/1.json", (event("z", 110), event("x", 125))),
+            ("b/1.json", (event("x", 131, 4), event("z", 125, 5), event("x", 110, 6))),
+        )
+    ),
+    Round(
+        files=(
+            ("a/2.json", (event("y", 150), event("x", 160))),
+            ("b/2.json", (event("y", 160, 7), event("x", 170, 8), event("x", 99, 9))),
+            ("a/3.json", (event("x", 300),)),
+            ("b/3.json", (event("x", 310, 10),)),
+        )
+    ),
+)
+
+
+def assert_as_spark(spark: SparkSession, tmp_path: Path, name: str, build: Build, mode: str, rounds=ROUNDS) -> None:
+    outcome = run_scenario(spark, Scenario(name, build, mode, rounds), tmp_path / "run")
+    assert outcome.ok and outcome.spark_rows, f"{name}: {outcome}"
+
+
+@pytest.mark.slow  # 25 s: the suite's time
+def test_windows_of_windows_close_in_sparks_batches(spark, tmp_path: Path):
+    """(b): a windowed count (append), then a 20 s window over window_time(window) (append)."""
+    assert_as_spark(spark, tmp_path, "windows of windows", windows_of_windows, "append")
+
+
+@pytest.mark.slow
+def test_windows_of_the_window_column(spark, tmp_path: Path):
+    """(b) with window("window", ...): Spark's analyzer takes the window column's window_time."""
+    assert_as_spark(spark, tmp_path, "windows of the window column", windows_of_the_window_column, "append")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["append", "update"])
+@pytest.mark.parametrize("build", [deduplicated, deduplicated_within], ids=["dropDuplicates", "within"])
+def test_deduplication_then_a_windowed_aggregation(spark, tmp_path: Path, build: Build, mode: str):
+    """(a): a deduplication, then a count per window and key, in the output modes Spark allows."""
+    assert_as_spark(spark, tmp_path, f"{build.__name__} {mode}", build, mode)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_deduplication_then_an_aggregation_without_a_window(spark, tmp_path: Path, mode: str):
+    assert_as_spark(spark, tmp_path, f"grouped {mode}", deduplicated_then_grouped, mode)
+
+
+@pytest.mark.slow
+def test_join_then_a_windowed_aggregation(spark, tmp_path: Path):
+    """(c): an inner stream-stream join, then a count per window of the click time (append): the join's output
+    watermark is its sides' state watermarks' least."""
+    assert_as_spark(spark, tmp_path, "join then windows", joined_then_counted, "append", JOIN_ROUNDS)
+
+
+def refused_at_start(spark: SparkSession, tmp_path: Path, build: Build, mode: str, match: str) -> None:
+    """``build``'s query is refused by from_query at start (what it checks and builds before a job exists)."""
+    (tmp_path / "a").mkdir()
+    with pytest.raises((UnsupportedQueryError, AnalysisException), match=match):
+        planned(build(spark, tmp_path), mode, lambda batch_id, table: None)
+
+
+def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses_it(spark, tmp_path: Path):
+    refused_at_start(spark, tmp_path, windows_of_windows, "update", "Detected pattern of possible 'correctness' issue")
+
+
+@pytest.mark.parametrize(
+    "build, reason",
+    [
+        (lambda s, i: windowed_counts(watermarked(s, i)).dropDuplicates(["k"]), "no Deduplicate over"),
+        (
+            lambda s, i: windows_of_windows(s, i).groupBy(F.window(F.window_time("window"), "1 minute")).count(),
+            "two stateful operations in a chain, not more",
+        ),
+        (
+            lambda s, i: (
+                watermarked(s, i)
+                .groupBy(F.session_window("t", "5 seconds"), "k")
+                .count()
+                .groupBy(F.window(F.window_time("session_window"), "1 minute"))
+                .count()
+            ),
+            "session window's output",
+        ),
+    ],
+    ids=["dedup-above", "three", "session-below"],
+)
+def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
+    refused_at_start(spark, tmp_path, build, "append", reason)
+
+
+def test_a_chain_is_refused_without_sparks_propagated_watermarks(spark, tmp_path: Path):
+    spark.conf.set(ALLOW_MULTIPLE, "false")
+    try:
+        refused_at_start(spark, tmp_path, deduplicated, "append", "allowMultiple")
+    finally:
+        spark.conf.unset(ALLOW_MULTIPLE)
