@@ -411,13 +411,14 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         now_ms = int(self.clock() * 1000)
         handle = self._bind(state, now_ms)
         late, evict = self.watermark.begin_batch()
-        result = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
-        if self.time_mode == "EventTime" and deltas.num_rows:
+        result = OperatorResult(self._arrow_output().empty_table())
+        if self.event_time and deltas.num_rows:  # the watermark is kept whenever the input has an event time
             times = pc.cast(deltas[self.event_time], pa.timestamp("us")).cast(pa.int64())
             self.watermark.observe(pc.max(times).as_py())
-            on_time = pc.fill_null(pc.greater(times, late), True)
-            result.late_rows = deltas.num_rows - int(pc.sum(on_time).as_py() or 0)
-            deltas = deltas.filter(on_time)
+            if self.time_mode == "EventTime":  # late rows are dropped in EventTime mode only
+                on_time = pc.fill_null(pc.greater(times, late), True)
+                result.late_rows = deltas.num_rows - int(pc.sum(on_time).as_py() or 0)
+                deltas = deltas.filter(on_time)
         values = TimerValues(*self._times(now_ms, evict))
         if INITIAL in deltas.column_names:  # the first batch's rows of the initial state: their columns are prefixed
             initial = pc.fill_null(deltas[INITIAL], False)
@@ -430,15 +431,13 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         outputs = self._input_rows(deltas, handle, values) + self._expired(state, handle, values, now_ms, evict)
         frames = [f for f in outputs if len(f)]
         if frames:
-            result.output = pa.Table.from_pandas(
-                pd.concat(frames, ignore_index=True), schema=to_arrow_schema(self.output_schema), preserve_index=False
-            )
+            result.output = self._output_table(frames)
         result.state_reads = len(self._state.known) if self._state is not None else 0
         return result
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """The batch Spark runs without data when the watermark moved: fire the event-time timers it made due."""
-        empty = OperatorResult(to_arrow_schema(self.output_schema).empty_table())
+        empty = OperatorResult(self._arrow_output().empty_table())
         if self.time_mode != "EventTime":
             return empty
         now_ms = int(self.clock() * 1000)
@@ -449,9 +448,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         values = TimerValues(*self._times(now_ms, advanced))
         frames = [f for f in self._expired(state, handle, values, now_ms, advanced) if len(f)]
         if frames:
-            empty.output = pa.Table.from_pandas(
-                pd.concat(frames, ignore_index=True), schema=to_arrow_schema(self.output_schema), preserve_index=False
-            )
+            empty.output = self._output_table(frames)
         return empty
 
     def spark_runs_no_data_batches(self) -> bool:
@@ -462,7 +459,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         return KeyColumns(tuple(self.group_by))
 
     def event_watermark(self) -> EventTimeWatermark | None:
-        return self.watermark if self.time_mode == "EventTime" else None
+        return self.watermark if self.event_time else None
 
     def hint_spec(self) -> HintSpec:
         return HintSpec(tuple(self.group_by))
@@ -485,8 +482,30 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         return self._handle
 
     def _times(self, now_ms: int, evict_us: int) -> tuple[int, int]:
+        """The batch's processing time and watermark (ms) as its TimerValues give them (-1: not in this mode)."""
         processing = now_ms if self.time_mode == "ProcessingTime" else -1
         return processing, evict_us // 1000 if self.time_mode == "EventTime" else -1
+
+    def _arrow_output(self) -> pa.Schema:
+        """The output's Arrow schema."""
+        return to_arrow_schema(self.output_schema)
+
+    def _output_table(self, frames: list[pd.DataFrame]) -> pa.Table:
+        """The rows the processor yielded (non-empty frames) as the output schema's table."""
+        return pa.Table.from_pandas(
+            pd.concat(frames, ignore_index=True), schema=self._arrow_output(), preserve_index=False
+        )
+
+    def _frames(self, rows: pa.Table, bounds: np.ndarray) -> list[pd.DataFrame]:
+        """Input rows sorted by key as the pandas DataFrames the processor gets, one per key (its rows from
+        ``bounds[i]`` to ``bounds[i + 1]``)."""
+        frame = rows.to_pandas()
+        return [frame.iloc[bounds[i] : bounds[i + 1]].reset_index(drop=True) for i in range(len(bounds) - 1)]
+
+    def _groupings(self, keys: pa.Table, count: int) -> list[tuple]:
+        """Each of the ``count`` rows of the grouping columns ``keys`` as the key tuple the processor gets."""
+        columns = [column.to_pylist() for column in keys.columns]
+        return [tuple(column[i] for column in columns) for i in range(count)]
 
     def _initial_rows(self, rows: pa.Table, handle: MisaProcessorHandle, values: TimerValues) -> None:
         """handleInitialState once per key of the initial state, with its rows."""
@@ -516,14 +535,11 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         self._state.prefetch(stored + [PROCESSOR_KEY_TIMERS + k for k in keys])
         order = np.argsort(key_of_row, kind="stable")
         bounds = np.searchsorted(key_of_row[order], np.arange(len(keys) + 1))
-        frame = rows.take(pa.array(order)).to_pandas()
-        group_values = [rows[c].take(pa.array(order[bounds[:-1]])).to_pylist() for c in self.group_by]
+        frames = self._frames(rows.take(pa.array(order)), bounds)
+        groupings = self._groupings(rows.select(list(self.group_by)).take(pa.array(order[bounds[:-1]])), len(keys))
         for i, key in enumerate(keys):
             self._state.key = key
-            yield (
-                tuple(column[i] for column in group_values),
-                frame.iloc[bounds[i] : bounds[i + 1]].reset_index(drop=True),
-            )
+            yield groupings[i], frames[i]
 
     def _expired(
         self, view: StateView, handle: MisaProcessorHandle, values: TimerValues, now_ms: int, evict_us: int
@@ -541,7 +557,8 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
             assert self._state is not None and self._codec is not None
             self._state.key = group_key
             handle.deleteTimer(at_ms)
-            grouping = tuple(c[0].as_py() for c in self._codec.decode([group_key])[1])
+            names = [f.name for f in self._codec.fields]
+            grouping = self._groupings(pa.table(self._codec.decode([group_key])[1], names=names), 1)[0]
             outputs += list(self.processor.handleExpiredTimer(grouping, values, ExpiredTimerInfo(at_ms)) or [])
         return outputs
 

@@ -114,6 +114,14 @@ def _fields(kind: str, jnode: Any) -> dict[str, Any]:
         return {"event_time": _attr(marked[0]), "delay": str(jnode.delay().toString()), "node": node}
     if kind == "Expand":
         return {"projections": [[expr_of(e) for e in python_list(p)] for p in python_list(jnode.projections())]}
+    if kind == "FlatMapGroupsInPandasWithState":  # applyInPandasWithState: its function is read when translated
+        return {
+            "grouping": [_attr(a) for a in python_list(jnode.groupingAttributes())],
+            "arguments": [expr_of(e) for e in python_list(jnode.functionExpr().children())],  # the function's columns
+            "state": T._parse_datatype_json_string(str(jnode.stateType().json())),
+            "timeout": str(jnode.timeout().toString()),
+            "output_mode": str(jnode.outputMode().toString()),
+        }
     if kind == "Join":
         condition = jnode.condition()
         return {

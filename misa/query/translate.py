@@ -2,7 +2,8 @@
 
 A plan misa takes has one stateful node (an ``Aggregate``, a ``Deduplicate`` or a
 ``DeduplicateWithinWatermark`` over a stream with one ``withWatermark``, none, or a ``union`` of streams with one
-each; or an inner ``Join`` of two streams, :mod:`misa.query.joins`):
+each; an inner ``Join`` of two streams, :mod:`misa.query.joins`; or ``applyInPandasWithState``'s
+``FlatMapGroupsInPandasWithState``, :mod:`misa.query.group_state`):
 
 * **below** it, everything runs in Spark as the job's source, except the node Spark's analyzer made of
   ``window(...)`` (a ``Project`` for a tumbling window, an ``Expand`` for a sliding one): misa reads the
@@ -28,6 +29,7 @@ from misa.query.aggregates import ComputedOutputs, event_time_filters
 from misa.query.chain import upstream
 from misa.query.deduplication import translate_deduplication
 from misa.query.group_keys import GroupKey, group_keys
+from misa.query.group_state import translate_group_state
 from misa.query.joins import translate_join
 from misa.query.plan import DIVIDING, Attr, Expr, PlanNode, column_of
 from misa.query.translation import (
@@ -44,7 +46,6 @@ from misa.query.watermarks import watermarked
 ABOVE = ("Project", "Filter", "SubqueryAlias")
 ARBITRARY_STATE = (
     "FlatMapGroupsWithState",
-    "FlatMapGroupsInPandasWithState",
     "TransformWithState",
     "TransformWithStateInPandas",
     "TransformWithStateInPySpark",
@@ -98,6 +99,14 @@ def translate(
             translation = _aggregation(node, output_mode, collect_max_items, watermark_policy)
         elif node.kind == "Join":
             translation = translate_join(node, watermark_policy)
+        elif node.kind == "FlatMapGroupsInPandasWithState":
+            if below or chained:
+                raise refused(
+                    node,
+                    "applyInPandasWithState with another stateful operation in the query",
+                    "applyInPandasWithState as the query's one stateful operation (a second query reads its output)",
+                )
+            translation = translate_group_state(node, watermark_policy)
         else:
             translation = translate_deduplication(node, watermark_policy)
     except ValueError as error:  # the operator refuses the combination (its message says what to write)
@@ -156,7 +165,8 @@ def _above(plan: PlanNode) -> tuple[list[tuple[str, list[Expr]]], PlanNode]:
             raise refused(
                 node,
                 f"arbitrary state ({node.kind}) is not run through from_query",
-                "an aggregation or a deduplication, or the state in a misa operator of your own (docs/extending.md)",
+                "an aggregation, a deduplication or applyInPandasWithState, or the state in a misa operator of your "
+                "own (docs/extending.md); a StatefulProcessor runs through misa.transform_with_state_in_pandas",
             )
         if node.kind not in ABOVE or len(node.children) != 1:
             stateful = stateful_below(node)

@@ -62,7 +62,7 @@ class Translation:
     own_attributes: bool = False  # ``above`` is of the plan's own expressions, run on the node's own attributes
 
 
-STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark")
+STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsInPandasWithState")
 
 
 def is_stateful(node: PlanNode) -> bool:

@@ -135,6 +135,8 @@ def test_spark_queries_snippets(spark, user_folder):
     assert parquet_rows(spark, user_folder / "counts-out") > 0
     flagged = {r["card"]: r["flagged"] for _, t in misa_batches(user_folder / "sink-out") for r in t.to_pylist()}
     assert flagged == {"c0": True, "c1": False, "c2": True, "c3": True}
+    closed = [r for _, t in misa_batches(user_folder / "sessions-out") for r in t.to_pylist()]
+    assert sorted((r["card"], r["payments"]) for r in closed) == [(f"c{i}", 10) for i in range(4)]  # timed out
     assert names["job"] is not None
 
 

@@ -139,6 +139,7 @@ class Case:
             "dedup_within": "dropDuplicatesWithinWatermark(keys)",
             "session": f"session window gap {q.window_s}s" + (" or per row" if q.dynamic_gap else ""),
             "processor": "SessionFraudProcessor per card" + (", initial state" if q.above else ""),
+            "group_state": f"applyInPandasWithState({q.functions[0]})",
         }[q.operator]
         keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
         shape += f" start {q.start_s}s" if q.start_s else ""

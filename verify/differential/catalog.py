@@ -10,10 +10,13 @@ is :func:`render`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
+import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.state import GroupState
 
 RUNS, DIFFERS, REFUSED = "runs", "runs, with a difference", "refused"
 SOURCE_SCHEMA = "k string, k2 bigint, t bigint, v bigint, d decimal(10,2), s string, b boolean"
@@ -24,6 +27,26 @@ ORDER_NOTE = (
     "buffer is not fixed-width (a string, a decimal sum), which may reorder a key's rows, so its own first/last "
     "then depend on its plan (Spark documents both as non-deterministic): equal over numbers and booleans"
 )
+
+
+def count_rows(key: tuple, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    """An applyInPandasWithState function: a group's rows so far."""
+    n = (state.get[0] if state.exists else 0) + sum(len(pdf) for pdf in pdfs)
+    state.update((n,))
+    yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+
+class KeepNothing(StatefulProcessor):
+    """A StatefulProcessor that outputs nothing."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - Spark's names
+        return iter([])
+
+    def close(self) -> None:
+        pass
 
 
 def events(rows: DataFrame) -> DataFrame:
@@ -332,17 +355,36 @@ ENTRIES: tuple[Entry, ...] = (
         "reads one side only",
     ),
     Entry(
-        "`applyInPandasWithState` / `transformWithStateInPandas`",
+        "`groupBy(cols).applyInPandasWithState(func, output, state, mode, timeout)`: NoTimeout, "
+        "EventTimeTimeout, ProcessingTimeTimeout; Update and Append",
+        DIFFERS,
+        lambda r: (
+            watermarked(r)
+            .groupBy("k")
+            .applyInPandasWithState(count_rows, "k string, n long", "n long", "Update", "NoTimeout")
+        ),
+        note="Spark's GroupState, state and timeouts as Spark keeps them; a processing-time timeout fires in the "
+        "first data batch whose start (misa's clock when its state phase starts, Spark's trigger time) is after it: "
+        "Spark also runs a batch without data after every batch for them (under availableNow without end)",
+        covered_by=tuple(f"group_state:{t}" for t in ("NoTimeout", "EventTimeTimeout", "ProcessingTimeTimeout")),
+    ),
+    Entry(
+        "`applyInPandasWithState` with a state field of type timestamp, date, decimal, binary, array, map or struct",
         REFUSED,
         lambda r: (
             events(r)
             .groupBy("k")
-            .applyInPandasWithState(
-                lambda key, pdfs, state: pdfs, "k string, t bigint", "n long", "append", "NoTimeout"
-            )
+            .applyInPandasWithState(count_rows, "k string, n long", "n long, at timestamp", "Update", "NoTimeout")
         ),
+        note="state fields of numbers, strings and booleans (a time as epoch milliseconds)",
+        refusal="which misa does not store as Spark does",
+    ),
+    Entry(
+        "`transformWithStateInPandas`, `flatMapGroupsWithState` (Scala)",
+        REFUSED,
+        lambda r: events(r).groupBy("k").transformWithStateInPandas(KeepNothing(), "k string", "Append", "None"),
         "append",
-        "an aggregation or deduplication, or a misa operator of your own",
+        "`misa.transform_with_state_in_pandas` for a StatefulProcessor, or a misa operator of your own",
         "arbitrary state",
     ),
     Entry(

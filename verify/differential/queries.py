@@ -28,8 +28,10 @@ from verify.differential.cases import (
     random_rounds,
     with_placement,
 )
+from verify.differential.group_state import DRAWN, SHAPES, group_state_query
 
 EVENT_TIME = "event_time"
+GROUP_STATE_SHARE = 0.06  # of the seeds: an applyInPandasWithState case (drawn apart from the forms below)
 QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
 CHAINS = ("window", "aggregate", "join")  # a second stateful operation over the first's output (_chained)
@@ -95,6 +97,8 @@ def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
     keys = list(q.keys)
     if q.operator == "stream_join":
         return _stream_join(q, events)
+    if q.operator == "group_state":
+        return group_state_query(events, q.keys, q.functions[0], q.delay_s)
     if q.operator.startswith("dedup"):
         if q.struct_keys:
             events, keys = events.withColumn("ks", F.struct(*[F.col(k) for k in keys])), ["ks"]
@@ -207,6 +211,8 @@ def _stream_join(q: Query, events: DataFrame) -> DataFrame:
 
 def random_query_case(seed: int) -> Case:
     """A random case of a query form misa runs, written in Spark's API and run through from_query."""
+    if random.Random(f"from_query-group-state-{seed}").random() < GROUP_STATE_SHARE:
+        return _random_group_state_case(seed)
     rng = random.Random(f"from_query-{seed}")
     form = rng.choice(QUERY_FORMS)
     dedup = form.startswith("dedup")
@@ -393,6 +399,30 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
     return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
 
 
+def _random_group_state_case(seed: int) -> Case:
+    """A case of an applyInPandasWithState function (:mod:`verify.differential.group_state`), drawn from a generator
+    of its own (the other seeds keep their forms and rows): one key column, bigint values. Keys are strings or ints:
+    Spark converts the output DataFrames of a task's groups together, and a bigint key's null group makes them
+    floats, which changes the extreme keys (misa converts each call's alone: docs/spark-queries.md)."""
+    rng = random.Random(f"group-state-{seed}")
+    function = rng.choice(DRAWN)
+    query = Query(
+        operator="group_state",
+        keys={"k0": rng.choice(("string", "int"))},
+        functions=(function,),
+        delay_s=rng.choice((0, 2, 5, 10)),
+        output_mode=SHAPES[function].mode,
+    )
+    settings = Settings(
+        commit_mode=rng.choice(COMMIT_MODES),
+        prefetching=rng.choice(PREFETCHING),
+        shards=rng.randint(1, 4),
+        processes=rng.choice((1, 1, 2)),
+        from_query=True,
+    )
+    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
+
+
 def _output_mode(rng: random.Random, form: str) -> str:
     if form.startswith("dedup"):
         return rng.choice(("append", "update"))
@@ -407,6 +437,8 @@ def case_tags(case: Case) -> set[str]:
     """What a case exercises, as the docs table's rows name it (docs/spark-queries.md)."""
     q = case.query
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
+    if q.operator == "group_state":
+        return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"}
     tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
