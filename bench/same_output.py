@@ -50,19 +50,28 @@ class Check:
     how: str = "batch by batch"  # what was compared
 
     @property
+    def empty(self) -> bool:
+        """Neither engine wrote a row: nothing was checked."""
+        return not self.misa_rows and not self.spark_rows
+
+    @property
     def same(self) -> bool:
-        return not self.difference
+        """Equal outputs with rows in them (an empty output checks nothing, so it gives no ratio either)."""
+        return not self.difference and not self.empty
 
     def line(self) -> str:
-        """One line: ``outputs equal (...)`` or ``outputs differ: misa N rows, Spark M rows — no ratio reported``."""
+        """One line: ``outputs equal (...)``, ``outputs empty: ...`` or ``outputs differ: misa N rows, Spark M rows —
+        no ratio reported``."""
         counts = f"misa {self.misa_rows:,} rows, Spark {self.spark_rows:,} rows"
         if self.same:
             return f"outputs equal ({self.how}): {counts}"
+        if not self.difference:
+            return f"outputs empty: neither engine wrote a row, so nothing was checked — {NO_RATIO}"
         return f"outputs differ: {counts} — {NO_RATIO}"
 
     def report(self) -> str:
         """:meth:`line`, then where they differ (indented) when they do."""
-        if self.same:
+        if not self.difference:
             return self.line()
         return self.line() + "\n" + "\n".join("  " + text for text in self.difference.splitlines())
 

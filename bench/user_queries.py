@@ -10,7 +10,11 @@ The input is a backlog of ``--files`` Parquet files of ``--records`` payments ea
   self-join with an event-time interval), append output;
 * ``session``: per user, ``count(*)`` over session windows of a 5 s gap, append output;
 * ``self_join``: issue 61's query: the one stream split by ``side`` (drawn 0 or 1 per payment) into the two sides
-  of a join, each side-0 payment joined with the same user's side-1 payments of the 10 s after it, append output.
+  of a join, each side-0 payment joined with the same user's side-1 payments of the 10 s after it, append output;
+* ``join_then_count``: ``join``'s pairs counted per user over 10 s windows of the payment time (two stateful
+  operations in a chain), append output;
+* ``group_state``: ``applyInPandasWithState``: a running count and sum per user, kept in ``GroupState``, update
+  output.
 
 Both engines read the same files one per batch (``availableNow``) in one Spark session (``local[2]``): Spark with
 its RocksDB store tuned as its docs advise (:func:`jobs.submit.native_state_store_conf`), its output collected as
@@ -32,12 +36,15 @@ import shutil
 import time
 from pathlib import Path
 from statistics import median, quantiles
+from typing import Iterator
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupState
 
 from bench.same_output import Check, compare_batches, differ_exit
 from jobs.submit import native_state_store_conf
@@ -45,8 +52,9 @@ from misa import MisaConfig, from_query
 from misa.cli.main import name_list
 from verify.differential.command import local_session
 
-QUERIES = ("sliding", "dedup", "join", "session", "self_join")
+QUERIES = ("sliding", "dedup", "join", "session", "self_join", "join_then_count", "group_state")
 OUTPUT_MODES = {"sliding": "update", "dedup": "append", "join": "append", "session": "append", "self_join": "append"}
+OUTPUT_MODES |= {"join_then_count": "append", "group_state": "update"}
 SCHEMA = "user string, t bigint, amount bigint, side int"
 LATE_SHARE, LATE_MS = 0.1, 5_000  # a tenth of the rows up to 5 s out of order
 
@@ -55,8 +63,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "queries",
         help="Spark users' queries (sliding window, deduplication, stream-stream join, session windows, a stream "
-        "joined with itself through side filters) on misa and on Spark's own store, side by side: wall time and "
-        "batch p50/p99, once misa's output is checked against Spark's",
+        "joined with itself through side filters, a join then a windowed count, applyInPandasWithState) on misa and "
+        "on Spark's own store, side by side: wall time and batch p50/p99, once misa's output is checked against "
+        "Spark's",
     )
     p.add_argument("--queries", type=lambda t: name_list(t, QUERIES), default=list(QUERIES), help=",".join(QUERIES))
     p.add_argument("--files", type=int, default=12, help="input files, one per batch")
@@ -147,12 +156,18 @@ def query(payments: DataFrame, name: str) -> DataFrame:
         )
     if name == "dedup":
         return events.dropDuplicatesWithinWatermark(["user"]).select("user", "t", "amount")
-    if name == "join":
+    if name in ("join", "join_then_count"):
         within = "r.user = p.user AND p.event_time BETWEEN r.event_time - INTERVAL 10 SECONDS AND r.event_time"
-        return (
-            events.alias("r")
-            .join(events.alias("p"), F.expr(within))
-            .select("r.user", "r.t", "r.amount", F.col("p.t").alias("previous_t"))
+        pairs = events.alias("r").join(events.alias("p"), F.expr(within))
+        if name == "join":
+            return pairs.select("r.user", "r.t", "r.amount", F.col("p.t").alias("previous_t"))
+        counted = pairs.select("r.user", "r.event_time", F.col("p.amount").alias("previous_amount"))
+        return counted.groupBy(F.window("event_time", "10 seconds"), "user").agg(
+            F.count("*").alias("pairs"), F.sum("previous_amount").alias("previous_total")
+        )
+    if name == "group_state":
+        return events.groupBy("user").applyInPandasWithState(
+            running_totals, "user string, payments long, total long", "payments long, total long", "Update", "NoTimeout"
         )
     if name == "self_join":  # issue 61's query: the one stream split by filters into both sides of a join
         left = events.where("side = 0").select(
@@ -163,6 +178,15 @@ def query(payments: DataFrame, name: str) -> DataFrame:
         )
         return left.join(right, F.expr("lk = rk AND rt BETWEEN lt AND lt + interval 10 seconds"))
     return events.groupBy(F.session_window("event_time", "5 seconds"), "user").agg(F.count("*").alias("n"))
+
+
+def running_totals(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    """``group_state``'s function: the user's payments and their sum so far, kept in its ``GroupState``."""
+    payments, total = state.get if state.exists else (0, 0)
+    for frame in frames:
+        payments, total = payments + len(frame), total + int(frame["amount"].sum())
+    state.update((payments, total))
+    yield pd.DataFrame({"user": [key[0]], "payments": [payments], "total": [total]})
 
 
 def _stream(spark: SparkSession, folder: Path) -> DataFrame:

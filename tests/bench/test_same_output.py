@@ -72,6 +72,15 @@ def test_no_rows_at_all_says_how_many_spark_wrote_and_that_no_ratio_is_reported(
     assert check.difference.startswith("2 of 2 batches with rows differ; the first, batch 0: 3 reference rows missing")
 
 
+def test_two_empty_outputs_check_nothing_and_give_no_ratio():
+    """A benchmark whose engines both wrote nothing measured nothing comparable (a join then a window that closed
+    no window in the run)."""
+    empty = same_output.compare_batches({0: pa.table({"k": pa.array([], pa.int64())})}, {})
+    assert (empty.same, empty.empty) == (False, True)
+    assert empty.line() == "outputs empty: neither engine wrote a row, so nothing was checked — no ratio reported"
+    assert same_output.differ_exit({"q": empty}) == same_output.DIFFER_EXIT
+
+
 def test_column_types_are_part_of_the_output():
     wider = SPARK[1].set_column(2, "k", pa.array([3], pa.int32()))
     assert "columns" in compare_batches({1: wider}, {1: SPARK[1]}).difference
