@@ -154,24 +154,8 @@ def test_group_keys_of_every_type_give_sparks_rows_and_types(spark, tmp_path):
     assert outcome.ok and outcome.spark_rows, outcome
 
 
-# A left semi join's difference from Spark in batch 2 of these rows is not the keys': it is the same with a string
-# key misa ran before (``base64(a.bn) = base64(b.bn)``, on main as of b526cbf): misa outputs left rows of batch 2
-# that Spark does not (event times 3 s and 14 s, behind the watermark).
-SEMI = "left semi join on binary"
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            n, marks=pytest.mark.xfail(strict=True, reason="misa's semi join: extra left rows, with a string key too")
-        )
-        if n == SEMI
-        else n
-        for n in SHAPES
-    ],
-)
+@pytest.mark.parametrize("name", list(SHAPES))
 def test_keys_of_every_type_give_sparks_rows(spark, tmp_path, name):
     build, mode = SHAPES[name]
     outcome = run_scenario(spark, Scenario(name, build, mode, ROUNDS), tmp_path / "run")
