@@ -143,6 +143,15 @@ SHAPES: dict[str, tuple[Builder, str]] = {
     "right outer join on a decimal": (_joined("right_outer", "a.d = b.d"), "append"),
     "full outer join on struct(k, bn)": (_joined("full_outer", "struct(a.k, a.bn) = struct(b.k, b.bn)"), "append"),
     "left semi join on binary": (_joined("left_semi", "a.bn = b.bn"), "append"),
+    # a key Spark infers no not-null filter for: its nulls match (Spark's join groups keys by their bytes)
+    "inner join on concat(k, ''), null keys matching": (
+        _joined("inner", "concat(a.k, '') = concat(b.k, '')"),
+        "append",
+    ),
+    "left outer join on coalesce(k, bn), null keys matching": (
+        _joined("left_outer", "coalesce(a.k, base64(a.bn)) = coalesce(b.k, base64(b.bn))"),
+        "append",
+    ),
 }
 
 
