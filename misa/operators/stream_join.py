@@ -6,9 +6,11 @@ row itself as a struct, ``_l`` or ``_r`` (the other is null). The rest of the co
 any other predicate) is not evaluated here: the caller filters the output with it, which for an inner join
 gives the same rows. What this operator does is Spark's ``StreamingSymmetricHashJoinExec``, batch by batch:
 
-* a row with a null key, or a null in one of the side's ``not_null`` fields (the filters Spark's optimizer
-  infers from the condition and runs below ``withWatermark``), joins nothing and does not move the watermark:
-  dropped and counted in ``dropped_rows``;
+* a row with a null in one of the side's ``strict_keys`` (the keys Spark infers a not-null filter for: null-intolerant
+  expressions of the side's columns, unless the side is an outer join's preserved one) or in one of its ``not_null``
+  fields (the filters Spark's optimizer infers from the condition and runs below ``withWatermark``) joins nothing and
+  does not move the watermark: dropped and counted in ``dropped_rows``; a null in another key (``concat(a.k, '')``) is
+  a key value like any, and matches the other side's null, as in Spark's join (it groups keys by their bytes);
 * each side with an event-time column (the one its ``withWatermark`` marked) drops rows at or before the
   late-events watermark (``late_rows``); the global watermark is the minimum of the sides' (Spark's default
   policy, :class:`~misa.operators.watermark.InputsWatermark`; a side without rows yet counts as 0, as in Spark),
@@ -78,7 +80,7 @@ class JoinSide:
     delay_ms: int = 0
     not_null: tuple[str, ...] = ()
     state_offset_ms: int | None = None
-    null_keys: bool = False  # rows with a null key are kept (an outer join's preserved side: Spark infers no filter)
+    strict_keys: tuple[int, ...] | None = None  # the keys a null in which drops the row (None: all of them)
 
 
 @dataclass
@@ -239,7 +241,8 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         """The side's rows that join: without nulls in the keys and ``not_null`` fields (these are dropped before the
         watermark sees them), and not late; with the counts of both kinds dropped."""
         struct = rows[ROW_COLUMNS[index]].combine_chunks() if rows.num_rows else None
-        nulls = [] if side.null_keys else [rows[c].is_null() for c in self.key_columns]
+        strict = range(self.keys) if side.strict_keys is None else side.strict_keys
+        nulls = [rows[self.key_columns[i]].is_null() for i in strict]
         nulls += [pc.struct_field(struct, name).is_null() for name in side.not_null] if struct is not None else []
         valid = pc.invert(_any(nulls, rows.num_rows))
         kept = rows.filter(valid)

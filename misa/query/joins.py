@@ -83,7 +83,7 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
                 if index in preserved
                 else tuple(sorted(_not_null(keys, rest, sides[index], event_time, renames))),
                 state_offset_ms=offset,
-                null_keys=index in preserved,
+                strict_keys=() if index in preserved else _strict_keys(keys, index),
             )
         )
     one_watermark = len(set(watermark_nodes(node.children))) == 1
@@ -176,6 +176,26 @@ def _not_null(
 def _null_intolerant_references(expr: Expr) -> set[int]:
     if expr.attr is not None:
         return {expr.attr.expr_id}
-    if expr.kind not in NULL_INTOLERANT:
+    if not _null_intolerant(expr):
         return set()
     return {i for child in expr.children for i in _null_intolerant_references(child)}
+
+
+def _null_intolerant(expr: Expr) -> bool:
+    """Whether the expression is null when an input is (Catalyst's ``nullIntolerant``; the known kinds without it)."""
+    if expr.jvm is not None:
+        return bool(expr.jvm.nullIntolerant())
+    return expr.kind in NULL_INTOLERANT
+
+
+def _strict_keys(keys: list[tuple[Expr, Expr]], side: int) -> tuple[int, ...]:
+    """The keys whose nulls Spark filters on a side it infers not-null filters for: those null-intolerant down to
+    the columns they read (a null key comes from a null column). Any other key (``concat(a.k, '')``) may be null in
+    the rows Spark joins, and its null matches the other side's."""
+    return tuple(i for i, pair in enumerate(keys) if _strict(pair[side]))
+
+
+def _strict(expr: Expr) -> bool:
+    if expr.attr is not None or expr.kind == "Literal":
+        return True
+    return bool(expr.children) and _null_intolerant(expr) and all(_strict(child) for child in expr.children)

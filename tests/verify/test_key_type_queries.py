@@ -143,6 +143,15 @@ SHAPES: dict[str, tuple[Builder, str]] = {
     "right outer join on a decimal": (_joined("right_outer", "a.d = b.d"), "append"),
     "full outer join on struct(k, bn)": (_joined("full_outer", "struct(a.k, a.bn) = struct(b.k, b.bn)"), "append"),
     "left semi join on binary": (_joined("left_semi", "a.bn = b.bn"), "append"),
+    # a key Spark infers no not-null filter for: its nulls match (Spark's join groups keys by their bytes)
+    "inner join on concat(k, ''), null keys matching": (
+        _joined("inner", "concat(a.k, '') = concat(b.k, '')"),
+        "append",
+    ),
+    "left outer join on coalesce(k, bn), null keys matching": (
+        _joined("left_outer", "coalesce(a.k, base64(a.bn)) = coalesce(b.k, base64(b.bn))"),
+        "append",
+    ),
 }
 
 
@@ -154,24 +163,8 @@ def test_group_keys_of_every_type_give_sparks_rows_and_types(spark, tmp_path):
     assert outcome.ok and outcome.spark_rows, outcome
 
 
-# A left semi join's difference from Spark in batch 2 of these rows is not the keys': it is the same with a string
-# key misa ran before (``base64(a.bn) = base64(b.bn)``, on main as of b526cbf): misa outputs left rows of batch 2
-# that Spark does not (event times 3 s and 14 s, behind the watermark).
-SEMI = "left semi join on binary"
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            n, marks=pytest.mark.xfail(strict=True, reason="misa's semi join: extra left rows, with a string key too")
-        )
-        if n == SEMI
-        else n
-        for n in SHAPES
-    ],
-)
+@pytest.mark.parametrize("name", list(SHAPES))
 def test_keys_of_every_type_give_sparks_rows(spark, tmp_path, name):
     build, mode = SHAPES[name]
     outcome = run_scenario(spark, Scenario(name, build, mode, ROUNDS), tmp_path / "run")

@@ -145,3 +145,15 @@ def test_in_worker_processes(spark, tmp_path: Path, how: str):
     conf = {"spark.misa.state.processes": "2"}
     outcome = run_scenario(spark, scenario(how, random_rounds(5, rounds=2), conf=conf), tmp_path)
     assert outcome.ok and outcome.spark_rows, f"{how}: {outcome}"
+
+
+@pytest.mark.slow  # about 15 s (two engines, a query each): over the default suite's budget
+def test_left_semi_runs_the_batchs_right_rows_first(spark, tmp_path: Path):
+    """Spark 4.3's left semi join meets a batch's right rows with the stored left rows before it meets its left rows
+    (SPARK-55973): a click its state watermark evicts in its own batch (60 s, behind the 90 s of batch 0) is not stored,
+    so the impression of that batch (50 s) is no match; a click it keeps (100 s) matches its batch's impression (95 s),
+    and a click (150 s) the impression stored by batch 0 (110 s). Two files a side, a batch each, back to back."""
+    first = (("impressions/0.json", rows((100, 1), (110, 4))), ("clicks/0.json", rows((120, 1))))
+    second = (("impressions/1.json", rows((50, 2), (95, 3))), ("clicks/1.json", rows((60, 2), (100, 3), (150, 4))))
+    outcome = run_scenario(spark, scenario("left_semi", (Round(files=first + second),)), tmp_path)
+    assert outcome.ok and outcome.spark_rows, outcome

@@ -343,7 +343,8 @@ ENTRIES: tuple[Entry, ...] = (
         "append",
         "the condition is evaluated on each pair of rows; a preserved side's row that never matched comes out "
         "with nulls in the batch Spark's state watermark evicts it (often one without data); a left semi join's "
-        "left row comes out once, on its first match",
+        "left row comes out once, on its first match (a batch's right rows meet the stored left rows before its left "
+        "rows meet the right ones, as in Spark 4.3)",
         covered_by=("join:left_outer", "join:right_outer", "join:full_outer", "join:left_semi"),
     ),
     Entry(
