@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from scenario_helpers import assert_sparks_rows
 
 from tests.verify.test_query_shapes import event, stream
-from verify.differential.scenarios import Builder, Round, Scenario, run_scenario
+from verify.differential.scenarios import Builder, Round
 
 KEEPS = "second(t) % 10 <> 0 AND v <> 9"  # on the event time (stays above withWatermark) and on v (pushed below)
 
@@ -98,6 +99,4 @@ SHAPES: dict[str, tuple[Builder, str]] = {
 def test_a_filter_on_the_event_time_after_withwatermark_gives_sparks_rows(spark, tmp_path, name):
     """The rows the filter drops count for the watermark exactly as Spark's watermark node counts them."""
     build, mode = SHAPES[name]
-    outcome = run_scenario(spark, Scenario(name, build, mode, ROUNDS), tmp_path / "run")
-    assert outcome.ok, f"{name}: {outcome}"
-    assert outcome.spark_rows, f"{name}: Spark wrote no rows, the case checks nothing"
+    assert_sparks_rows(spark, name, build, mode, ROUNDS, tmp_path / "run")

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from scenario_helpers import assert_sparks_rows
 
 from tests.verify.test_spark_sources import files, rows
-from verify.differential.scenarios import Builder, Round, Scenario, run_scenario
+from verify.differential.scenarios import Builder, Round
 
 ROUNDS = (
     Round(
@@ -68,6 +69,4 @@ SHAPES: dict[str, tuple[Builder, str]] = {
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_rows_without_event_time_give_sparks_rows(spark, tmp_path, name):
     build, mode = SHAPES[name]
-    outcome = run_scenario(spark, Scenario(name, build, mode, ROUNDS), tmp_path / "run")
-    assert outcome.ok, f"{name}: {outcome}"
-    assert outcome.spark_rows, f"{name}: Spark wrote no rows, the case checks nothing"
+    assert_sparks_rows(spark, name, build, mode, ROUNDS, tmp_path / "run")
