@@ -73,7 +73,8 @@ def run_host(launch: HostLaunch, _rows: Iterator[object]) -> Iterator[HostAddres
     tables = HostTables()
     try:
         worker = PartitionWorker(launch.config, str(folder), launch.dfs_urls[partition], launch.operator, tables)
-        server = StateHostServer("grpc+tcp://0.0.0.0:0", worker, tables, launch.key)
+        # on the address the driver reaches this executor at, not on every interface of the machine
+        server = StateHostServer(f"grpc+tcp://{executor_host}:0", worker, tables, launch.key)
     except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
         context.allGather("failed")
         _report(launch, ("error", partition, portable(exc)))

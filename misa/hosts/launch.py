@@ -84,13 +84,16 @@ class HostGroup:
         count = len(self.dfs_urls)
         check_cluster(self.sc, count, self.config.state_host_start_s)
         key = self.key = secrets.token_bytes(32)
-        with Listener(("0.0.0.0", 0), authkey=key) as registry:
+        conf = self.sc.getConf()
+        driver_host = conf.get("spark.driver.host", "localhost")
+        bind = conf.get("spark.driver.bindAddress", driver_host)  # the driver's own interface, as Spark binds
+        with Listener((bind, 0), authkey=key) as registry:
             launch = HostLaunch(
                 self.config,
                 self.operator,
                 self.dfs_urls,
                 self.config.state_dir,
-                (self.sc.getConf().get("spark.driver.host", "localhost"), registry.address[1]),
+                (driver_host, registry.address[1]),
                 key,
                 uuid.uuid4().hex[:12],
             )
