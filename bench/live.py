@@ -22,7 +22,8 @@ the runtime reading with direct reads and its caches and memtables scaled down t
 keys, its SST bytes and, on the volume, the device's reads per batch.
 
 Each run keeps its output, and once every run is done each runtime mode's output is checked against a native run
-of the same query, target and rate (``native``, else ``native-default``; :mod:`bench.same_output`). A
+of the same query and rate (``native``, else ``native-default``; on the same target, else on another where it ended
+every batch: a DFS too slow for Spark's store leaves its run there unfinished; :mod:`bench.same_output`). A
 processing-time trigger cuts the input by the clock, so the runs' batches differ and what is compared is what does
 not depend on the cut: the last row per key (update output), every row (a join's append output), or an append-mode
 aggregation's windows up to the last window both runs closed. Only runs that ended the batch of every file they were
@@ -191,6 +192,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="where Spark's checkpoint and the durable state go, repeatable (default local=WORK/local)",
     )
     p.add_argument(
+        "--reference-target",
+        metavar="NAME=DIR",
+        help="also run Spark's tuned store (native) there, per query and rate, as the output reference for targets "
+        "where its runs do not end every batch (a slow DFS)",
+    )
+    p.add_argument(
         "--output-on-target",
         action="store_true",
         help="write the jobs' output to the target too (default: the local work folder; on a remote DFS each "
@@ -266,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         for note in env.notes:
             print(note, flush=True)
         runs = itertools.product(args.queries, env.targets.items(), args.modes, args.variant or [Variant()])
-        for query, (target, folder), mode, variant in _applicable(runs):
+        for query, (target, folder), mode, variant in [*_applicable(runs), *_reference_runs(args)]:
             rates = list(args.rates)
             for rate in rates:  # with --find-capacity, the next rate is appended while the last one held
                 row = _measure(args, env, query, mode, variant, rate, target, Path(folder), trigger_s)
@@ -288,15 +295,14 @@ AGGREGATIONS = ("cm1", "cm2", "lr4", "ysb")  # the live queries that are windowe
 
 
 def check_outputs(rows: list[dict]) -> dict[str, Check]:
-    """Each runtime mode's run against the native run (``native``, else ``native-default``) of the same query,
-    target and rate, when both ended the batch of every file fed: its row's ``output`` says the result (:data:`SAME`,
-    :data:`DIFFERS` or why it was not checked); the checks by run."""
+    """Each runtime mode's run against the native run (``native``, else ``native-default``) of the same query and
+    rate, on the same target else another (:func:`_references`), when both ended the batch of every file fed: its
+    row's ``output`` says the result (:data:`SAME`, :data:`DIFFERS` or why it was not checked); the checks by run."""
     checks = {}
     for row in rows:
         if row["mode"] in NATIVE_MODES:
             continue
-        same_run = ("query", "target", "rate")
-        peers = [r for m in NATIVE_MODES for r in rows if r["mode"] == m and all(r[k] == row[k] for k in same_run)]
+        peers = _references(row, rows)
         if not peers:
             row["output"] = "not checked: no native run at this rate"
             continue
@@ -313,8 +319,20 @@ def check_outputs(rows: list[dict]) -> dict[str, Check]:
         check = compare_settled(row["output_dir"], peers[0]["output_dir"], keys, windows_closed=closed)
         row["output"] = SAME if check.same else DIFFERS
         checks[f"{row['query']} {row['target']} {_mode(row)} {row['rate']:.0f}/s"] = check
-        print(f"{row['query']} {row['target']} {_mode(row)} {row['rate']:.0f}/s: {check.line()}", flush=True)
+        against = f"against {peers[0]['mode']} on {peers[0]['target']}"
+        print(f"{row['query']} {row['target']} {_mode(row)} {row['rate']:.0f}/s {against}: {check.line()}", flush=True)
     return checks
+
+
+def _references(row: dict, rows: list[dict]) -> list[dict]:
+    """The native runs of ``row``'s query and rate, best reference first: one that ended every file's batch before
+    one that did not, on ``row``'s target before another (the output does not depend on where the checkpoint is;
+    on a slow DFS Spark's store may not finish, and its run on local disk is then the reference)."""
+    same = [r for r in rows if r["mode"] in NATIVE_MODES and r["query"] == row["query"] and r["rate"] == row["rate"]]
+    return sorted(
+        same,
+        key=lambda r: (bool(r["unfinished_files"]), r["target"] != row["target"], NATIVE_MODES.index(r["mode"])),
+    )
 
 
 def _applicable(runs: Iterable[tuple[str, tuple[str, str], str, Variant]]) -> Iterator[tuple]:
@@ -328,6 +346,16 @@ def _applicable(runs: Iterable[tuple[str, tuple[str, str], str, Variant]]) -> It
             seen.add((query, target, mode))
             variant = Variant()
         yield query, target, mode, variant
+
+
+def _reference_runs(args: argparse.Namespace) -> list[tuple]:
+    """``--reference-target``: Spark's tuned store once per query on that target too, the output reference where
+    the measured targets are too slow for Spark to end its batches."""
+    if not args.reference_target:
+        return []
+    name, folder = args.reference_target.split("=", 1)
+    target = (name, str(Path(folder).expanduser().resolve()))
+    return [(query, target, "native", Variant()) for query in args.queries]
 
 
 def environment(args: argparse.Namespace, regimes: Regimes) -> Environment:

@@ -214,6 +214,19 @@ def test_live_reports_no_capacity_for_a_mode_whose_output_differs(tmp_path):
     )
 
 
+def test_live_checks_a_run_on_a_slow_target_against_spark_on_another_where_spark_ended_every_batch(tmp_path):
+    def row(mode, target, output_dir, unfinished=0):
+        return {"query": "q20", "mode": mode, "variant": "", "rate": 100.0, "target": target, "sustained": True,
+                "unfinished_files": unfinished, "output_dir": str(output_dir), "output_mode": None}  # fmt: skip
+
+    spark = _sink(tmp_path / "spark", SPARK)
+    lost = _sink(tmp_path / "lost", {0: SPARK[0]})
+    rows = [row("native", "dfs", lost, unfinished=5), row("misa", "dfs", spark), row("sync", "dfs", lost),
+            row("native", "local", spark)]  # fmt: skip
+    live.check_outputs(rows)
+    assert [r.get("output") for r in rows] == [None, SAME, DIFFERS, None]
+
+
 def _live_figures() -> dict:
     return {"batches": 1, "batch_p50": 1.0, "batch_p99": 1.0, "e2e_p50": 1.0, "e2e_p99": 1.0, "backlog_files": 0,
             "state_keys": None, "phases": {}}  # fmt: skip
