@@ -35,10 +35,11 @@ the cold start of the query's first batch.
 Case ``executor`` (``--master local-cluster[...]``) kills an executor JVM of the idle job instead (the one
 running a state host, with ``spark.misa.state.placement=executors``), then adds the file. Spark reruns what the
 lost executor ran and its standalone master starts a new executor; Spark's store loads the lost executor's state
-partitions on another. misa's batch fails on the lost host, and the job (``--retry-start``) starts its query
-again in the same driver: new hosts, every partition recovered from the DFS, the batch replayed. No process
-restarts, so the driver's phases are empty; ``recovery`` is the runtime's recovery in place, ``query start``
-the rest up to the first batch's trigger.
+partitions on another. misa finds the lost host when the batch asks it, and its partition alone moves to a new
+host (Spark runs the host's task again) that loads the partition's newest durable version and redoes the batches
+after it; the other host keeps its state and no batch fails. No process restarts, so the driver's phases are
+empty; ``detect`` is the kill to the failover's start, ``hosts`` the failover, ``query start`` the rest up to the
+first batch's trigger.
 
 Both modes' output (Parquet per batch id, on the target) is kept, and once a target's cycles are done misa's is
 checked against native's (:mod:`bench.same_output`): their batches differ (each restart re-plans), so as the
@@ -301,7 +302,7 @@ def start(args: argparse.Namespace, series: Series) -> None:
                 "--metrics", str(series.metrics)]  # fmt: skip
     if series.mode in RUNTIME_MODES:
         job_args += ["--state-dir", str(state_dir), "--dfs", local_location(series.dfs).url]
-        if "executor" in args.cases:  # a batch that lost a state host fails; the job restarts its query in place
+        if "executor" in args.cases:  # a failure the hosts' failover cannot mend restarts the query in place
             job_args += ["--retry-start", str(RESTARTS_IN_PLACE)]
     conf = [f"spark.local.dir={spark_local}", *args.conf]
     command = submit_command(PROBE, [str(series.events(series.lives)), str(JOB), *job_args], conf, args.master)
@@ -347,7 +348,8 @@ def cycle_executor(args: argparse.Namespace, series: Series, files: tuple[Path, 
     of the second file."""
     first, warm = files
     assert series.process is not None
-    hosts = probe_events(series.events(series.lives)).get("hosts", [])
+    logged = probe_events(series.events(series.lives))
+    hosts = sorted([*logged.get("hosts", []), *logged.get("failover", [])], key=lambda e: e["end"])
     killed = kill_executor(series.process, hosts[-1]["pids"] if hosts else [])
     add_files([first], series.input)
     batch_id = wait_read([first.name], series, args.timeout)
@@ -522,12 +524,14 @@ def executor_phases(killed: float, events: dict[str, list[dict]], record: dict) 
 
 
 def host_restart(killed: float, events: dict[str, list[dict]]) -> dict[str, float | None]:
-    """With the state on the executors: from the kill to the start of the new state hosts (the trigger's wait, the
-    failed attempt and the query's stop: ``detect_s``) and the hosts' start (``hosts_s``); None without hosts."""
-    if not events.get("hosts"):
+    """With the state on the executors: from the kill to the start of the new state host(s) (``detect_s``: the
+    trigger's wait and finding the loss) and their start and catching up (``hosts_s``): a lost partition moved to
+    a new host (``failover``), else every host started again; None without hosts."""
+    moved = events.get("failover") or events.get("hosts")
+    if not moved:
         return {"detect_s": None, "hosts_s": None}
-    hosts = events["hosts"][0]
-    return {"detect_s": hosts["start"] - killed, "hosts_s": hosts["end"] - hosts["start"]}
+    first, last = moved[0], moved[-1]
+    return {"detect_s": first["start"] - killed, "hosts_s": last["end"] - first["start"]}
 
 
 def recovery_steps(events: dict[str, list[dict]]) -> dict[str, float]:

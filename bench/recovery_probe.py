@@ -9,6 +9,7 @@ runtime's recovery), ``load`` (the runtime replacing its state by a version: ``r
 local copy or the DFS, then opening every shard's RocksDB; with key partitions every partition's, in its
 process or state host), ``restore`` (its part that materializes the version, with ``source`` local or dfs;
 in the driver's own process only), ``hosts`` (state hosts started on the executors, with their ``pids``),
+``failover`` (a lost host's partition moved to a new host that caught up, with every host's ``pids`` after it),
 ``query`` (the call that starts the streaming query) and ``progress`` (Spark's progress of each batch, with
 its state operators' metrics, as the listener receives it). It only wraps the functions it times.
 """
@@ -92,7 +93,9 @@ def instrument(log: EventLog) -> None:
     StateStore.load = timed(log, "load", StateStore.load, lambda a, r: {"version": a[1]})
     # key partitions (worker processes, state hosts): the load of every partition, restore included; the hosts' pids
     PartitionedStore.load = timed(log, "load", PartitionedStore.load, lambda a, r: {"version": a[1]})
-    HostPool._start = timed(log, "hosts", HostPool._start, lambda a, r: {"pids": [h.pid for h in a[0].addresses]})
+    pids = lambda a, r: {"pids": [h.pid for h in a[0].addresses]}  # noqa: E731 - the hosts' processes after the call
+    HostPool._start = timed(log, "hosts", HostPool._start, pids)
+    HostPool._fail_over = timed(log, "failover", HostPool._fail_over, pids)
     CheckpointStore.restore = timed(log, "restore", CheckpointStore.restore, lambda a, r: {"source": r.source})
     DataStreamWriter.start = timed(log, "query", DataStreamWriter.start)
 

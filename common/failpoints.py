@@ -10,6 +10,9 @@ no cleanup), ``kill(N)`` (SIGKILL at the N-th hit), ``killexecutor`` and ``kille
 executor JVM this process runs under, a state host's: an executor lost at that point), ``stop(N)`` (SIGSTOP this
 process at the N-th hit: a hung process) and ``off``. Code marks a
 point with :func:`hit`; an unknown name in the variable fails at the first hit with the list of known names.
+
+With ``MISA_FAILPOINTS_ONCE`` naming a folder, a ``kill``, ``killexecutor`` or ``stop`` fires once among every process
+that shares the folder (a state host started in place of a killed one counts its hits from 0 and would fire again).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .errors import FailpointError
 
 ENV_VAR = "MISA_FAILPOINTS"
 LOG_VAR = "MISA_FAILPOINTS_LOG"
+ONCE_VAR = "MISA_FAILPOINTS_ONCE"
 
 #: Every failpoint in the code base, with where it sits.
 FAILPOINTS: dict[str, str] = {
@@ -119,6 +123,8 @@ def hit(name: str) -> None:
         raise FailpointError(f"failpoint {name} triggered (hit {hits})")
     if action.kind == "sleep":
         time.sleep((action.arg or 0) / 1000.0)
+    if action.kind in _PROCESS_ACTIONS and not _first_to_fire(name):
+        return
     if action.kind == "kill" and (action.arg is None or hits == action.arg):
         _tell(f"failpoint {name}: killing process {os.getpid()} (hit {hits})")
         os.kill(os.getpid(), signal.SIGKILL)
@@ -129,6 +135,25 @@ def hit(name: str) -> None:
     if action.kind == "stop" and hits == action.arg:
         _tell(f"failpoint {name}: stopping process {os.getpid()} at {time.time():.3f} (hit {hits})")
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+_PROCESS_ACTIONS = ("kill", "killexecutor", "stop")
+
+
+def _first_to_fire(name: str) -> bool:
+    """Whether no process sharing ``MISA_FAILPOINTS_ONCE``'s folder fired ``name`` yet (always, without the
+    variable); checked only where the action fires at this hit."""
+    folder = os.environ.get(ONCE_VAR)
+    if not folder:
+        return True
+    action = (_actions or {})[name]
+    if action.arg is not None and action.hits != action.arg:
+        return True  # not this hit: nothing fires
+    try:
+        os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _tell(message: str) -> None:

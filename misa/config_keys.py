@@ -80,7 +80,8 @@ class Settings:
         choice("driver", "executors"),
         "Where the state's key partitions live. driver: in the driver's worker processes (deltas are collected to "
         "the driver). executors: in long-lived state hosts on Spark's executors, one task slot each, run as a "
-        "background barrier job; deltas go from Spark's tasks to their host as Arrow Flight streams. With "
+        "background job; deltas go from Spark's tasks to their host as Arrow Flight streams; a lost host's partition "
+        "moves to a new host without failing the batch. With "
         "executors, spark.misa.state.processes is the number of hosts (auto: one per executor).",
     )
     state_liveness_timeout_s: float = setting(
@@ -88,7 +89,8 @@ class Settings:
         "30s",
         duration(0, low_open=True, examples="10s, 30s or 2min"),
         "A state host (placement executors) or state worker process that does not answer a liveness check this "
-        "long (hung, stopped, or its executor gone) fails the batch, naming it.",
+        "long (hung, stopped, or its executor gone) is lost: a worker process fails the batch, naming it; a host's "
+        "partition moves to a new host (spark.misa.state.hostMaxFailures).",
     )
     state_host_start_s: float = setting(
         "spark.misa.state.hostStartTimeout",
@@ -96,6 +98,15 @@ class Settings:
         duration(0, low_open=True, examples="1min, 3min or 10min"),
         "With placement executors: how long the start waits for the cluster to offer the hosts' task slots and for "
         "every host to start and report its address.",
+    )
+    state_host_max_failures: int = setting(
+        "spark.misa.state.hostMaxFailures",
+        "4",
+        integer(1),
+        "With placement executors: how many times one partition's state host may be lost (its executor gone, or "
+        "not answering a liveness check) within one batch; each loss moves only that partition to a new host, which "
+        "catches up while the other hosts keep their state. One loss more fails the batch (as spark.task.maxFailures "
+        "bounds a task's attempts).",
     )
     state_retain_versions: int = setting(
         "spark.misa.state.retainVersions",

@@ -1,9 +1,10 @@
-"""What a state host runs: one long task of the hosts' barrier job, on an executor.
+"""What a state host runs: one long task of the hosts' job, on an executor.
 
 The task opens its partition's state (a :class:`~misa.parallel.worker.PartitionWorker`) in a local folder of its
-executor, serves it over Arrow Flight (:mod:`.server`), waits at the barrier until every host is up
-(``BarrierTaskContext.allGather``), reports its address to the driver's registry, and serves until the driver
-asks it to close. A failure to start is reported to the driver instead of an address.
+executor, serves it over Arrow Flight (:mod:`.server`), reports its address to the driver's registry, and serves until
+the driver asks it to close. A failure to start is reported to the driver instead of an address. The tasks are
+ordinary ones: Spark runs a lost one again (its executor gone, or the driver killed the attempt of a host that
+stopped answering) on an executor with a free slot, and the new attempt reports itself as the partition's new host.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -43,52 +45,65 @@ class HostLaunch:
 
 @dataclass(frozen=True)
 class HostAddress:
-    """A running host: its partition, Flight location, executor host and process id."""
+    """A running host: its partition, Flight location, executor host, process id, and its task attempt (Spark's
+    task attempt id: the driver kills it to replace a host that stopped answering)."""
 
     partition: int
     location: str
     host: str
     pid: int
+    task_attempt: int = -1
 
 
-def host_folder(launch: HostLaunch, partition: int) -> Path:
-    """The partition's working folder on this executor: below the configured root or the temporary folder, one per
-    state (its DFS location) and launch, so a host started while an older one still stops never shares its files."""
+def host_folder(launch: HostLaunch, partition: int, attempt: int) -> Path:
+    """The partition's working folder on this executor for task attempt ``attempt``: below the configured root or
+    the temporary folder, one per state (its DFS location), launch and attempt, so a host started while an older one
+    still stops never shares its files."""
     root = Path(launch.local_root or tempfile.gettempdir()) / "misa-state-hosts"
     state = hashlib.sha1(launch.dfs_urls[0].encode()).hexdigest()[:12]
-    return root / state / launch.launch_id / f"partition-{partition}"
+    return root / state / launch.launch_id / f"partition-{partition}" / f"attempt-{attempt}"
 
 
 def run_host(launch: HostLaunch, _rows: Iterator[object]) -> Iterator[HostAddress]:
-    """The barrier task's body (``mapPartitions``): serve this task's partition until closed."""
-    from pyspark import BarrierTaskContext
+    """The task's body (``mapPartitions``): serve this task's partition until closed."""
+    from pyspark import TaskContext
 
-    context = BarrierTaskContext.get()
-    partition = context.partitionId()
+    context = TaskContext.get()
+    partition, attempt = context.partitionId(), context.attemptNumber()
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s %(levelname)s [state host {partition}] %(message)s"
     )
-    executor_host = context.getTaskInfos()[partition].address.rsplit(":", 1)[0]
-    folder = host_folder(launch, partition)
+    executor_host = _address_towards(launch.registry)
+    folder = host_folder(launch, partition, attempt)
+    shutil.rmtree(folder.parent, ignore_errors=True)  # an earlier attempt's on this executor: it is gone
     tables = HostTables()
     try:
         worker = PartitionWorker(launch.config, str(folder), launch.dfs_urls[partition], launch.operator, tables)
         # on the address the driver reaches this executor at, not on every interface of the machine
         server = StateHostServer(f"grpc+tcp://{executor_host}:0", worker, tables, launch.key)
     except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
-        context.allGather("failed")
         _report(launch, ("error", partition, portable(exc)))
         return iter(())
-    address = HostAddress(partition, f"grpc+tcp://{executor_host}:{server.port}", executor_host, os.getpid())
-    context.allGather(address.location)  # every host is up before any reports
+    location = f"grpc+tcp://{executor_host}:{server.port}"
+    address = HostAddress(partition, location, executor_host, os.getpid(), context.taskAttemptId())
     _report(launch, ("ok", partition, address))
-    log.info("serving partition %d at %s (pid %d, folder %s)", partition, address.location, address.pid, folder)
+    log.info(
+        "serving partition %d at %s (pid %d, attempt %d, folder %s)", partition, location, address.pid, attempt, folder
+    )
     try:
         server.closed.wait()
     finally:
         server.shutdown()
         shutil.rmtree(folder, ignore_errors=True)
     return iter(())
+
+
+def _address_towards(registry: tuple[str, int]) -> str:
+    """This executor's address on the interface that reaches the driver's registry (a UDP socket's route; nothing
+    is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(registry)
+        return str(probe.getsockname()[0])
 
 
 def _report(launch: HostLaunch, message: tuple[object, ...]) -> None:

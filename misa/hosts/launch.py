@@ -1,10 +1,12 @@
-"""Starting the state hosts: a background barrier job of one long task per key partition, placed by Spark.
+"""Starting the state hosts, and a new host for a partition whose host was lost: a background job of one long task
+per key partition, placed by Spark.
 
-Spark schedules the tasks on executors all at once (barrier mode), fails them together, and tells each task its
-executor's address; each host reports its Flight location to the driver's registry (a socket only hosts with the
-launch's key can use). The job runs in a thread of its own under a job group, so stopping the hosts is one
-cancellation. Before the job starts, the cluster must offer the hosts' slots plus one for the query's tasks:
-Spark would otherwise retry the barrier job for minutes before it fails.
+Each task reports its host's Flight location to the driver's registry (a socket only hosts with the launch's key can
+use), which stays open while the hosts run. When a host is lost, Spark runs its task again (an executor lost) or the
+driver kills the task attempt of a host that stopped answering, and Spark runs it again: either way the new attempt
+reports, and :meth:`HostGroup.replacement` hands it over. The job runs in a thread of its own under a job group, so
+stopping the hosts is one cancellation. Before the job starts, the cluster must offer the hosts' slots plus one for
+the query's tasks.
 """
 
 from __future__ import annotations
@@ -38,13 +40,19 @@ def task_slots(sc: SparkContext) -> int:
 
 
 def check_cluster(sc: SparkContext, hosts: int, wait_s: float) -> None:
-    """Refuse a cluster that cannot hold ``hosts`` hosts and the query's tasks: dynamic allocation on, or fewer than
-    ``hosts`` + 1 task slots within ``wait_s`` seconds (executors register after the session starts)."""
-    if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+    """Refuse a cluster that cannot hold ``hosts`` hosts and the query's tasks: dynamic allocation or speculation on,
+    or fewer than ``hosts`` + 1 task slots within ``wait_s`` seconds (executors register after the session starts)."""
+    conf = sc.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         raise ConfigError(
             f"{PLACEMENT_KEY}=executors, but spark.dynamicAllocation.enabled=true: the state hosts hold their "
-            f"executors for the query's life and Spark's barrier jobs refuse dynamic allocation. Set "
+            f"executors for the query's life, and dynamic allocation would count them as busy forever. Set "
             f"spark.dynamicAllocation.enabled=false and a fixed spark.executor.instances"
+        )
+    if conf.get("spark.speculation", "false").lower() == "true":
+        raise ConfigError(
+            f"{PLACEMENT_KEY}=executors, but spark.speculation=true: Spark would start second copies of the state "
+            f"hosts' long tasks. Set spark.speculation=false (a lost host is replaced by misa, not by speculation)"
         )
     slots = task_slots(sc)
     needed = f"{PLACEMENT_KEY}=executors needs {hosts} task slot(s) for the state hosts (spark.misa.state.processes) "
@@ -66,7 +74,8 @@ def check_cluster(sc: SparkContext, hosts: int, wait_s: float) -> None:
 
 
 class HostGroup:
-    """The hosts of one launch: started by :meth:`start`, stopped by :meth:`cancel`."""
+    """The hosts of one launch: started by :meth:`start`, a lost one replaced by :meth:`replacement`, all stopped by
+    :meth:`cancel`."""
 
     def __init__(self, spark: SparkSession, config: MisaConfig, operator: bytes, dfs_urls: list[str]):
         self.sc = spark.sparkContext
@@ -78,6 +87,9 @@ class HostGroup:
         self._group = ""
         self._job: threading.Thread | None = None
         self._job_error: list[BaseException] = []
+        self._registry: Listener | None = None
+        self._reports: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        self._fresh: dict[int, HostAddress] = {}  # hosts that reported and were not taken yet, by partition
 
     def start(self) -> list[HostAddress]:
         """Start one host per partition and wait until every one reported its address (or a failure)."""
@@ -87,84 +99,104 @@ class HostGroup:
         conf = self.sc.getConf()
         driver_host = conf.get("spark.driver.host", "localhost")
         bind = conf.get("spark.driver.bindAddress", driver_host)  # the driver's own interface, as Spark binds
-        with Listener((bind, 0), authkey=key) as registry:
-            launch = HostLaunch(
-                self.config,
-                self.operator,
-                self.dfs_urls,
-                self.config.state_dir,
-                (driver_host, registry.address[1]),
-                key,
-                uuid.uuid4().hex[:12],
-            )
-            self._group = f"misa-state-hosts-{launch.launch_id}"
-            self._job_error = []
-            self._job = threading.Thread(target=self._run_job, args=(launch,), name=self._group, daemon=True)
-            self._job.start()
-            reports = self._gather(registry, count)
-        failed = [(p, exc) for status, p, exc in reports if status == "error"]
-        if failed:
-            self.cancel()
-            partition, exc = failed[0]
-            exc.add_note(f"(in the state host of partition {partition}, while it started)")
-            raise exc
-        self.addresses = sorted((address for _, _, address in reports), key=lambda a: a.partition)
+        self._registry = registry = Listener((bind, 0), authkey=key)
+        self._reports = queue.Queue()
+        threading.Thread(
+            target=self._accept, args=(registry, self._reports), name="misa-host-registry", daemon=True
+        ).start()
+        launch = HostLaunch(
+            self.config,
+            self.operator,
+            self.dfs_urls,
+            self.config.state_dir,
+            (driver_host, registry.address[1]),
+            key,
+            uuid.uuid4().hex[:12],
+        )
+        self._group = f"misa-state-hosts-{launch.launch_id}"
+        self._job_error = []
+        self._job = threading.Thread(target=self._run_job, args=(launch,), name=self._group, daemon=True)
+        self._job.start()
+        self._fresh = {}
+        while len(self._fresh) < count:
+            self._next_report(f"{count - len(self._fresh)} of {count} state host(s) did not start")
+        self.addresses = [self._fresh.pop(p) for p in range(count)]
         return self.addresses
 
+    def replacement(self, lost: HostAddress) -> HostAddress:
+        """The new host of ``lost``'s partition: its task attempt is killed (a host that stopped answering; one whose
+        executor is gone is run again by Spark anyway), and the next attempt's report is awaited."""
+        try:
+            self.sc._jsc.sc().killTaskAttempt(lost.task_attempt, True, "misa: the state host stopped answering")  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - the attempt already ended (its executor is gone)
+            log.debug("task attempt %d of partition %d was not running", lost.task_attempt, lost.partition)
+        while True:
+            address = self._fresh.pop(lost.partition, None)
+            if address is not None and address.task_attempt != lost.task_attempt:
+                self.addresses[lost.partition] = address
+                return address
+            self._next_report(f"no new state host for partition {lost.partition}")
+
+    def _accept(self, registry: Listener, reports: queue.Queue) -> None:
+        """Put every host's report in ``reports`` until the registry closes."""
+        while True:
+            try:
+                with registry.accept() as connection:
+                    reports.put(connection.recv())
+            except Exception:  # noqa: BLE001 - the registry closed, or a caller without the key or hung up
+                if registry is not self._registry:
+                    return
+
+    def _next_report(self, failing: str) -> None:
+        """Wait for the next host's report and keep its address as its partition's newest host not yet taken; a host
+        that failed to start, no report within the start timeout, or a job that ended fails with ``failing`` and
+        the cause."""
+        deadline = time.monotonic() + self.config.state_host_start_s
+        while True:
+            try:
+                status, partition, value = self._reports.get(timeout=_POLL_S)
+            except queue.Empty:
+                if self._job_error or time.monotonic() > deadline:
+                    self.cancel()
+                    cause = self._job_error[0] if self._job_error else None
+                    raise StateWorkerError(
+                        f"{failing} "
+                        + (
+                            f"(Spark failed the hosts' job: {str(cause).splitlines()[0]})"
+                            if cause
+                            else f"within {self.config.state_host_start_s:g} s (spark.misa.state.hostStartTimeout)"
+                        )
+                        + ": see the executors' logs"
+                    ) from cause
+                continue
+            if status == "error":
+                self.cancel()
+                value.add_note(f"(in the state host of partition {partition}, while it started)")
+                raise value
+            self._fresh[partition] = value
+            return
+
     def _run_job(self, launch: HostLaunch) -> None:
-        """The barrier job (its thread): returns when every host closed, or Spark failed or cancelled it."""
+        """The hosts' job (its thread): returns when every host closed, or Spark failed or cancelled it."""
         count = len(self.dfs_urls)
         self.sc.setJobGroup(self._group, f"misa state hosts ({count} key partitions)", interruptOnCancel=True)
         try:
-            self.sc.parallelize(range(count), count).barrier().mapPartitions(partial(run_host, launch)).collect()
+            self.sc.parallelize(range(count), count).mapPartitions(partial(run_host, launch)).collect()
         except Exception as exc:  # noqa: BLE001 - the hosts' failure, shown by whoever waits for them
             self._job_error.append(exc)
 
-    def _gather(self, registry: Listener, count: int) -> list[tuple[str, int, Any]]:
-        """Every host's report, in arrival order; a host that does not report within the start timeout, or a job
-        that ends first, fails the start."""
-        reports: queue.Queue[tuple[str, int, Any]] = queue.Queue()
-
-        def accept() -> None:
-            try:
-                for _ in range(count):
-                    with registry.accept() as connection:
-                        reports.put(connection.recv())
-            except OSError:  # the registry closed: the start gave up
-                return
-
-        threading.Thread(target=accept, name="misa-host-registry", daemon=True).start()
-        got: list[tuple[str, int, Any]] = []
-        deadline = time.monotonic() + self.config.state_host_start_s
-        while len(got) < count:
-            try:
-                got.append(reports.get(timeout=_POLL_S))
-                continue
-            except queue.Empty:
-                pass
-            if self._job_error or time.monotonic() > deadline:
-                self.cancel()
-                cause = self._job_error[0] if self._job_error else None
-                raise StateWorkerError(
-                    f"{count - len(got)} of {count} state host(s) did not start "
-                    + (
-                        f"(Spark failed their barrier job: {str(cause).splitlines()[0]})"
-                        if cause
-                        else f"within {self.config.state_host_start_s:g} s (spark.misa.state.hostStartTimeout)"
-                    )
-                    + ": see the executors' logs"
-                ) from cause
-        return got
-
     def cancel(self) -> None:
-        """Stop the hosts' barrier job (its tasks are killed) and wait for it to end."""
+        """Stop the hosts' job (its tasks are killed) and wait for it to end."""
         if self._job is None:
             return
         self.sc.cancelJobGroup(self._group)
         self.join()
 
     def join(self) -> None:
-        """Wait for the hosts' job to end (every host closed, or the job was cancelled)."""
+        """Wait for the hosts' job to end (every host closed, or the job was cancelled); close the registry."""
         if self._job is not None:
             self._job.join(30.0)
             self._job = None
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            registry.close()

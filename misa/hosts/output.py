@@ -9,7 +9,7 @@ one Arrow table fetched by the driver.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -22,11 +22,13 @@ from misa.parallel.routing import concatenated
 
 @dataclass(frozen=True)
 class HostRows:
-    """The output each host left (``outputs[i]`` on the host at ``locations[i]``; ``key``: the hosts' launch's)."""
+    """The output each host left (``outputs[i]`` on the host at ``locations[i]``; ``key``: the hosts' launch's);
+    ``recovered`` replaces the hosts lost since and gives the rows where they are now (None: no host was lost)."""
 
     locations: tuple[str, ...]
     outputs: tuple[Output, ...]
     key: bytes
+    recovered: Callable[[], HostRows | None] | None = None
 
     @property
     def num_rows(self) -> int:

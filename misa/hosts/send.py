@@ -37,6 +37,7 @@ class Sending:
     schema: bytes
     keys_of: KeysOf
     latest_of: str | None = None
+    only: int | None = None  # send only this host's rows (a new host catching up); None: every host's
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def send_rows(
             table = pa.Table.from_batches([batch]).cast(schema)
             partition = partition_of_rows(sending.keys_of(table), table.num_rows, hosts)
             for host, part in enumerate(split(table, partition, hosts)):
-                if not part.num_rows:
+                if not part.num_rows or sending.only not in (None, host):
                     continue
                 if host not in writers:
                     client = flight.FlightClient(sending.locations[host])
@@ -113,17 +114,25 @@ def _larger(a: int | None, b: int | None) -> int | None:
 
 
 def send_frame(
-    frame: DataFrame, locations: Sequence[str], key: bytes, keys_of: KeysOf, latest_of: str | None = None
+    frame: DataFrame,
+    locations: Sequence[str],
+    key: bytes,
+    keys_of: KeysOf,
+    latest_of: str | None = None,
+    only: int | None = None,
+    token: str | None = None,
 ) -> Sent:
-    """Run ``frame``'s job with every task sending its rows to their hosts: each host's inbox reference (the
-    accepted task attempts' streams), the rows sent and the largest value of column ``latest_of``."""
+    """Run ``frame``'s job with every task sending its rows to their hosts (``only``: to that host alone) under
+    ``token`` (None: a new one): each host's inbox reference (the accepted task attempts' streams), the rows sent and
+    the largest value of column ``latest_of``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     large = frame.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
     schema = to_arrow_schema(
         frame.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC", prefers_large_types=large
     )
-    sending = Sending(tuple(locations), key, uuid.uuid4().hex, schema.serialize().to_pybytes(), keys_of, latest_of)
+    wire = schema.serialize().to_pybytes()
+    sending = Sending(tuple(locations), key, token or uuid.uuid4().hex, wire, keys_of, latest_of, only)
     sent = frame.mapInArrow(lambda batches: send_partition(sending, batches), SENT_SCHEMA).collect()
     sources: list[list[tuple[int, int]]] = [[] for _ in locations]
     for row in sorted(sent, key=lambda r: r.spark_partition):

@@ -155,12 +155,19 @@ class BatchLoop:
 
     def _deliver(self, batch_id: int, output: pa.Table | HostRows, batch: DataFrame) -> None:
         """Hand the batch's output to the sink: rows still on the state hosts go as a DataFrame read from them to a
-        sink that writes DataFrames, else as a table fetched by the driver."""
-        if isinstance(output, HostRows):
-            if isinstance(self.sink, FrameSink) and output.num_columns:
-                self.sink.write_frame(batch_id, output.frame(batch.sparkSession))
-                return
-            output = output.table()
+        sink that writes DataFrames, else as a table fetched by the driver; a host lost meanwhile is replaced and the
+        output written again (the sinks replace a batch's output by its id)."""
+        while isinstance(output, HostRows):
+            try:
+                if isinstance(self.sink, FrameSink) and output.num_columns:
+                    self.sink.write_frame(batch_id, output.frame(batch.sparkSession))
+                    return
+                output = output.table()
+            except Exception:
+                again = output.recovered() if output.recovered else None
+                if again is None:  # no host was lost: the sink's own failure
+                    raise
+                output = again  # a lost host's partition made its output again on its new host: write it all again
         self.sink(batch_id, output)
 
     def _typed(self, output: pa.Table | HostRows) -> pa.Table | HostRows:

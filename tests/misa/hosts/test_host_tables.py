@@ -1,6 +1,8 @@
 """What a state host holds (the streams Spark's tasks put, taken as Spark accepted them, and the output it leaves),
 and whom it serves."""
 
+import threading
+
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
@@ -111,15 +113,17 @@ def test_a_tasks_rows_reach_their_hosts_split_by_key_with_each_hosts_latest_valu
         assert sorted(hosts[h].take(inbox("t1", (3, 1)))["n"].to_pylist()) == expected[h]
 
 
-def test_a_sending_to_a_host_that_is_gone_fails_before_any_spark_job_runs():
+def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs():
     """After an executor's loss every task of the delta job failed to reach its host and Spark retried each
-    (``misa bench recovery --cases executor``: 15 to 20 s before the batch failed); the pool pings its hosts first."""
+    (``misa bench recovery --cases executor``: 15 to 20 s); the pool pings its hosts first and asks for a new host of
+    the lost partition only. Here none comes: the sending fails naming the partition, and no job was planned."""
     import socket
 
     from misa.config import MisaConfig
     from misa.exceptions import StateWorkerError
     from misa.hosts.client import HostPool
     from misa.hosts.host_task import HostAddress
+    from misa.hosts.journal import HostJournal
 
     key = b"k" * 32
     live = StateHostServer("grpc+tcp://127.0.0.1:0", None, HostTables(), key)
@@ -127,23 +131,36 @@ def test_a_sending_to_a_host_that_is_gone_fails_before_any_spark_job_runs():
         probe.bind(("127.0.0.1", 0))
         gone = probe.getsockname()[1]
     locations = [f"grpc+tcp://127.0.0.1:{live.port}", f"grpc+tcp://127.0.0.1:{gone}"]
+    asked: list[int] = []
+
+    class Group:
+        def replacement(self, lost: HostAddress) -> HostAddress:
+            asked.append(lost.partition)
+            raise StateWorkerError(f"no new state host for partition {lost.partition}")
+
     pool = object.__new__(HostPool)
     pool.config = MisaConfig.from_mapping({})
-    pool.group = type("Group", (), {"key": key})()
+    pool.group = Group()
+    pool.group.key = key
     pool.locations = [(f"partition {i}", "") for i in range(2)]
     pool.addresses = [HostAddress(i, loc, "localhost", 100 + i) for i, loc in enumerate(locations)]
+    pool.journal = HostJournal()
     pool._clients = [flight.FlightClient(loc) for loc in locations]
+    pool._losses = {}
     pool._broken = None
+    pool._lock = threading.RLock()
 
     class NoJob:
         def __getattr__(self, name: str) -> None:
             pytest.fail(f"a Spark job was planned ({name})")
 
     try:
-        with pytest.raises(StateWorkerError, match=r"state host of partition 1 .* failed while answering"):
+        with pytest.raises(StateWorkerError, match=r"no new state host for partition 1"):
             pool.send(NoJob(), lambda t: [t["k"]])  # type: ignore[arg-type]
+        assert asked == [1]  # the live host's partition stays where it is
         with pytest.raises(StateWorkerError):  # the pool stays broken until a restart
             pool.send(NoJob(), lambda t: [t["k"]])  # type: ignore[arg-type]
+        assert asked == [1]
     finally:
         for client in pool._clients:
             client.close()
