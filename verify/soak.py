@@ -10,8 +10,9 @@ state hosts on the two executors of a ``local-cluster``, whose failpoints fire i
   (``MISA_FAILPOINTS``) or of the whole spark-submit process group after a random delay, or, in an
   iteration with state worker processes, of one worker after a random delay (the driver must fail the
   batch and exit on its own); with the state on the executors, also of an executor JVM at a random hit of a
-  failpoint in its state host (``killexecutor``) or after a random delay (the driver must fail the batch and exit on
-  its own, or finish when the executor held no host); then a run without kills that must finish.
+  failpoint in its state host (``killexecutor``) or after a random delay: the lost host's partition moves to a new
+  host and the run must finish (exit 0; a query that fails counts as a failure); then a run without kills that must
+  finish.
 * ``moved``: the same kills, but every run after a kill starts on "another machine": a new, empty
   local state dir (``--state-dir``), so it recovers from the DFS.
 * ``damaged``: the same kills, then one byte of a random SST or meta file on the DFS flipped, or
@@ -58,7 +59,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import fsspec
 import pyspark
 
-from common.failpoints import ENV_VAR, FAILPOINTS, LOG_VAR
+from common.failpoints import ENV_VAR, FAILPOINTS, LOG_VAR, ONCE_VAR
 from common.location import local_location
 from jobs.cluster_monitoring import KEY_COLUMNS as CM_KEYS
 from jobs.gen.cm import generate_cm
@@ -458,6 +459,9 @@ def run_attempt(
     timed = kill is not None and kill.point is None
     until = min(deadline, started + kill.delay_s) if timed else deadline
     told = log.with_suffix(".failpoints")  # what failpoints did, state hosts' included (their stderr is the executor's)
+    once = log.with_suffix(".fired")  # a kill fires once: not again in the host that takes a killed one's partition
+    shutil.rmtree(once, ignore_errors=True)
+    once.mkdir(parents=True)
     with log.open("w") as out:
         proc = subprocess.Popen(
             cmd,
@@ -465,6 +469,7 @@ def run_attempt(
                 **env,
                 ENV_VAR: ";".join(filter(None, [kill.failpoints if kill else "", failpoints])),
                 LOG_VAR: str(told),
+                ONCE_VAR: str(once),
             },
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -547,6 +552,12 @@ def outcome(run: Run, attempt: Attempt, damaged: str | None) -> tuple[str, str] 
     was damaged: ``refused``); None when the run ended as planned: exit 0, its kill fired, or an accepted refusal."""
     if attempt.exit is None:
         return "hang", f"{attempt.log.name} still running at the iteration timeout\n{attempt.tail()}"
+    executor_lost = run.kill is not None and (run.kill.executor or run.kill.action == "killexecutor")
+    if attempt.fired and executor_lost and attempt.exit != 0:
+        return "error", (
+            f"the run {run} exited with {attempt.exit} after its executor kill ({attempt.log.name}): a lost executor "
+            f"must move its hosts' partitions, not fail the query\n{attempt.tail()}"
+        )
     if attempt.fired or attempt.exit == 0:
         return None
     message = attempt.refusal

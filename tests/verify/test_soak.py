@@ -280,7 +280,8 @@ def test_a_host_failpoint_kill_is_seen_in_the_failpoints_log(tmp_path):
 
 
 def test_an_executor_kill_takes_one_executor_and_lets_the_driver_end_by_itself(tmp_path):
-    """The kill finds an executor JVM by its main class in the run's process group, and waits for the driver."""
+    """The kill finds an executor JVM by its main class in the run's process group, and waits for the driver, which
+    must finish: a query that fails after losing an executor is an error (its hosts' partitions must move)."""
     pid_file = tmp_path / "executor.pid"
     code = (
         "import subprocess, sys, time\n"
@@ -293,7 +294,10 @@ def test_an_executor_kill_takes_one_executor_and_lets_the_driver_end_by_itself(t
     attempt = soak.run_attempt(python(code), {}, tmp_path / "log", time.monotonic() + 60, kill)
     assert (attempt.fired, attempt.exit, attempt.label) == (True, 3, "an executor after 1.0s")
     assert_dead(int(pid_file.read_text()))
-    assert soak.outcome(soak.Run(str(kill), kill), attempt, None) is None
+    result, detail = soak.outcome(soak.Run(str(kill), kill), attempt, None)
+    assert result == "error" and "must move its hosts' partitions, not fail the query" in detail
+    finished = soak.Attempt(attempt.label, True, 0, attempt.seconds, attempt.log)
+    assert soak.outcome(soak.Run(str(kill), kill), finished, None) is None
     assert soak.kill_kind(attempt.label) == "timed executor"
     assert soak.kill_kind("dfs.put#2 (executor)") == "dfs.put (executor)" and soak.kill_kind("after 3s") == "timed"
 
