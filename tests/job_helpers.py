@@ -9,12 +9,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
 import pyspark
 
+from common.failpoints import ONCE_VAR
 from misa.io.sink import final_results, read_batches
 from verify.output_diff import Output, diff_rows, read_output
 
@@ -79,7 +81,8 @@ def spark_submit_command(
     conf: dict[str, str] | None = None,
     master: str = "local[2]",
 ) -> tuple[list[str], dict[str, str]]:
-    """The spark-submit command line running ``job`` with ``args``, and its environment."""
+    """The spark-submit command line running ``job`` with ``args``, and its environment: a failpoint's kill or stop
+    fires once per command (``MISA_FAILPOINTS_ONCE``: not again in a state host that took a killed one's place)."""
     confs = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
@@ -98,6 +101,8 @@ def spark_submit_command(
     env = dict(
         os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, MISA_FAILPOINTS=failpoints
     )
+    if failpoints:
+        env[ONCE_VAR] = tempfile.mkdtemp(prefix="misa-failpoints-fired-")
     return cmd, env
 
 

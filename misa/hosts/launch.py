@@ -127,7 +127,8 @@ class HostGroup:
         """The new host of ``lost``'s partition: its task attempt is killed (a host that stopped answering; one whose
         executor is gone is run again by Spark anyway), and the next attempt's report is awaited."""
         try:
-            self.sc._jsc.sc().killTaskAttempt(lost.task_attempt, True, "misa: the state host stopped answering")  # type: ignore[union-attr]
+            why = f"misa: the state host of partition {lost.partition} was lost; its partition moves to a new host"
+            self.sc._jsc.sc().killTaskAttempt(lost.task_attempt, True, why)  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001 - the attempt already ended (its executor is gone)
             log.debug("task attempt %d of partition %d was not running", lost.task_attempt, lost.partition)
         while True:

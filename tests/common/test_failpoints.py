@@ -64,3 +64,15 @@ def test_kill_at_the_nth_hit():
         [sys.executable, "-c", code], env={"MISA_FAILPOINTS": "dfs.put=kill(3)"}, capture_output=True, text=True
     )
     assert done.returncode == -9 and done.stdout.split() == ["0", "1", "2"]
+
+
+def test_a_kill_fires_once_among_the_processes_sharing_the_once_folder(tmp_path):
+    """A state host that takes a killed host's place counts its hits from 0: with MISA_FAILPOINTS_ONCE the kill at
+    the 3rd hit fires in the first process only."""
+    code = "from common import failpoints\nfor i in range(5):\n    print(i, flush=True); failpoints.hit('dfs.put')"
+    env = {"MISA_FAILPOINTS": "dfs.put=kill(3)", failpoints.ONCE_VAR: str(tmp_path)}
+    first, second = (
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True) for _ in "ab"
+    )
+    assert first.returncode == -9 and first.stdout.split() == ["0", "1", "2"]
+    assert second.returncode == 0 and second.stdout.split() == ["0", "1", "2", "3", "4"]

@@ -21,7 +21,7 @@ from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output
 from job_helpers import executor_logs, job_args, spark_submit_command
 from test_processes import WORKER_CHAIN
 
-from common.failpoints import LOG_VAR, ONCE_VAR
+from common.failpoints import LOG_VAR
 from jobs import cluster_monitoring
 from jobs.gen.cm import generate_cm
 from jobs.gen.parts import LateArrivals
@@ -67,20 +67,14 @@ class Run:
 
 
 def on_cluster(data: Path, run_dir: Path, failpoints: str = "", conf: dict[str, str] | None = None, *extra: str) -> Run:
-    """CM2 in misa mode submitted to a local cluster, its state on the executors (``extra``: more job arguments); a
-    failpoint's kill or stop fires once in the run, not again in the host that replaces the one it hit."""
+    """CM2 in misa mode submitted to a local cluster, its state on the executors (``extra``: more job arguments)."""
     conf = {**ON_EXECUTORS, **(conf or {})}
     cmd, env = spark_submit_command(
         cluster_monitoring, [*job_args("cm2", "misa", data, run_dir), *extra], failpoints, conf, CLUSTER
     )
     told = run_dir / "failpoints.log"
     told.unlink(missing_ok=True)
-    once = run_dir / "failpoints-fired"
-    once.mkdir(parents=True, exist_ok=True)
-    for fired in once.iterdir():
-        fired.unlink()
-    env = {**env, LOG_VAR: str(told), ONCE_VAR: str(once)}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**env, LOG_VAR: str(told)}, timeout=900)
     failpoints_told = told.read_text() if told.exists() else ""
     return Run(done.returncode, done.stdout + done.stderr, executor_logs(done.stderr) + failpoints_told)
 
