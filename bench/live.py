@@ -50,6 +50,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from bench.live_stats import (
     Arrival,
+    after_kill,
     backlog_at,
     batch_ends,
     batch_latency,
@@ -57,6 +58,7 @@ from bench.live_stats import (
     file_batches,
     weighted_percentile,
 )
+from bench.processes import kill_executor
 from bench.regimes import DEFAULT_TOOLS, DiskSampler, RedisProxy, Regimes, RemoteDfs, SlowVolume
 from bench.runs import DIFFERS, SAME, submit_command, submit_env
 from bench.same_output import Check, compare_settled, differ_exit, settled_keys
@@ -113,6 +115,7 @@ class LiveRun:
     arrivals: list[Arrival] = field(default_factory=list)
     feed_stopped: float = 0.0
     stopped: float = 0.0
+    executor_killed: float | None = None  # when an executor JVM was SIGKILLed (--kill-executor-at)
     disk: DiskSampler | None = None  # the state volume's reads, sampled during the run
 
     @property
@@ -145,6 +148,9 @@ class LiveRun:
             "unfinished_files": sum(1 for a in self.arrivals if batch_of.get(a.name) not in ends),
             "device_reads_per_batch": self.device_reads_per_batch(warmup),
         }
+        if self.executor_killed is not None:
+            row["executor_killed_at_s"] = self.executor_killed - self.arrivals[0].at if self.arrivals else None
+            row.update(after_kill(metrics, self.executor_killed))
         # held: batches within the trigger, and no more waiting than one batch running and one trigger's arrivals
         row["sustained"] = bool(
             row["batch_p99"] is not None and row["batch_p99"] <= trigger_s and files <= 2 * trigger_s + 1
@@ -190,6 +196,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME=DIR",
         help="where Spark's checkpoint and the durable state go, repeatable (default local=WORK/local)",
+    )
+    p.add_argument(
+        "--kill-executor-at",
+        type=float,
+        metavar="SECONDS",
+        help="SIGKILL one executor JVM this long after the input starts (a local-cluster --master); the table then "
+        "gives each run's batches in the minute after the kill",
     )
     p.add_argument(
         "--reference-target",
@@ -426,6 +439,8 @@ def _measure(
     stop_sampling = _sample_disk(live, env)
     try:
         _wait_started(live.folder / "checkpoint", process)
+        if args.kill_executor_at is not None:
+            _kill_executor_later(live, process, args.kill_executor_at)
         _feed(files, feed, live)
         live.feed_stopped = time.time()
         _drain(live, files, 3 * trigger_s, process)
@@ -441,6 +456,18 @@ def _measure(
     if env.volume:  # the next run needs the room
         shutil.rmtree(local, ignore_errors=True)
     return row
+
+
+def _kill_executor_later(live: LiveRun, process: subprocess.Popen, after_s: float) -> None:
+    """SIGKILL an executor JVM of the run's local cluster ``after_s`` seconds from now (the newest; with the state on
+    the executors, each executor runs a state host), on a thread; its time goes to ``live``."""
+
+    def kill() -> None:
+        time.sleep(after_s)
+        if process.poll() is None:
+            live.executor_killed = kill_executor(process)
+
+    threading.Thread(target=kill, name="bench-kill-executor", daemon=True).start()
 
 
 def _sample_disk(live: LiveRun, env: Environment) -> Callable[[], None]:
@@ -559,6 +586,11 @@ def _line(row: dict) -> str:
         f"{row['query']} {row['target']} {_mode(row):>14} {row['rate']:>7.0f}/s: batch p50 {s(row['batch_p50'])} "
         f"p99 {s(row['batch_p99'])} s, e2e p50 {s(row['e2e_p50'])} p99 {s(row['e2e_p99'])} s, backlog "
         f"{row['backlog_files']} files, {'sustained' if row['sustained'] else 'NOT sustained'}"
+        + (
+            f"; the minute after the executor kill: {row['kill_batches']} batches, p99 {s(row['kill_batch_p99'])} s"
+            if "kill_batches" in row
+            else ""
+        )
     )
 
 
@@ -624,6 +656,16 @@ def markdown(rows: list[dict], capacity: bool, notes: Sequence[str] = ()) -> str
             f"{_count(r['device_reads_per_batch']) if r.get('device_reads_per_batch') is not None else 'n/a'} | "
             f"{r.get('output', '-')} |"
         )
+    killed = [r for r in rows if "kill_batches" in r]
+    if killed:
+        lines += ["", "The minute after an executor JVM was SIGKILLed (batches that started in it):", ""]
+        lines += ["| query | target | mode | rate | killed at (s) | batches | batch p99 (s) | largest batch (s) |"]
+        lines += ["| --- | --- | --- | --- |" + " ---: |" * 4]
+        for r in killed:
+            lines.append(
+                f"| {r['query']} | {r['target']} | {_mode(r)} | {r['rate']:.0f} | {s(r['executor_killed_at_s'])} | "
+                f"{r['kill_batches']} | {s(r['kill_batch_p99'])} | {s(r['kill_batch_max'])} |"
+            )
     small = [r for r in rows if r.get("sst_bytes") and r["sst_bytes"] < 20 * _memory_bytes(r)]
     if small:
         runs = ", ".join(f"{r['query']} {_mode(r)} {r['rate']:.0f}/s" for r in small)

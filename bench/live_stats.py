@@ -40,6 +40,21 @@ def batch_ends(metrics: Path) -> dict[int, float]:
     return {int(r["batch_id"]): float(r["started"]) + float(r["latency_s"]) for r in records}
 
 
+def after_kill(metrics: Path, killed: float, window_s: float = 60.0) -> dict[str, float | int | None]:
+    """The batches that started within ``window_s`` seconds after an executor was killed at ``killed``: their
+    count, p99 and largest latency, and the first one's end (from the kill, s)."""
+    records, _ = load_metrics(metrics) if metrics.exists() else ([], 0)
+    kept = [r for r in records if killed <= float(r["started"]) <= killed + window_s]
+    latency = np.array([r["latency_s"] for r in kept], float)
+    ended = [float(r["started"]) + float(r["latency_s"]) - killed for r in kept]
+    return {
+        "kill_batches": len(kept),
+        "kill_batch_p99": float(np.percentile(latency, 99)) if len(latency) else None,
+        "kill_batch_max": float(latency.max()) if len(latency) else None,
+        "kill_first_batch_end_s": min(ended) if ended else None,
+    }
+
+
 def end_to_end(
     arrivals: Sequence[Arrival], batch_of: dict[str, int], ends: dict[int, float], stopped: float
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -53,7 +53,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ from typing import Any, Collection, Iterator, Sequence
 
 from bench.live import _stop
 from bench.live_stats import batch_ends, file_batches
+from bench.processes import kill, kill_executor
 from bench.runs import ROOT, submit_command, submit_env
 from bench.same_output import Check, compare_settled, differ_exit, settled_keys
 from checkpoint.manifest import marker_path
@@ -76,7 +76,6 @@ from misa.runtime.spark_log import SparkCheckpointLog
 from misa.state.store import EMPTY_VERSION
 
 MODES = ("misa", "native")
-EXECUTOR = b"CoarseGrainedExecutorBackend"  # an executor JVM's command line
 CASES = ("same", "new", "executor")
 RESTARTS_IN_PLACE = 100  # the runtime's job calls start() again after a failed batch (an executor lost) this often
 PROBE = Path(__file__).resolve().with_name("recovery_probe.py")
@@ -370,67 +369,6 @@ def warm_batch(args: argparse.Namespace, series: Series, warm: Path, batch_id: i
     settle(series, series.last, args)
     record = first_batch_after(series.metrics, batch_id)
     return record["latency_s"] if record else None
-
-
-def kill(process: subprocess.Popen) -> float:
-    """SIGKILL the job's process group (the JVM, the Python driver, its workers) and wait until all are gone;
-    when the signal was sent."""
-    killed = time.time()
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    deadline = time.monotonic() + 30
-    while group_members(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return killed
-
-
-def kill_executor(process: subprocess.Popen, hosts: Sequence[int] = ()) -> float:
-    """SIGKILL an executor JVM in the job's process group (a local cluster's): the one running the last of the state
-    hosts ``hosts`` (pids), else the newest; wait until it is gone; when the signal was sent."""
-    executors = [pid for pid in group_members(process.pid) if EXECUTOR in _cmdline(pid)]
-    if not executors:
-        raise RuntimeError("no executor JVM in the job's process group: is --master a local-cluster?")
-    holding = [pid for pid in executors if any(pid in _ancestors(host) for host in hosts)]
-    victim = max(holding or executors)
-    killed = time.time()
-    os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while victim in group_members(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return killed
-
-
-def _ancestors(pid: int) -> list[int]:
-    """``pid``'s parent, its parent, and so on (none once a process has ended)."""
-    chain = []
-    while pid > 1:
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            break
-        chain.append(pid)
-    return chain
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # it ended
-        return b""
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``, from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry.name))
-    return members
 
 
 def wait_read(names: Sequence[str], series: Series, timeout_s: float) -> int:

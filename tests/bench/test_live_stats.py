@@ -9,6 +9,7 @@ import pytest
 from bench.live import Variant
 from bench.live_stats import (
     Arrival,
+    after_kill,
     backlog_at,
     batch_ends,
     batch_latency,
@@ -107,3 +108,12 @@ def test_a_variant_is_a_name_and_its_settings_and_a_bad_one_says_the_form():
     for bad in ("pf", "pf:", ":a=b", "pf:novalue"):
         with pytest.raises(argparse.ArgumentTypeError, match="NAME:KEY=VALUE"):
             Variant.parse(bad)
+
+
+def test_the_minute_after_an_executor_kill_takes_the_batches_that_started_in_it(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    batches = [(0, 90.0, 1.0), (1, 100.5, 6.0), (2, 107.0, 2.0), (3, 170.0, 1.0)]  # killed at 100: 1 and 2 count
+    metrics.write_text("\n".join(json.dumps({"batch_id": b, "started": s, "latency_s": d}) for b, s, d in batches))
+    stats = after_kill(metrics, killed=100.0)
+    assert stats["kill_batches"] == 2 and stats["kill_batch_max"] == 6.0
+    assert stats["kill_batch_p99"] == pytest.approx(5.96) and stats["kill_first_batch_end_s"] == pytest.approx(6.5)

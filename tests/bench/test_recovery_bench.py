@@ -9,13 +9,12 @@ import time
 
 import pytest
 
+from bench.processes import group_members, kill
 from bench.recovery import (
     PHASES,
     RECOVERY_STEPS,
     Series,
     executor_phases,
-    group_members,
-    kill,
     line,
     markdown,
     phases,
