@@ -99,6 +99,15 @@ class Settings:
         "With placement executors: how long the start waits for the cluster to offer the hosts' task slots and for "
         "every host to start and report its address.",
     )
+    state_host_output_driver_rows: int = setting(
+        "spark.misa.state.hostOutputDriverRows",
+        "100000",
+        integer(0),
+        "With placement executors: a batch's output of at most this many rows is fetched from the hosts by the driver "
+        "and handed to the sink as a table, as in the driver placement (no second Spark job for the sink's read); "
+        "a larger output goes to a sink that writes DataFrames as a DataFrame Spark's tasks read from the hosts. 0: "
+        "always the DataFrame.",
+    )
     state_host_max_failures: int = setting(
         "spark.misa.state.hostMaxFailures",
         "4",

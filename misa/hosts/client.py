@@ -348,7 +348,9 @@ class HostPool:
         """The output rows the hosts left, where they are: ``outputs`` of the hosts' replies, but a new host's own
         (it made the batch's output again while catching up); with a way to find them again after a host's loss."""
         now = [mine or given for mine, given in zip(self._outputs, outputs)] if self._outputs else list(outputs)
-        return HostRows(tuple(a.location for a in self.addresses), tuple(now), self.group.key, self.recovered_rows)
+        locations = tuple(a.location for a in self.addresses)
+        driver_rows = self.config.state_host_output_driver_rows
+        return HostRows(locations, tuple(now), self.group.key, self.recovered_rows, driver_rows)
 
     def discard(self, refs: Sequence[Inbox]) -> None:
         """Drop a sending the hosts never took (its batch failed first)."""

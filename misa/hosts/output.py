@@ -2,8 +2,9 @@
 
 A sink that writes DataFrames (:class:`~misa.io.dataframe_sink.FrameSink`: ``DataFrameSink``, ``from_query``'s
 output) gets them as a DataFrame that Spark's tasks read from the hosts (one task per host, over Flight), so the rows
-go from the hosts to the sink's writers without passing the driver; any other sink, a Python callable, gets them as
-one Arrow table fetched by the driver.
+go from the hosts to the sink's writers without passing the driver; any other sink, a Python callable, and any sink
+of an output of at most ``spark.misa.state.hostOutputDriverRows`` rows, gets them as one Arrow table fetched by the
+driver (for a small output that fetch costs less than the Spark job that would read it).
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ from misa.parallel.routing import concatenated
 @dataclass(frozen=True)
 class HostRows:
     """The output each host left (``outputs[i]`` on the host at ``locations[i]``; ``key``: the hosts' launch's);
-    ``recovered`` replaces the hosts lost since and gives the rows where they are now (None: no host was lost)."""
+    ``recovered`` replaces the hosts lost since and gives the rows where they are now (None: no host was lost);
+    up to ``driver_rows`` rows the driver fetches them for the sink (:attr:`by_driver`)."""
 
     locations: tuple[str, ...]
     outputs: tuple[Output, ...]
     key: bytes
     recovered: Callable[[], HostRows | None] | None = None
+    driver_rows: int = 0
+
+    @property
+    def by_driver(self) -> bool:
+        """Whether the driver fetches the rows (few: a Spark job to read them would cost more than the fetch)."""
+        return self.num_rows <= self.driver_rows
 
     @property
     def num_rows(self) -> int:

@@ -155,11 +155,11 @@ class BatchLoop:
 
     def _deliver(self, batch_id: int, output: pa.Table | HostRows, batch: DataFrame) -> None:
         """Hand the batch's output to the sink: rows still on the state hosts go as a DataFrame read from them to a
-        sink that writes DataFrames, else as a table fetched by the driver; a host lost meanwhile is replaced and the
-        output written again (the sinks replace a batch's output by its id)."""
+        sink that writes DataFrames (unless they are few), else as a table fetched by the driver; a host lost
+        meanwhile is replaced and the output written again (the sinks replace a batch's output by its id)."""
         while isinstance(output, HostRows):
             try:
-                if isinstance(self.sink, FrameSink) and output.num_columns:
+                if isinstance(self.sink, FrameSink) and output.num_columns and not output.by_driver:
                     self.sink.write_frame(batch_id, output.frame(batch.sparkSession))
                     return
                 output = output.table()

@@ -165,3 +165,13 @@ def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs(
         for client in pool._clients:
             client.close()
         live.shutdown()
+
+
+def test_an_output_of_few_rows_is_fetched_by_the_driver_and_a_larger_one_read_by_spark():
+    from misa.hosts.output import HostRows
+    from misa.hosts.server import Output
+
+    outputs = (Output("a", 60, b""), Output("b", 50, b""))
+    assert HostRows(("x", "y"), outputs, b"k", driver_rows=110).by_driver
+    assert not HostRows(("x", "y"), outputs, b"k", driver_rows=109).by_driver
+    assert not HostRows(("x", "y"), outputs, b"k", driver_rows=0).by_driver
