@@ -236,9 +236,13 @@ class HostPool:
         journal = self.journal
         if journal.claim is None:
             return  # not claimed yet: the start makes its requests again
+        if journal.base is None:  # the start's recovery was running: its steps are not recorded to redo
+            self._broken = StateWorkerError(
+                f"the state host of partition {index} was lost while the start recovered the state: the start fails; "
+                f"start the query again (its hosts start anew and recover every partition)"
+            )
+            raise self._broken
         self._call(index, "claim", journal.claim)
-        if journal.base is None:
-            return  # the start's recovery is running: its requests are made again
         durable = self._call(index, "call", ("checkpoints", "newest_durable"))
         loaded = EMPTY_VERSION if durable is None else int(durable)
         if loaded < journal.base:
