@@ -352,7 +352,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     _ansi: bool = field(default=False, init=False, repr=False)  # the session's, read by deltas()
     _cells: list[str] | None = field(default=None, init=False, repr=False)  # AggValues.cells of the state
     _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)  # the last deltas', for no_data_batch
-    _batches: int = field(default=0, init=False, repr=False)  # data batches applied (stamps panes' max_by states)
+    _batches: int = field(default=0, init=False, repr=False)  # data batches applied (stamps panes' object states)
 
     def __post_init__(self) -> None:
         if self.output_mode not in OUTPUT_MODES:
