@@ -178,3 +178,13 @@ def test_every_object_aggregate_runs_over_sliding_windows(function):
     op = Aggregation(["g"], [Agg("x", function, "s", other)], event_time="t", window="20s", slide="5s")
     fields = [("g", T.LongType()), ("s", T.StringType()), ("o", T.LongType()), ("t", T.TimestampType())]
     assert op.signature(T.StructType([T.StructField(n, t) for n, t in fields]))["slide"]
+
+
+def test_collect_set_keeps_values_as_sparks_set_does():
+    """Spark 4.3's collect_set keeps -0.0 as 0.0 and one NaN, in arrays too (collect_list keeps them as they are)."""
+    nan = float("nan")
+    scalars = delta_items("collect_set", [-0.0, nan, 0.0, float("nan"), 1.5], [0, 1, 2, 3, 4], 0)
+    assert repr(merged("collect_set", scalars, delta_items("collect_set", [nan], [0], 1))[0]) == "[0.0, nan, 1.5]"
+    arrays = delta_items("collect_set", [[-0.0, nan], [0.0, float("nan")]], [0, 1], 0)
+    assert repr(plain_state("collect_set", arrays)[0]) == "[[0.0, nan]]"
+    assert repr(plain_state("collect_list", delta_items("collect_list", [-0.0], [0], 0))[0]) == "[-0.0]"
