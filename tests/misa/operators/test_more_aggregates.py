@@ -159,12 +159,8 @@ def test_max_by_ties_across_batches_take_the_later_value_as_spark(spark, tmp_pat
     assert got[(1,)] == {"g": 1, "v": "b", "w": "b"}
 
 
-def test_max_by_and_min_by_over_sliding_windows_give_sparks_rows_and_types(spark, tmp_path):
-    """Their states are kept per pane and combined into each window's (refused before: issue 63, item 5)."""
-    check(spark, tmp_path, OBJECTS, "sliding")
-
-
-def test_first_last_and_collect_over_sliding_windows_give_sparks_rows_in_its_order(spark, tmp_path):
-    """Each pane keeps its values stamped with their batch and place, a window's are in Spark's order of its rows
-    (refused before: issue 63, item 5)."""
-    check(spark, tmp_path, ORDERED, "sliding")
+def test_object_aggregates_over_sliding_windows_give_sparks_rows_in_its_order(spark, tmp_path):
+    """Their states are kept per pane and combined into each window's (refused before: issue 63, item 5): max_by's and
+    min_by's, and first's, last's and collect's values stamped with their batch and place, a window's in Spark's order
+    of its rows."""
+    check(spark, tmp_path, OBJECTS + ORDERED, "sliding")
