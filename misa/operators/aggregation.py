@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.config_forms import parse_seconds
-from misa.exceptions import AnalysisError, UnsupportedQueryError
+from misa.exceptions import AnalysisError
 from misa.operators.base import (
     DEFAULT_STORE,
     MAX_EVENT,
@@ -75,7 +75,8 @@ from misa.operators.object_aggs import (
     is_object,
     object_partial,
 )
-from misa.operators.pane_objects import PaneObjects, pane_refusal
+from misa.operators.pane_objects import PaneObjects
+from misa.operators.pane_order import ORDER_FUNCTIONS, PLACE, order_partial, place_column
 from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
@@ -167,12 +168,16 @@ class Agg:
                 "only: cast the column to one of them in the upstream"
             )
 
-    def partials(self, index: int, dtype: T.DataType | None) -> list[Column]:
+    def partials(self, index: int, dtype: T.DataType | None, place: Column | None = None) -> list[Column]:
         """The delta columns of this aggregate (number ``index``) over a group of rows of input type ``dtype``:
         ``_v{index}`` (vectorized; moments: the mean, then the further cells ``_m{index}``, ``_m{index}_1``, ...)
-        or ``_o{index}`` (and ``_r{index}``; :mod:`.object_aggs`), then ``_c{index}``."""
+        or ``_o{index}`` (and ``_r{index}``; :mod:`.object_aggs`), then ``_c{index}``. ``place``: each row's place
+        in the batch, which a pane's first, last and collect functions keep (:mod:`.pane_order`)."""
         other = F.col(self.other) if self.other else None
-        if is_object(self.function, dtype):
+        if place is not None and self.function in ORDER_FUNCTIONS:
+            columns = order_partial(self.function, F.col(self.column), place)
+            named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
+        elif is_object(self.function, dtype):
             assert dtype is not None
             columns = object_partial(self.function, F.col(self.column), dtype, other)
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
@@ -347,7 +352,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     _ansi: bool = field(default=False, init=False, repr=False)  # the session's, read by deltas()
     _cells: list[str] | None = field(default=None, init=False, repr=False)  # AggValues.cells of the state
     _last_schema: pa.Schema | None = field(default=None, init=False, repr=False)  # the last deltas', for no_data_batch
-    _batches: int = field(default=0, init=False, repr=False)  # data batches applied (stamps panes' max_by states)
+    _batches: int = field(default=0, init=False, repr=False)  # data batches applied (stamps panes' object states)
 
     def __post_init__(self) -> None:
         if self.output_mode not in OUTPUT_MODES:
@@ -440,8 +445,11 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         if self.event_time:
             measures += max_event_measures(self.event_time, self.watermark_inputs)
         types = {f.name: f.dataType for f in batch.schema.fields}
+        place = None
+        if self._panes is not None and any(a.function in ORDER_FUNCTIONS for a in self.aggs):
+            batch, place = batch.withColumn(PLACE, place_column()), F.col(PLACE)  # the rows' order, for panes
         for i, agg in enumerate(self.aggs):
-            measures += agg.partials(i, types.get(agg.column))
+            measures += agg.partials(i, types.get(agg.column), place)
         groups: list[Column] = [F.col(c) for c in group_by]
         if not self.window:
             return batch.groupBy(*groups).agg(*measures)
@@ -466,13 +474,6 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
                 agg.check_input(types[agg.column])
                 if agg.other in types:
                     agg.check_other(types[agg.other])
-                reason = pane_refusal(agg.function) if is_object(agg.function, types[agg.column]) else None
-                if self._panes is not None and reason is not None:
-                    raise UnsupportedQueryError(
-                        f"[MISA_UNSUPPORTED_QUERY] aggregate {agg.name} ({agg.function} of "
-                        f"{types[agg.column].simpleString()}) over sliding windows is not in misa yet: "
-                        f"{reason}; use it over tumbling windows or without a window"
-                    )
 
     # ------------------------------------------------------------------ driver side
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
@@ -606,9 +607,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             group_keys = codec.encode(None, [deltas[c].combine_chunks() for c in self.group_by], deltas.num_rows)
             pane_ends, events = deltas[PANE_END].to_numpy(), deltas[MAX_EVENT].to_numpy()
             delta = values.delta_states(deltas)
-            objects = None
-            if panes.objects is not None:
-                objects = panes.objects.stamped(values.objects.delta_states(deltas), self._batches)
+            objects = None if panes.objects is None else panes.objects.delta_states(deltas, self._batches)
             changed = panes.merge(group_keys, pane_ends, delta, events, watermark, state, values.states, objects)
             result.state_reads = len(changed.group_keys)
             if self.output_mode == "update":

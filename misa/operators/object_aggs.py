@@ -63,13 +63,13 @@ def is_object(function: str, dtype: T.DataType | None) -> bool:
     return function in ("sum", "avg") and isinstance(dtype, T.DecimalType)
 
 
-def object_pane_reason(function: str) -> str:
-    """Why misa does not combine ``function``'s states across the panes of a sliding window."""
-    if function in FIRST + LAST:
-        return f"{function} of a window is of its first (last) row in Spark's reading order, which its panes lose"
-    if function in ("collect_list", "collect_set"):
-        return f"{function} of a window lists its rows' values in Spark's reading order, which its panes lose"
-    return f"misa does not combine {function}'s states across panes"
+def check_collect_limit(function: str, name: str, items: int, limit: int) -> None:
+    """Fail the batch when collect_list / collect_set ``name`` of a group holds more than ``limit`` items."""
+    if items > limit:
+        raise CollectLimitError(
+            f"{function} {name}: a group holds more than {limit} items (spark.misa.aggregate.collectMaxItems); "
+            "raise the setting, or bound the group (a window, a coarser key) so its list stays small"
+        )
 
 
 def object_partial(function: str, column: Column, dtype: T.DataType, other: Column | None = None) -> list[Column]:
@@ -151,11 +151,7 @@ class ObjectAgg:
                 total = OVERFLOW
             return [total, n + m]
         merged = x + [v for v in y if v not in x] if f == "collect_set" else x + y
-        if len(merged) > limit:
-            raise CollectLimitError(
-                f"{f} {self.name}: a group holds more than {limit} items (spark.misa.aggregate.collectMaxItems); "
-                "raise the setting, or bound the group (a window, a coarser key) so its list stays small"
-            )
+        check_collect_limit(f, self.name, len(merged), limit)
         return [merged, n + m]
 
     def result(self, state: Any, ansi: bool) -> Any:

@@ -586,13 +586,28 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
-        "`first`, `last`, `any_value`, `collect_list`, `collect_set` over sliding windows",
-        REFUSED,
-        lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.first("s")),
-        note="tumbling windows or no window; the message gives the reason: first/last/any_value of a window are of "
-        "its first (last) row in Spark's reading order, and collect_list/collect_set list its rows' values in that "
-        "order, which its panes lose",
-        refusal="over sliding windows is not in misa yet",
+        "sliding windows: `first`, `last` (ignoring nulls too), `any_value`, `collect_list`, `collect_set`",
+        DIFFERS,
+        lambda r: (
+            watermarked(r)
+            .groupBy(F.window(T, W, "5 seconds"), "k")
+            .agg(F.first("v"), F.last("v", ignorenulls=True), F.any_value("b"), F.collect_list("s"), F.collect_set("d"))
+        ),
+        note="each pane keeps its rows' values stamped with their batch and their place in it (Spark's reading order: "
+        "partition, then row), and a window's value is of its panes' rows in that order, as Spark's is of the "
+        "window's rows; the differences over tumbling windows stay: first/last where Spark aggregates with a sort "
+        "(strings, decimals), collect_set's order, and collect_list's where Spark's hash aggregation falls back to "
+        "sorting past 128 keys in a task, which sliding windows reach sooner (each row is in every window that holds "
+        "it)",
+        covered_by=(
+            "sliding:first:bigint",
+            "sliding:last:bigint",
+            "sliding:first_ignore_nulls:double",
+            "sliding:last_ignore_nulls:boolean",
+            "sliding:any_value:double",
+            "sliding:collect_list:string",
+            "sliding:collect_set:decimal",
+        ),
     ),
     Entry(
         "`count(DISTINCT col)`",

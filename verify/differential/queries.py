@@ -245,6 +245,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_later_forms(random.Random(f"from_query-later-{seed}"), query)
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
         query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
+        query = _with_sliding_order(random.Random(f"from_query-sliding-order-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
@@ -332,6 +333,22 @@ def _with_sliding_objects(rng: random.Random, query: Query) -> Query:
         return replace(query, functions=query.functions + drawn)
     functions = SLIDING_OBJECTS[value_type]
     return replace(query, value_type=value_type, functions=tuple(rng.sample(functions, min(3, len(functions)))))
+
+
+SLIDING_ORDER = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "any_value")  # of the rows' order
+SLIDING_COLLECT = ("collect_list", "collect_set")
+
+
+def _with_sliding_order(rng: random.Random, query: Query) -> Query:
+    """A sliding-window ``query`` with, at random, one or two of the functions of its window's rows in Spark's order
+    (issue 63, item 5; drawn from their own ``rng``, so every seed keeps its earlier form and rows): collect_list and
+    collect_set of every value type, first, last and any_value where the random cases draw first
+    (:data:`VALUE_TYPES`: not of the types Spark aggregates with a sort)."""
+    if query.operator != "sliding" or rng.random() >= 0.6:
+        return query
+    functions = SLIDING_COLLECT + (SLIDING_ORDER if "first" in VALUE_TYPES[query.value_type] else ())
+    drawn = tuple(f for f in rng.sample(functions, rng.randint(1, 2)) if f not in query.functions)
+    return replace(query, functions=query.functions + drawn)
 
 
 def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:

@@ -11,9 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from pyspark.sql import types as T
 
-from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.object_aggs import ObjectValues
 from misa.operators.pane_objects import PaneObjects
@@ -168,11 +166,3 @@ def test_a_tie_goes_to_the_later_batch_across_panes_and_to_the_later_pane_within
     assert folder.fold([earlier_pane_later_batch, later_pane_earlier_batch], np.array([0]))[0][0][0] == "y"
     same_batch = folder.stamped([[["p", 5]], [["q", 5]]], 3)
     assert folder.fold(same_batch, np.array([0]))[0][0][0] == "q"
-
-
-@pytest.mark.parametrize("function", ["first", "last", "collect_list", "collect_set"])
-def test_functions_of_the_windows_row_order_are_refused_over_sliding_windows(function):
-    op = Aggregation(["g"], [Agg("x", function, "s")], event_time="t", window="20s", slide="5s")
-    fields = [("g", T.LongType()), ("s", T.StringType()), ("t", T.TimestampType())]
-    with pytest.raises(UnsupportedQueryError, match="over sliding windows is not in misa yet"):
-        op.signature(T.StructType([T.StructField(n, t) for n, t in fields]))
