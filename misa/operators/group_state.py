@@ -36,7 +36,6 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.errors import PySparkTypeError, PySparkValueError
 from pyspark.sql import types as T
-from pyspark.sql.conversion import ArrowBatchTransformer, PandasToArrowConversion
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.streaming.stateful_processor import (
@@ -46,6 +45,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from misa.operators.pandas_conversion import PandasConversion
 from misa.operators.processor import StatefulProcessorOperator
 
 TIMEOUTS = {  # Spark's GroupStateTimeout -> the processor's time mode that fires its timers
@@ -208,41 +208,6 @@ class GroupStateFunction(StatefulProcessor):
             self.handle.registerTimer(timeout_ms + 1)  # fires at or before the threshold: the timeout is before it
 
 
-@dataclass(frozen=True)
-class PandasConversion:
-    """How Spark's Python worker converts rows to pandas and back (the session's settings at start)."""
-
-    timezone: str = "UTC"
-    prefer_int_ext_dtype: bool = False
-    safecheck: bool = False
-    assign_cols_by_name: bool = True
-    int_to_decimal_coercion: bool = False
-
-    def series(self, rows: pa.Table) -> list[pd.Series]:
-        """Each column of ``rows`` as Spark's worker gives it to a pandas function."""
-        return ArrowBatchTransformer.to_pandas(
-            rows,
-            timezone=self.timezone,
-            struct_in_pandas="dict",
-            ndarray_as_list=False,
-            prefer_int_ext_dtype=self.prefer_int_ext_dtype,
-            df_for_struct=False,
-        )
-
-    def table(self, frame: pd.DataFrame, schema: T.StructType) -> pa.Table:
-        """A function's output rows as Spark converts them to ``schema`` (timestamps in UTC, as misa's tables)."""
-        batch = PandasToArrowConversion.convert(
-            frame,
-            schema,
-            timezone=self.timezone,
-            safecheck=self.safecheck,
-            arrow_cast=True,
-            assign_cols_by_name=self.assign_cols_by_name,
-            int_to_decimal_coercion_enabled=self.int_to_decimal_coercion,
-        )
-        return pa.Table.from_batches([batch]).cast(to_arrow_schema(schema, timezone="UTC"))
-
-
 @dataclass
 class GroupStateOperator(StatefulProcessorOperator):
     """``applyInPandasWithState`` over ``group_by``: a :class:`GroupStateFunction` run as a processor, the batch's
@@ -267,28 +232,25 @@ class GroupStateOperator(StatefulProcessorOperator):
         return now_ms, evict_us // 1000 if self.event_time else GroupState.NO_TIMESTAMP
 
     def _frames(self, rows: pa.Table, bounds: np.ndarray) -> list[pd.DataFrame]:
-        """Each group's rows converted on their own, as Spark's worker converts a group's (a column's pandas type
-        is of the group's values: integers with a null become floats in that group only)."""
-        return [
-            pd.concat(self.conversion.series(rows.slice(int(begin), int(end - begin))), axis=1)
-            for begin, end in zip(bounds[:-1], bounds[1:])
-        ]
+        """Each group's rows as Spark's worker converts a group's on their own (a column's pandas type is of the
+        group's values: integers with a null become floats in that group only)."""
+        return self.conversion.group_frames(rows, bounds)
 
     def _groupings(self, keys: pa.Table, count: int) -> list[tuple]:
         """The key tuple as Spark's worker makes it: the first value of each key column's pandas Series, converted
-        per group (no grouping columns: the empty tuple)."""
+        with the group (no grouping columns: the empty tuple)."""
         if not keys.num_columns:
             return [()] * count
-        return [tuple(s.iloc[0] for s in self.conversion.series(keys.slice(i, 1))) for i in range(count)]
+        return self.conversion.key_tuples(keys)
 
     def _arrow_output(self) -> pa.Schema:
         return to_arrow_schema(self.output_schema, timezone="UTC")  # as misa's tables hold timestamps
 
     def _output_table(self, frames: list[pd.DataFrame]) -> pa.Table:
-        """Each DataFrame the function gave converted on its own (Spark's worker converts a task's together: a
+        """Each DataFrame the function gave converted as on its own (Spark's worker converts a task's together: a
         column of integers in one and floats in another, as an integer key's null group gives, as floats)."""
         assert isinstance(self.output_schema, T.StructType)
-        return pa.concat_tables([self.conversion.table(frame, self.output_schema) for frame in frames])
+        return self.conversion.tables(frames, self.output_schema)
 
 
 def group_state_operator(

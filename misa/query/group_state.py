@@ -16,7 +16,8 @@ from pyspark import SparkContext
 from pyspark.serializers import CloudPickleSerializer
 from pyspark.sql import types as T
 
-from misa.operators.group_state import PandasConversion, group_state_operator, unstored_fields
+from misa.operators.group_state import group_state_operator, unstored_fields
+from misa.operators.pandas_conversion import PandasConversion
 from misa.query.plan import PlanNode, python_list
 from misa.query.translation import OutputColumn, Translation, refused
 from misa.query.watermarks import event_time_column, watermarked
