@@ -27,12 +27,13 @@ def kill(process: subprocess.Popen) -> float:
 
 def kill_executor(process: subprocess.Popen, hosts: Sequence[int] = ()) -> float:
     """SIGKILL an executor JVM in the job's process group (a local cluster's): the one running the last of the state
-    hosts ``hosts`` (pids), else the newest; wait until it is gone; when the signal was sent."""
+    hosts ``hosts`` (pids), else the oldest (a replacement for an executor killed before holds no state: Spark's
+    store keeps its partitions where they were loaded); wait until it is gone; when the signal was sent."""
     executors = [pid for pid in group_members(process.pid) if EXECUTOR in _cmdline(pid)]
     if not executors:
         raise RuntimeError("no executor JVM in the job's process group: is --master a local-cluster?")
     holding = [pid for pid in executors if any(pid in _ancestors(host) for host in hosts)]
-    victim = max(holding or executors)
+    victim = max(holding) if holding else min(executors)
     killed = time.time()
     os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + 30
