@@ -7,12 +7,15 @@ The environment variable holds ``name=action`` pairs separated by ``;``::
 Actions: ``raise`` (every time), ``raise(N)`` (the first N times), ``sleep(MS)``
 (sleep MS milliseconds, then go on), ``kill`` (SIGKILL this process: a crash,
 no cleanup), ``kill(N)`` (SIGKILL at the N-th hit), ``killexecutor`` and ``killexecutor(N)`` (SIGKILL the Spark
-executor JVM this process runs under, a state host's: an executor lost at that point), ``stop(N)`` (SIGSTOP this
-process at the N-th hit: a hung process) and ``off``. Code marks a
-point with :func:`hit`; an unknown name in the variable fails at the first hit with the list of known names.
+executor JVM this process runs under, a state host's: an executor lost at that point), ``decommission(N)`` (SIGPWR
+to that executor JVM at the N-th hit: Spark decommissions it, as on a node drain or a spot reclaim, with
+``spark.decommission.enabled``), ``stop(N)`` (SIGSTOP this process at the N-th hit: a hung process) and ``off``.
+Code marks a point with :func:`hit`; an unknown name in the variable fails at the first hit with the list of known
+names.
 
-With ``MISA_FAILPOINTS_ONCE`` naming a folder, a ``kill``, ``killexecutor`` or ``stop`` fires once among every process
-that shares the folder (a state host started in place of a killed one counts its hits from 0 and would fire again).
+With ``MISA_FAILPOINTS_ONCE`` naming a folder, a ``kill``, ``killexecutor``, ``decommission`` or ``stop`` fires once
+among every process that shares the folder (a state host started in place of a killed one counts its hits from 0
+and would fire again).
 """
 
 from __future__ import annotations
@@ -61,12 +64,12 @@ FAILPOINTS: dict[str, str] = {
 
 @dataclass
 class _Action:
-    kind: str  # raise | sleep | kill | killexecutor | stop | off
+    kind: str  # raise | sleep | kill | killexecutor | decommission | stop | off
     arg: int | None = None
     hits: int = 0
 
 
-_ACTION_RE = re.compile(r"^(raise|sleep|killexecutor|kill|stop|off)(?:\((\d+)\))?$")
+_ACTION_RE = re.compile(r"^(raise|sleep|killexecutor|kill|decommission|stop|off)(?:\((\d+)\))?$")
 _EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 _lock = threading.Lock()
 _actions: dict[str, _Action] | None = None
@@ -87,7 +90,8 @@ def parse(spec: str) -> dict[str, _Action]:
         if not match or (match.group(1) in ("sleep", "stop") and match.group(2) is None):
             raise ValueError(
                 f"{ENV_VAR}: bad action {action!r} for {name}; "
-                "expected raise, raise(N), sleep(MS), kill, kill(N), killexecutor, killexecutor(N), stop(N) or off"
+                "expected raise, raise(N), sleep(MS), kill, kill(N), killexecutor, killexecutor(N), decommission(N), "
+                "stop(N) or off"
             )
         actions[name] = _Action(match.group(1), int(match.group(2)) if match.group(2) else None)
     return actions
@@ -132,12 +136,16 @@ def hit(name: str) -> None:
         executor = executor_jvm()
         _tell(f"failpoint {name}: killing executor JVM {executor} (hit {hits})")
         os.kill(executor, signal.SIGKILL)
+    if action.kind == "decommission" and hits == action.arg:
+        executor = executor_jvm()
+        _tell(f"failpoint {name}: decommissioning executor JVM {executor} (hit {hits})")
+        os.kill(executor, signal.SIGPWR)
     if action.kind == "stop" and hits == action.arg:
         _tell(f"failpoint {name}: stopping process {os.getpid()} at {time.time():.3f} (hit {hits})")
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-_PROCESS_ACTIONS = ("kill", "killexecutor", "stop")
+_PROCESS_ACTIONS = ("kill", "killexecutor", "decommission", "stop")
 
 
 def _first_to_fire(name: str) -> bool:

@@ -154,6 +154,21 @@ def test_a_stopped_host_moves_its_partition_within_the_liveness_timeout(data, ex
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_decommissioned_executor_fails_no_batch(data, expected, tmp_path):
+    """With spark.decommission.enabled (a node drain, a spot reclaim), the executor of a state host is decommissioned
+    in its host's commit (SIGPWR): Spark gives it no more tasks and, after the force-kill timeout, it leaves; its
+    host's partition moves to a new host, no batch fails, and the output equals Spark's."""
+    conf = {"spark.decommission.enabled": "true", "spark.executor.decommission.forceKillTimeout": "5s"}
+    run = on_cluster(data, tmp_path, "ckpt.after_flush=decommission(3)", conf)
+    assert "failpoint ckpt.after_flush: decommissioning executor JVM" in run.executors, run.logs[-3000:]
+    assert run.returncode == 0, run.logs[-5000:]
+    assert re.search(r"(?i)decommission", run.logs.split("failpoint ckpt.after_flush", 1)[-1]), run.logs[-3000:]
+    assert re.search(r"partition \d moved to grpc\+tcp://", run.logs), run.logs[-3000:]
+    assert_same_output(tmp_path, expected)
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(1800)  # three runs
 def test_a_checkpoint_moves_between_the_placements(data, expected, tmp_path):
     """Two worker processes of the driver, then two hosts on the executors, then the driver again, each run stopped
