@@ -19,19 +19,17 @@ A window's items are its panes' merged in stamp order. The batch is misa's count
 from __future__ import annotations
 
 import heapq
-import math
-from typing import Any, Hashable, Sequence
+from typing import Any, Sequence
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from misa.operators.object_aggs import FIRST, LAST, check_collect_limit
+from misa.operators.object_aggs import FIRST, LAST, check_collect_limit, set_key, set_value
 
 COLLECT = ("collect_list", "collect_set")
 ORDER_FUNCTIONS = (*FIRST, *LAST, *COLLECT)
 PLACE = "_misa_place"  # the column of a row's place in its batch (monotonically_increasing_id)
 Item = tuple[int, int, Any]  # (batch, place, value)
-NAN_KEY = ("NaN",)  # collect_set's key of every NaN (Spark's collect_set keeps one)
 
 
 def place_column() -> Column:
@@ -87,35 +85,13 @@ def _stamp(item: Item) -> tuple[int, int]:
 
 
 def _first_of_each(items: Sequence[Item]) -> list[Item]:
-    """Each distinct value's first item, its value as Spark's collect_set keeps it (:func:`_set_value`)."""
+    """Each distinct value's first item, its value as Spark's collect_set keeps it
+    (:func:`~misa.operators.object_aggs.set_value`)."""
     seen: set[Any] = set()
     kept = []
     for batch, place, value in items:
-        key = _set_key(value)
+        key = set_key(value)
         if key not in seen:
             seen.add(key)
-            kept.append((batch, place, _set_value(value)))
+            kept.append((batch, place, set_value(value)))
     return kept
-
-
-def _set_value(value: Any) -> Any:
-    """A value as Spark's collect_set keeps it: floating values normalized (-0.0 as 0.0; in arrays and structs too)."""
-    if isinstance(value, float):
-        return 0.0 if value == 0 else value
-    if isinstance(value, list):
-        return [_set_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _set_value(v) for k, v in value.items()}
-    return value
-
-
-def _set_key(value: Any) -> Hashable:
-    """A key equal for the values Spark's collect_set takes as one: -0.0 and 0.0, every NaN (arrays and structs too:
-    element by element, field by field)."""
-    if isinstance(value, float) and math.isnan(value):
-        return NAN_KEY
-    if isinstance(value, list):
-        return ("array", tuple(_set_key(v) for v in value))
-    if isinstance(value, dict):
-        return ("struct", tuple((k, _set_key(v)) for k, v in value.items()))
-    return value

@@ -4,6 +4,7 @@ state per (window, key) folding every row in that order gives it; and every obje
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from typing import Any
@@ -188,3 +189,13 @@ def test_collect_set_keeps_values_as_sparks_set_does():
     arrays = delta_items("collect_set", [[-0.0, nan], [0.0, float("nan")]], [0, 1], 0)
     assert repr(plain_state("collect_set", arrays)[0]) == "[[0.0, nan]]"
     assert repr(plain_state("collect_list", delta_items("collect_list", [-0.0], [0], 0))[0]) == "[-0.0]"
+
+
+def test_collect_set_across_batches_keeps_one_nan_and_takes_negative_zero_as_zero():
+    """A tumbling window's collect_set merges each batch's set into the state's as Spark's set would: one NaN, -0.0
+    and 0.0 one value (Python's equality kept a second NaN)."""
+    from misa.operators.object_aggs import set_union
+
+    union = set_union([1.0, float("nan"), 0.0], [float("nan"), -0.0, 2.0, [float("nan")]])
+    assert len(union) == 5 and union[3] == 2.0 and math.isnan(union[4][0])
+    assert set_union([[-0.0]], [[0.0]]) == [[0.0]]
