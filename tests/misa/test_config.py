@@ -72,6 +72,8 @@ RANGES = [
     ("spark.misa.state.shards", "0", "1", ">= 1"),
     ("spark.misa.aggregate.collectMaxItems", "0", "1", "from 1 to 2147483647"),
     ("spark.misa.state.retainVersions", "1", "2", ">= 2"),  # a rollback by one version needs the one before
+    ("spark.misa.state.hostMaxFailures", "0", "1", ">= 1"),  # 0 would fail a batch at a host's first loss
+    ("spark.misa.state.hostOutputDriverRows", "-1", "0", ">= 0"),
     ("spark.misa.state.writeChunkSize", "0", "1", ">= 1"),
     ("spark.misa.commit.heartbeatTimeout", "0", "1ms", "> 0s and <= 1000h"),  # 0: every thread "silent"
     ("spark.misa.commit.heartbeatTimeout", "0ms", "1ms", "> 0s and <= 1000h"),

@@ -103,9 +103,9 @@ def test_with_the_state_on_the_executors_no_hint_row_passes_the_driver(
     monkeypatch.setattr(PartitionedHints, "hint_rows", lambda *a: pytest.fail("hint rows passed the driver"))
     sent_with: list[bytes] = []
 
-    def send_frame(frame, locations, key, keys_of, latest_of=None):
+    def send_frame(frame, locations, key, keys_of, latest_of=None, **rest):
         sent_with.append(cloudpickle.dumps(keys_of))
-        return real_send_frame(frame, locations, key, keys_of, latest_of)
+        return real_send_frame(frame, locations, key, keys_of, latest_of, **rest)
 
     real_send_frame = misa.hosts.client.send_frame
     monkeypatch.setattr(misa.hosts.client, "send_frame", send_frame)
