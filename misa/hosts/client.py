@@ -258,6 +258,16 @@ class HostPool:
             if redo.name in _OUTPUTS:
                 self._outputs[index] = reply.output
 
+    def _hand_over_leaving(self) -> None:
+        """Move the partitions of hosts whose executor is decommissioning before it leaves: each host first makes its
+        pending versions durable, so its new host starts from its last version (nothing to redo)."""
+        leaving = self.group.decommissioning()
+        for index, address in enumerate(self.addresses):
+            if address.task_attempt in leaving:
+                log.warning("%s runs on a decommissioning executor: its partition moves", self._named(index))
+                self._call(index, "call", ("controller", "drain"))
+                self._fail_over(index, "the hand-over", "its executor is decommissioning", None)
+
     def _resend(self, index: int, inbox: Inbox) -> Inbox:
         """The rows ``inbox`` named, sent again to host ``index`` alone; its new inbox."""
         resend = self.journal.sendings.get(inbox.token)
@@ -325,6 +335,7 @@ class HostPool:
             with self._lock:
                 self._check()
                 if lost is None:
+                    self._hand_over_leaving()
                     lost = self._unresponsive(range(len(self)), self.config.state_liveness_timeout_s)
                 for index, why in lost.items():
                     self._fail_over(index, "the batch's rows", why, None)

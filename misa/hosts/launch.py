@@ -138,6 +138,28 @@ class HostGroup:
                 return address
             self._next_report(f"no new state host for partition {lost.partition}")
 
+    def decommissioning(self) -> set[int]:
+        """The task attempts of the hosts whose executor Spark is decommissioning (a node drain, a spot reclaim, with
+        ``spark.decommission.enabled``): Spark gives that executor no new task, and it leaves once its tasks end."""
+        hosts = {a.task_attempt for a in self.addresses}
+        try:
+            scheduler = self.sc._jsc.sc().taskScheduler()  # type: ignore[union-attr]
+            running = scheduler.taskIdToExecutorId().iterator()
+            leaving: dict[str, bool] = {}
+            found = set()
+            while running.hasNext():
+                entry = running.next()
+                task, executor = int(entry._1()), str(entry._2())
+                if task in hosts:
+                    if executor not in leaving:
+                        leaving[executor] = bool(scheduler.getExecutorDecommissionState(executor).isDefined())
+                    if leaving[executor]:
+                        found.add(task)
+            return found
+        except Exception:  # noqa: BLE001 - the scheduler's map changed while read: the next batch looks again
+            log.debug("the running tasks' executors could not be read", exc_info=True)
+            return set()
+
     def _accept(self, registry: Listener, reports: queue.Queue) -> None:
         """Put every host's report in ``reports`` until the registry closes."""
         while True:

@@ -134,6 +134,9 @@ def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs(
     asked: list[int] = []
 
     class Group:
+        def decommissioning(self) -> set[int]:
+            return set()
+
         def replacement(self, lost: HostAddress) -> HostAddress:
             asked.append(lost.partition)
             raise StateWorkerError(f"no new state host for partition {lost.partition}")
