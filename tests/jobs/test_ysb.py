@@ -241,7 +241,7 @@ def reference(spark, ysb_data, tmp_path_factory) -> dict:
     return expected
 
 
-@pytest.mark.parametrize("mode", [pytest.param("sync", marks=pytest.mark.slow), "misa"])
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) for m in ("sync", "misa")])  # suite time
 def test_equals_the_batch_reference(spark, ysb_data, reference, tmp_path, mode):
     data, stats = ysb_data
     assert_same_results(run_in_process(spark, ysb, "ysb", mode, data, tmp_path), reference)

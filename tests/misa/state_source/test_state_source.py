@@ -311,6 +311,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Spark's Python wo
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
+@pytest.mark.slow  # the suite's time
 def test_a_stateful_processors_variables_are_sparks(spark, tmp_path):
     """Per state variable (Spark's stateVarName, misa's storeName): the same values, list elements and map entries
     (misa adds each value's TTL expiry, none here)."""
