@@ -357,7 +357,10 @@ class HostPool:
         """The hosts still answering forget a failed sending's streams."""
         for index in range(len(self)):
             if index not in lost:
-                self._call(index, "drop", (token,))
+                try:
+                    self._call(index, "drop", (token,))
+                except HostLost as gone:  # lost too: replaced with the others before the sending is made again
+                    lost[index] = gone.why
 
     def gather(self, outputs: Sequence[Output]) -> HostRows:
         """The output rows the hosts left, where they are: ``outputs`` of the hosts' replies, but a new host's own

@@ -19,10 +19,9 @@ from misa.operators.object_aggs import OBJECT_FUNCTIONS
 from misa.operators.pane_order import delta_items, merge_items, plain_state
 from misa.state.store import StateStore
 from misa.state.view import StateView
+from tests.sliding_reference import SLIDE, PerWindowReference, S
 from tests.state_helpers import apply_then_idle
 
-S = 1_000_000
-SIZE, SLIDE = 20 * S, 5 * S
 FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
 AGGS = [Agg(f, f, "v") for f in FUNCTIONS]
 Row = tuple[int, int, int, Any]  # event time (us), key, place in its batch, v
@@ -79,37 +78,9 @@ def pane_deltas(rows: list[Row]) -> pa.Table:
     return pa.table(table)
 
 
-class PerWindowReference:
-    """Every window's rows kept in Spark's order (batches, then places), its values folded from them."""
-
-    def __init__(self, delay_s: int, append: bool):
-        self.delay_us, self.append = delay_s * S, append
-        self.rows: dict[tuple[int, int], list[Row]] = defaultdict(list)
-        self.watermark, self.max_event = 0, None
-
-    def batch(self, rows: list[Row]) -> list:
-        changed, out = set(), []
-        for row in sorted(rows, key=lambda r: r[2]):
-            t, g = row[0], row[1]
-            self.max_event = t if self.max_event is None else max(self.max_event, t)
-            start = t // SLIDE * SLIDE
-            while start > t - SIZE:
-                if start + SIZE > self.watermark:
-                    self.rows[(start + SIZE, g)].append(row)
-                    changed.add((start + SIZE, g))
-                start -= SLIDE
-        if not self.append:
-            out = [self.row(*window) for window in changed]
-        if self.max_event is not None and self.max_event - self.delay_us > self.watermark:
-            self.watermark = self.max_event - self.delay_us
-            for window in sorted(w for w in self.rows if w[0] <= self.watermark):
-                if self.append:
-                    out.append(self.row(*window))
-                del self.rows[window]
-        return sorted(out, key=repr)
-
-    def row(self, end: int, g: int) -> tuple:
-        return (end, g, *(of_rows(f, self.rows[(end, g)]) for f in FUNCTIONS))
+def window_values(rows: list[Row]) -> tuple:
+    """Every function's value over a window's rows in Spark's order (batches, then places)."""
+    return tuple(of_rows(f, rows) for f in FUNCTIONS)
 
 
 def output_rows(table: pa.Table) -> list:
@@ -134,7 +105,7 @@ def random_batch(rng: random.Random, now: int) -> list[Row]:
 @pytest.mark.parametrize("mode", ["update", "append"])
 def test_order_functions_over_panes_give_each_windows_value_in_sparks_row_order(view, mode):
     op = Aggregation(["g"], AGGS, event_time="t", window="20s", slide="5s", watermark_delay="4s", output_mode=mode)
-    reference = PerWindowReference(4, mode == "append")
+    reference = PerWindowReference(4, mode == "append", window_values, order=lambda row: row[2])
     rng = random.Random(635 if mode == "update" else 636)
     now, emitted = 0, 0
     for batch in range(30):
