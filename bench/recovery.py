@@ -101,9 +101,15 @@ class Series:
     target: str
     folder: Path  # on the target: Spark's checkpoint, the runtime's durable state, the output
     work: Path  # local: input, the runtime's working state, spark.local.dir, metrics, events, logs
+    standbys: int = 0  # misa's spark.misa.state.standbyReplicas
     lives: int = 0  # processes started so far
     process: subprocess.Popen | None = None  # the job's current process
     last: int = -1  # the last batch it completed
+
+    @property
+    def name(self) -> str:
+        """The series' name in the rows: its mode, and its standbys per partition when it has any."""
+        return f"{self.mode}+{self.standbys} standby" if self.standbys else self.mode
 
     @property
     def checkpoint(self) -> Path:
@@ -174,6 +180,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--work", type=Path, default=Path("bench-out/recovery"))
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
+    p.add_argument(
+        "--standby-replicas",
+        type=lambda t: [int(n) for n in t.split(",")],
+        default=[0],
+        help="misa's series, one per count of standbys per partition (spark.misa.state.standbyReplicas), side by "
+        "side, e.g. 0,1 (with the state on the executors)",
+    )
     p.set_defaults(func=run)
 
 
@@ -197,17 +210,26 @@ def run(args: argparse.Namespace) -> int:
                 out.write(json.dumps(row) + "\n")
             print(line(row), flush=True)
         if set(MODES) <= set(args.modes):
-            checks[target] = check_output(Path(folder).resolve())
-            print(f"[{target}] {checks[target].line()}", flush=True)
-    table = markdown(rows, {target for target, check in checks.items() if not check.same})
+            for standbys in args.standby_replicas:
+                name = f"{target}+{standbys} standby" if standbys else target
+                checks[name] = check_output(Path(folder).resolve(), standbys)
+                print(f"[{name}] {checks[name].line()}", flush=True)
+    table = markdown(rows, {name.split("+")[0] for name, check in checks.items() if not check.same})
     (args.work / "recovery.md").write_text(table + "\n")
     print("\n" + table)
     return differ_exit(checks)
 
 
-def check_output(folder: Path) -> Check:
-    """misa's output on a target against native's, after every cycle: the last row written per Q18 key."""
-    return compare_settled(folder / "q18-misa" / "output", folder / "q18-native" / "output", settled_keys("q18"))
+def check_output(folder: Path, standbys: int = 0) -> Check:
+    """misa's output (with ``standbys`` per partition) on a target against native's, after every cycle: the last row
+    written per Q18 key."""
+    misa = folder / series_folder("misa", standbys) / "output"
+    return compare_settled(misa, folder / "q18-native" / "output", settled_keys("q18"))
+
+
+def series_folder(mode: str, standbys: int) -> str:
+    """A series' folder name on its target (and locally)."""
+    return f"q18-{mode}-standby{standbys}" if standbys else f"q18-{mode}"
 
 
 # ---------------------------------------------------------------------------------------------- input
@@ -260,7 +282,11 @@ def run_target(args: argparse.Namespace, workload: Workload, target: str, folder
     """Build every mode's state (each job then stays idle), then the cycles with the modes interleaved: per
     repeat and case, each mode's job is killed and restarted in turn (the order alternates), so that the
     modes of a cycle meet the same load on a shared machine. Yields each cycle's row per mode."""
-    jobs = [Series(m, target, folder / f"q18-{m}", args.work / "runs" / f"{target}-{m}") for m in args.modes]
+    jobs = [
+        Series(m, target, folder / series_folder(m, n), args.work / "runs" / f"{target}-{series_folder(m, n)}", n)
+        for m in args.modes
+        for n in (args.standby_replicas if m in RUNTIME_MODES else [0])
+    ]
     try:
         for series in jobs:
             build(args, workload, series)
@@ -268,7 +294,7 @@ def run_target(args: argparse.Namespace, workload: Workload, target: str, folder
         for index, ((repeat, case), files) in enumerate(zip(cycles, workload.extra)):
             for series in jobs if index % 2 == 0 else reversed(jobs):
                 row = cycle(args, series, case, files)
-                yield {"target": target, "mode": series.mode, "case": case, "run": repeat, "keys": workload.keys, **row}
+                yield {"target": target, "mode": series.name, "case": case, "run": repeat, "keys": workload.keys, **row}
     finally:
         for series in jobs:
             if series.process is not None:
@@ -282,7 +308,7 @@ def build(args: argparse.Namespace, workload: Workload, series: Series) -> None:
         shutil.rmtree(stale, ignore_errors=True)
     series.work.mkdir(parents=True)
     add_files(workload.build, series.input)
-    label = f"{series.target}/{series.mode}"
+    label = f"{series.target}/{series.name}"
     print(f"[{label}] building the state from {len(workload.build)} files ...", flush=True)
     started = time.monotonic()
     start(args, series)
@@ -304,6 +330,8 @@ def start(args: argparse.Namespace, series: Series) -> None:
         if "executor" in args.cases:  # a failure the hosts' failover cannot mend restarts the query in place
             job_args += ["--retry-start", str(RESTARTS_IN_PLACE)]
     conf = [f"spark.local.dir={spark_local}", *args.conf]
+    if series.standbys:
+        conf.append(f"spark.misa.state.standbyReplicas={series.standbys}")
     command = submit_command(PROBE, [str(series.events(series.lives)), str(JOB), *job_args], conf, args.master)
     with (series.work / f"run-{series.lives}.log").open("w") as log:
         series.process = subprocess.Popen(
@@ -334,7 +362,7 @@ def cycle(args: argparse.Namespace, series: Series, case: str, files: tuple[Path
     shutil.rmtree(series.work / "trash", ignore_errors=True)
     record = first_batch_after(series.metrics, series.last)
     if record is None or record["batch_id"] != batch_id:
-        raise RuntimeError(f"{series.target}/{series.mode}: the first batch after the restart is not the new file's")
+        raise RuntimeError(f"{series.target}/{series.name}: the first batch after the restart is not the new file's")
     events = probe_events(series.events(series.lives))
     row = {"batch_id": batch_id, **phases(killed, spawned, events, record)}
     return row | {"warm_batch_s": warm_batch(args, series, warm, batch_id)}
@@ -355,7 +383,7 @@ def cycle_executor(args: argparse.Namespace, series: Series, files: tuple[Path, 
     settle(series, batch_id, args)
     record = first_batch_after(series.metrics, series.last)
     if record is None or record["batch_id"] != batch_id:
-        raise RuntimeError(f"{series.target}/{series.mode}: the first batch after the kill is not the new file's")
+        raise RuntimeError(f"{series.target}/{series.name}: the first batch after the kill is not the new file's")
     logged = probe_events(series.events(series.lives))
     events = {name: [e for e in es if e.get("start", e.get("at", 0)) >= killed] for name, es in logged.items()}
     row = {"batch_id": batch_id, **executor_phases(killed, events, record)}
@@ -405,7 +433,7 @@ def check_running(series: Series, deadline: float) -> None:
         return
     tail = (series.work / f"run-{series.lives}.log").read_text()[-3000:]
     what = f"ended (exit {process.returncode})" if process.returncode is not None else "timed out"
-    raise RuntimeError(f"{series.target}/{series.mode}: the job {what}:\n{tail}")
+    raise RuntimeError(f"{series.target}/{series.name}: the job {what}:\n{tail}")
 
 
 # ---------------------------------------------------------------------------------------------- figures

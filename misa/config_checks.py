@@ -43,6 +43,17 @@ def _check_combinations(config: Settings) -> None:
             f"spark.misa.checkpoint.retry.initialBackoff={duration_text(config.retry_initial_backoff_s)!r}: "
             "the longest wait between two DFS attempts must be at least the first"
         )
+    if config.state_standby_replicas and config.state_placement != "executors":
+        raise ConfigError(
+            f"spark.misa.state.standbyReplicas={config.state_standby_replicas} needs "
+            f"spark.misa.state.placement=executors (standbys are state hosts on other executors), but the placement "
+            f"is {config.state_placement}: set the placement to executors, or the replicas to 0"
+        )
+    if config.state_standby_replicas and config.commit_mode == "nocommit":
+        raise ConfigError(
+            f"spark.misa.state.standbyReplicas={config.state_standby_replicas} with spark.misa.commit.mode=nocommit: "
+            "that mode keeps no checkpoint a standby could take over from; use another mode, or 0 replicas"
+        )
     if config.prefetch_mode == "true" and config.cache_policy == "none":
         raise ConfigError(
             "spark.misa.prefetch.enabled=true needs a state cache to prefetch into, but "

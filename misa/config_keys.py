@@ -117,6 +117,17 @@ class Settings:
         "catches up while the other hosts keep their state. One loss more fails the batch (as spark.task.maxFailures "
         "bounds a task's attempts).",
     )
+    state_standby_replicas: int = setting(
+        "spark.misa.state.standbyReplicas",
+        "0",
+        integer(0),
+        "With placement executors: standby hosts per key partition, each on its own task slot. A standby applies "
+        "every change its partition's host applies and keeps its own local checkpoints (it never writes to the "
+        "DFS); when the host is lost, a standby takes over at once (it claims the partition, which fences the old "
+        "host, and uploads its versions the DFS lacks) instead of a new host loading the newest durable version and "
+        "redoing the batches since. Spark's task scheduling puts a standby on another executor than its host where "
+        "one has a free slot. Needs state_hosts * (1 + this) + 1 task slots.",
+    )
     state_retain_versions: int = setting(
         "spark.misa.state.retainVersions",
         "10",

@@ -13,11 +13,9 @@ the pool until :meth:`HostPool.restart`.
 from __future__ import annotations
 
 import logging
-import pickle
 import threading
 import time
 import uuid
-from concurrent.futures import Future, wait
 from functools import partial
 from typing import Any, Callable, Sequence
 
@@ -27,12 +25,23 @@ from pyspark.sql import DataFrame, SparkSession
 
 from misa.config import MisaConfig
 from misa.exceptions import StateWorkerError
+from misa.hosts.calls import (
+    Host,
+    HostLost,
+    Reply,
+    call_one,
+    first_line,
+    in_thread,
+    send_request,
+    unresponsive,
+    wait_replies,
+)
 from misa.hosts.host_task import HostAddress
 from misa.hosts.journal import COMMIT, HostJournal, Request, Resend, renewed
 from misa.hosts.launch import HostGroup
 from misa.hosts.output import HostRows
 from misa.hosts.send import KeysOf, Sent, send_frame
-from misa.hosts.server import PING, REQUEST, Inbox, Output, call_options, stream_path
+from misa.hosts.server import Inbox, Output, call_options, stream_path
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.worker import CLOSE
 from misa.state.store import EMPTY_VERSION
@@ -42,39 +51,17 @@ _DRIVER = -1  # the Spark partition the driver's own sendings are filed under
 _OUTPUTS = ("apply", "no_data_batch")  # the requests whose replies leave a batch's output on the hosts
 
 
-class HostLost(Exception):
-    """Host ``index`` was lost (``why``) during a request."""
-
-    def __init__(self, index: int, why: str):
-        super().__init__(why)
-        self.index = index
-        self.why = why
-
-
-def _in_thread(call: Any, *args: Any) -> Future:
-    """``call(*args)`` on a daemon thread (a call to a hung host must never hold the driver's exit)."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(call(*args))
-        except BaseException as exc:  # noqa: BLE001 - the caller's
-            future.set_exception(exc)
-
-    threading.Thread(target=run, daemon=True, name="misa-host-call").start()
-    return future
-
-
 class HostPool:
-    """One state host per partition on Spark's executors, each with a copy of the (pickled) operator."""
+    """One state host per partition on Spark's executors, each with a copy of the (pickled) operator, and
+    ``spark.misa.state.standbyReplicas`` standbys of it."""
 
     def __init__(self, spark: SparkSession, config: MisaConfig, dfs_urls: Sequence[str], operator: bytes):
         self.config = config
         self.group = HostGroup(spark, config, operator, list(dfs_urls))
         self.locations = [(f"the state host of partition {i}", url) for i, url in enumerate(dfs_urls)]
-        self.addresses: list[HostAddress] = []
         self.journal = HostJournal()
-        self._clients: list[flight.FlightClient] = []
+        self._hosts: list[Host] = []
+        self._standbys: list[list[Host]] = []  # each partition's standbys, the first to take over first
         self._outputs: list[Output | None] = []  # the newest batch's output on each host
         self._losses: dict[int, int] = {}  # losses of each partition since the last commit
         self._broken: StateWorkerError | None = None
@@ -84,11 +71,20 @@ class HostPool:
     def __len__(self) -> int:
         return len(self.locations)
 
+    @property
+    def addresses(self) -> list[HostAddress]:
+        """Each partition's host."""
+        return [h.address for h in self._hosts]
+
     def _start(self) -> None:
-        self.addresses = self.group.start()
-        self._clients = [flight.FlightClient(a.location) for a in self.addresses]
+        self._hosts = [Host.connect(address) for address in self.group.start()]
+        self._standbys = [[] for _ in self._hosts]  # the others join once the start recovered (:meth:`_attach`)
         self._outputs = [None] * len(self)
         self.journal = HostJournal()
+
+    @property
+    def _timeout(self) -> float:
+        return self.config.state_liveness_timeout_s
 
     # ------------------------------------------------------------------ requests
     def ask(self, name: str, *args: Any) -> list[Any]:
@@ -97,7 +93,7 @@ class HostPool:
 
     def ask_each(self, name: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Every host's reply to request ``name``, host i with ``args[i]`` (a lost host's partition answers from its
-        new host); the first error a host sent back is raised once every reply is in."""
+        standby or new host); the first error a host sent back is raised once every reply is in."""
         with self._lock:
             self._check()
             request = self.journal.record(name, list(args))
@@ -108,84 +104,96 @@ class HostPool:
                 self._losses.clear()
         for index, (status, value) in enumerate(replies):
             if status == "error":
-                value.add_note(f"(in {self._named(index)})")
+                value.add_note(f"(in {self._hosts[index].named()})")
                 raise value
         return [value for _, value in replies]
 
-    def _ask_all(self, name: str, args: list[tuple[Any, ...]], request: Request | None) -> list[tuple[str, Any]]:
-        """Every host's reply; a lost host is replaced (caught up to ``request``) and asked again."""
-        replies: list[tuple[str, Any]] = [("ok", None)] * len(self)
+    def _ask_all(self, name: str, args: list[tuple[Any, ...]], request: Request | None) -> list[Reply]:
+        """Every host's reply; a request that changes the state goes to the standbys too. A lost host's standby
+        takes over with its reply to the same request; without one, a new host is caught up to ``request`` and
+        asked again."""
+        replies: dict[int, Reply] = {}
         pending = list(range(len(self)))
         while pending:
-            calls = {i: _in_thread(self._request, i, pickle.dumps((name, args[i]))) for i in pending}
-            lost = self._wait(calls, name, replies)
+            calls = {i: in_thread(send_request, self._hosts[i], self.group.key, name, args[i]) for i in pending}
+            same = request is not None or name == "drop"
+            mirrored = self._mirror(pending, name, args, same)
+            lost = wait_replies(calls, {i: self._hosts[i] for i in pending}, self.group.key, self._timeout, replies)
+            answered = self._settle(mirrored, name, same, replies, lost)
             for index, why in lost.items():
                 self._fail_over(index, name, why, request)
-                args[index] = renewed(args[index], partial(self._resend, index))
-            pending = list(lost)
-        if name in _OUTPUTS:
-            self._outputs = [value.output if status == "ok" else None for status, value in replies]
-        return replies
-
-    def _request(self, index: int, body: bytes) -> tuple[str, Any]:
-        results = list(self._clients[index].do_action(flight.Action(REQUEST, body), call_options(self.group.key)))
-        return pickle.loads(results[0].body.to_pybytes())
-
-    def _call(self, index: int, name: str, args: tuple[Any, ...]) -> Any:
-        """Host ``index``'s reply to one request (a new host catching up): its error raised, its loss
-        :class:`HostLost`."""
-        call = _in_thread(self._request, index, pickle.dumps((name, args)))
-        replies: list[tuple[str, Any]] = [("ok", None)] * len(self)
-        lost = self._wait({index: call}, name, replies)
-        if lost:
-            raise HostLost(index, lost[index])
-        status, value = replies[index]
-        if status == "error":
-            value.add_note(f"(in {self._named(index)}, catching up)")
-            raise value
-        return value
-
-    def _wait(self, calls: dict[int, Future], name: str, replies: list[tuple[str, Any]]) -> dict[int, str]:
-        """Wait for ``calls`` (their replies into ``replies``); the hosts whose call failed, or that did not answer a
-        ping in time, and why."""
-        timeout = self.config.state_liveness_timeout_s
-        lost: dict[int, str] = {}
-        while True:
-            running = [c for i, c in calls.items() if i not in lost and not c.done()]
-            wait(running, timeout=min(5.0, timeout / 2))
-            for index, call in calls.items():
-                if index in lost or not call.done():
-                    continue
-                if call.exception() is not None:
-                    lost[index] = f"its connection failed ({_first_line(call.exception())})"
+                if index in answered and self._hosts[index] is answered[index][0]:
+                    replies[index] = answered[index][1]
                 else:
-                    replies[index] = call.result()
-            waiting = [i for i, c in calls.items() if i not in lost and not c.done()]
-            if not waiting:
-                return lost
-            lost.update(self._unresponsive(waiting, timeout))
+                    args[index] = renewed(args[index], partial(self._resend, index, None))
+            pending = [i for i in lost if i not in replies]
+        ordered = [replies[i] for i in range(len(self))]
+        if name in _OUTPUTS:
+            self._outputs = [value.output if status == "ok" else None for status, value in ordered]
+        return ordered
 
-    def _unresponsive(self, indexes: Sequence[int], timeout: float) -> dict[int, str]:
-        """The hosts among ``indexes`` that do not answer a ping within ``timeout`` seconds, and why."""
-        options = call_options(self.group.key, timeout)
-        pings = {i: _in_thread(self._ping, i, options) for i in indexes}
-        lost = {}
-        for index, ping in pings.items():
-            try:
-                ping.result(timeout + 5.0)
-            except Exception as exc:  # noqa: BLE001 - any failure to answer
-                lost[index] = (
-                    f"it did not answer a liveness check within {timeout:g} s (spark.misa.state.livenessTimeout): "
-                    f"hung, stopped or gone ({_first_line(exc)})"
-                )
-        return lost
+    def _mirror(
+        self, indexes: Sequence[int], name: str, args: list[tuple[Any, ...]], same: bool
+    ) -> dict[tuple[int, int], Any]:
+        """To the standbys of ``indexes``' partitions, by (partition, standby): the same request (``same``: one that
+        changes the state, or a sending's drop), else a drop of the rows the request names (a standby holds a
+        copy of every sending's rows, and takes only those of the requests it is sent)."""
+        calls = {}
+        for i in indexes:
+            inboxes = [a for a in args[i] if isinstance(a, Inbox)]
+            if not same and not inboxes:
+                continue
+            name_i, args_i = (name, args[i]) if same else ("drop", (inboxes[0].token,))
+            for k, standby in enumerate(self._standbys[i]):
+                calls[(i, k)] = in_thread(send_request, standby, self.group.key, name_i, args_i)
+        return calls
 
-    def _ping(self, index: int, options: flight.FlightCallOptions) -> None:
-        list(self._clients[index].do_action(flight.Action(PING, b""), options))
+    def _settle(
+        self,
+        mirrored: dict[tuple[int, int], Any],
+        name: str,
+        same: bool,
+        replies: dict[int, Reply],
+        lost: dict[int, str],
+    ) -> dict[int, tuple[Host, Reply]]:
+        """Wait for the standbys' replies to ``name``: one lost, or whose reply to its host's own request differs in
+        kind, is dropped. For a partition whose host was ``lost``, the first standby that answered the host's
+        request is put first (it takes over) and its reply is the partition's (``same``: the standbys were sent
+        the host's request, not a drop)."""
+        hosts = {(i, k): self._standbys[i][k] for i, k in mirrored}
+        got: dict[tuple[int, int], Reply] = {}
+        gone = wait_replies(mirrored, hosts, self.group.key, self._timeout, got)
+        answered: dict[int, tuple[Host, Reply]] = {}
+        dropped: list[tuple[Host, str]] = []
+        for (index, k), standby in hosts.items():
+            if (index, k) in gone:
+                dropped.append((standby, gone[(index, k)]))
+                continue
+            status, value = got[(index, k)]
+            if not same:
+                continue
+            if index not in lost and status != replies[index][0]:
+                dropped.append((standby, f"it answered {name!r} with {status} where its host did not"))
+                continue
+            if name in _OUTPUTS and status == "ok":
+                standby.output = value.output
+            if index in lost and index not in answered:
+                answered[index] = (standby, (status, value))
+                self._standbys[index].remove(standby)
+                self._standbys[index].insert(0, standby)
+        for standby, why in dropped:
+            self._drop_standby(standby, why)
+        return answered
 
-    def _named(self, index: int) -> str:
-        a = self.addresses[index]
-        return f"the state host of partition {index} (executor {a.host}, pid {a.pid}, {a.location})"
+    def _drop_standby(self, standby: Host, why: str) -> None:
+        """Forget a standby that was lost or fell out of step; Spark runs its task again, and the new attempt
+        becomes a standby at a later batch."""
+        log.warning("%s is dropped: %s", standby.named("standby"), why)
+        standbys = self._standbys[standby.address.partition]
+        if standby in standbys:
+            standbys.remove(standby)
+        standby.close()
+        self.group.kill(standby.address, f"misa: standby of partition {standby.address.partition} dropped")
 
     def _check(self) -> None:
         if self._broken is not None:
@@ -193,98 +201,168 @@ class HostPool:
 
     # ------------------------------------------------------------------ failover
     def _fail_over(self, index: int, name: str, why: str, request: Request | None) -> None:
-        """Replace lost host ``index`` by a new one caught up to ``request`` (None: every recorded request)."""
+        """Replace lost host ``index``: by its first standby (caught up already), else by a new one caught up to
+        ``request`` (None: every recorded request)."""
         while True:
             losses = self._losses[index] = self._losses.get(index, 0) + 1
             limit = self.config.state_host_max_failures
             if losses > limit:
                 self._broken = StateWorkerError(
-                    f"{self._named(index)} failed while answering {name!r}: {why}. Its partition was lost {losses} "
-                    f"times in this batch (spark.misa.state.hostMaxFailures={limit}): the batch fails. Restart the "
-                    f"query: every partition recovers from the newest version all of them made durable."
+                    f"{self._hosts[index].named()} failed while answering {name!r}: {why}. Its partition was lost "
+                    f"{losses} times in this batch (spark.misa.state.hostMaxFailures={limit}): the batch fails. "
+                    f"Restart the query: every partition recovers from the newest version all of them made durable."
                 )
                 raise self._broken
             log.warning(
-                "%s was lost while answering %r: %s; its partition moves to a new host", self._named(index), name, why
+                "%s was lost while answering %r: %s; its partition moves", self._hosts[index].named(), name, why
             )
             started = time.monotonic()
             try:
-                address = self.group.replacement(self.addresses[index])
+                if self._standbys[index]:
+                    self._take_over(index)
+                else:
+                    self._replace(index, request)
+            except HostLost as again:
+                name, why = "taking over", again.why
+                continue
             except StateWorkerError as exc:
                 self._broken = exc
                 raise
-            self.addresses[index] = address
-            self._clients[index].close()
-            self._clients[index] = flight.FlightClient(address.location)
-            try:
-                self._catch_up(index, request)
-            except HostLost as again:
-                name, why = "catching up", again.why
-                continue
             log.warning(
                 "partition %d moved to %s (pid %d) in %.1f s",
                 index,
-                address.location,
-                address.pid,
+                self._hosts[index].address.location,
+                self._hosts[index].address.pid,
                 time.monotonic() - started,
             )
             return
 
-    def _catch_up(self, index: int, request: Request | None) -> None:
-        """Bring new host ``index`` to where the others stand before ``request``: the start's claim, the partition's
-        newest durable version, then the recorded requests after it (their rows sent again)."""
-        journal = self.journal
-        if journal.claim is None:
+    def _take_over(self, index: int) -> None:
+        """Partition ``index``'s first standby becomes its host: it claims the partition (which fences the lost
+        host) and uploads its versions the DFS lacks; the lost host's task attempt is killed."""
+        standby = self._standbys[index].pop(0)
+        log.warning("partition %d: its standby at %s takes over", index, standby.address.location)
+        lost, self._hosts[index] = self._hosts[index], standby
+        lost.close()
+        self.group.kill(lost.address, f"misa: the state host of partition {index} was lost; its standby took over")
+        try:
+            call_one(standby, self.group.key, self._timeout, "claim", self.journal.claim or (), "taking over")
+        except HostLost:
+            standby.close()
+            raise
+        self._outputs[index] = standby.output
+
+    def _replace(self, index: int, request: Request | None) -> None:
+        """A new host for partition ``index`` (Spark runs its task again), caught up to ``request``."""
+        address = self.group.replacement(self._hosts[index].address)
+        self._hosts[index].close()
+        self._hosts[index] = host = Host.connect(address)
+        if self.journal.claim is None:
             return  # not claimed yet: the start makes its requests again
-        if journal.base is None:  # the start's recovery was running: its steps are not recorded to redo
-            self._broken = StateWorkerError(
+        if self.journal.base is None:  # the start's recovery was running: its steps are not recorded to redo
+            raise StateWorkerError(
                 f"the state host of partition {index} was lost while the start recovered the state: the start fails; "
                 f"start the query again (its hosts start anew and recover every partition)"
             )
-            raise self._broken
-        self._call(index, "claim", journal.claim)
-        durable = self._call(index, "call", ("checkpoints", "newest_durable"))
+        self._catch_up(index, host, "claim", request)
+        if host.output is not None:
+            self._outputs[index] = host.output
+
+    def _catch_up(self, index: int, host: Host, claim: str, request: Request | None) -> None:
+        """Bring ``host`` to where partition ``index``'s host stands before ``request``: the start's claim (``claim``,
+        or ``follow`` for a standby), the partition's newest durable version, then the recorded requests after it
+        (their rows sent again)."""
+        journal = self.journal
+
+        def call(name: str, args: tuple[Any, ...]) -> Any:
+            return call_one(host, self.group.key, self._timeout, name, args, "catching up")
+
+        call(claim, journal.claim or ())
+        durable = call("call", ("checkpoints", "newest_durable"))
         loaded = EMPTY_VERSION if durable is None else int(durable)
-        if loaded < journal.base:
-            self._broken = StateWorkerError(
+        if loaded < (journal.base or EMPTY_VERSION):
+            raise StateWorkerError(
                 f"partition {index}'s newest durable version is {loaded}, older than version {journal.base} which "
-                f"every partition made durable: its DFS copy lost versions, so its new host cannot catch up"
+                f"every partition made durable: its DFS copy lost versions, so a new host cannot catch up"
             )
-            raise self._broken
-        self._call(index, "load", (loaded,))
-        self._call(index, "adopt", (loaded,))
+        call("load", (loaded,))
+        call("adopt", (loaded,))
         for redo in journal.after(loaded, before=request):
-            reply = self._call(index, redo.name, renewed(redo.args[index], partial(self._resend, index)))
+            reply = call(redo.name, renewed(redo.args[index], partial(self._resend, index, host)))
             if redo.name in _OUTPUTS:
-                self._outputs[index] = reply.output
+                host.output = reply.output
+
+    def _attach_standbys(self) -> None:
+        """Give each partition its standbys from the hosts that reported and were not taken (at start, or tasks
+        Spark ran again): each follows the partition from its newest durable version and the recorded requests.
+        Only once the start recovered the state (the journal then holds what a standby must redo)."""
+        if self.journal.claim is None or self.journal.base is None:
+            return
+        for index in range(len(self)):
+            while len(self._standbys[index]) < self.config.state_standby_replicas:
+                address = self.group.fresh(index)
+                if address is None:
+                    break
+                standby = Host.connect(address)
+                started = time.monotonic()
+                try:
+                    self._catch_up(index, standby, "follow", None)
+                except Exception as exc:  # noqa: BLE001 - the partition keeps its host; Spark runs the task again
+                    self._drop_standby(standby, f"it could not catch up ({first_line(exc)})")
+                    continue
+                self._standbys[index].append(standby)
+                log.info("%s follows in %.1f s", standby.named("standby"), time.monotonic() - started)
+                self._check_apart(index)
+
+    def _check_apart(self, index: int) -> None:
+        """Warn when a standby of partition ``index`` runs on its host's executor (Spark had no free slot on
+        another): it would be lost with the host."""
+        host = self._hosts[index]
+        executors = self.group.executors([host.address, *(s.address for s in self._standbys[index])])
+        for standby in self._standbys[index]:
+            shared = executors.get(standby.address.task_attempt)
+            if shared is not None and shared == executors.get(host.address.task_attempt):
+                log.warning(
+                    "%s runs on executor %s with its host: the loss of that executor loses both (give the cluster "
+                    "a free slot on another executor)",
+                    standby.named("standby"),
+                    shared,
+                )
 
     def _hand_over_leaving(self) -> None:
         """Move the partitions of hosts whose executor is decommissioning before it leaves: each host first makes its
-        pending versions durable, so its new host starts from its last version (nothing to redo)."""
-        leaving = self.group.decommissioning()
-        for index, address in enumerate(self.addresses):
-            if address.task_attempt in leaving:
-                log.warning("%s runs on a decommissioning executor: its partition moves", self._named(index))
-                self._call(index, "call", ("controller", "drain"))
+        pending versions durable, so its standby or new host starts from its last version (nothing to redo); the
+        standbys there are dropped (Spark runs their tasks again elsewhere)."""
+        standbys = [s for partition in self._standbys for s in partition]
+        leaving = self.group.decommissioning([*self.addresses, *(s.address for s in standbys)])
+        for standby in standbys:
+            if standby.address.task_attempt in leaving:
+                self._drop_standby(standby, "its executor is decommissioning")
+        for index, host in enumerate(self._hosts):
+            if host.address.task_attempt in leaving:
+                log.warning("%s runs on a decommissioning executor: its partition moves", host.named())
+                call_one(host, self.group.key, self._timeout, "call", ("controller", "drain"), "handing over")
                 self._fail_over(index, "the hand-over", "its executor is decommissioning", None)
 
-    def _resend(self, index: int, inbox: Inbox) -> Inbox:
-        """The rows ``inbox`` named, sent again to host ``index`` alone; its new inbox."""
+    def _resend(self, index: int, host: Host | None, inbox: Inbox) -> Inbox:
+        """The rows ``inbox`` named, sent again to ``host`` (None: partition ``index``'s host) alone; its new
+        inbox."""
         resend = self.journal.sendings.get(inbox.token)
         if resend is None:
             raise StateWorkerError(f"the rows of sending {inbox.token} are no longer known: they cannot be sent again")
+        target = host or self._hosts[index]
         if isinstance(resend.rows, DataFrame):
-            locations = [a.location for a in self.addresses]
+            locations = [(target.address.location,) if i == index else () for i in range(len(self))]
             sent = send_frame(resend.rows, locations, self.group.key, resend.keys_of, resend.latest_of, only=index)
             return sent.inboxes[index]
-        return self._put_table(resend.rows, resend.keys_of, f"driver-{uuid.uuid4().hex}", only=index)[index]
+        return self._put_table(resend.rows, resend.keys_of, f"driver-{uuid.uuid4().hex}", only=(index, target))[index]
 
     def recovered_rows(self) -> HostRows | None:
-        """After a failure to read the batch's output: every lost host replaced (its output made again), and the
-        output where it now is; None when no host was lost."""
+        """After a failure to read the batch's output: every lost host replaced (its output made again, or its
+        standby's), and the output where it now is; None when no host was lost."""
         with self._lock:
             self._check()
-            lost = self._unresponsive(range(len(self)), self.config.state_liveness_timeout_s)
+            lost = unresponsive(dict(enumerate(self._hosts)), self.group.key, self._timeout)
             for index, why in lost.items():
                 self._fail_over(index, "the batch's output", why, None)
         return self.gather(self._outputs) if lost else None  # type: ignore[arg-type]  # every host's is set
@@ -299,28 +377,44 @@ class HostPool:
         inboxes = self._sending(lambda token: self._put_table(deltas, keys_of, token), Resend(deltas, keys_of))
         return inboxes, deltas.num_rows
 
-    def _put_table(self, table: pa.Table, keys_of: KeysOf, token: str, only: int | None = None) -> list[Inbox]:
-        """``table``'s rows from the driver to their hosts (``only``: that host's alone) under ``token``; each host's
-        inbox."""
+    def _put_table(
+        self, table: pa.Table, keys_of: KeysOf, token: str, only: tuple[int, Host] | None = None
+    ) -> list[Inbox]:
+        """``table``'s rows from the driver to their partitions' hosts and standbys (``only``: one partition's, to
+        one host) under ``token``; each partition's inbox. A standby that does not take its part is dropped when it
+        cannot take the request that names it."""
         partition = partition_of_rows(keys_of(table), table.num_rows, len(self))
         for index, part in enumerate(split(table, partition, len(self))):
-            if only not in (None, index):
+            if only is not None and only[0] != index:
                 continue
-            descriptor = flight.FlightDescriptor.for_path(*stream_path(token, _DRIVER, 0))
-            writer, _ = self._clients[index].do_put(descriptor, table.schema, call_options(self.group.key))
-            writer.write_table(part)
-            writer.close()
+            targets = [only[1]] if only is not None else [self._hosts[index], *self._standbys[index]]
+            for k, target in enumerate(targets):
+                try:
+                    descriptor = flight.FlightDescriptor.for_path(*stream_path(token, _DRIVER, 0))
+                    writer, _ = target.client.do_put(descriptor, table.schema, call_options(self.group.key))
+                    writer.write_table(part)
+                    writer.close()
+                except flight.FlightError:
+                    if k == 0:
+                        raise
+                    log.warning("%s did not take rows of sending %s", target.named("standby"), token)
         schema = table.schema.serialize().to_pybytes()
         return [Inbox(token, ((_DRIVER, 0),), schema) for _ in range(len(self))]
 
+    def _replicas(self) -> list[tuple[str, ...]]:
+        """Each partition's hosts' locations, its host first, then its standbys."""
+        return [(h.address.location, *(s.address.location for s in standbys)) for h, standbys in self._paired()]
+
+    def _paired(self) -> list[tuple[Host, list[Host]]]:
+        return list(zip(self._hosts, self._standbys))
+
     def send(self, frame: DataFrame, keys_of: KeysOf, latest_of: str | None = None) -> Sent:
-        """``frame``'s rows from Spark's tasks to their hosts (:func:`~misa.hosts.send.send_frame`), once every host
-        answered a ping: a host that is gone is replaced first, not found through Spark's retries of every task that
-        cannot reach it (``spark.task.maxFailures`` attempts each)."""
+        """``frame``'s rows from Spark's tasks to their hosts and standbys (:func:`~misa.hosts.send.send_frame`), once
+        every host answered a ping: a host that is gone is replaced first, not found through Spark's retries of
+        every task that cannot reach it (``spark.task.maxFailures`` attempts each)."""
 
         def attempt(token: str) -> list[Inbox]:
-            locations = [a.location for a in self.addresses]
-            done.append(send_frame(frame, locations, self.group.key, keys_of, latest_of, token=token))
+            done.append(send_frame(frame, self._replicas(), self.group.key, keys_of, latest_of, token=token))
             return done[-1].inboxes
 
         done: list[Sent] = []
@@ -328,15 +422,17 @@ class HostPool:
         return done[-1]
 
     def _sending(self, attempt: Callable[[str], list[Inbox]], resend: Resend) -> list[Inbox]:
-        """Run a sending once every host answers; a sending that fails while a host is lost is dropped by the others
-        and made again once the host was replaced. Its rows are remembered for new hosts (:meth:`_resend`)."""
+        """Run a sending once every host answers (and the standbys that reported since caught up); a sending that
+        fails while a host is lost is dropped by the others and made again once the host was replaced. Its rows
+        are remembered for new hosts (:meth:`_resend`)."""
         lost: dict[int, str] | None = None
         while True:
             with self._lock:
                 self._check()
                 if lost is None:
                     self._hand_over_leaving()
-                    lost = self._unresponsive(range(len(self)), self.config.state_liveness_timeout_s)
+                    self._attach_standbys()
+                    lost = unresponsive(dict(enumerate(self._hosts)), self.group.key, self._timeout)
                 for index, why in lost.items():
                     self._fail_over(index, "the batch's rows", why, None)
             token = uuid.uuid4().hex
@@ -344,7 +440,7 @@ class HostPool:
                 inboxes = attempt(token)
             except Exception:
                 with self._lock:
-                    lost = self._unresponsive(range(len(self)), self.config.state_liveness_timeout_s)
+                    lost = unresponsive(dict(enumerate(self._hosts)), self.group.key, self._timeout)
                     if not lost:
                         raise
                     self._drop_on_others(token, lost)
@@ -354,11 +450,16 @@ class HostPool:
             return inboxes
 
     def _drop_on_others(self, token: str, lost: dict[int, str]) -> None:
-        """The hosts still answering forget a failed sending's streams."""
-        for index in range(len(self)):
+        """The hosts still answering, and every standby, forget a failed sending's streams."""
+        for index, (host, standbys) in enumerate(self._paired()):
+            for standby in list(standbys):
+                try:
+                    call_one(standby, self.group.key, self._timeout, "drop", (token,), "dropping a sending")
+                except HostLost as gone:
+                    self._drop_standby(standby, gone.why)
             if index not in lost:
                 try:
-                    self._call(index, "drop", (token,))
+                    call_one(host, self.group.key, self._timeout, "drop", (token,), "dropping a sending")
                 except HostLost as gone:  # lost too: replaced with the others before the sending is made again
                     lost[index] = gone.why
 
@@ -384,25 +485,36 @@ class HostPool:
         self._start()
 
     def close(self) -> None:
-        """Ask every host to close (each raises a commit failure nobody has seen); the hosts' job then ends (it is
-        cancelled if a host could not be asked)."""
+        """Ask every host and standby to close (each raises a commit failure nobody has seen); the hosts' job then
+        ends (it is cancelled if a host could not be asked)."""
         closed = False
         try:
             if self._broken is None:
                 self.ask(CLOSE)
-                closed = True
+                closed = self._close_others()
         finally:
             self._stop(cancel=not closed)
 
+    def _close_others(self) -> bool:
+        """Close the standbys and the hosts that reported but were never taken; whether every one closed."""
+        others = [s for standbys in self._standbys for s in standbys]
+        others += [Host.connect(a) for a in self.group.leftovers()]
+        closed = True
+        for other in others:
+            try:
+                call_one(other, self.group.key, self._timeout, CLOSE, (), "closing")
+            except Exception as exc:  # noqa: BLE001 - its task is cancelled with the job
+                log.warning("%s did not close: %s", other.named("standby"), first_line(exc))
+                closed = False
+            other.close()
+        self._standbys = [[] for _ in self._hosts]
+        return closed
+
     def _stop(self, cancel: bool = True) -> None:
-        for client in self._clients:
-            client.close()
-        self._clients = []
+        for host in [*self._hosts, *(s for standbys in self._standbys for s in standbys)]:
+            host.close()
+        self._hosts, self._standbys = [], []
         if cancel:
             self.group.cancel()
         else:
             self.group.join()
-
-
-def _first_line(exc: BaseException | None) -> str:
-    return str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else type(exc).__name__

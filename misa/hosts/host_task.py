@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class HostLaunch:
     """What every host of one launch is given: the config, the operator (pickled), each partition's DFS location,
     the working folder's root on the executors (empty: the executor's temporary folder), the driver's registry
-    and its key, and the launch's id (its hosts' folders are its own)."""
+    and its key, the launch's id (its hosts' folders are its own), and the hosts per partition (1 + standbys)."""
 
     config: MisaConfig
     operator: bytes
@@ -41,27 +41,37 @@ class HostLaunch:
     registry: tuple[str, int]
     key: bytes
     launch_id: str
+    per_partition: int = 1
+
+    def task_role(self, task: int) -> tuple[int, int]:
+        """The key partition and replica of the hosts' job's task ``task``: a partition's hosts are adjacent tasks,
+        which Spark's round-robin over its offers puts on different executors where it can; the replica that starts
+        as the host (0) rotates with the partition, so the hosts spread over the executors as the standbys do."""
+        partition, slot = divmod(task, self.per_partition)
+        return partition, (slot - partition) % self.per_partition
 
 
 @dataclass(frozen=True)
 class HostAddress:
-    """A running host: its partition, Flight location, executor host, process id, and its task attempt (Spark's
-    task attempt id: the driver kills it to replace a host that stopped answering)."""
+    """A running host: its partition, Flight location, executor host, process id, its task attempt (Spark's task
+    attempt id: the driver kills it to replace a host that stopped answering) and its replica (its task among the
+    partition's; the driver makes any of them the partition's host or a standby)."""
 
     partition: int
     location: str
     host: str
     pid: int
     task_attempt: int = -1
+    replica: int = 0
 
 
-def host_folder(launch: HostLaunch, partition: int, attempt: int) -> Path:
-    """The partition's working folder on this executor for task attempt ``attempt``: below the configured root or
-    the temporary folder, one per state (its DFS location), launch and attempt, so a host started while an older one
-    still stops never shares its files."""
+def host_folder(launch: HostLaunch, partition: int, replica: int, attempt: int) -> Path:
+    """The working folder on this executor of the partition's replica ``replica`` for task attempt ``attempt``: below
+    the configured root or the temporary folder, one per state (its DFS location), launch, replica and attempt, so a
+    host started while an older one still stops never shares its files."""
     root = Path(launch.local_root or tempfile.gettempdir()) / "misa-state-hosts"
     state = hashlib.sha1(launch.dfs_urls[0].encode()).hexdigest()[:12]
-    return root / state / launch.launch_id / f"partition-{partition}" / f"attempt-{attempt}"
+    return root / state / launch.launch_id / f"partition-{partition}" / f"replica-{replica}" / f"attempt-{attempt}"
 
 
 def run_host(launch: HostLaunch, _rows: Iterator[object]) -> Iterator[HostAddress]:
@@ -69,26 +79,33 @@ def run_host(launch: HostLaunch, _rows: Iterator[object]) -> Iterator[HostAddres
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    partition, attempt = context.partitionId(), context.attemptNumber()
+    (partition, replica), attempt = launch.task_role(context.partitionId()), context.attemptNumber()
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s %(levelname)s [state host {partition}] %(message)s"
     )
     executor_host = _address_towards(launch.registry)
-    folder = host_folder(launch, partition, attempt)
+    folder = host_folder(launch, partition, replica, attempt)
     shutil.rmtree(folder.parent, ignore_errors=True)  # an earlier attempt's on this executor: it is gone
     tables = HostTables()
     try:
-        worker = PartitionWorker(launch.config, str(folder), launch.dfs_urls[partition], launch.operator, tables)
+        dfs_url = launch.dfs_urls[partition]
+        worker = PartitionWorker(launch.config, str(folder), dfs_url, launch.operator, tables, standby=True)
         # on the address the driver reaches this executor at, not on every interface of the machine
         server = StateHostServer(f"grpc+tcp://{executor_host}:0", worker, tables, launch.key)
     except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
         _report(launch, ("error", partition, portable(exc)))
         return iter(())
     location = f"grpc+tcp://{executor_host}:{server.port}"
-    address = HostAddress(partition, location, executor_host, os.getpid(), context.taskAttemptId())
+    address = HostAddress(partition, location, executor_host, os.getpid(), context.taskAttemptId(), replica)
     _report(launch, ("ok", partition, address))
     log.info(
-        "serving partition %d at %s (pid %d, attempt %d, folder %s)", partition, location, address.pid, attempt, folder
+        "serving partition %d (replica %d) at %s (pid %d, attempt %d, folder %s)",
+        partition,
+        replica,
+        location,
+        address.pid,
+        attempt,
+        folder,
     )
     try:
         server.closed.wait()

@@ -55,7 +55,8 @@ def check_cluster(sc: SparkContext, hosts: int, wait_s: float) -> None:
             f"hosts' long tasks. Set spark.speculation=false (a lost host is replaced by misa, not by speculation)"
         )
     slots = task_slots(sc)
-    needed = f"{PLACEMENT_KEY}=executors needs {hosts} task slot(s) for the state hosts (spark.misa.state.processes) "
+    needed = f"{PLACEMENT_KEY}=executors needs {hosts} task slot(s) for the state hosts (spark.misa.state.processes "
+    needed += "times 1 + spark.misa.state.standbyReplicas) "
     needed += "and at least 1 for the query's tasks"
     if sc.master.startswith("local[") and slots < hosts + 1:  # local mode's one executor never grows
         raise ConfigError(
@@ -82,18 +83,19 @@ class HostGroup:
         self.config = config
         self.operator = operator
         self.dfs_urls = tuple(dfs_urls)
-        self.addresses: list[HostAddress] = []
+        self.per_partition = 1 + config.state_standby_replicas
         self.key = b""  # the running launch's: every call to its hosts carries it
         self._group = ""
         self._job: threading.Thread | None = None
         self._job_error: list[BaseException] = []
         self._registry: Listener | None = None
         self._reports: queue.Queue[tuple[str, int, Any]] = queue.Queue()
-        self._fresh: dict[int, HostAddress] = {}  # hosts that reported and were not taken yet, by partition
+        self._fresh: dict[int, list[HostAddress]] = {}  # hosts that reported and were not taken yet, by partition
 
     def start(self) -> list[HostAddress]:
-        """Start one host per partition and wait until every one reported its address (or a failure)."""
-        count = len(self.dfs_urls)
+        """Start 1 + standbyReplicas hosts per partition and wait until every one reported its address (or a
+        failure); each partition's first host (the others wait to be taken as standbys, :meth:`fresh`)."""
+        count = len(self.dfs_urls) * self.per_partition
         check_cluster(self.sc, count, self.config.state_host_start_s)
         key = self.key = secrets.token_bytes(32)
         conf = self.sc.getConf()
@@ -112,53 +114,77 @@ class HostGroup:
             (driver_host, registry.address[1]),
             key,
             uuid.uuid4().hex[:12],
+            self.per_partition,
         )
         self._group = f"misa-state-hosts-{launch.launch_id}"
         self._job_error = []
         self._job = threading.Thread(target=self._run_job, args=(launch,), name=self._group, daemon=True)
         self._job.start()
         self._fresh = {}
-        while len(self._fresh) < count:
-            self._next_report(f"{count - len(self._fresh)} of {count} state host(s) did not start")
-        self.addresses = [self._fresh.pop(p) for p in range(count)]
-        return self.addresses
+        while sum(map(len, self._fresh.values())) < count:
+            started = sum(map(len, self._fresh.values()))
+            self._next_report(f"{count - started} of {count} state host(s) did not start")
+        return [self._take_first(p) for p in range(len(self.dfs_urls))]
+
+    def _take_first(self, partition: int) -> HostAddress:
+        """The partition's host of replica 0 (its task's first attempt: the host at start); the others wait."""
+        first = min(self._fresh[partition], key=lambda a: a.replica)
+        self._fresh[partition].remove(first)
+        return first
 
     def replacement(self, lost: HostAddress) -> HostAddress:
         """The new host of ``lost``'s partition: its task attempt is killed (a host that stopped answering; one whose
-        executor is gone is run again by Spark anyway), and the next attempt's report is awaited."""
-        try:
-            why = f"misa: the state host of partition {lost.partition} was lost; its partition moves to a new host"
-            self.sc._jsc.sc().killTaskAttempt(lost.task_attempt, True, why)  # type: ignore[union-attr]
-        except Exception:  # noqa: BLE001 - the attempt already ended (its executor is gone)
-            log.debug("task attempt %d of partition %d was not running", lost.task_attempt, lost.partition)
+        executor is gone is run again by Spark anyway), and the next report of one of the partition's tasks is
+        awaited."""
+        self.kill(lost, f"misa: the state host of partition {lost.partition} was lost; its partition moves")
         while True:
-            address = self._fresh.pop(lost.partition, None)
+            address = self.fresh(lost.partition)
             if address is not None and address.task_attempt != lost.task_attempt:
-                self.addresses[lost.partition] = address
                 return address
             self._next_report(f"no new state host for partition {lost.partition}")
 
-    def decommissioning(self) -> set[int]:
-        """The task attempts of the hosts whose executor Spark is decommissioning (a node drain, a spot reclaim, with
-        ``spark.decommission.enabled``): Spark gives that executor no new task, and it leaves once its tasks end."""
-        hosts = {a.task_attempt for a in self.addresses}
+    def fresh(self, partition: int) -> HostAddress | None:
+        """A host of ``partition`` that reported since and was not taken yet (a task Spark ran again), or None."""
+        self._drain_reports()
+        waiting = self._fresh.get(partition, [])
+        return waiting.pop(0) if waiting else None
+
+    def kill(self, host: HostAddress, why: str) -> None:
+        """Kill ``host``'s task attempt (Spark runs the task again; nothing when it already ended)."""
         try:
-            scheduler = self.sc._jsc.sc().taskScheduler()  # type: ignore[union-attr]
-            running = scheduler.taskIdToExecutorId().iterator()
-            leaving: dict[str, bool] = {}
-            found = set()
+            self.sc._jsc.sc().killTaskAttempt(host.task_attempt, True, why)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - the attempt already ended (its executor is gone)
+            log.debug("task attempt %d of partition %d was not running", host.task_attempt, host.partition)
+
+    def executors(self, hosts: list[HostAddress]) -> dict[int, str]:
+        """The executor each of ``hosts`` runs on, by task attempt (those Spark's scheduler knows as running)."""
+        attempts = {a.task_attempt for a in hosts}
+        found = {}
+        try:
+            running = self.sc._jsc.sc().taskScheduler().taskIdToExecutorId().iterator()  # type: ignore[union-attr]
             while running.hasNext():
                 entry = running.next()
-                task, executor = int(entry._1()), str(entry._2())
-                if task in hosts:
-                    if executor not in leaving:
-                        leaving[executor] = bool(scheduler.getExecutorDecommissionState(executor).isDefined())
-                    if leaving[executor]:
-                        found.add(task)
-            return found
-        except Exception:  # noqa: BLE001 - the scheduler's map changed while read: the next batch looks again
+                if int(entry._1()) in attempts:
+                    found[int(entry._1())] = str(entry._2())
+        except Exception:  # noqa: BLE001 - the scheduler's map changed while read: the caller looks again later
             log.debug("the running tasks' executors could not be read", exc_info=True)
-            return set()
+        return found
+
+    def decommissioning(self, hosts: list[HostAddress]) -> set[int]:
+        """The task attempts of those of ``hosts`` whose executor Spark is decommissioning (a node drain, a spot
+        reclaim, with ``spark.decommission.enabled``): Spark gives it no new task, and it leaves once its tasks end."""
+        scheduler = self.sc._jsc.sc().taskScheduler()  # type: ignore[union-attr]
+        leaving: dict[str, bool] = {}
+        for executor in set(self.executors(hosts).values()):
+            leaving[executor] = bool(scheduler.getExecutorDecommissionState(executor).isDefined())
+        return {task for task, executor in self.executors(hosts).items() if leaving.get(executor)}
+
+    def leftovers(self) -> list[HostAddress]:
+        """Every host that reported and was never taken (to be closed with the others)."""
+        self._drain_reports()
+        hosts = [a for waiting in self._fresh.values() for a in waiting]
+        self._fresh = {}
+        return hosts
 
     def _accept(self, registry: Listener, reports: queue.Queue) -> None:
         """Put every host's report in ``reports`` until the registry closes."""
@@ -192,19 +218,34 @@ class HostGroup:
                         + ": see the executors' logs"
                     ) from cause
                 continue
-            if status == "error":
-                self.cancel()
-                value.add_note(f"(in the state host of partition {partition}, while it started)")
-                raise value
-            self._fresh[partition] = value
+            self._keep(status, partition, value)
             return
+
+    def _drain_reports(self) -> None:
+        """Keep the reports that came in, without waiting."""
+        while True:
+            try:
+                self._keep(*self._reports.get_nowait())
+            except queue.Empty:
+                return
+
+    def _keep(self, status: str, partition: int, value: Any) -> None:
+        """Keep a host's report: its address as one of its partition's hosts not yet taken; a failure to start
+        stops the hosts and is raised."""
+        if status == "error":
+            self.cancel()
+            value.add_note(f"(in the state host of partition {partition}, while it started)")
+            raise value
+        self._fresh.setdefault(partition, []).append(value)
 
     def _run_job(self, launch: HostLaunch) -> None:
         """The hosts' job (its thread): returns when every host closed, or Spark failed or cancelled it."""
         count = len(self.dfs_urls)
-        self.sc.setJobGroup(self._group, f"misa state hosts ({count} key partitions)", interruptOnCancel=True)
+        tasks = count * self.per_partition
+        about = f"misa state hosts ({count} key partitions, {self.per_partition - 1} standby(s) each)"
+        self.sc.setJobGroup(self._group, about, interruptOnCancel=True)
         try:
-            self.sc.parallelize(range(count), count).mapPartitions(partial(run_host, launch)).collect()
+            self.sc.parallelize(range(tasks), tasks).mapPartitions(partial(run_host, launch)).collect()
         except Exception as exc:  # noqa: BLE001 - the hosts' failure, shown by whoever waits for them
             self._job_error.append(exc)
 

@@ -1,8 +1,10 @@
-"""A batch's deltas from Spark's tasks straight to their partition's host, as Arrow Flight streams.
+"""A batch's deltas from Spark's tasks straight to their partition's host and its standbys, as Arrow Flight streams.
 
 Each task of the delta job (``mapInArrow``) casts its rows to the deltas' Arrow schema (as ``toArrow`` would give
 them to the driver), splits them by key partition (:mod:`misa.parallel.routing`, the hash the driver's placement
-uses) and streams each part to its host under the sending's token, its Spark partition and its attempt. It
+uses) and streams each part to its host (and standbys) under the sending's token, its Spark partition and its
+attempt. A standby that does not take its part fails no task: it cannot take the request that names the rows, and
+the driver drops it. It
 returns one small row per host it sent to; the driver collects those rows, so it learns which task attempts
 Spark accepted, and tells each host to take exactly their streams, in Spark's partition order.
 """
@@ -27,11 +29,11 @@ SENT_SCHEMA = "spark_partition int, attempt int, host int, rows long, latest lon
 
 @dataclass(frozen=True)
 class Sending:
-    """What one sending's tasks need: the hosts' locations and key, the token, the rows' Arrow schema (IPC bytes),
-    how to read a table's key columns and the integer column whose largest value per host is reported (None:
-    none)."""
+    """What one sending's tasks need: each partition's hosts' locations (its host first, then its standbys) and
+    their key, the token, the rows' Arrow schema (IPC bytes), how to read a table's key columns and the integer
+    column whose largest value per host is reported (None: none)."""
 
-    locations: tuple[str, ...]
+    locations: tuple[tuple[str, ...], ...]
     key: bytes
     token: str
     schema: bytes
@@ -66,11 +68,9 @@ def send_rows(
     ``latest_of``."""
     schema = pa.ipc.read_schema(pa.py_buffer(sending.schema))
     hosts = len(sending.locations)
-    writers: dict[int, Any] = {}
-    clients: list[flight.FlightClient] = []
+    streams = _Streams(sending, spark_partition, attempt, schema)
     rows = [0] * hosts
     latest: list[int | None] = [None] * hosts
-    host = 0  # the host being written to, for the error
     try:
         for batch in batches:
             table = pa.Table.from_batches([batch]).cast(schema)
@@ -78,25 +78,13 @@ def send_rows(
             for host, part in enumerate(split(table, partition, hosts)):
                 if not part.num_rows or sending.only not in (None, host):
                     continue
-                if host not in writers:
-                    client = flight.FlightClient(sending.locations[host])
-                    clients.append(client)
-                    descriptor = flight.FlightDescriptor.for_path(*stream_path(sending.token, spark_partition, attempt))
-                    writers[host], _ = client.do_put(descriptor, schema, call_options(sending.key))
-                writers[host].write_table(part)
+                streams.write(host, part)
                 rows[host] += part.num_rows
                 if sending.latest_of is not None:
                     latest[host] = _larger(latest[host], pc.max(part[sending.latest_of]).as_py())
-        for host in list(writers):
-            writers[host].close()
-    except flight.FlightError as exc:
-        raise StateWorkerError(
-            f"the state host of partition {host} ({sending.locations[host]}) did not take this task's deltas: "
-            f"{str(exc).strip().splitlines()[0]}"
-        ) from exc
+        streams.close()
     finally:
-        for client in clients:
-            client.close()
+        streams.release()
     sent = [h for h in range(hosts) if rows[h]]
     return pa.RecordBatch.from_pydict(
         {
@@ -109,20 +97,66 @@ def send_rows(
     )
 
 
+class _Streams:
+    """One task's streams to the hosts and standbys of a sending, opened as rows for them come. A host that does not
+    take its part fails the task (:class:`StateWorkerError`); a standby that does not is left out."""
+
+    def __init__(self, sending: Sending, spark_partition: int, attempt: int, schema: pa.Schema):
+        self.sending = sending
+        self.path = stream_path(sending.token, spark_partition, attempt)
+        self.schema = schema
+        self.writers: dict[tuple[int, int], Any] = {}  # by (partition, replica)
+        self.clients: list[flight.FlightClient] = []
+        self.left_out: set[tuple[int, int]] = set()
+
+    def write(self, host: int, part: pa.Table) -> None:
+        for replica in range(len(self.sending.locations[host])):
+            self._step((host, replica), lambda w: w.write_table(part))
+
+    def close(self) -> None:
+        for target in list(self.writers):
+            self._step(target, lambda w: w.close())
+
+    def _step(self, target: tuple[int, int], step: Any) -> None:
+        if target in self.left_out:
+            return
+        try:
+            if target not in self.writers:
+                client = flight.FlightClient(self.sending.locations[target[0]][target[1]])
+                self.clients.append(client)
+                descriptor = flight.FlightDescriptor.for_path(*self.path)
+                self.writers[target], _ = client.do_put(descriptor, self.schema, call_options(self.sending.key))
+            step(self.writers[target])
+        except flight.FlightError as exc:
+            host, replica = target
+            if replica:
+                self.left_out.add(target)
+                return
+            raise StateWorkerError(
+                f"the state host of partition {host} ({self.sending.locations[host][0]}) did not take this task's "
+                f"deltas: {str(exc).strip().splitlines()[0]}"
+            ) from exc
+
+    def release(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
 def _larger(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
 
 
 def send_frame(
     frame: DataFrame,
-    locations: Sequence[str],
+    locations: Sequence[tuple[str, ...]],
     key: bytes,
     keys_of: KeysOf,
     latest_of: str | None = None,
     only: int | None = None,
     token: str | None = None,
 ) -> Sent:
-    """Run ``frame``'s job with every task sending its rows to their hosts (``only``: to that host alone) under
+    """Run ``frame``'s job with every task sending its rows to their partitions' hosts (``locations``: each
+    partition's, its host first, then its standbys; ``only``: to that partition alone) under
     ``token`` (None: a new one): each host's inbox reference (the accepted task attempts' streams), the rows sent and
     the largest value of column ``latest_of``."""
     from pyspark.sql.pandas.types import to_arrow_schema

@@ -70,8 +70,10 @@ class PartitionWorker:
         dfs_url: str,
         operator: bytes,
         tables: TableTransport = shared_arrow,  # type: ignore[assignment]
+        standby: bool = False,
     ):
         self.config = config
+        self.standby = standby  # commits stay local until :meth:`claim` (a state host, which may be a standby)
         self.tables = tables
         self.store = StateStore(config, state_dir, dfs_url)
         self.checkpoints = self.store.checkpoints
@@ -96,16 +98,46 @@ class PartitionWorker:
             self.config.commit_mode,
             heartbeat_timeout_s=self.config.commit_heartbeat_timeout_s,
             max_restarts=self.config.commit_max_restarts,
+            uploads=not self.standby,
         )
 
     # ------------------------------------------------------------------ at start
     def claim(self, query_id: str, operator: bytes, signature: dict[str, Any]) -> None:
-        """Take the driver's operator as resolved at start and claim this partition's state for ``query_id``."""
+        """Take the driver's operator as resolved at start and claim this partition's state for ``query_id``. A
+        standby taking over keeps its operator (it holds what the standby applied) and :meth:`_take_over`."""
+        if self.standby:
+            self._take_over(query_id)
+            return
+        self._resolved(operator, signature)
+        self.store.claim(query_id)
+
+    def follow(self, query_id: str, operator: bytes, signature: dict[str, Any]) -> None:
+        """Take the driver's operator as resolved at start without claiming the state (a standby: its partition's
+        host owns the DFS location); its versions record the owner they follow."""
+        self._resolved(operator, signature)
+        self.store.follow(query_id)
+
+    def _resolved(self, operator: bytes, signature: dict[str, Any]) -> None:
         self.operator = pickle.loads(operator)
         if self.hints is not None:
             self.hints.operator = self.operator
         self.store.operator = signature
+
+    def _take_over(self, query_id: str) -> None:
+        """A standby becomes its partition's host: its local commits end, the claim fences the host it replaces,
+        then its versions the DFS lacks are uploaded, and its commits go to the DFS from then on."""
+        self.controller.drain()
         self.store.claim(query_id)
+        self.standby = False
+        durable = self.checkpoints.newest_durable()
+        local = self.checkpoints.locally_committed_after(EMPTY_VERSION if durable is None else durable)
+        for version in local:
+            self.checkpoints.upload(version)
+        self.controller.close()
+        self.controller = self._controller()
+        self.controller.loaded(self.store.version)
+        if local:
+            self.checkpoints.gc(local[-1])
 
     def load(self, version: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Load ``version``: its operator metadata and the signature recorded with it."""

@@ -108,8 +108,10 @@ class CommitController:
         *,
         heartbeat_timeout_s: float = 300.0,
         max_restarts: int = 3,
+        uploads: bool = True,
     ):
         self.store = store
+        self.uploads = uploads  # False: a standby's, whose versions stay local (:meth:`_keep_local`)
         self.checkpoints = store.checkpoints
         self.spark_log = spark_log  # Spark's checkpoint, mirrored before each version's DFS marker
         self._mirroring = ThreadPoolExecutor(1, thread_name_prefix="misa-mirror") if spark_log else None
@@ -133,7 +135,12 @@ class CommitController:
     def renewed(self) -> CommitController:
         """A new controller like this one (store, mode, log mirror, limits) without its tasks: for a restart."""
         return CommitController(
-            self.store, self.mode, self.spark_log, heartbeat_timeout_s=self.timeout_s, max_restarts=self.max_restarts
+            self.store,
+            self.mode,
+            self.spark_log,
+            heartbeat_timeout_s=self.timeout_s,
+            max_restarts=self.max_restarts,
+            uploads=self.uploads,
         )
 
     # ------------------------------------------------------------------ the batch's side
@@ -273,6 +280,9 @@ class CommitController:
     def _run_upload(self, task: _Task, fence: Fence) -> None:
         """Upload the version and mirror Spark's log at once, both before the DFS marker (ack 2); then retention,
         which the batches do not wait for. Each file step is fenced."""
+        if not self.uploads:
+            self._keep_local(task, fence)
+            return
         record = task.record
         mirrored = self._mirroring.submit(self.spark_log.sync, fence) if self._mirroring and self.spark_log else None
         stats = self.checkpoints.upload(task.version, fence, before_marker=mirrored.result if mirrored else None)
@@ -295,6 +305,16 @@ class CommitController:
             log.warning("retention after version %d failed (the next version retries it): %s", task.version, exc)
         with self._cv:
             task.retained = True
+            self._cv.notify_all()
+
+    def _keep_local(self, task: _Task, fence: Fence) -> None:
+        """A standby's upload stage: nothing goes to the DFS (the partition's host owns it); the version counts as
+        done with ack 1, and the local level keeps the newest ``retain`` versions, so a standby that takes over
+        still holds every version the DFS may lack (:meth:`~misa.parallel.worker.PartitionWorker.claim`)."""
+        self._advance(task, UPLOAD, DONE, fence)
+        self.checkpoints.local.gc(self.checkpoints.retain, keep_from=None)
+        with self._cv:
+            del self._tasks[task.version]  # nobody asks a standby for its records
             self._cv.notify_all()
 
     def _advance(self, task: _Task, expected: CommitStage, to: CommitStage, fence: Fence) -> None:

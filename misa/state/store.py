@@ -93,6 +93,12 @@ class StateStore:
         self.owner = owner
         return owner
 
+    def follow(self, query_id: str) -> None:
+        """Record the DFS location's owner in the versions written from now on, without claiming it (a standby,
+        whose versions its host's claim fences nothing of); another query's location is refused."""
+        dfs = self.checkpoints.dfs
+        self.owner = OwnerRecord(dfs.fs, dfs.root, dfs.shown).refuse_foreign(query_id)
+
     # ------------------------------------------------------------------ versions
     def _db_dir(self, shard: int) -> Path:
         return self.root / f"shard-{shard}" / "db"

@@ -66,11 +66,18 @@ class Run:
     executors: str
 
 
-def on_cluster(data: Path, run_dir: Path, failpoints: str = "", conf: dict[str, str] | None = None, *extra: str) -> Run:
+def on_cluster(
+    data: Path,
+    run_dir: Path,
+    failpoints: str = "",
+    conf: dict[str, str] | None = None,
+    *extra: str,
+    cluster: str = CLUSTER,
+) -> Run:
     """CM2 in misa mode submitted to a local cluster, its state on the executors (``extra``: more job arguments)."""
     conf = {**ON_EXECUTORS, **(conf or {})}
     cmd, env = spark_submit_command(
-        cluster_monitoring, [*job_args("cm2", "misa", data, run_dir), *extra], failpoints, conf, CLUSTER
+        cluster_monitoring, [*job_args("cm2", "misa", data, run_dir), *extra], failpoints, conf, cluster
     )
     told = run_dir / "failpoints.log"
     told.unlink(missing_ok=True)
@@ -126,6 +133,24 @@ def test_an_executor_killed_at_a_commit_stage_fails_no_batch_and_the_output_equa
     assert f"failpoint {point}: killing executor JVM" in run.executors, (point, run.logs[-3000:])
     assert run.returncode == 0, (point, run.logs[-5000:])
     assert re.search(r"partition \d moved to grpc\+tcp://", run.logs), run.logs[-3000:]
+    assert_same_output(tmp_path, expected)
+
+
+@pytest.mark.slow  # minutes of spark-submits on a local cluster: run on demand (-m slow)
+@pytest.mark.timeout(5400)
+@pytest.mark.parametrize("point,hit", EXECUTOR_CHAIN)
+def test_an_executor_killed_at_a_commit_stage_with_a_standby_per_partition_fails_no_batch(
+    data, expected, tmp_path, point, hit
+):
+    """With one standby per partition (on the other executor: three slots each, for two hosts, two standbys and the
+    query's tasks), an executor SIGKILLed at a commit stage (a host's or a standby's) loses no batch: a lost host's
+    standby takes over (no load from the DFS), a lost standby is dropped and its task, run again, follows anew; the
+    output equals Spark's."""
+    standby = {"spark.misa.state.standbyReplicas": "1"}
+    run = on_cluster(data, tmp_path, f"{point}=killexecutor({hit})", standby, cluster="local-cluster[2,3,1024]")
+    assert f"failpoint {point}: killing executor JVM" in run.executors, (point, run.logs[-3000:])
+    assert run.returncode == 0, (point, run.logs[-5000:])
+    assert re.search(r"its standby .* takes over|standby of partition \d .* is dropped", run.logs), run.logs[-3000:]
     assert_same_output(tmp_path, expected)
 
 

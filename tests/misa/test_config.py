@@ -73,6 +73,7 @@ RANGES = [
     ("spark.misa.aggregate.collectMaxItems", "0", "1", "from 1 to 2147483647"),
     ("spark.misa.state.retainVersions", "1", "2", ">= 2"),  # a rollback by one version needs the one before
     ("spark.misa.state.hostMaxFailures", "0", "1", ">= 1"),  # 0 would fail a batch at a host's first loss
+    ("spark.misa.state.standbyReplicas", "-1", "0", ">= 0"),
     ("spark.misa.state.hostOutputDriverRows", "-1", "0", ">= 0"),
     ("spark.misa.state.writeChunkSize", "0", "1", ">= 1"),
     ("spark.misa.commit.heartbeatTimeout", "0", "1ms", "> 0s and <= 1000h"),  # 0: every thread "silent"
@@ -169,6 +170,15 @@ def test_the_longest_backoff_is_at_least_the_first():
     assert "spark.misa.checkpoint.retry.initialBackoff='2s'" in str(err.value)
     same = {"spark.misa.checkpoint.retry.initialBackoff": "2s", "spark.misa.checkpoint.retry.maxBackoff": "2s"}
     assert MisaConfig.from_mapping(same).retry_max_backoff_s == 2
+
+
+def test_standby_replicas_need_the_executors_placement_and_a_mode_that_checkpoints():
+    with pytest.raises(ConfigError, match=r"standbyReplicas=1 needs spark.misa.state.placement=executors"):
+        MisaConfig.from_mapping({"spark.misa.state.standbyReplicas": "1"})
+    on_executors = {"spark.misa.state.standbyReplicas": "1", "spark.misa.state.placement": "executors"}
+    with pytest.raises(ConfigError, match=r"standbyReplicas=1 with spark.misa.commit.mode=nocommit"):
+        MisaConfig.from_mapping({**on_executors, "spark.misa.commit.mode": "nocommit"})
+    assert MisaConfig.from_mapping(on_executors).state_standby_replicas == 1
 
 
 def test_from_spark_conf_and_properties_file(tmp_path):

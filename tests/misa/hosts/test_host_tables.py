@@ -78,18 +78,25 @@ def test_a_host_refuses_every_call_without_its_launchs_key():
 
 
 def test_a_tasks_rows_reach_their_hosts_split_by_key_with_each_hosts_latest_value():
-    """``send_rows`` (a task of a sending): each row to the host its key routes to, one row back per host it sent
-    to, with the largest value of the sending's ``latest_of`` column among that host's rows."""
+    """``send_rows`` (a task of a sending): each row to the host its key routes to, and to that host's standbys, one
+    row back per host it sent to, with the largest value of the sending's ``latest_of`` column among that host's
+    rows. A standby that is gone fails no task."""
+    import socket
+
     from misa.hosts.send import Sending, send_rows
     from misa.parallel.routing import partition_of_rows
 
     key = b"k" * 32
-    hosts = [HostTables(), HostTables()]
+    hosts = [HostTables(), HostTables(), HostTables()]  # partition 0's host, partition 1's, partition 0's standby
     servers = [StateHostServer("grpc+tcp://127.0.0.1:0", None, t, key) for t in hosts]
+    with socket.socket() as probe:  # a port nobody listens on: partition 1's standby, whose executor is gone
+        probe.bind(("127.0.0.1", 0))
+        gone = f"grpc+tcp://127.0.0.1:{probe.getsockname()[1]}"
+    at = [f"grpc+tcp://127.0.0.1:{s.port}" for s in servers]
     try:
         table = rows(*[(f"key{i}", i) for i in range(20)])
         sending = Sending(
-            tuple(f"grpc+tcp://127.0.0.1:{s.port}" for s in servers),
+            ((at[0], at[2]), (at[1], gone)),
             key,
             "t1",
             SCHEMA.serialize().to_pybytes(),
@@ -111,6 +118,7 @@ def test_a_tasks_rows_reach_their_hosts_split_by_key_with_each_hosts_latest_valu
     }
     for h in (0, 1):
         assert sorted(hosts[h].take(inbox("t1", (3, 1)))["n"].to_pylist()) == expected[h]
+    assert sorted(hosts[2].take(inbox("t1", (3, 1)))["n"].to_pylist()) == expected[0]
 
 
 def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs():
@@ -121,6 +129,7 @@ def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs(
 
     from misa.config import MisaConfig
     from misa.exceptions import StateWorkerError
+    from misa.hosts.calls import Host
     from misa.hosts.client import HostPool
     from misa.hosts.host_task import HostAddress
     from misa.hosts.journal import HostJournal
@@ -134,7 +143,7 @@ def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs(
     asked: list[int] = []
 
     class Group:
-        def decommissioning(self) -> set[int]:
+        def decommissioning(self, hosts: list[HostAddress]) -> set[int]:
             return set()
 
         def replacement(self, lost: HostAddress) -> HostAddress:
@@ -146,9 +155,9 @@ def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs(
     pool.group = Group()
     pool.group.key = key
     pool.locations = [(f"partition {i}", "") for i in range(2)]
-    pool.addresses = [HostAddress(i, loc, "localhost", 100 + i) for i, loc in enumerate(locations)]
     pool.journal = HostJournal()
-    pool._clients = [flight.FlightClient(loc) for loc in locations]
+    pool._hosts = [Host.connect(HostAddress(i, loc, "localhost", 100 + i)) for i, loc in enumerate(locations)]
+    pool._standbys = [[], []]
     pool._losses = {}
     pool._broken = None
     pool._lock = threading.RLock()
@@ -165,8 +174,8 @@ def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs(
             pool.send(NoJob(), lambda t: [t["k"]])  # type: ignore[arg-type]
         assert asked == [1]
     finally:
-        for client in pool._clients:
-            client.close()
+        for host in pool._hosts:
+            host.close()
         live.shutdown()
 
 
