@@ -391,6 +391,8 @@ class CommitController:
                 log.warning("%s thread of generation %d stopped: it was replaced", worker.stage, generation)
                 return
             except Exception as exc:  # noqa: BLE001 -- kept for _retire, which logs it with its traceback
+                if isinstance(exc, OwnershipError):  # said at once: a deposed state host has no caller to tell
+                    log.error("the %s stage of version %d stopped: %s", worker.stage, task.version, exc)
                 with self._cv:
                     if worker.generation == generation:  # a heartbeat check logs it, then redoes or fails the task
                         worker.error = exc

@@ -13,7 +13,9 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -209,3 +211,69 @@ def test_a_checkpoint_moves_between_the_placements(data, expected, tmp_path):
     done = subprocess.run(last[0], env=last[1], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_output(tmp_path, expected)
+
+
+@pytest.mark.slow  # root (ip netns) and minutes: run on demand, docs/failure-injection.md
+@pytest.mark.timeout(1200)
+def test_a_host_cut_off_the_network_fails_over_to_its_standby_and_is_fenced_when_it_comes_back(
+    data, expected, tmp_path
+):
+    """A standalone cluster of two workers, each in a network namespace of its own. A host stops in its upload, before
+    its DFS marker (a ``stop`` failpoint), and its worker's link goes down: the driver finds it lost within
+    spark.misa.state.livenessTimeout and the partition's standby (on the other worker) takes over. Then the link
+    comes back and the old host goes on: its DFS marker is refused (its claim was superseded). The output equals
+    Spark's."""
+    from netns_cluster import DRIVER_IP, NetnsCluster
+
+    liveness_s = 5
+    told = tmp_path / "failpoints.log"
+    conf = {
+        **ON_EXECUTORS,
+        "spark.misa.state.standbyReplicas": "1",
+        "spark.misa.state.livenessTimeout": f"{liveness_s}s",
+        "spark.driver.host": DRIVER_IP,
+        "spark.driver.bindAddress": DRIVER_IP,
+        "spark.executor.memory": "768m",
+        "spark.executorEnv.MISA_FAILPOINTS_LOG": str(told),
+    }
+    cmd, env = spark_submit_command(
+        cluster_monitoring, job_args("cm2", "misa", data, tmp_path), "ckpt.after_manifest=stop(3)", conf, "MASTER"
+    )
+    for name in ("MISA_FAILPOINTS", "MISA_FAILPOINTS_ONCE", "PYSPARK_PYTHON"):  # a standalone executor's own env
+        cmd[cmd.index("--master") + 2 : cmd.index("--master") + 2] = ["--conf", f"spark.executorEnv.{name}={env[name]}"]
+    with NetnsCluster(workers=2, cores=3, memory_mb=1024, work=tmp_path / "cluster") as cluster:
+        cmd[cmd.index("MASTER")] = cluster.master_url
+        driver_log = tmp_path / "driver.log"
+        with driver_log.open("w") as out:
+            job = subprocess.Popen(cmd, env={**env, "SPARK_LOCAL_IP": DRIVER_IP}, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            stopped = _wait_for_line(told, r"stopping process (\d+) at ([\d.]+)", job, 600)
+            pid, stopped_at = int(stopped.group(1)), float(stopped.group(2))
+            worker = cluster.worker_of(pid)
+            cluster.cut(worker)
+            took_over = _wait_for_line(driver_log, r"(\S+ \S+),\d+ WARNING .* its standby at \S+ takes over", job, 300)
+            _wait_for_line(driver_log, r"partition \d moved to \S+ \(pid \d+\)", job, 120)  # its claim made
+            cluster.heal(worker)
+            os.kill(pid, signal.SIGCONT)
+            assert job.wait(600) == 0, driver_log.read_text()[-5000:]
+        finally:
+            job.kill()
+        executors = cluster.executor_logs()
+    logs = driver_log.read_text()
+    detected = datetime.strptime(took_over.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    assert detected - stopped_at <= liveness_s + 15, (detected - stopped_at, logs[-3000:])  # + the next request's wait
+    assert "did not answer a liveness check within 5 s" in logs, logs[-3000:]
+    assert "superseded" in executors and "stops before it writes a marker" in executors, executors[-3000:]
+    assert_same_output(tmp_path, expected)
+
+
+def _wait_for_line(path: Path, pattern: str, job: subprocess.Popen, timeout_s: float) -> re.Match:
+    """The first match of ``pattern`` in the file at ``path`` once written (the job must still run)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = re.search(pattern, path.read_text(errors="replace")) if path.exists() else None
+        if found:
+            return found
+        assert job.poll() is None, f"the job ended before {pattern!r} was seen"
+        time.sleep(0.2)
+    raise AssertionError(f"{pattern!r} not seen in {path} within {timeout_s:g} s")
