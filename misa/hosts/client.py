@@ -1,13 +1,14 @@
 """The driver's side of the state hosts: the same requests as :class:`misa.parallel.pool.WorkerPool`, over Flight,
 and a lost host replaced without failing the batch.
 
-Requests go to every host at once, each on a thread of its own; while they run, the driver checks every host that
-has not answered with a ``ping`` (answered at once, also during a long request). A host that is gone, or that does
-not answer within ``spark.misa.state.livenessTimeout``, is lost: its partition alone moves to a new host
-(:meth:`~misa.hosts.launch.HostGroup.replacement`), which loads the partition's newest durable version and redoes the
-requests since (:mod:`.journal`), then answers the request the lost one did not. The other hosts keep their stores,
-caches and pending commits. More than ``spark.misa.state.hostMaxFailures`` losses of one partition in a batch break
-the pool until :meth:`HostPool.restart`.
+Requests go to every host at once, each on a thread of its own, with liveness checks (:mod:`.calls`). A host that is
+gone, or that does not answer within ``spark.misa.state.livenessTimeout``, is lost: its partition alone moves. With
+``spark.misa.state.standbyReplicas``, each partition's standbys get every request that changes its state (and the
+same rows) at the same time as its host, and the first takes over at once (:meth:`HostPool._take_over`). Without
+one, a new host (:meth:`~misa.hosts.launch.HostGroup.replacement`) loads the partition's newest durable version and
+redoes the requests since (:mod:`.journal`), then answers the request the lost one did not. The other hosts keep
+their stores, caches and pending commits. More than ``spark.misa.state.hostMaxFailures`` losses of one partition in
+a batch break the pool until :meth:`HostPool.restart`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class HostPool:
         self.journal = HostJournal()
         self._hosts: list[Host] = []
         self._standbys: list[list[Host]] = []  # each partition's standbys, the first to take over first
+        self._joining: list[list[Host]] = []
+        self._sent_to: dict[str, set[str]] = {}  # the standbys (locations) each remembered sending reached
+        self._launch = 0  # counts the starts: a standby's catching up in the background outlives no stop
         self._outputs: list[Output | None] = []  # the newest batch's output on each host
         self._losses: dict[int, int] = {}  # losses of each partition since the last commit
         self._broken: StateWorkerError | None = None
@@ -78,7 +82,9 @@ class HostPool:
 
     def _start(self) -> None:
         self._hosts = [Host.connect(address) for address in self.group.start()]
-        self._standbys = [[] for _ in self._hosts]  # the others join once the start recovered (:meth:`_attach`)
+        self._standbys = [[] for _ in self._hosts]  # the others join once the start recovered (:meth:`_follow`)
+        self._joining = [[] for _ in self._hosts]  # standbys catching up
+        self._launch += 1
         self._outputs = [None] * len(self)
         self.journal = HostJournal()
 
@@ -145,7 +151,11 @@ class HostPool:
                 continue
             name_i, args_i = (name, args[i]) if same else ("drop", (inboxes[0].token,))
             for k, standby in enumerate(self._standbys[i]):
-                calls[(i, k)] = in_thread(send_request, standby, self.group.key, name_i, args_i)
+                args_k = args_i
+                got = standby.address.location
+                if same and any(got not in self._sent_to.get(box.token, ()) for box in inboxes):
+                    args_k = renewed(args_i, partial(self._resend, i, standby))  # it joined after the sending
+                calls[(i, k)] = in_thread(send_request, standby, self.group.key, name_i, args_k)
         return calls
 
     def _settle(
@@ -272,47 +282,72 @@ class HostPool:
         """Bring ``host`` to where partition ``index``'s host stands before ``request``: the start's claim (``claim``,
         or ``follow`` for a standby), the partition's newest durable version, then the recorded requests after it
         (their rows sent again)."""
+        self._redo(index, host, self._load_newest(index, host, claim), request)
+
+    def _load_newest(self, index: int, host: Host, claim: str) -> int:
+        """``host`` takes the start's claim (``claim``: ``claim``, or ``follow`` for a standby) and loads partition
+        ``index``'s newest durable version; that version."""
         journal = self.journal
-
-        def call(name: str, args: tuple[Any, ...]) -> Any:
-            return call_one(host, self.group.key, self._timeout, name, args, "catching up")
-
-        call(claim, journal.claim or ())
-        durable = call("call", ("checkpoints", "newest_durable"))
+        call_one(host, self.group.key, self._timeout, claim, journal.claim or (), "catching up")
+        durable = call_one(host, self.group.key, self._timeout, "call", ("checkpoints", "newest_durable"), "loading")
         loaded = EMPTY_VERSION if durable is None else int(durable)
         if loaded < (journal.base or EMPTY_VERSION):
             raise StateWorkerError(
                 f"partition {index}'s newest durable version is {loaded}, older than version {journal.base} which "
                 f"every partition made durable: its DFS copy lost versions, so a new host cannot catch up"
             )
-        call("load", (loaded,))
-        call("adopt", (loaded,))
-        for redo in journal.after(loaded, before=request):
-            reply = call(redo.name, renewed(redo.args[index], partial(self._resend, index, host)))
+        call_one(host, self.group.key, self._timeout, "load", (loaded,), "loading")
+        call_one(host, self.group.key, self._timeout, "adopt", (loaded,), "loading")
+        return loaded
+
+    def _redo(self, index: int, host: Host, loaded: int, request: Request | None) -> None:
+        """``host``, loaded at ``loaded``, redoes the recorded requests after it up to ``request`` (their rows sent
+        again to it alone)."""
+        for redo in self.journal.after(loaded, before=request):
+            args = renewed(redo.args[index], partial(self._resend, index, host))
+            reply = call_one(host, self.group.key, self._timeout, redo.name, args, "catching up")
             if redo.name in _OUTPUTS:
                 host.output = reply.output
 
     def _attach_standbys(self) -> None:
         """Give each partition its standbys from the hosts that reported and were not taken (at start, or tasks
-        Spark ran again): each follows the partition from its newest durable version and the recorded requests.
-        Only once the start recovered the state (the journal then holds what a standby must redo)."""
+        Spark ran again): each follows the partition in the background (:meth:`_follow`). Only once the start
+        recovered the state (the journal then holds what a standby must redo)."""
         if self.journal.claim is None or self.journal.base is None:
             return
         for index in range(len(self)):
-            while len(self._standbys[index]) < self.config.state_standby_replicas:
+            while len(self._standbys[index]) + len(self._joining[index]) < self.config.state_standby_replicas:
                 address = self.group.fresh(index)
                 if address is None:
                     break
-                standby = Host.connect(address)
-                started = time.monotonic()
-                try:
-                    self._catch_up(index, standby, "follow", None)
-                except Exception as exc:  # noqa: BLE001 - the partition keeps its host; Spark runs the task again
-                    self._drop_standby(standby, f"it could not catch up ({first_line(exc)})")
-                    continue
+                joining = Host.connect(address)
+                self._joining[index].append(joining)
+                threading.Thread(
+                    target=self._follow, args=(index, joining, self._launch), name="misa-standby-join", daemon=True
+                ).start()
+
+    def _follow(self, index: int, standby: Host, launch: int) -> None:
+        """A new standby of partition ``index`` loads its newest durable version (without holding up the batches),
+        then, between two requests, redoes the recorded ones after it and joins; one that fails is dropped."""
+        started = time.monotonic()
+        try:
+            loaded = self._load_newest(index, standby, "follow")
+            with self._lock:
+                if launch != self._launch:
+                    return  # the hosts were stopped meanwhile
+                if loaded < (self.journal.base or EMPTY_VERSION):  # the journal moved past it meanwhile
+                    loaded = self._load_newest(index, standby, "follow")
+                self._redo(index, standby, loaded, None)
+                self._joining[index].remove(standby)
                 self._standbys[index].append(standby)
-                log.info("%s follows in %.1f s", standby.named("standby"), time.monotonic() - started)
-                self._check_apart(index)
+        except Exception as exc:  # noqa: BLE001 - the partition keeps its host; Spark runs the task again
+            with self._lock:
+                if launch == self._launch:
+                    self._joining[index].remove(standby)
+                    self._drop_standby(standby, f"it could not catch up ({first_line(exc)})")
+            return
+        log.info("%s follows (caught up in %.1f s)", standby.named("standby"), time.monotonic() - started)
+        self._check_apart(index)
 
     def _check_apart(self, index: int) -> None:
         """Warn when a standby of partition ``index`` runs on its host's executor (Spark had no free slot on
@@ -355,7 +390,8 @@ class HostPool:
             locations = [(target.address.location,) if i == index else () for i in range(len(self))]
             sent = send_frame(resend.rows, locations, self.group.key, resend.keys_of, resend.latest_of, only=index)
             return sent.inboxes[index]
-        return self._put_table(resend.rows, resend.keys_of, f"driver-{uuid.uuid4().hex}", only=(index, target))[index]
+        targets = [[target] if i == index else [] for i in range(len(self))]
+        return self._put_table(resend.rows, resend.keys_of, f"driver-{uuid.uuid4().hex}", targets)[index]
 
     def recovered_rows(self) -> HostRows | None:
         """After a failure to read the batch's output: every lost host replaced (its output made again, or its
@@ -374,21 +410,16 @@ class HostPool:
         if isinstance(deltas, DataFrame):
             sent = self.send(deltas, keys_of)
             return sent.inboxes, sent.rows
-        inboxes = self._sending(lambda token: self._put_table(deltas, keys_of, token), Resend(deltas, keys_of))
+        inboxes = self._sending(partial(self._put_table, deltas, keys_of), Resend(deltas, keys_of))
         return inboxes, deltas.num_rows
 
-    def _put_table(
-        self, table: pa.Table, keys_of: KeysOf, token: str, only: tuple[int, Host] | None = None
-    ) -> list[Inbox]:
-        """``table``'s rows from the driver to their partitions' hosts and standbys (``only``: one partition's, to
-        one host) under ``token``; each partition's inbox. A standby that does not take its part is dropped when it
-        cannot take the request that names it."""
+    def _put_table(self, table: pa.Table, keys_of: KeysOf, token: str, targets: list[list[Host]]) -> list[Inbox]:
+        """``table``'s rows from the driver to their partitions' ``targets`` (each partition's host, then its
+        standbys; none: not that partition's) under ``token``; each partition's inbox. A standby that does not take
+        its part is dropped when it cannot take the request that names it."""
         partition = partition_of_rows(keys_of(table), table.num_rows, len(self))
         for index, part in enumerate(split(table, partition, len(self))):
-            if only is not None and only[0] != index:
-                continue
-            targets = [only[1]] if only is not None else [self._hosts[index], *self._standbys[index]]
-            for k, target in enumerate(targets):
+            for k, target in enumerate(targets[index]):
                 try:
                     descriptor = flight.FlightDescriptor.for_path(*stream_path(token, _DRIVER, 0))
                     writer, _ = target.client.do_put(descriptor, table.schema, call_options(self.group.key))
@@ -401,10 +432,6 @@ class HostPool:
         schema = table.schema.serialize().to_pybytes()
         return [Inbox(token, ((_DRIVER, 0),), schema) for _ in range(len(self))]
 
-    def _replicas(self) -> list[tuple[str, ...]]:
-        """Each partition's hosts' locations, its host first, then its standbys."""
-        return [(h.address.location, *(s.address.location for s in standbys)) for h, standbys in self._paired()]
-
     def _paired(self) -> list[tuple[Host, list[Host]]]:
         return list(zip(self._hosts, self._standbys))
 
@@ -413,18 +440,20 @@ class HostPool:
         every host answered a ping: a host that is gone is replaced first, not found through Spark's retries of
         every task that cannot reach it (``spark.task.maxFailures`` attempts each)."""
 
-        def attempt(token: str) -> list[Inbox]:
-            done.append(send_frame(frame, self._replicas(), self.group.key, keys_of, latest_of, token=token))
+        def attempt(token: str, targets: list[list[Host]]) -> list[Inbox]:
+            locations = [tuple(h.address.location for h in hosts) for hosts in targets]
+            done.append(send_frame(frame, locations, self.group.key, keys_of, latest_of, token=token))
             return done[-1].inboxes
 
         done: list[Sent] = []
         self._sending(attempt, Resend(frame, keys_of, latest_of))
         return done[-1]
 
-    def _sending(self, attempt: Callable[[str], list[Inbox]], resend: Resend) -> list[Inbox]:
-        """Run a sending once every host answers (and the standbys that reported since caught up); a sending that
-        fails while a host is lost is dropped by the others and made again once the host was replaced. Its rows
-        are remembered for new hosts (:meth:`_resend`)."""
+    def _sending(self, attempt: Callable[[str, list[list[Host]]], list[Inbox]], resend: Resend) -> list[Inbox]:
+        """Run a sending (``attempt``: to each partition's host and standbys) once every host answers; a sending
+        that fails while a host is lost is dropped by the others and made again once the host was replaced. Its rows
+        are remembered for new hosts (:meth:`_resend`), and the standbys that got them (a standby that joins later
+        is sent them when a request names them, :meth:`_mirror`)."""
         lost: dict[int, str] | None = None
         while True:
             with self._lock:
@@ -435,9 +464,10 @@ class HostPool:
                     lost = unresponsive(dict(enumerate(self._hosts)), self.group.key, self._timeout)
                 for index, why in lost.items():
                     self._fail_over(index, "the batch's rows", why, None)
+                targets = [[host, *standbys] for host, standbys in self._paired()]
             token = uuid.uuid4().hex
             try:
-                inboxes = attempt(token)
+                inboxes = attempt(token, targets)
             except Exception:
                 with self._lock:
                     lost = unresponsive(dict(enumerate(self._hosts)), self.group.key, self._timeout)
@@ -446,7 +476,10 @@ class HostPool:
                     self._drop_on_others(token, lost)
                 log.warning("a sending failed while the host(s) of partition(s) %s were lost: made again", sorted(lost))
                 continue
-            self.journal.sent(token, resend)
+            with self._lock:
+                self.journal.sent(token, resend)
+                self._sent_to = {t: ids for t, ids in self._sent_to.items() if t in self.journal.sendings}
+                self._sent_to[token] = {h.address.location for hosts in targets for h in hosts[1:]}
             return inboxes
 
     def _drop_on_others(self, token: str, lost: dict[int, str]) -> None:
@@ -497,7 +530,7 @@ class HostPool:
 
     def _close_others(self) -> bool:
         """Close the standbys and the hosts that reported but were never taken; whether every one closed."""
-        others = [s for standbys in self._standbys for s in standbys]
+        others = [s for hosts in (*self._standbys, *self._joining) for s in hosts]
         others += [Host.connect(a) for a in self.group.leftovers()]
         closed = True
         for other in others:
@@ -508,12 +541,15 @@ class HostPool:
                 closed = False
             other.close()
         self._standbys = [[] for _ in self._hosts]
+        self._joining = [[] for _ in self._hosts]
         return closed
 
     def _stop(self, cancel: bool = True) -> None:
-        for host in [*self._hosts, *(s for standbys in self._standbys for s in standbys)]:
-            host.close()
-        self._hosts, self._standbys = [], []
+        with self._lock:
+            self._launch += 1
+            for host in [*self._hosts, *(s for hosts in (*self._standbys, *self._joining) for s in hosts)]:
+                host.close()
+            self._hosts, self._standbys, self._joining = [], [], []
         if cancel:
             self.group.cancel()
         else:

@@ -5,6 +5,8 @@ executor, serves it over Arrow Flight (:mod:`.server`), reports its address to t
 the driver asks it to close. A failure to start is reported to the driver instead of an address. The tasks are
 ordinary ones: Spark runs a lost one again (its executor gone, or the driver killed the attempt of a host that
 stopped answering) on an executor with a free slot, and the new attempt reports itself as the partition's new host.
+Every host commits to local checkpoints only until the driver's ``claim`` makes it its partition's host: until then
+it may be a standby (``spark.misa.state.standbyReplicas``), which never writes the DFS.
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs(
     pool.locations = [(f"partition {i}", "") for i in range(2)]
     pool.journal = HostJournal()
     pool._hosts = [Host.connect(HostAddress(i, loc, "localhost", 100 + i)) for i, loc in enumerate(locations)]
-    pool._standbys = [[], []]
+    pool._standbys, pool._joining, pool._sent_to = [[], []], [[], []], {}
     pool._losses = {}
     pool._broken = None
     pool._lock = threading.RLock()
