@@ -67,3 +67,81 @@ def test_a_standby_commits_locally_then_takes_over_with_every_version_and_fences
     assert dfs.committed_versions()[-1] == 3  # a host's commits from then on
     for part, _ in (host, standby):
         part.close()
+
+
+def test_a_pools_standby_follows_every_change_and_takes_over_when_its_host_is_lost(tmp_path):
+    """The driver's pool over one partition with a host and a standby, each a real worker behind a Flight server (no
+    Spark: its scheduler's part, who runs and kills the tasks, is a stand-in): the standby joins from the newest
+    durable version, gets the batch's rows and requests with its host, and when the host is gone the next sending
+    finds it lost and the standby takes over; the batch after it goes on from the same state."""
+    import threading
+    import time
+
+    import pyarrow.flight as flight
+
+    from misa.hosts.calls import Host
+    from misa.hosts.client import HostPool
+    from misa.hosts.host_task import HostAddress
+    from misa.hosts.journal import HostJournal
+    from misa.hosts.server import StateHostServer, call_options
+
+    key = b"s" * 32
+    servers = []
+    for name in ("host", "standby"):
+        part, tables = worker(tmp_path, name, standby=True)
+        servers.append(StateHostServer("grpc+tcp://127.0.0.1:0", part, tables, key))
+    host, standby = (HostAddress(0, f"grpc+tcp://127.0.0.1:{s.port}", "localhost", 1, i) for i, s in enumerate(servers))
+    killed: list[int] = []
+
+    class Scheduler:  # what Spark's scheduler answers the pool
+        def __init__(self) -> None:
+            self.key, self.waiting = key, [standby]
+
+        def fresh(self, partition: int) -> HostAddress | None:
+            return self.waiting.pop() if self.waiting else None
+
+        def kill(self, address: HostAddress, why: str) -> None:
+            killed.append(address.task_attempt)
+
+        def executors(self, hosts: list[HostAddress]) -> dict[int, str]:
+            return {}
+
+        def decommissioning(self, hosts: list[HostAddress]) -> set[int]:
+            return set()
+
+    pool = object.__new__(HostPool)
+    pool.config = MisaConfig.from_mapping(
+        {"spark.misa.state.placement": "executors", "spark.misa.state.standbyReplicas": "1"}
+    )
+    pool.group, pool.locations, pool.journal = Scheduler(), [("partition 0", "")], HostJournal()
+    pool._hosts, pool._standbys, pool._joining, pool._sent_to = [Host.connect(host)], [[]], [[]], {}
+    pool._outputs, pool._losses, pool._broken, pool._lock, pool._launch = [None], {}, None, threading.RLock(), 1
+    operator = pickle.dumps(Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s"))
+    keys_of = lambda t: [t["g"]]  # noqa: E731 - one partition: every row routes to it
+
+    def batch(version: int, rows: list[tuple]) -> list[tuple]:
+        inboxes, _ = pool.route(deltas(rows), keys_of)
+        (result,) = pool.ask_each("apply", [(inboxes[0],)])
+        pool.ask("commit", version)
+        reader = flight.FlightClient(pool.addresses[0].location)
+        table = reader.do_get(flight.Ticket(result.output.handle.encode()), call_options(key)).read_all()
+        reader.close()
+        return sorted((r["g"], r["s"]) for r in table.to_pylist())
+
+    try:
+        pool.ask("claim", QUERY, operator, {"operator": "test"})
+        pool.ask("adopt", -1)
+        assert batch(0, [(10, 1, 2, 5.0, 9)]) == [(1, 5.0)]  # the standby joins (in the background) meanwhile
+        deadline = time.monotonic() + 30
+        while not pool._standbys[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool._standbys[0], "the standby did not join"
+        assert batch(1, [(10, 1, 1, 1.5, 13)]) == [(1, 6.5)]  # host and standby both apply it
+        servers[0].shutdown()  # the host's executor is gone
+        assert batch(2, [(10, 1, 1, 1.0, 14)]) == [(1, 7.5)]  # the standby's state: nothing reloaded
+        assert pool.addresses[0] == standby and killed == [0]
+        pool.ask("call", "controller", "wait_durable", 2)
+        assert servers[1].worker.checkpoints.dfs.committed_versions()[-1] == 2
+    finally:
+        for server in servers:
+            server.shutdown()
