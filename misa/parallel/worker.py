@@ -74,6 +74,7 @@ class PartitionWorker:
     ):
         self.config = config
         self.standby = standby  # commits stay local until :meth:`claim` (a state host, which may be a standby)
+        self._following = False  # a standby that took the driver's operator (:meth:`follow`)
         self.tables = tables
         self.store = StateStore(config, state_dir, dfs_url)
         self.checkpoints = self.store.checkpoints
@@ -103,19 +104,22 @@ class PartitionWorker:
 
     # ------------------------------------------------------------------ at start
     def claim(self, query_id: str, operator: bytes, signature: dict[str, Any]) -> None:
-        """Take the driver's operator as resolved at start and claim this partition's state for ``query_id``. A
-        standby taking over keeps its operator (it holds what the standby applied) and :meth:`_take_over`."""
+        """Take the driver's operator as resolved at start and claim this partition's state for ``query_id``; a
+        standby that followed the partition keeps its operator (it holds what the standby applied). A state host
+        (every one starts as a standby) then commits to the DFS too (:meth:`_take_over`)."""
+        if not self._following:
+            self._resolved(operator, signature)
         if self.standby:
             self._take_over(query_id)
-            return
-        self._resolved(operator, signature)
-        self.store.claim(query_id)
+        else:
+            self.store.claim(query_id)
 
     def follow(self, query_id: str, operator: bytes, signature: dict[str, Any]) -> None:
         """Take the driver's operator as resolved at start without claiming the state (a standby: its partition's
         host owns the DFS location); its versions record the owner they follow."""
         self._resolved(operator, signature)
         self.store.follow(query_id)
+        self._following = True
 
     def _resolved(self, operator: bytes, signature: dict[str, Any]) -> None:
         self.operator = pickle.loads(operator)
