@@ -59,6 +59,7 @@ from misa.operators.base import (
     spark_interval,
     state_table,
 )
+from misa.operators.mode import MODE_FUNCTIONS
 from misa.operators.moments import (
     CO_MOMENT_FUNCTIONS,
     MOMENT_FUNCTIONS,
@@ -104,6 +105,8 @@ INPUT_TYPES = {"sum": (*NUMBERS, T.DecimalType), "avg": (*NUMBERS, T.DecimalType
 INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_ORDERED)}
 INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in MOMENT_FUNCTIONS}  # as doubles, as Spark casts them
 INPUT_TYPES |= {f: (T.BooleanType,) for f in ("count_if", *BOOLEAN_FUNCTIONS)}
+# mode: of the types whose values misa counts with the equality of Spark's hash map (not binary, arrays, structs)
+INPUT_TYPES |= {f: (*ORDERED, T.StringType, T.BooleanType, T.DecimalType) for f in MODE_FUNCTIONS}
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
 DELTA_SCHEMA = "delta_schema"  # metadata: the deltas' Arrow schema (misa.operators.schema.schema_text)
@@ -120,7 +123,7 @@ class Agg:
     Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, (:mod:`misa.operators.moments`)
     stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
     (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
-    min_by."""
+    min_by, mode, mode_highest."""
 
     name: str
     function: str

@@ -147,6 +147,9 @@ def expr_of(jexpr: Any) -> Expr:
         value = float(jexpr.relativeSD())
     if kind in ("First", "Last", "AnyValue"):  # value: whether nulls are skipped
         value = bool(jexpr.ignoreNulls())
+    if kind == "Mode":  # value: its order on ties (None: Spark's hash map's; True: the lowest; False: the highest)
+        reverse = jexpr.reverseOpt()
+        value = bool(reverse.get()) if reverse.isDefined() else None
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None

@@ -57,11 +57,10 @@ FUNCTIONS |= {"StddevSamp": "stddev_samp", "StddevPop": "stddev_pop"}
 FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
 FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or", "AnyValue": "first"}
 FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kurtosis": "kurtosis"}
-FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp"}
+FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp", "Mode": "mode"}
 NOT_EXACT = {  # functions Spark runs in streaming aggregations that misa refuses, and why
     "ApproximatePercentile": "its result is of Spark's quantile sketch, whose compressions misa cannot reproduce "
     "exactly",
-    "Mode": "Spark picks among values of equal counts by its hash map's order, which misa cannot reproduce",
 }
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
@@ -321,6 +320,8 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         return Agg(name, "count", "*")
     if function.kind in ("First", "Last", "AnyValue") and function.value:
         misa_function += "_ignore_nulls"
+    if function.kind == "Mode" and function.value is False:  # mode() WITHIN GROUP (ORDER BY col DESC)
+        misa_function = "mode_highest"
     columns = [_argument_column(argument, translation) for argument in arguments]
     return Agg(name, misa_function, *columns)
 

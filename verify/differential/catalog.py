@@ -610,6 +610,23 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        "`mode(col, true)`, `mode() WITHIN GROUP (ORDER BY col)`, `... (ORDER BY col DESC)` (sliding windows too)",
+        RUNS,
+        lambda r: windowed(r, F.mode("v", True), F.expr("mode() WITHIN GROUP (ORDER BY s DESC)")),
+        note="the most frequent non-null value (null if none), of counts per value added across batches and panes; "
+        "on ties the lowest value in Spark's order (NaN above every double), the highest with DESC; -0.0 and 0.0 "
+        "count as one value (0.0), every NaN as one; of numbers, strings, booleans, decimals, dates, timestamps",
+        covered_by=("fn:mode:bigint", "fn:mode:string", "fn:mode_highest:double", "sliding:mode:double"),
+    ),
+    Entry(
+        "`mode(col)`",
+        DIFFERS,
+        lambda r: windowed(r, F.mode("v")),
+        note="as `mode(col, true)`, but on ties Spark returns any of the values (its hash map's order; Spark "
+        "documents it as non-deterministic there), misa the lowest",
+        covered_by=("fn:mode:boolean", "fn:mode:decimal", "fn:mode:session"),
+    ),
+    Entry(
         "`count(DISTINCT col)`",
         REFUSED,
         lambda r: windowed(r, F.count_distinct("v")),
@@ -623,13 +640,6 @@ ENTRIES: tuple[Entry, ...] = (
         note="the functions above: its result is of Spark's quantile sketch, whose compressions misa cannot "
         "reproduce exactly",
         refusal="Spark's quantile sketch",
-    ),
-    Entry(
-        "`mode(col)`",
-        REFUSED,
-        lambda r: windowed(r, F.mode("v")),
-        note="the functions above: Spark picks among values of equal counts by its hash map's order",
-        refusal="its hash map's order",
     ),
     Entry(
         "other aggregate functions (`percentile`, `median`, `histogram_numeric`, `regr_*`, ...)",

@@ -51,6 +51,10 @@ CO_MOMENT_FUNCTIONS = ("corr", "covar_pop", "covar_samp")
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in SHAPE_FUNCTIONS}
 SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(c, "t") for f in (*CO_MOMENT_FUNCTIONS, "max_by", "min_by")}
 SPARK_FUNCTIONS |= {"any_value": F.any_value}
+# mode with its ties broken by Spark's order (mode(col) breaks them by its hash map's order: docs/spark-queries.md)
+MODE_FUNCTIONS = ("mode", "mode_highest")
+SPARK_FUNCTIONS |= {"mode": lambda c: F.mode(c, True)}
+SPARK_FUNCTIONS |= {"mode_highest": lambda c: F.expr(f"mode() WITHIN GROUP (ORDER BY {c} DESC)")}
 # after withWatermark: Spark keeps the conjunct on the event time above its watermark node (the rows it drops count
 # for the watermark) and pushes the other below it
 TIME_FILTER = f"second({EVENT_TIME}) % 3 <> 0 AND (v IS NULL OR CAST(v AS STRING) <> '2')"
@@ -246,6 +250,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
         query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
         query = _with_sliding_order(random.Random(f"from_query-sliding-order-{seed}"), query)
+        query = _with_mode(random.Random(f"from_query-mode-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
@@ -333,6 +338,15 @@ def _with_sliding_objects(rng: random.Random, query: Query) -> Query:
         return replace(query, functions=query.functions + drawn)
     functions = SLIDING_OBJECTS[value_type]
     return replace(query, value_type=value_type, functions=tuple(rng.sample(functions, min(3, len(functions)))))
+
+
+def _with_mode(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random, mode (ties to the lowest value, or the highest) of its values (issue
+    63, item 5; drawn from their own ``rng``, so every seed keeps its earlier form and rows): every window, every value
+    type."""
+    if query.operator == "stream_join" or rng.random() >= 0.15:
+        return query
+    return replace(query, functions=query.functions + (rng.choice(MODE_FUNCTIONS),))
 
 
 SLIDING_ORDER = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "any_value")  # of the rows' order

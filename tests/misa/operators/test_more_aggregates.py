@@ -39,6 +39,9 @@ ORDERED = [  # of the rows' order (first/last over numbers and booleans: Spark's
     Agg("s_list", "collect_list", "s"),
     Agg("y_set", "collect_set", "y"),
 ]
+# mode: ties to the lowest value (Spark's mode(col, true)), or the highest (WITHIN GROUP (ORDER BY col DESC))
+MODES = [Agg("x_mode", "mode", "x"), Agg("s_mode", "mode", "s"), Agg("y_top", "mode_highest", "y")]
+MODES += [Agg("b_mode", "mode", "b"), Agg("t_mode", "mode_highest", "t")]
 SHAPES = {
     "continuous": {},
     "tumbling": {"event_time": "t", "window": "10 seconds", "watermark_delay": "1 hour"},
@@ -79,6 +82,10 @@ BATCHES = [
 def spark_function(agg: Agg):
     from pyspark.sql import functions as F
 
+    if agg.function == "mode":
+        return F.mode(agg.column, True).alias(agg.name)
+    if agg.function == "mode_highest":
+        return F.expr(f"mode() WITHIN GROUP (ORDER BY {agg.column} DESC)").alias(agg.name)
     if agg.function.endswith("_ignore_nulls"):
         return getattr(F, agg.function.removesuffix("_ignore_nulls"))(agg.column, ignorenulls=True).alias(agg.name)
     function = getattr(F, agg.function)
@@ -164,3 +171,9 @@ def test_object_aggregates_over_sliding_windows_give_sparks_rows_in_its_order(sp
     min_by's, and first's, last's and collect's values stamped with their batch and place, a window's in Spark's order
     of its rows."""
     check(spark, tmp_path, OBJECTS + ORDERED, "sliding")
+
+
+def test_mode_over_sliding_windows_gives_sparks_rows(spark, tmp_path):
+    """mode's counts per value are kept per pane and added into each window's (refused before: issue 63, item 5); on
+    ties the lowest value (the highest: WITHIN GROUP (ORDER BY col DESC)); NaN and -0.0: test_mode_queries.py."""
+    check(spark, tmp_path, MODES, "sliding")

@@ -165,7 +165,7 @@ def test_collect_set_keeps_values_as_sparks_set_does():
 def test_collect_set_across_batches_keeps_one_nan_and_takes_negative_zero_as_zero():
     """A tumbling window's collect_set merges each batch's set into the state's as Spark's set would: one NaN, -0.0
     and 0.0 one value (Python's equality kept a second NaN)."""
-    from misa.operators.object_aggs import set_union
+    from misa.operators.set_values import set_union
 
     union = set_union([1.0, float("nan"), 0.0], [float("nan"), -0.0, 2.0, [float("nan")]])
     assert len(union) == 5 and union[3] == 2.0 and math.isnan(union[4][0])
