@@ -15,6 +15,8 @@ do not fit there, and are kept here with Spark's semantics:
   aggregate and the setting, rather than dropping values;
 * ``max_by`` / ``min_by`` (:mod:`.extremum_by`): the value of the row of the greatest (least) ordering;
 * ``mode`` / ``mode_highest`` (:mod:`.mode`): the most frequent value, of the counts per value;
+* ``percentile_approx`` (:mod:`.quantiles`): Spark's quantile sketch of the values as doubles, each batch's built
+  from its rows (the partial is their list), merged into the stored one, read as the input's type;
 * ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
   count for its default relative error (0.05: 512 registers); small counts use linear counting, as Spark's
   HyperLogLog++ does, so they equal Spark's; larger ones have Spark's relative standard deviation (tests measure
@@ -42,10 +44,11 @@ from pyspark.sql import types as T
 from misa.exceptions import AggregateOverflowError, MisaError
 from misa.operators.extremum_by import BY_FUNCTIONS, by_partial, merge_by
 from misa.operators.mode import MODE_FUNCTIONS, counts_of, merge_counts, mode_of
+from misa.operators.percentile_approx import Percentiles, percentile_partial, sketch_merge, sketch_of, sketch_result
 from misa.operators.set_values import set_union
 
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
-OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS)
+OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
 FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
 OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
 HLL_PRECISION = 9  # Spark's for relativeSD 0.05: ceil(2 * log2(1.106 / 0.05))
@@ -75,9 +78,19 @@ def check_collect_limit(function: str, name: str, items: int, limit: int) -> Non
         )
 
 
-def object_partial(function: str, column: Column, dtype: T.DataType, other: Column | None = None) -> list[Column]:
-    """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals)
-    a typed null carrying the result type, (max_by, min_by) the extremum of the ordering ``other``."""
+def object_partial(
+    function: str,
+    column: Column,
+    dtype: T.DataType,
+    other: Column | None = None,
+    percentiles: Percentiles | None = None,
+) -> list[Column]:
+    """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals,
+    percentile_approx of ``percentiles``) a typed null carrying the result type, (max_by, min_by) the extremum of
+    the ordering ``other``."""
+    if function == "percentile_approx":
+        assert percentiles is not None
+        return percentile_partial(column, dtype, percentiles)
     if function in BY_FUNCTIONS:
         assert other is not None
         return by_partial(function, column, other)
@@ -112,8 +125,11 @@ class ObjectAgg:
     index: int  # the aggregate's position: its delta columns are _o{index}, _c{index}
     value_type: pa.DataType
     output_type: pa.DataType
+    percentiles: Percentiles | None = None  # percentile_approx's
 
     def identity(self) -> Any:
+        if self.function == "percentile_approx":
+            return sketch_of([], self._percentiles.accuracy)
         if self.function == "approx_count_distinct":
             return bytes(1 << HLL_PRECISION)
         if self.function in BY_FUNCTIONS:
@@ -128,6 +144,8 @@ class ObjectAgg:
             return _registers(value or [])
         if self.function in MODE_FUNCTIONS:
             return counts_of(value or [])
+        if self.function == "percentile_approx":
+            return sketch_of(value or [], self._percentiles.accuracy)
         if self.function in ("first", "last"):
             return [value, 1]
         if self.function in FIRST + LAST:
@@ -143,6 +161,8 @@ class ObjectAgg:
             return merge_by(f, a, b)
         if f in MODE_FUNCTIONS:
             return merge_counts(a, b)
+        if f == "percentile_approx":
+            return sketch_merge(a, b)
         (x, n), (y, m) = a, b
         if f in FIRST:
             return a if n else b
@@ -172,6 +192,8 @@ class ObjectAgg:
             return _estimate(state)
         if f in MODE_FUNCTIONS:
             return mode_of(f, state)
+        if f == "percentile_approx":
+            return sketch_result(state, self._percentiles, self.output_type)
         value, count = state  # max_by, min_by: value, ordering
         if f in ("collect_list", "collect_set"):
             return value if count else []
@@ -192,6 +214,11 @@ class ObjectAgg:
                 return (value / count).quantize(Decimal(1).scaleb(-self.output_type.scale), rounding=ROUND_HALF_UP)
         return value
 
+    @property
+    def _percentiles(self) -> Percentiles:
+        assert self.percentiles is not None, f"percentile_approx {self.name} without its percentiles"
+        return self.percentiles
+
 
 class ObjectValues:
     """The object aggregates of a batch's deltas: states per row, folded per key, merged, stored, output."""
@@ -202,15 +229,16 @@ class ObjectValues:
         self.limit = limit
 
     @classmethod
-    def of(cls, names: Sequence[tuple[int, str, str]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
-        """The object aggregates among ``names`` ((index, name, function)) whose columns the deltas carry."""
+    def of(cls, names: Sequence[tuple[Any, ...]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
+        """The object aggregates among ``names`` ((index, name, function[, percentiles])) whose columns the deltas
+        carry."""
         aggs = []
-        for index, name, function in names:
+        for index, name, function, *percentiles in names:
             if f"_o{index}" not in schema.names:
                 continue
             value_type = schema.field(f"_o{index}").type
             output_type = _output_type(function, value_type, schema, index)
-            aggs.append(ObjectAgg(name, function, index, value_type, output_type))
+            aggs.append(ObjectAgg(name, function, index, value_type, output_type, *percentiles))
         return cls(aggs, ansi, limit)
 
     def __bool__(self) -> bool:
@@ -261,7 +289,7 @@ class ObjectValues:
 def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, index: int) -> pa.DataType:
     if function == "approx_count_distinct":
         return pa.int64()
-    if function == "avg":
+    if function in ("avg", "percentile_approx"):  # of the typed null after the partial value
         return schema.field(f"_r{index}").type
     if function in MODE_FUNCTIONS:
         return value_type.value_type  # of the list of the group's values

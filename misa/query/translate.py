@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
+from misa.operators.percentile_approx import Percentiles
 from misa.operators.sessions import SessionAggregation
 from misa.query.aggregates import ComputedOutputs, event_time_filters
 from misa.query.chain import upstream
@@ -58,10 +59,8 @@ FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
 FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or", "AnyValue": "first"}
 FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kurtosis": "kurtosis"}
 FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp", "Mode": "mode"}
-NOT_EXACT = {  # functions Spark runs in streaming aggregations that misa refuses, and why
-    "ApproximatePercentile": "its result is of Spark's quantile sketch, whose compressions misa cannot reproduce "
-    "exactly",
-}
+FUNCTIONS |= {"ApproximatePercentile": "percentile_approx"}
+NOT_EXACT: dict[str, str] = {}  # functions Spark runs in streaming aggregations that misa refuses, and why
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
@@ -314,6 +313,10 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         )
     arguments = function.children
     misa_function = FUNCTIONS[function.kind]
+    if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
+        percentages, array, accuracy = function.value
+        percentiles = Percentiles(tuple(percentages), array, int(accuracy))
+        return Agg(name, misa_function, _argument_column(arguments[0], translation), percentiles=percentiles)
     if len(arguments) != (2 if misa_function in TWO_COLUMNS else 1):
         raise refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
     if function.kind == "Count" and arguments[0].kind == "Literal" and arguments[0].value is not None:
