@@ -186,7 +186,7 @@ def test_object_aggregates_over_sliding_windows_give_sparks_rows_in_its_order(sp
 
 def test_mode_and_percentile_approx_over_sliding_windows_give_sparks_rows(spark, tmp_path):
     """mode's counts per value are kept per pane and added into each window's (refused before: issue 63, item 5); on
-    ties the lowest value (the highest: WITHIN GROUP (ORDER BY col DESC)); NaN and -0.0: test_mode_queries.py.
-    percentile_approx's sketches are kept per pane and merged into each window's (tests/misa/operators/
-    test_quantiles.py checks the sketch itself)."""
+    ties the lowest value (the highest: WITHIN GROUP (ORDER BY col DESC)). percentile_approx's sketches are kept per
+    pane and merged into each window's (test_quantiles.py checks the sketch itself). From Spark's API, with NaN and
+    -0.0: tests/verify/test_mode_percentile_queries.py."""
     check(spark, tmp_path, MODES + PERCENTILES, "sliding")

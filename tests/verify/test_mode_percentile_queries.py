@@ -1,10 +1,17 @@
-"""``mode`` written in Spark's API, through misa.from_query and through plain Spark, compared batch id by batch id
-over rows in JSON files with a restart between rounds (:func:`verify.differential.scenarios.run_scenario`); refused
-before ("misa does not compute mode(v) yet").
+"""``mode`` and ``percentile_approx`` written in Spark's API, through misa.from_query and through plain Spark, compared
+batch id by batch id over rows in JSON files with a restart between rounds
+(:func:`verify.differential.scenarios.run_scenario`); refused before ("misa does not compute mode(v) yet", "... of
+Spark's quantile sketch").
 
 ``mode(col, true)`` and ``mode() WITHIN GROUP (ORDER BY col DESC)`` over ties (of every type, NaN, -0.0 and 0.0
 among doubles, nulls); ``mode(col)``, whose ties Spark breaks by its hash map's order (docs/spark-queries.md), over
-``w``, whose greatest count is unique in every window and batch."""
+``w``, whose greatest count is unique in every window and batch.
+
+``percentile_approx`` of every type it takes, scalar and array percentages: each batch is one file, which Spark reads
+as one partition, so it builds one partial buffer per group and batch, as misa does: small accuracies (4, 5: the
+sketch compresses from 3 values on) give Spark's values exactly over tumbling windows and none, NaN among them. Over
+sliding windows misa merges panes' sketches where Spark keeps one per window: there the accuracy is the default
+(every sample kept exactly) and the doubles have no NaN (Spark's merge of sketches drops samples next to a NaN)."""
 
 from __future__ import annotations
 
@@ -61,7 +68,7 @@ ROUNDS = (
                 (
                     row("p", 11, 3, -0.0, "a", 2.5, b=True, day="2024-03-02", w=5),
                     row("p", 12, 2, NAN, "c", 0.5, b=True, day="2024-02-29", w=5),
-                    row("p", 13, 9, 9.0, "d", 9.0, b=None, w=6),
+                    row("p", 13, 9, 9.0, "d", 9.0, b=None, w=5),
                     row("q", 14, 8, 2.0, "y", 3.0, b=False, day="2024-01-02", w=9),
                 ),
             ),
@@ -86,19 +93,36 @@ def modes() -> list[Column]:
     return [*lowest, *highest, F.mode("w").alias("any_w")]
 
 
+def percentiles(sliding: bool) -> list[Column]:
+    """percentile_approx of integers, doubles, decimals, dates and timestamps (accuracies 4 and 5; over sliding
+    windows the default, and doubles without NaN)."""
+    low, lower = (10_000, 10_000) if sliding else (4, 5)
+    doubles = F.col("v") / 2 if sliding else F.col("x")
+    return [
+        F.percentile_approx("v", 0.5, low).alias("median_v"),
+        F.percentile_approx(doubles, [0.1, 0.5, 0.9], lower).alias("deciles_x"),
+        F.approx_percentile("d", 0.25, low).alias("quartile_d"),
+        F.percentile_approx("day", [0.75], lower).alias("day_p"),
+        F.percentile_approx("ts", 0.4, low).alias("ts_p"),
+        F.percentile_approx(F.col("v").cast("int") * 2, [0.0, 1.0]).alias("ends"),
+    ]
+
+
 SHAPES = {  # append: a 2 s delay, so that round 2's rows (13 s) close the first window
     "sliding windows, update": (lambda rows: rows.groupBy(F.window("t", "10 seconds", "5 seconds"), "k"), "update"),
+    "sliding windows, complete": (lambda rows: rows.groupBy(F.window("t", "10 seconds", "3 seconds"), "k"), "complete"),
     "tumbling windows, append": (lambda rows: rows.groupBy(F.window("t", "10 seconds"), "k"), "append"),
     "tumbling windows, complete": (lambda rows: rows.groupBy(F.window("t", "10 seconds"), "k"), "complete"),
     "no window, update": (lambda rows: rows.groupBy("k"), "update"),
 }
 
 
-@pytest.mark.slow  # 7 to 30 s each: make test runs mode through the operator (test_more_aggregates.py)
+@pytest.mark.slow  # 7 to 30 s each: make test runs both through the operator (test_more_aggregates.py)
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_mode_gives_sparks_rows_and_types(spark, tmp_path, name):
-    """Sliding windows: each pane keeps its counts per value, a window's are its panes' added."""
+def test_mode_and_percentile_approx_give_sparks_rows_and_types(spark, tmp_path, name):
+    """Sliding windows: each pane keeps its counts per value and its sketch, a window's are its panes' merged."""
     group, mode = SHAPES[name]
     delay = "2 seconds" if mode == "append" else "1 hour"
-    build = lambda spark, inputs: group(stream(spark, inputs, delay)).agg(*modes())  # noqa: E731
+    aggregates = [*modes(), *percentiles(sliding="sliding" in name)]
+    build = lambda spark, inputs: group(stream(spark, inputs, delay)).agg(*aggregates)  # noqa: E731
     assert_sparks_rows(spark, name, build, mode, ROUNDS, tmp_path / "run")
