@@ -13,6 +13,8 @@ While a summary's count is below ``accuracy / 2`` every sample is kept with ``g 
 the value at rank ``ceil(p * count)`` of the sorted values, whatever the split and order of the merges. Beyond, the
 samples' deltas (and past ``accuracy`` values, their compression) depend on how the rows were split into partial
 buffers and on the order of the merges: the result still has the sketch's guaranteed error, not one exact value.
+NaN breaks the count bound: a merge compares samples with ``<`` (false against NaN) and compression keeps the first
+sample only when it is at most the last, so a merge of summaries holding NaN drops samples, in Spark's sketch as here.
 """
 
 from __future__ import annotations

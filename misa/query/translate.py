@@ -60,7 +60,6 @@ FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or",
 FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kurtosis": "kurtosis"}
 FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp", "Mode": "mode"}
 FUNCTIONS |= {"ApproximatePercentile": "percentile_approx"}
-NOT_EXACT: dict[str, str] = {}  # functions Spark runs in streaming aggregations that misa refuses, and why
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
@@ -289,12 +288,6 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     function = aggregate.children[0]
     if aggregate.value:
         raise refused(node, f"{aggregate.sql} is DISTINCT or FILTERed", "the aggregate without DISTINCT or FILTER")
-    if function.kind in NOT_EXACT:
-        raise refused(
-            node,
-            f"misa does not compute {aggregate.sql} yet: {NOT_EXACT[function.kind]}",
-            f"one of {', '.join(FUNCTIONS.values())} (docs/spark-queries.md lists every function)",
-        )
     if function.kind not in FUNCTIONS:
         raise refused(
             node,
