@@ -15,8 +15,8 @@ do not fit there, and are kept here with Spark's semantics:
   aggregate and the setting, rather than dropping values;
 * ``max_by`` / ``min_by`` (:mod:`.extremum_by`): the value of the row of the greatest (least) ordering;
 * ``mode`` / ``mode_highest`` (:mod:`.mode`): the most frequent value, of the counts per value;
-* ``percentile_approx`` (:mod:`.quantiles`): Spark's quantile sketch of the values as doubles, each batch's built
-  from its rows (the partial is their list), merged into the stored one, read as the input's type;
+* ``percentile_approx`` (:mod:`.percentile_approx`): Spark's quantile sketch of the values as doubles, each
+  batch's built from its rows (the partial is their list), merged into the stored one, read as the input's type;
 * ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
   count for its default relative error (0.05: 512 registers); small counts use linear counting, as Spark's
   HyperLogLog++ does, so they equal Spark's; larger ones have Spark's relative standard deviation (tests measure

@@ -638,8 +638,9 @@ ENTRIES: tuple[Entry, ...] = (
         "fewer than accuracy / 2 values, none NaN (every sample exact: the value at rank ceil(p * n)), where misa's "
         "always equals Spark's; beyond, the sketch's error bound (1 / accuracy of the count, in rank) holds for both; "
         "a merge next to a NaN drops samples in Spark's sketch and in misa's alike. Sliding windows: a sketch per "
-        "pane, a window's merged from its panes earliest first (Spark's: one per window), equal under the same "
-        "bound. Numbers, decimals, dates, timestamps, as Spark's types (`timestamp_ntz` and intervals refused)",
+        "pane, a window's merged from its panes earliest first (Spark's: one per window); session windows: the "
+        "merged sessions' sketches in start order; equal under the same bound. Numbers, decimals, dates, timestamps, "
+        "as Spark's types (`timestamp_ntz` and intervals refused)",
         covered_by=(
             "fn:percentile_approx:bigint",
             "fn:percentile_array:double",
