@@ -126,7 +126,7 @@ class Agg:
     stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
     (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
     min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
-    :mod:`misa.operators.quantiles`)."""
+    :mod:`misa.operators.percentile_approx`)."""
 
     name: str
     function: str
