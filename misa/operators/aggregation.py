@@ -59,6 +59,7 @@ from misa.operators.base import (
     spark_interval,
     state_table,
 )
+from misa.operators.mode import MODE_FUNCTIONS
 from misa.operators.moments import (
     CO_MOMENT_FUNCTIONS,
     MOMENT_FUNCTIONS,
@@ -78,6 +79,7 @@ from misa.operators.object_aggs import (
 from misa.operators.pane_objects import PaneObjects
 from misa.operators.pane_order import ORDER_FUNCTIONS, PLACE, order_partial, place_column
 from misa.operators.panes import PaneWindows, record_keys
+from misa.operators.percentile_approx import PERCENTILE_TYPES, Percentiles
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
@@ -104,6 +106,9 @@ INPUT_TYPES = {"sum": (*NUMBERS, T.DecimalType), "avg": (*NUMBERS, T.DecimalType
 INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_ORDERED)}
 INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in MOMENT_FUNCTIONS}  # as doubles, as Spark casts them
 INPUT_TYPES |= {f: (T.BooleanType,) for f in ("count_if", *BOOLEAN_FUNCTIONS)}
+# mode: of the types whose values misa counts with the equality of Spark's hash map (not binary, arrays, structs)
+INPUT_TYPES |= {f: (*ORDERED, T.StringType, T.BooleanType, T.DecimalType) for f in MODE_FUNCTIONS}
+INPUT_TYPES |= {"percentile_approx": PERCENTILE_TYPES}
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
 DELTA_SCHEMA = "delta_schema"  # metadata: the deltas' Arrow schema (misa.operators.schema.schema_text)
@@ -120,12 +125,14 @@ class Agg:
     Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, (:mod:`misa.operators.moments`)
     stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
     (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
-    min_by."""
+    min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
+    :mod:`misa.operators.percentile_approx`)."""
 
     name: str
     function: str
     column: str
     other: str = ""
+    percentiles: Percentiles | None = None
 
     def __post_init__(self) -> None:
         if self.function not in AGG_FUNCTIONS:
@@ -134,10 +141,13 @@ class Agg:
             raise ValueError(f'aggregate {self.name}: "*" is count\'s column only (count(*)); name a column')
         if bool(self.other) != (self.function in TWO_COLUMNS):
             raise ValueError(f"aggregate {self.name}: other (a second column) is for {', '.join(TWO_COLUMNS)} only")
+        if (self.percentiles is not None) != (self.function == "percentile_approx"):
+            raise ValueError(f"aggregate {self.name}: percentiles (its percentages) are percentile_approx's only")
 
     def __str__(self) -> str:
         other = f', other="{self.other}"' if self.other else ""
-        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other})'
+        percentiles = f", percentiles={self.percentiles!r}" if self.percentiles else ""
+        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other}{percentiles})'
 
     def signature(self, schema: T.StructType) -> str:
         """This aggregate in a state's signature, its input columns checked against ``schema``."""
@@ -150,6 +160,8 @@ class Agg:
             other = column_type(schema, self.other, str(self))
             self.check_other(other)
             arguments.append(typed(self.other, other))
+        if self.percentiles is not None:
+            arguments.append(str(self.percentiles))
         return f"{self.name}={self.function}({', '.join(arguments)})"
 
     def check_other(self, dtype: T.DataType) -> None:
@@ -179,7 +191,7 @@ class Agg:
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
         elif is_object(self.function, dtype):
             assert dtype is not None
-            columns = object_partial(self.function, F.col(self.column), dtype, other)
+            columns = object_partial(self.function, F.col(self.column), dtype, other, self.percentiles)
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
         elif self.function in MOMENT_FUNCTIONS:
             mean, *cells = moment_partials(self.function, F.col(self.column), other)
@@ -254,7 +266,8 @@ class AggValues:
         for agg, t in zip(vectorized, types):
             if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)):
                 raise TypeError(f"aggregate {agg.name}: partial values of type {t} cannot be kept exactly")
-        objects = ObjectValues.of([(i, a.name, a.function) for i, a in enumerate(aggs)], schema, ansi, collect_limit)
+        names = [(i, a.name, a.function, a.percentiles) for i, a in enumerate(aggs)]
+        objects = ObjectValues.of(names, schema, ansi, collect_limit)
         folds = AggStates(tuple(a.fold(t) for a, t in zip(vectorized, types)), ansi)
         return cls(vectorized, indexes, types, folds, objects, tuple(a.name for a in aggs))
 

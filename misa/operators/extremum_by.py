@@ -30,11 +30,11 @@ def merge_by(function: str, earlier: list[Any], later: list[Any]) -> list[Any]:
         return earlier
     if earlier[1] is None:
         return later
-    a, b = _rank(earlier[1]), _rank(later[1])
+    a, b = spark_rank(earlier[1]), spark_rank(later[1])
     return earlier if (a > b if function == "max_by" else a < b) else later
 
 
-def _rank(ordering: Any) -> tuple[bool, Any]:
+def spark_rank(ordering: Any) -> tuple[bool, Any]:
     """An ordering value as Spark ranks it (NaN the greatest double)."""
     if isinstance(ordering, float) and math.isnan(ordering):
         return True, 0.0
@@ -43,4 +43,4 @@ def _rank(ordering: Any) -> tuple[bool, Any]:
 
 def same_ordering(a: Any, b: Any) -> bool:
     """Whether Spark ranks two (non-null) ordering values equal (NaN equals NaN, -0.0 equals 0.0)."""
-    return _rank(a) == _rank(b)
+    return spark_rank(a) == spark_rank(b)

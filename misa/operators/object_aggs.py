@@ -14,6 +14,9 @@ do not fit there, and are kept here with Spark's semantics:
   ``spark.misa.aggregate.collectMaxItems`` items per group: more fails the batch, naming the group's
   aggregate and the setting, rather than dropping values;
 * ``max_by`` / ``min_by`` (:mod:`.extremum_by`): the value of the row of the greatest (least) ordering;
+* ``mode`` / ``mode_highest`` (:mod:`.mode`): the most frequent value, of the counts per value;
+* ``percentile_approx`` (:mod:`.percentile_approx`): Spark's quantile sketch of the values as doubles, each
+  batch's built from its rows (the partial is their list), merged into the stored one, read as the input's type;
 * ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
   count for its default relative error (0.05: 512 registers); small counts use linear counting, as Spark's
   HyperLogLog++ does, so they equal Spark's; larger ones have Spark's relative standard deviation (tests measure
@@ -30,7 +33,7 @@ import math
 import pickle
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
-from typing import Any, Hashable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -40,9 +43,12 @@ from pyspark.sql import types as T
 
 from misa.exceptions import AggregateOverflowError, MisaError
 from misa.operators.extremum_by import BY_FUNCTIONS, by_partial, merge_by
+from misa.operators.mode import MODE_FUNCTIONS, counts_of, merge_counts, mode_of
+from misa.operators.percentile_approx import Percentiles, percentile_partial, sketch_merge, sketch_of, sketch_result
+from misa.operators.set_values import set_union
 
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
-OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS)
+OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
 FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
 OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
 HLL_PRECISION = 9  # Spark's for relativeSD 0.05: ceil(2 * log2(1.106 / 0.05))
@@ -72,9 +78,19 @@ def check_collect_limit(function: str, name: str, items: int, limit: int) -> Non
         )
 
 
-def object_partial(function: str, column: Column, dtype: T.DataType, other: Column | None = None) -> list[Column]:
-    """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals)
-    a typed null carrying the result type, (max_by, min_by) the extremum of the ordering ``other``."""
+def object_partial(
+    function: str,
+    column: Column,
+    dtype: T.DataType,
+    other: Column | None = None,
+    percentiles: Percentiles | None = None,
+) -> list[Column]:
+    """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals,
+    percentile_approx of ``percentiles``) a typed null carrying the result type, (max_by, min_by) the extremum of
+    the ordering ``other``."""
+    if function == "percentile_approx":
+        assert percentiles is not None
+        return percentile_partial(column, dtype, percentiles)
     if function in BY_FUNCTIONS:
         assert other is not None
         return by_partial(function, column, other)
@@ -85,6 +101,8 @@ def object_partial(function: str, column: Column, dtype: T.DataType, other: Colu
         result = T.DecimalType(min(38, dtype.precision + 4), min(38, dtype.scale + 4))
         return [F.sum(column), F.lit(None).cast(result)]
     functions = {
+        "mode": F.collect_list,  # the group's values, counted on the driver
+        "mode_highest": F.collect_list,
         "first": F.first,
         "last": F.last,
         "first_ignore_nulls": lambda c: F.first(c, ignorenulls=True),
@@ -107,18 +125,27 @@ class ObjectAgg:
     index: int  # the aggregate's position: its delta columns are _o{index}, _c{index}
     value_type: pa.DataType
     output_type: pa.DataType
+    percentiles: Percentiles | None = None  # percentile_approx's
 
     def identity(self) -> Any:
+        if self.function == "percentile_approx":
+            return sketch_of([], self._percentiles.accuracy)
         if self.function == "approx_count_distinct":
             return bytes(1 << HLL_PRECISION)
         if self.function in BY_FUNCTIONS:
             return [None, None]  # value, ordering
+        if self.function in MODE_FUNCTIONS:
+            return {}  # counts per value
         return [None, 0]  # value, count (first/last: rows seen; ignoring nulls: values seen)
 
     def of_row(self, value: Any, count: Any) -> Any:
         """The state of one delta row (max_by, min_by: ``count`` is the ordering)."""
         if self.function == "approx_count_distinct":
             return _registers(value or [])
+        if self.function in MODE_FUNCTIONS:
+            return counts_of(value or [])
+        if self.function == "percentile_approx":
+            return sketch_of(value or [], self._percentiles.accuracy)
         if self.function in ("first", "last"):
             return [value, 1]
         if self.function in FIRST + LAST:
@@ -132,6 +159,10 @@ class ObjectAgg:
             return bytes(np.maximum(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)))
         if f in BY_FUNCTIONS:
             return merge_by(f, a, b)
+        if f in MODE_FUNCTIONS:
+            return merge_counts(a, b)
+        if f == "percentile_approx":
+            return sketch_merge(a, b)
         (x, n), (y, m) = a, b
         if f in FIRST:
             return a if n else b
@@ -159,6 +190,10 @@ class ObjectAgg:
         f = self.function
         if f == "approx_count_distinct":
             return _estimate(state)
+        if f in MODE_FUNCTIONS:
+            return mode_of(f, state)
+        if f == "percentile_approx":
+            return sketch_result(state, self._percentiles, self.output_type)
         value, count = state  # max_by, min_by: value, ordering
         if f in ("collect_list", "collect_set"):
             return value if count else []
@@ -179,6 +214,11 @@ class ObjectAgg:
                 return (value / count).quantize(Decimal(1).scaleb(-self.output_type.scale), rounding=ROUND_HALF_UP)
         return value
 
+    @property
+    def _percentiles(self) -> Percentiles:
+        assert self.percentiles is not None, f"percentile_approx {self.name} without its percentiles"
+        return self.percentiles
+
 
 class ObjectValues:
     """The object aggregates of a batch's deltas: states per row, folded per key, merged, stored, output."""
@@ -189,15 +229,16 @@ class ObjectValues:
         self.limit = limit
 
     @classmethod
-    def of(cls, names: Sequence[tuple[int, str, str]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
-        """The object aggregates among ``names`` ((index, name, function)) whose columns the deltas carry."""
+    def of(cls, names: Sequence[tuple[Any, ...]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
+        """The object aggregates among ``names`` ((index, name, function[, percentiles])) whose columns the deltas
+        carry."""
         aggs = []
-        for index, name, function in names:
+        for index, name, function, *percentiles in names:
             if f"_o{index}" not in schema.names:
                 continue
             value_type = schema.field(f"_o{index}").type
             output_type = _output_type(function, value_type, schema, index)
-            aggs.append(ObjectAgg(name, function, index, value_type, output_type))
+            aggs.append(ObjectAgg(name, function, index, value_type, output_type, *percentiles))
         return cls(aggs, ansi, limit)
 
     def __bool__(self) -> bool:
@@ -248,8 +289,10 @@ class ObjectValues:
 def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, index: int) -> pa.DataType:
     if function == "approx_count_distinct":
         return pa.int64()
-    if function == "avg":
+    if function in ("avg", "percentile_approx"):  # of the typed null after the partial value
         return schema.field(f"_r{index}").type
+    if function in MODE_FUNCTIONS:
+        return value_type.value_type  # of the list of the group's values
     return value_type
 
 
@@ -293,42 +336,3 @@ def _estimate(registers: bytes) -> int:
         if linear <= HLL_LINEAR_LIMIT or raw <= 2.5 * m:
             return round(linear)
     return round(raw)
-
-
-NAN_KEY = ("NaN",)  # collect_set's key of every NaN (Spark's collect_set keeps one)
-
-
-def set_value(value: Any) -> Any:
-    """A value as Spark's collect_set keeps it: floating values normalized (-0.0 as 0.0; in arrays and structs too)."""
-    if isinstance(value, float):
-        return 0.0 if value == 0 else value
-    if isinstance(value, list):
-        return [set_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: set_value(v) for k, v in value.items()}
-    return value
-
-
-def set_key(value: Any) -> Hashable:
-    """A key equal for the values Spark's collect_set takes as one: -0.0 and 0.0, every NaN (arrays and structs too:
-    element by element, field by field)."""
-    if isinstance(value, float) and math.isnan(value):
-        return NAN_KEY
-    if isinstance(value, list):
-        return ("array", tuple(set_key(v) for v in value))
-    if isinstance(value, dict):
-        return ("struct", tuple((k, set_key(v)) for k, v in value.items()))
-    return value
-
-
-def set_union(kept: list[Any], more: list[Any]) -> list[Any]:
-    """collect_set's values ``kept``, then those of ``more`` it does not hold yet, as Spark's set takes them
-    (:func:`set_key`: -0.0 and 0.0 one value, every NaN one)."""
-    keys = {set_key(v) for v in kept}
-    union = list(kept)
-    for value in more:
-        key = set_key(value)
-        if key not in keys:
-            keys.add(key)
-            union.append(set_value(value))
-    return union

@@ -24,7 +24,8 @@ from typing import Any, Sequence
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from misa.operators.object_aggs import FIRST, LAST, check_collect_limit, set_key, set_value
+from misa.operators.object_aggs import FIRST, LAST, check_collect_limit
+from misa.operators.set_values import set_key, set_value
 
 COLLECT = ("collect_list", "collect_set")
 ORDER_FUNCTIONS = (*FIRST, *LAST, *COLLECT)
@@ -86,7 +87,7 @@ def _stamp(item: Item) -> tuple[int, int]:
 
 def _first_of_each(items: Sequence[Item]) -> list[Item]:
     """Each distinct value's first item, its value as Spark's collect_set keeps it
-    (:func:`~misa.operators.object_aggs.set_value`)."""
+    (:func:`~misa.operators.set_values.set_value`)."""
     seen: set[Any] = set()
     kept = []
     for batch, place, value in items:

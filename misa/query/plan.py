@@ -147,6 +147,14 @@ def expr_of(jexpr: Any) -> Expr:
         value = float(jexpr.relativeSD())
     if kind in ("First", "Last", "AnyValue"):  # value: whether nulls are skipped
         value = bool(jexpr.ignoreNulls())
+    if kind == "Mode":  # value: its order on ties (None: Spark's hash map's; True: the lowest; False: the highest)
+        reverse = jexpr.reverseOpt()
+        value = bool(reverse.get()) if reverse.isDefined() else None
+    if kind == "ApproximatePercentile":  # value: (percentages, whether an array, accuracy), constants Spark checked
+        percentages = jexpr.percentageExpression().eval(None)
+        array = not isinstance(percentages, float)
+        accuracy = jexpr.accuracyExpression().eval(None)
+        value = (list(percentages.toDoubleArray()) if array else [percentages], array, accuracy)
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None

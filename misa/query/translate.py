@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
+from misa.operators.percentile_approx import Percentiles
 from misa.operators.sessions import SessionAggregation
 from misa.query.aggregates import ComputedOutputs, event_time_filters
 from misa.query.chain import upstream
@@ -57,12 +58,8 @@ FUNCTIONS |= {"StddevSamp": "stddev_samp", "StddevPop": "stddev_pop"}
 FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
 FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or", "AnyValue": "first"}
 FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kurtosis": "kurtosis"}
-FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp"}
-NOT_EXACT = {  # functions Spark runs in streaming aggregations that misa refuses, and why
-    "ApproximatePercentile": "its result is of Spark's quantile sketch, whose compressions misa cannot reproduce "
-    "exactly",
-    "Mode": "Spark picks among values of equal counts by its hash map's order, which misa cannot reproduce",
-}
+FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp", "Mode": "mode"}
+FUNCTIONS |= {"ApproximatePercentile": "percentile_approx"}
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
@@ -291,12 +288,6 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     function = aggregate.children[0]
     if aggregate.value:
         raise refused(node, f"{aggregate.sql} is DISTINCT or FILTERed", "the aggregate without DISTINCT or FILTER")
-    if function.kind in NOT_EXACT:
-        raise refused(
-            node,
-            f"misa does not compute {aggregate.sql} yet: {NOT_EXACT[function.kind]}",
-            f"one of {', '.join(FUNCTIONS.values())} (docs/spark-queries.md lists every function)",
-        )
     if function.kind not in FUNCTIONS:
         raise refused(
             node,
@@ -315,12 +306,18 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         )
     arguments = function.children
     misa_function = FUNCTIONS[function.kind]
+    if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
+        percentages, array, accuracy = function.value
+        percentiles = Percentiles(tuple(percentages), array, int(accuracy))
+        return Agg(name, misa_function, _argument_column(arguments[0], translation), percentiles=percentiles)
     if len(arguments) != (2 if misa_function in TWO_COLUMNS else 1):
         raise refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
     if function.kind == "Count" and arguments[0].kind == "Literal" and arguments[0].value is not None:
         return Agg(name, "count", "*")
     if function.kind in ("First", "Last", "AnyValue") and function.value:
         misa_function += "_ignore_nulls"
+    if function.kind == "Mode" and function.value is False:  # mode() WITHIN GROUP (ORDER BY col DESC)
+        misa_function = "mode_highest"
     columns = [_argument_column(argument, translation) for argument in arguments]
     return Agg(name, misa_function, *columns)
 

@@ -610,26 +610,51 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        "`mode(col, true)`, `mode() WITHIN GROUP (ORDER BY col)`, `... (ORDER BY col DESC)` (sliding windows too)",
+        RUNS,
+        lambda r: windowed(r, F.mode("v", True), F.expr("mode() WITHIN GROUP (ORDER BY s DESC)")),
+        note="the most frequent non-null value (null if none), of counts per value added across batches and panes; "
+        "on ties the lowest value in Spark's order (NaN above every double), the highest with DESC; -0.0 and 0.0 "
+        "count as one value (0.0), every NaN as one; of numbers, strings, booleans, decimals, dates, timestamps",
+        covered_by=("fn:mode:bigint", "fn:mode:string", "fn:mode_highest:double", "sliding:mode:double"),
+    ),
+    Entry(
+        "`mode(col)`",
+        DIFFERS,
+        lambda r: windowed(r, F.mode("v")),
+        note="as `mode(col, true)`, but on ties Spark returns any of the values (its hash map's order; Spark "
+        "documents it as non-deterministic there), misa the lowest",
+        covered_by=("fn:mode:boolean", "fn:mode:decimal", "fn:mode:session"),
+    ),
+    Entry(
+        "`percentile_approx(col, p[, accuracy])`, `approx_percentile`, `p` a percentage or an array (sliding windows "
+        "too)",
+        DIFFERS,
+        lambda r: windowed(r, F.percentile_approx("v", 0.5), F.approx_percentile("d", [0.25, 0.75], 100)),
+        note="Spark's quantile sketch (QuantileSummaries), ported: a batch's rows of a group make one partial buffer, "
+        "merged into the stored sketch as Spark merges them, so misa's result is Spark's where Spark reads those rows "
+        "in one partition; Spark's own depends on how it splits them into partial buffers (input partitions, its "
+        "sort-based fallback past 128 keys in a task) and on its shuffle's merge order, except while a group holds "
+        "fewer than accuracy / 2 values, none NaN (every sample exact: the value at rank ceil(p * n)), where misa's "
+        "always equals Spark's; beyond, the sketch's error bound (1 / accuracy of the count, in rank) holds for both; "
+        "a merge next to a NaN drops samples in Spark's sketch and in misa's alike. Sliding windows: a sketch per "
+        "pane, a window's merged from its panes earliest first (Spark's: one per window); session windows: the "
+        "merged sessions' sketches in start order; equal under the same bound. Numbers, decimals, dates, timestamps, "
+        "as Spark's types (`timestamp_ntz` and intervals refused)",
+        covered_by=(
+            "fn:percentile_approx:bigint",
+            "fn:percentile_array:double",
+            "fn:approx_percentile_5:decimal",
+            "fn:approx_percentile_5:tumbling",
+            "sliding:percentile_array:double",
+        ),
+    ),
+    Entry(
         "`count(DISTINCT col)`",
         REFUSED,
         lambda r: windowed(r, F.count_distinct("v")),
         note="Spark refuses it too: `approx_count_distinct(col)`",
         refusal="Distinct aggregations are not supported",
-    ),
-    Entry(
-        "`percentile_approx(col, p)`",
-        REFUSED,
-        lambda r: windowed(r, F.percentile_approx("v", 0.5)),
-        note="the functions above: its result is of Spark's quantile sketch, whose compressions misa cannot "
-        "reproduce exactly",
-        refusal="Spark's quantile sketch",
-    ),
-    Entry(
-        "`mode(col)`",
-        REFUSED,
-        lambda r: windowed(r, F.mode("v")),
-        note="the functions above: Spark picks among values of equal counts by its hash map's order",
-        refusal="its hash map's order",
     ),
     Entry(
         "other aggregate functions (`percentile`, `median`, `histogram_numeric`, `regr_*`, ...)",

@@ -51,6 +51,16 @@ CO_MOMENT_FUNCTIONS = ("corr", "covar_pop", "covar_samp")
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in SHAPE_FUNCTIONS}
 SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(c, "t") for f in (*CO_MOMENT_FUNCTIONS, "max_by", "min_by")}
 SPARK_FUNCTIONS |= {"any_value": F.any_value}
+# mode with its ties broken by Spark's order (mode(col) breaks them by its hash map's order: docs/spark-queries.md)
+MODE_FUNCTIONS = ("mode", "mode_highest")
+SPARK_FUNCTIONS |= {"mode": lambda c: F.mode(c, True)}
+SPARK_FUNCTIONS |= {"mode_highest": lambda c: F.expr(f"mode() WITHIN GROUP (ORDER BY {c} DESC)")}
+# percentile_approx at its default accuracy (every sample kept exactly: any merges give Spark's), and at accuracy 5,
+# where its sketch compresses: equal to Spark's when each batch's rows of a group are one partial buffer (one file)
+PERCENTILE_FUNCTIONS = ("percentile_approx", "percentile_array", "approx_percentile_5")
+SPARK_FUNCTIONS |= {"percentile_approx": lambda c: F.percentile_approx(c, 0.5)}
+SPARK_FUNCTIONS |= {"percentile_array": lambda c: F.percentile_approx(c, [0.1, 0.5, 0.9])}
+SPARK_FUNCTIONS |= {"approx_percentile_5": lambda c: F.approx_percentile(c, [0.25, 0.75], 5)}
 # after withWatermark: Spark keeps the conjunct on the event time above its watermark node (the rows it drops count
 # for the watermark) and pushes the other below it
 TIME_FILTER = f"second({EVENT_TIME}) % 3 <> 0 AND (v IS NULL OR CAST(v AS STRING) <> '2')"
@@ -246,7 +256,9 @@ def random_query_case(seed: int) -> Case:
         query = _with_more_functions(random.Random(f"from_query-functions-{seed}"), query)
         query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
         query = _with_sliding_order(random.Random(f"from_query-sliding-order-{seed}"), query)
+        query = _with_mode(random.Random(f"from_query-mode-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
+    query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -333,6 +345,28 @@ def _with_sliding_objects(rng: random.Random, query: Query) -> Query:
         return replace(query, functions=query.functions + drawn)
     functions = SLIDING_OBJECTS[value_type]
     return replace(query, value_type=value_type, functions=tuple(rng.sample(functions, min(3, len(functions)))))
+
+
+def _with_mode(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random, mode (ties to the lowest value, or the highest) of its values (issue
+    63, item 5; drawn from their own ``rng``, so every seed keeps its earlier form and rows): every window, every value
+    type."""
+    if query.operator == "stream_join" or rng.random() >= 0.15:
+        return query
+    return replace(query, functions=query.functions + (rng.choice(MODE_FUNCTIONS),))
+
+
+def _with_percentiles(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of numbers with, at random, percentile_approx (issue 63, item 5; drawn from their own
+    ``rng``, so every seed keeps its earlier form and rows): at accuracy 5 only over tumbling windows or none of one
+    stream (a batch's rows of a group in one partial buffer, as misa builds them; a union reads two)."""
+    if query.operator in ("stream_join", "group_state") or query.operator.startswith("dedup"):
+        return query
+    if query.value_type not in NUMERIC_VALUES or rng.random() >= 0.2:
+        return query
+    functions = PERCENTILE_FUNCTIONS[:2]
+    functions += PERCENTILE_FUNCTIONS[2:] if query.operator in ("tumbling", "global") and not query.union else ()
+    return replace(query, functions=query.functions + (rng.choice(functions),))
 
 
 SLIDING_ORDER = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "any_value")  # of the rows' order

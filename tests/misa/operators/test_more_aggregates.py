@@ -15,6 +15,7 @@ import pytest
 from aggregation_runs import assert_same_types, by_key, run_misa
 
 from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.percentile_approx import Percentiles
 from misa.state.store import StateStore
 from misa.state.view import StateView
 
@@ -38,6 +39,15 @@ ORDERED = [  # of the rows' order (first/last over numbers and booleans: Spark's
     Agg("x_last", "last_ignore_nulls", "x"),
     Agg("s_list", "collect_list", "s"),
     Agg("y_set", "collect_set", "y"),
+]
+# mode: ties to the lowest value (Spark's mode(col, true)), or the highest (WITHIN GROUP (ORDER BY col DESC))
+MODES = [Agg("x_mode", "mode", "x"), Agg("s_mode", "mode", "s"), Agg("y_top", "mode_highest", "y")]
+MODES += [Agg("b_mode", "mode", "b"), Agg("t_mode", "mode_highest", "t")]
+# percentile_approx below accuracy / 2 values per window: every sample kept, Spark's result whatever its merges
+PERCENTILES = [
+    Agg("x_median", "percentile_approx", "x", percentiles=Percentiles((0.5,), accuracy=20)),
+    Agg("y_quartiles", "percentile_approx", "y", percentiles=Percentiles((0.75, 0.1, 0.25, 1.0), True, 30)),
+    Agg("t_p", "percentile_approx", "t", percentiles=Percentiles((0.3,))),
 ]
 SHAPES = {
     "continuous": {},
@@ -79,6 +89,14 @@ BATCHES = [
 def spark_function(agg: Agg):
     from pyspark.sql import functions as F
 
+    if agg.percentiles is not None:
+        p = agg.percentiles
+        percentages = list(p.percentages) if p.array else p.percentages[0]
+        return F.percentile_approx(agg.column, percentages, p.accuracy).alias(agg.name)
+    if agg.function == "mode":
+        return F.mode(agg.column, True).alias(agg.name)
+    if agg.function == "mode_highest":
+        return F.expr(f"mode() WITHIN GROUP (ORDER BY {agg.column} DESC)").alias(agg.name)
     if agg.function.endswith("_ignore_nulls"):
         return getattr(F, agg.function.removesuffix("_ignore_nulls"))(agg.column, ignorenulls=True).alias(agg.name)
     function = getattr(F, agg.function)
@@ -164,3 +182,11 @@ def test_object_aggregates_over_sliding_windows_give_sparks_rows_in_its_order(sp
     min_by's, and first's, last's and collect's values stamped with their batch and place, a window's in Spark's order
     of its rows."""
     check(spark, tmp_path, OBJECTS + ORDERED, "sliding")
+
+
+def test_mode_and_percentile_approx_over_sliding_windows_give_sparks_rows(spark, tmp_path):
+    """mode's counts per value are kept per pane and added into each window's (refused before: issue 63, item 5); on
+    ties the lowest value (the highest: WITHIN GROUP (ORDER BY col DESC)). percentile_approx's sketches are kept per
+    pane and merged into each window's (test_quantiles.py checks the sketch itself). From Spark's API, with NaN and
+    -0.0: tests/verify/test_mode_percentile_queries.py."""
+    check(spark, tmp_path, MODES + PERCENTILES, "sliding")

@@ -17,6 +17,7 @@ from misa.exceptions import MisaError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.object_aggs import OBJECT_FUNCTIONS
 from misa.operators.pane_order import delta_items, merge_items, plain_state
+from misa.operators.percentile_approx import Percentiles
 from misa.state.store import StateStore
 from misa.state.view import StateView
 from tests.sliding_reference import SLIDE, PerWindowReference, S
@@ -147,7 +148,11 @@ def test_a_windows_collect_list_past_its_limit_fails_the_batch_naming_it():
 @pytest.mark.parametrize("function", OBJECT_FUNCTIONS)
 def test_every_object_aggregate_runs_over_sliding_windows(function):
     other = "o" if function in ("max_by", "min_by") else ""
-    op = Aggregation(["g"], [Agg("x", function, "s", other)], event_time="t", window="20s", slide="5s")
+    if function == "percentile_approx":  # of numbers, at its percentages
+        agg = Agg("x", function, "o", percentiles=Percentiles((0.5,)))
+    else:
+        agg = Agg("x", function, "s", other)
+    op = Aggregation(["g"], [agg], event_time="t", window="20s", slide="5s")
     fields = [("g", T.LongType()), ("s", T.StringType()), ("o", T.LongType()), ("t", T.TimestampType())]
     assert op.signature(T.StructType([T.StructField(n, t) for n, t in fields]))["slide"]
 
@@ -165,7 +170,7 @@ def test_collect_set_keeps_values_as_sparks_set_does():
 def test_collect_set_across_batches_keeps_one_nan_and_takes_negative_zero_as_zero():
     """A tumbling window's collect_set merges each batch's set into the state's as Spark's set would: one NaN, -0.0
     and 0.0 one value (Python's equality kept a second NaN)."""
-    from misa.operators.object_aggs import set_union
+    from misa.operators.set_values import set_union
 
     union = set_union([1.0, float("nan"), 0.0], [float("nan"), -0.0, 2.0, [float("nan")]])
     assert len(union) == 5 and union[3] == 2.0 and math.isnan(union[4][0])
