@@ -5,9 +5,11 @@ operation below another emits in append mode (its ``UnsupportedOperationChecker`
 it). misa translates the plan from the top: the highest stateful node's operator reads, instead of a source, the
 output of the operation below it, translated as a query of its own whose top is that node's input (the projections
 and filters between the two run by Spark on each batch's output below, then what the operator above computes in its
-source: its keys, its aggregates' arguments). Built: a deduplication (``dropDuplicates``,
-``dropDuplicatesWithinWatermark``), a time-window aggregation (append) or an inner stream-stream join below an
-aggregation (with a time window, or none); anything else is refused here, naming the pair.
+source: its keys, its aggregates' arguments), and so on down to the lowest, which reads the query's source. Built,
+any number one above another: below another, a deduplication (``dropDuplicates``, ``dropDuplicatesWithinWatermark``),
+a time-window aggregation (append) or an inner stream-stream join; above another, an aggregation (with a time
+window, or none) or a ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the window's end);
+anything else is refused here, naming the pair.
 """
 
 from __future__ import annotations
@@ -29,19 +31,23 @@ from misa.query.plan import PlanNode
 from misa.query.translation import Translation, refused, source_columns, stateful_below
 
 ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
-BUILT = "dropDuplicates, dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream "
-BUILT += "join, then an aggregation (groupBy with a time window over an event time it passes on, or none)"
+BUILT = "stateful operations one above another (any number), each below another a dropDuplicates, "
+BUILT += "dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream join, each above "
+BUILT += "another an aggregation (groupBy with a time window over an event time it passes on, or none) or a dropDuplicates"
 
 
-def upstream(node: PlanNode, translation: Translation, translate: Callable[[PlanNode], Translation]) -> Translation:
-    """The translation of the stateful operation below ``node`` (whose own ``translation`` is made), the query of its
-    input translated by ``translate`` in append mode; a pair misa does not run is refused."""
+def upstream(
+    node: PlanNode, translation: Translation, translate: Callable[[PlanNode], Translation], output_mode: str
+) -> Translation:
+    """The translation of the stateful operation below ``node`` (whose own ``translation`` is made, in the query's
+    ``output_mode``), the query of its input translated by ``translate`` in append mode; a pair misa does not run is
+    refused."""
     below = stateful_below(translation.source)
     assert below is not None
     operator = translation.operator
-    if not isinstance(operator, Aggregation):
+    if not isinstance(operator, (Aggregation, Deduplicate)):
         raise _refused(node, below, f"misa runs no {node.kind} over another stateful operation's output yet")
-    if operator.window and operator.watermark_delay is None:
+    if isinstance(operator, Aggregation) and operator.window and operator.watermark_delay is None:
         raise _refused(
             node,
             below,
@@ -50,15 +56,13 @@ def upstream(node: PlanNode, translation: Translation, translate: Callable[[Plan
             "withWatermark marked)",
         )
     lower = translate(translation.source)
-    if lower.upstream is not None:
-        raise _refused(node, below, "misa runs two stateful operations in a chain, not more, yet")
     if isinstance(lower.operator, OuterStreamJoin):
         raise _refused(node, below, "misa runs an aggregation over an inner stream-stream join's output only, yet")
-    if isinstance(lower.operator, Aggregation) and operator.output_mode != "append":  # Spark's check was off
+    if isinstance(lower.operator, Aggregation) and output_mode != "append":  # Spark's check was off
         raise _refused(
             node,
             below,
-            f"Spark runs the aggregation below in {operator.output_mode} output too, whose rows a stateful operation "
+            f"Spark runs the aggregation below in {output_mode} output too, whose rows a stateful operation "
             "above may drop as late (spark.sql.streaming.statefulOperator.checkCorrectness.enabled=true refuses it)",
         )
     if isinstance(lower.operator, Aggregation) and not lower.operator.window:

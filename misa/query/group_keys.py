@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.operators.schema import KEY_TYPES
 from misa.query.key_text import COMPOSITE, key_text
 from misa.query.plan import Attr, Expr, PlanNode, attributes_of, column_of
-from misa.query.translation import Translation, refused
+from misa.query.translation import Translation, refused, stateful_below
 
 KEY = "_misa_key{}"  # a source column misa adds for a key that is an expression or a struct's field or null flag
 
@@ -57,11 +58,11 @@ def group_keys(node: PlanNode, window: Attr | None, translation: Translation) ->
                 "group by the window itself, and compute from it in a select after the aggregation",
             )
         if isinstance(g.dtype, COMPOSITE):
-            keys.append(GroupKey(g, _added(translation, key_text(column_of(g.jvm), g.dtype)), text=True))
+            keys.append(GroupKey(g, added_column(translation, key_text(column_of(g.jvm), g.dtype)), text=True))
         elif g.attr is not None:
             keys.append(GroupKey(g, g.attr.name))
         else:
-            keys.append(GroupKey(g, _added(translation, column_of(g.jvm))))
+            keys.append(GroupKey(g, added_column(translation, column_of(g.jvm))))
     return keys
 
 
@@ -71,22 +72,31 @@ def dedup_key_columns(node: PlanNode, key: Attr, translation: Translation) -> li
     check_key_type(node, key.name, key.dtype)
     if isinstance(key.dtype, KEY_TYPES):
         return [key.name]
-    attribute = next(a for a in attributes_of(node.children[0]) if int(a.exprId().id()) == key.expr_id)
+    column = input_column(node, key)
     if not isinstance(key.dtype, T.StructType):
-        return [_added(translation, key_text(column_of(attribute), key.dtype))]
-    return _struct_columns(key.name, column_of(attribute), key.dtype, translation)
+        return [added_column(translation, key_text(column, key.dtype))]
+    return _struct_columns(key.name, column, key.dtype, translation)
+
+
+def input_column(node: PlanNode, attr: Attr) -> Column:
+    """``attr``, a column of the node's input, as a Column over misa's source: the plan's own attribute, or its name
+    where the input is another stateful operation's output (a chain's rows, made afresh each batch, whose names are
+    distinct: :mod:`misa.query.chain`)."""
+    if stateful_below(node.children[0]) is not None:
+        return F.col(f"`{attr.name}`")
+    return column_of(next(a for a in attributes_of(node.children[0]) if int(a.exprId().id()) == attr.expr_id))
 
 
 def _struct_columns(name: str, struct: Column, dtype: T.StructType, translation: Translation) -> list[str]:
-    columns = [_added(translation, struct.isNull())]
+    columns = [added_column(translation, struct.isNull())]
     for field in dtype.fields:
         value, path = struct.getField(field.name), f"{name}.{field.name}"
         if isinstance(field.dataType, T.StructType):
             columns += _struct_columns(path, value, field.dataType, translation)
         elif isinstance(field.dataType, KEY_TYPES):
-            columns.append(_added(translation, value))
+            columns.append(added_column(translation, value))
         else:
-            columns.append(_added(translation, key_text(value, field.dataType)))
+            columns.append(added_column(translation, key_text(value, field.dataType)))
     return columns
 
 
@@ -130,7 +140,7 @@ def _unkeyed(dtype: T.DataType | None) -> T.DataType | None:
     return None if isinstance(dtype, (*KEY_TYPES, T.DecimalType, T.BinaryType)) else dtype
 
 
-def _added(translation: Translation, column: Column) -> str:
+def added_column(translation: Translation, column: Column) -> str:
     """Add ``column`` to the translation's source rows under a name of its own; the name."""
     name = KEY.format(len(translation.extra_columns))
     translation.extra_columns.append((name, column))

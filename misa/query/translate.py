@@ -111,7 +111,10 @@ def translate(
     translation.node = node
     if chained:  # its input is the output of the stateful operation below (misa.query.chain)
         translation.upstream = upstream(
-            node, translation, lambda source: translate(source, "append", collect_max_items, watermark_policy, True)
+            node,
+            translation,
+            lambda source: translate(source, "append", collect_max_items, watermark_policy, True),
+            output_mode,
         )
     # a join's steps run on its own attributes (its two sides may share column names), and so do those below another
     # stateful operation (window_time(window) and its kind, which Spark's SQL text does not give back)

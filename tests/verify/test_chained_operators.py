@@ -1,5 +1,6 @@
-"""Queries with two stateful operations one above the other (issue 63), through misa.from_query and through plain
-Spark, compared batch id by batch id (:func:`verify.differential.scenarios.run_scenario`).
+"""Queries with stateful operations one above the other (issue 63: two, three, a deduplication above an aggregation or
+a join), through misa.from_query and through plain Spark, compared batch id by batch id
+(:func:`verify.differential.scenarios.run_scenario`).
 
 Spark runs them with its watermark propagated from operation to operation (``PropagateWatermarkSimulator``): the
 lower operation's output of a batch (the rows it emits in append mode) is the upper one's input in the same batch,
@@ -113,6 +114,70 @@ JOIN_ROUNDS = (
 )
 
 
+def joined(spark: SparkSession, inputs: Path) -> DataFrame:
+    """Impressions joined with their clicks within 20 s: the ad, the click time (the one event time) and the value."""
+    impressions = watermarked(spark, inputs).select(F.col("k").alias("ad"), F.col("t").alias("shown"))
+    clicks = stream(spark, inputs, "b").withWatermark("t", "10 seconds")
+    clicks = clicks.select(F.col("k").alias("clicked_ad"), F.col("t").alias("clicked"), "v")
+    condition = "ad = clicked_ad AND clicked BETWEEN shown AND shown + INTERVAL 20 SECONDS"
+    return impressions.join(clicks, F.expr(condition)).select("ad", "clicked", "v")
+
+
+def deduplicated_windows_of_windows(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(a) three: dropDuplicates with the event time, a count per 10 s window, their sum per 20 s window."""
+    counts = deduplicated(spark, inputs)
+    return counts.groupBy(F.window(F.window_time("window"), "20 seconds")).agg(F.sum("n").alias("rows"))
+
+
+def windows_of_windows_of_windows(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(a) three aggregations: 10 s windows, 20 s windows of them, 40 s windows of those."""
+    twenties = windows_of_windows(spark, inputs)
+    window = F.window(F.window_time("window"), "40 seconds")
+    return twenties.groupBy(window).agg(F.sum("rows").alias("rows"), F.count("*").alias("windows"))
+
+
+def joined_deduplicated_counted(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(a) three: a join, its matches deduplicated by ad and click time, counted per 10 s window of the click."""
+    matches = joined(spark, inputs).dropDuplicates(["ad", "clicked"])
+    return matches.groupBy(F.window("clicked", "10 seconds")).agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+
+
+def joined_then_deduplicated(spark: SparkSession, inputs: Path) -> DataFrame:
+    """A join, then dropDuplicatesWithinWatermark of the ad (judged by the join's output watermark)."""
+    return joined(spark, inputs).dropDuplicatesWithinWatermark(["ad"])
+
+
+def counted_then_deduplicated(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(b): a count per 10 s window and key (append), then the first window of each key and count
+    (dropDuplicates judges the rows by the window's end)."""
+    return windowed_counts(watermarked(spark, inputs)).dropDuplicates(["k", "n"])
+
+
+def grouped_after_join(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(c): a join, then a count per ad without a window (update output)."""
+    return joined(spark, inputs).groupBy("ad").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+
+
+# Each batch moves the watermark (delay 5 s) less than a window (10 s), so it closes at most one window of a key: a
+# deduplication above the windows never meets two rows of one key in a batch (which one Spark keeps depends on the
+# order its shuffle reads them). x's windows [100, 110) and [120, 130) both count 2 (the second dropped); y's 1 and 2.
+UNTIED_ROUNDS = (
+    Round(
+        files=(
+            ("a/0.json", (event("x", 100, 1), event("y", 101, 2), event("x", 103, 3))),
+            ("a/1.json", (event("x", 112, 4), event("y", 95, 5), event("y", 111, 6), event("y", 114, 7))),
+        )
+    ),
+    Round(
+        files=(
+            ("a/2.json", (event("x", 121, 8), event("x", 122, 9), event("y", 110, 10), event("y", 123, 11))),
+            ("a/3.json", (event("x", 131, 12), event("y", 139, 13))),
+            ("a/4.json", (event("x", 148, 14), event("y", 150, 15))),
+        )
+    ),
+)
+
+
 def assert_as_spark(spark: SparkSession, tmp_path: Path, name: str, build: Build, mode: str, rounds=ROUNDS) -> None:
     outcome = run_scenario(spark, Scenario(name, build, mode, rounds), tmp_path / "run")
     assert outcome.ok and outcome.spark_rows, f"{name}: {outcome}"
@@ -151,9 +216,43 @@ def test_join_then_a_windowed_aggregation(spark, tmp_path: Path):
     assert_as_spark(spark, tmp_path, "join then windows", joined_then_counted, "append", JOIN_ROUNDS)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "build, rounds",
+    [
+        (deduplicated_windows_of_windows, ROUNDS),
+        (windows_of_windows_of_windows, ROUNDS),
+        (joined_deduplicated_counted, JOIN_ROUNDS),
+    ],
+    ids=["dedup-window-window", "window-window-window", "join-dedup-window"],
+)
+def test_three_stateful_operations_in_a_chain(spark, tmp_path: Path, build: Build, rounds):
+    """(a): three operations, each above taking the output watermark of the one below."""
+    assert_as_spark(spark, tmp_path, build.__name__, build, "append", rounds)
+
+
+@pytest.mark.slow
+def test_a_deduplication_above_windows(spark, tmp_path: Path):
+    """(b): dropDuplicates over a windowed count's output (append)."""
+    assert_as_spark(spark, tmp_path, "counted then deduplicated", counted_then_deduplicated, "append", UNTIED_ROUNDS)
+
+
+@pytest.mark.slow
+def test_a_deduplication_above_a_join(spark, tmp_path: Path):
+    assert_as_spark(spark, tmp_path, "joined then deduplicated", joined_then_deduplicated, "append", JOIN_ROUNDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", [joined_then_counted, grouped_after_join], ids=["windows", "no-window"])
+def test_a_join_then_an_aggregation_in_update_output(spark, tmp_path: Path, build: Build):
+    """(c): Spark 4 runs an inner stream-stream join in update output, and the aggregation above it emits in it."""
+    assert_as_spark(spark, tmp_path, f"{build.__name__} update", build, "update", JOIN_ROUNDS)
+
+
 def refused_at_start(spark: SparkSession, tmp_path: Path, build: Build, mode: str, match: str) -> None:
     """``build``'s query is refused by from_query at start (what it checks and builds before a job exists)."""
     (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     with pytest.raises((UnsupportedQueryError, AnalysisException), match=match):
         planned(build(spark, tmp_path), mode, lambda batch_id, table: None)
 
@@ -165,10 +264,17 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
 @pytest.mark.parametrize(
     "build, reason",
     [
-        (lambda s, i: windowed_counts(watermarked(s, i)).dropDuplicates(["k"]), "no Deduplicate over"),
         (
-            lambda s, i: windows_of_windows(s, i).groupBy(F.window(F.window_time("window"), "1 minute")).count(),
-            "two stateful operations in a chain, not more",
+            lambda s, i: windowed_counts(watermarked(s, i)).dropDuplicatesWithinWatermark(["k"]),
+            "reads as a timestamp",
+        ),
+        (
+            lambda s, i: (
+                windowed_counts(watermarked(s, i))
+                .select("k", F.window_time("window").alias("wt"))
+                .join(joined(s, i), F.expr("k = ad AND clicked BETWEEN wt AND wt + INTERVAL 10 SECONDS"))
+            ),
+            "no Join over",
         ),
         (
             lambda s, i: (
@@ -181,7 +287,7 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
             "session window's output",
         ),
     ],
-    ids=["dedup-above", "three", "session-below"],
+    ids=["within-above-windows", "join-above", "session-below"],
 )
 def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
     refused_at_start(spark, tmp_path, build, "append", reason)
