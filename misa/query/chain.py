@@ -32,8 +32,9 @@ from misa.query.translation import Translation, refused, source_columns, statefu
 
 ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 BUILT = "stateful operations one above another (any number), each below another a dropDuplicates, "
-BUILT += "dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream join, each above "
-BUILT += "another an aggregation (groupBy with a time window over an event time it passes on, or none) or a dropDuplicates"
+BUILT += "dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream join, each "
+BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none) or a "
+BUILT += "dropDuplicates"
 
 
 def upstream(
