@@ -143,8 +143,9 @@ def joined_deduplicated_counted(spark: SparkSession, inputs: Path) -> DataFrame:
 
 
 def joined_then_deduplicated(spark: SparkSession, inputs: Path) -> DataFrame:
-    """A join, then dropDuplicatesWithinWatermark of the ad (judged by the join's output watermark)."""
-    return joined(spark, inputs).dropDuplicatesWithinWatermark(["ad"])
+    """A join, then dropDuplicatesWithinWatermark of the ad and value (a click: no two rows of one key differ in a
+    batch), judged by the join's output watermark."""
+    return joined(spark, inputs).dropDuplicatesWithinWatermark(["ad", "v"])
 
 
 def counted_then_deduplicated(spark: SparkSession, inputs: Path) -> DataFrame:

@@ -280,8 +280,8 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:window:append",),
     ),
     Entry(
-        "inner stream-stream join, then `groupBy(window(t, size), cols)` over a side's event time (append; the "
-        "join's columns under names of their own)",
+        "inner stream-stream join, then `groupBy(window(t, size), cols)` over a side's event time (append, update; "
+        "the join's columns under names of their own)",
         RUNS,
         lambda r: (
             joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
@@ -291,8 +291,36 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         "append",
         "the aggregation's watermark is the join's output watermark: the least of its sides' state watermarks and "
-        "the global one, as Spark propagates it",
-        covered_by=("chain:join:append",),
+        "the global one, as Spark propagates it; in update output (Spark 4 runs an inner join in it) the "
+        "aggregation emits its updated windows, every batch",
+        covered_by=("chain:join:append", "chain:join:update"),
+    ),
+    Entry(
+        "three or more stateful operations in a chain (a deduplication or an inner join, then a window's "
+        "aggregation (append), then a window over `window_time(window)`; windows of windows of windows)",
+        RUNS,
+        lambda r: (
+            watermarked(r)
+            .dropDuplicates(["k", T])
+            .groupBy(F.window(T, W), "k")
+            .count()
+            .groupBy(F.window(F.window_time("window"), "1 minute"))
+            .count()
+        ),
+        "append",
+        "each operation's input is the output of the one below in the same batch, its watermark the one below's "
+        "output watermark (`PropagateWatermarkSimulator`); every operator's state in the one checkpoint",
+        covered_by=("chain:window3:append", "chain:aggregate3:append"),
+    ),
+    Entry(
+        "`dropDuplicates(cols)` above a window's aggregation (append) or an inner stream-stream join",
+        DIFFERS,
+        lambda r: windowed(r, F.count("*").alias("n")).dropDuplicates(["k"]),
+        "append",
+        "its rows are judged and its keys evicted by the window's end (a join's: by its event-time column, the "
+        "join's output watermark); of a key's rows in one batch misa keeps the first the operation below emits, "
+        "Spark the first its shuffle reads (not the same row where two differ but in other columns)",
+        covered_by=("chain:window_dedup:append", "chain:join_dedup:append"),
     ),
     Entry(
         "an aggregation in update or complete output below another stateful operation",
@@ -302,14 +330,30 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Detected pattern of possible 'correctness' issue",
     ),
     Entry(
-        "other stateful operations one above another (a deduplication or a join above an aggregation, a session "
-        "window below one, three in a chain)",
+        "other stateful operations one above another (a join above another, a session window in a chain, an "
+        "outer join below another)",
         REFUSED,
-        lambda r: windowed(r, F.count("*").alias("n")).dropDuplicates(["k"]),
+        lambda r: (
+            watermarked(r)
+            .groupBy(F.session_window(T, "5 seconds"), "k")
+            .count()
+            .groupBy(F.window(F.window_time("session_window"), "1 minute"))
+            .count()
+        ),
         "append",
-        note="a deduplication, a time-window aggregation (append) or an inner stream-stream join, then an "
-        "aggregation; or a second query reading the first one's output",
+        note="below another: a deduplication, a time-window aggregation (append) or an inner stream-stream join; "
+        "above another: an aggregation or `dropDuplicates`, any number in a chain; or a second query reading the "
+        "first one's output",
         refusal="it reads the output of the stateful",
+    ),
+    Entry(
+        "`dropDuplicatesWithinWatermark` above a window's aggregation",
+        REFUSED,
+        lambda r: windowed(r, F.count("*").alias("n")).dropDuplicatesWithinWatermark(["k"]),
+        "append",
+        note="Spark's reads the window as a timestamp for its keys' expiries: `dropDuplicates(cols)` (judged by the "
+        "window's end)",
+        refusal="reads as a timestamp",
     ),
     Entry(
         "inner stream-stream join with an event-time interval (`a.join(b, keys & time bounds)`)",

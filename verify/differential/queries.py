@@ -35,6 +35,11 @@ GROUP_STATE_SHARE = 0.06  # of the seeds: an applyInPandasWithState case (drawn 
 QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
 CHAINS = ("window", "aggregate", "join")  # a second stateful operation over the first's output (_chained)
+LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
+REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
+    "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
+    "session_below": "session window's output",  # an aggregation over a session window's
+}
 JOIN_HOWS = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")  # its join type
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
@@ -88,17 +93,34 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
 
 
 def _chained(lower: DataFrame, q: Query) -> DataFrame:
-    """A second stateful operation over the output of ``lower`` (:data:`CHAINS`): a 20 s (twice the window) window
-    over window_time of a tumbling window's, an aggregation (windowed when there is a watermark) over a
-    deduplication's, or a count per window of the right side's event time over an inner join's."""
+    """Stateful operations over the output of ``lower`` (:data:`CHAINS`): a 20 s (twice the window) window over
+    window_time of a tumbling window's, an aggregation (windowed when there is a watermark) over a deduplication's,
+    or a count per window of the right side's event time over an inner join's; :data:`LONGER_CHAINS`: a third
+    operation above those, or a dropDuplicates above a window's or a join's; :data:`REFUSED_CHAINS`: misa's refusals."""
     keys = [F.col(k) for k in q.keys]
+    if q.chain == "within_above":
+        return lower.dropDuplicatesWithinWatermark(list(q.keys) or ["window"])
+    if q.chain == "session_below":
+        return lower.groupBy(F.window(F.window_time("session_window"), f"{2 * q.window_s} seconds")).count()
+    if q.chain == "join_dedup":  # whole rows, judged and evicted by the right side's event time
+        return lower.select(*keys, "bt", "bv").dropDuplicates([*q.keys, "bt", "bv"])
     if q.chain == "join":  # the pairs per window of the right side's event time (the join's columns renamed)
         return lower.groupBy(F.window("bt", f"{2 * q.window_s} seconds"), *keys).agg(F.count("*").alias("pairs"))
-    if q.chain == "window":
+    if q.chain in ("window", "window3", "window_dedup"):
         window = F.window(F.window_time("window"), f"{2 * q.window_s} seconds")
-        return lower.groupBy(window, *keys).agg(F.count("*").alias("windows"))
+        if q.chain == "window_dedup":  # one row a window and key: no tie (which row of one Spark keeps is its order)
+            return lower.dropDuplicates(["window", *q.keys])
+        second = lower.groupBy(window, *keys).agg(F.count("*").alias("windows"))
+        return _third(second, q, "windows") if q.chain == "window3" else second
     window = [F.window(EVENT_TIME, f"{q.window_s} seconds")] if q.watermark else []
-    return lower.groupBy(*window, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
+    second = lower.groupBy(*window, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
+    return _third(second, q, "rows") if q.chain == "aggregate3" else second
+
+
+def _third(second: DataFrame, q: Query, count: str) -> DataFrame:
+    """A third stateful operation: the second's ``count`` summed per window of window_time(window), twice its size."""
+    window = F.window(F.window_time("window"), f"{4 * q.window_s} seconds")
+    return second.groupBy(window).agg(F.sum(count).alias("total"), F.count("*").alias("windows2"))
 
 
 def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
@@ -262,6 +284,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
+    query = _with_longer_chain(random.Random(f"from_query-chain-more-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -292,6 +315,28 @@ def _with_chain(rng: random.Random, query: Query) -> Query:
         return replace(query, chain="aggregate", output_mode=query.output_mode if query.watermark else "update")
     if query.operator == "stream_join" and query.join_how == "inner" and query.watermark:
         return replace(query, chain="join", above=True)  # the join's columns under names of their own
+    return query
+
+
+def _with_longer_chain(rng: random.Random, query: Query) -> Query:
+    """``query`` with, at random, the chains added since (issue 63; drawn from its own ``rng``, so every seed keeps
+    its earlier form and rows but the chain): a third operation over a window's or a deduplication's chain
+    (:data:`LONGER_CHAINS`), a dropDuplicates over a window's or an inner join's output, a join's chain in update
+    output; and now and then a chain misa refuses (:data:`REFUSED_CHAINS`), whose case checks the refusal at start."""
+    draw = rng.random()
+    if query.chain == "window":
+        return replace(query, chain="window3" if draw < 0.35 else "window_dedup" if draw < 0.7 else "window")
+    if query.chain == "aggregate" and query.watermark and query.output_mode == "append" and draw < 0.5:
+        return replace(query, chain="aggregate3")
+    inner_join = query.operator == "stream_join" and query.join_how == "inner" and query.watermark
+    if inner_join and (query.chain or draw < 0.3):
+        chain, mode = rng.choice((("join", "append"), ("join", "update"), ("join_dedup", "append")))
+        return replace(query, chain=chain, output_mode=mode, above=True)  # the join's columns under names of their own
+    append = query.output_mode == "append" and query.watermark and not query.chain
+    if append and query.operator == "tumbling" and draw < 0.12:
+        return replace(query, chain="within_above", above=False)
+    if append and query.operator == "session" and draw < 0.08:
+        return replace(query, chain="session_below", above=False)
     return query
 
 
@@ -447,6 +492,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         from_query=True,
     )
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
+    query = _with_longer_chain(random.Random(f"from_query-chain-more-{seed}"), query)
     return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
 
 
@@ -491,6 +537,7 @@ def case_tags(case: Case) -> set[str]:
     if q.operator == "group_state":
         return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"}
     tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
+    tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()

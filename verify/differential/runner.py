@@ -26,9 +26,10 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from jobs.submit import native_aggregation, native_interval_join
 from misa import Agg, Aggregation, IntervalJoin, MisaConfig, StatefulJob, from_query
+from misa.exceptions import UnsupportedQueryError
 from verify.differential.cases import Case
 from verify.differential.group_state import SHAPES
-from verify.differential.queries import spark_api_query
+from verify.differential.queries import REFUSED_CHAINS, spark_api_query
 from verify.output_diff import canonical, diff_rows
 
 EVENT_TIME = "event_time"
@@ -94,6 +95,8 @@ def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | None:
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
+        if case.settings.from_query and case.query.chain in REFUSED_CHAINS:
+            return _refused_at_start(spark, case, source, work / "misa")
         native: dict[int, pa.Table] = {}
         misa: dict[int, pa.Table] = {}
         written = 0
@@ -109,6 +112,17 @@ def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | None:
         for key, value in previous.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
     return compare(native, misa)
+
+
+def _refused_at_start(spark: SparkSession, case: Case, source: Path, run: Path) -> Mismatch | None:
+    """A chain misa refuses (queries.REFUSED_CHAINS): from_query must refuse it at start, with its message."""
+    query = spark_api_query(case, _stream(spark, case, source))
+    expected = REFUSED_CHAINS[case.query.chain]
+    try:
+        from_query(query, lambda batch_id, table: None, str(run / "ckpt"), output_mode=case.query.output_mode).close()
+    except UnsupportedQueryError as error:
+        return None if expected in str(error) else Mismatch(None, f"refused, but not with {expected!r}: {error}")
+    return Mismatch(None, f"misa took the chain {case.query.chain!r}, which it refuses ({expected!r})")
 
 
 def _case_conf(case: Case) -> dict[str, str]:
