@@ -24,6 +24,7 @@ from misa.operators.aggregation import Aggregation
 from misa.operators.chain import Link, OperatorChain
 from misa.operators.dedup import Deduplicate
 from misa.operators.outer_join import OuterStreamJoin
+from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.sessions import SessionAggregation
 from misa.operators.stream_join import StreamJoin
 from misa.query.output import QueryOutput
@@ -46,7 +47,7 @@ def upstream(
     below = stateful_below(translation.source)
     assert below is not None
     operator = translation.operator
-    if not isinstance(operator, (Aggregation, Deduplicate)):
+    if not isinstance(operator, (Aggregation, Deduplicate, StatefulProcessorOperator)):
         raise _refused(node, below, f"misa runs no {node.kind} over another stateful operation's output yet")
     if isinstance(operator, Aggregation) and operator.window and operator.watermark_delay is None:
         raise _refused(

@@ -97,11 +97,12 @@ def translate(
         elif node.kind == "Join":
             translation = translate_join(node, watermark_policy)
         elif node.kind == "FlatMapGroupsInPandasWithState":
-            if below or chained:
+            if below:
                 raise refused(
                     node,
-                    "applyInPandasWithState with another stateful operation in the query",
-                    "applyInPandasWithState as the query's one stateful operation (a second query reads its output)",
+                    "applyInPandasWithState below another stateful operation",
+                    "applyInPandasWithState as the query's last stateful operation (over a deduplication's or an "
+                    "inner join's output too), or a second query reading its output",
                 )
             translation = translate_group_state(node, watermark_policy)
         else:

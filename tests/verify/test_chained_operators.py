@@ -18,11 +18,14 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout
 
 from misa.exceptions import UnsupportedQueryError
 from misa.query.chain import ALLOW_MULTIPLE
 from misa.query.job import planned
 from tests.verify.test_query_shapes import event, stream
+from verify.differential.catalog import count_rows
+from verify.differential.group_state import SHAPES
 from verify.differential.scenarios import Round, Scenario, run_scenario
 
 Build = Callable[[SparkSession, Path], DataFrame]
@@ -159,6 +162,38 @@ def grouped_after_join(spark: SparkSession, inputs: Path) -> DataFrame:
     return joined(spark, inputs).groupBy("ad").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
 
 
+def with_group_state(rows: DataFrame, key: str, function: str) -> DataFrame:
+    """``rows`` grouped by ``key`` through the fuzz's applyInPandasWithState ``function``
+    (:mod:`verify.differential.group_state`: ``running``, ``NoTimeout``, update; ``sessions``, ``EventTimeTimeout``,
+    append; each reads ``t`` in epoch milliseconds and ``v``)."""
+    shape = SHAPES[function]
+    output, mode = f"k0 string, {shape.output}", shape.mode.capitalize()
+    return rows.groupBy(key).applyInPandasWithState(shape.function, output, shape.state, mode, shape.timeout)
+
+
+def in_milliseconds(rows: DataFrame, event_time: str) -> DataFrame:
+    """``rows`` with ``t``, the epoch milliseconds of ``event_time`` (which the group-state functions read)."""
+    return rows.withColumn("t", F.unix_millis(event_time))
+
+
+def deduplicated_then_running(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(d): dropDuplicates with the event time, then a running count and total per key (NoTimeout, update)."""
+    return with_group_state(watermarked(spark, inputs).dropDuplicates(["k", "t"]), "k", "running")
+
+
+def deduplicated_then_sessions(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(d): dropDuplicates, then sessions per key closed by an event-time timeout (append)."""
+    rows = stream(spark, inputs).withColumn("event_time", F.col("t")).withWatermark("event_time", "5 seconds")
+    deduplicated = in_milliseconds(rows, "event_time").dropDuplicates(["k", "event_time"])
+    return with_group_state(deduplicated, "k", "sessions")
+
+
+def joined_then_sessions(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(d): a join, then sessions of each ad's clicks closed by an event-time timeout at the join's output
+    watermark."""
+    return with_group_state(in_milliseconds(joined(spark, inputs), "clicked"), "ad", "sessions")
+
+
 # Each batch moves the watermark (delay 5 s) less than a window (10 s), so it closes at most one window of a key: a
 # deduplication above the windows never meets two rows of one key in a batch (which one Spark keeps depends on the
 # order its shuffle reads them). x's windows [100, 110) and [120, 130) both count 2 (the second dropped); y's 1 and 2.
@@ -250,6 +285,22 @@ def test_a_join_then_an_aggregation_in_update_output(spark, tmp_path: Path, buil
     assert_as_spark(spark, tmp_path, f"{build.__name__} update", build, "update", JOIN_ROUNDS)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "build, mode, rounds",
+    [
+        (deduplicated_then_running, "update", ROUNDS),
+        (deduplicated_then_sessions, "append", ROUNDS),
+        (joined_then_sessions, "append", JOIN_ROUNDS),
+    ],
+    ids=["dedup-running", "dedup-sessions", "join-sessions"],
+)
+def test_apply_in_pandas_with_state_above_another_operation(spark, tmp_path: Path, build: Build, mode: str, rounds):
+    """(d): applyInPandasWithState over a deduplication's or a join's output (its watermark the one below's output
+    watermark: the functions emit it)."""
+    assert_as_spark(spark, tmp_path, build.__name__, build, mode, rounds)
+
+
 def refused_at_start(spark: SparkSession, tmp_path: Path, build: Build, mode: str, match: str) -> None:
     """``build``'s query is refused by from_query at start (what it checks and builds before a job exists)."""
     (tmp_path / "a").mkdir()
@@ -292,6 +343,18 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
 )
 def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
     refused_at_start(spark, tmp_path, build, "append", reason)
+
+
+def test_apply_in_pandas_with_state_below_another_is_refused(spark, tmp_path: Path):
+    """Spark runs an aggregation (update) over applyInPandasWithState's output (append); misa refuses it at start."""
+
+    def build(s: SparkSession, i: Path) -> DataFrame:
+        counted = watermarked(s, i).groupBy("k").applyInPandasWithState(
+            count_rows, "k string, n long", "n long", "Append", GroupStateTimeout.NoTimeout
+        )
+        return counted.groupBy("k").count()
+
+    refused_at_start(spark, tmp_path, build, "update", "applyInPandasWithState below another stateful operation")
 
 
 def test_a_chain_is_refused_without_sparks_propagated_watermarks(spark, tmp_path: Path):
