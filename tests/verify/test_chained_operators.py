@@ -349,8 +349,10 @@ def test_apply_in_pandas_with_state_below_another_is_refused(spark, tmp_path: Pa
     """Spark runs an aggregation (update) over applyInPandasWithState's output (append); misa refuses it at start."""
 
     def build(s: SparkSession, i: Path) -> DataFrame:
-        counted = watermarked(s, i).groupBy("k").applyInPandasWithState(
-            count_rows, "k string, n long", "n long", "Append", GroupStateTimeout.NoTimeout
+        counted = (
+            watermarked(s, i)
+            .groupBy("k")
+            .applyInPandasWithState(count_rows, "k string, n long", "n long", "Append", GroupStateTimeout.NoTimeout)
         )
         return counted.groupBy("k").count()
 

@@ -342,8 +342,8 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         "append",
         note="below another: a deduplication, a time-window aggregation (append) or an inner stream-stream join; "
-        "above another: an aggregation or `dropDuplicates`, any number in a chain; or a second query reading the "
-        "first one's output",
+        "above another: an aggregation, `dropDuplicates` or `applyInPandasWithState`, any number in a chain; or a "
+        "second query reading the first one's output",
         refusal="it reads the output of the stateful",
     ),
     Entry(
@@ -351,8 +351,8 @@ ENTRIES: tuple[Entry, ...] = (
         REFUSED,
         lambda r: windowed(r, F.count("*").alias("n")).dropDuplicatesWithinWatermark(["k"]),
         "append",
-        note="Spark's reads the window as a timestamp for its keys' expiries: `dropDuplicates(cols)` (judged by the "
-        "window's end)",
+        note="Spark's deduplication reads the window as a timestamp for its keys' expiries: `dropDuplicates(cols)` "
+        "(judged by the window's end)",
         refusal="reads as a timestamp",
     ),
     Entry(
@@ -412,6 +412,33 @@ ENTRIES: tuple[Entry, ...] = (
         "first data batch whose start (misa's clock when its state phase starts, Spark's trigger time) is after it: "
         "Spark also runs a batch without data after every batch for them (under availableNow without end)",
         covered_by=tuple(f"group_state:{t}" for t in ("NoTimeout", "EventTimeTimeout", "ProcessingTimeTimeout")),
+    ),
+    Entry(
+        "`applyInPandasWithState` above a `dropDuplicates(...)` or an inner stream-stream join (a chain)",
+        DIFFERS,
+        lambda r: (
+            watermarked(r)
+            .dropDuplicates(["k", T])
+            .groupBy("k")
+            .applyInPandasWithState(count_rows, "k string, n long", "n long", "Update", "NoTimeout")
+        ),
+        note="the function's rows of a batch are the operation below's output of that batch, its watermark "
+        "(`getCurrentWatermarkMs`, event-time timeouts) the one below's output watermark, as Spark propagates it; "
+        "and the differences of `applyInPandasWithState` alone",
+        covered_by=("chain:dedup_below:update", "chain:dedup_below:append"),
+    ),
+    Entry(
+        "`applyInPandasWithState` below another stateful operation (an aggregation in update output over its rows)",
+        REFUSED,
+        lambda r: (
+            watermarked(r)
+            .groupBy("k")
+            .applyInPandasWithState(count_rows, "k string, n long", "n long", "Append", "NoTimeout")
+            .groupBy("k")
+            .count()
+        ),
+        note="`applyInPandasWithState` as the query's last stateful operation, or a second query reading its output",
+        refusal="applyInPandasWithState below another stateful operation",
     ),
     Entry(
         "`applyInPandasWithState` with a state field of type timestamp, date, decimal, binary, array, map or struct",

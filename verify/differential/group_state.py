@@ -116,14 +116,16 @@ SHAPES = {
 DRAWN = ("running", "sessions", "idle")  # the random cases' (instant's timeouts fire in batches Spark adds)
 
 
-def group_state_query(events: DataFrame, keys: dict[str, str], function: str, delay_s: int) -> DataFrame:
-    """``events`` (with ``event_time``) watermarked and grouped by ``keys``, through the function ``function``."""
+def group_state_query(
+    events: DataFrame, keys: dict[str, str], function: str, delay_s: int, deduplicated: bool = False
+) -> DataFrame:
+    """``events`` (with ``event_time``) watermarked and grouped by ``keys``, through the function ``function``; with
+    ``deduplicated``, a dropDuplicates of the keys and the event time first (a chain of two stateful operations)."""
     shape = SHAPES[function]
     key_columns = ", ".join(f"`{name}` {dtype}" for name, dtype in keys.items())
-    return (
-        events.withWatermark("event_time", f"{delay_s} seconds")
-        .groupBy(*keys)
-        .applyInPandasWithState(
-            shape.function, f"{key_columns}, {shape.output}", shape.state, shape.mode.capitalize(), shape.timeout
-        )
+    rows = events.withWatermark("event_time", f"{delay_s} seconds")
+    if deduplicated:
+        rows = rows.dropDuplicates([*keys, "event_time"])
+    return rows.groupBy(*keys).applyInPandasWithState(
+        shape.function, f"{key_columns}, {shape.output}", shape.state, shape.mode.capitalize(), shape.timeout
     )

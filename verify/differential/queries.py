@@ -36,6 +36,8 @@ QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time"
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
 CHAINS = ("window", "aggregate", "join")  # a second stateful operation over the first's output (_chained)
 LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
+GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
+GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
 REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
     "session_below": "session window's output",  # an aggregation over a session window's
@@ -89,7 +91,7 @@ VALUE_TYPES = {  # value type -> the functions of it the random cases draw
 def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     """The case's query over the source's rows, in Spark's DataFrame API."""
     query = _stateful_query(case.query, rows)
-    return _chained(query, case.query) if case.query.chain else query
+    return _chained(query, case.query) if case.query.chain and case.query.operator != "group_state" else query
 
 
 def _chained(lower: DataFrame, q: Query) -> DataFrame:
@@ -130,7 +132,7 @@ def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
     if q.operator == "stream_join":
         return _stream_join(q, events)
     if q.operator == "group_state":
-        return group_state_query(events, q.keys, q.functions[0], q.delay_s)
+        return group_state_query(events, q.keys, q.functions[0], q.delay_s, q.chain == GROUP_STATE_CHAIN)
     if q.operator.startswith("dedup"):
         if q.struct_keys:
             events, keys = events.withColumn("ks", F.struct(*[F.col(k) for k in keys])), ["ks"]
@@ -510,6 +512,8 @@ def _random_group_state_case(seed: int) -> Case:
         delay_s=rng.choice((0, 2, 5, 10)),
         output_mode=SHAPES[function].mode,
     )
+    if random.Random(f"group-state-chain-{seed}").random() < GROUP_STATE_CHAIN_SHARE:  # drawn apart: seeds keep rows
+        query = replace(query, chain=GROUP_STATE_CHAIN)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -517,7 +521,7 @@ def _random_group_state_case(seed: int) -> Case:
         processes=rng.choice((1, 1, 2)),
         from_query=True,
     )
-    return Case(seed, query, with_placement(seed, settings), random_rounds(rng, query))
+    return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
 
 
 def _output_mode(rng: random.Random, form: str) -> str:
@@ -534,9 +538,9 @@ def case_tags(case: Case) -> set[str]:
     """What a case exercises, as the docs table's rows name it (docs/spark-queries.md)."""
     q = case.query
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
+    tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "group_state":
         return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"}
-    tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
