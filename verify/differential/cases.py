@@ -60,7 +60,7 @@ class Query:
     key_expressions: bool = False  # group keys Spark computes: an expression, a struct's field (from_query cases)
     struct_keys: bool = False  # a deduplication's keys as one struct column (from_query cases)
     union: bool = False  # the stream unioned with itself, each with its own withWatermark (from_query cases)
-    chain: str = ""  # a second stateful operation over the first's output (from_query cases; queries.CHAINS)
+    chain: str = ""  # stateful operations over the first one's output, or below it (queries.CHAINS and after)
 
 
 @dataclass(frozen=True)
