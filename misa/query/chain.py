@@ -8,8 +8,8 @@ and filters between the two run by Spark on each batch's output below, then what
 source: its keys, its aggregates' arguments), and so on down to the lowest, which reads the query's source. Built,
 any number one above another: below another, a deduplication (``dropDuplicates``, ``dropDuplicatesWithinWatermark``),
 a time-window aggregation (append) or an inner stream-stream join; above another, an aggregation (with a time
-window, or none) or a ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the window's end);
-anything else is refused here, naming the pair.
+window, or none), a ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the window's end) or
+``applyInPandasWithState``; anything else is refused here, naming the pair.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from misa.query.translation import Translation, refused, source_columns, statefu
 ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 BUILT = "stateful operations one above another (any number), each below another a dropDuplicates, "
 BUILT += "dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream join, each "
-BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none) or a "
-BUILT += "dropDuplicates"
+BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none), a "
+BUILT += "dropDuplicates or applyInPandasWithState"
 
 
 def upstream(
