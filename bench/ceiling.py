@@ -325,7 +325,7 @@ def transport_cost(bench: Shape, hosts: int, batches: int) -> float:
     key = b"bench"
     tables = [HostTables() for _ in range(hosts)]
     servers = [StateHostServer("grpc+tcp://127.0.0.1:0", None, t, key) for t in tables]
-    locations = tuple(f"grpc+tcp://127.0.0.1:{server.port}" for server in servers)
+    locations = tuple((f"grpc+tcp://127.0.0.1:{server.port}",) for server in servers)  # each partition: its host
     cpu, rows = 0.0, 0
     try:
         for number in range(batches):

@@ -3,12 +3,14 @@ host it replaces and uploads the versions the DFS lacks; from then on it commits
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 
 import pytest
 
 from checkpoint.exceptions import OwnershipError
 from misa.config import MisaConfig
+from misa.exceptions import CommitFailedError
 from misa.hosts.server import HostTables, Inbox
 from misa.operators.aggregation import Agg, Aggregation
 from misa.parallel.worker import PartitionWorker
@@ -145,3 +147,6 @@ def test_a_pools_standby_follows_every_change_and_takes_over_when_its_host_is_lo
     finally:
         for server in servers:
             server.shutdown()
+        with contextlib.suppress(CommitFailedError):  # the deposed host: an upload still pending is refused
+            servers[0].worker.close()
+        servers[1].worker.close()
