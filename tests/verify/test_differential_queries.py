@@ -11,7 +11,7 @@ import pytest
 
 from verify.differential.cases import Query, Settings
 from verify.differential.queries import MOMENT_FUNCTIONS, query_case_of, random_query_case
-from verify.differential.runner import run_case
+from verify.differential.runner import Refused, run_case
 
 OBJECTS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
 CASES = {
@@ -186,6 +186,16 @@ def test_random_queries_give_sparks_rows_and_types(spark, tmp_path, seed):
     case = random_query_case(seed)
     mismatch = run_case(spark, case, tmp_path / "run")
     assert mismatch is None, f"{case.describe()}\n{mismatch}"
+
+
+def test_a_query_spark_refuses_at_start_is_refused_by_misa_too_not_reported_as_a_mismatch(spark, tmp_path):
+    """Seed 10000 draws a left outer join of two streams without a watermark, which Spark refuses at start: the
+    case is Spark's refusal (misa refused it too), counted apart from the mismatches."""
+    case = random_query_case(10000)
+    assert case.query.join_how == "left_outer" and not case.query.watermark
+    outcome = run_case(spark, case, tmp_path / "run")
+    assert isinstance(outcome, Refused) and outcome.by == "Spark", outcome
+    assert "not supported without a watermark" in outcome.message
 
 
 # misa fuzz --from-query --seed 9522, shrunk: dropDuplicates by a key and the event time with prefetching, restarted

@@ -16,7 +16,7 @@ from verify.differential.cases import Case, random_case
 from verify.differential.deployments import Deployment, random_deployment
 from verify.differential.processor import random_processor_case, run_processor_case
 from verify.differential.queries import case_tags, random_query_case
-from verify.differential.runner import Mismatch, run_case
+from verify.differential.runner import Mismatch, Refused, run_case
 from verify.differential.scenarios import Outcome, run_scenario
 from verify.differential.shrink import shrink
 
@@ -91,15 +91,19 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     draw = random_processor_case if args.processor else random_query_case if args.from_query else random_case
     run_one = run_processor_case if args.processor else run_case
+    refusals: Counter = Counter()
     for n, case in enumerate(cases or (draw(s) for s in seeds), 1):
         _count(coverage, case)
         mismatch = run_one(spark, case, work / "run")
+        said = "same as Spark" if mismatch is None else str(mismatch)
         print(
             f"[{n}/{len(cases or seeds)} {time.monotonic() - started:.0f}s] {case.describe()}: "
-            f"{'MISMATCH ' + str(mismatch) if mismatch else 'same as Spark'}",
+            f"{'MISMATCH ' + said if isinstance(mismatch, Mismatch) else said}",
             flush=True,
         )
-        if mismatch is None:
+        if isinstance(mismatch, Refused):
+            refusals[f"by {mismatch.by}: {mismatch.message[:160]}"] += 1
+        if not isinstance(mismatch, Mismatch):
             continue
         failures += 1
         small = case if args.no_shrink or args.processor else shrink(spark, case, work / "run")
@@ -107,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
         saved.write_text(small.to_json())
         print(f"  saved ({small.files} files, {small.rows} rows): misa fuzz --replay {saved}", flush=True)
     print(
-        f"{failures} of {len(cases or seeds)} cases mismatched; coverage: "
+        f"{failures} of {len(cases or seeds)} cases mismatched, {sum(refusals.values())} refused at start; coverage: "
         + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
     )
+    for message, count in refusals.most_common():
+        print(f"  refused {count}x {message}")
     return 1 if failures else 0
 
 

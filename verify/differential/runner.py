@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
@@ -85,8 +86,21 @@ def spark_query(case: Case, events: DataFrame) -> DataFrame:
     return native_aggregation(op, upstream(events))
 
 
-def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | None:
-    """Run ``case`` through both engines under ``work`` (emptied first); the first mismatch, or None."""
+@dataclass(frozen=True)
+class Refused:
+    """The case's query refused at start: by Spark (and by misa with it), or by misa alone with
+    :class:`~misa.exceptions.UnsupportedQueryError` (a form it names as one it does not run)."""
+
+    by: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"refused by {self.by}: {self.message}"
+
+
+def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | Refused | None:
+    """Run ``case`` through both engines under ``work`` (emptied first); the first mismatch, a refusal at start (a
+    query Spark refuses must be refused by misa too), or None."""
     shutil.rmtree(work, ignore_errors=True)
     source = work / "input"
     source.mkdir(parents=True)
@@ -100,18 +114,39 @@ def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | None:
         native: dict[int, pa.Table] = {}
         misa: dict[int, pa.Table] = {}
         written = 0
-        for files in case.rounds:
+        for round_index, files in enumerate(case.rounds):
             for rows in files:
                 _write_file(source, written, rows)
                 written += 1
-            native.update(_run_native(spark, case, source, work / "native"))
-            misa.update(_run_misa(spark, case, source, work / "misa"))
+            try:
+                native.update(_run_native(spark, case, source, work / "native"))
+            except AnalysisException as error:
+                if round_index:  # a later round: not a refusal at start
+                    raise
+                return _refused_by_both(spark, case, source, work / "misa", error)
+            try:
+                misa.update(_run_misa(spark, case, source, work / "misa"))
+            except UnsupportedQueryError as error:
+                if round_index:
+                    raise
+                return Refused("misa", _first_line(error))
     except Exception as error:  # noqa: BLE001 - a failure in either engine is a finding, reported with the case
         return Mismatch(None, f"{type(error).__name__}: {_first_line(error)}")
     finally:
         for key, value in previous.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
     return compare(native, misa)
+
+
+def _refused_by_both(
+    spark: SparkSession, case: Case, source: Path, run: Path, spark_error: Exception
+) -> Mismatch | Refused:
+    """Spark refused the case's query at start (``spark_error``): misa must refuse it at start too."""
+    try:
+        _run_misa(spark, case, source, run)
+    except (AnalysisException, UnsupportedQueryError):
+        return Refused("Spark", _first_line(spark_error))
+    return Mismatch(None, f"Spark refused the query at start ({_first_line(spark_error)}), misa ran it")
 
 
 def _refused_at_start(spark: SparkSession, case: Case, source: Path, run: Path) -> Mismatch | None:

@@ -23,8 +23,8 @@ def shrink(
         changed = False
         for smaller in _smaller(case):
             runs += 1
-            mismatch: Mismatch | None = run_case(spark, smaller, work)
-            if mismatch is not None:
+            mismatch = run_case(spark, smaller, work)
+            if isinstance(mismatch, Mismatch):
                 case, changed = smaller, True
                 progress(f"  still fails with {smaller.files} files, {smaller.rows} rows: {mismatch}")
                 break
