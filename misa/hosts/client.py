@@ -50,6 +50,7 @@ from misa.state.store import EMPTY_VERSION
 log = logging.getLogger(__name__)
 _DRIVER = -1  # the Spark partition the driver's own sendings are filed under
 _OUTPUTS = ("apply", "no_data_batch")  # the requests whose replies leave a batch's output on the hosts
+_RESETS = ("claim", "load", "adopt", "renew")  # requests that set a host's state anew (a start, a rewind)
 
 
 class HostPool:
@@ -65,7 +66,7 @@ class HostPool:
         self._standbys: list[list[Host]] = []  # each partition's standbys, the first to take over first
         self._joining: list[list[Host]] = []
         self._sent_to: dict[str, set[str]] = {}  # the standbys (locations) each remembered sending reached
-        self._launch = 0  # counts the starts: a standby's catching up in the background outlives no stop
+        self._launch = 0  # counts starts, stops and resets: a standby's catching up outlives none of them
         self._outputs: list[Output | None] = []  # the newest batch's output on each host
         self._losses: dict[int, int] = {}  # losses of each partition since the last commit
         self._broken: StateWorkerError | None = None
@@ -102,6 +103,8 @@ class HostPool:
         standby or new host); the first error a host sent back is raised once every reply is in."""
         with self._lock:
             self._check()
+            if name in _RESETS:
+                self._reset_standbys(f"its host was asked to {name} (the standby follows anew)")
             request = self.journal.record(name, list(args))
             replies = self._ask_all(name, list(args), request)
             if name == "call" and args[0][:2] == ("controller", "wait_durable"):
@@ -194,6 +197,18 @@ class HostPool:
         for standby, why in dropped:
             self._drop_standby(standby, why)
         return answered
+
+    def _reset_standbys(self, why: str) -> None:
+        """Drop every standby, and those catching up (their threads' work is abandoned): a request of
+        :data:`_RESETS` sets the hosts' state anew, which the standbys do not follow; Spark runs their tasks again and
+        they follow from the next sending on."""
+        everyone = [s for hosts in (*self._standbys, *self._joining) for s in hosts]
+        if not everyone:
+            return
+        self._launch += 1
+        self._joining = [[] for _ in self._hosts]
+        for standby in everyone:
+            self._drop_standby(standby, why)
 
     def _drop_standby(self, standby: Host, why: str) -> None:
         """Forget a standby that was lost or fell out of step; Spark runs its task again, and the new attempt
@@ -334,7 +349,7 @@ class HostPool:
             loaded = self._load_newest(index, standby, "follow")
             with self._lock:
                 if launch != self._launch:
-                    return  # the hosts were stopped meanwhile
+                    return  # the hosts were stopped, or the standbys reset, meanwhile (it was dropped)
                 if loaded < (self.journal.base or EMPTY_VERSION):  # the journal moved past it meanwhile
                     loaded = self._load_newest(index, standby, "follow")
                 self._redo(index, standby, loaded, None)

@@ -74,8 +74,9 @@ def test_a_standby_commits_locally_then_takes_over_with_every_version_and_fences
 def test_a_pools_standby_follows_every_change_and_takes_over_when_its_host_is_lost(tmp_path):
     """The driver's pool over one partition with a host and a standby, each a real worker behind a Flight server (no
     Spark: its scheduler's part, who runs and kills the tasks, is a stand-in): the standby joins from the newest
-    durable version, gets the batch's rows and requests with its host, and when the host is gone the next sending
-    finds it lost and the standby takes over; the batch after it goes on from the same state."""
+    durable version, gets the batch's rows and requests with its host; a replayed batch rewinds the host, which the
+    standby does not follow, so it is dropped and follows anew; when the host is gone the next sending finds it lost
+    and the standby takes over; the batch after it goes on from the same state."""
     import threading
     import time
 
@@ -104,6 +105,8 @@ def test_a_pools_standby_follows_every_change_and_takes_over_when_its_host_is_lo
 
         def kill(self, address: HostAddress, why: str) -> None:
             killed.append(address.task_attempt)
+            if address == standby:  # Spark runs its task again (here: the same process reports again)
+                self.waiting.append(standby)
 
         def executors(self, hosts: list[HostAddress]) -> dict[int, str]:
             return {}
@@ -118,7 +121,9 @@ def test_a_pools_standby_follows_every_change_and_takes_over_when_its_host_is_lo
     pool.group, pool.locations, pool.journal = Scheduler(), [("partition 0", "")], HostJournal()
     pool._hosts, pool._standbys, pool._joining, pool._sent_to = [Host.connect(host)], [[]], [[]], {}
     pool._outputs, pool._losses, pool._broken, pool._lock, pool._launch = [None], {}, None, threading.RLock(), 1
-    operator = pickle.dumps(Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s"))
+    operator = pickle.dumps(
+        Aggregation(["g"], [Agg("s", "sum", "x")], event_time="t", window="10s", watermark_delay="30s")
+    )
     keys_of = lambda t: [t["g"]]  # noqa: E731 - one partition: every row routes to it
 
     def batch(version: int, rows: list[tuple]) -> list[tuple]:
@@ -130,20 +135,31 @@ def test_a_pools_standby_follows_every_change_and_takes_over_when_its_host_is_lo
         reader.close()
         return sorted((r["g"], r["s"]) for r in table.to_pylist())
 
-    try:
-        pool.ask("claim", QUERY, operator, {"operator": "test"})
-        pool.ask("adopt", -1)
-        assert batch(0, [(10, 1, 2, 5.0, 9)]) == [(1, 5.0)]  # the standby joins (in the background) meanwhile
+    def joined() -> None:
         deadline = time.monotonic() + 30
         while not pool._standbys[0] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pool._standbys[0], "the standby did not join"
+
+    try:
+        pool.ask("claim", QUERY, operator, {"operator": "test"})
+        pool.ask("adopt", -1)
+        assert batch(0, [(10, 1, 2, 5.0, 9)]) == [(1, 5.0)]  # the standby joins (in the background) meanwhile
+        joined()
         assert batch(1, [(10, 1, 1, 1.5, 13)]) == [(1, 6.5)]  # host and standby both apply it
+        pool.ask("call", "controller", "drain")  # batch 1 replayed: the hosts rewind to version 0, as the runtime
+        pool.ask("call", "checkpoints", "forget_after", 0)  # does: newer markers first
+        pool.ask("load", 0)
+        pool.ask("adopt", 0)
+        assert pool._standbys == [[]] and killed == [1]  # the standby does not follow a rewind: dropped
+        assert batch(1, [(10, 1, 1, 1.5, 13)]) == [(1, 6.5)]  # it follows anew meanwhile
+        joined()
+        assert batch(2, [(10, 1, 1, 2.0, 13)]) == [(1, 8.5)]
         servers[0].shutdown()  # the host's executor is gone
-        assert batch(2, [(10, 1, 1, 1.0, 14)]) == [(1, 7.5)]  # the standby's state: nothing reloaded
-        assert pool.addresses[0] == standby and killed == [0]
-        pool.ask("call", "controller", "wait_durable", 2)
-        assert servers[1].worker.checkpoints.dfs.committed_versions()[-1] == 2
+        assert batch(3, [(10, 1, 1, 1.0, 14)]) == [(1, 9.5)]  # the standby's state: nothing reloaded
+        assert pool.addresses[0] == standby and killed == [1, 0]
+        pool.ask("call", "controller", "wait_durable", 3)
+        assert servers[1].worker.checkpoints.dfs.committed_versions()[-1] == 3
     finally:
         for server in servers:
             server.shutdown()
