@@ -174,10 +174,9 @@ class HostGroup:
         """The task attempts of those of ``hosts`` whose executor Spark is decommissioning (a node drain, a spot
         reclaim, with ``spark.decommission.enabled``): Spark gives it no new task, and it leaves once its tasks end."""
         scheduler = self.sc._jsc.sc().taskScheduler()  # type: ignore[union-attr]
-        leaving: dict[str, bool] = {}
-        for executor in set(self.executors(hosts).values()):
-            leaving[executor] = bool(scheduler.getExecutorDecommissionState(executor).isDefined())
-        return {task for task, executor in self.executors(hosts).items() if leaving.get(executor)}
+        running = self.executors(hosts)
+        leaving = {e for e in set(running.values()) if scheduler.getExecutorDecommissionState(e).isDefined()}
+        return {task for task, executor in running.items() if executor in leaving}
 
     def leftovers(self) -> list[HostAddress]:
         """Every host that reported and was never taken (to be closed with the others)."""
