@@ -254,6 +254,7 @@ WATERMARK_READ_BEFORE_THE_HINTS = {
 }
 
 
+@pytest.mark.slow  # a new process and its JVM: 20 s of the suite's time (CI's 600 s); run on demand
 def test_spark_watermark_is_read_after_every_job_of_the_batch_ran(tmp_path):
     """Replayed as the fuzz ran it, in a new process (in this test session's warm Spark the jobs end in another
     order and the early read was right by chance)."""
