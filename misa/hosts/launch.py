@@ -121,8 +121,7 @@ class HostGroup:
         self._job = threading.Thread(target=self._run_job, args=(launch,), name=self._group, daemon=True)
         self._job.start()
         self._fresh = {}
-        while sum(map(len, self._fresh.values())) < count:
-            started = sum(map(len, self._fresh.values()))
+        while (started := sum(map(len, self._fresh.values()))) < count:
             self._next_report(f"{count - started} of {count} state host(s) did not start")
         return [self._take_first(p) for p in range(len(self.dfs_urls))]
 
@@ -172,7 +171,10 @@ class HostGroup:
 
     def decommissioning(self, hosts: list[HostAddress]) -> set[int]:
         """The task attempts of those of ``hosts`` whose executor Spark is decommissioning (a node drain, a spot
-        reclaim, with ``spark.decommission.enabled``): Spark gives it no new task, and it leaves once its tasks end."""
+        reclaim, with ``spark.decommission.enabled``): Spark gives it no new task, and it leaves once its tasks end.
+        Without that setting none is (and Spark's running tasks are not read: this runs before every sending)."""
+        if self.sc.getConf().get("spark.decommission.enabled", "false").lower() != "true":
+            return set()
         scheduler = self.sc._jsc.sc().taskScheduler()  # type: ignore[union-attr]
         running = self.executors(hosts)
         leaving = {e for e in set(running.values()) if scheduler.getExecutorDecommissionState(e).isDefined()}

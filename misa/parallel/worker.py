@@ -134,14 +134,10 @@ class PartitionWorker:
         self.store.claim(query_id)
         self.standby = False
         durable = self.checkpoints.newest_durable()
-        local = self.checkpoints.locally_committed_after(EMPTY_VERSION if durable is None else durable)
-        for version in local:
-            self.checkpoints.upload(version)
-        self.controller.close()
-        self.controller = self._controller()
+        for version in self.checkpoints.locally_committed_after(EMPTY_VERSION if durable is None else durable):
+            self.checkpoints.upload_and_retain(version)
+        self.renew()
         self.controller.loaded(self.store.version)
-        if local:
-            self.checkpoints.gc(local[-1])
 
     def load(self, version: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Load ``version``: its operator metadata and the signature recorded with it."""
