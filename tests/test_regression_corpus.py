@@ -69,7 +69,7 @@ CORPUS = (
     ),
     (
         "misa fuzz --from-query seed 9522 (shrunk): Spark's watermark read before the hint job ran",
-        "tests/verify/test_differential_queries.py::test_spark_watermark_is_read_after_every_job_of_the_batch_ran",
+        "tests/verify/test_differential_queries.py::test_spark_watermark_is_read_after_the_batchs_hint_job_ran",
     ),
     (
         "misa fuzz --from-query seed 9115: sessions of object aggregates only",

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from verify.differential.cases import Query, Settings
+from misa.runtime.batch_hints import HintSession
+from misa.runtime.watermark_sync import WatermarkSync
+from verify.differential.cases import Case, Query, Settings
 from verify.differential.queries import MOMENT_FUNCTIONS, query_case_of, random_query_case
 from verify.differential.runner import Refused, run_case
 
@@ -252,6 +254,20 @@ WATERMARK_READ_BEFORE_THE_HINTS = {
         [[{"k0": -1e300, "t": 36529, "v": None}]],
     ],
 }
+
+
+def test_spark_watermark_is_read_after_the_batchs_hint_job_ran(spark, tmp_path, monkeypatch):
+    """The same case in this test session's warm Spark, where the jobs may end in either order: each batch reads
+    whether Spark's watermark moves only after its hint session's wait (the hint job ran), and the rows are
+    Spark's."""
+    calls: list[str] = []
+    wait, read = HintSession.wait, WatermarkSync.read_spark_moved
+    monkeypatch.setattr(HintSession, "wait", lambda self: (calls.append("wait"), wait(self))[1])
+    monkeypatch.setattr(WatermarkSync, "read_spark_moved", lambda self: (calls.append("read"), read(self))[1])
+    case = Case.from_json(json.dumps(WATERMARK_READ_BEFORE_THE_HINTS))
+    assert run_case(spark, case, tmp_path / "run") is None
+    reads = [i for i, call in enumerate(calls) if call == "read"]
+    assert reads and all(calls[i - 1] == "wait" for i in reads), calls
 
 
 @pytest.mark.slow  # a new process and its JVM: 20 s of the suite's time (CI's 600 s); run on demand
