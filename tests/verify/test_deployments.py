@@ -9,8 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pyspark.errors import AnalysisException
+from pyspark.errors.exceptions.captured import convert_exception
 
 from verify.differential import deployments as d
+from verify.differential.runner import is_query_refusal
 from verify.differential.scenarios import run_scenario
 
 
@@ -233,3 +236,16 @@ def test_fixed_kafka_seeds_give_sparks_rows(spark, kafka_broker, tmp_path: Path,
     outcome = run_scenario(spark, deployment.scenario(kafka_broker), tmp_path)
     assert outcome.mismatch is None, f"{deployment.describe()}: {outcome.mismatch}"
     assert outcome.ok and outcome.spark_rows > 0, f"{deployment.describe()}: {outcome}"
+
+
+def test_a_source_missing_from_the_classpath_is_a_failed_run_not_a_refusal(spark):
+    """A Kafka run without the connector's jars got Spark's KAFKA_DATA_SOURCE_NOT_ENABLED on every case, and the
+    harness counted each as a query both engines refuse: 12 of 12 cases "refused", none run. A missing source is
+    the run's failure; a query Spark cannot analyse stays a refusal. (The first error is the one Spark's own
+    lookup raises without the jars, made by Spark's error factory: this session has the jars.)"""
+    errors = spark._jvm.org.apache.spark.sql.errors.QueryCompilationErrors
+    missing = convert_exception(errors.failedToFindKafkaDataSourceError("kafka"))
+    with pytest.raises(AnalysisException) as refused:
+        spark.range(1).select("no_such_column")
+    assert isinstance(missing, AnalysisException) and not is_query_refusal(missing)
+    assert is_query_refusal(refused.value)

@@ -29,7 +29,7 @@ from misa import MisaConfig, from_query
 from misa.exceptions import AnalysisError as MisaAnalysisError
 from misa.exceptions import UnsupportedQueryError
 from verify.differential.kafka_inputs import KafkaInputs
-from verify.differential.runner import Mismatch, _first_line, compare
+from verify.differential.runner import Mismatch, _first_line, compare, is_query_refusal
 
 Rows = tuple[dict[str, Any], ...]
 _WRITTEN = itertools.count()
@@ -214,7 +214,7 @@ def _run_round(
     except BaseException as error:
         if job is not None:
             job.close()
-        if isinstance(error, (AnalysisException, MisaAnalysisError)):
+        if isinstance(error, MisaAnalysisError) or (isinstance(error, AnalysisException) and is_query_refusal(error)):
             raise _Refused(error) from error
         raise
     try:
