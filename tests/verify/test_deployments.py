@@ -14,7 +14,7 @@ from pyspark.errors.exceptions.captured import convert_exception
 
 from verify.differential import deployments as d
 from verify.differential.runner import is_query_refusal
-from verify.differential.scenarios import run_scenario
+from verify.differential.scenarios import judge, run_scenario
 
 
 def test_the_generator_draws_every_shape_within_200_seeds():
@@ -249,3 +249,5 @@ def test_a_source_missing_from_the_classpath_is_a_failed_run_not_a_refusal(spark
         spark.range(1).select("no_such_column")
     assert isinstance(missing, AnalysisException) and not is_query_refusal(missing)
     assert is_query_refusal(refused.value)
+    both_failed = judge({}, {"spark": missing, "misa": missing}, {"spark": {}, "misa": {}})
+    assert not both_failed.refused and "KAFKA_DATA_SOURCE_NOT_ENABLED" in both_failed.mismatch.what

@@ -77,9 +77,10 @@ def run(args: argparse.Namespace) -> int:
         if not any(deployment.source == "kafka" for deployment in deployments):
             return run_deployments(local_session(), deployments, work)
         from services.kafka_broker import KafkaBroker
-        from services.kafka_install import connector_jars, install_broker_jars
+        from services.kafka_install import connector_jars, install_broker_jars, install_connector_jars
 
         install_broker_jars()
+        install_connector_jars()
         with KafkaBroker() as broker:  # one broker for the run, a fresh topic per case and engine
             spark = local_session(jars=connector_jars())
             return run_deployments(spark, deployments, work, broker.bootstrap)

@@ -269,10 +269,13 @@ def _run_misa(spark: SparkSession, case: Case, source: Path, run: Path) -> dict[
 MISSING_SOURCE_CONDITIONS = frozenset({"KAFKA_DATA_SOURCE_NOT_ENABLED"})
 
 
-def is_query_refusal(error: AnalysisException) -> bool:
-    """Whether Spark's ``error`` at start refuses the query itself (not a data source missing from the classpath,
-    which refuses every query of that source and would hide the run's failure as refusals)."""
-    return error.getCondition() not in MISSING_SOURCE_CONDITIONS
+def is_query_refusal(error: BaseException) -> bool:
+    """Whether Spark's ``error`` refuses the query itself (not a data source missing from the classpath, which
+    refuses every query of that source and would hide the run's failure as refusals)."""
+    condition = error.getCondition() if isinstance(error, AnalysisException) else None
+    return condition not in MISSING_SOURCE_CONDITIONS and not any(
+        f"[{c}]" in str(error) for c in MISSING_SOURCE_CONDITIONS
+    )
 
 
 def _first_line(error: BaseException) -> str:

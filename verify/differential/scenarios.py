@@ -155,7 +155,7 @@ def judge(
     refused: dict[str, BaseException], failed: dict[str, BaseException], outputs: dict[str, dict[int, pa.Table]]
 ) -> Outcome:
     """The outcome of a scenario from what each engine refused at start, which runs failed, and their outputs."""
-    if failed.keys() == {"spark", "misa"}:  # Spark cannot run it either (a partition column appearing, ...)
+    if failed.keys() == {"spark", "misa"} and is_query_refusal(failed["spark"]):  # Spark cannot run it either
         return Outcome(refused="Spark", message=f"while running: {_first_line(failed['spark'])}")
     for engine, error in failed.items():
         return Outcome(Mismatch(None, f"{engine} failed while running: {type(error).__name__}: {_first_line(error)}"))
