@@ -88,6 +88,13 @@ class HostPool:
         self._launch += 1
         self._outputs = [None] * len(self)
         self.journal = HostJournal()
+        self.group.open_seats(self._held)
+
+    def _held(self) -> tuple[dict[int, int], int]:
+        """Each partition's standbys (those catching up too) and the host tasks serving in all, read without the
+        lock: the registry's thread asks while a batch holds it (:mod:`.seats`)."""
+        standbys = {i: len(s) + len(j) for i, (s, j) in enumerate(zip(self._standbys, self._joining))}
+        return standbys, len(self._hosts) + sum(standbys.values())
 
     @property
     def _timeout(self) -> float:
@@ -326,10 +333,12 @@ class HostPool:
 
     def _attach_standbys(self) -> None:
         """Give each partition its standbys from the hosts that reported and were not taken (at start, or tasks
-        Spark ran again): each follows the partition in the background (:meth:`_follow`). Only once the start
-        recovered the state (the journal then holds what a standby must redo)."""
+        Spark or the seats ran again, :meth:`~misa.hosts.launch.HostGroup.start_again`): each follows the partition
+        in the background (:meth:`_follow`). Only once the start recovered the state (the journal then holds what a
+        standby must redo)."""
         if self.journal.claim is None or self.journal.base is None:
             return
+        self.group.start_again()
         for index in range(len(self)):
             while len(self._standbys[index]) + len(self._joining[index]) < self.config.state_standby_replicas:
                 address = self.group.fresh(index)

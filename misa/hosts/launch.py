@@ -4,9 +4,10 @@ per key partition, placed by Spark.
 Each task reports its host's Flight location to the driver's registry (a socket only hosts with the launch's key can
 use), which stays open while the hosts run. When a host is lost, Spark runs its task again (an executor lost) or the
 driver kills the task attempt of a host that stopped answering, and Spark runs it again: either way the new attempt
-reports, and :meth:`HostGroup.replacement` hands it over. The job runs in a thread of its own under a job group, so
-stopping the hosts is one cancellation. Before the job starts, the cluster must offer the hosts' slots plus one for
-the query's tasks.
+reports, and :meth:`HostGroup.replacement` hands it over. A task that starts after the start asks first whether it
+serves (:mod:`.seats`); one that left is started again in a job of its own when there is room. The jobs run in
+threads of their own under one job group, so stopping the hosts is one cancellation. Before the first job starts,
+the cluster must offer the hosts' slots plus one for the query's tasks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pyspark.sql import SparkSession
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError, StateWorkerError
 from misa.hosts.host_task import HostAddress, HostLaunch, run_host
+from misa.hosts.seats import Held, Seats
 
 log = logging.getLogger(__name__)
 PLACEMENT_KEY = "spark.misa.state.placement"
@@ -86,11 +88,31 @@ class HostGroup:
         self.per_partition = 1 + config.state_standby_replicas
         self.key = b""  # the running launch's: every call to its hosts carries it
         self._group = ""
-        self._job: threading.Thread | None = None
+        self._jobs: list[threading.Thread] = []
         self._job_error: list[BaseException] = []
         self._registry: Listener | None = None
         self._reports: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         self._fresh: dict[int, list[HostAddress]] = {}  # hosts that reported and were not taken yet, by partition
+        self._fresh_lock = threading.Lock()  # the registry's thread counts them
+        self._launch: HostLaunch | None = None
+        self.seats = self._new_seats()
+
+    def _new_seats(self) -> Seats:
+        """A launch's seats: every task serves until :meth:`open_seats`."""
+        return Seats(self.per_partition, lambda task: divmod(task, self.per_partition), lambda: task_slots(self.sc))
+
+    def open_seats(self, held: Held) -> None:
+        """The hosts started: from now on a starting task serves only where the seats want it (``held``: what the
+        pool's hosts hold)."""
+
+        def with_fresh() -> tuple[dict[int, int], int]:
+            standbys, serving = held()
+            with self._fresh_lock:
+                fresh = {p: len(waiting) for p, waiting in self._fresh.items()}
+            every = set(standbys) | set(fresh)
+            return {p: standbys.get(p, 0) + fresh.get(p, 0) for p in every}, serving + sum(fresh.values())
+
+        self.seats.held = with_fresh
 
     def start(self) -> list[HostAddress]:
         """Start 1 + standbyReplicas hosts per partition and wait until every one reported its address (or a
@@ -103,10 +125,11 @@ class HostGroup:
         bind = conf.get("spark.driver.bindAddress", driver_host)  # the driver's own interface, as Spark binds
         self._registry = registry = Listener((bind, 0), authkey=key)
         self._reports = queue.Queue()
+        self.seats = self._new_seats()
         threading.Thread(
-            target=self._accept, args=(registry, self._reports), name="misa-host-registry", daemon=True
+            target=self._accept, args=(registry, self._reports, self.seats), name="misa-host-registry", daemon=True
         ).start()
-        launch = HostLaunch(
+        self._launch = launch = HostLaunch(
             self.config,
             self.operator,
             self.dfs_urls,
@@ -118,17 +141,19 @@ class HostGroup:
         )
         self._group = f"misa-state-hosts-{launch.launch_id}"
         self._job_error = []
-        self._job = threading.Thread(target=self._run_job, args=(launch,), name=self._group, daemon=True)
-        self._job.start()
-        self._fresh = {}
+        self._jobs = []
+        with self._fresh_lock:
+            self._fresh = {}
+        self._run_tasks(list(range(len(self.dfs_urls) * self.per_partition)))
         while (started := sum(map(len, self._fresh.values()))) < count:
             self._next_report(f"{count - started} of {count} state host(s) did not start")
         return [self._take_first(p) for p in range(len(self.dfs_urls))]
 
     def _take_first(self, partition: int) -> HostAddress:
         """The partition's host of replica 0 (its task's first attempt: the host at start); the others wait."""
-        first = min(self._fresh[partition], key=lambda a: a.replica)
-        self._fresh[partition].remove(first)
+        with self._fresh_lock:
+            first = min(self._fresh[partition], key=lambda a: a.replica)
+            self._fresh[partition].remove(first)
         return first
 
     def replacement(self, lost: HostAddress) -> HostAddress:
@@ -136,17 +161,31 @@ class HostGroup:
         executor is gone is run again by Spark anyway), and the next report of one of the partition's tasks is
         awaited."""
         self.kill(lost, f"misa: the state host of partition {lost.partition} was lost; its partition moves")
-        while True:
-            address = self.fresh(lost.partition)
-            if address is not None and address.task_attempt != lost.task_attempt:
-                return address
-            self._next_report(f"no new state host for partition {lost.partition}")
+        again = self.seats.awaiting(lost.partition)
+        if again:
+            self._run_tasks(again)
+        try:
+            while True:
+                address = self.fresh(lost.partition)
+                if address is not None and address.task_attempt != lost.task_attempt:
+                    return address
+                self._next_report(f"no new state host for partition {lost.partition}")
+        finally:
+            self.seats.found(lost.partition)
 
     def fresh(self, partition: int) -> HostAddress | None:
         """A host of ``partition`` that reported since and was not taken yet (a task Spark ran again), or None."""
         self._drain_reports()
-        waiting = self._fresh.get(partition, [])
-        return waiting.pop(0) if waiting else None
+        with self._fresh_lock:
+            waiting = self._fresh.get(partition, [])
+            return waiting.pop(0) if waiting else None
+
+    def start_again(self) -> None:
+        """Start again the tasks that left (:mod:`.seats`) that the partitions lack and the cluster has room for."""
+        tasks = self.seats.to_start_again()
+        if tasks:
+            log.info("the state hosts' tasks %s start again (standbys their partitions lack)", tasks)
+            self._run_tasks(tasks)
 
     def kill(self, host: HostAddress, why: str) -> None:
         """Kill ``host``'s task attempt (Spark runs the task again; nothing when it already ended)."""
@@ -183,16 +222,22 @@ class HostGroup:
     def leftovers(self) -> list[HostAddress]:
         """Every host that reported and was never taken (to be closed with the others)."""
         self._drain_reports()
-        hosts = [a for waiting in self._fresh.values() for a in waiting]
-        self._fresh = {}
+        with self._fresh_lock:
+            hosts = [a for waiting in self._fresh.values() for a in waiting]
+            self._fresh = {}
         return hosts
 
-    def _accept(self, registry: Listener, reports: queue.Queue) -> None:
-        """Put every host's report in ``reports`` until the registry closes."""
+    def _accept(self, registry: Listener, reports: queue.Queue, seats: Seats) -> None:
+        """Answer every starting task whether it serves (``seats``), and put every host's report in ``reports``,
+        until the registry closes."""
         while True:
             try:
                 with registry.accept() as connection:
-                    reports.put(connection.recv())
+                    message = connection.recv()
+                    if message[0] == "starting":
+                        connection.send(seats.serves(message[1]))
+                    else:
+                        reports.put(message)
             except Exception:  # noqa: BLE001 - the registry closed, or a caller without the key or hung up
                 if registry is not self._registry:
                     return
@@ -237,31 +282,45 @@ class HostGroup:
             self.cancel()
             value.add_note(f"(in the state host of partition {partition}, while it started)")
             raise value
-        self._fresh.setdefault(partition, []).append(value)
+        with self._fresh_lock:
+            self._fresh.setdefault(partition, []).append(value)
 
-    def _run_job(self, launch: HostLaunch) -> None:
-        """The hosts' job (its thread): returns when every host closed, or Spark failed or cancelled it."""
+    def _run_tasks(self, tasks: list[int]) -> None:
+        """Run the hosts' job's ``tasks`` (all of them at the start; some started again later) as a job of their own,
+        in a thread that returns when every one closed, or Spark failed or cancelled the job."""
+        first = not self._jobs
         count = len(self.dfs_urls)
-        tasks = count * self.per_partition
         about = f"misa state hosts ({count} key partitions, {self.per_partition - 1} standby(s) each)"
-        self.sc.setJobGroup(self._group, about, interruptOnCancel=True)
-        try:
-            self.sc.parallelize(range(tasks), tasks).mapPartitions(partial(run_host, launch)).collect()
-        except Exception as exc:  # noqa: BLE001 - the hosts' failure, shown by whoever waits for them
-            self._job_error.append(exc)
+        if not first:
+            about = f"misa state hosts started again (tasks {tasks})"
+        launch = self._launch
+
+        def run() -> None:
+            self.sc.setJobGroup(self._group, about, interruptOnCancel=True)
+            try:
+                self.sc.parallelize(tasks, len(tasks)).mapPartitions(partial(run_host, launch)).collect()
+            except Exception as exc:  # noqa: BLE001 - the hosts' failure, shown by whoever waits for them
+                if first:
+                    self._job_error.append(exc)
+                else:  # its partitions keep their hosts: it is started again when there is room
+                    log.warning("%s failed: %s", about, str(exc).splitlines()[0] if str(exc) else exc)
+
+        job = threading.Thread(target=run, name=self._group, daemon=True)
+        self._jobs.append(job)
+        job.start()
 
     def cancel(self) -> None:
         """Stop the hosts' job (its tasks are killed) and wait for it to end."""
-        if self._job is None:
+        if not self._jobs:
             return
         self.sc.cancelJobGroup(self._group)
         self.join()
 
     def join(self) -> None:
         """Wait for the hosts' job to end (every host closed, or the job was cancelled); close the registry."""
-        if self._job is not None:
-            self._job.join(30.0)
-            self._job = None
+        for job in self._jobs:
+            job.join(30.0)
+        self._jobs = []
         registry, self._registry = self._registry, None
         if registry is not None:
             registry.close()
