@@ -76,16 +76,13 @@ def host_folder(launch: HostLaunch, partition: int, replica: int, attempt: int) 
     return root / state / launch.launch_id / f"partition-{partition}" / f"replica-{replica}" / f"attempt-{attempt}"
 
 
-def run_host(launch: HostLaunch, rows: Iterator[int]) -> Iterator[HostAddress]:
-    """The task's body (``mapPartitions`` over the hosts' job's task numbers, one each): serve this task's partition
-    until closed, if the driver says it serves (:mod:`.seats`; else it ends at once)."""
+def serve_host(launch: HostLaunch, task: int) -> Iterator[HostAddress]:
+    """Serve the partition of the hosts' job's task ``task`` until closed (the driver said it serves:
+    :mod:`.seat_task`)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    task = next(iter(rows))
     (partition, replica), attempt = launch.task_role(task), context.taskAttemptId()
-    if not _serves(launch, task):
-        return iter(())
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s %(levelname)s [state host {partition}] %(message)s"
     )
@@ -127,13 +124,6 @@ def _address_towards(registry: tuple[str, int]) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect(registry)
         return str(probe.getsockname()[0])
-
-
-def _serves(launch: HostLaunch, task: int) -> bool:
-    """The driver's answer: whether task ``task``, starting, serves."""
-    with Client(launch.registry, authkey=launch.key) as registry:
-        registry.send(("starting", task))
-        return bool(registry.recv())
 
 
 def _report(launch: HostLaunch, message: tuple[object, ...]) -> None:

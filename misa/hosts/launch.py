@@ -13,6 +13,7 @@ the cluster must offer the hosts' slots plus one for the query's tasks.
 from __future__ import annotations
 
 import logging
+import pickle
 import queue
 import secrets
 import threading
@@ -27,7 +28,8 @@ from pyspark.sql import SparkSession
 
 from misa.config import MisaConfig
 from misa.exceptions import ConfigError, StateWorkerError
-from misa.hosts.host_task import HostAddress, HostLaunch, run_host
+from misa.hosts.host_task import HostAddress, HostLaunch
+from misa.hosts.seat_task import run_task
 from misa.hosts.seats import Held, Seats
 
 log = logging.getLogger(__name__)
@@ -294,11 +296,13 @@ class HostGroup:
         if not first:
             about = f"misa state hosts started again (tasks {tasks})"
         launch = self._launch
+        assert launch is not None
+        body = partial(run_task, launch.registry, launch.key, pickle.dumps(launch))
 
         def run() -> None:
             self.sc.setJobGroup(self._group, about, interruptOnCancel=True)
             try:
-                self.sc.parallelize(tasks, len(tasks)).mapPartitions(partial(run_host, launch)).collect()
+                self.sc.parallelize(tasks, len(tasks)).mapPartitions(body).collect()
             except Exception as exc:  # noqa: BLE001 - the hosts' failure, shown by whoever waits for them
                 if first:
                     self._job_error.append(exc)
