@@ -95,9 +95,7 @@ def wait_replies(
 def unresponsive(hosts: Mapping[K, Host], key: bytes, timeout: float) -> dict[K, str]:
     """Those of ``hosts`` that do not answer a ping within ``timeout`` seconds, and why."""
     options = call_options(key, timeout)
-    pings = {
-        k: in_thread(lambda h: list(h.client.do_action(flight.Action(PING, b""), options)), h) for k, h in hosts.items()
-    }
+    pings = {k: in_thread(_ping, h, options) for k, h in hosts.items()}
     lost = {}
     for k, ping in pings.items():
         try:
