@@ -19,11 +19,12 @@ from pyspark.sql import functions as F
 
 from misa import UnsupportedQueryError
 from misa.query.job import planned
-from tests.verify.test_key_type_queries import ROUNDS, SHORT, key_stream, watermarked_keys
+from tests.verify.test_key_type_queries import ROUNDS, key_stream, watermarked_keys
 from verify.differential.scenarios import Builder, Round, Scenario, run_scenario
 
 KEYS = ("st", "flat", "arr", "bn", "d")  # a nested struct (of arrays, decimals), a struct, an array, binary, a decimal
 Shape = Callable[[str], Builder]  # a chain keyed by the named column
+FIRST = (Round(files=ROUNDS[0].files[:1]),)  # the default suite's: one batch (the seed failed in its first)
 
 
 def _keyed(rows: DataFrame) -> DataFrame:
@@ -111,7 +112,7 @@ def _assert_as_spark(
 
 
 def test_a_count_per_key_of_every_type_over_a_deduplication(spark, tmp_path: Path):
-    _assert_as_spark(spark, tmp_path, "every key type over dropDuplicates", _every_key, "update", SHORT)
+    _assert_as_spark(spark, tmp_path, "every key type over dropDuplicates", _every_key, "update", FIRST)
 
 
 @pytest.mark.slow
