@@ -570,7 +570,9 @@ def case_tags(case: Case) -> set[str]:
     tags |= {f"key expressions:{q.operator}"} if q.key_expressions else set()
     tags |= {f"struct keys:{q.operator}"} if q.struct_keys else set()
     tags |= {f"union:{q.operator}"} if q.union else set()
-    tags |= {f"composite keys:{q.operator}"} if set(q.keys.values()) & set(COMPOSITE_KEY_TYPES) else set()
+    composite = set(q.keys.values()) & set(COMPOSITE_KEY_TYPES)
+    tags |= {f"composite keys:{q.operator}"} if composite else set()
+    tags |= {"composite keys:chain"} if composite and q.chain and q.chain not in REFUSED_CHAINS else set()
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
