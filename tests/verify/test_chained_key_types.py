@@ -125,6 +125,7 @@ def test_chains_keyed_by_every_type(spark, tmp_path: Path, shape: str, key: str)
     _assert_as_spark(spark, tmp_path, f"{shape} ({key})", build(key), mode, ROUNDS)
 
 
+@pytest.mark.slow  # a guard: the refusal is the deduplication's alone (test_key_type_queries.py)
 def test_a_map_key_in_a_chain_is_refused_at_start(spark, tmp_path: Path):
     """A map in a struct below another operation, as alone: Spark groups by no map, misa keys state by none."""
     (tmp_path / "a").mkdir()
