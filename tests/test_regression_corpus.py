@@ -72,6 +72,10 @@ CORPUS = (
         "tests/verify/test_differential_queries.py::test_spark_watermark_is_read_after_the_batchs_hint_job_ran",
     ),
     (
+        "misa fuzz --from-query seed 10307: a count over a dropDuplicates of an array key read the plan's attribute",
+        "tests/verify/test_chained_key_types.py::test_a_count_per_key_of_every_type_over_a_deduplication",
+    ),
+    (
         "misa fuzz --from-query seed 9115: sessions of object aggregates only",
         "tests/misa/operators/test_sessions.py::test_an_aggregation_of_object_aggregates_only_has_sessions_without_cells",
     ),

@@ -14,13 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.sql import Column
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.operators.schema import KEY_TYPES
 from misa.query.key_text import COMPOSITE, key_text
 from misa.query.plan import Attr, Expr, PlanNode, attributes_of, column_of
-from misa.query.translation import Translation, refused, stateful_below
+from misa.query.translation import Translation, refused
 
 KEY = "_misa_key{}"  # a source column misa adds for a key that is an expression or a struct's field or null flag
 
@@ -79,11 +78,8 @@ def dedup_key_columns(node: PlanNode, key: Attr, translation: Translation) -> li
 
 
 def input_column(node: PlanNode, attr: Attr) -> Column:
-    """``attr``, a column of the node's input, as a Column over misa's source: the plan's own attribute, or its name
-    where the input is another stateful operation's output (a chain's rows, made afresh each batch, whose names are
-    distinct: :mod:`misa.query.chain`)."""
-    if stateful_below(node.children[0]) is not None:
-        return F.col(f"`{attr.name}`")
+    """``attr``, a column of the node's input, as a Column over misa's source: the plan's own attribute (in a chain,
+    the rows below carry the plan's attributes too: :mod:`misa.query.chain`)."""
     return column_of(next(a for a in attributes_of(node.children[0]) if int(a.exprId().id()) == attr.expr_id))
 
 

@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 
 from misa.operators.group_state import group_state_operator, unstored_fields
 from misa.operators.pandas_conversion import PandasConversion
+from misa.operators.schema import KEY_TYPES
 from misa.query.plan import PlanNode, python_list
 from misa.query.translation import OutputColumn, Translation, refused
 from misa.query.watermarks import event_time_column, watermarked
@@ -42,6 +43,15 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
             node,
             f"it groups by {computed}, computed from its input",
             "the key as a column first (withColumn), then groupBy(column).applyInPandasWithState(...)",
+        )
+    unkeyed = [f"{a.name} {a.dtype.simpleString()}" for a in grouping if not isinstance(a.dtype, KEY_TYPES)]
+    if unkeyed:
+        raise refused(
+            node,
+            f"it groups by {unkeyed}: misa keys applyInPandasWithState's groups by integers, booleans, floats, "
+            "doubles, strings, dates and timestamps only (not by a struct, an array, a decimal, binary or a map)",
+            "groupBy of columns of those types (a struct's fields as columns of their own, a decimal or binary "
+            "cast to a string) before applyInPandasWithState",
         )
     arguments = [e.attr.name if e.attr is not None else e.sql for e in node.fields["arguments"]]
     if arguments != [a.name for a in child.output]:

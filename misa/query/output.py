@@ -103,8 +103,8 @@ class QueryOutput:
             table = self.arrow_schema.empty_table()
         else:
             table = _shaped(table, [(c.kind, c.source) for c in self.translation.output], self.arrow_schema)
-        if not self.steps:
-            return self.spark.createDataFrame(table if table.num_rows else [], self.schema).toDF(*self.names)
+        if not self.steps:  # the node's own attributes, which the plan's expressions above it read
+            return self._rows(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
         return self._stepped(table)
 
     def _stepped(self, table: pa.Table) -> DataFrame:

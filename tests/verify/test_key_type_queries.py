@@ -67,20 +67,20 @@ ROUNDS = (
 SHORT = (Round(files=ROUNDS[0].files[:2]), ROUNDS[1])  # the default suite's: two batches, a restart, one more
 
 
-def _stream(spark: SparkSession, inputs: Path) -> DataFrame:
+def key_stream(spark: SparkSession, inputs: Path) -> DataFrame:
     rows = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(inputs / "a"))
     return rows.withColumn("t", F.timestamp_millis("t"))
 
 
-def _watermarked(spark: SparkSession, inputs: Path) -> DataFrame:
-    return _stream(spark, inputs).withWatermark("t", "5 seconds")
+def watermarked_keys(spark: SparkSession, inputs: Path) -> DataFrame:
+    return key_stream(spark, inputs).withWatermark("t", "5 seconds")
 
 
 def _joined(how: str, keys: str) -> Builder:
     """The stream joined with itself on ``keys`` (SQL of a.* and b.*) within 5 s."""
 
     def build(spark: SparkSession, inputs: Path) -> DataFrame:
-        left, right = _watermarked(spark, inputs).alias("a"), _watermarked(spark, inputs).alias("b")
+        left, right = watermarked_keys(spark, inputs).alias("a"), watermarked_keys(spark, inputs).alias("b")
         condition = f"{keys} AND b.t BETWEEN a.t - INTERVAL 5 SECONDS AND a.t"
         return left.join(right, F.expr(condition), how)
 
@@ -91,7 +91,7 @@ def _groups(window: Callable[[], Column] | None, *keys: str | Callable[[], Colum
     """An aggregation by ``window`` (None: no window) and ``keys`` (names, or Columns made when the query is)."""
 
     def build(spark: SparkSession, inputs: Path) -> DataFrame:
-        rows = _watermarked(spark, inputs) if window is not None else _stream(spark, inputs)
+        rows = watermarked_keys(spark, inputs) if window is not None else key_stream(spark, inputs)
         columns = [key() if callable(key) else key for key in keys]
         group = [window(), *columns] if window is not None else columns
         return rows.groupBy(*group).agg(F.count("*").alias("n"), F.sum("v").alias("total"))
@@ -101,7 +101,7 @@ def _groups(window: Callable[[], Column] | None, *keys: str | Callable[[], Colum
 
 def _devices(spark: SparkSession, inputs: Path) -> DataFrame:
     """The stream with a struct column ``device`` made by withColumn (of a string, a nested struct and a decimal)."""
-    return _watermarked(spark, inputs).withColumn("device", F.struct("k", F.col("st.n").alias("n"), "d"))
+    return watermarked_keys(spark, inputs).withColumn("device", F.struct("k", F.col("st.n").alias("n"), "d"))
 
 
 SHAPES: dict[str, tuple[Builder, str]] = {
@@ -127,15 +127,15 @@ SHAPES: dict[str, tuple[Builder, str]] = {
         "append",
     ),
     "dropDuplicates(['arr', 'd'])": (
-        lambda spark, inputs: _stream(spark, inputs).dropDuplicates(["arr", "d"]),
+        lambda spark, inputs: key_stream(spark, inputs).dropDuplicates(["arr", "d"]),
         "append",
     ),
     "dropDuplicates(['bn', 't']) with withWatermark": (
-        lambda spark, inputs: _watermarked(spark, inputs).dropDuplicates(["bn", "t"]),
+        lambda spark, inputs: watermarked_keys(spark, inputs).dropDuplicates(["bn", "t"]),
         "append",
     ),
     "dropDuplicatesWithinWatermark(['st', 'arr']), arrays and decimals in the struct": (
-        lambda spark, inputs: _watermarked(spark, inputs).dropDuplicatesWithinWatermark(["st", "arr"]),
+        lambda spark, inputs: watermarked_keys(spark, inputs).dropDuplicatesWithinWatermark(["st", "arr"]),
         "update",
     ),
     "inner join on a struct and a decimal": (_joined("inner", "a.st = b.st AND a.d = b.d"), "append"),
@@ -181,7 +181,7 @@ MAPS: dict[str, Callable[[Column], Column]] = {  # a map, in a struct, in an arr
 @pytest.mark.parametrize("name", list(MAPS))
 def test_map_keys_are_refused_at_start_as_spark_groups_by_no_map(spark, tmp_path, name):
     (tmp_path / "in" / "a").mkdir(parents=True)
-    rows = _watermarked(spark, tmp_path / "in").withColumn("m", MAPS[name](F.create_map("k", "v")))
+    rows = watermarked_keys(spark, tmp_path / "in").withColumn("m", MAPS[name](F.create_map("k", "v")))
     query = rows.dropDuplicatesWithinWatermark(["m"])  # Spark refuses dropDuplicates of a map itself
     with pytest.raises(UnsupportedQueryError, match="a map, which Spark does not group by"):
         planned(query, "append", lambda batch_id, table: None)

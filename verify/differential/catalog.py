@@ -452,6 +452,19 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="which misa does not store as Spark does",
     ),
     Entry(
+        "`groupBy(cols).applyInPandasWithState(...)` by a column of type struct, array, decimal, binary or map (alone "
+        "or above another stateful operation)",
+        REFUSED,
+        lambda r: (
+            events(r)
+            .groupBy("d")
+            .applyInPandasWithState(count_rows, "k decimal(10,2), n long", "n long", "Update", "NoTimeout")
+        ),
+        note="grouping columns of integer, boolean, float, double, string, date or timestamp types (a struct's fields "
+        "as columns of their own, a decimal or binary cast to a string): misa passes the key to the function as it is",
+        refusal="misa keys applyInPandasWithState's groups by",
+    ),
+    Entry(
         "`transformWithStateInPandas`, `flatMapGroupsWithState` (Scala)",
         REFUSED,
         lambda r: events(r).groupBy("k").transformWithStateInPandas(KeepNothing(), "k string", "Append", "None"),
@@ -483,11 +496,13 @@ ENTRIES: tuple[Entry, ...] = (
         "append",
         "misa keys its state by a text Spark computes in misa's source, equal exactly where Spark's keys are (fields "
         "and elements by position, null fields equal, -0.0 and NaN normalized inside structs and arrays as Spark "
-        "normalizes floating keys, decimals at their scale); an aggregation's output decodes it back to Spark's type",
+        "normalizes floating keys, decimals at their scale); an aggregation's output decodes it back to Spark's type; "
+        "so too in a chain of stateful operations, above another and below one",
         covered_by=tuple(
             f"composite keys:{form}"
             for form in ("global", "tumbling", "sliding", "session", "dedup", "dedup_time", "dedup_within", "inner")
-        ),
+        )
+        + ("composite keys:chain",),
     ),
     Entry(
         "a key of a map type (`dropDuplicatesWithinWatermark(['m'])`, a map in a struct or an array)",

@@ -42,6 +42,8 @@ REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> 
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
     "session_below": "session window's output",  # an aggregation over a session window's
 }
+GROUP_STATE_REFUSED_KEY_SHARE = 0.1  # of the applyInPandasWithState cases: a key type misa refuses (drawn apart)
+REFUSED_GROUP_STATE_KEY = "misa keys applyInPandasWithState's groups by"  # a part of misa's message
 JOIN_HOWS = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")  # its join type
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
@@ -514,6 +516,9 @@ def _random_group_state_case(seed: int) -> Case:
     )
     if random.Random(f"group-state-chain-{seed}").random() < GROUP_STATE_CHAIN_SHARE:  # drawn apart: seeds keep rows
         query = replace(query, chain=GROUP_STATE_CHAIN)
+    key_rng = random.Random(f"group-state-key-type-{seed}")  # drawn apart: other seeds keep their rows
+    if key_rng.random() < GROUP_STATE_REFUSED_KEY_SHARE:  # Spark runs it, misa refuses it at start
+        query = replace(query, keys={"k0": key_rng.choice(COMPOSITE_KEY_TYPES)})
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -534,13 +539,22 @@ def _output_mode(rng: random.Random, form: str) -> str:
     return rng.choice(("append", "complete"))  # session windows
 
 
+def expected_refusal(q: Query) -> str | None:
+    """A part of misa's message for a case whose query Spark runs and misa refuses at start (a chain of
+    :data:`REFUSED_CHAINS`, applyInPandasWithState by a key of a composite type), else None."""
+    if q.operator == "group_state" and set(q.keys.values()) & set(COMPOSITE_KEY_TYPES):
+        return REFUSED_GROUP_STATE_KEY
+    return REFUSED_CHAINS.get(q.chain)
+
+
 def case_tags(case: Case) -> set[str]:
     """What a case exercises, as the docs table's rows name it (docs/spark-queries.md)."""
     q = case.query
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
     tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "group_state":
-        return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"}
+        refused = {"group_state:refused key"} if expected_refusal(q) else set()
+        return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | refused
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
@@ -556,7 +570,9 @@ def case_tags(case: Case) -> set[str]:
     tags |= {f"key expressions:{q.operator}"} if q.key_expressions else set()
     tags |= {f"struct keys:{q.operator}"} if q.struct_keys else set()
     tags |= {f"union:{q.operator}"} if q.union else set()
-    tags |= {f"composite keys:{q.operator}"} if set(q.keys.values()) & set(COMPOSITE_KEY_TYPES) else set()
+    composite = set(q.keys.values()) & set(COMPOSITE_KEY_TYPES)
+    tags |= {f"composite keys:{q.operator}"} if composite else set()
+    tags |= {"composite keys:chain"} if composite and q.chain and q.chain not in REFUSED_CHAINS else set()
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}

@@ -30,7 +30,7 @@ from misa import Agg, Aggregation, IntervalJoin, MisaConfig, StatefulJob, from_q
 from misa.exceptions import UnsupportedQueryError
 from verify.differential.cases import Case
 from verify.differential.group_state import SHAPES
-from verify.differential.queries import REFUSED_CHAINS, spark_api_query
+from verify.differential.queries import expected_refusal, spark_api_query
 from verify.output_diff import canonical, diff_rows
 
 EVENT_TIME = "event_time"
@@ -109,7 +109,7 @@ def run_case(spark: SparkSession, case: Case, work: Path) -> Mismatch | Refused 
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
-        if case.settings.from_query and case.query.chain in REFUSED_CHAINS:
+        if case.settings.from_query and expected_refusal(case.query) is not None:
             return _refused_at_start(spark, case, source, work / "misa")
         native: dict[int, pa.Table] = {}
         misa: dict[int, pa.Table] = {}
@@ -150,14 +150,15 @@ def _refused_by_both(
 
 
 def _refused_at_start(spark: SparkSession, case: Case, source: Path, run: Path) -> Mismatch | None:
-    """A chain misa refuses (queries.REFUSED_CHAINS): from_query must refuse it at start, with its message."""
+    """A query misa refuses (queries.expected_refusal): from_query must refuse it at start, with its message."""
     query = spark_api_query(case, _stream(spark, case, source))
-    expected = REFUSED_CHAINS[case.query.chain]
+    expected = expected_refusal(case.query)
+    assert expected is not None
     try:
         from_query(query, lambda batch_id, table: None, str(run / "ckpt"), output_mode=case.query.output_mode).close()
     except UnsupportedQueryError as error:
         return None if expected in str(error) else Mismatch(None, f"refused, but not with {expected!r}: {error}")
-    return Mismatch(None, f"misa took the chain {case.query.chain!r}, which it refuses ({expected!r})")
+    return Mismatch(None, f"misa took the query, which it refuses ({expected!r})")
 
 
 def _case_conf(case: Case) -> dict[str, str]:
