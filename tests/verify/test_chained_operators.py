@@ -312,10 +312,16 @@ def joined_on_keys_then_sessions(spark: SparkSession, inputs: Path) -> DataFrame
 # Batch 0 matches x at 100 s with x at 100 s and moves the watermark to 90 s (the clicks' delay, 10 s); Spark's
 # batch without data runs with it (the windows above close by it), and so the join judges the next batch's rows by
 # it. After the restart the click x at 85 s is late and dropped; the impression x at 80 s is late too, but Spark's
-# join judges an impression by a column it no longer has (the impression time, pruned): it joins both clicks.
+# join judges an impression by a column it no longer has (the impression time, pruned): it joins both clicks of x.
+# z at 200 s moves the watermark past every window (append output emits them in the batch without data after).
 PRUNED_ROUNDS = (
     Round(files=(("a/0.json", (event("x", 100),)), ("b/0.json", (event("x", 100, 1),)))),
-    Round(files=(("a/1.json", (event("x", 80),)), ("b/1.json", (event("x", 85, 2), event("x", 120, 3))))),
+    Round(
+        files=(
+            ("a/1.json", (event("x", 80), event("z", 200))),
+            ("b/1.json", (event("x", 85, 2), event("x", 120, 3), event("z", 200, 4))),
+        )
+    ),
 )
 
 
@@ -327,20 +333,39 @@ def test_a_join_in_a_chain_judges_late_rows_by_the_watermark_of_sparks_batch_wit
     assert_as_spark(spark, tmp_path, "joined on keys, counted", joined_on_keys_then_counted, "update", PRUNED_ROUNDS)
 
 
+# Data batches back to back (no batch without data between them): batch 2 judges rows by batch 1's eviction
+# watermark, 90 s; its click x at 80 s is dropped, its impression x at 60 s joins both clicks of x (its time pruned).
+BACK_TO_BACK_ROUNDS = (
+    Round(
+        files=(
+            ("a/0.json", (event("x", 100),)),
+            ("b/0.json", (event("x", 100, 1),)),
+            ("a/1.json", (event("y", 150),)),
+            ("b/1.json", (event("y", 200, 2),)),
+            ("a/2.json", (event("x", 60),)),
+            ("b/2.json", (event("x", 80, 3), event("x", 160, 4))),
+        )
+    ),
+)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "build, mode",
+    "build, mode, rounds",
     [
-        (joined_on_keys_then_counted, "append"),
-        (joined_on_keys_then_deduplicated, "append"),
-        (joined_on_keys_then_sessions, "append"),
+        (joined_on_keys_then_counted, "append", PRUNED_ROUNDS),
+        (joined_on_keys_then_deduplicated, "append", PRUNED_ROUNDS),
+        (joined_on_keys_then_sessions, "append", PRUNED_ROUNDS),
+        (joined_on_keys_then_counted, "update", BACK_TO_BACK_ROUNDS),
+        (joined_on_keys, "append", BACK_TO_BACK_ROUNDS),
     ],
-    ids=["count-append", "dedup", "sessions"],
+    ids=["count-append", "dedup", "sessions", "count-back-to-back", "join-alone"],
 )
-def test_a_join_without_time_bounds_below_another_operation(spark, tmp_path: Path, build: Build, mode: str):
-    """The other operations above a join without time bounds (seed 10763's causes): its watermark moves in Spark's
-    batches without data, and the side whose event time Spark prunes drops no late row."""
-    assert_as_spark(spark, tmp_path, f"{build.__name__} {mode}", build, mode, PRUNED_ROUNDS)
+def test_a_join_without_time_bounds_drops_late_rows_as_spark(spark, tmp_path: Path, build: Build, mode: str, rounds):
+    """Seed 10763's causes under the other operations above a join without time bounds (its watermark moves in
+    Spark's batches without data), and in data batches back to back, the join alone too (the side whose event time
+    Spark prunes drops no late row)."""
+    assert_as_spark(spark, tmp_path, f"{build.__name__} {mode}", build, mode, rounds)
 
 
 @pytest.mark.slow
