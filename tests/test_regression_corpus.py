@@ -72,6 +72,12 @@ CORPUS = (
         "tests/verify/test_differential_queries.py::test_spark_watermark_is_read_after_the_batchs_hint_job_ran",
     ),
     (
+        "misa fuzz --from-query seed 10763: a join below a count judged late rows by a watermark Spark's batch without "
+        "data had moved, and on a side whose event time Spark prunes",
+        "tests/verify/test_chained_operators.py::"
+        "test_a_join_in_a_chain_judges_late_rows_by_the_watermark_of_sparks_batch_without_data",
+    ),
+    (
         "misa fuzz --from-query seed 9115: sessions of object aggregates only",
         "tests/misa/operators/test_sessions.py::test_an_aggregation_of_object_aggregates_only_has_sessions_without_cells",
     ),
