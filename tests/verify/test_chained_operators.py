@@ -337,6 +337,18 @@ def test_a_join_in_a_chain_judges_late_rows_by_the_watermark_of_sparks_batch_wit
     assert outcome.ok and outcome.spark_rows, outcome
 
 
+@pytest.mark.slow
+def test_a_join_in_a_chain_judges_late_rows_by_the_watermark_of_a_live_batch_without_data(spark, tmp_path: Path):
+    """Seed 10763's causes without a restart: under a processing-time trigger Spark runs the batch without data as
+    soon as a trigger finds no input; the late click comes in the next batch, the late impression in the one after."""
+    first, second = LATE_AFTER_RESTART
+    live = Round(files=first.files, later=tuple(reversed(second.files)))
+    trigger = {"processingTime": "1 second"}
+    scenario = Scenario("joined on keys, counted, live", joined_on_keys_then_counted, "update", (live,), trigger)
+    outcome = run_scenario(spark, scenario, tmp_path / "run")
+    assert outcome.ok and outcome.spark_rows, outcome
+
+
 # Data batches back to back (no batch without data between them): batch 2 judges rows by batch 1's eviction
 # watermark, 90 s; its click x at 80 s is dropped, its impression x at 60 s joins both clicks of x (its time pruned).
 BACK_TO_BACK_ROUNDS = (
