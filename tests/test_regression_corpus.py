@@ -76,6 +76,12 @@ CORPUS = (
         "tests/verify/test_chained_key_types.py::test_a_count_per_key_of_every_type_over_a_deduplication",
     ),
     (
+        "misa fuzz --from-query seed 10763: a join below a count judged late rows by a watermark Spark's batch without "
+        "data had moved, and on a side whose event time Spark prunes",
+        "tests/verify/test_chained_operators.py::"
+        "test_a_join_in_a_chain_judges_late_rows_by_the_watermark_of_sparks_batch_without_data",
+    ),
+    (
         "misa fuzz --from-query seed 9115: sessions of object aggregates only",
         "tests/misa/operators/test_sessions.py::test_an_aggregation_of_object_aggregates_only_has_sessions_without_cells",
     ),

@@ -12,9 +12,11 @@ gives the same rows. What this operator does is Spark's ``StreamingSymmetricHash
   does not move the watermark: dropped and counted in ``dropped_rows``; a null in another key (``concat(a.k, '')``) is
   a key value like any, and matches the other side's null, as in Spark's join (it groups keys by their bytes);
 * each side with an event-time column (the one its ``withWatermark`` marked) drops rows at or before the
-  late-events watermark (``late_rows``); the global watermark is the minimum of the sides' (Spark's default
-  policy, :class:`~misa.operators.watermark.InputsWatermark`; a side without rows yet counts as 0, as in Spark),
-  a row without event time counting as 0 there;
+  late-events watermark (``late_rows``), unless Spark's optimizer prunes that column below the join (nothing
+  reads it: Spark's join judges a side's rows by the event-time column its input carries, ``drops_late``); the
+  global watermark is the minimum of the sides' (Spark's default policy,
+  :class:`~misa.operators.watermark.InputsWatermark`; a side without rows yet counts as 0, as in Spark), a row
+  without event time counting as 0 there, and it moves in a batch without data too;
 * the batch's left rows join the right rows stored by earlier batches, then are stored; its right rows join
   the stored left rows (this batch's too), then are stored: each matching pair is output once, in the batch
   of the later of its two rows, whatever the order of arrival;
@@ -81,6 +83,7 @@ class JoinSide:
     not_null: tuple[str, ...] = ()
     state_offset_ms: int | None = None
     strict_keys: tuple[int, ...] | None = None  # the keys a null in which drops the row (None: all of them)
+    drops_late: bool = True  # False: Spark's optimizer prunes the event time below the join, which then drops none
 
 
 @dataclass
@@ -193,8 +196,10 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         return result
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
-        """The batch Spark runs without data when the watermark moved and a side has a state watermark: evicts."""
-        if self._bounds(0) != (None, None) and self.watermark.advance() is not None and self._records is not None:
+        """The batch Spark runs without data when the watermark moved: evicts when a side has a state watermark. It
+        moves the watermark without one too (below another operation, for which Spark ran the batch): the next data
+        batch judges late rows by it, and the operation above takes it as its input watermark."""
+        if self.watermark.advance() is not None and self._bounds(0) != (None, None) and self._records is not None:
             return OperatorResult(self._output(self._evict(state, self._bounds(self.watermark.at_us))))
         return OperatorResult(self._empty())
 
@@ -239,7 +244,7 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
 
     def _usable(self, rows: pa.Table, index: int, side: JoinSide, late: int) -> tuple[pa.Table, int, int]:
         """The side's rows that join: without nulls in the keys and ``not_null`` fields (these are dropped before the
-        watermark sees them), and not late; with the counts of both kinds dropped."""
+        watermark sees them), and not late (when the side ``drops_late``); with the counts of both kinds dropped."""
         struct = rows[ROW_COLUMNS[index]].combine_chunks() if rows.num_rows else None
         strict = range(self.keys) if side.strict_keys is None else side.strict_keys
         nulls = [rows[self.key_columns[i]].is_null() for i in strict]
@@ -250,6 +255,8 @@ class StreamJoin(HintSource, KeyPartitioned, StateReadable):
         if side.event_time is None or not kept.num_rows:
             return kept, rows.num_rows - kept.num_rows, 0
         self.watermark.observe_input(index, int(np.nan_to_num(times, nan=0).max()))
+        if not side.drops_late:
+            return kept, rows.num_rows - kept.num_rows, 0
         on_time = ~(times <= late)  # a row without event time (NaN) is not late, as in Spark
         return kept.filter(pa.array(on_time)), rows.num_rows - kept.num_rows, int((~on_time).sum())
 

@@ -29,8 +29,9 @@ from misa.exceptions import UnsupportedQueryError
 from misa.job import StatefulJob
 from misa.operators.dedup import Deduplicate
 from misa.operators.processor import StatefulProcessorOperator
-from misa.operators.stream_join import ROW_COLUMNS, SIDE
+from misa.operators.stream_join import ROW_COLUMNS, SIDE, StreamJoin
 from misa.query.chain import chain_of, chained_operator
+from misa.query.joins import without_pruned_event_times
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
 from misa.query.pushdown import Pushdown
@@ -98,6 +99,8 @@ def planned(
         log.warning(warning)
     for part in chain_of(translation):
         _without_pruned_event_time(part, pushdown)
+        if isinstance(part.operator, StreamJoin) and part.node is not None:
+            part.operator = without_pruned_event_times(part.operator, part.node, pushdown.inputs_of("Join"))
     source = _source_rows(spark, chain_of(translation)[0], pushdown)
     if translation.upstream is not None:  # several stateful operations, the job runs them as one
         translation.operator = chained_operator(spark, translation)

@@ -11,6 +11,7 @@ read here.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
 
 from pyspark.sql import Column
@@ -100,6 +101,23 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
     if rest:
         above.append(("where", [reduce(lambda a, b: a & b, [column_of(e.jvm) for e in rest])]))
     return Translation(node, operator, output, above=above, join_inputs=inputs)
+
+
+def without_pruned_event_times(operator: StreamJoin, node: PlanNode, optimized: list[list[set[int]]]) -> StreamJoin:
+    """``operator`` (the translation of the join ``node``) with no late row dropped on a side whose event time Spark's
+    optimizer prunes below the join (nothing reads it: a count over the other side's time), as Spark's join judges a
+    side's rows by the event-time column its input carries. ``optimized``: each join's inputs' attribute ids in the
+    optimized plan; this join's are those that still output each side's key columns."""
+    sides = ({a.expr_id for a in node.children[0].output}, {a.expr_id for a in node.children[1].output})
+    pairs = [_equi_key(conjunct, sides) for conjunct in _conjuncts(node.fields["condition"])]
+    keys = [set().union(*(_references(pair[index]) for pair in pairs if pair is not None)) for index in (0, 1)]
+    inputs = [ids for ids in optimized if len(ids) == 2 and keys[0] <= ids[0] and keys[1] <= ids[1]]
+    changed = []
+    for index, (side, child) in enumerate(zip(operator.sides, node.children)):
+        marked = _event_time_of(node, child)
+        pruned = marked is not None and bool(inputs) and all(marked.expr_id not in ids[index] for ids in inputs)
+        changed.append(replace(side, drops_late=False) if pruned and side.event_time is not None else side)
+    return replace(operator, left=changed[0], right=changed[1])
 
 
 def _conjuncts(condition: Expr | None) -> list[Expr]:

@@ -51,11 +51,19 @@ class Pushdown:
     def outputs_of(self, kind: str) -> list[set[int]]:
         """The output attributes' ids of each ``kind`` node of the optimized plan (whose column pruning may drop an
         input column a node does not read, the event time below a deduplication among them)."""
+        return [_ids(node) for node in self._nodes(kind)]
+
+    def inputs_of(self, kind: str) -> list[list[set[int]]]:
+        """Each ``kind`` node's children's output attributes' ids in the optimized plan (a join's two inputs: column
+        pruning may drop a side's event time, which the join then does not judge its rows by)."""
+        return [[_ids(child) for child in python_list(node.children())] for node in self._nodes(kind)]
+
+    def _nodes(self, kind: str) -> list[Any]:
         found, stack = [], [self.optimized]
         while stack:
             node = stack.pop()
             if str(node.getClass().getSimpleName()) == kind:
-                found.append({int(a.exprId().id()) for a in python_list(node.output())})
+                found.append(node)
             stack.extend(python_list(node.children()))
         return found
 
@@ -82,6 +90,10 @@ class Pushdown:
                 child = _place(child, condition)
             return _watermark(jnode, self._origins.get(occurrence, jnode.nodeId()), child)
         return jnode.withNewChildren(scala_list(children)) if children else jnode
+
+
+def _ids(jnode: Any) -> set[int]:
+    return {int(a.exprId().id()) for a in python_list(jnode.output())}
 
 
 def _watermark(jnode: Any, node_id: Any, child: Any) -> Any:

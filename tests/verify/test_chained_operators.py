@@ -285,6 +285,106 @@ def test_a_join_then_an_aggregation_in_update_output(spark, tmp_path: Path, buil
     assert_as_spark(spark, tmp_path, f"{build.__name__} update", build, "update", JOIN_ROUNDS)
 
 
+def joined_on_keys(spark: SparkSession, inputs: Path) -> DataFrame:
+    """Impressions joined with clicks on the ad alone (no time bound: both sides keep every row): the ad, the click
+    time and the value; nothing reads the impression time, which Spark's optimizer prunes below the join."""
+    impressions = watermarked(spark, inputs).select(F.col("k").alias("ad"), F.col("t").alias("shown"))
+    clicks = stream(spark, inputs, "b").withWatermark("t", "10 seconds")
+    clicks = clicks.select(F.col("k").alias("clicked_ad"), F.col("t").alias("clicked"), "v")
+    return impressions.join(clicks, F.expr("ad = clicked_ad")).select("ad", "clicked", "v")
+
+
+def joined_on_keys_then_counted(spark: SparkSession, inputs: Path) -> DataFrame:
+    """(seed 10763) :func:`joined_on_keys`, then the matches per 10 s window of the click time."""
+    return joined_on_keys(spark, inputs).groupBy(F.window("clicked", "10 seconds"), "ad").agg(F.count("*").alias("n"))
+
+
+def joined_on_keys_then_deduplicated(spark: SparkSession, inputs: Path) -> DataFrame:
+    """:func:`joined_on_keys`, then dropDuplicates of its whole rows (judged by the click time)."""
+    return joined_on_keys(spark, inputs).dropDuplicates(["ad", "clicked", "v"])
+
+
+def joined_on_keys_then_sessions(spark: SparkSession, inputs: Path) -> DataFrame:
+    """:func:`joined_on_keys`, then sessions of each ad's clicks closed by an event-time timeout."""
+    return with_group_state(in_milliseconds(joined_on_keys(spark, inputs), "clicked"), "ad", "sessions")
+
+
+# Batch 0 matches x at 100 s with x at 100 s and moves the watermark to 90 s (the clicks' delay, 10 s); Spark's
+# batch without data runs with it (the windows above close by it), and so the join judges the next batch's rows by
+# it. After the restart the click x at 85 s is late and dropped; the impression x at 80 s is late too, but Spark's
+# join judges an impression by a column it no longer has (the impression time, pruned): it joins both clicks of x
+# at 100 s. The watermark stays (no batch without data after: the suite's time).
+LATE_AFTER_RESTART = (
+    Round(files=(("a/0.json", (event("x", 100),)), ("b/0.json", (event("x", 100, 1),)))),
+    Round(files=(("a/1.json", (event("x", 80),)), ("b/1.json", (event("x", 85, 2), event("x", 100, 3))))),
+)
+# The same, and z at 200 s moves the watermark past every window (append output emits them in the batch after).
+CLOSED_AFTER_RESTART = (
+    LATE_AFTER_RESTART[0],
+    Round(files=tuple((path, (*rows, event("z", 200, 4))) for path, rows in LATE_AFTER_RESTART[1].files)),
+)
+
+
+def test_a_join_in_a_chain_judges_late_rows_by_the_watermark_of_sparks_batch_without_data(spark, tmp_path: Path):
+    """(seed 10763) The join below a windowed count moves its watermark in the batches Spark runs without data for
+    the count (after them misa judged the join's rows by the watermark of the data batch before: late clicks joined),
+    and drops no late row of a side whose event time nothing above it reads (Spark prunes that column below the
+    join, and its join drops by the columns it gets). One shuffle partition: the suite's time."""
+    one = {"spark.sql.shuffle.partitions": "1"}
+    scenario = Scenario(
+        "joined on keys, counted", joined_on_keys_then_counted, "update", LATE_AFTER_RESTART, session_conf=one
+    )
+    outcome = run_scenario(spark, scenario, tmp_path / "run")
+    assert outcome.ok and outcome.spark_rows, outcome
+
+
+@pytest.mark.slow
+def test_a_join_in_a_chain_judges_late_rows_by_the_watermark_of_a_live_batch_without_data(spark, tmp_path: Path):
+    """Seed 10763's causes without a restart: under a processing-time trigger Spark runs the batch without data as
+    soon as a trigger finds no input; the late click comes in the next batch, the late impression in the one after."""
+    first, second = LATE_AFTER_RESTART
+    live = Round(files=first.files, later=tuple(reversed(second.files)))
+    trigger = {"processingTime": "1 second"}
+    scenario = Scenario("joined on keys, counted, live", joined_on_keys_then_counted, "update", (live,), trigger)
+    outcome = run_scenario(spark, scenario, tmp_path / "run")
+    assert outcome.ok and outcome.spark_rows, outcome
+
+
+# Data batches back to back (no batch without data between them): batch 2 judges rows by batch 1's eviction
+# watermark, 90 s; its click x at 80 s is dropped, its impression x at 60 s joins both clicks of x (its time pruned).
+BACK_TO_BACK_ROUNDS = (
+    Round(
+        files=(
+            ("a/0.json", (event("x", 100),)),
+            ("b/0.json", (event("x", 100, 1),)),
+            ("a/1.json", (event("y", 150),)),
+            ("b/1.json", (event("y", 200, 2),)),
+            ("a/2.json", (event("x", 60),)),
+            ("b/2.json", (event("x", 80, 3), event("x", 160, 4))),
+        )
+    ),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "build, mode, rounds",
+    [
+        (joined_on_keys_then_counted, "append", CLOSED_AFTER_RESTART),
+        (joined_on_keys_then_deduplicated, "append", CLOSED_AFTER_RESTART),
+        (joined_on_keys_then_sessions, "append", CLOSED_AFTER_RESTART),
+        (joined_on_keys_then_counted, "update", BACK_TO_BACK_ROUNDS),
+        (joined_on_keys, "append", BACK_TO_BACK_ROUNDS),
+    ],
+    ids=["count-append", "dedup", "sessions", "count-back-to-back", "join-alone"],
+)
+def test_a_join_without_time_bounds_drops_late_rows_as_spark(spark, tmp_path: Path, build: Build, mode: str, rounds):
+    """Seed 10763's causes under the other operations above a join without time bounds (its watermark moves in
+    Spark's batches without data), and in data batches back to back, the join alone too (the side whose event time
+    Spark prunes drops no late row)."""
+    assert_as_spark(spark, tmp_path, f"{build.__name__} {mode}", build, mode, rounds)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "build, mode, rounds",

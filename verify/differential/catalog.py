@@ -291,8 +291,9 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         "append",
         "the aggregation's watermark is the join's output watermark: the least of its sides' state watermarks and "
-        "the global one, as Spark propagates it; in update output (Spark 4 runs an inner join in it) the "
-        "aggregation emits its updated windows, every batch",
+        "the global one, as Spark propagates it, moved in the batches Spark runs without data for the aggregation "
+        "(the join judges the next batch's late rows by it); in update output (Spark 4 runs an inner join in it) "
+        "the aggregation emits its updated windows, every batch",
         covered_by=("chain:join:append", "chain:join:update"),
     ),
     Entry(
@@ -369,7 +370,9 @@ ENTRIES: tuple[Entry, ...] = (
         RUNS,
         lambda r: joined(r, "a.v < b.v"),
         "append",
-        "without time bounds both sides keep every row, as in Spark",
+        "without time bounds both sides keep every row, as in Spark; a side whose event time nothing after the join "
+        "reads drops no late row (Spark's optimizer prunes that column below the join, whose late-row filter reads "
+        "its input's event-time column)",
         covered_by=("join:no_bound", "join:a.v < b.v"),
     ),
     Entry(
