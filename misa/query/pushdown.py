@@ -109,6 +109,17 @@ def _check_batches(optimizer: Any, plan: Any, filters: dict[str, list[Any]]) -> 
                     )
 
 
+def _described(source: Any) -> str:
+    """A stream's relation as a user knows it: its source, and a Kafka source's topics."""
+    text = str(source.toString())[:120]
+    if str(source.getClass().getSimpleName()) == "StreamingRelationV2":
+        options = source.extraOptions()
+        for key in ("subscribe", "subscribePattern", "assign"):
+            if options.containsKey(key):
+                text += f" ({key} {str(options.get(key))[:120]})"
+    return text
+
+
 def _event_time(plan: Any, occurrence: str) -> str:
     """The event-time column of the ``withWatermark`` occurrence ``occurrence`` of ``plan``."""
     stack = [plan]
@@ -125,7 +136,7 @@ def _depends_on_input(
 ) -> UnsupportedQueryError:
     """The refusal of a query whose filters below the watermark on ``event_time`` are ``every`` in a batch with input
     from every stream, ``batch`` in one where the streams ``empty`` have none."""
-    names = " and ".join(f"the stream {str(source.toString())[:120]}" for source in empty)
+    names = " and ".join(f"the stream {_described(source)}" for source in empty)
     added, dropped = sorted(batch - every), sorted(every - batch)
     change = " AND ".join(added) if added else "no " + " AND ".join(dropped)
     return UnsupportedQueryError(
