@@ -312,13 +312,16 @@ def test_a_key_filter_on_one_side_of_a_two_topic_join_is_refused_at_start(spark,
     only in the batches where the impressions' topic has no new records (minOffsetsPerTrigger holding them back, a
     restart), so its watermark depends on which topics had records: misa refuses the query at start."""
 
+    def side(spark: SparkSession, inputs: Path, name: str, prefix: str) -> DataFrame:
+        """The topic's values decoded, the event time their field ``t`` (two fields of one from_json read)."""
+        raw = spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka_broker)
+        raw = raw.option("subscribe", topic_name(inputs, name)).option("startingOffsets", "earliest").load()
+        decoded = raw.select(F.from_json(F.col("value").cast("string"), "t timestamp, k long").alias("j"))
+        rows = decoded.select("j.*").withWatermark("t", "5 seconds")
+        return rows.select(F.col("k").alias(f"{prefix}k"), F.col("t").alias(f"{prefix}t"))
+
     def filtered(spark: SparkSession, inputs: Path) -> DataFrame:
-        left = kafka_stream(spark, kafka_broker, inputs, "impressions").select(
-            F.col("k").alias("lk"), F.col("ts").alias("lt")
-        )
-        right = kafka_stream(spark, kafka_broker, inputs, "clicks").select(
-            F.col("k").alias("rk"), F.col("ts").alias("rt")
-        )
+        left, right = side(spark, inputs, "impressions", "l"), side(spark, inputs, "clicks", "r")
         condition = "lk = rk AND rt BETWEEN lt - interval 5 seconds AND lt + interval 5 seconds"
         return left.where("lk >= 1").join(right, F.expr(condition))
 
