@@ -94,6 +94,8 @@ def _check_batches(optimizer: Any, plan: Any, filters: dict[str, list[Any]]) -> 
     constraint inference then finds filters it misses in the whole plan (a join's side filtered on a key decoded with
     ``from_json`` gives the other side that filter only while the first side's scan is empty): Spark's watermark would
     then count rows by which streams had input in each batch, and misa's source plan has one set of filters."""
+    if not _joins_streams(plan):  # filters are inferred across a join's sides only
+        return
     sources = _stream_sources(plan)
     if len(sources) < 2 or len(sources) > MAX_CHECKED_STREAMS:
         return
@@ -146,6 +148,17 @@ def _depends_on_input(
         f"input in each batch, which misa cannot follow: write that filter on this stream yourself (before the join), "
         f"and Spark applies it in every batch"
     )
+
+
+def _joins_streams(plan: Any) -> bool:
+    """Whether ``plan`` has a join of two streams."""
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        if str(node.getClass().getSimpleName()) == "Join" and node.left().isStreaming() and node.right().isStreaming():
+            return True
+        stack.extend(python_list(node.children()))
+    return False
 
 
 def _stream_sources(plan: Any) -> list[Any]:
