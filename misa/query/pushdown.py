@@ -15,6 +15,13 @@ id, one event time) reached by several paths. misa gives each occurrence an id o
 source plan the node's own id back. Spark's watermark tracker keeps one watermark per node id, the latest of its
 occurrences'; misa's operators group their inputs the same way (:attr:`misa.operators.watermark.InputsWatermark.nodes`,
 by the id's upper 64 bits, which an occurrence's id keeps).
+
+Spark optimizes each batch's plan anew, a source without new input replaced by an empty relation, and those filters
+can differ by batch: a join's side filtered on a key decoded with ``from_json`` gives the other side that filter only
+in the batches where the first side's scan is empty (the whole plan's constraint inference misses it). Spark's
+watermark then counts rows by which streams had input in each batch, which misa's one source plan cannot follow: a
+query that joins streams is planned once more for each set of its streams without input (up to
+:data:`MAX_CHECKED_STREAMS` streams), and refused at start when a stream with input gets other filters there.
 """
 
 from __future__ import annotations
