@@ -47,6 +47,12 @@ CORPUS = (
         f"{SOURCES}[two streams joined, a keyless row that Spark filters below the watermark]",
     ),
     (
+        "misa fuzz --deployments seed 20124 (Kafka): a filter Spark infers for a join's other side only in batches "
+        "where the filtered side has no input",
+        "tests/jobs/test_pushdown.py::"
+        "test_a_filter_spark_infers_only_in_batches_where_the_other_side_has_no_input_is_refused",
+    ),
+    (
         "39e4f6b: a filter on one join side that Spark infers for the other",
         f"{SOURCES}[two streams joined, a filter on one side that Spark infers for the other]",
     ),

@@ -306,6 +306,37 @@ def test_the_self_join_on_kafka_with_its_state_on_the_executors(spark, kafka_bro
     assert outcome.spark_rows > 0
 
 
+@pytest.mark.slow
+def test_a_key_filter_on_one_side_of_a_two_topic_join_is_refused_at_start(spark, kafka_broker, tmp_path: Path):
+    """misa fuzz --deployments seed 20124: Spark infers the impressions' filter on the decoded key for the clicks
+    only in the batches where the impressions' topic has no new records (minOffsetsPerTrigger holding them back, a
+    restart), so its watermark depends on which topics had records: misa refuses the query at start."""
+
+    def side(spark: SparkSession, inputs: Path, name: str, prefix: str) -> DataFrame:
+        """The topic's values decoded, the event time their field ``t`` (two fields of one from_json read)."""
+        raw = spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka_broker)
+        raw = raw.option("subscribe", topic_name(inputs, name)).option("startingOffsets", "earliest").load()
+        decoded = raw.select(F.from_json(F.col("value").cast("string"), "t timestamp, k long").alias("j"))
+        rows = decoded.select("j.*").withWatermark("t", "5 seconds")
+        return rows.select(F.col("k").alias(f"{prefix}k"), F.col("t").alias(f"{prefix}t"))
+
+    def filtered(spark: SparkSession, inputs: Path) -> DataFrame:
+        left, right = side(spark, inputs, "impressions", "l"), side(spark, inputs, "clicks", "r")
+        condition = "lk = rk AND rt BETWEEN lt - interval 5 seconds AND lt + interval 5 seconds"
+        return left.where("lk >= 1").join(right, F.expr(condition))
+
+    both = records(71, partitions=2)
+    scenario = Scenario(
+        "kafka inferred per batch",
+        filtered,
+        "append",
+        (Round(files=produced("impressions", both[:1]) + produced("clicks", both[1:])),),
+        kafka=KafkaInputs(kafka_broker, {"impressions": 2, "clicks": 2}),
+    )
+    outcome = run_scenario(spark, scenario, tmp_path)
+    assert outcome.refused == "misa" and "only in the batches where" in outcome.message, outcome
+
+
 def test_each_engine_reads_a_topic_of_its_own(kafka_broker, tmp_path: Path):
     inputs = KafkaInputs(kafka_broker, {"events": 2})
     inputs.create(tmp_path / "spark")
