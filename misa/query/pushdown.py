@@ -102,6 +102,7 @@ class Pushdown:
 
 
 def _ids(jnode: Any) -> set[int]:
+    """The ids of ``jnode``'s output attributes."""
     return {int(a.exprId().id()) for a in python_list(jnode.output())}
 
 
