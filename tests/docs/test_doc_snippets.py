@@ -12,6 +12,8 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
@@ -119,6 +121,7 @@ def parquet_rows(spark, folder: Path) -> int:
     return spark.read.parquet(str(folder)).count()
 
 
+@pytest.mark.slow  # 14 s of the suite's time (CI's 600 s); run on demand
 def test_extending_snippets(spark, user_folder):
     run_page("extending.md")
     with sqlite3.connect(user_folder / "running_max.db") as db:
@@ -130,6 +133,7 @@ def test_metrics_snippets(spark, user_folder):
     assert names["last"].record.input_rows == 12 and names["last"].batch_id == 0
 
 
+@pytest.mark.slow  # 11 s of the suite's time (CI's 600 s); run on demand
 def test_spark_queries_snippets(spark, user_folder):
     names = run_page("spark-queries.md")
     assert parquet_rows(spark, user_folder / "counts-out") > 0

@@ -175,6 +175,7 @@ def test_a_run_without_the_spark_log_mirror_between_mirrored_runs_continues_from
     assert {r["k"]: r["n"] for r in outputs[2].to_pylist()} == {0: 30, 1: 30, 2: 30}
 
 
+@pytest.mark.slow  # 12 s of the suite's time (CI's 600 s); run on demand
 def test_close_stops_a_query_that_still_runs_before_it_releases_the_state(spark, tmp_path: Path):
     """``close()`` of a running query (a rate source always has input): it stops the query first, so that no batch
     reads a closed store (misa bench kafka saw a batch without data fail with DbClosedError after a close)."""

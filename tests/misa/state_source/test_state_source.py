@@ -115,7 +115,13 @@ def spark_batch(spark, checkpoint: Path) -> int:
 
 
 # their families have cases in make test: -m slow runs these
-ON_DEMAND = ("no window, sum", "dropDuplicates", "sliding windows, max", "dropDuplicates with the event time")
+ON_DEMAND = (
+    "no window, sum",
+    "dropDuplicates",
+    "sliding windows, max",
+    "dropDuplicates with the event time",
+    "tumbling windows, sum and count",
+)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ON_DEMAND else n for n in QUERIES])
