@@ -25,7 +25,6 @@ from misa.query.translation import (
     JoinInput,
     OutputColumn,
     Translation,
-    refuse_filters_on_event_time,
     refused,
     watermark_nodes,
     watermarks,
@@ -72,9 +71,7 @@ def translate_join(node: PlanNode, watermark_policy: str) -> Translation:
     marked = [_event_time_of(node, side) for side in node.children]
     key_time = _key_time(node, keys)
     join_sides = []
-    for index, side in enumerate(node.children):
-        refuse_filters_on_event_time(side, side)
-        event_time = marked[index]
+    for index, event_time in enumerate(marked):
         offset = state_offset_ms(node, index) if event_time is not None and key_time is None else None
         join_sides.append(
             JoinSide(

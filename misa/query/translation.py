@@ -106,27 +106,6 @@ def watermark_nodes(inputs: list[PlanNode]) -> tuple[int, ...]:
     return tuple(found)
 
 
-def refuse_filters_on_event_time(stateful: PlanNode, source: PlanNode) -> None:
-    """A filter on the event time between withWatermark and a stream-stream join's side (Spark's watermark counts
-    the rows the filter drops), not yet checked against Spark for a join. An aggregation or a deduplication over
-    one stream keeps such a filter in its source, which runs in Spark, and follows the watermark Spark keeps over
-    it (:mod:`misa.runtime.watermark_sync`): the rows it drops count as Spark counts them."""
-    if not watermarks(stateful):
-        return
-    node = source
-    while node.kind != "EventTimeWatermark" and node.children:
-        condition = node.fields.get("condition") if node.kind == "Filter" else None
-        if condition is not None and condition.kind != "IsNotNull":  # the event time: marked, renamed or not
-            if any(e.attr is not None and e.attr.watermark_delay_ms is not None for e in condition.walk()):
-                raise refused(
-                    node,
-                    "it filters on the event-time column after withWatermark on a side of a stream-stream join "
-                    "(Spark's watermark counts the rows it drops)",
-                    "the same filter before withWatermark, or after the join",
-                )
-        node = node.children[0]
-
-
 def source_columns(rows: DataFrame, translation: Translation) -> DataFrame:
     """The operator's input of ``rows`` (the stateful node's input): the filters Spark's windowing applies, and the
     columns misa adds (computed keys, aggregates' arguments)."""

@@ -349,9 +349,8 @@ def test_selections_above_the_stateful_node_are_picked_in_arrow_only_when_they_o
     assert (translation.picks is not None) == picked, translation.picks
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[] if i == 0 else [pytest.mark.slow]) for i, n in enumerate(SELECTIONS)]
-)
+@pytest.mark.slow  # the suite's time: make test checks the selections on the plan (the test above)
+@pytest.mark.parametrize("name", list(SELECTIONS))
 def test_selections_above_the_stateful_node_give_sparks_rows_and_types(spark, tmp_path, name):
     build, mode, _ = SELECTIONS[name]
     assert_same_as_spark(spark, tmp_path, Scenario(name, build, mode, KEYED))

@@ -56,7 +56,7 @@ class Query:
     right_filter: bool = False  # stream_join: the right side filtered (its rows differ from the left's)
     join_how: str = "inner"  # stream_join: Spark's join type (queries.JOIN_HOWS)
     over_aggregates: bool = False  # expressions over aggregates inside agg (from_query aggregation cases)
-    time_filter: bool = False  # a filter on the event time after withWatermark (from_query cases but joins)
+    time_filter: bool = False  # a filter on the event time after withWatermark (a join's: its left side's)
     key_expressions: bool = False  # group keys Spark computes: an expression, a struct's field (from_query cases)
     struct_keys: bool = False  # a deduplication's keys as one struct column (from_query cases)
     union: bool = False  # the stream unioned with itself, each with its own withWatermark (from_query cases)

@@ -246,7 +246,7 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "a filter on the event time after `withWatermark` on a side of a stream-stream join",
-        REFUSED,
+        RUNS,
         lambda r: (
             watermarked(r)
             .where(F.col(T) > F.lit(LATER).cast("timestamp"))
@@ -256,9 +256,9 @@ ENTRIES: tuple[Entry, ...] = (
             )
         ),
         "append",
-        note="the same filter before `withWatermark`, or after the join (Spark's watermark counts the rows such a "
-        "filter drops; not yet checked against Spark for a join)",
-        refusal="it filters on the event-time column after withWatermark",
+        note="the filter runs in the side's source, in Spark, whose watermark misa's join follows: a row it drops "
+        "still moves the watermark, evicts state and makes later rows late, as in Spark",
+        covered_by=("event-time filter:stream_join",),
     ),
     Entry(
         "`dropDuplicates(...)` or `dropDuplicatesWithinWatermark(...)`, then `groupBy(window(t, size), cols)` or "

@@ -22,8 +22,8 @@ write, not from misa's operators:
   the key, on the row's ``side`` field, on the value or on the event time, placed above ``withWatermark`` (one
   node both branches read) or below it (a ``withWatermark`` per branch); both branches from one read, or the second
   from a second ``readStream`` of the same source, with the same projections or other ones
-  (:func:`drawn_split`). An event-time filter above the watermark is a shape misa refuses before a join (those
-  cases check the refusal at start) and runs before the other steps.
+  (:func:`drawn_split`). An event-time filter above the watermark counts its dropped rows in Spark's watermark,
+  before a join as before the other steps.
 * **Kafka sources** (issue 62; two cases in five, every case with ``--kafka-only``): the source becomes topics of
   the project's broker (one per stream, a fresh one per case and engine: :mod:`verify.differential.kafka_inputs`)
   with 1 to 4 partitions, the records partitioned by key, the keys even or skewed to one; ``startingOffsets``

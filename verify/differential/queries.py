@@ -219,7 +219,8 @@ def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame
 
 def _stream_join(q: Query, events: DataFrame) -> DataFrame:
     """The stream joined with itself (the right side maybe filtered) on the keys and an event-time condition."""
-    left = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds").alias("a")
+    left = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds")
+    left = (left.where(TIME_FILTER) if q.time_filter else left).alias("a")
     right = events.where("v IS NULL OR CAST(v AS STRING) <> '1'") if q.right_filter else events
     right = (right.withWatermark(EVENT_TIME, f"{q.right_delay_s} seconds") if q.watermark else right).alias("b")
     a_t, b_t = F.col(f"a.{EVENT_TIME}"), F.col(f"b.{EVENT_TIME}")
@@ -450,9 +451,10 @@ def _with_computed_keys_and_unions(rng: random.Random, query: Query) -> Query:
 
 
 def _with_event_time_filter(rng: random.Random, query: Query) -> Query:
-    """A session window or deduplication ``query`` with, at random, a filter on the event time after withWatermark
-    (issue 63; drawn from its own ``rng``, so every seed keeps its earlier form and rows)."""
-    forms = ("session", "dedup", "dedup_time", "dedup_within")
+    """A session window, deduplication or stream-stream join ``query`` (the join's left side) with, at random, a filter
+    on the event time after withWatermark (issue 63; drawn from its own ``rng``, so every seed keeps its earlier form
+    and rows; the join's since the filter on a join side ran)."""
+    forms = ("session", "dedup", "dedup_time", "dedup_within", "stream_join")
     if query.operator not in forms or not query.watermark or query.union or rng.random() >= 0.2:
         return query
     return replace(query, time_filter=True)
@@ -487,6 +489,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
         join_how=random.Random(f"join how {seed}").choices(JOIN_HOWS, weights=(6, 1, 1, 1, 1))[0],
     )
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
+    query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -560,6 +563,7 @@ def case_tags(case: Case) -> set[str]:
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
         tags |= {f"composite keys:{q.join_how}"} if set(q.keys.values()) & set(COMPOSITE_KEY_TYPES) else set()
+        tags |= {"event-time filter:stream_join"} if q.time_filter else set()
         return tags | ({"join:right side without watermark"} if not q.watermark else set())
     tags |= {"count(*)"} if q.count_star and not q.operator.startswith("dedup") else set()
     tags |= {f"startTime:{q.operator}"} if q.start_s else set()
