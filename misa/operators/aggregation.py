@@ -79,6 +79,7 @@ from misa.operators.object_aggs import (
 from misa.operators.pane_objects import PaneObjects
 from misa.operators.pane_order import ORDER_FUNCTIONS, PLACE, order_partial, place_column
 from misa.operators.panes import PaneWindows, record_keys
+from misa.operators.percentile import EXACT_PERCENTILES
 from misa.operators.percentile_approx import PERCENTILE_TYPES, Percentiles
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
@@ -109,6 +110,7 @@ INPUT_TYPES |= {f: (T.BooleanType,) for f in ("count_if", *BOOLEAN_FUNCTIONS)}
 # mode: of the types whose values misa counts with the equality of Spark's hash map (not binary, arrays, structs)
 INPUT_TYPES |= {f: (*ORDERED, T.StringType, T.BooleanType, T.DecimalType) for f in MODE_FUNCTIONS}
 INPUT_TYPES |= {"percentile_approx": PERCENTILE_TYPES}
+INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in EXACT_PERCENTILES}  # Spark's but for intervals
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
 DELTA_SCHEMA = "delta_schema"  # metadata: the deltas' Arrow schema (misa.operators.schema.schema_text)
@@ -126,7 +128,8 @@ class Agg:
     stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
     (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
     min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
-    :mod:`misa.operators.percentile_approx`)."""
+    :mod:`misa.operators.percentile_approx`), percentile, percentile_desc, percentile_disc, percentile_disc_desc
+    (``percentiles``: its percentages, :mod:`misa.operators.percentile`)."""
 
     name: str
     function: str
@@ -141,8 +144,11 @@ class Agg:
             raise ValueError(f'aggregate {self.name}: "*" is count\'s column only (count(*)); name a column')
         if bool(self.other) != (self.function in TWO_COLUMNS):
             raise ValueError(f"aggregate {self.name}: other (a second column) is for {', '.join(TWO_COLUMNS)} only")
-        if (self.percentiles is not None) != (self.function == "percentile_approx"):
-            raise ValueError(f"aggregate {self.name}: percentiles (its percentages) are percentile_approx's only")
+        if (self.percentiles is not None) != (self.function in ("percentile_approx", *EXACT_PERCENTILES)):
+            raise ValueError(
+                f"aggregate {self.name}: percentiles (its percentages) are percentile_approx's and "
+                f"{', '.join(EXACT_PERCENTILES)}'s only"
+            )
 
     def __str__(self) -> str:
         other = f', other="{self.other}"' if self.other else ""

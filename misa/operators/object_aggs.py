@@ -15,6 +15,8 @@ do not fit there, and are kept here with Spark's semantics:
   aggregate and the setting, rather than dropping values;
 * ``max_by`` / ``min_by`` (:mod:`.extremum_by`): the value of the row of the greatest (least) ordering;
 * ``mode`` / ``mode_highest`` (:mod:`.mode`): the most frequent value, of the counts per value;
+* ``percentile`` / ``percentile_disc`` (:mod:`.percentile`; ``_desc``: ``ORDER BY col DESC``): exact percentiles, of
+  the counts per value;
 * ``percentile_approx`` (:mod:`.percentile_approx`): Spark's quantile sketch of the values as doubles, each
   batch's built from its rows (the partial is their list), merged into the stored one, read as the input's type;
 * ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
@@ -44,11 +46,14 @@ from pyspark.sql import types as T
 from misa.exceptions import AggregateOverflowError, MisaError
 from misa.operators.extremum_by import BY_FUNCTIONS, by_partial, merge_by
 from misa.operators.mode import MODE_FUNCTIONS, counts_of, merge_counts, mode_of
+from misa.operators.percentile import EXACT_PERCENTILES, percentiles_of
 from misa.operators.percentile_approx import Percentiles, percentile_partial, sketch_merge, sketch_of, sketch_result
 from misa.operators.set_values import set_union
 
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
 OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
+OBJECT_FUNCTIONS += EXACT_PERCENTILES
+COUNTED = (*MODE_FUNCTIONS, *EXACT_PERCENTILES)  # states of counts per value (:mod:`.mode`)
 FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
 OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
 HLL_PRECISION = 9  # Spark's for relativeSD 0.05: ceil(2 * log2(1.106 / 0.05))
@@ -91,6 +96,9 @@ def object_partial(
     if function == "percentile_approx":
         assert percentiles is not None
         return percentile_partial(column, dtype, percentiles)
+    if function in EXACT_PERCENTILES:  # the group's values, counted on the driver; a typed null of the result
+        assert percentiles is not None
+        return [F.collect_list(column), F.lit(None).cast(exact_result_type(percentiles))]
     if function in BY_FUNCTIONS:
         assert other is not None
         return by_partial(function, column, other)
@@ -134,7 +142,7 @@ class ObjectAgg:
             return bytes(1 << HLL_PRECISION)
         if self.function in BY_FUNCTIONS:
             return [None, None]  # value, ordering
-        if self.function in MODE_FUNCTIONS:
+        if self.function in COUNTED:
             return {}  # counts per value
         return [None, 0]  # value, count (first/last: rows seen; ignoring nulls: values seen)
 
@@ -142,7 +150,7 @@ class ObjectAgg:
         """The state of one delta row (max_by, min_by: ``count`` is the ordering)."""
         if self.function == "approx_count_distinct":
             return _registers(value or [])
-        if self.function in MODE_FUNCTIONS:
+        if self.function in COUNTED:
             return counts_of(value or [])
         if self.function == "percentile_approx":
             return sketch_of(value or [], self._percentiles.accuracy)
@@ -159,7 +167,7 @@ class ObjectAgg:
             return bytes(np.maximum(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)))
         if f in BY_FUNCTIONS:
             return merge_by(f, a, b)
-        if f in MODE_FUNCTIONS:
+        if f in COUNTED:
             return merge_counts(a, b)
         if f == "percentile_approx":
             return sketch_merge(a, b)
@@ -192,6 +200,8 @@ class ObjectAgg:
             return _estimate(state)
         if f in MODE_FUNCTIONS:
             return mode_of(f, state)
+        if f in EXACT_PERCENTILES:
+            return percentiles_of(f, state, self._percentiles.percentages, self._percentiles.array)
         if f == "percentile_approx":
             return sketch_result(state, self._percentiles, self.output_type)
         value, count = state  # max_by, min_by: value, ordering
@@ -216,7 +226,7 @@ class ObjectAgg:
 
     @property
     def _percentiles(self) -> Percentiles:
-        assert self.percentiles is not None, f"percentile_approx {self.name} without its percentiles"
+        assert self.percentiles is not None, f"{self.function} {self.name} without its percentiles"
         return self.percentiles
 
 
@@ -289,11 +299,16 @@ class ObjectValues:
 def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, index: int) -> pa.DataType:
     if function == "approx_count_distinct":
         return pa.int64()
-    if function in ("avg", "percentile_approx"):  # of the typed null after the partial value
+    if function in ("avg", "percentile_approx", *EXACT_PERCENTILES):  # of the typed null after the partial value
         return schema.field(f"_r{index}").type
     if function in MODE_FUNCTIONS:
         return value_type.value_type  # of the list of the group's values
     return value_type
+
+
+def exact_result_type(percentiles: Percentiles) -> T.DataType:
+    """An exact percentile's result type: a double, or an array of them."""
+    return T.ArrayType(T.DoubleType(), containsNull=False) if percentiles.array else T.DoubleType()
 
 
 def _digits(value: Decimal) -> int:

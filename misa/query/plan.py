@@ -131,6 +131,7 @@ def _fields(kind: str, jnode: Any) -> dict[str, Any]:
     return {}
 
 
+EXACT_PERCENTILES = ("Percentile", "PercentileDisc", "PercentileCont", "Median")  # Spark's exact percentiles
 DIVIDING = ("StddevSamp", "VarianceSamp", "Skewness", "Kurtosis", "Corr", "CovSample")  # statistical aggregates
 
 
@@ -155,6 +156,15 @@ def expr_of(jexpr: Any) -> Expr:
         array = not isinstance(percentages, float)
         accuracy = jexpr.accuracyExpression().eval(None)
         value = (list(percentages.toDoubleArray()) if array else [percentages], array, accuracy)
+    if kind in EXACT_PERCENTILES:  # value: (percentages, an array, descending, frequency 1, legacy disc), constants
+        exact = jexpr.replacement() if kind in ("Median", "PercentileCont") else jexpr  # Spark's Percentile for them
+        percentages = exact.percentageExpression().eval(None)
+        array = not isinstance(percentages, float)
+        frequency = exact.frequencyExpression()
+        unit = bool(frequency.foldable()) and frequency.eval(None) == 1
+        legacy = kind == "PercentileDisc" and bool(jexpr.legacyCalculation())
+        shown = list(percentages.toDoubleArray()) if array else [percentages]
+        value = (shown, array, bool(exact.reverse()), unit, legacy)
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None

@@ -32,7 +32,7 @@ from misa.query.deduplication import translate_deduplication
 from misa.query.group_keys import GroupKey, group_keys
 from misa.query.group_state import translate_group_state
 from misa.query.joins import translate_join
-from misa.query.plan import DIVIDING, Attr, Expr, PlanNode, column_of
+from misa.query.plan import DIVIDING, EXACT_PERCENTILES, Attr, Expr, PlanNode, column_of
 from misa.query.translation import (
     OutputColumn,
     Translation,
@@ -59,7 +59,8 @@ FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
 FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or", "AnyValue": "first"}
 FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kurtosis": "kurtosis"}
 FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp", "Mode": "mode"}
-FUNCTIONS |= {"ApproximatePercentile": "percentile_approx"}
+FUNCTIONS |= {"ApproximatePercentile": "percentile_approx", "PercentileDisc": "percentile_disc"}
+FUNCTIONS |= {"Percentile": "percentile", "PercentileCont": "percentile", "Median": "percentile"}
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
@@ -313,6 +314,20 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
         percentages, array, accuracy = function.value
         percentiles = Percentiles(tuple(percentages), array, int(accuracy))
+        return Agg(name, misa_function, _argument_column(arguments[0], translation), percentiles=percentiles)
+    if function.kind in EXACT_PERCENTILES:  # its column, then its percentages (constants)
+        percentages, array, descending, unit, legacy = function.value
+        if not unit:
+            raise refused(node, f"{aggregate.sql} counts each row by a frequency", "percentile(col, p)")
+        if legacy:
+            raise refused(
+                node,
+                f"{aggregate.sql} asks for Spark's legacy discrete percentile "
+                "(spark.sql.legacy.percentileDiscCalculation=true)",
+                "the query with the setting's default, false",
+            )
+        percentiles = Percentiles(tuple(percentages), array)
+        misa_function += "_desc" if descending else ""
         return Agg(name, misa_function, _argument_column(arguments[0], translation), percentiles=percentiles)
     if len(arguments) != (2 if misa_function in TWO_COLUMNS else 1):
         raise refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")

@@ -126,3 +126,30 @@ def test_mode_and_percentile_approx_give_sparks_rows_and_types(spark, tmp_path, 
     aggregates = [*modes(), *percentiles(sliding="sliding" in name)]
     build = lambda spark, inputs: group(stream(spark, inputs, delay)).agg(*aggregates)  # noqa: E731
     assert_sparks_rows(spark, name, build, mode, ROUNDS, tmp_path / "run")
+
+
+def exact_percentiles() -> list[Column]:
+    """percentile and median of integers, doubles (NaN, -0.0 and 0.0 among them) and decimals, scalar and array
+    percentages; percentile_cont and percentile_disc, ascending and descending."""
+    return [
+        F.percentile("v", 0.3).alias("p30_v"),
+        F.median("x").alias("median_x"),
+        F.percentile("d", [0.0, 0.25, 0.5, 1.0]).alias("quartiles_d"),
+        F.expr("percentile_cont(0.4) WITHIN GROUP (ORDER BY x DESC)").alias("cont_desc_x"),
+        F.expr("percentile_disc(0.6) WITHIN GROUP (ORDER BY v)").alias("disc_v"),
+        F.expr("percentile_disc(array(0.1, 0.9)) WITHIN GROUP (ORDER BY d DESC)").alias("disc_desc_d"),
+        F.percentile(F.col("w") / 3, 0.75).alias("p75_w"),
+    ]
+
+
+EXACT_DEFAULT = "no window, update"  # make test's time: the other shapes -m slow
+
+
+@pytest.mark.parametrize("name", [n if n == EXACT_DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in SHAPES])
+def test_exact_percentiles_give_sparks_rows_and_types(spark, tmp_path, name):
+    """Refused before ("misa does not compute percentile(v, 0.3, 1) yet"). Each group's counts per value, merged across
+    batches and panes, sorted in Spark's order and interpolated as Spark's Percentile does."""
+    group, mode = SHAPES[name]
+    delay = "2 seconds" if mode == "append" else "1 hour"
+    build = lambda spark, inputs: group(stream(spark, inputs, delay)).agg(*exact_percentiles())  # noqa: E731
+    assert_sparks_rows(spark, name, build, mode, ROUNDS, tmp_path / "run")

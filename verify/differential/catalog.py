@@ -739,6 +739,24 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        "`percentile(col, p)`, `median(col)`, `percentile_cont(p)` and `percentile_disc(p) WITHIN GROUP (ORDER BY col "
+        "[DESC])`, `p` a percentage or an array (sliding and session windows too)",
+        RUNS,
+        lambda r: windowed(r, F.median("v"), F.percentile("d", [0.25, 0.75])),
+        note="exact, as Spark's `Percentile` computes them: a group's counts per value, merged across batches, panes "
+        "and sessions, sorted in Spark's order (NaN last) and interpolated in doubles; `percentile_disc` Spark 4's "
+        "(`spark.sql.legacy.percentileDiscCalculation=true` refused). Numbers and decimals (intervals and "
+        "`percentile`'s frequency argument refused). Like Spark's, a group's state holds each distinct value",
+        covered_by=(
+            "fn:percentile:bigint",
+            "fn:median:decimal",
+            "fn:percentile_cont_desc:tumbling",
+            "fn:percentile_disc:session",
+            "fn:percentile_disc_array:double",
+            "sliding:median:double",
+        ),
+    ),
+    Entry(
         "`count(DISTINCT col)`",
         REFUSED,
         lambda r: windowed(r, F.count_distinct("v")),
@@ -746,9 +764,9 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`percentile`, `median`, `histogram_numeric`, `regr_*`, ...)",
+        "other aggregate functions (`histogram_numeric`, `regr_*`, `bit_and`, `try_sum`, `listagg`, ...)",
         REFUSED,
-        lambda r: windowed(r, F.median("v")),
+        lambda r: windowed(r, F.histogram_numeric("v", F.lit(3))),
         note="the functions above",
         refusal="misa does not compute",
     ),

@@ -70,6 +70,19 @@ PERCENTILE_FUNCTIONS = ("percentile_approx", "percentile_array", "approx_percent
 SPARK_FUNCTIONS |= {"percentile_approx": lambda c: F.percentile_approx(c, 0.5)}
 SPARK_FUNCTIONS |= {"percentile_array": lambda c: F.percentile_approx(c, [0.1, 0.5, 0.9])}
 SPARK_FUNCTIONS |= {"approx_percentile_5": lambda c: F.approx_percentile(c, [0.25, 0.75], 5)}
+# exact percentiles: percentile and median, percentile_cont and percentile_disc (descending too), arrays of them
+EXACT_FUNCTIONS = ("percentile", "median", "percentile_cont_desc", "percentile_disc", "percentile_disc_array")
+SPARK_FUNCTIONS |= {"percentile": lambda c: F.percentile(c, 0.3), "median": F.median}
+SPARK_FUNCTIONS |= {"percentile_cont_desc": lambda c: _within_group("percentile_cont(0.4)", c, "DESC")}
+SPARK_FUNCTIONS |= {"percentile_disc": lambda c: _within_group("percentile_disc(0.6)", c, "")}
+SPARK_FUNCTIONS |= {"percentile_disc_array": lambda c: _within_group("percentile_disc(array(0.1, 0.9))", c, "DESC")}
+
+
+def _within_group(function: str, column: str, order: str) -> Column:
+    """``function WITHIN GROUP (ORDER BY column order)``, SQL's form of the inverse distribution functions."""
+    return F.expr(f"{function} WITHIN GROUP (ORDER BY {column} {order})")
+
+
 # after withWatermark: Spark keeps the conjunct on the event time above its watermark node (the rows it drops count
 # for the watermark) and pushes the other below it
 TIME_FILTER = f"second({EVENT_TIME}) % 3 <> 0 AND (v IS NULL OR CAST(v AS STRING) <> '2')"
@@ -286,6 +299,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_mode(random.Random(f"from_query-mode-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
+    query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -417,6 +431,16 @@ def _with_percentiles(rng: random.Random, query: Query) -> Query:
     functions = PERCENTILE_FUNCTIONS[:2]
     functions += PERCENTILE_FUNCTIONS[2:] if query.operator in ("tumbling", "global") and not query.union else ()
     return replace(query, functions=query.functions + (rng.choice(functions),))
+
+
+def _with_exact_percentiles(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of numbers with, at random, an exact percentile (drawn from their own ``rng``, so every
+    seed keeps its earlier form and rows): over every window and none, one stream or a union."""
+    if query.operator in ("stream_join", "group_state") or query.operator.startswith("dedup"):
+        return query
+    if query.value_type not in NUMERIC_VALUES or rng.random() >= 0.2:
+        return query
+    return replace(query, functions=query.functions + (rng.choice(EXACT_FUNCTIONS),))
 
 
 SLIDING_ORDER = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "any_value")  # of the rows' order
