@@ -54,6 +54,7 @@ class Query:
     right_delay_s: int = 0  # stream_join: the right side's withWatermark delay
     residual: bool = False  # stream_join: a predicate of both sides' values in the condition (a.v < b.v)
     right_filter: bool = False  # stream_join: the right side filtered (its rows differ from the left's)
+    one_time: bool = False  # stream_join, its select after: the right side's event time dropped (Spark prunes it)
     join_how: str = "inner"  # stream_join: Spark's join type (queries.JOIN_HOWS)
     over_aggregates: bool = False  # expressions over aggregates inside agg (from_query aggregation cases)
     time_filter: bool = False  # a filter on the event time after withWatermark (a join's: its left side's)
@@ -133,7 +134,8 @@ class Case:
             "stream_join": f"{q.join_how.replace('_', ' ')} join, {q.join_shape} {q.interval_s}s, "
             f"right delay {q.right_delay_s}s"
             + (", a.v < b.v" if q.residual else "")
-            + (", right side filtered" if q.right_filter else ""),
+            + (", right side filtered" if q.right_filter else "")
+            + (", the right's event time dropped after" if q.one_time else ""),
             "dedup": "dropDuplicates(keys)",
             "dedup_time": "dropDuplicates(keys + event_time)",
             "dedup_within": "dropDuplicatesWithinWatermark(keys)",
