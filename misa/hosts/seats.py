@@ -30,14 +30,13 @@ class Seats:
         self._lock = threading.Lock()
         self._awaiting: set[int] = set()  # partitions whose new host is awaited
         self._left: dict[int, list[int]] = {}  # tasks that left, by partition
-        self._coming: dict[int, int] = {}  # tasks started again that have not asked yet, by partition
+        self._coming: dict[int, set[int]] = {}  # tasks started again that have not asked yet, by partition
 
     def serves(self, task: int) -> bool:
         """Whether task ``task``, starting, serves (else it leaves and is remembered to start again)."""
         partition, _ = self._role(task)
         with self._lock:
-            if self._coming.get(partition):
-                self._coming[partition] -= 1
+            self._coming.get(partition, set()).discard(task)  # a task Spark ran again was not coming
             if self.held is None or partition in self._awaiting or self.per_partition == 1:
                 return True
             if self._has_room(partition, 1):
@@ -49,8 +48,8 @@ class Seats:
         """Whether ``tasks`` more standby tasks of ``partition`` are wanted and fit with a slot left for the query."""
         assert self.held is not None
         standbys, serving = self.held()
-        coming = sum(self._coming.values())
-        wanted = self.per_partition - 1 - standbys.get(partition, 0) - self._coming.get(partition, 0)
+        coming = sum(map(len, self._coming.values()))
+        wanted = self.per_partition - 1 - standbys.get(partition, 0) - len(self._coming.get(partition, ()))
         return wanted >= tasks and self._slots() - serving - coming - tasks >= 1
 
     def awaiting(self, partition: int) -> list[int]:
@@ -79,5 +78,5 @@ class Seats:
         """Up to ``count`` of ``partition``'s tasks that left, now counted as coming."""
         left = self._left.get(partition, [])
         taken, self._left[partition] = left[:count], left[count:]
-        self._coming[partition] = self._coming.get(partition, 0) + len(taken)
+        self._coming.setdefault(partition, set()).update(taken)
         return taken

@@ -237,14 +237,17 @@ def _run_round(
 
 
 def _await_quiet(query: Any, quiet_s: float) -> None:
-    """Until no batch has started for ``quiet_s`` and none runs (the query's triggers find nothing to do)."""
-    deadline, last, since = time.monotonic() + 120, None, time.monotonic()
+    """Until a trigger has ended, no batch has started for ``quiet_s`` and none runs (the query's triggers find nothing
+    to do). Not quiet before the first trigger ended: a Python source may take seconds to start, and a Kafka source
+    resolves ``latest`` starting offsets in it (a record produced before that is skipped)."""
+    deadline, last, since, triggered = time.monotonic() + 120, None, time.monotonic(), False
     while time.monotonic() < deadline:
         progress = query.lastProgress
         batch = None if progress is None else progress["batchId"]
-        status = query.status  # not quiet before its first trigger: a Python source may take seconds to start
+        status = query.status
         starting = status["message"] == "Initializing sources"
-        if batch != last or starting or status["isTriggerActive"] and status["isDataAvailable"]:
+        triggered = triggered or not starting and not status["isTriggerActive"]
+        if batch != last or not triggered or status["isTriggerActive"] and status["isDataAvailable"]:
             last, since = batch, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return

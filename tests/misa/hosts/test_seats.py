@@ -51,3 +51,19 @@ def test_without_standbys_every_task_serves():
     seats = Seats(1, lambda task: (task, 0), lambda: 0)
     seats.held = lambda: ({}, 4)
     assert all(seats.serves(task) for task in range(4))
+
+
+def test_a_task_spark_runs_again_does_not_count_as_one_started_again():
+    # partition 0's standby task 1 left, then started again when room came (coming, its slot kept); meanwhile Spark
+    # ran partition 0's host task 0 again (its executor lost): that is not task 1 arriving, and the slot stays kept
+    slots, standbys, serving = [4], {0: 0, 1: 1}, [3]
+    seats = _seats(slots, standbys, serving)
+    assert not seats.serves(1)
+    slots[0] = 6
+    assert seats.to_start_again() == [1]
+    assert seats.awaiting(0) == []  # nothing left to start: the host's next task serves
+    assert seats.serves(0)
+    seats.found(0)
+    slots[0], standbys[1] = 5, 0  # a core fewer; partition 1 lost its standby
+    assert not seats.serves(3)  # it would take the slot kept for task 1 (counted as arrived before the fix)
+    assert seats.serves(1)  # task 1 arrives: its slot was kept
