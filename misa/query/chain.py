@@ -7,9 +7,9 @@ output of the operation below it, translated as a query of its own whose top is 
 and filters between the two run by Spark on each batch's output below, then what the operator above computes in its
 source: its keys, its aggregates' arguments), and so on down to the lowest, which reads the query's source. Built,
 any number one above another: below another, a deduplication (``dropDuplicates``, ``dropDuplicatesWithinWatermark``),
-a time-window aggregation (append) or an inner stream-stream join; above another, an aggregation (with a time
-window, or none), a ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the window's end) or
-``applyInPandasWithState``; anything else is refused here, naming the pair.
+a time-window or session-window aggregation (append) or an inner stream-stream join; above another, an aggregation
+(with a time window, or none), a ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the
+window's end) or ``applyInPandasWithState``; anything else is refused here, naming the pair.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from misa.query.translation import Translation, refused, source_columns, statefu
 
 ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 BUILT = "stateful operations one above another (any number), each below another a dropDuplicates, "
-BUILT += "dropDuplicatesWithinWatermark, a time-window aggregation (append) or an inner stream-stream join, each "
+BUILT += "dropDuplicatesWithinWatermark, a time-window or session-window aggregation (append) or an inner "
+BUILT += "stream-stream join, each "
 BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none), a "
 BUILT += "dropDuplicates or applyInPandasWithState"
 
@@ -69,9 +70,7 @@ def upstream(
         )
     if isinstance(lower.operator, Aggregation) and not lower.operator.window:
         raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
-    if isinstance(lower.operator, SessionAggregation):
-        raise _refused(node, below, "misa runs no stateful operation over a session window's output yet")
-    if not isinstance(lower.operator, (Aggregation, Deduplicate, StreamJoin)):
+    if not isinstance(lower.operator, (Aggregation, SessionAggregation, Deduplicate, StreamJoin)):
         raise _refused(node, below, f"misa runs no stateful operation over a {below.kind}'s output yet")
     return lower
 

@@ -465,3 +465,17 @@ def test_a_chain_is_refused_without_sparks_propagated_watermarks(spark, tmp_path
         refused_at_start(spark, tmp_path, deduplicated, "append", "allowMultiple")
     finally:
         spark.conf.unset(ALLOW_MULTIPLE)
+
+
+def sessions_then_windows(spark: SparkSession, inputs: Path) -> DataFrame:
+    """Sessions per key (a 5 s gap, append), then the sessions counted per 20 s window of window_time(session_window)
+    (append): the sessions a batch closes are the windows' input in that batch."""
+    sessions = watermarked(spark, inputs).groupBy(F.session_window("t", "5 seconds"), "k").agg(F.count("*").alias("n"))
+    return sessions.groupBy(F.window(F.window_time("session_window"), "20 seconds")).agg(
+        F.count("*").alias("sessions"), F.sum("n").alias("rows")
+    )
+
+
+def test_windows_of_sessions_close_in_sparks_batches(spark, tmp_path: Path):
+    """Refused before ("misa runs no stateful operation over a session window's output yet")."""
+    assert_as_spark(spark, tmp_path, "windows of sessions", sessions_then_windows, "append")

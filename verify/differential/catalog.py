@@ -331,9 +331,8 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Detected pattern of possible 'correctness' issue",
     ),
     Entry(
-        "other stateful operations one above another (a join above another, a session window in a chain, an "
-        "outer join below another)",
-        REFUSED,
+        "a session window's aggregation (append), then `groupBy(window(window_time(session_window), size))`",
+        RUNS,
         lambda r: (
             watermarked(r)
             .groupBy(F.session_window(T, "5 seconds"), "k")
@@ -342,7 +341,18 @@ ENTRIES: tuple[Entry, ...] = (
             .count()
         ),
         "append",
-        note="below another: a deduplication, a time-window aggregation (append) or an inner stream-stream join; "
+        "the sessions a batch closes are the windows' input in that batch (a session's window_time: its end less "
+        "1 us), with the sessions' output watermark",
+        covered_by=("chain:session_below:append",),
+    ),
+    Entry(
+        "other stateful operations one above another (a join above another, a session window above another, an "
+        "outer join below another)",
+        REFUSED,
+        lambda r: watermarked(r).dropDuplicates(["k", T]).groupBy(F.session_window(T, "5 seconds"), "k").count(),
+        "append",
+        note="below another: a deduplication, a time-window or session-window aggregation (append) or an inner "
+        "stream-stream join; "
         "above another: an aggregation, `dropDuplicates` or `applyInPandasWithState`, any number in a chain; or a "
         "second query reading the first one's output",
         refusal="it reads the output of the stateful",

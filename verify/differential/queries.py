@@ -34,13 +34,12 @@ EVENT_TIME = "event_time"
 GROUP_STATE_SHARE = 0.06  # of the seeds: an applyInPandasWithState case (drawn apart from the forms below)
 QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
-CHAINS = ("window", "aggregate", "join")  # a second stateful operation over the first's output (_chained)
+CHAINS = ("window", "aggregate", "join", "session_below")  # a second stateful operation over the first's (_chained)
 LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
 REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
-    "session_below": "session window's output",  # an aggregation over a session window's
 }
 GROUP_STATE_REFUSED_KEY_SHARE = 0.1  # of the applyInPandasWithState cases: a key type misa refuses (drawn apart)
 REFUSED_GROUP_STATE_KEY = "misa keys applyInPandasWithState's groups by"  # a part of misa's message
