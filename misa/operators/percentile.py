@@ -4,7 +4,8 @@
 A state is the group's counts per value (:mod:`.mode`'s, merged across batches, panes and sessions by adding counts).
 The result sorts the values in Spark's order (NaN above every number; ``ORDER BY col DESC``: reversed), takes the
 position ``(n - 1) * p`` among the ``n`` counted values and, for ``percentile`` / ``percentile_cont``, interpolates
-linearly between the values at its floor and ceiling as Spark does, in doubles; ``percentile_disc`` takes the first
+linearly between the values at its floor and ceiling as Spark 4.3 does, in doubles (``low + (high - low) * fraction``:
+the rounding of Spark's own order of operations, measured); ``percentile_disc`` takes the first
 value whose cumulative count reaches ``n * p`` (Spark 4's, the value of the least ``cume_dist()`` at or above ``p``;
 ``spark.sql.legacy.percentileDiscCalculation=true`` is refused). Null for a group without a non-null value; an array
 of percentages gives an array.
@@ -46,7 +47,7 @@ def _interpolated(values: list[float], cumulative: list[int], position: float) -
     high = bisect_left(cumulative, higher + 1)
     if high == low:
         return values[low]
-    return (higher - position) * values[low] + (position - lower) * values[high]
+    return values[low] + (values[high] - values[low]) * (position - lower)  # Spark 4.3's order of operations
 
 
 def _double(value: Any) -> float:

@@ -23,6 +23,22 @@ def test_the_counts_of_one_group_give_sparks_values():
     assert percentiles_of("percentile", {}, (0.5,), False) is None  # a group without a non-null value
 
 
+# (values, p, Spark 4.3's percentile(v, p) over them as doubles), measured: the rounding of its interpolation
+SPARK_INTERPOLATIONS = (
+    ([-3.0, 7.0], 0.3, 0.0),  # not 4.44e-16 (misa fuzz --from-query seed 157)
+    ([0.1, 0.7], 0.35, 0.31),
+    ([1.0, 3.0, 10.0], 0.37, 2.48),
+    ([-1e16, 3.0], 0.9, -999999999999996.0),
+    ([2.5, -7.25, 11.0, 0.3], 0.61, 2.1260000000000003),
+    ([5.0, 5.1], 0.77, 5.077),
+)
+
+
+def test_the_interpolation_rounds_as_sparks():
+    for values, p, spark in SPARK_INTERPOLATIONS:
+        assert percentiles_of("percentile", counts_of(values), (p,), False) == spark, (values, p)
+
+
 def test_counts_merged_in_any_order_give_the_same_percentiles():
     whole = counts_of([*VALUES, 7.0, 7.0, None])
     parts = merge_counts(
