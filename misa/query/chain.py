@@ -9,7 +9,8 @@ source: its keys, its aggregates' arguments), and so on down to the lowest, whic
 any number one above another: below another, a deduplication (``dropDuplicates``, ``dropDuplicatesWithinWatermark``),
 a time-window or session-window aggregation (append) or an inner stream-stream join; above another, an aggregation
 (with a time window, or none), a ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the
-window's end) or ``applyInPandasWithState``; anything else is refused here, naming the pair.
+window's end), ``applyInPandasWithState``, or a session window (over a deduplication); anything else is refused here,
+naming the pair.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ BUILT = "stateful operations one above another (any number), each below another 
 BUILT += "dropDuplicatesWithinWatermark, a time-window or session-window aggregation (append) or an inner "
 BUILT += "stream-stream join, each "
 BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none), a "
-BUILT += "dropDuplicates or applyInPandasWithState"
+BUILT += "dropDuplicates, applyInPandasWithState or a session window (over a deduplication)"
 
 
 def upstream(
@@ -48,7 +49,7 @@ def upstream(
     below = stateful_below(translation.source)
     assert below is not None
     operator = translation.operator
-    if not isinstance(operator, (Aggregation, Deduplicate, StatefulProcessorOperator)):
+    if not isinstance(operator, (Aggregation, SessionAggregation, Deduplicate, StatefulProcessorOperator)):
         raise _refused(node, below, f"misa runs no {node.kind} over another stateful operation's output yet")
     if isinstance(operator, Aggregation) and operator.window and operator.watermark_delay is None:
         raise _refused(
@@ -70,6 +71,8 @@ def upstream(
         )
     if isinstance(lower.operator, Aggregation) and not lower.operator.window:
         raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
+    if isinstance(operator, SessionAggregation) and not isinstance(lower.operator, Deduplicate):
+        raise _refused(node, below, "misa runs a session window over a deduplication's output only, yet")
     if not isinstance(lower.operator, (Aggregation, SessionAggregation, Deduplicate, StreamJoin)):
         raise _refused(node, below, f"misa runs no stateful operation over a {below.kind}'s output yet")
     return lower

@@ -430,16 +430,14 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
         ),
         (
             lambda s, i: (
-                watermarked(s, i)
-                .groupBy(F.session_window("t", "5 seconds"), "k")
-                .count()
-                .groupBy(F.window(F.window_time("session_window"), "1 minute"))
+                windowed_counts(watermarked(s, i))
+                .groupBy(F.session_window(F.window_time("window"), "5 seconds"), "k")
                 .count()
             ),
-            "session window's output",
+            "a session window over a deduplication's output only",
         ),
     ],
-    ids=["within-above-windows", "join-above", "session-below"],
+    ids=["within-above-windows", "join-above", "session-above-windows"],
 )
 def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
     refused_at_start(spark, tmp_path, build, "append", reason)
@@ -476,6 +474,19 @@ def sessions_then_windows(spark: SparkSession, inputs: Path) -> DataFrame:
     )
 
 
+@pytest.mark.slow  # the suite's time: test_spark_queries.py builds the chain in make test
 def test_windows_of_sessions_close_in_sparks_batches(spark, tmp_path: Path):
     """Refused before ("misa runs no stateful operation over a session window's output yet")."""
     assert_as_spark(spark, tmp_path, "windows of sessions", sessions_then_windows, "append")
+
+
+def deduplicated_then_session_windows(spark: SparkSession, inputs: Path) -> DataFrame:
+    """dropDuplicates of the key and event time, then sessions per key (a 5 s gap, append) over its output."""
+    deduplicated = watermarked(spark, inputs).dropDuplicates(["k", "t"])
+    return deduplicated.groupBy(F.session_window("t", "5 seconds"), "k").agg(F.count("*").alias("n"), F.sum("v"))
+
+
+@pytest.mark.slow  # the suite's time
+def test_sessions_of_a_deduplication_close_in_sparks_batches(spark, tmp_path: Path):
+    """Refused before ("misa runs no Aggregate over another stateful operation's output yet")."""
+    assert_as_spark(spark, tmp_path, "sessions of a deduplication", deduplicated_then_session_windows, "append")

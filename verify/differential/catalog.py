@@ -331,7 +331,8 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Detected pattern of possible 'correctness' issue",
     ),
     Entry(
-        "a session window's aggregation (append), then `groupBy(window(window_time(session_window), size))`",
+        "a session window's aggregation (append), then `groupBy(window(window_time(session_window), size))`; a "
+        "deduplication, then a session window's aggregation (append)",
         RUNS,
         lambda r: (
             watermarked(r)
@@ -342,17 +343,25 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         "append",
         "the sessions a batch closes are the windows' input in that batch (a session's window_time: its end less "
-        "1 us), with the sessions' output watermark",
-        covered_by=("chain:session_below:append",),
+        "1 us), with the sessions' output watermark; over a deduplication, its rows of a batch are the sessions' "
+        "input in that batch, judged and closed by the propagated watermark",
+        covered_by=("chain:session_below:append", "chain:session_above:append"),
     ),
     Entry(
-        "other stateful operations one above another (a join above another, a session window above another, an "
-        "outer join below another)",
+        "other stateful operations one above another (a join above another, a session window above an aggregation "
+        "or a join, an outer join below another)",
         REFUSED,
-        lambda r: watermarked(r).dropDuplicates(["k", T]).groupBy(F.session_window(T, "5 seconds"), "k").count(),
+        lambda r: (
+            watermarked(r)
+            .dropDuplicates(["k", T])
+            .alias("a")
+            .join(
+                watermarked(r).alias("b"), F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            )
+        ),
         "append",
         note="below another: a deduplication, a time-window or session-window aggregation (append) or an inner "
-        "stream-stream join; "
+        "stream-stream join; a session window above a deduplication; "
         "above another: an aggregation, `dropDuplicates` or `applyInPandasWithState`, any number in a chain; or a "
         "second query reading the first one's output",
         refusal="it reads the output of the stateful",

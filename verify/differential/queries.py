@@ -34,7 +34,7 @@ EVENT_TIME = "event_time"
 GROUP_STATE_SHARE = 0.06  # of the seeds: an applyInPandasWithState case (drawn apart from the forms below)
 QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time", "dedup_within", "stream_join")
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
-CHAINS = ("window", "aggregate", "join", "session_below")  # a second stateful operation over the first's (_chained)
+CHAINS = ("window", "aggregate", "join", "session_below", "session_above")  # a second one over the first's (_chained)
 LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
@@ -118,6 +118,9 @@ def _chained(lower: DataFrame, q: Query) -> DataFrame:
         return lower.dropDuplicatesWithinWatermark(list(q.keys) or ["window"])
     if q.chain == "session_below":
         return lower.groupBy(F.window(F.window_time("session_window"), f"{2 * q.window_s} seconds")).count()
+    if q.chain == "session_above":  # sessions per key of a deduplication's output
+        session = F.session_window(EVENT_TIME, f"{q.window_s} seconds")
+        return lower.groupBy(session, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
     if q.chain == "join_dedup":  # whole rows, judged and evicted by the right side's event time
         return lower.select(*keys, "bt", "bv").dropDuplicates([*q.keys, "bt", "bv"])
     if q.chain == "join":  # the pairs per window of the right side's event time (the join's columns renamed)
@@ -304,6 +307,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
     query = _with_longer_chain(random.Random(f"from_query-chain-more-{seed}"), query)
+    query = _with_session_chain(random.Random(f"from_query-session-chain-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -356,6 +360,15 @@ def _with_longer_chain(rng: random.Random, query: Query) -> Query:
         return replace(query, chain="within_above", above=False)
     if append and query.operator == "session" and draw < 0.08:
         return replace(query, chain="session_below", above=False)
+    return query
+
+
+def _with_session_chain(rng: random.Random, query: Query) -> Query:
+    """A deduplication ``query`` (append, with a watermark) with, at random, sessions per key over its output (drawn
+    from its own ``rng``, so every seed keeps its earlier form and rows but the chain)."""
+    append = query.output_mode == "append" and query.watermark and not query.chain and not query.above
+    if append and query.operator.startswith("dedup") and not query.struct_keys and rng.random() < 0.15:
+        return replace(query, chain="session_above")
     return query
 
 
