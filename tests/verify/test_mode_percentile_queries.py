@@ -142,10 +142,8 @@ def exact_percentiles() -> list[Column]:
     ]
 
 
-EXACT_DEFAULT = "no window, update"  # make test's time: the other shapes -m slow
-
-
-@pytest.mark.parametrize("name", [n if n == EXACT_DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in SHAPES])
+@pytest.mark.slow  # make test's time: make test checks Spark's own values (operators/test_percentile.py)
+@pytest.mark.parametrize("name", list(SHAPES))
 def test_exact_percentiles_give_sparks_rows_and_types(spark, tmp_path, name):
     """Refused before ("misa does not compute percentile(v, 0.3, 1) yet"). Each group's counts per value, merged across
     batches and panes, sorted in Spark's order and interpolated as Spark's Percentile does."""
