@@ -43,6 +43,7 @@ from misa.hosts.launch import HostGroup
 from misa.hosts.output import HostRows
 from misa.hosts.send import KeysOf, Sent, send_frame
 from misa.hosts.server import Inbox, Output, call_options, stream_path
+from misa.hosts.ticker import Ticker
 from misa.parallel.routing import partition_of_rows, split
 from misa.parallel.worker import CLOSE
 from misa.state.store import EMPTY_VERSION
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 _DRIVER = -1  # the Spark partition the driver's own sendings are filed under
 _OUTPUTS = ("apply", "no_data_batch")  # the requests whose replies leave a batch's output on the hosts
 _RESETS = ("claim", "load", "adopt", "renew")  # requests that set a host's state anew (a start, a rewind)
+_KEEP_S = 1.0  # how often the standbys a partition lacks are looked for between the batches
 
 
 class HostPool:
@@ -71,6 +73,7 @@ class HostPool:
         self._losses: dict[int, int] = {}  # losses of each partition since the last commit
         self._broken: StateWorkerError | None = None
         self._lock = threading.RLock()  # one request at a time: the batch's thread and the mirror's both ask
+        self._keeper: Ticker | None = None
         self._start()
 
     def __len__(self) -> int:
@@ -89,6 +92,23 @@ class HostPool:
         self._outputs = [None] * len(self)
         self.journal = HostJournal()
         self.group.open_seats(self._held)
+        if self.config.state_standby_replicas:
+            launch = self._launch
+            self._keeper = Ticker(lambda: self._keep_standbys(launch), _KEEP_S, "misa-standby-keeper")
+
+    def _keep_standbys(self, launch: int) -> bool:
+        """Between the batches: the standbys the partitions lack are started again and attached (as at a sending),
+        so that an idle query's are ready before the next loss; False once ``launch``'s hosts stopped."""
+        if not self._lock.acquire(blocking=False):
+            return True  # a request runs (a sending attaches them itself)
+        try:
+            if launch != self._launch:
+                return False
+            if self._broken is None:
+                self._attach_standbys()
+            return True
+        finally:
+            self._lock.release()
 
     def _held(self) -> tuple[dict[int, int], int]:
         """Each partition's standbys (those catching up too) and the host tasks serving in all, read without the
@@ -569,6 +589,8 @@ class HostPool:
         return closed
 
     def _stop(self, cancel: bool = True) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
         with self._lock:
             self._launch += 1
             for host in [*self._hosts, *(s for hosts in (*self._standbys, *self._joining) for s in hosts)]:
