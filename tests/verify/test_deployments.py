@@ -127,27 +127,17 @@ def test_a_fixed_seed_slice_gives_sparks_rows_or_a_refusal_at_start(spark, tmp_p
 # read's sides split on the side field above its withWatermark), and (-m slow) a union of one read's branches split
 # on the value above its withWatermark (deduplicated), a union of two reads' branches, the second read through other
 # projections, split on the side below each withWatermark (renamed, deduplicated), a self-join split on the event
-# time above the watermark, which misa refuses at start, and unions split on the event time above the watermark
-# before a deduplication (one read) and a session window (two reads), refused before issue 63's item 6.
-SPLIT_SLICE = (
-    (1388, "ok"),
-    pytest.param(833, "ok", marks=pytest.mark.slow),
-    pytest.param(1126, "ok", marks=pytest.mark.slow),
-    pytest.param(1045, "refused by misa", marks=pytest.mark.slow),
-    pytest.param(61, "ok", marks=pytest.mark.slow),
-    pytest.param(107, "ok", marks=pytest.mark.slow),
-)
+# time above the watermark, and unions split on the event time above the watermark before a deduplication (one read)
+# and a session window (two reads), each refused before issue 63's item 6.
+SPLIT_SLICE = (1388, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (833, 1126, 1045, 61, 107)))
 
 
-@pytest.mark.parametrize(("seed", "expected"), SPLIT_SLICE)
-def test_fixed_split_seeds_give_sparks_rows_or_misas_refusal_at_start(spark, tmp_path: Path, seed: int, expected: str):
+@pytest.mark.parametrize("seed", SPLIT_SLICE)
+def test_fixed_split_seeds_give_sparks_rows(spark, tmp_path: Path, seed: int):
     deployment = d.random_deployment(seed, split_only=True)
     outcome = run_scenario(spark, deployment.scenario(), tmp_path)
     assert outcome.mismatch is None, f"{deployment.describe()}: {outcome.mismatch}"
-    if expected == "ok":
-        assert outcome.ok and outcome.spark_rows > 0, f"{deployment.describe()}: {outcome}"
-    else:
-        assert outcome.refused == "misa" and "event-time" in outcome.message, f"{deployment.describe()}: {outcome}"
+    assert outcome.ok and outcome.spark_rows > 0, f"{deployment.describe()}: {outcome}"
 
 
 # Kafka sources (issue 62): two cases in five, every case with `--kafka-only` (`misa fuzz --deployments --kafka-only`
