@@ -8,9 +8,9 @@ and filters between the two run by Spark on each batch's output below, then what
 source: its keys, its aggregates' arguments), and so on down to the lowest, which reads the query's source. Built,
 any number one above another: below another, a deduplication (``dropDuplicates``, ``dropDuplicatesWithinWatermark``),
 a time-window or session-window aggregation (append) or an inner stream-stream join; above another, an aggregation
-(with a time window, or none), a ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the
-window's end), ``applyInPandasWithState``, or a session window (over a deduplication); anything else is refused here,
-naming the pair.
+(with a time window, or none; over ``applyInPandasWithState``'s output with ``NoTimeout`` too), a ``dropDuplicates``
+(over an aggregation's window Spark judges its rows by the window's end), ``applyInPandasWithState``, or a session
+window (over a deduplication); anything else is refused here, naming the pair.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from misa.query.translation import Translation, refused, source_columns, statefu
 ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 BUILT = "stateful operations one above another (any number), each below another a dropDuplicates, "
 BUILT += "dropDuplicatesWithinWatermark, a time-window or session-window aggregation (append) or an inner "
-BUILT += "stream-stream join, each "
+BUILT += "stream-stream join or applyInPandasWithState (NoTimeout, below an aggregation), each "
 BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none), a "
 BUILT += "dropDuplicates, applyInPandasWithState or a session window (over a deduplication)"
 
@@ -73,7 +73,14 @@ def upstream(
         raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
     if isinstance(operator, SessionAggregation) and not isinstance(lower.operator, Deduplicate):
         raise _refused(node, below, "misa runs a session window over a deduplication's output only, yet")
-    if not isinstance(lower.operator, (Aggregation, SessionAggregation, Deduplicate, StreamJoin)):
+    if isinstance(lower.operator, StatefulProcessorOperator) and (
+        not isinstance(operator, Aggregation) or lower.operator.time_mode != "None"
+    ):
+        why = "misa runs an aggregation over applyInPandasWithState's output (NoTimeout) only, yet"
+        raise _refused(node, below, why)
+    if not isinstance(
+        lower.operator, (Aggregation, SessionAggregation, Deduplicate, StreamJoin, StatefulProcessorOperator)
+    ):
         raise _refused(node, below, f"misa runs no stateful operation over a {below.kind}'s output yet")
     return lower
 

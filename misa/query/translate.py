@@ -98,13 +98,6 @@ def translate(
         elif node.kind == "Join":
             translation = translate_join(node, watermark_policy)
         elif node.kind == "FlatMapGroupsInPandasWithState":
-            if below:
-                raise refused(
-                    node,
-                    "applyInPandasWithState below another stateful operation",
-                    "applyInPandasWithState as the query's last stateful operation (over a deduplication's or an "
-                    "inner join's output too), or a second query reading its output",
-                )
             translation = translate_group_state(node, watermark_policy)
         else:
             translation = translate_deduplication(node, watermark_policy)

@@ -450,8 +450,8 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:dedup_below:update", "chain:dedup_below:append"),
     ),
     Entry(
-        "`applyInPandasWithState` below another stateful operation (an aggregation in update output over its rows)",
-        REFUSED,
+        "`applyInPandasWithState` (append, `NoTimeout`), then an aggregation (update)",
+        RUNS,
         lambda r: (
             watermarked(r)
             .groupBy("k")
@@ -459,8 +459,12 @@ ENTRIES: tuple[Entry, ...] = (
             .groupBy("k")
             .count()
         ),
-        note="`applyInPandasWithState` as the query's last stateful operation, or a second query reading its output",
-        refusal="applyInPandasWithState below another stateful operation",
+        "update",
+        "the function's rows of a batch are the aggregation's input in that batch; neither runs a batch without data "
+        "(an aggregation without an event time among its keys runs none). Spark refuses it with event-time timeouts "
+        "(its correctness check), and misa with Spark's message; another operation above applyInPandasWithState is "
+        "refused at start, naming the pair",
+        covered_by=("chain:aggregate_above:update",),
     ),
     Entry(
         "`applyInPandasWithState` with a state field of type timestamp, date, decimal, binary, array, map or struct",

@@ -11,7 +11,9 @@ rows compare as multisets:
 * ``idle`` (``ProcessingTimeTimeout``, Update): a group's row count, its timeout an hour of processing time after
   its latest batch (no run of a test lasts that long: no group times out, in both engines);
 * ``instant`` (``ProcessingTimeTimeout``, Update): the same with a 1 ms timeout: each batch times out every group
-  its predecessor saw and it does not (a batch starts more than 1 ms after the one before, in both engines).
+  its predecessor saw and it does not (a batch starts more than 1 ms after the one before, in both engines);
+* ``counted`` (``NoTimeout``, Append): a group's row count so far, per call (the form Spark runs an aggregation over,
+  in update output: :data:`TOTALLED`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 GAP_MS = 10_000
@@ -71,6 +74,12 @@ def _count_until_idle(key: tuple, pdfs: Iterable[pd.DataFrame], state: GroupStat
     return _frame(key, KEY_NAMES, rows=rows, timed_out=False)
 
 
+def counted(key: tuple, pdfs: Iterable[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    rows = (state.get[0] if state.exists else 0) + sum(len(pdf) for pdf in pdfs)
+    state.update((rows,))
+    yield _frame(key, KEY_NAMES, rows=rows)
+
+
 def idle(key: tuple, pdfs: Iterable[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
     yield _count_until_idle(key, pdfs, state, IDLE_MS)
 
@@ -112,8 +121,10 @@ SHAPES = {
     "instant": Shape(
         instant, "rows long, timed_out boolean", "rows long", GroupStateTimeout.ProcessingTimeTimeout, "update"
     ),
+    "counted": Shape(counted, "rows long", "rows long", GroupStateTimeout.NoTimeout, "append"),
 }
 DRAWN = ("running", "sessions", "idle")  # the random cases' (instant's timeouts fire in batches Spark adds)
+TOTALLED = "aggregate_above"  # a case's chain: ``counted``, then per key its calls and most rows (update output)
 
 
 def group_state_query(
@@ -129,3 +140,8 @@ def group_state_query(
     return rows.groupBy(*keys).applyInPandasWithState(
         shape.function, f"{key_columns}, {shape.output}", shape.state, shape.mode.capitalize(), shape.timeout
     )
+
+
+def totalled(rows: DataFrame, keys: dict[str, str]) -> DataFrame:
+    """Per key, the calls of ``counted`` and the most rows it counted (the aggregation of :data:`TOTALLED`)."""
+    return rows.groupBy(*keys).agg(F.count("*").alias("calls"), F.max("rows").alias("most"))

@@ -28,7 +28,7 @@ from verify.differential.cases import (
     random_rounds,
     with_placement,
 )
-from verify.differential.group_state import DRAWN, SHAPES, group_state_query
+from verify.differential.group_state import DRAWN, SHAPES, TOTALLED, group_state_query, totalled
 
 EVENT_TIME = "event_time"
 GROUP_STATE_SHARE = 0.06  # of the seeds: an applyInPandasWithState case (drawn apart from the forms below)
@@ -38,6 +38,7 @@ CHAINS = ("window", "aggregate", "join", "session_below", "session_above")  # a 
 LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
+GROUP_STATE_TOTALLED_SHARE = 0.2  # of the others: an aggregation over the function's output (drawn apart)
 REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
 }
@@ -149,7 +150,8 @@ def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
     if q.operator == "stream_join":
         return _stream_join(q, events)
     if q.operator == "group_state":
-        return group_state_query(events, q.keys, q.functions[0], q.delay_s, q.chain == GROUP_STATE_CHAIN)
+        state_rows = group_state_query(events, q.keys, q.functions[0], q.delay_s, q.chain == GROUP_STATE_CHAIN)
+        return totalled(state_rows, q.keys) if q.chain == TOTALLED else state_rows
     if q.operator.startswith("dedup"):
         if q.struct_keys:
             events, keys = events.withColumn("ks", F.struct(*[F.col(k) for k in keys])), ["ks"]
@@ -567,6 +569,8 @@ def _random_group_state_case(seed: int) -> Case:
     )
     if random.Random(f"group-state-chain-{seed}").random() < GROUP_STATE_CHAIN_SHARE:  # drawn apart: seeds keep rows
         query = replace(query, chain=GROUP_STATE_CHAIN)
+    elif random.Random(f"group-state-totalled-{seed}").random() < GROUP_STATE_TOTALLED_SHARE:  # drawn apart too
+        query = replace(query, functions=("counted",), chain=TOTALLED, output_mode="update")
     key_rng = random.Random(f"group-state-key-type-{seed}")  # drawn apart: other seeds keep their rows
     if key_rng.random() < GROUP_STATE_REFUSED_KEY_SHARE:  # Spark runs it, misa refuses it at start
         query = replace(query, keys={"k0": key_rng.choice(COMPOSITE_KEY_TYPES)})

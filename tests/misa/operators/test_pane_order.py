@@ -17,6 +17,7 @@ from misa.exceptions import MisaError
 from misa.operators.aggregation import Agg, Aggregation
 from misa.operators.object_aggs import OBJECT_FUNCTIONS
 from misa.operators.pane_order import delta_items, merge_items, plain_state
+from misa.operators.percentile import EXACT_PERCENTILES
 from misa.operators.percentile_approx import Percentiles
 from misa.state.store import StateStore
 from misa.state.view import StateView
@@ -148,7 +149,7 @@ def test_a_windows_collect_list_past_its_limit_fails_the_batch_naming_it():
 @pytest.mark.parametrize("function", OBJECT_FUNCTIONS)
 def test_every_object_aggregate_runs_over_sliding_windows(function):
     other = "o" if function in ("max_by", "min_by") else ""
-    if function == "percentile_approx":  # of numbers, at its percentages
+    if function in ("percentile_approx", *EXACT_PERCENTILES):  # of numbers, at its percentages
         agg = Agg("x", function, "o", percentiles=Percentiles((0.5,)))
     else:
         agg = Agg("x", function, "s", other)
