@@ -141,7 +141,8 @@ class Case:
             "dedup_within": "dropDuplicatesWithinWatermark(keys)",
             "session": f"session window gap {q.window_s}s" + (" or per row" if q.dynamic_gap else ""),
             "processor": "SessionFraudProcessor per card" + (", initial state" if q.above else ""),
-            "group_state": f"applyInPandasWithState({q.functions[0]})",
+            "group_state": f"applyInPandasWithState({q.functions[0]})"
+            + (", then its calls and most rows per key" if q.chain == "aggregate_above" else ""),
         }[q.operator]
         keys = ", ".join(f"{k} {t}" for k, t in q.keys.items()) or "no keys"
         shape += f" start {q.start_s}s" if q.start_s else ""
