@@ -29,7 +29,7 @@ def percentiles_of(function: str, counts: Counts, percentages: tuple[float, ...]
     if not counts:
         return None
     ordered = sorted(counts.values(), key=lambda entry: spark_rank(entry[0]), reverse=function.endswith("_desc"))
-    values = [_double(value) for value, _ in ordered]
+    values = [float(value) for value, _ in ordered]  # decimals: their nearest double, as Spark's toDouble
     cumulative = list(accumulate(count for _, count in ordered))
     if function.startswith("percentile_disc"):
         found = [values[bisect_left(cumulative, math.ceil(cumulative[-1] * p))] for p in percentages]
@@ -48,8 +48,3 @@ def _interpolated(values: list[float], cumulative: list[int], position: float) -
     if high == low:
         return values[low]
     return values[low] + (values[high] - values[low]) * (position - lower)  # Spark 4.3's order of operations
-
-
-def _double(value: Any) -> float:
-    """A value as the double Spark computes with (decimals: their nearest double)."""
-    return float(value)

@@ -152,23 +152,24 @@ def expr_of(jexpr: Any) -> Expr:
         reverse = jexpr.reverseOpt()
         value = bool(reverse.get()) if reverse.isDefined() else None
     if kind == "ApproximatePercentile":  # value: (percentages, whether an array, accuracy), constants Spark checked
-        percentages = jexpr.percentageExpression().eval(None)
-        array = not isinstance(percentages, float)
-        accuracy = jexpr.accuracyExpression().eval(None)
-        value = (list(percentages.toDoubleArray()) if array else [percentages], array, accuracy)
+        value = (*_percentages(jexpr), jexpr.accuracyExpression().eval(None))
     if kind in EXACT_PERCENTILES:  # value: (percentages, an array, descending, frequency 1, legacy disc), constants
         exact = jexpr.replacement() if kind in ("Median", "PercentileCont") else jexpr  # Spark's Percentile for them
-        percentages = exact.percentageExpression().eval(None)
-        array = not isinstance(percentages, float)
         frequency = exact.frequencyExpression()
         unit = bool(frequency.foldable()) and frequency.eval(None) == 1
         legacy = kind == "PercentileDisc" and bool(jexpr.legacyCalculation())
-        shown = list(percentages.toDoubleArray()) if array else [percentages]
-        value = (shown, array, bool(exact.reverse()), unit, legacy)
+        value = (*_percentages(exact), bool(exact.reverse()), unit, legacy)
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None
     return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name, jexpr)
+
+
+def _percentages(jexpr: Any) -> tuple[list[float], bool]:
+    """A percentile function's constant percentages, and whether Spark returns an array (an array was given)."""
+    percentages = jexpr.percentageExpression().eval(None)
+    array = not isinstance(percentages, float)
+    return (list(percentages.toDoubleArray()) if array else [percentages]), array
 
 
 def column_of(expr: Any) -> Column:

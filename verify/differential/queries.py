@@ -439,9 +439,7 @@ def _with_percentiles(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of numbers with, at random, percentile_approx (issue 63, item 5; drawn from their own
     ``rng``, so every seed keeps its earlier form and rows): at accuracy 5 only over tumbling windows or none of one
     stream (a batch's rows of a group in one partial buffer, as misa builds them; a union reads two)."""
-    if query.operator in ("stream_join", "group_state") or query.operator.startswith("dedup"):
-        return query
-    if query.value_type not in NUMERIC_VALUES or rng.random() >= 0.2:
+    if not _aggregates_numbers(query) or rng.random() >= 0.2:
         return query
     functions = PERCENTILE_FUNCTIONS[:2]
     functions += PERCENTILE_FUNCTIONS[2:] if query.operator in ("tumbling", "global") and not query.union else ()
@@ -461,11 +459,15 @@ def _with_one_time(rng: random.Random, query: Query) -> Query:
 def _with_exact_percentiles(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of numbers with, at random, an exact percentile (drawn from their own ``rng``, so every
     seed keeps its earlier form and rows): over every window and none, one stream or a union."""
-    if query.operator in ("stream_join", "group_state") or query.operator.startswith("dedup"):
-        return query
-    if query.value_type not in NUMERIC_VALUES or rng.random() >= 0.2:
+    if not _aggregates_numbers(query) or rng.random() >= 0.2:
         return query
     return replace(query, functions=query.functions + (rng.choice(EXACT_FUNCTIONS),))
+
+
+def _aggregates_numbers(query: Query) -> bool:
+    """Whether ``query`` is an aggregation (a window's, or none) of a numeric value."""
+    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
+    return aggregation and query.value_type in NUMERIC_VALUES
 
 
 SLIDING_ORDER = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "any_value")  # of the rows' order
