@@ -85,6 +85,7 @@ WORKER_KILLS = 0.3  # with worker processes: share of kills of one worker at a r
 WORKER_KILL_WINDOW = (0.45, 0.95)  # when, as shares of a clean run: the workers live after Spark and the job start
 PROCESSES = (1, 2)  # spark.misa.state.processes drawn per iteration (with executors: the number of hosts)
 PLACEMENTS = ("driver", "executors")  # spark.misa.state.placement drawn per iteration, each half the time
+STANDBY_REPLICAS = (0, 1)  # with executors: spark.misa.state.standbyReplicas drawn per iteration
 CLUSTER = "local-cluster[2,2,1024]"  # the master of the executors placement: two executor JVMs of two slots
 EXECUTOR_KILLS = 0.5  # with executors: share of kills of an executor JVM (at a host's failpoint or at a random moment)
 DRIVER_POINTS = ("mirror.put", "mirror.after_copy", "mirror.after_remove")  # failpoints hit in the driver alone
@@ -209,6 +210,7 @@ class Plan:
     processes: int = 1
     placement: str = "driver"
     source: str = "files"
+    standby_replicas: int = 0
 
     @property
     def on_executors(self) -> bool:
@@ -272,11 +274,19 @@ def sample_plan(
     processes: Sequence[int] = PROCESSES,
     placements: Sequence[str] = PLACEMENTS,
     sources: Sequence[str] = ("files",),
+    standby_replicas: Sequence[int] = (0,),
 ) -> Plan:
     """One iteration's plan; ``versions``: per job, the batches of its input; ``clean_s``: per job and placement, a
-    clean run's time. The source is drawn last, and only among several, so a seed's other draws stay as they were."""
+    clean run's time. The source, then (state on the executors) the standby replicas are drawn last, each only among
+    several, so a seed's other draws stay as they were."""
     plan = _sample_runs(rng, jobs, modes, dfs_kinds, versions, clean_s, scenarios, processes, placements)
-    return replace(plan, source=rng.choice(list(sources))) if len(sources) > 1 else replace(plan, source=sources[0])
+    plan = replace(plan, source=_draw(rng, sources))
+    return replace(plan, standby_replicas=_draw(rng, standby_replicas)) if plan.on_executors else plan
+
+
+def _draw(rng: random.Random, choices: Sequence[Any]) -> Any:
+    """One of ``choices``, drawing from ``rng`` only when there are several."""
+    return rng.choice(list(choices)) if len(choices) > 1 else choices[0]
 
 
 def _sample_runs(
@@ -584,6 +594,7 @@ class Record:
     processes: int = 1  # spark.misa.state.processes of every run
     placement: str = "driver"  # spark.misa.state.placement of every run
     source: str = "files"  # the job's files, or the same records on a Kafka topic
+    standby_replicas: int = 0  # spark.misa.state.standbyReplicas of every run (state on the executors)
     kills: list[str] = field(default_factory=list)  # the planned kills that fired
     attempts: list[dict] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)  # "<run>: <message>" of runs that refused
@@ -627,7 +638,8 @@ class Record:
         events += ["start() retried"] if self.retried else []
         events += [f"{len(self.refusals)} refusal(s)"] if self.refusals else []
         return (
-            f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} {self.placement[0]}{self.processes} "
+            f"[{self.iteration:4d}/{last}] {self.scenario:7} {self.job} {self.placement[0]}{self.processes}"
+            f"{f'+{self.standby_replicas}s' if self.standby_replicas else ''} "
             f"{self.mode:10} {self.dfs:4} {self.source:5} "
             f"{' + '.join(self.plan)}; {'; '.join(events)} | {result} {self.seconds:.0f}s"
         )
@@ -859,15 +871,18 @@ class Soak:
         processes: int = 1,
         placement: str = "driver",
         source: str = "files",
+        standby_replicas: int = 0,
     ) -> list[str]:
         """The spark-submit command line of ``job`` in ``mode`` writing under ``run_dir`` (``run``: its own state
         dir, Spark conf and ``--retry-start``; ``processes``: state worker processes or hosts, unless ``--conf`` sets
         them; ``placement`` executors: on a local cluster, the state on its executors; ``source``: its files or its
-        topic)."""
+        topic; ``standby_replicas``: of each state host's partition, on the executors)."""
         spec = JOBS[job]
         conf = {**self.conf, **dict(run.conf if run else ()), "spark.driver.extraJavaOptions": self.java_options()}
         conf.setdefault("spark.misa.state.processes", str(processes))
         conf.setdefault("spark.misa.state.placement", placement)
+        if standby_replicas:
+            conf.setdefault("spark.misa.state.standbyReplicas", str(standby_replicas))
         master = CLUSTER if placement == "executors" else "local[2]"
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
         for key, value in conf.items():
@@ -934,6 +949,7 @@ class Soak:
             plan.processes,
             plan.placement,
             plan.source,
+            plan.standby_replicas,
             run_dir=str(run_dir),
         )
         started = time.monotonic()
@@ -989,7 +1005,9 @@ class Soak:
     def _run(self, plan: Plan, run: Run, run_dir: Path, dfs: str, log: Path, deadline: float) -> Attempt:
         """One spark-submit of ``run``, started after its delay."""
         time.sleep(max(0.0, min(run.delay_s, deadline - time.monotonic())))
-        cmd = self.command(plan.job, plan.mode, run_dir, dfs, run, plan.processes, plan.placement, plan.source)
+        cmd = self.command(
+            plan.job, plan.mode, run_dir, dfs, run, plan.processes, plan.placement, plan.source, plan.standby_replicas
+        )
         return run_attempt(cmd, self.env, log, deadline, run.kill, run.failpoints)
 
     def _verify_dfs(self, dfs: str, record: Record) -> None:
@@ -1036,7 +1054,8 @@ def summarize(records: Sequence[Record]) -> dict:
     sources: dict[str, Counter] = {}
     for r in records:
         scenarios.setdefault(r.scenario, Counter())[r.result] += 1
-        placements.setdefault(r.placement, Counter())[r.result] += 1
+        where = f"{r.placement} with {r.standby_replicas} standby" if r.standby_replicas else r.placement
+        placements.setdefault(where, Counter())[r.result] += 1
         sources.setdefault(r.source, Counter())[r.result] += 1
     return {
         "iterations": len(records),
@@ -1101,6 +1120,7 @@ def iterations(args: argparse.Namespace, soak: Soak) -> Iterator[tuple[int, Plan
                 args.processes,
                 args.placements,
                 args.sources,
+                args.standby_replicas,
             ),
         )
 
@@ -1172,6 +1192,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=list(PLACEMENTS),
         help="spark.misa.state.placement drawn among per iteration (executors: on a local cluster of two executors, "
         "executor kills too); default: driver,executors",
+    )
+    p.add_argument(
+        "--standby-replicas",
+        type=lambda t: [int(n) for n in t.split(",")],
+        default=list(STANDBY_REPLICAS),
+        help="spark.misa.state.standbyReplicas drawn among per iteration with the state on the executors (a "
+        "standby host of each partition on the other executor); default: 0,1",
     )
     p.add_argument(
         "--sources",

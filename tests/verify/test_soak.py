@@ -36,10 +36,18 @@ SHORTEST, LONGEST = min(CLEAN_S.values()), max(CLEAN_S.values())
 SOURCES = soak_kafka.SOURCES
 
 
-def draw(count: int, seed: int = 3, scenarios=soak.SCENARIOS) -> list[soak.Plan]:
+def draw(count: int, seed: int = 3, scenarios=soak.SCENARIOS, **options) -> list[soak.Plan]:
+    """The plans of iterations 0 to ``count`` of ``seed`` (``options``: :func:`soak.sample_plan`'s other draws)."""
     return [
         soak.sample_plan(
-            soak.iteration_rng(seed, i), list(soak.JOBS), soak.MODES, soak.DFS_KINDS, VERSIONS, CLEAN_S, scenarios
+            soak.iteration_rng(seed, i),
+            list(soak.JOBS),
+            soak.MODES,
+            soak.DFS_KINDS,
+            VERSIONS,
+            CLEAN_S,
+            scenarios,
+            **options,
         )
         for i in range(count)
     ]
@@ -69,12 +77,7 @@ def test_plans_are_seeded_and_cover_every_failpoint_job_mode_dfs_and_scenario():
 
 
 def test_half_the_plans_read_kafka_and_drawing_the_source_changes_no_other_draw():
-    both = [
-        soak.sample_plan(
-            soak.iteration_rng(3, i), list(soak.JOBS), soak.MODES, soak.DFS_KINDS, VERSIONS, CLEAN_S, sources=SOURCES
-        )
-        for i in range(2000)
-    ]
+    both = draw(2000, sources=SOURCES)
     assert 0.45 < sum(p.source == "kafka" for p in both) / len(both) < 0.55
     assert [replace(p, source="files") for p in both] == draw(2000)  # a seed's files-only plans stay as they were
     assert {p.source for p in draw(200)} == {"files"}
@@ -135,6 +138,14 @@ def test_half_the_plans_put_the_state_on_the_executors_and_only_those_kill_an_ex
     assert all(k.failpoints.endswith(f"=killexecutor({k.hit})") for k in executor if k.point)
     assert all(k.failpoints == "" and str(k).startswith("an executor after") for k in executor if k.executor)
     assert {p.processes for p in plans} == {1, 2}
+
+
+def test_half_the_executor_plans_keep_a_standby_replica_and_drawing_it_changes_no_other_draw():
+    drawn = draw(4000, standby_replicas=soak.STANDBY_REPLICAS)
+    on_executors = [p for p in drawn if p.on_executors]
+    assert 0.45 < sum(p.standby_replicas == 1 for p in on_executors) / len(on_executors) < 0.55
+    assert not any(p.standby_replicas for p in drawn if not p.on_executors)  # standbys need executors
+    assert [replace(p, standby_replicas=0) for p in drawn] == draw(4000)
 
 
 def test_each_scenario_draws_its_own_parts():
@@ -239,6 +250,9 @@ def test_command_passes_the_run_state_dir_conf_and_retries(tmp_path):
     hosts = s.command("q20", "misa", tmp_path / "r", "file:///d", run, processes=2, placement="executors")
     assert hosts[hosts.index("--master") + 1] == soak.CLUSTER
     assert {"spark.misa.state.placement=executors", "spark.misa.state.processes=2"} <= set(hosts)
+    assert not any("standbyReplicas" in part for part in hosts)
+    standby = s.command("q20", "misa", tmp_path / "r", "file:///d", run, 2, "executors", standby_replicas=1)
+    assert "spark.misa.state.standbyReplicas=1" in standby
 
 
 def python(code: str) -> list[str]:
@@ -639,4 +653,5 @@ def test_only_reruns_the_chosen_iterations_with_their_plans():
     fake = argparse.Namespace(versions=VERSIONS, clean_s=CLEAN_S)
     chosen = list(soak.iterations(args, fake))
     assert [index for index, _ in chosen] == [4, 2]
-    assert [plan for _, plan in chosen] == [draw(5)[4], draw(5)[2]]
+    drawn = draw(5, sources=SOURCES, standby_replicas=soak.STANDBY_REPLICAS)
+    assert [plan for _, plan in chosen] == [drawn[4], drawn[2]]
