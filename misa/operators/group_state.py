@@ -27,14 +27,13 @@ What Spark's ``FlatMapGroupsInPandasWithStateExec`` does, and so does this:
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.errors import PySparkTypeError, PySparkValueError
+from pyspark.errors import PySparkTypeError
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
@@ -45,6 +44,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from misa.operators.group_state_values import given, stored
 from misa.operators.pandas_conversion import PandasConversion
 from misa.operators.processor import StatefulProcessorOperator
 
@@ -54,46 +54,6 @@ TIMEOUTS = {  # Spark's GroupStateTimeout -> the processor's time mode that fire
     GroupStateTimeout.EventTimeTimeout: "EventTime",
 }
 VALUE_STATE = "groupState"  # the state variable holding each group's value (its name in the state reader)
-STORED_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.StringType)
-STORED_TYPES += (T.BooleanType,)
-INTEGER_BITS = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}
-
-
-def unstored_fields(schema: T.StructType) -> list[T.StructField]:
-    """The fields of a state schema whose values misa does not store as Spark does (only numbers, strings and
-    booleans are)."""
-    return [f for f in schema.fields if not isinstance(f.dataType, STORED_TYPES)]
-
-
-def stored(value: Iterable[Any], schema: T.StructType) -> tuple:
-    """A state value as Spark's JVM keeps it for ``schema``: the Python values it converts from their pickled form
-    (``EvaluatePython.makeFromJava``, measured in Spark 4.3): an integer is cut to an integer field's width (an
-    integer beyond 64 bits, a float or a boolean there: null), a float rounded to a float field's precision (an
-    integer there: null), a string and a boolean kept in their own fields only."""
-    values = tuple(value)
-    if len(values) != len(schema.fields):
-        raise PySparkValueError(
-            f"the state value {values!r} has {len(values)} fields, the state schema {schema.simpleString()} "
-            f"{len(schema.fields)}: update the state with a tuple of the schema's fields"
-        )
-    return tuple(_stored_field(v, f.dataType) for v, f in zip(values, schema.fields))
-
-
-def _stored_field(value: Any, dtype: T.DataType) -> Any:
-    if value is None:
-        return None
-    if isinstance(dtype, T.BooleanType):
-        return value if isinstance(value, bool) else None
-    if isinstance(dtype, T.StringType):
-        return value if isinstance(value, str) else None
-    if isinstance(dtype, (T.FloatType, T.DoubleType)):
-        if not isinstance(value, float):
-            return None
-        return struct.unpack("f", struct.pack("f", value))[0] if isinstance(dtype, T.FloatType) else value
-    if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < 1 << 63:
-        return None
-    bits = INTEGER_BITS[type(dtype)]
-    return (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))  # Java's narrowing of a long
 
 
 class GroupStateFunction(StatefulProcessor):
@@ -148,7 +108,7 @@ class GroupStateFunction(StatefulProcessor):
         operator writes it once the function's output is consumed."""
         value = self.value.get()
         state = GroupState(
-            optionalValue=value,
+            optionalValue=None if value is None else given(value, self.state_schema),
             batchProcessingTimeMs=times.getCurrentProcessingTimeInMs(),
             eventTimeWatermarkMs=times.getCurrentWatermarkInMs(),
             timeoutConf=self.timeout,

@@ -331,7 +331,7 @@ def _variables_of(processor: StatefulProcessor) -> list[StateVariable]:
     kinds = {ValueState: "value", ListState: "list", MapState: "map"}
     out = []
     for name, variable in handle.variables.items():
-        schemas = [to_arrow_schema(_struct_type(s)) for s in handle.schemas[name]]
+        schemas = [to_arrow_schema(_struct_type(s), timezone="UTC") for s in handle.schemas[name]]
         out.append(StateVariable(name, kinds[type(variable)], schemas[-1], schemas[0] if len(schemas) > 1 else None))
     return out
 

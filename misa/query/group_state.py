@@ -16,7 +16,8 @@ from pyspark import SparkContext
 from pyspark.serializers import CloudPickleSerializer
 from pyspark.sql import types as T
 
-from misa.operators.group_state import group_state_operator, unstored_fields
+from misa.operators.group_state import group_state_operator
+from misa.operators.group_state_values import unstored_fields
 from misa.operators.pandas_conversion import PandasConversion
 from misa.operators.schema import KEY_TYPES
 from misa.query.plan import PlanNode, python_list
@@ -66,7 +67,9 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
         raise refused(
             node,
             f"its state has fields {[f.simpleString() for f in unstored]}, which misa does not store as Spark does",
-            "state fields of numbers, strings and booleans (a time as epoch milliseconds)",
+            "state fields of numbers, strings, booleans, binaries, decimals, dates, timestamps and day-time "
+            "intervals, and structs of them (Spark 4.3's Python worker fails a query whose state has an array or a "
+            "map at its first batch: KeyError 'elementType' or 'keyType'; an array as a string, for example JSON)",
         )
     output_schema = T.StructType([T.StructField(a.name, a.dtype) for a in node.output])
     operator = group_state_operator(

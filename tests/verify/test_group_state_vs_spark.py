@@ -34,6 +34,9 @@ CASES = [
     ),
     pytest.param(case("running", "string", 2, 8, commit_mode="sync"), id="running", marks=pytest.mark.slow),
     pytest.param(case("running", "bigint", 0, 3, prefetching="auto"), id="running-bigint", marks=pytest.mark.slow),
+    # state fields of every type Spark stores, read back after each batch and after a restart
+    pytest.param(case("typed", "string", 2, 11, commit_mode="misa"), id="typed", marks=pytest.mark.slow),
+    pytest.param(case("typed", "int", 0, 12, processes=2), id="typed-processes", marks=pytest.mark.slow),
 ]
 
 

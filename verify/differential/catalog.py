@@ -36,6 +36,16 @@ def count_rows(key: tuple, pdfs: Iterator[pd.DataFrame], state: GroupState) -> I
     yield pd.DataFrame({"k": [key[0]], "n": [n]})
 
 
+def count_latest(key: tuple, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    """An applyInPandasWithState function: a group's rows so far, and its latest event time in a timestamp field."""
+    n, at = state.get if state.exists else (0, None)
+    for pdf in pdfs:
+        n += len(pdf)
+        at = max(filter(None, [at, pdf[T].max().to_pydatetime()]))
+    state.update((n, at))
+    yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+
 class KeepNothing(StatefulProcessor):
     """A StatefulProcessor that outputs nothing."""
 
@@ -467,15 +477,21 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:aggregate_above:update",),
     ),
     Entry(
-        "`applyInPandasWithState` with a state field of type timestamp, date, decimal, binary, array, map or struct",
-        REFUSED,
+        "`applyInPandasWithState` with state fields of type timestamp, date, decimal, binary, day-time interval, "
+        "array, map or struct (nested too)",
+        RUNS,
         lambda r: (
-            events(r)
+            watermarked(r)
             .groupBy("k")
-            .applyInPandasWithState(count_rows, "k string, n long", "n long, at timestamp", "Update", "NoTimeout")
+            .applyInPandasWithState(count_latest, "k string, n long", "n long, at timestamp", "Update", "NoTimeout")
         ),
-        note="state fields of numbers, strings and booleans (a time as epoch milliseconds)",
-        refusal="which misa does not store as Spark does",
+        note="a value stored as Spark's JVM stores it and given back as Spark gives it: a decimal rounded half up to "
+        "its scale (beyond its precision the batch fails, as Spark's), a value of another type than its field's "
+        "null, anything in a string field its JVM string (where that is an identity hash, a HashMap's order or a "
+        "Calendar's fields, misa fails the batch, naming the fix: `str(value)`), structs as `Row`s; a map's "
+        "entries come back in another order than Spark's HashMap gives (equal as a dict). A year-month interval "
+        "is refused; message: `which misa does not store as Spark does`",
+        covered_by=("group_state:typed state",),
     ),
     Entry(
         "`groupBy(cols).applyInPandasWithState(...)` by a column of type struct, array, decimal, binary or map (alone "

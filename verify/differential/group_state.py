@@ -13,12 +13,17 @@ rows compare as multisets:
 * ``instant`` (``ProcessingTimeTimeout``, Update): the same with a 1 ms timeout: each batch times out every group
   its predecessor saw and it does not (a batch starts more than 1 ms after the one before, in both engines);
 * ``counted`` (``NoTimeout``, Append): a group's row count so far, per call (the form Spark runs an aggregation over,
-  in update output: :data:`TOTALLED`).
+  in update output: :data:`TOTALLED`);
+* ``typed`` (``NoTimeout``, Update): a state of every kind of field Spark stores in ``applyInPandasWithState`` (a
+  timestamp, a date, a decimal rounded to its scale at each update, binary, a day-time interval and a struct): each
+  call outputs the state as it read it, with the Python types of its fields.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
@@ -88,6 +93,30 @@ def instant(key: tuple, pdfs: Iterable[pd.DataFrame], state: GroupState) -> Iter
     yield _count_until_idle(key, pdfs, state, 1)
 
 
+def typed(key: tuple, pdfs: Iterable[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    batch = pd.concat(list(pdfs), ignore_index=True)
+    if state.exists:
+        rows, latest, first_day, total, tag, widest, span = state.get
+        low, high = span.low, span.high  # a struct field comes back as a Row
+    else:
+        rows, latest, first_day, total, tag, widest, low, high = 0, None, None, Decimal(0), b"", None, 0, 0
+    read = dict(rows=rows, latest=latest, first_day=first_day, total=total, tag=tag.decode(), low=low, high=high)
+    read["widest_us"] = None if widest is None else widest // dt.timedelta(microseconds=1)
+    read["kinds"] = ",".join(type(field).__name__ for field in state.get) if state.exists else ""
+    values = [int(v) for v in batch["v"].dropna()]
+    times = batch["event_time"].dropna()
+    if len(times):
+        newest, oldest = times.max().to_pydatetime(), times.min()
+        latest = newest if latest is None else max(latest, newest)
+        first_day = oldest.date() if first_day is None else min(first_day, oldest.date())
+        width = (times.max() - oldest).to_pytimedelta()
+        widest = width if widest is None else max(widest, width)
+    total += Decimal(sum(values)) / 8  # stored as decimal(12, 2): rounded half up at each update
+    span = (min([low, *values]), max([high, *values]))
+    state.update((rows + len(batch), latest, first_day, total, tag + b"%d;" % len(batch), widest, span))
+    yield _frame(key, KEY_NAMES, **read)  # the state as this call read it
+
+
 KEY_NAMES = ["k0"]  # the cases' one key column
 
 
@@ -122,8 +151,18 @@ SHAPES = {
         instant, "rows long, timed_out boolean", "rows long", GroupStateTimeout.ProcessingTimeTimeout, "update"
     ),
     "counted": Shape(counted, "rows long", "rows long", GroupStateTimeout.NoTimeout, "append"),
+    "typed": Shape(
+        typed,
+        "rows long, latest timestamp, first_day date, total decimal(12,2), tag string, low long, high long, "
+        "widest_us long, kinds string",
+        "rows long, latest timestamp, first_day date, total decimal(12,2), tag binary, widest interval day to second, "
+        "span struct<low:bigint,high:bigint>",
+        GroupStateTimeout.NoTimeout,
+        "update",
+    ),
 }
 DRAWN = ("running", "sessions", "idle")  # the random cases' (instant's timeouts fire in batches Spark adds)
+TYPED = "typed"  # drawn apart, in a share of the random cases
 TOTALLED = "aggregate_above"  # a case's chain: ``counted``, then per key its calls and most rows (update output)
 
 

@@ -28,7 +28,7 @@ from verify.differential.cases import (
     random_rounds,
     with_placement,
 )
-from verify.differential.group_state import DRAWN, SHAPES, TOTALLED, group_state_query, totalled
+from verify.differential.group_state import DRAWN, SHAPES, TOTALLED, TYPED, group_state_query, totalled
 
 EVENT_TIME = "event_time"
 GROUP_STATE_SHARE = 0.06  # of the seeds: an applyInPandasWithState case (drawn apart from the forms below)
@@ -42,6 +42,7 @@ GROUP_STATE_TOTALLED_SHARE = 0.2  # of the others: an aggregation over the funct
 REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
 }
+GROUP_STATE_TYPED_SHARE = 0.3  # of the applyInPandasWithState cases: the function ``typed`` (drawn apart)
 GROUP_STATE_REFUSED_KEY_SHARE = 0.1  # of the applyInPandasWithState cases: a key type misa refuses (drawn apart)
 REFUSED_GROUP_STATE_KEY = "misa keys applyInPandasWithState's groups by"  # a part of misa's message
 JOIN_HOWS = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")  # its join type
@@ -569,6 +570,8 @@ def _random_group_state_case(seed: int) -> Case:
         delay_s=rng.choice((0, 2, 5, 10)),
         output_mode=SHAPES[function].mode,
     )
+    if random.Random(f"group-state-typed-{seed}").random() < GROUP_STATE_TYPED_SHARE:  # drawn apart: seeds keep rows
+        query = replace(query, functions=(TYPED,), output_mode=SHAPES[TYPED].mode)
     if random.Random(f"group-state-chain-{seed}").random() < GROUP_STATE_CHAIN_SHARE:  # drawn apart: seeds keep rows
         query = replace(query, chain=GROUP_STATE_CHAIN)
     elif random.Random(f"group-state-totalled-{seed}").random() < GROUP_STATE_TOTALLED_SHARE:  # drawn apart too
@@ -611,7 +614,8 @@ def case_tags(case: Case) -> set[str]:
     tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "group_state":
         refused = {"group_state:refused key"} if expected_refusal(q) else set()
-        return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | refused
+        typed = {"group_state:typed state"} if q.functions[0] == TYPED else set()
+        return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | refused | typed
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())

@@ -8,7 +8,8 @@ import pytest
 from pyspark.errors import PySparkValueError
 from pyspark.sql import types as T
 
-from misa.operators.group_state import group_state_operator, stored
+from misa.operators.group_state import group_state_operator
+from misa.operators.group_state_values import stored
 
 STATE = T.StructType([T.StructField("n", T.LongType()), T.StructField("last", T.LongType())])
 OUTPUT = T.StructType(

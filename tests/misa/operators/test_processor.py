@@ -147,3 +147,24 @@ def test_event_time_drops_late_rows_and_fires_timers_at_the_watermark(run, clock
     assert late.late_rows == 2 and late.output.num_rows == 0
     assert runner.batch(events(("b", 45, 5))).output.num_rows == 0  # evicts at 30 s: b's timer is at 40 s
     assert output(runner.operator.no_data_batch(runner.view)) == [("b", 7, 40_000)]
+
+
+class LatestSeen(StatefulProcessor):
+    """A value state with a timestamp field."""
+
+    def init(self, handle) -> None:
+        self.latest = handle.getValueState("latest", "at timestamp, n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        return iter([])
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_state_variable_with_a_timestamp_field_plans(spark):
+    """Its Arrow schema needs a time zone (misa's tables hold timestamps in UTC): it failed at start before."""
+    op = StatefulProcessorOperator(LatestSeen(), ["k"], schema(k=T.StringType()), "None")
+    op.signature(schema(k=T.StringType(), v=T.LongType()))
+    (latest,) = op._variables
+    assert latest.value.field("at").type == pa.timestamp("us", tz="UTC")
