@@ -27,6 +27,7 @@ What Spark's ``FlatMapGroupsInPandasWithStateExec`` does, and so does this:
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -54,6 +55,8 @@ TIMEOUTS = {  # Spark's GroupStateTimeout -> the processor's time mode that fire
     GroupStateTimeout.EventTimeTimeout: "EventTime",
 }
 VALUE_STATE = "groupState"  # the state variable holding each group's value (its name in the state reader)
+KEY_STATE = "groupKey"  # with a key kept by its text and timeouts: the key the function got last, pickled
+KEY_SCHEMA = T.StructType([T.StructField("key", T.BinaryType())])
 
 
 class GroupStateFunction(StatefulProcessor):
@@ -67,6 +70,7 @@ class GroupStateFunction(StatefulProcessor):
         timeout: str,
         watermark_present: bool,
         columns: list[str],
+        keeps_keys: bool = False,
     ):
         if timeout not in TIMEOUTS:
             raise ValueError(f"timeoutConf {timeout!r}: use one of {', '.join(TIMEOUTS)} (Spark's GroupStateTimeout)")
@@ -76,10 +80,14 @@ class GroupStateFunction(StatefulProcessor):
         self.timeout = timeout
         self.watermark_present = watermark_present
         self.columns = columns  # the input's columns: a timed-out call's empty DataFrame has them
+        # the state is keyed by a key's text (a struct, an array, a decimal, binary): a timed-out group's call gets
+        # the key its last call with rows got, kept beside its value
+        self.keeps_keys = keeps_keys
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.value = handle.getValueState(VALUE_STATE, self.state_schema)
+        self.key = handle.getValueState(KEY_STATE, KEY_SCHEMA) if self.keeps_keys else None
 
     def handleInputRows(  # noqa: N802 - Spark's names
         self,
@@ -87,6 +95,8 @@ class GroupStateFunction(StatefulProcessor):
         rows: Iterator[pd.DataFrame],
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
+        if self.key is not None:
+            self.key.update((pickle.dumps(key, protocol=5),))
         return iter(self._call(key, rows, timerValues, None))
 
     def handleExpiredTimer(  # noqa: N802
@@ -96,6 +106,8 @@ class GroupStateFunction(StatefulProcessor):
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
         empty = [pd.DataFrame(columns=self.columns)]  # as Spark's worker calls a timed-out group
+        if self.key is not None:
+            key = pickle.loads(self.key.get()[0])
         return iter(self._call(key, empty, timerValues, expiredTimerInfo.getExpiryTimeInMs()))
 
     def close(self) -> None:
@@ -151,6 +163,8 @@ class GroupStateFunction(StatefulProcessor):
         timeout = int(state._timeout_timestamp)
         if state._removed and timeout == GroupState.NO_TIMESTAMP:
             self.value.clear()
+            if self.key is not None:
+                self.key.clear()
             self._set_timeout(None)
         elif state._updated or state._removed or timeout != GroupState.NO_TIMESTAMP:
             if state.exists:
@@ -193,8 +207,9 @@ class GroupStateOperator(StatefulProcessorOperator):
 
     def _frames(self, rows: pa.Table, bounds: np.ndarray) -> list[pd.DataFrame]:
         """Each group's rows as Spark's worker converts a group's on their own (a column's pandas type is of the
-        group's values: integers with a null become floats in that group only)."""
-        return self.conversion.group_frames(rows, bounds)
+        group's values: integers with a null become floats in that group only), without the keys' texts."""
+        texts = [c for c in self.group_by if c not in self.grouping_columns()]
+        return self.conversion.group_frames(rows.drop_columns(texts) if texts else rows, bounds)
 
     def _groupings(self, keys: pa.Table, count: int) -> list[tuple]:
         """The key tuple as Spark's worker makes it: the first value of each key column's pandas Series, converted
@@ -223,10 +238,13 @@ def group_state_operator(
     event_time: str | None = None,
     watermark_delay: str | None = None,
     conversion: PandasConversion | None = None,
+    key_columns: list[str] | None = None,
 ) -> GroupStateOperator:
     """The operator of ``df.groupBy(*group_by).applyInPandasWithState(func, output_schema, state_schema, mode,
-    timeout)`` over an input of ``columns`` (``event_time``: the column withWatermark marked, with its delay)."""
-    function = GroupStateFunction(func, output_schema, state_schema, timeout, event_time is not None, columns)
+    timeout)`` over an input of ``columns`` (``event_time``: the column withWatermark marked, with its delay;
+    ``key_columns``: the grouping columns when ``group_by`` holds their texts)."""
+    texts = key_columns is not None and key_columns != group_by and timeout != GroupStateTimeout.NoTimeout
+    function = GroupStateFunction(func, output_schema, state_schema, timeout, event_time is not None, columns, texts)
     return GroupStateOperator(
         function,
         group_by,
@@ -234,5 +252,6 @@ def group_state_operator(
         TIMEOUTS[timeout],
         event_time,
         watermark_delay,
+        key_columns=key_columns,
         conversion=conversion or PandasConversion(),
     )

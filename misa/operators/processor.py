@@ -357,6 +357,7 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
     watermark_delay: str | None = None  # EventTime mode: Spark's withWatermark delay
     clock: Callable[[], float] = time.time  # the batch's processing time (seconds); tests give their own
     initial_state: DataFrame | None = None  # rows for handleInitialState, grouped by the same columns (batch 0)
+    key_columns: Sequence[str] | None = None  # the columns of the key the processor gets, when not ``group_by``
     watermark: EventTimeWatermark = field(init=False)
     _initialized: bool = field(default=False, init=False, repr=False)
     _codec: KeyCodec | None = field(default=None, init=False, repr=False)
@@ -502,6 +503,11 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         frame = rows.to_pandas()
         return [frame.iloc[bounds[i] : bounds[i + 1]].reset_index(drop=True) for i in range(len(bounds) - 1)]
 
+    def grouping_columns(self) -> list[str]:
+        """The columns whose values make the key the processor gets: ``group_by``, or the key columns that
+        ``group_by`` holds the texts of (:mod:`misa.query.key_text`)."""
+        return list(self.key_columns if self.key_columns is not None else self.group_by)
+
     def _groupings(self, keys: pa.Table, count: int) -> list[tuple]:
         """Each of the ``count`` rows of the grouping columns ``keys`` as the key tuple the processor gets."""
         columns = [column.to_pylist() for column in keys.columns]
@@ -536,7 +542,8 @@ class StatefulProcessorOperator(HintSource, KeyPartitioned, StateReadable):
         order = np.argsort(key_of_row, kind="stable")
         bounds = np.searchsorted(key_of_row[order], np.arange(len(keys) + 1))
         frames = self._frames(rows.take(pa.array(order)), bounds)
-        groupings = self._groupings(rows.select(list(self.group_by)).take(pa.array(order[bounds[:-1]])), len(keys))
+        firsts = pa.array(order[bounds[:-1]])
+        groupings = self._groupings(rows.select(self.grouping_columns()).take(firsts), len(keys))
         for i, key in enumerate(keys):
             self._state.key = key
             yield groupings[i], frames[i]

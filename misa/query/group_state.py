@@ -19,7 +19,8 @@ from pyspark.sql import types as T
 from misa.operators.group_state import group_state_operator
 from misa.operators.group_state_values import unstored_fields
 from misa.operators.pandas_conversion import PandasConversion
-from misa.operators.schema import KEY_TYPES
+from misa.query.group_keys import added_column, check_key_type, input_column
+from misa.query.key_text import COMPOSITE, key_text
 from misa.query.plan import PlanNode, python_list
 from misa.query.translation import OutputColumn, Translation, refused
 from misa.query.watermarks import event_time_column, watermarked
@@ -45,15 +46,18 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
             f"it groups by {computed}, computed from its input",
             "the key as a column first (withColumn), then groupBy(column).applyInPandasWithState(...)",
         )
-    unkeyed = [f"{a.name} {a.dtype.simpleString()}" for a in grouping if not isinstance(a.dtype, KEY_TYPES)]
-    if unkeyed:
-        raise refused(
-            node,
-            f"it groups by {unkeyed}: misa keys applyInPandasWithState's groups by integers, booleans, floats, "
-            "doubles, strings, dates and timestamps only (not by a struct, an array, a decimal, binary or a map)",
-            "groupBy of columns of those types (a struct's fields as columns of their own, a decimal or binary "
-            "cast to a string) before applyInPandasWithState",
-        )
+    for a in grouping:
+        check_key_type(node, a.name, a.dtype)
+        if isinstance(a.dtype, COMPOSITE) and _holds_floats(a.dtype):
+            raise refused(
+                node,
+                f"it groups by {a.name} {a.dtype.simpleString()}, a key holding floating values: Spark's "
+                "applyInPandasWithState groups a -0.0 with a 0.0 within a batch but keys its state by the bits of the "
+                "group's first key, so a -0.0 and a 0.0 in different batches are two groups, which misa's key text "
+                "(-0.0 is 0.0) cannot follow",
+                "the floating fields rounded or cast to a decimal or a string in the key (withColumn), then "
+                "groupBy(key).applyInPandasWithState(...)",
+            )
     arguments = [e.attr.name if e.attr is not None else e.sql for e in node.fields["arguments"]]
     if arguments != [a.name for a in child.output]:
         raise refused(
@@ -72,9 +76,16 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
             "map at its first batch: KeyError 'elementType' or 'keyType'; an array as a string, for example JSON)",
         )
     output_schema = T.StructType([T.StructField(a.name, a.dtype) for a in node.output])
-    operator = group_state_operator(
+    translation = Translation(timed.source, None, [OutputColumn(a.name, "column", a.name) for a in node.output])
+    key_columns = [columns[a.expr_id] for a in grouping]
+    # a struct, an array, a decimal or binary key: the state keyed by its text, the function given the key itself
+    state_keys = [
+        added_column(translation, key_text(input_column(node, a), a.dtype)) if isinstance(a.dtype, COMPOSITE) else name
+        for a, name in zip(grouping, key_columns)
+    ]
+    translation.operator = group_state_operator(
         _function(node),
-        [columns[a.expr_id] for a in grouping],
+        state_keys,
         [a.name for a in child.output],
         output_schema,
         state_schema,
@@ -82,8 +93,18 @@ def translate_group_state(node: PlanNode, watermark_policy: str) -> Translation:
         marked.name if marked is not None else None,
         timed.delay,
         _conversion(),
+        key_columns if state_keys != key_columns else None,
     )
-    return Translation(timed.source, operator, [OutputColumn(a.name, "column", a.name) for a in node.output])
+    return translation
+
+
+def _holds_floats(dtype: T.DataType) -> bool:
+    """Whether a struct or array type holds a float or double, at any depth."""
+    if isinstance(dtype, T.StructType):
+        return any(_holds_floats(f.dataType) for f in dtype.fields)
+    if isinstance(dtype, T.ArrayType):
+        return _holds_floats(dtype.elementType)
+    return isinstance(dtype, (T.FloatType, T.DoubleType))
 
 
 def _input(node: PlanNode) -> PlanNode:

@@ -37,6 +37,13 @@ CASES = [
     # state fields of every type Spark stores, read back after each batch and after a restart
     pytest.param(case("typed", "string", 2, 11, commit_mode="misa"), id="typed", marks=pytest.mark.slow),
     pytest.param(case("typed", "int", 0, 12, processes=2), id="typed-processes", marks=pytest.mark.slow),
+    # a struct key (the state keyed by its text): event-time timeouts give a timed-out group its key back
+    pytest.param(
+        case("sessions", "struct<a: int, s: string, n: struct<l: array<bigint>>>", 5, 2402, commit_mode="misa"),
+        id="sessions-struct-key",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(case("typed", "array<string>", 2, 177, commit_mode="sync"), id="array-key", marks=pytest.mark.slow),
 ]
 
 

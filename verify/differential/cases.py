@@ -281,4 +281,12 @@ COMPOSITE_KEY_VALUES: dict[str, tuple] = {  # values Spark takes as equal among 
         {"s": None, "n": {"x": NAN, "l": []}, "d": -0.001},
         {"s": "y", "n": {"x": None, "l": None}, "d": 0.0},
     ),
+    # applyInPandasWithState's keys without floats (queries.GROUP_STATE_KEY_TYPES)
+    "struct<a: int, s: string, n: struct<l: array<bigint>>>": (
+        {"a": 1, "s": "x", "n": {"l": [1, None]}},
+        {"a": 1, "s": "x", "n": None},
+        {"a": None, "s": None, "n": {"l": []}},
+        {"a": 2, "s": "ü€", "n": {"l": None}},
+    ),
+    "array<string>": (["a"], [], [None, "b"], ["b", None], ["a", "a"]),
 }

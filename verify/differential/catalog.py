@@ -494,17 +494,34 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("group_state:typed state",),
     ),
     Entry(
-        "`groupBy(cols).applyInPandasWithState(...)` by a column of type struct, array, decimal, binary or map (alone "
-        "or above another stateful operation)",
-        REFUSED,
+        "`groupBy(cols).applyInPandasWithState(...)` by a column of type struct (nested too), array, decimal or binary "
+        "without floating values (alone or above another stateful operation)",
+        RUNS,
         lambda r: (
             events(r)
             .groupBy("d")
             .applyInPandasWithState(count_rows, "k decimal(10,2), n long", "n long", "Update", "NoTimeout")
         ),
-        note="grouping columns of integer, boolean, float, double, string, date or timestamp types (a struct's fields "
-        "as columns of their own, a decimal or binary cast to a string): misa passes the key to the function as it is",
-        refusal="misa keys applyInPandasWithState's groups by",
+        note="the state keyed by the key's text (equal where Spark's keys are equal), the function given the key as "
+        "Spark's worker converts it (a struct as a dict, an array as a numpy array, a Decimal, bytes); with "
+        "timeouts, a timed-out group's call gets the key its last call with rows got. A map: refused, as Spark "
+        "refuses grouping by one. A struct or array holding a float or double: refused (Spark groups a -0.0 with a "
+        "0.0 within a batch but keys its state by the first key's bits, so across batches they are two groups); "
+        "message: `a key holding floating values`",
+        covered_by=("group_state:composite key",),
+    ),
+    Entry(
+        "`groupBy(cols).applyInPandasWithState(...)` by a struct or array column holding a float or double",
+        REFUSED,
+        lambda r: (
+            events(r)
+            .withColumn("p", F.struct("k", F.col("v").cast("double").alias("x")))
+            .groupBy("p")
+            .applyInPandasWithState(count_rows, "p struct<k:string,x:double>, n long", "n long", "Update", "NoTimeout")
+        ),
+        note="Spark groups a -0.0 with a 0.0 within a batch but keys its state by the first key's bits (two groups "
+        "across batches): the floating fields cast to a decimal or a string in the key",
+        refusal="a key holding floating values",
     ),
     Entry(
         "`transformWithStateInPandas`, `flatMapGroupsWithState` (Scala)",

@@ -43,8 +43,15 @@ REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> 
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
 }
 GROUP_STATE_TYPED_SHARE = 0.3  # of the applyInPandasWithState cases: the function ``typed`` (drawn apart)
-GROUP_STATE_REFUSED_KEY_SHARE = 0.1  # of the applyInPandasWithState cases: a key type misa refuses (drawn apart)
-REFUSED_GROUP_STATE_KEY = "misa keys applyInPandasWithState's groups by"  # a part of misa's message
+GROUP_STATE_COMPOSITE_KEY_SHARE = 0.15  # of the applyInPandasWithState cases: a composite key (drawn apart)
+REFUSED_FLOATING_KEY = "a key holding floating values"  # misa's refusal of such a key with floats (a part of it)
+# an applyInPandasWithState case's composite keys: those of the other forms (their structs and arrays hold floats,
+# which misa refuses there) and a struct and an array without floats
+GROUP_STATE_KEY_TYPES = (
+    *COMPOSITE_KEY_TYPES,
+    "struct<a: int, s: string, n: struct<l: array<bigint>>>",
+    "array<string>",
+)
 JOIN_HOWS = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")  # its join type
 SPARK_FUNCTIONS = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max, "first": F.first}
 SPARK_FUNCTIONS |= {"last": F.last, "collect_list": F.collect_list, "collect_set": F.collect_set}
@@ -577,8 +584,8 @@ def _random_group_state_case(seed: int) -> Case:
     elif random.Random(f"group-state-totalled-{seed}").random() < GROUP_STATE_TOTALLED_SHARE:  # drawn apart too
         query = replace(query, functions=("counted",), chain=TOTALLED, output_mode="update")
     key_rng = random.Random(f"group-state-key-type-{seed}")  # drawn apart: other seeds keep their rows
-    if key_rng.random() < GROUP_STATE_REFUSED_KEY_SHARE:  # Spark runs it, misa refuses it at start
-        query = replace(query, keys={"k0": key_rng.choice(COMPOSITE_KEY_TYPES)})
+    if key_rng.random() < GROUP_STATE_COMPOSITE_KEY_SHARE:  # a struct, array, decimal or binary key
+        query = replace(query, keys={"k0": key_rng.choice(GROUP_STATE_KEY_TYPES)})
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -601,9 +608,11 @@ def _output_mode(rng: random.Random, form: str) -> str:
 
 def expected_refusal(q: Query) -> str | None:
     """A part of misa's message for a case whose query Spark runs and misa refuses at start (a chain of
-    :data:`REFUSED_CHAINS`, applyInPandasWithState by a key of a composite type), else None."""
-    if q.operator == "group_state" and set(q.keys.values()) & set(COMPOSITE_KEY_TYPES):
-        return REFUSED_GROUP_STATE_KEY
+    :data:`REFUSED_CHAINS`, applyInPandasWithState by a composite key holding floats), else None."""
+    if q.operator == "group_state" and any(
+        t in GROUP_STATE_KEY_TYPES and ("double" in t or "float" in t) for t in q.keys.values()
+    ):
+        return REFUSED_FLOATING_KEY
     return REFUSED_CHAINS.get(q.chain)
 
 
@@ -613,9 +622,10 @@ def case_tags(case: Case) -> set[str]:
     tags = {f"op:{q.operator}", f"mode:{q.operator}:{q.output_mode}"}
     tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "group_state":
-        refused = {"group_state:refused key"} if expected_refusal(q) else set()
+        composite = {"group_state:composite key"} if set(q.keys.values()) & set(GROUP_STATE_KEY_TYPES) else set()
+        composite = {"group_state:refused key"} if expected_refusal(q) else composite
         typed = {"group_state:typed state"} if q.functions[0] == TYPED else set()
-        return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | refused | typed
+        return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | composite | typed
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
