@@ -10,7 +10,8 @@ any number one above another: below another, a deduplication (``dropDuplicates``
 a time-window or session-window aggregation (append) or an inner stream-stream join; above another, an aggregation
 (with a time window, or none; over ``applyInPandasWithState``'s output with ``NoTimeout`` too), a ``dropDuplicates``
 (over an aggregation's window Spark judges its rows by the window's end), ``applyInPandasWithState``, or a session
-window (over a deduplication); anything else is refused here, naming the pair.
+window (over a deduplication, or over a time window's aggregation by window_time(window)); anything else is refused
+here, naming the pair.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ BUILT = "stateful operations one above another (any number), each below another 
 BUILT += "dropDuplicatesWithinWatermark, a time-window or session-window aggregation (append) or an inner "
 BUILT += "stream-stream join or applyInPandasWithState (NoTimeout, below an aggregation), each "
 BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none), a "
-BUILT += "dropDuplicates, applyInPandasWithState or a session window (over a deduplication)"
+BUILT += "dropDuplicates, applyInPandasWithState or a session window (over a deduplication or a time window)"
 
 
 def upstream(
@@ -71,8 +72,8 @@ def upstream(
         )
     if isinstance(lower.operator, Aggregation) and not lower.operator.window:
         raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
-    if isinstance(operator, SessionAggregation) and not isinstance(lower.operator, Deduplicate):
-        raise _refused(node, below, "misa runs a session window over a deduplication's output only, yet")
+    if isinstance(operator, SessionAggregation) and not isinstance(lower.operator, (Deduplicate, Aggregation)):
+        raise _refused(node, below, "misa runs a session window over a deduplication's or a window's output only, yet")
     if isinstance(lower.operator, StatefulProcessorOperator) and (
         not isinstance(operator, Aggregation) or lower.operator.time_mode != "None"
     ):

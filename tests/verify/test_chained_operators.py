@@ -428,19 +428,25 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
             ),
             "no Join over",
         ),
-        (
-            lambda s, i: (
-                windowed_counts(watermarked(s, i))
-                .groupBy(F.session_window(F.window_time("window"), "5 seconds"), "k")
-                .count()
-            ),
-            "a session window over a deduplication's output only",
-        ),
     ],
-    ids=["within-above-windows", "join-above", "session-above-windows"],
+    ids=["within-above-windows", "join-above"],
 )
 def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
     refused_at_start(spark, tmp_path, build, "append", reason)
+
+
+def sessions_of_windows(spark: SparkSession, inputs: Path) -> DataFrame:
+    """A windowed count (append), then sessions per key of the windows over window_time(window) (append)."""
+    windows = windowed_counts(watermarked(spark, inputs))
+    session = F.session_window(F.window_time("window"), "15 seconds")
+    return windows.groupBy(session, "k").agg(F.count("*").alias("windows"), F.sum("n").alias("rows"))
+
+
+@pytest.mark.slow
+def test_sessions_of_windows_close_in_sparks_batches(spark, tmp_path: Path):
+    """The windows a batch closes are the sessions' input in that batch; the sessions close by the windows' output
+    watermark (it was refused at start)."""
+    assert_as_spark(spark, tmp_path, "sessions of windows", sessions_of_windows, "append")
 
 
 def counted_then_totalled(spark: SparkSession, inputs: Path) -> DataFrame:

@@ -342,7 +342,8 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "a session window's aggregation (append), then `groupBy(window(window_time(session_window), size))`; a "
-        "deduplication, then a session window's aggregation (append)",
+        "deduplication, or a time window's aggregation (append), then a session window's aggregation (append; over "
+        "`window_time(window)`)",
         RUNS,
         lambda r: (
             watermarked(r)
@@ -354,12 +355,13 @@ ENTRIES: tuple[Entry, ...] = (
         "append",
         "the sessions a batch closes are the windows' input in that batch (a session's window_time: its end less "
         "1 us), with the sessions' output watermark; over a deduplication, its rows of a batch are the sessions' "
-        "input in that batch, judged and closed by the propagated watermark",
-        covered_by=("chain:session_below:append", "chain:session_above:append"),
+        "input in that batch, judged and closed by the propagated watermark; over the windows, the windows a batch "
+        "closes are the sessions' input in that batch",
+        covered_by=("chain:session_below:append", "chain:session_above:append", "chain:window_sessions:append"),
     ),
     Entry(
-        "other stateful operations one above another (a join above another, a session window above an aggregation "
-        "or a join, an outer join below another)",
+        "other stateful operations one above another (a join above another, a session window above a join or an "
+        "aggregation without a time window, an outer join below another)",
         REFUSED,
         lambda r: (
             watermarked(r)

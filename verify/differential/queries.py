@@ -36,6 +36,7 @@ QUERY_FORMS = ("tumbling", "sliding", "global", "session", "dedup", "dedup_time"
 JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a stream_join's event-time condition
 CHAINS = ("window", "aggregate", "join", "session_below", "session_above")  # a second one over the first's (_chained)
 LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
+WINDOW_SESSIONS = "window_sessions"  # sessions per key over a tumbling window's output (drawn apart)
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
 GROUP_STATE_TOTALLED_SHARE = 0.2  # of the others: an aggregation over the function's output (drawn apart)
@@ -127,6 +128,9 @@ def _chained(lower: DataFrame, q: Query) -> DataFrame:
         return lower.dropDuplicatesWithinWatermark(list(q.keys) or ["window"])
     if q.chain == "session_below":
         return lower.groupBy(F.window(F.window_time("session_window"), f"{2 * q.window_s} seconds")).count()
+    if q.chain == WINDOW_SESSIONS:  # sessions per key of the windows, over window_time(window)
+        session = F.session_window(F.window_time("window"), f"{2 * q.window_s} seconds")
+        return lower.groupBy(session, *keys).agg(F.count("*").alias("windows"))
     if q.chain == "session_above":  # sessions per key of a deduplication's output
         session = F.session_window(EVENT_TIME, f"{q.window_s} seconds")
         return lower.groupBy(session, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
@@ -318,6 +322,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
     query = _with_longer_chain(random.Random(f"from_query-chain-more-{seed}"), query)
     query = _with_session_chain(random.Random(f"from_query-session-chain-{seed}"), query)
+    query = _with_window_sessions(random.Random(f"from_query-window-sessions-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -379,6 +384,14 @@ def _with_session_chain(rng: random.Random, query: Query) -> Query:
     append = query.output_mode == "append" and query.watermark and not query.chain and not query.above
     if append and query.operator.startswith("dedup") and not query.struct_keys and rng.random() < 0.15:
         return replace(query, chain="session_above")
+    return query
+
+
+def _with_window_sessions(rng: random.Random, query: Query) -> Query:
+    """A tumbling window's chain of a second window (:func:`_with_chain`) with, at random, sessions per key of the
+    windows instead (drawn from its own ``rng``, so every seed keeps its earlier form and rows but the chain)."""
+    if query.chain == "window" and query.keys and rng.random() < 0.5:  # Spark fails sessions without keys
+        return replace(query, chain=WINDOW_SESSIONS)
     return query
 
 
