@@ -86,7 +86,7 @@ WORKER_KILL_WINDOW = (0.45, 0.95)  # when, as shares of a clean run: the workers
 PROCESSES = (1, 2)  # spark.misa.state.processes drawn per iteration (with executors: the number of hosts)
 PLACEMENTS = ("driver", "executors")  # spark.misa.state.placement drawn per iteration, each half the time
 STANDBY_REPLICAS = (0, 1)  # with executors: spark.misa.state.standbyReplicas drawn per iteration
-CLUSTER = "local-cluster[2,2,1024]"  # the master of the executors placement: two executor JVMs of two slots
+CLUSTER = "local-cluster[2,{slots},1024]"  # the executors placement's master: two executor JVMs of (at least) two slots
 EXECUTOR_KILLS = 0.5  # with executors: share of kills of an executor JVM (at a host's failpoint or at a random moment)
 DRIVER_POINTS = ("mirror.put", "mirror.after_copy", "mirror.after_remove")  # failpoints hit in the driver alone
 SCENARIOS = ("kill", "standby", "moved", "damaged", "retry")
@@ -318,6 +318,14 @@ def _sample_runs(
     if scenario == "damaged":
         return replace(plan, damage=Damage(rng.choice(DAMAGE_KINDS), rng.randrange(1 << 32)))
     return plan
+
+
+def cluster(hosts: int, standby_replicas: int) -> str:
+    """The local cluster of an iteration with ``hosts`` state hosts, each with ``standby_replicas`` standbys: two
+    executors of two task slots, or more slots when the hosts and their standbys need them (a host holds a slot, and
+    the query's tasks need one besides)."""
+    slots = max(2, math.ceil((hosts * (1 + standby_replicas) + 1) / 2))
+    return CLUSTER.format(slots=slots)
 
 
 def iteration_rng(seed: int, index: int) -> random.Random:
@@ -883,7 +891,11 @@ class Soak:
         conf.setdefault("spark.misa.state.placement", placement)
         if standby_replicas:
             conf.setdefault("spark.misa.state.standbyReplicas", str(standby_replicas))
-        master = CLUSTER if placement == "executors" else "local[2]"
+        master = (
+            cluster(int(conf["spark.misa.state.processes"]), standby_replicas)
+            if placement == "executors"
+            else "local[2]"
+        )
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]

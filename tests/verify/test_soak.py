@@ -248,11 +248,15 @@ def test_command_passes_the_run_state_dir_conf_and_retries(tmp_path):
     assert "spark.misa.commit.maxRestarts=0" in cmd and "spark.misa.commit.maxRestarts=5" not in cmd
     assert plain[plain.index("--master") + 1] == "local[2]" and "spark.misa.state.placement=driver" in plain
     hosts = s.command("q20", "misa", tmp_path / "r", "file:///d", run, processes=2, placement="executors")
-    assert hosts[hosts.index("--master") + 1] == soak.CLUSTER
+    assert hosts[hosts.index("--master") + 1] == "local-cluster[2,2,1024]"
     assert {"spark.misa.state.placement=executors", "spark.misa.state.processes=2"} <= set(hosts)
     assert not any("standbyReplicas" in part for part in hosts)
     standby = s.command("q20", "misa", tmp_path / "r", "file:///d", run, 2, "executors", standby_replicas=1)
     assert "spark.misa.state.standbyReplicas=1" in standby
+    # two hosts and their standbys take four slots, the query's tasks one more: three slots an executor
+    assert standby[standby.index("--master") + 1] == "local-cluster[2,3,1024]"
+    one = s.command("q20", "misa", tmp_path / "r", "file:///d", run, 1, "executors", standby_replicas=1)
+    assert one[one.index("--master") + 1] == "local-cluster[2,2,1024]"
 
 
 def python(code: str) -> list[str]:
