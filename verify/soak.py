@@ -892,7 +892,9 @@ class Soak:
         if standby_replicas:
             conf.setdefault("spark.misa.state.standbyReplicas", str(standby_replicas))
         master = (
-            cluster(int(conf["spark.misa.state.processes"]), standby_replicas)
+            cluster(
+                int(hosts) if (hosts := conf["spark.misa.state.processes"]).isdigit() else processes, standby_replicas
+            )
             if placement == "executors"
             else "local[2]"
         )
