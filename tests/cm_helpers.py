@@ -34,9 +34,14 @@ def late_cm2_input(folder: Path, seed: int) -> Path:
     return folder
 
 
-def native_cm2_output(spark, data: Path, run_dir: Path) -> Output:
-    """Plain Spark's whole CM2 output over ``data``, every row with its batch id."""
-    run_in_process(spark, "cm2", "native", data, run_dir)
+#: The query of the tests that kill a state host: CM1's sum changes when a batch is applied twice or lost; CM2's
+#: average does not see a batch applied twice (its sums and counts both double).
+KILL_QUERY = "cm1"
+
+
+def native_cm_output(spark, data: Path, run_dir: Path, query: str = "cm2") -> Output:
+    """Plain Spark's whole output of CM ``query`` over ``data``, every row with its batch id."""
+    run_in_process(spark, query, "native", data, run_dir)
     return output(run_dir)
 
 

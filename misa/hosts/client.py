@@ -324,15 +324,19 @@ class HostPool:
         """Bring ``host`` to where partition ``index``'s host stands before ``request``: the start's claim (``claim``,
         or ``follow`` for a standby), the partition's newest durable version, then the recorded requests after it
         (their rows sent again)."""
-        self._redo(index, host, self._load_newest(index, host, claim), request)
+        self._redo(index, host, self._load_newest(index, host, claim, request), request)
 
-    def _load_newest(self, index: int, host: Host, claim: str) -> int:
+    def _load_newest(self, index: int, host: Host, claim: str, before: Request | None = None) -> int:
         """``host`` takes the start's claim (``claim``: ``claim``, or ``follow`` for a standby) and loads partition
-        ``index``'s newest durable version; that version."""
+        ``index``'s newest durable version, but none newer than the journal's last commit before ``before`` (the
+        request being answered when the host was lost, :meth:`HostJournal.settled`); that version."""
         journal = self.journal
         call_one(host, self.group.key, self._timeout, claim, journal.claim or (), "catching up")
         durable = call_one(host, self.group.key, self._timeout, "call", ("checkpoints", "newest_durable"), "loading")
+        settled = journal.settled(before)
         loaded = EMPTY_VERSION if durable is None else int(durable)
+        if settled is not None and loaded > settled:
+            loaded = settled  # the lost host made it durable while answering ``before``: its batch is redone
         if loaded < (journal.base or EMPTY_VERSION):
             raise StateWorkerError(
                 f"partition {index}'s newest durable version is {loaded}, older than version {journal.base} which "

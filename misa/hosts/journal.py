@@ -85,6 +85,18 @@ class HostJournal:
         named = {a.token for r in self.requests for args in r.args for a in args if isinstance(a, Inbox)}
         self.sendings = {t: s for t, s in self.sendings.items() if t in named}
 
+    def settled(self, before: Request | None = None) -> int | None:
+        """The newest version whose commit is recorded before ``before`` (None: of all), else ``base``: the newest a
+        new host may load. A newer durable version was made by the commit being answered when the host was lost;
+        loaded, its batch would be applied twice, and that batch's output is made again only by its ``apply``."""
+        settled = self.base
+        for request in self.requests:
+            if request is before:
+                break
+            if request.version is not None:
+                settled = request.version
+        return settled
+
     def after(self, version: int, before: Request | None = None) -> list[Request]:
         """The requests to redo on a partition loaded at ``version``: those of later versions, up to ``before``
         (the request being made when the host was lost; None: all)."""

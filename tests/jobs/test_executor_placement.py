@@ -1,8 +1,9 @@
 """The state on Spark's executors (``spark.misa.state.placement=executors``) on ``local-cluster[2,2,1024]``: two
-executor JVMs of two cores each, the state's two key partitions in state hosts on them, CM2 against plain Spark.
+executor JVMs of two cores each, the state's two key partitions in state hosts on them, against plain Spark.
 
 Executor JVMs are SIGKILLed at each commit stage and a host is SIGSTOPped: no batch fails, the lost partition alone
-moves to a new host that catches up, and the whole output must equal plain Spark's. A cluster without the hosts' task
+moves to a new host that catches up, and the whole output must equal plain Spark's. These runs are of CM1, whose sum
+changes when a batch is applied twice (CM2's average would not show it). A cluster without the hosts' task
 slots is refused at start.
 """
 
@@ -19,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output
+from cm_helpers import KILL_QUERY, assert_same_output, late_cm2_input, native_cm_output
 from job_helpers import executor_logs, job_args, spark_submit_command
 from test_processes import WORKER_CHAIN
 
@@ -47,7 +48,8 @@ def data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def expected(spark, data, tmp_path_factory) -> Output:
-    return native_cm2_output(spark, data, tmp_path_factory.mktemp("hosts-native"))
+    """Plain Spark's output of the kill tests' query (:data:`KILL_QUERY`) over ``data``."""
+    return native_cm_output(spark, data, tmp_path_factory.mktemp("hosts-native"), KILL_QUERY)
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +77,14 @@ def on_cluster(
     conf: dict[str, str] | None = None,
     *extra: str,
     cluster: str = CLUSTER,
+    mode: str = "misa",
+    query: str = KILL_QUERY,
 ) -> Run:
-    """CM2 in misa mode submitted to a local cluster, its state on the executors (``extra``: more job arguments)."""
+    """CM ``query`` in ``mode`` submitted to a local cluster, its state on the executors (``extra``: more job
+    arguments)."""
     conf = {**ON_EXECUTORS, **(conf or {})}
     cmd, env = spark_submit_command(
-        cluster_monitoring, [*job_args("cm2", "misa", data, run_dir), *extra], failpoints, conf, cluster
+        cluster_monitoring, [*job_args(query, mode, data, run_dir), *extra], failpoints, conf, cluster
     )
     told = run_dir / "failpoints.log"
     told.unlink(missing_ok=True)
@@ -93,8 +98,8 @@ def on_cluster(
 def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tmp_path, api):
     """The deltas go from Spark's tasks to the two hosts, the output from the hosts to the sink's Parquet files,
     written by Spark's tasks."""
-    expected = native_cm2_output(spark, small, tmp_path / "native")
-    done = on_cluster(small, tmp_path, "", None, *(["--from-query"] if api == "from_query" else []))
+    expected = native_cm_output(spark, small, tmp_path / "native")
+    done = on_cluster(small, tmp_path, "", None, *(["--from-query"] if api == "from_query" else []), query="cm2")
     assert done.returncode == 0, done.logs[-3000:]
     assert_same_output(tmp_path, expected)
     state = tmp_path / "ckpt" / "misa-state"
@@ -156,6 +161,23 @@ def test_an_executor_killed_at_a_commit_stage_with_a_standby_per_partition_fails
     assert_same_output(tmp_path, expected)
 
 
+@pytest.mark.slow  # minutes of spark-submits on a local cluster: run on demand (-m slow)
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("point", ["ckpt.after_dfs_marker", "gc.before_delete"])
+def test_an_executor_killed_after_a_synchronous_commit_made_its_version_durable_applies_no_batch_twice(
+    data, expected, tmp_path, point
+):
+    """In sync mode a host's commit request uploads the version and runs the GC. Killed after the version's marker
+    (the batch is durable, its reply never came), the new host loads the version before it and redoes the batch, whose
+    commit writes the same version again; loading the durable version would apply the batch twice (seed 64's soak,
+    iteration 81: rows doubled and lost). The output equals Spark's."""
+    run = on_cluster(data, tmp_path, f"{point}=killexecutor(2)", mode="sync")
+    assert f"failpoint {point}: killing executor JVM" in run.executors, (point, run.logs[-3000:])
+    assert run.returncode == 0, (point, run.logs[-5000:])
+    assert re.search(r"partition \d moved to grpc\+tcp://", run.logs), run.logs[-3000:]
+    assert_same_output(tmp_path, expected)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_stopped_host_moves_its_partition_within_the_liveness_timeout(data, expected, tmp_path):
@@ -202,12 +224,12 @@ def test_a_checkpoint_moves_between_the_placements(data, expected, tmp_path):
     by a kill after some batches: the same partitions, restored from their DFS copies, give Spark's output."""
     driver = {"spark.misa.state.processes": "2"}
     first = spark_submit_command(
-        cluster_monitoring, job_args("cm2", "misa", data, tmp_path), "ckpt.after_dfs_marker=kill(3)", driver
+        cluster_monitoring, job_args(KILL_QUERY, "misa", data, tmp_path), "ckpt.after_dfs_marker=kill(3)", driver
     )
     assert subprocess.run(first[0], env=first[1], capture_output=True, timeout=600).returncode != 0
     moved = on_cluster(data, tmp_path, failpoints="mirror.after_copy=kill(6)")  # the driver, which mirrors the log
     assert moved.returncode != 0 and "failpoint mirror.after_copy: killing process" in moved.logs, moved.logs[-3000:]
-    last = spark_submit_command(cluster_monitoring, job_args("cm2", "misa", data, tmp_path), "", driver)
+    last = spark_submit_command(cluster_monitoring, job_args(KILL_QUERY, "misa", data, tmp_path), "", driver)
     done = subprocess.run(last[0], env=last[1], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_output(tmp_path, expected)
@@ -237,7 +259,7 @@ def test_a_host_cut_off_the_network_fails_over_to_its_standby_and_is_fenced_when
         "spark.executorEnv.MISA_FAILPOINTS_LOG": str(told),
     }
     cmd, env = spark_submit_command(
-        cluster_monitoring, job_args("cm2", "misa", data, tmp_path), "ckpt.after_manifest=stop(3)", conf, "MASTER"
+        cluster_monitoring, job_args(KILL_QUERY, "misa", data, tmp_path), "ckpt.after_manifest=stop(3)", conf, "MASTER"
     )
     for name in ("MISA_FAILPOINTS", "MISA_FAILPOINTS_ONCE", "PYSPARK_PYTHON"):  # a standalone executor's own env
         cmd[cmd.index("--master") + 2 : cmd.index("--master") + 2] = ["--conf", f"spark.executorEnv.{name}={env[name]}"]

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output, spark_submit
+from cm_helpers import assert_same_output, late_cm2_input, native_cm_output, spark_submit
 
 from verify.output_diff import Output
 
@@ -33,7 +33,7 @@ def data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def expected(spark, data, tmp_path_factory) -> Output:
-    return native_cm2_output(spark, data, tmp_path_factory.mktemp("fi-native"))
+    return native_cm_output(spark, data, tmp_path_factory.mktemp("fi-native"))
 
 
 @pytest.mark.slow  # minutes of spark-submits: run on demand (-m slow); the crash soak covers every point

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cm_helpers import assert_same_output, late_cm2_input, native_cm2_output, run_in_process, spark_submit
+from cm_helpers import assert_same_output, late_cm2_input, native_cm_output, run_in_process, spark_submit
 from job_helpers import job_args, spark_submit_command
 
 from jobs import cluster_monitoring
@@ -37,7 +37,7 @@ def data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def expected(spark, data, tmp_path_factory) -> Output:
-    return native_cm2_output(spark, data, tmp_path_factory.mktemp("proc-native"))
+    return native_cm_output(spark, data, tmp_path_factory.mktemp("proc-native"))
 
 
 @pytest.fixture

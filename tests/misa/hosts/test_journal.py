@@ -41,6 +41,22 @@ def test_a_new_host_redoes_the_versions_after_its_durable_one_and_the_running_ba
     assert len(journal.after(6)) == 2  # the running batch's follow_watermark and apply
 
 
+def test_a_host_lost_in_its_commit_is_replaced_from_the_version_before_that_commit():
+    """The lost host may have made the version durable before it died (a synchronous commit): the new host must not
+    load it, or the batch's requests, redone, would apply the batch twice."""
+    journal = HostJournal()
+    journal.record("adopt", [(4,)] * 2)
+    _batch(journal, 5, "t5")
+    journal.record("follow_watermark", [(60,)] * 2)
+    journal.record("apply", [(Inbox("t6", ((0, 0),), b""),)] * 2)
+    journal.record("observe", [([6], [6])] * 2)
+    lost_during = journal.record("commit", [(6,)] * 2)
+    assert journal.settled(lost_during) == 5
+    assert [r.name for r in journal.after(5, before=lost_during)] == ["follow_watermark", "apply", "observe"]
+    assert journal.settled() == 6 and journal.after(6) == []
+    assert HostJournal(base=3).settled() == 3 and HostJournal().settled() is None
+
+
 def test_versions_every_partition_made_durable_are_forgotten_with_their_sendings():
     journal = HostJournal()
     journal.record("adopt", [(4,)] * 2)
