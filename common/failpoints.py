@@ -7,9 +7,11 @@ The environment variable holds ``name=action`` pairs separated by ``;``::
 Actions: ``raise`` (every time), ``raise(N)`` (the first N times), ``sleep(MS)``
 (sleep MS milliseconds, then go on), ``kill`` (SIGKILL this process: a crash,
 no cleanup), ``kill(N)`` (SIGKILL at the N-th hit), ``killexecutor`` and ``killexecutor(N)`` (SIGKILL the Spark
-executor JVM this process runs under, a state host's: an executor lost at that point), ``decommission(N)`` (SIGPWR
-to that executor JVM at the N-th hit: Spark decommissions it, as on a node drain or a spot reclaim, with
-``spark.decommission.enabled``), ``stop(N)`` (SIGSTOP this process at the N-th hit: a hung process) and ``off``.
+executor JVM this process runs under, a state host's, then this process: an executor lost at that point, its
+processes gone together as a container's are; a host its dead JVM leaves running is ``stop``'s case),
+``decommission(N)`` (SIGPWR to that executor JVM at the N-th hit: Spark decommissions it, as on a node drain or a
+spot reclaim, with ``spark.decommission.enabled``), ``stop(N)`` (SIGSTOP this process at the N-th hit: a hung
+process) and ``off``.
 Code marks a point with :func:`hit`; an unknown name in the variable fails at the first hit with the list of known
 names.
 
@@ -136,6 +138,7 @@ def hit(name: str) -> None:
         executor = executor_jvm()
         _tell(f"failpoint {name}: killing executor JVM {executor} (hit {hits})")
         os.kill(executor, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
     if action.kind == "decommission" and hits == action.arg:
         executor = executor_jvm()
         _tell(f"failpoint {name}: decommissioning executor JVM {executor} (hit {hits})")
