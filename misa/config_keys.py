@@ -108,6 +108,14 @@ class Settings:
         "a larger output goes to a sink that writes DataFrames as a DataFrame Spark's tasks read from the hosts. 0: "
         "always the DataFrame.",
     )
+    state_host_deltas_driver_rows: int = setting(
+        "spark.misa.state.hostDeltasDriverRows",
+        "100000",
+        integer(0),
+        "With placement executors: after a batch of at most this many deltas, the next batch's deltas are collected "
+        "by the driver and sent to the hosts from there, as the driver placement collects them (no Python worker in "
+        "Spark's tasks); after a larger batch Spark's tasks send them to the hosts directly. 0: always the tasks.",
+    )
     state_host_max_failures: int = setting(
         "spark.misa.state.hostMaxFailures",
         "4",

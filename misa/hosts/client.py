@@ -51,6 +51,7 @@ from misa.state.store import EMPTY_VERSION
 log = logging.getLogger(__name__)
 _DRIVER = -1  # the Spark partition the driver's own sendings are filed under
 _OUTPUTS = ("apply", "no_data_batch")  # the requests whose replies leave a batch's output on the hosts
+_FIRST_ROWS = 1 << 62  # a first batch's deltas go from Spark's tasks: their size is not known yet
 _RESETS = ("claim", "load", "adopt", "renew")  # requests that set a host's state anew (a start, a rewind)
 _KEEP_S = 1.0  # how often the standbys a partition lacks are looked for between the batches
 
@@ -71,6 +72,7 @@ class HostPool:
         self._launch = 0  # counts starts, stops and resets: a standby's catching up outlives none of them
         self._outputs: list[Output | None] = []  # the newest batch's output on each host
         self._losses: dict[int, int] = {}  # losses of each partition since the last commit
+        self._last_rows = _FIRST_ROWS  # the rows of the newest batch's deltas (:meth:`route`)
         self._broken: StateWorkerError | None = None
         self._lock = threading.RLock()  # one request at a time: the batch's thread and the mirror's both ask
         self._keeper: Ticker | None = None
@@ -454,11 +456,18 @@ class HostPool:
     # ------------------------------------------------------------------ tables
     def route(self, deltas: pa.Table | DataFrame, keys_of: KeysOf) -> tuple[list[Any], int]:
         """Each host's reference to its part of ``deltas`` and the rows: a DataFrame's rows go from Spark's tasks
-        to the hosts (:func:`~misa.hosts.send.send_frame`), a table's from the driver."""
+        to the hosts (:func:`~misa.hosts.send.send_frame`), a table's from the driver. After a batch of at most
+        ``spark.misa.state.hostDeltasDriverRows`` deltas the driver collects a DataFrame's rows and sends them
+        itself: for a small batch that costs less than the tasks' Python workers."""
+        driver_rows = self.config.state_host_deltas_driver_rows
+        if isinstance(deltas, DataFrame) and driver_rows and self._last_rows <= driver_rows:
+            deltas = deltas.toArrow()
         if isinstance(deltas, DataFrame):
             sent = self.send(deltas, keys_of)
+            self._last_rows = sent.rows
             return sent.inboxes, sent.rows
         inboxes = self._sending(partial(self._put_table, deltas, keys_of), Resend(deltas, keys_of))
+        self._last_rows = deltas.num_rows
         return inboxes, deltas.num_rows
 
     def _put_table(self, table: pa.Table, keys_of: KeysOf, token: str, targets: list[list[Host]]) -> list[Inbox]:

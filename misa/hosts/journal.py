@@ -4,10 +4,11 @@ the newest version every partition made durable, and how to send each request's 
 The driver records every request that changes a partition's state (:data:`CHANGES`) with each partition's arguments,
 in order. A version's requests end with its ``commit``; once every partition has ack 2 of a version
 (:meth:`HostJournal.durable`), its requests are dropped, so the journal holds at most the few batches the commit
-pipeline has in flight. A new host loads its partition's newest durable version, then redoes the requests after it
-(:meth:`HostJournal.after`). Rows the hosts took from a sending (an :class:`~misa.hosts.server.Inbox`) are sent again
-from where they came from: the batch's DataFrame (Spark recomputes it from the batch's offsets) or the driver's table
-(:class:`Resend`).
+pipeline has in flight. A new host loads its partition's newest durable version, but none newer than the last
+commit recorded before the request its host was lost in (:meth:`HostJournal.settled`: a synchronous commit may have
+made its version durable before the host died), then redoes the requests after it (:meth:`HostJournal.after`).
+Rows the hosts took from a sending (an :class:`~misa.hosts.server.Inbox`) are sent again from where they came from:
+the batch's DataFrame (Spark recomputes it from the batch's offsets) or the driver's table (:class:`Resend`).
 """
 
 from __future__ import annotations

@@ -187,3 +187,25 @@ def test_an_output_of_few_rows_is_fetched_by_the_driver_and_a_larger_one_read_by
     assert HostRows(("x", "y"), outputs, b"k", driver_rows=110).by_driver
     assert not HostRows(("x", "y"), outputs, b"k", driver_rows=109).by_driver
     assert not HostRows(("x", "y"), outputs, b"k", driver_rows=0).by_driver
+
+
+@pytest.mark.parametrize("driver_rows,ways", [(3, ["tasks", "tasks", "driver", "driver", "tasks"]), (0, ["tasks"] * 5)])
+def test_after_a_batch_of_few_deltas_the_driver_sends_the_next_batchs_and_after_a_larger_one_the_tasks_do(
+    spark, driver_rows, ways
+):
+    """Spark's tasks send a batch's deltas to the hosts, unless the batch before had at most
+    spark.misa.state.hostDeltasDriverRows (then the driver collects and sends them: no Python worker in the tasks).
+    The first batch's size is unknown: the tasks send it."""
+    from misa.config import MisaConfig
+    from misa.hosts.client import _FIRST_ROWS, HostPool
+    from misa.hosts.send import Sent
+
+    pool = object.__new__(HostPool)
+    pool.config = MisaConfig.from_mapping({"spark.misa.state.hostDeltasDriverRows": str(driver_rows)})
+    pool._last_rows = _FIRST_ROWS
+    taken: list[str] = []
+    pool.send = lambda frame, keys_of: taken.append("tasks") or Sent([], frame.count(), None)  # type: ignore[method-assign]
+    pool._sending = lambda attempt, resend: taken.append("driver") or []  # type: ignore[method-assign]
+    for rows_sent in (5, 2, 3, 9, 1):
+        assert pool.route(spark.range(rows_sent), lambda t: [t["id"]])[1] == rows_sent
+    assert taken == ways
