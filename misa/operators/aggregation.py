@@ -2,8 +2,8 @@
 
 :class:`Aggregation` covers windowed aggregation (tumbling or sliding event-time windows with a
 watermark, update or append output) and continuous (unwindowed) aggregation, with sum, count,
-avg, min, max, count_if, bool_and, bool_or, the moment functions (:mod:`.moments`) and the object aggregates
-(:mod:`.object_aggs`) over any integer or string group columns. Its semantics follow Spark's own
+avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor, the moment functions (:mod:`.moments`) and the
+object aggregates (:mod:`.object_aggs`) over any integer or string group columns. Its semantics follow Spark's own
 streaming aggregation, so that ``--mode native`` is an exact reference:
 
 * the watermark of batch v is ``max event time (ms) of batches < v - delay``; it starts at 0;
@@ -93,20 +93,23 @@ from misa.state.view import StateView
 from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
 BOOLEAN_FUNCTIONS = {"bool_and": "min", "bool_or": "max"}  # folded as Spark's replacements: min, max of booleans
-AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", "count_if", *BOOLEAN_FUNCTIONS)
+BIT_FUNCTIONS = {"bit_and": "and", "bit_or": "or", "bit_xor": "xor"}  # folded bitwise, in the input's integer type
+AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", "count_if", *BOOLEAN_FUNCTIONS, *BIT_FUNCTIONS)
 AGG_FUNCTIONS += (*MOMENT_FUNCTIONS, *OBJECT_FUNCTIONS)
 TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS)  # aggregates of a second column (Agg.other)
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
 OUTPUT_MODES = ("update", "append", "complete")
 NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
 OUTPUT_WINDOW = ("window_start", "window_end")  # the output's window columns
-NUMBERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType)
+INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+NUMBERS = (*INTEGERS, T.FloatType, T.DoubleType)
 ORDERED = (*NUMBERS, T.DateType, T.TimestampType, T.TimestampNTZType)
 # count, first, last, collect_list, collect_set and approx_count_distinct take any type
 INPUT_TYPES = {"sum": (*NUMBERS, T.DecimalType), "avg": (*NUMBERS, T.DecimalType)}
 INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_ORDERED)}
 INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in MOMENT_FUNCTIONS}  # as doubles, as Spark casts them
 INPUT_TYPES |= {f: (T.BooleanType,) for f in ("count_if", *BOOLEAN_FUNCTIONS)}
+INPUT_TYPES |= {f: INTEGERS for f in BIT_FUNCTIONS}
 # mode: of the types whose values misa counts with the equality of Spark's hash map (not binary, arrays, structs)
 INPUT_TYPES |= {f: (*ORDERED, T.StringType, T.BooleanType, T.DecimalType) for f in MODE_FUNCTIONS}
 INPUT_TYPES |= {"percentile_approx": PERCENTILE_TYPES}
@@ -124,7 +127,8 @@ class Agg:
     for the functions of two columns (:data:`TWO_COLUMNS`), ``other``: covariance's and correlation's y, max_by's
     and min_by's ordering.
 
-    Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, (:mod:`misa.operators.moments`)
+    Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor,
+    (:mod:`misa.operators.moments`)
     stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
     (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
     min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
@@ -233,7 +237,9 @@ class Agg:
         if self.function in BOOLEAN_FUNCTIONS:
             column = column.cast("bigint")
         function = BOOLEAN_FUNCTIONS.get(self.function, self.function)
-        return {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}[function](column)
+        partials = {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}
+        partials |= {"bit_and": F.bit_and, "bit_or": F.bit_or, "bit_xor": F.bit_xor}
+        return partials[function](column)
 
     def partial_count(self) -> Column:
         """How many non-null inputs this aggregate saw in a group of rows."""
@@ -243,8 +249,8 @@ class Agg:
         """How partial values of ``value_type`` (the Arrow type of :meth:`partial`) combine."""
         if self.function in MOMENT_FUNCTIONS:
             return Fold(self.name, moment_fold(self.function), floating=True)
-        op = BOOLEAN_FUNCTIONS.get(self.function, self.function)
-        op = op if op in ("min", "max") else "sum"
+        op = BOOLEAN_FUNCTIONS.get(self.function) or BIT_FUNCTIONS.get(self.function, self.function)
+        op = op if op in ("min", "max", *BIT_FUNCTIONS.values()) else "sum"
         return Fold(self.name, op, pa.types.is_floating(value_type))
 
 

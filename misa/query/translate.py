@@ -61,6 +61,7 @@ FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kur
 FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp", "Mode": "mode"}
 FUNCTIONS |= {"ApproximatePercentile": "percentile_approx", "PercentileDisc": "percentile_disc"}
 FUNCTIONS |= {"Percentile": "percentile", "PercentileCont": "percentile", "Median": "percentile"}
+FUNCTIONS |= {"BitAndAgg": "bit_and", "BitOrAgg": "bit_or", "BitXorAgg": "bit_xor"}
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression

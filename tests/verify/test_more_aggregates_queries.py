@@ -1,6 +1,6 @@
-"""Issue 63's aggregate functions written in Spark's API, through misa.from_query and through plain Spark, compared
-batch id by batch id over random rows with restarts (:func:`verify.differential.runner.run_case`): every output mode,
-tumbling, sliding and session windows and none."""
+"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor) written in Spark's API, through misa.from_query and
+through plain Spark, compared batch id by batch id over random rows with restarts
+(:func:`verify.differential.runner.run_case`): every output mode, tumbling, sliding and session windows and none."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ CASES = {
     ),
     "session windows, append: skewness, min_by, bool_or of integers": Query(
         "session", {"k0": "string"}, ("skewness", "min_by", "bool_or"), "bigint", 5, delay_s=2, output_mode="append"
+    ),
+    "tumbling windows, update: bit_and, bit_or, bit_xor of integers": Query(
+        "tumbling", {"k0": "int"}, ("bit_and", "bit_or", "bit_xor", "count"), "bigint", 10, 10, 2
+    ),
+    "sliding windows, append: bit_xor, bit_and of integers": Query(
+        "sliding", {"k0": "string"}, ("bit_xor", "bit_and"), "bigint", 10, 5, 2, "append"
+    ),
+    "session windows, append: bit_or, bit_xor of integers": Query(
+        "session", {"k0": "string"}, ("bit_or", "bit_xor"), "bigint", 5, delay_s=2, output_mode="append"
+    ),
+    "no window, complete: bit_and, bit_or of integers": Query(
+        "global", {"k0": "bigint"}, ("bit_and", "bit_or"), "bigint", output_mode="complete"
     ),
 }
 

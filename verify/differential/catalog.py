@@ -651,6 +651,13 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        "`bit_and(col)`, `bit_or(col)`, `bit_xor(col)` of integers (sliding and session windows too)",
+        RUNS,
+        lambda r: windowed(r, F.bit_and("v"), F.bit_or("k2"), F.bit_xor("v")),
+        note="folded bitwise in the input's integer type, as Spark's; null for a group without a non-null value",
+        covered_by=("fn:bit_and:bigint", "fn:bit_or:sliding", "fn:bit_xor:session", "fn:bit_and:global"),
+    ),
+    Entry(
         "`max_by(col, ord)`, `min_by(col, ord)`",
         DIFFERS,
         lambda r: windowed(r, F.max_by("s", "v"), F.min_by("v", "t")),
@@ -822,7 +829,7 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`histogram_numeric`, `regr_*`, `bit_and`, `try_sum`, `listagg`, ...)",
+        "other aggregate functions (`histogram_numeric`, `regr_*`, `try_sum`, `listagg`, ...)",
         REFUSED,
         lambda r: windowed(r, F.histogram_numeric("v", F.lit(3))),
         note="the functions above",

@@ -69,6 +69,8 @@ CO_MOMENT_FUNCTIONS = ("corr", "covar_pop", "covar_samp")
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in SHAPE_FUNCTIONS}
 SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(c, "t") for f in (*CO_MOMENT_FUNCTIONS, "max_by", "min_by")}
 SPARK_FUNCTIONS |= {"any_value": F.any_value}
+BIT_FUNCTIONS = ("bit_and", "bit_or", "bit_xor")  # of integers: drawn by _with_bit_functions
+SPARK_FUNCTIONS |= {f: getattr(F, f) for f in BIT_FUNCTIONS}
 # mode with its ties broken by Spark's order (mode(col) breaks them by its hash map's order: docs/spark-queries.md)
 MODE_FUNCTIONS = ("mode", "mode_highest")
 SPARK_FUNCTIONS |= {"mode": lambda c: F.mode(c, True)}
@@ -314,6 +316,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_sliding_objects(random.Random(f"from_query-sliding-objects-{seed}"), query)
         query = _with_sliding_order(random.Random(f"from_query-sliding-order-{seed}"), query)
         query = _with_mode(random.Random(f"from_query-mode-{seed}"), query)
+        query = _with_bit_functions(random.Random(f"from_query-bits-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
     query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
@@ -454,6 +457,15 @@ def _with_mode(rng: random.Random, query: Query) -> Query:
     if query.operator == "stream_join" or rng.random() >= 0.15:
         return query
     return replace(query, functions=query.functions + (rng.choice(MODE_FUNCTIONS),))
+
+
+def _with_bit_functions(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of integers with, at random, one or two of bit_and, bit_or and bit_xor (drawn from
+    their own ``rng``, so every seed keeps its earlier form and rows): every window."""
+    if query.operator == "stream_join" or query.value_type != "bigint" or rng.random() >= 0.25:
+        return query
+    drawn = tuple(f for f in rng.sample(BIT_FUNCTIONS, rng.randint(1, 2)) if f not in query.functions)
+    return replace(query, functions=query.functions + drawn)
 
 
 def _with_percentiles(rng: random.Random, query: Query) -> Query:

@@ -221,3 +221,14 @@ def test_keys_with_strings_decode_per_column_as_the_per_key_decoder_did(windowed
     assert values(decoded) == values(expected) == values(columns)
     assert [c.type for c in decoded] == [c.type for c in columns]
     assert (ends is None) == (not windowed) and (ends is None or ends.tolist() == expected_ends.tolist())
+
+
+@pytest.mark.parametrize("op,expected", [("and", 0b0100), ("or", -1), ("xor", 0b0110 ^ 0b1100 ^ -3)])
+def test_bitwise_folds_of_sign_extended_integers_merge_to_the_fold_of_every_value(op, expected):
+    """bit_and, bit_or and bit_xor: their identity folds to the value itself, and merged one row at a time or as a
+    segment the fold is the same (a byte's -3, widened to int64, keeps its bits)."""
+    values = [0b0110, 0b1100, -3] if op != "and" else [0b0110, 0b1100, -3 & 0b1111_0111]
+    aggs, states = int_states(values, op)
+    assert fold_all(aggs, states)[0, 0] == expected
+    assert aggs.folds[0].reduce(states[:, 0], np.array([0]), False)[0] == expected
+    assert aggs.merge(aggs.identity(1), states[:1])[0, 0] == values[0]
