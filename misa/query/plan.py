@@ -159,6 +159,8 @@ def expr_of(jexpr: Any) -> Expr:
         unit = bool(frequency.foldable()) and frequency.eval(None) == 1
         legacy = kind == "PercentileDisc" and bool(jexpr.legacyCalculation())
         value = (*_percentages(exact), bool(exact.reverse()), unit, legacy)
+    if kind in ("Sum", "Average"):  # value: its evaluation mode (TRY: try_sum, try_avg, null on an overflow)
+        value = str((jexpr.evalContext() if kind == "Sum" else jexpr).evalMode())
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None

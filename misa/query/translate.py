@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyspark.sql import types as T
+
 from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.percentile_approx import Percentiles
@@ -304,6 +306,14 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
             "the query with Spark's default, spark.sql.legacy.statisticalAggregate=false (null there)",
         )
     arguments = function.children
+    if function.value == "TRY" and not _cannot_overflow(function):
+        raise refused(
+            node,
+            f"{aggregate.sql} is null where its sum overflows, which misa does not compute for "
+            f"{arguments[0].sql}'s type",
+            f"{function.kind.lower()}(col) (an overflow wraps around, or fails under spark.sql.ansi.enabled), or the "
+            "try_ function of the column cast to double",
+        )
     misa_function = FUNCTIONS[function.kind]
     if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
         percentages, array, accuracy = function.value
@@ -333,6 +343,15 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         misa_function = "mode_highest"
     columns = [_argument_column(argument, translation) for argument in arguments]
     return Agg(name, misa_function, *columns)
+
+
+def _cannot_overflow(function: Expr) -> bool:
+    """Whether ``function`` (a sum or an average) sums in doubles, where Spark's try_ mode changes nothing: a sum of
+    floating values, an average of anything but decimals."""
+    dtype = function.children[0].dtype
+    if function.kind == "Sum":
+        return isinstance(dtype, (T.FloatType, T.DoubleType))
+    return not isinstance(dtype, T.DecimalType)
 
 
 def _argument_column(argument: Expr, translation: Translation) -> str:

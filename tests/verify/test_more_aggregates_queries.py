@@ -1,5 +1,5 @@
-"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor) written in Spark's API, through misa.from_query and
-through plain Spark, compared batch id by batch id over random rows with restarts
+"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor, try_sum, try_avg) written in Spark's API, through
+misa.from_query and through plain Spark, compared batch id by batch id over random rows with restarts
 (:func:`verify.differential.runner.run_case`): every output mode, tumbling, sliding and session windows and none."""
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ CASES = {
     ),
     "session windows, append: bit_or, bit_xor of integers": Query(
         "session", {"k0": "string"}, ("bit_or", "bit_xor"), "bigint", 5, delay_s=2, output_mode="append"
+    ),
+    "tumbling windows, append: try_avg of integers": Query(
+        "tumbling", {"k0": "string"}, ("try_avg", "sum"), "bigint", 10, delay_s=2, output_mode="append"
+    ),
+    "sliding windows, update: try_sum, try_avg of doubles": Query(
+        "sliding", {"k0": "int"}, ("try_sum", "try_avg"), "double", 10, 5, 2
     ),
     "no window, complete: bit_and, bit_or of integers": Query(
         "global", {"k0": "bigint"}, ("bit_and", "bit_or"), "bigint", output_mode="complete"

@@ -658,6 +658,21 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("fn:bit_and:bigint", "fn:bit_or:sliding", "fn:bit_xor:session", "fn:bit_and:global"),
     ),
     Entry(
+        "`try_sum(col)` of floating values, `try_avg(col)` of numbers but decimals",
+        RUNS,
+        lambda r: windowed(r, F.try_sum(F.col("v").cast("double")), F.try_avg("v")),
+        note="Spark sums them in doubles, where its try_ mode changes nothing: `sum` and `avg`",
+        covered_by=("fn:try_sum:double", "fn:try_avg:bigint", "fn:try_avg:double"),
+    ),
+    Entry(
+        "`try_sum(col)` of integers or decimals, `try_avg(col)` of decimals",
+        REFUSED,
+        lambda r: windowed(r, F.try_sum("v")),
+        note="null where the sum overflows (order-dependent in Spark's partial sums): `sum(col)` (an overflow wraps "
+        "around, or fails under `spark.sql.ansi.enabled`), or the try_ function of the column cast to double",
+        refusal="is null where its sum overflows",
+    ),
+    Entry(
         "`max_by(col, ord)`, `min_by(col, ord)`",
         DIFFERS,
         lambda r: windowed(r, F.max_by("s", "v"), F.min_by("v", "t")),

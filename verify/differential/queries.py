@@ -71,6 +71,9 @@ SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(c, "t") for f in (*CO_MOMENT
 SPARK_FUNCTIONS |= {"any_value": F.any_value}
 BIT_FUNCTIONS = ("bit_and", "bit_or", "bit_xor")  # of integers: drawn by _with_bit_functions
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in BIT_FUNCTIONS}
+TRY_FUNCTIONS = ("try_sum", "try_avg")  # drawn by _with_try_functions; misa refuses those that can overflow
+SPARK_FUNCTIONS |= {f: getattr(F, f) for f in TRY_FUNCTIONS}
+REFUSED_OVERFLOW = "is null where its sum overflows"  # misa's refusal of try_sum of integers, try_ of decimals
 # mode with its ties broken by Spark's order (mode(col) breaks them by its hash map's order: docs/spark-queries.md)
 MODE_FUNCTIONS = ("mode", "mode_highest")
 SPARK_FUNCTIONS |= {"mode": lambda c: F.mode(c, True)}
@@ -317,6 +320,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_sliding_order(random.Random(f"from_query-sliding-order-{seed}"), query)
         query = _with_mode(random.Random(f"from_query-mode-{seed}"), query)
         query = _with_bit_functions(random.Random(f"from_query-bits-{seed}"), query)
+        query = _with_try_functions(random.Random(f"from_query-try-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
     query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
@@ -466,6 +470,23 @@ def _with_bit_functions(rng: random.Random, query: Query) -> Query:
         return query
     drawn = tuple(f for f in rng.sample(BIT_FUNCTIONS, rng.randint(1, 2)) if f not in query.functions)
     return replace(query, functions=query.functions + drawn)
+
+
+def _with_try_functions(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of numbers with, at random, try_sum or try_avg (drawn from their own ``rng``, so every
+    seed keeps its earlier form and rows): those that sum in doubles (try_sum of doubles, try_avg of anything but
+    decimals) run; now and then one that can overflow, which misa refuses at start (:func:`expected_refusal`)."""
+    if query.operator == "stream_join" or not _aggregates_numbers(query) or rng.random() >= 0.2:
+        return query
+    runs = [f for f in TRY_FUNCTIONS if not _may_overflow(f, query.value_type)]
+    refused = [f for f in TRY_FUNCTIONS if f not in runs]
+    drawn = rng.choice(refused if refused and (not runs or rng.random() < 0.1) else runs)
+    return query if drawn in query.functions else replace(query, functions=query.functions + (drawn,))
+
+
+def _may_overflow(function: str, value_type: str) -> bool:
+    """Whether ``function`` (a try_ function) of ``value_type`` sums in a type that overflows (misa refuses it)."""
+    return value_type.startswith("decimal") or function == "try_sum" and value_type != "double"
 
 
 def _with_percentiles(rng: random.Random, query: Query) -> Query:
@@ -633,11 +654,14 @@ def _output_mode(rng: random.Random, form: str) -> str:
 
 def expected_refusal(q: Query) -> str | None:
     """A part of misa's message for a case whose query Spark runs and misa refuses at start (a chain of
-    :data:`REFUSED_CHAINS`, applyInPandasWithState by a composite key holding floats), else None."""
+    :data:`REFUSED_CHAINS`, applyInPandasWithState by a composite key holding floats, a try_ function that can
+    overflow), else None."""
     if q.operator == "group_state" and any(
         t in GROUP_STATE_KEY_TYPES and ("double" in t or "float" in t) for t in q.keys.values()
     ):
         return REFUSED_FLOATING_KEY
+    if any(f in TRY_FUNCTIONS and _may_overflow(f, q.value_type) for f in q.functions):
+        return REFUSED_OVERFLOW
     return REFUSED_CHAINS.get(q.chain)
 
 
@@ -652,6 +676,7 @@ def case_tags(case: Case) -> set[str]:
         typed = {"group_state:typed state"} if q.functions[0] == TYPED else set()
         return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | composite | typed
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
+    tags |= {"try:refused"} if expected_refusal(q) == REFUSED_OVERFLOW else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
