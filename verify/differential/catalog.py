@@ -844,7 +844,7 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`histogram_numeric`, `regr_*`, `try_sum`, `listagg`, ...)",
+        "other aggregate functions (`histogram_numeric`, `regr_*`, `listagg`, `product`, ...)",
         REFUSED,
         lambda r: windowed(r, F.histogram_numeric("v", F.lit(3))),
         note="the functions above",
