@@ -75,6 +75,7 @@ RANGES = [
     ("spark.misa.state.hostMaxFailures", "0", "1", ">= 1"),  # 0 would fail a batch at a host's first loss
     ("spark.misa.state.standbyReplicas", "-1", "0", ">= 0"),
     ("spark.misa.state.hostOutputDriverRows", "-1", "0", ">= 0"),
+    ("spark.misa.state.hostDeltasDriverRows", "-1", "0", ">= 0"),
     ("spark.misa.state.writeChunkSize", "0", "1", ">= 1"),
     ("spark.misa.commit.heartbeatTimeout", "0", "1ms", "> 0s and <= 1000h"),  # 0: every thread "silent"
     ("spark.misa.commit.heartbeatTimeout", "0ms", "1ms", "> 0s and <= 1000h"),
