@@ -2,9 +2,9 @@
 
 :class:`Aggregation` covers windowed aggregation (tumbling or sliding event-time windows with a
 watermark, update or append output) and continuous (unwindowed) aggregation, with sum, count,
-avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor, the moment functions (:mod:`.moments`) and the
-object aggregates (:mod:`.object_aggs`) over any integer or string group columns. Its semantics follow Spark's own
-streaming aggregation, so that ``--mode native`` is an exact reference:
+avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor, product, the moment functions
+(:mod:`.moments`) and the object aggregates (:mod:`.object_aggs`) over any integer or string group columns. Its
+semantics follow Spark's own streaming aggregation, so that ``--mode native`` is an exact reference:
 
 * the watermark of batch v is ``max event time (ms) of batches < v - delay``; it starts at 0;
 * a (window, key) update whose window ends at or before the watermark is late: dropped and counted;
@@ -94,7 +94,8 @@ from prefetch.hints import HINT_TS, HINT_WINDOW_END, HintSpec, no_hints
 
 BOOLEAN_FUNCTIONS = {"bool_and": "min", "bool_or": "max"}  # folded as Spark's replacements: min, max of booleans
 BIT_FUNCTIONS = {"bit_and": "and", "bit_or": "or", "bit_xor": "xor"}  # folded bitwise, in the input's integer type
-AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", "count_if", *BOOLEAN_FUNCTIONS, *BIT_FUNCTIONS)
+FOLDS = {**BOOLEAN_FUNCTIONS, **BIT_FUNCTIONS, "product": "product"}  # the functions folded otherwise than by name
+AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", "count_if", *FOLDS)
 AGG_FUNCTIONS += (*MOMENT_FUNCTIONS, *OBJECT_FUNCTIONS)
 TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS)  # aggregates of a second column (Agg.other)
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
@@ -110,6 +111,7 @@ INPUT_TYPES |= {"min": (*ORDERED, *OBJECT_ORDERED), "max": (*ORDERED, *OBJECT_OR
 INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in MOMENT_FUNCTIONS}  # as doubles, as Spark casts them
 INPUT_TYPES |= {f: (T.BooleanType,) for f in ("count_if", *BOOLEAN_FUNCTIONS)}
 INPUT_TYPES |= {f: INTEGERS for f in BIT_FUNCTIONS}
+INPUT_TYPES |= {"product": (*NUMBERS, T.DecimalType)}  # as doubles, as Spark casts them
 # mode: of the types whose values misa counts with the equality of Spark's hash map (not binary, arrays, structs)
 INPUT_TYPES |= {f: (*ORDERED, T.StringType, T.BooleanType, T.DecimalType) for f in MODE_FUNCTIONS}
 INPUT_TYPES |= {"percentile_approx": PERCENTILE_TYPES}
@@ -127,7 +129,7 @@ class Agg:
     for the functions of two columns (:data:`TWO_COLUMNS`), ``other``: covariance's and correlation's y, max_by's
     and min_by's ordering.
 
-    Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor,
+    Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor, product,
     (:mod:`misa.operators.moments`)
     stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
     (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
@@ -238,7 +240,7 @@ class Agg:
             column = column.cast("bigint")
         function = BOOLEAN_FUNCTIONS.get(self.function, self.function)
         partials = {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}
-        partials |= {"bit_and": F.bit_and, "bit_or": F.bit_or, "bit_xor": F.bit_xor}
+        partials |= {"bit_and": F.bit_and, "bit_or": F.bit_or, "bit_xor": F.bit_xor, "product": F.product}
         return partials[function](column)
 
     def partial_count(self) -> Column:
@@ -249,8 +251,8 @@ class Agg:
         """How partial values of ``value_type`` (the Arrow type of :meth:`partial`) combine."""
         if self.function in MOMENT_FUNCTIONS:
             return Fold(self.name, moment_fold(self.function), floating=True)
-        op = BOOLEAN_FUNCTIONS.get(self.function) or BIT_FUNCTIONS.get(self.function, self.function)
-        op = op if op in ("min", "max", *BIT_FUNCTIONS.values()) else "sum"
+        op = FOLDS.get(self.function, self.function)
+        op = op if op in ("min", "max", *FOLDS.values()) else "sum"
         return Fold(self.name, op, pa.types.is_floating(value_type))
 
 

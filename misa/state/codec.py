@@ -213,9 +213,9 @@ def _variable_parts(column: pa.Array) -> pa.Array:
 
 @dataclass(frozen=True)
 class Fold:
-    """How one aggregate's value folds: ``op`` (sum, min or max; and, or, xor: bitwise, of integers) over int64 or
-    (``floating``) float64 values, or moments (:data:`~misa.state.moment_folds.EXTRA_CELLS`: float64 mean, count and
-    further cells).
+    """How one aggregate's value folds: ``op`` (sum, min or max; and, or, xor: bitwise, of integers; product, of
+    doubles) over int64 or (``floating``) float64 values, or moments (:data:`~misa.state.moment_folds.EXTRA_CELLS`:
+    float64 mean, count and further cells).
 
     ``name`` is the aggregate's output column, for error messages.
     """
@@ -233,7 +233,9 @@ class Fold:
     def identity(self) -> int | float:
         """The value of no rows: ``x`` folded with it is ``x`` (float min: NaN, the top of Spark's order)."""
         if self.floating:
-            return 0.0 if self.op in EXTRA_CELLS else {"sum": 0.0, "min": np.nan, "max": -np.inf}[self.op]
+            return (
+                0.0 if self.op in EXTRA_CELLS else {"sum": 0.0, "min": np.nan, "max": -np.inf, "product": 1.0}[self.op]
+            )
         return {"sum": 0, "min": INT64.max, "max": INT64.min, "and": -1, "or": 0, "xor": 0}[self.op]
 
     def reduce(self, values: np.ndarray, starts: np.ndarray, ansi: bool) -> np.ndarray:
@@ -245,7 +247,10 @@ class Fold:
         if self.op == "sum" and not self.floating and ansi:
             _check_sum(values, starts, self.name)
         ufunc = {"sum": np.add, "min": np.fmin if self.floating else np.minimum, "max": np.maximum}.get(self.op)
-        ufunc = ufunc or {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[self.op]
+        ufunc = (
+            ufunc
+            or {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "product": np.multiply}[self.op]
+        )
         return ufunc.reduceat(values, starts)
 
 

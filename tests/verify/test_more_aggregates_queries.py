@@ -1,5 +1,5 @@
-"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor, try_sum, try_avg) written in Spark's API, through
-misa.from_query and through plain Spark, compared batch id by batch id over random rows with restarts
+"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor, try_sum, try_avg, product) written in Spark's API,
+through misa.from_query and through plain Spark, compared batch id by batch id over random rows with restarts
 (:func:`verify.differential.runner.run_case`): every output mode, tumbling, sliding and session windows and none."""
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ CASES = {
     ),
     "sliding windows, update: try_sum, try_avg of doubles": Query(
         "sliding", {"k0": "int"}, ("try_sum", "try_avg"), "double", 10, 5, 2
+    ),
+    "sliding windows, append: product of doubles": Query(
+        "sliding", {"k0": "string"}, ("product", "count"), "double", 10, 5, 2, "append"
+    ),
+    "session windows, append: product of decimals": Query(
+        "session", {"k0": "int"}, ("product", "sum"), "decimal(12,2)", 5, delay_s=2, output_mode="append"
     ),
     "no window, complete: bit_and, bit_or of integers": Query(
         "global", {"k0": "bigint"}, ("bit_and", "bit_or"), "bigint", output_mode="complete"

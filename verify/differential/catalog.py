@@ -658,6 +658,14 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("fn:bit_and:bigint", "fn:bit_or:sliding", "fn:bit_xor:session", "fn:bit_and:global"),
     ),
     Entry(
+        "`product(col)` of numbers (sliding and session windows too)",
+        RUNS,
+        lambda r: windowed(r, F.product("v"), F.product("d")),
+        note="Spark's product of the values as doubles, nulls skipped, null without a value; misa multiplies each "
+        "batch's partial products (and a sliding window's panes) in its own order: equal up to floating-point rounding",
+        covered_by=("fn:product:bigint", "fn:product:double", "fn:product:sliding", "fn:product:session"),
+    ),
+    Entry(
         "`try_sum(col)` of floating values, `try_avg(col)` of numbers but decimals",
         RUNS,
         lambda r: windowed(r, F.try_sum(F.col("v").cast("double")), F.try_avg("v")),
@@ -844,7 +852,7 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`histogram_numeric`, `regr_*`, `listagg`, `product`, ...)",
+        "other aggregate functions (`histogram_numeric`, `regr_*`, `listagg`, ...)",
         REFUSED,
         lambda r: windowed(r, F.histogram_numeric("v", F.lit(3))),
         note="the functions above",

@@ -73,6 +73,7 @@ BIT_FUNCTIONS = ("bit_and", "bit_or", "bit_xor")  # of integers: drawn by _with_
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in BIT_FUNCTIONS}
 TRY_FUNCTIONS = ("try_sum", "try_avg")  # drawn by _with_try_functions; misa refuses those that can overflow
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in TRY_FUNCTIONS}
+SPARK_FUNCTIONS |= {"product": F.product}  # drawn by _with_product
 REFUSED_OVERFLOW = "is null where its sum overflows"  # misa's refusal of try_sum of integers, try_ of decimals
 # mode with its ties broken by Spark's order (mode(col) breaks them by its hash map's order: docs/spark-queries.md)
 MODE_FUNCTIONS = ("mode", "mode_highest")
@@ -321,6 +322,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_mode(random.Random(f"from_query-mode-{seed}"), query)
         query = _with_bit_functions(random.Random(f"from_query-bits-{seed}"), query)
         query = _with_try_functions(random.Random(f"from_query-try-{seed}"), query)
+        query = _with_product(random.Random(f"from_query-product-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
     query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
@@ -482,6 +484,14 @@ def _with_try_functions(rng: random.Random, query: Query) -> Query:
     refused = [f for f in TRY_FUNCTIONS if f not in runs]
     drawn = rng.choice(refused if refused and (not runs or rng.random() < 0.1) else runs)
     return query if drawn in query.functions else replace(query, functions=query.functions + (drawn,))
+
+
+def _with_product(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of numbers with, at random, product (drawn from its own ``rng``, so every seed keeps
+    its earlier form and rows): every window."""
+    if not _aggregates_numbers(query) or "product" in query.functions or rng.random() >= 0.12:
+        return query
+    return replace(query, functions=query.functions + ("product",))
 
 
 def _may_overflow(function: str, value_type: str) -> bool:
