@@ -333,7 +333,7 @@ class AggValues:
             if agg.function == "avg":
                 value = value / np.maximum(count, 1)
             elif agg.function in MOMENT_FUNCTIONS:
-                value, empty = moment_results(agg.function, count, self.states.moments(states, i))
+                value, empty = moment_results(agg.function, count, value, self.states.moments(states, i))
             if agg.function in BOOLEAN_FUNCTIONS:
                 out[agg.name] = pa.array(value != 0, mask=empty)
             elif pa.types.is_floating(t):

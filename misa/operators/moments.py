@@ -1,4 +1,6 @@
-"""Spark's moment functions, kept as moments: stddev and variance, skewness and kurtosis, covariance and correlation.
+"""Spark's moment functions, kept as moments: stddev and variance, skewness and kurtosis, covariance and correlation,
+and the linear regression's sums, slope, intercept and R² (``regr_*``, of a dependent y and an independent x: the
+aggregate's column is x, its other column y).
 
 A group's moments (:mod:`misa.state.moment_folds`) are computed as Spark's ``CentralMomentAgg`` and
 ``PearsonCorrelation`` compute them: over doubles (Spark casts the inputs), each batch's partial moments from Spark,
@@ -18,7 +20,8 @@ from misa.state.moment_folds import COMOMENTS, MOMENTS, MOMENTS4
 
 VARIANCE_FUNCTIONS = ("stddev_samp", "stddev_pop", "var_samp", "var_pop")
 SHAPE_FUNCTIONS = ("skewness", "kurtosis")
-CO_MOMENT_FUNCTIONS = ("covar_pop", "covar_samp", "corr")  # of two columns
+REGRESSION_FUNCTIONS = ("regr_sxx", "regr_syy", "regr_sxy", "regr_slope", "regr_intercept", "regr_r2")
+CO_MOMENT_FUNCTIONS = ("covar_pop", "covar_samp", "corr", *REGRESSION_FUNCTIONS)  # of two columns
 MOMENT_FUNCTIONS = (*VARIANCE_FUNCTIONS, *SHAPE_FUNCTIONS, *CO_MOMENT_FUNCTIONS)
 
 
@@ -53,11 +56,15 @@ def moment_count(function: str, x: Column, y: Column | None = None) -> Column:
     return F.count(x)
 
 
-def moment_results(function: str, count: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``function``'s values of groups of ``count`` inputs with moments ``cells`` (the cells after the mean and the
-    count), and where they are null, as Spark's evaluate expressions give them."""
+def moment_results(
+    function: str, count: np.ndarray, mean: np.ndarray, cells: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``function``'s values of groups of ``count`` inputs with moments ``mean`` and ``cells`` (those after the mean
+    and the count), and where they are null, as Spark's evaluate expressions give them."""
     n = count.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if function in REGRESSION_FUNCTIONS:
+            return _regression(function, n, mean, cells)
         if function in CO_MOMENT_FUNCTIONS:
             ck, xmk, ymk = cells[:, 1], cells[:, 2], cells[:, 3]
             if function == "covar_pop":
@@ -78,3 +85,19 @@ def moment_results(function: str, count: np.ndarray, cells: np.ndarray) -> tuple
         null = divisor <= 0
         value = m2 / np.where(null, 1.0, divisor)
         return (np.sqrt(value) if function.startswith("stddev") else value), null
+
+
+def _regression(function: str, n: np.ndarray, x_mean: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``regr_*`` function's values over the pairs where both columns are non-null (the co-moments of x and y), as
+    Spark evaluates it: the sums null without a pair; the slope, intercept and R² null where x is constant, R² 1 where
+    only y is."""
+    y_mean, ck, xmk, ymk = cells[:, 0], cells[:, 1], cells[:, 2], cells[:, 3]
+    if function in ("regr_sxx", "regr_syy", "regr_sxy"):
+        return {"regr_sxx": xmk, "regr_syy": ymk, "regr_sxy": ck}[function], n == 0
+    flat = xmk == 0
+    safe = np.where(flat, 1.0, xmk)
+    if function == "regr_slope":
+        return ck / safe, flat
+    if function == "regr_intercept":
+        return y_mean - ck / safe * x_mean, flat
+    return np.where(ymk == 0, 1.0, ck * ck / np.where(ymk == 0, 1.0, ymk) / safe), flat

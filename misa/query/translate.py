@@ -64,6 +64,10 @@ FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_
 FUNCTIONS |= {"ApproximatePercentile": "percentile_approx", "PercentileDisc": "percentile_disc"}
 FUNCTIONS |= {"Percentile": "percentile", "PercentileCont": "percentile", "Median": "percentile"}
 FUNCTIONS |= {"BitAndAgg": "bit_and", "BitOrAgg": "bit_or", "BitXorAgg": "bit_xor", "Product": "product"}
+REGRESSIONS = {"RegrSXX": "regr_sxx", "RegrSYY": "regr_syy", "RegrSXY": "regr_sxy", "RegrSlope": "regr_slope"}
+REGRESSIONS |= {"RegrIntercept": "regr_intercept", "RegrR2": "regr_r2"}  # of (y, x): misa's column x, other y
+PAIRED = {"RegrCount": ("count", "1"), "RegrAvgX": ("avg", "x"), "RegrAvgY": ("avg", "y")}  # over non-null pairs
+FUNCTIONS |= REGRESSIONS | {kind: function for kind, (function, _) in PAIRED.items()}
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
@@ -333,6 +337,10 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         percentiles = Percentiles(tuple(percentages), array)
         misa_function += "_desc" if descending else ""
         return Agg(name, misa_function, _argument_column(arguments[0], translation), percentiles=percentiles)
+    if function.kind in PAIRED:
+        return Agg(name, misa_function, _paired_column(function, translation))
+    if function.kind in REGRESSIONS:
+        arguments = arguments[::-1]
     if len(arguments) != (2 if misa_function in TWO_COLUMNS else 1):
         raise refused(node, f"{aggregate.sql} takes {len(arguments)} columns", "an aggregate of one column")
     if function.kind == "Count" and arguments[0].kind == "Literal" and arguments[0].value is not None:
@@ -343,6 +351,16 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         misa_function = "mode_highest"
     columns = [_argument_column(argument, translation) for argument in arguments]
     return Agg(name, misa_function, *columns)
+
+
+def _paired_column(function: Expr, translation: Translation) -> str:
+    """A column misa adds for ``regr_count``, ``regr_avgx`` or ``regr_avgy`` of (y, x): 1, x or y where both are
+    non-null, else null, as Spark's replacement of them counts or averages."""
+    y, x = function.children
+    kept = {"1": "1", "x": x.sql, "y": y.sql}[PAIRED[function.kind][1]]
+    column = ARGUMENT.format(len(translation.extra_columns))
+    translation.extra_columns.append((column, f"IF(({y.sql}) IS NOT NULL AND ({x.sql}) IS NOT NULL, {kept}, NULL)"))
+    return column
 
 
 def _cannot_overflow(function: Expr) -> bool:

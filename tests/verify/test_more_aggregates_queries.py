@@ -1,6 +1,7 @@
-"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor, try_sum, try_avg, product) written in Spark's API,
-through misa.from_query and through plain Spark, compared batch id by batch id over random rows with restarts
-(:func:`verify.differential.runner.run_case`): every output mode, tumbling, sliding and session windows and none."""
+"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor, try_sum, try_avg, product, regr_*) written in
+Spark's API, through misa.from_query and through plain Spark, compared batch id by batch id over random rows with
+restarts (:func:`verify.differential.runner.run_case`): every output mode, tumbling, sliding and session windows and
+none."""
 
 from __future__ import annotations
 
@@ -55,6 +56,15 @@ CASES = {
     ),
     "session windows, append: product of decimals": Query(
         "session", {"k0": "int"}, ("product", "sum"), "decimal(12,2)", 5, delay_s=2, output_mode="append"
+    ),
+    "tumbling windows, update: regr_count, regr_avgx, regr_slope, regr_r2 of integers": Query(
+        "tumbling", {"k0": "string"}, ("regr_count", "regr_avgx", "regr_slope", "regr_r2"), "bigint", 10, 10, 2
+    ),
+    "sliding windows, append: regr_sxx, regr_syy, regr_intercept of doubles": Query(
+        "sliding", {"k0": "int"}, ("regr_sxx", "regr_syy", "regr_intercept"), "double", 10, 5, 2, "append"
+    ),
+    "session windows, append: regr_sxy, regr_avgy of decimals": Query(
+        "session", {"k0": "string"}, ("regr_sxy", "regr_avgy"), "decimal(12,2)", 5, delay_s=2, output_mode="append"
     ),
     "no window, complete: bit_and, bit_or of integers": Query(
         "global", {"k0": "bigint"}, ("bit_and", "bit_or"), "bigint", output_mode="complete"

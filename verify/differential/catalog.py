@@ -666,6 +666,18 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("fn:product:bigint", "fn:product:double", "fn:product:sliding", "fn:product:session"),
     ),
     Entry(
+        "`regr_count`, `regr_avgx`, `regr_avgy`, `regr_sxx`, `regr_syy`, `regr_sxy`, `regr_slope`, `regr_intercept`, "
+        "`regr_r2` (sliding and session windows too)",
+        RUNS,
+        lambda r: windowed(
+            r, F.regr_count("v", "t"), F.regr_avgx("d", "v"), F.regr_slope("v", "t"), F.regr_r2("t", "v")
+        ),
+        note="over the rows where both columns are non-null: the count and averages as Spark's replacements (`count`, "
+        "`avg`), the others from the pairs' co-moments as Spark evaluates them (null without a pair; slope, intercept "
+        "and R² null where x is constant, R² 1 where only y is): equal up to floating-point rounding",
+        covered_by=("fn:regr_count:bigint", "fn:regr_slope:double", "fn:regr_r2:sliding", "fn:regr_sxy:session"),
+    ),
+    Entry(
         "`try_sum(col)` of floating values, `try_avg(col)` of numbers but decimals",
         RUNS,
         lambda r: windowed(r, F.try_sum(F.col("v").cast("double")), F.try_avg("v")),
@@ -852,7 +864,8 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`histogram_numeric`, `regr_*`, `listagg`, ...)",
+        "other aggregate functions (`histogram_numeric`, `listagg` / `string_agg`, `hll_sketch_agg`, "
+        "`count_min_sketch`, ...)",
         REFUSED,
         lambda r: windowed(r, F.histogram_numeric("v", F.lit(3))),
         note="the functions above",

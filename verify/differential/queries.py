@@ -74,6 +74,9 @@ SPARK_FUNCTIONS |= {f: getattr(F, f) for f in BIT_FUNCTIONS}
 TRY_FUNCTIONS = ("try_sum", "try_avg")  # drawn by _with_try_functions; misa refuses those that can overflow
 SPARK_FUNCTIONS |= {f: getattr(F, f) for f in TRY_FUNCTIONS}
 SPARK_FUNCTIONS |= {"product": F.product}  # drawn by _with_product
+REGRESSION_FUNCTIONS = tuple(f"regr_{f}" for f in ("count", "avgx", "avgy", "sxx", "syy", "sxy", "slope"))
+REGRESSION_FUNCTIONS += ("regr_intercept", "regr_r2")  # of (v, t): drawn by _with_regressions
+SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(c, "t") for f in REGRESSION_FUNCTIONS}
 REFUSED_OVERFLOW = "is null where its sum overflows"  # misa's refusal of try_sum of integers, try_ of decimals
 # mode with its ties broken by Spark's order (mode(col) breaks them by its hash map's order: docs/spark-queries.md)
 MODE_FUNCTIONS = ("mode", "mode_highest")
@@ -323,6 +326,7 @@ def random_query_case(seed: int) -> Case:
         query = _with_bit_functions(random.Random(f"from_query-bits-{seed}"), query)
         query = _with_try_functions(random.Random(f"from_query-try-{seed}"), query)
         query = _with_product(random.Random(f"from_query-product-{seed}"), query)
+        query = _with_regressions(random.Random(f"from_query-regressions-{seed}"), query)
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
     query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
@@ -492,6 +496,15 @@ def _with_product(rng: random.Random, query: Query) -> Query:
     if not _aggregates_numbers(query) or "product" in query.functions or rng.random() >= 0.12:
         return query
     return replace(query, functions=query.functions + ("product",))
+
+
+def _with_regressions(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of numbers with, at random, one or two regr_* functions of its values on the event
+    time (drawn from their own ``rng``, so every seed keeps its earlier form and rows): every window."""
+    if not _aggregates_numbers(query) or rng.random() >= 0.15:
+        return query
+    drawn = tuple(f for f in rng.sample(REGRESSION_FUNCTIONS, rng.randint(1, 2)) if f not in query.functions)
+    return replace(query, functions=query.functions + drawn)
 
 
 def _may_overflow(function: str, value_type: str) -> bool:
