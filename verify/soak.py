@@ -71,6 +71,7 @@ from misa.cli.main import name_list
 from misa.config_keys import CommitMode
 from misa.runtime.spark_log import SparkCheckpointLog
 from services.s3_server import start_s3_server
+from verify.cluster_start import start_named_apart
 from verify.output_diff import Output, RowDiff, diff_rows, final_rows, read_output, without_batch_ids
 from verify.soak_kafka import PARTITIONS, SOURCES, SoakTopics, kafka_layout, submit_options
 
@@ -481,18 +482,22 @@ def run_attempt(
     shutil.rmtree(once, ignore_errors=True)
     once.mkdir(parents=True)
     with log.open("w") as out:
-        proc = subprocess.Popen(
-            cmd,
-            env={
-                **env,
-                ENV_VAR: ";".join(filter(None, [kill.failpoints if kill else "", failpoints])),
-                LOG_VAR: str(told),
-                ONCE_VAR: str(once),
-            },
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+
+        def start() -> subprocess.Popen:
+            return subprocess.Popen(
+                cmd,
+                env={
+                    **env,
+                    ENV_VAR: ";".join(filter(None, [kill.failpoints if kill else "", failpoints])),
+                    LOG_VAR: str(told),
+                    ONCE_VAR: str(once),
+                },
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+        proc = start_named_apart(start, log) if any("local-cluster" in part for part in cmd) else start()
         try:
             code: int | None = proc.wait(timeout=max(0.0, until - time.monotonic()))
             stopped = False
