@@ -358,9 +358,7 @@ def _paired_column(function: Expr, translation: Translation) -> str:
     non-null, else null, as Spark's replacement of them counts or averages."""
     y, x = function.children
     kept = {"1": "1", "x": x.sql, "y": y.sql}[PAIRED[function.kind][1]]
-    column = ARGUMENT.format(len(translation.extra_columns))
-    translation.extra_columns.append((column, f"IF(({y.sql}) IS NOT NULL AND ({x.sql}) IS NOT NULL, {kept}, NULL)"))
-    return column
+    return _added_column(f"IF(({y.sql}) IS NOT NULL AND ({x.sql}) IS NOT NULL, {kept}, NULL)", translation)
 
 
 def _cannot_overflow(function: Expr) -> bool:
@@ -376,8 +374,13 @@ def _argument_column(argument: Expr, translation: Translation) -> str:
     """The source column of an aggregate's argument: its column, or one misa adds computing the expression."""
     if argument.attr is not None:
         return argument.attr.name
+    return _added_column(argument.sql, translation)
+
+
+def _added_column(sql: str, translation: Translation) -> str:
+    """A source column misa adds computing ``sql``; its name."""
     column = ARGUMENT.format(len(translation.extra_columns))
-    translation.extra_columns.append((column, argument.sql))
+    translation.extra_columns.append((column, sql))
     return column
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from functools import reduce
+from typing import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -474,28 +475,26 @@ def _with_bit_functions(rng: random.Random, query: Query) -> Query:
     their own ``rng``, so every seed keeps its earlier form and rows): every window."""
     if query.operator == "stream_join" or query.value_type != "bigint" or rng.random() >= 0.25:
         return query
-    drawn = tuple(f for f in rng.sample(BIT_FUNCTIONS, rng.randint(1, 2)) if f not in query.functions)
-    return replace(query, functions=query.functions + drawn)
+    return _added(query, rng.sample(BIT_FUNCTIONS, rng.randint(1, 2)))
 
 
 def _with_try_functions(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of numbers with, at random, try_sum or try_avg (drawn from their own ``rng``, so every
     seed keeps its earlier form and rows): those that sum in doubles (try_sum of doubles, try_avg of anything but
     decimals) run; now and then one that can overflow, which misa refuses at start (:func:`expected_refusal`)."""
-    if query.operator == "stream_join" or not _aggregates_numbers(query) or rng.random() >= 0.2:
+    if not _aggregates_numbers(query) or rng.random() >= 0.2:
         return query
     runs = [f for f in TRY_FUNCTIONS if not _may_overflow(f, query.value_type)]
     refused = [f for f in TRY_FUNCTIONS if f not in runs]
-    drawn = rng.choice(refused if refused and (not runs or rng.random() < 0.1) else runs)
-    return query if drawn in query.functions else replace(query, functions=query.functions + (drawn,))
+    return _added(query, [rng.choice(refused if refused and (not runs or rng.random() < 0.1) else runs)])
 
 
 def _with_product(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of numbers with, at random, product (drawn from its own ``rng``, so every seed keeps
     its earlier form and rows): every window."""
-    if not _aggregates_numbers(query) or "product" in query.functions or rng.random() >= 0.12:
+    if not _aggregates_numbers(query) or rng.random() >= 0.12:
         return query
-    return replace(query, functions=query.functions + ("product",))
+    return _added(query, ["product"])
 
 
 def _with_regressions(rng: random.Random, query: Query) -> Query:
@@ -503,8 +502,12 @@ def _with_regressions(rng: random.Random, query: Query) -> Query:
     time (drawn from their own ``rng``, so every seed keeps its earlier form and rows): every window."""
     if not _aggregates_numbers(query) or rng.random() >= 0.15:
         return query
-    drawn = tuple(f for f in rng.sample(REGRESSION_FUNCTIONS, rng.randint(1, 2)) if f not in query.functions)
-    return replace(query, functions=query.functions + drawn)
+    return _added(query, rng.sample(REGRESSION_FUNCTIONS, rng.randint(1, 2)))
+
+
+def _added(query: Query, functions: Sequence[str]) -> Query:
+    """``query`` with those of ``functions`` it does not compute yet."""
+    return replace(query, functions=query.functions + tuple(f for f in functions if f not in query.functions))
 
 
 def _may_overflow(function: str, value_type: str) -> bool:
