@@ -1,6 +1,7 @@
 """A batch's output rows while they are still on the state hosts.
 
-A sink that writes DataFrames (:class:`~misa.io.dataframe_sink.FrameSink`: ``DataFrameSink``, ``from_query``'s
+The Parquet sink (:class:`~misa.io.spread.SpreadSink`) has the hosts write their rows themselves. A sink that writes
+DataFrames (:class:`~misa.io.dataframe_sink.FrameSink`: ``DataFrameSink``, ``from_query``'s
 output) gets them as a DataFrame that Spark's tasks read from the hosts (one task per host, over Flight), so the rows
 go from the hosts to the sink's writers without passing the driver; any other sink, a Python callable, and any sink
 of an output of at most ``spark.misa.state.hostOutputDriverRows`` rows, gets them as one Arrow table fetched by the
@@ -9,15 +10,16 @@ driver (for a small output that fetch costs less than the Spark job that would r
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.flight as flight
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from misa.hosts.server import Output, call_options
+from misa.hosts.server import Output, fetch_output, write_on_host
+from misa.io.spread import PartWriter
 from misa.parallel.routing import concatenated
 
 
@@ -39,6 +41,10 @@ class HostRows:
         return self.num_rows <= self.driver_rows
 
     @property
+    def hosts(self) -> int:
+        return len(self.outputs)
+
+    @property
     def num_rows(self) -> int:
         return sum(o.rows for o in self.outputs)
 
@@ -55,7 +61,20 @@ class HostRows:
 
     def table(self) -> pa.Table:
         """Every host's rows, fetched by the driver."""
-        return concatenated([_fetch(loc, out, self.key) for loc, out in zip(self.locations, self.outputs)])
+        return concatenated([fetch_output(loc, out.handle, self.key) for loc, out in zip(self.locations, self.outputs)])
+
+    def write_where_they_are(self, groups: Sequence[Sequence[int]], write: PartWriter) -> list[str]:
+        """Each group's rows written as part ``i`` by the group's first host (it fetches the others' from them), all
+        groups at once; the names ``write`` returned (:class:`~misa.io.spread.SpreadRows`)."""
+        calls = [
+            (self.locations[group[0]], i, [(self.locations[h], self.outputs[h].handle) for h in group])
+            for i, group in enumerate(groups)
+            if any(self.outputs[h].rows for h in group)
+        ]
+        if not calls:
+            return []
+        with ThreadPoolExecutor(len(calls)) as pool:
+            return list(pool.map(lambda call: write_on_host(*call, write, self.key), calls))
 
     def frame(self, spark: SparkSession) -> DataFrame:
         """The rows as a DataFrame read from the hosts by Spark's tasks (one per host that has rows)."""
@@ -68,15 +87,8 @@ class HostRows:
             target = pa.ipc.read_schema(pa.py_buffer(wire))
             for batch in batches:
                 for index in batch.column(0).to_pylist():
-                    yield from _fetch(*sources[index], key).cast(target).to_batches()
+                    location, out = sources[index]
+                    yield from fetch_output(location, out.handle, key).cast(target).to_batches()
 
         ids = spark.range(0, len(sources), 1, max(1, len(sources)))
         return ids.mapInArrow(read, from_arrow_schema(schema))
-
-
-def _fetch(location: str, output: Output, key: bytes) -> pa.Table:
-    client = flight.FlightClient(location)
-    try:
-        return client.do_get(flight.Ticket(output.handle.encode()), call_options(key)).read_all()
-    finally:
-        client.close()

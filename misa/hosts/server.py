@@ -8,6 +8,8 @@ over the network.
   error, pickled back), one at a time; ``ping`` answers at once, also while a request runs, so the driver can
   tell a busy host from a hung one.
 * ``do_get`` hands over the output table the worker left (the newest batch's).
+* ``do_action`` ``write`` writes output tables (its own and other hosts', fetched from them) through a pickled
+  writer, a sink's part (:class:`~misa.io.spread.SpreadSink`), beside the requests: it reads only outputs.
 
 Every call must carry the launch's key (:func:`call_options`), which only the driver and the query's tasks know:
 the requests are pickled, so a host must never read one from anyone else. The traffic itself is not encrypted,
@@ -26,9 +28,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from misa.parallel.routing import concatenated
 from misa.parallel.worker import CLOSE, portable
 
-REQUEST, PING = "request", "ping"
+REQUEST, PING, WRITE = "request", "ping", "write"
 KEY_HEADER = "misa-host-key"  # every call carries the launch's key: a host runs no request of anyone else's
 
 
@@ -124,6 +127,34 @@ class HostTables:
         with self._lock:
             return self._outputs[handle]
 
+    def holds(self, handle: str) -> bool:
+        with self._lock:
+            return handle in self._outputs
+
+
+def fetch_output(location: str, handle: str, key: bytes) -> pa.Table:
+    """The output table a host (at ``location``) left under ``handle``."""
+    client = flight.FlightClient(location)
+    try:
+        return client.do_get(flight.Ticket(handle.encode()), call_options(key)).read_all()
+    finally:
+        client.close()
+
+
+def write_on_host(location: str, part: int, sources: list[tuple[str, str]], write: Any, key: bytes) -> str:
+    """Have the host at ``location`` write the output tables ``sources`` (host location, handle; in order) as one
+    part ``part`` through ``write``; what ``write`` returned."""
+    client = flight.FlightClient(location)
+    try:
+        body = pickle.dumps((part, sources, write))
+        (reply,) = client.do_action(flight.Action(WRITE, body), call_options(key))
+    finally:
+        client.close()
+    status, value = pickle.loads(reply.body.to_pybytes())
+    if status == "error":
+        raise value
+    return value
+
 
 class StateHostServer(flight.FlightServerBase):
     """Serves one worker's requests and tables; :meth:`closed` is set once the worker answered ``close``."""
@@ -134,6 +165,7 @@ class StateHostServer(flight.FlightServerBase):
         self.tables = tables
         self.closed = threading.Event()
         self._one_request = threading.Lock()
+        self._key = key
 
     def do_put(self, context: Any, descriptor: flight.FlightDescriptor, reader: Any, writer: Any) -> None:
         self.tables.put(list(descriptor.path), reader.read_all())
@@ -144,19 +176,33 @@ class StateHostServer(flight.FlightServerBase):
     def do_action(self, context: Any, action: flight.Action) -> list[bytes]:
         if action.type == PING:
             return [b"ok"]
+        if action.type == WRITE:
+            return [pickle.dumps(_replied(self._write, *pickle.loads(action.body.to_pybytes())))]
         if action.type != REQUEST:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
         name, args = pickle.loads(action.body.to_pybytes())
         with self._one_request:
-            try:
-                reply = ("ok", self._answer(name, args))
-            except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
-                reply = ("error", portable(exc))
+            reply = _replied(self._answer, name, args)
         if name == CLOSE:
             self.closed.set()
         return [pickle.dumps(reply)]
+
+    def _write(self, part: int, sources: list[tuple[str, str]], write: Any) -> Any:
+        tables = [
+            self.tables.fetch(handle) if self.tables.holds(handle) else fetch_output(location, handle, self._key)
+            for location, handle in sources
+        ]
+        return write(part, concatenated(tables))
 
     def _answer(self, name: str, args: tuple[Any, ...]) -> Any:
         if name == "drop":
             return self.tables.drop(*args)
         return getattr(self.worker, name)(*args)
+
+
+def _replied(answer: Any, *args: Any) -> tuple[str, Any]:
+    """``answer(*args)`` as a reply: ("ok", its value) or ("error", the error, portable to the driver)."""
+    try:
+        return "ok", answer(*args)
+    except Exception as exc:  # noqa: BLE001 - goes to the driver, which raises it
+        return "error", portable(exc)

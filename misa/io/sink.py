@@ -4,15 +4,17 @@ whole (see :mod:`misa.io.batch_output`), so a reader never sees a batch twice or
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from misa.io.batch_output import BatchFolders, attempt_name
+from misa.io.spread import SpreadRows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,9 +41,22 @@ class ParquetBatchSink:
         write = partial(_write_parts, folder, attempt, tuple(self.sort_by))
         parts = frame.coalesce(1) if self.sort_by else frame
         names = [row.name for row in parts.mapInArrow(write, "name string").collect()]
-        if not names:  # no partition: the batch's file has no rows, but its columns
-            empty = to_arrow_schema(frame.schema, timezone="UTC").empty_table()
-            names = [_write_part(folder, attempt, 0, empty, ())]
+        self._point(batch_id, attempt, names, lambda: to_arrow_schema(frame.schema, timezone="UTC"))
+
+    def write_spread(self, batch_id: int, rows: SpreadRows) -> None:
+        """Write the batch's rows where the state hosts hold them: each host writes its rows as one file (with
+        ``sort_by``, the first host all rows as one sorted file), and the driver only commits their names."""
+        attempt, folder = self.folders.new_attempt(batch_id), self.folders.folder_url(batch_id)
+        groups = [range(rows.hosts)] if self.sort_by else [[host] for host in range(rows.hosts)]
+        names = rows.write_where_they_are(groups, PartFile(folder, attempt, tuple(self.sort_by)))
+        self._point(batch_id, attempt, names, lambda: rows.schema)
+
+    def _point(self, batch_id: int, attempt: str, names: list[str], schema: Callable[[], pa.Schema | None]) -> None:
+        """Commit ``attempt``'s files as the batch's output; no file (no rows): one of the columns of ``schema``."""
+        if not names:
+            columns = schema()
+            empty = columns.empty_table() if columns is not None else pa.table({})
+            names = [PartFile(self.folders.folder_url(batch_id), attempt, ())(0, empty)]
         self.folders.point(batch_id, attempt, sorted(names))
 
 
@@ -54,12 +69,20 @@ def _parquet_bytes(table: pa.Table, sort_by: Sequence[tuple[str, str]]) -> bytes
     return buffer.getvalue()
 
 
-def _write_part(folder_url: str, attempt: str, partition: int, table: pa.Table, sort_by: Sequence) -> str:
-    """Write ``table`` as partition ``partition``'s file of ``attempt`` in ``folder_url``; its name."""
-    name = attempt_name(f"part-{partition:05d}.parquet", attempt)
-    fs, folder = fsspec.core.url_to_fs(folder_url)
-    fs.pipe_file(f"{folder.rstrip('/')}/{name}", _parquet_bytes(table, sort_by))
-    return name
+@dataclass(frozen=True)
+class PartFile:
+    """Writes a part of a batch's rows as its Parquet file (sorted by ``sort_by``) of ``attempt`` in
+    ``folder_url``; returns the file's name."""
+
+    folder_url: str
+    attempt: str
+    sort_by: tuple = ()
+
+    def __call__(self, part: int, table: pa.Table) -> str:
+        name = attempt_name(f"part-{part:05d}.parquet", self.attempt)
+        fs, folder = fsspec.core.url_to_fs(self.folder_url)
+        fs.pipe_file(f"{folder.rstrip('/')}/{name}", _parquet_bytes(table, self.sort_by))
+        return name
 
 
 def _write_parts(
@@ -72,7 +95,7 @@ def _write_parts(
     if not parts:  # an empty partition writes no file
         return
     table = pa.Table.from_batches(parts)
-    name = _write_part(folder_url, attempt, TaskContext.get().partitionId(), table, sort_by)
+    name = PartFile(folder_url, attempt, sort_by)(TaskContext.get().partitionId(), table)
     yield pa.RecordBatch.from_pydict({"name": [name]})
 
 

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 
 from misa.hosts.output import HostRows
 from misa.io.dataframe_sink import FrameSink
+from misa.io.spread import SpreadSink
 from misa.obs.metrics import BatchMetrics
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport
 from misa.operators.base import OperatorResult
@@ -154,11 +155,15 @@ class BatchLoop:
             return self.parts.merger.apply(deltas, view)
 
     def _deliver(self, batch_id: int, output: pa.Table | HostRows, batch: DataFrame) -> None:
-        """Hand the batch's output to the sink: rows still on the state hosts go as a DataFrame read from them to a
-        sink that writes DataFrames (unless they are few), else as a table fetched by the driver; a host lost
-        meanwhile is replaced and the output written again (the sinks replace a batch's output by its id)."""
+        """Hand the batch's output to the sink: rows still on the state hosts (unless they are few) are written by
+        the hosts for a sink that lets them, go as a DataFrame read from them to a sink that writes DataFrames, else
+        as a table fetched by the driver; a host lost meanwhile is replaced and the output written again (the sinks
+        replace a batch's output by its id)."""
         while isinstance(output, HostRows):
             try:
+                if isinstance(self.sink, SpreadSink) and output.num_columns and not output.by_driver:
+                    self.sink.write_spread(batch_id, output)
+                    return
                 if isinstance(self.sink, FrameSink) and output.num_columns and not output.by_driver:
                     self.sink.write_frame(batch_id, output.frame(batch.sparkSession))
                     return

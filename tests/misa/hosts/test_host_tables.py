@@ -121,6 +121,37 @@ def test_a_tasks_rows_reach_their_hosts_split_by_key_with_each_hosts_latest_valu
     assert sorted(hosts[2].take(inbox("t1", (3, 1)))["n"].to_pylist()) == expected[0]
 
 
+def test_the_parquet_sink_has_the_hosts_write_their_output_rows_where_they_are(tmp_path):
+    """``ParquetBatchSink.write_spread``: without ``sort_by`` each host with rows writes them as its own file, with it
+    the first host fetches the others' rows and writes one sorted file; the batch's rows equal the table's, and a
+    failed write (a host gone) leaves the earlier attempt replaced by the next whole."""
+    from misa.hosts.output import HostRows
+    from misa.io.sink import ParquetBatchSink, read_batches
+
+    key = b"k" * 32
+    parts = [rows(("c", 3), ("a", 1)), rows(), rows(("b", 2))]  # the middle host has no rows
+    tables = [HostTables() for _ in parts]
+    servers = [StateHostServer("grpc+tcp://127.0.0.1:0", None, t, key) for t in tables]
+    at = tuple(f"grpc+tcp://127.0.0.1:{s.port}" for s in servers)
+    try:
+        output = HostRows(at, tuple(t.share(part) for t, part in zip(tables, parts)), key)
+        for sort_by, files in (((), 2), ((("k", "ascending"),), 1)):
+            root = tmp_path / f"sorted{len(sort_by)}"
+            sink = ParquetBatchSink(root, sort_by)
+            servers[2].shutdown()
+            with pytest.raises(flight.FlightError):
+                sink.write_spread(4, output)
+            servers[2] = StateHostServer(f"{at[2]}", None, tables[2], key)  # the host back at its address
+            sink.write_spread(4, output)
+            [(batch, table)] = read_batches(root)
+            assert batch == 4 and len(list((root / "batch_id=4").glob("*.parquet"))) == files
+            written = table.to_pydict()["k"]
+            assert written == ["a", "b", "c"] if sort_by else sorted(written) == ["a", "b", "c"]
+    finally:
+        for server in servers:
+            server.shutdown()
+
+
 def test_a_sending_to_a_host_that_is_gone_replaces_it_before_any_spark_job_runs():
     """After an executor's loss every task of the delta job failed to reach its host and Spark retried each
     (``misa bench recovery --cases executor``: 15 to 20 s); the pool pings its hosts first and asks for a new host of

@@ -7,6 +7,7 @@ values are compared with a relative tolerance of 1e-9; keys and counts exactly.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cm_helpers import assert_same_results, expected_results, run_in_process
@@ -115,6 +116,42 @@ def test_with_the_state_on_the_executors_no_hint_row_passes_the_driver(
     prefetch = [r["prefetch"] for r in metrics(tmp_path)]
     assert {p["reader"] for p in prefetch} == {"spark"} and {p["source"] for p in prefetch[1:]} == {"ahead"}
     assert sum(p["hinted"] for p in prefetch) > 0 and sum(p["prefetch_hits"] for p in prefetch) > 0
+
+
+def test_with_the_state_on_the_executors_large_batches_rows_pass_neither_the_driver_nor_a_spark_job_to_the_sink(
+    spark, cm_data, tmp_path, session_conf, without_prefetch, monkeypatch
+):
+    """Every batch counted as large (``hostDeltasDriverRows`` and ``hostOutputDriverRows`` 0): the deltas go from
+    Spark's tasks to the host, and the host writes the output's Parquet file itself (no Spark job reads it, the
+    driver fetches none of it); the output is the same."""
+    from misa.hosts.output import HostRows
+    from misa.io.sink import ParquetBatchSink
+
+    real_table = HostRows.table
+
+    def fetched(rows: HostRows) -> Any:  # AssertionErrors: pytest.fail's BaseException would hang Spark's callback
+        assert not rows.num_rows, "the driver fetched the output"
+        return real_table(rows)
+
+    def read_by_spark(rows: HostRows, spark: Any) -> Any:
+        raise AssertionError("a Spark job read the output")
+
+    monkeypatch.setattr(HostRows, "table", fetched)
+    monkeypatch.setattr(HostRows, "frame", read_by_spark)
+    spread: list[int] = []
+    real_write_spread = ParquetBatchSink.write_spread
+    monkeypatch.setattr(
+        ParquetBatchSink, "write_spread", lambda sink, i, rows: [spread.append(i), real_write_spread(sink, i, rows)]
+    )
+    session_conf(
+        {
+            "spark.misa.state.placement": "executors",
+            "spark.misa.state.hostDeltasDriverRows": "0",
+            "spark.misa.state.hostOutputDriverRows": "0",
+        }
+    )
+    assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
+    assert len(spread) >= 2
 
 
 @pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
