@@ -104,13 +104,14 @@ class Settings:
         "100000",
         integer(0),
         "With placement executors: a batch's output of at most this many rows is fetched from the hosts by the driver "
-        "and handed to the sink as a table, as in the driver placement (no second Spark job for the sink's read); "
-        "a larger output goes to a sink that writes DataFrames as a DataFrame Spark's tasks read from the hosts. 0: "
-        "always the DataFrame.",
+        "and handed to the sink as a table, as in the driver placement; a larger output is written by the hosts "
+        "themselves for a ParquetBatchSink (each host its rows' file; one sorted file by one host when the sink "
+        "sorts), and goes to any other sink that writes DataFrames as a DataFrame Spark's tasks read from the hosts. "
+        "0: always so.",
     )
     state_host_deltas_driver_rows: int = setting(
         "spark.misa.state.hostDeltasDriverRows",
-        "100000",
+        "1000000",
         integer(0),
         "With placement executors: after a batch of at most this many deltas, the next batch's deltas are collected "
         "by the driver and sent to the hosts from there, as the driver placement collects them (no Python worker in "

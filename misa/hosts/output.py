@@ -1,11 +1,12 @@
 """A batch's output rows while they are still on the state hosts.
 
-The Parquet sink (:class:`~misa.io.spread.SpreadSink`) has the hosts write their rows themselves. A sink that writes
-DataFrames (:class:`~misa.io.dataframe_sink.FrameSink`: ``DataFrameSink``, ``from_query``'s
-output) gets them as a DataFrame that Spark's tasks read from the hosts (one task per host, over Flight), so the rows
-go from the hosts to the sink's writers without passing the driver; any other sink, a Python callable, and any sink
-of an output of at most ``spark.misa.state.hostOutputDriverRows`` rows, gets them as one Arrow table fetched by the
-driver (for a small output that fetch costs less than the Spark job that would read it).
+An output of at most ``spark.misa.state.hostOutputDriverRows`` rows, and any output for a Python callable sink, is
+fetched by the driver as one Arrow table (for a small output that costs less than the hosts' writes or a Spark job).
+A larger one stays where it is: the Parquet sink (:class:`~misa.io.spread.SpreadSink`, also through ``from_query``
+when no step above the stateful node needs Spark) has the hosts write their rows themselves; another sink that
+writes DataFrames (:class:`~misa.io.dataframe_sink.FrameSink`: ``DataFrameSink``, ``from_query``'s output) gets
+them as a DataFrame that Spark's tasks read from the hosts (one task per host, over Flight). Either way the rows
+never pass the driver.
 """
 
 from __future__ import annotations

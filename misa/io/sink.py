@@ -43,13 +43,14 @@ class ParquetBatchSink:
         names = [row.name for row in parts.mapInArrow(write, "name string").collect()]
         self._point(batch_id, attempt, names, lambda: to_arrow_schema(frame.schema, timezone="UTC"))
 
-    def write_spread(self, batch_id: int, rows: SpreadRows) -> None:
+    def write_spread(self, batch_id: int, rows: SpreadRows) -> bool:
         """Write the batch's rows where the state hosts hold them: each host writes its rows as one file (with
         ``sort_by``, the first host all rows as one sorted file), and the driver only commits their names."""
         attempt, folder = self.folders.new_attempt(batch_id), self.folders.folder_url(batch_id)
         groups = [range(rows.hosts)] if self.sort_by else [[host] for host in range(rows.hosts)]
         names = rows.write_where_they_are(groups, PartFile(folder, attempt, tuple(self.sort_by)))
         self._point(batch_id, attempt, names, lambda: rows.schema)
+        return True
 
     def _point(self, batch_id: int, attempt: str, names: list[str], schema: Callable[[], pa.Schema | None]) -> None:
         """Commit ``attempt``'s files as the batch's output; no file (no rows): one of the columns of ``schema``."""

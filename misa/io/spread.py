@@ -33,4 +33,6 @@ class SpreadRows(Protocol):
 class SpreadSink(Protocol):
     """A sink that writes a batch's output where the state hosts hold it."""
 
-    def write_spread(self, batch_id: int, rows: SpreadRows) -> None: ...
+    def write_spread(self, batch_id: int, rows: SpreadRows) -> bool:
+        """Write the batch's ``rows`` where they are; False: this sink cannot (nothing written: write them another
+        way)."""

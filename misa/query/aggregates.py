@@ -28,6 +28,7 @@ class ComputedOutputs:
     def __init__(self, node: PlanNode):
         self.node = node
         self.columns: dict[str, tuple[str, Expr]] = {}  # an aggregate's SQL -> (its column, the aggregate)
+        self.texts: dict[str, str] = {}  # an aggregate's SQL -> SQL over its column (listagg's)
         self.computed: dict[int, str] = {}  # the position of an output -> its SQL
 
     def add(self, position: int, output: Expr) -> list[tuple[str, Expr]]:
@@ -38,17 +39,47 @@ class ComputedOutputs:
             if e.kind == "AggregateExpression" and e.sql not in self.columns:
                 self.columns[e.sql] = (COLUMN.format(len(self.columns)), e)
                 new.append(self.columns[e.sql])
-        self.computed[position] = sql_over_aggregates(output, {sql: c for sql, (c, _) in self.columns.items()})
+                if is_listagg(e):
+                    self.texts[e.sql] = listagg_sql(self.columns[e.sql][0], e)
+        columns = {sql: c for sql, (c, _) in self.columns.items()}
+        self.computed[position] = sql_over_aggregates(output, columns, self.texts)
         return new
 
     def projection(self, output: list[OutputColumn]) -> Projection | None:
         """The node's output from misa's ``output`` columns (None: no output is computed)."""
         if not self.computed:
             return None
-        types = {a.name: a.dtype for a in self.node.output} | {c: e.dtype for c, e in self.columns.values()}
+        types = {a.name: a.dtype for a in self.node.output} | {c: _column_type(e) for c, e in self.columns.values()}
         columns = T.StructType([T.StructField(c.name, types[c.name]) for c in output])
         names = ["`" + a.name.replace("`", "``") + "`" for a in self.node.output]
         return Projection(columns, [self.computed.get(i, name) for i, name in enumerate(names)])
+
+
+def is_listagg(aggregate: Expr) -> bool:
+    """Whether ``aggregate`` is ``listagg`` (``string_agg``): misa collects its values (``collect_list``) and
+    Spark joins them (:func:`listagg_sql`)."""
+    return aggregate.children[0].kind == "ListAgg"
+
+
+def listagg_sql(column: str, aggregate: Expr) -> str:
+    """Spark's ``listagg`` of the non-null values misa collected into ``column`` in Spark's order: their
+    concatenation with the delimiter between them (none: nothing between), null when there is no value."""
+    function = aggregate.children[0]
+    delimiter, c = function.value[0], f"`{column}`"
+    if isinstance(function.dtype, T.BinaryType):
+        between = f"X'{(delimiter or b'').hex()}'"
+        joined = f"reduce(slice({c}, 2, size({c})), {c}[0], (acc, v) -> concat(acc, {between}, v))"
+    else:
+        text = (delimiter or "").replace("\\", "\\\\").replace("'", "\\'")
+        joined = f"array_join({c}, '{text}')"
+    return f"IF(size({c}) = 0, NULL, {joined})"
+
+
+def _column_type(aggregate: Expr) -> T.DataType:
+    """The type of misa's column of ``aggregate``: listagg's is the list of its values."""
+    if is_listagg(aggregate):
+        return T.ArrayType(aggregate.children[0].children[0].dtype, containsNull=False)
+    return aggregate.dtype
 
 
 def event_time_filters(source: PlanNode) -> tuple[PlanNode, str | None, list[str]]:

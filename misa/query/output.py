@@ -9,7 +9,8 @@ read from the analyzed plan, and the sink gets the result.
 
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -19,6 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from misa.exceptions import UnsupportedQueryError
 from misa.io.dataframe_sink import FrameSink
+from misa.io.spread import PartWriter, SpreadRows, SpreadSink
 from misa.operators.aggregation import OUTPUT_WINDOW
 from misa.query.key_text import decode_keys
 from misa.query.plan import PlanNode, with_attributes
@@ -44,6 +46,7 @@ class QueryOutput:
         self.sink = sink
         self.picks = translation.picks if self.steps else None  # steps that only select columns run in Arrow
         self.picked_schema = self.check()
+        self.arrow_shape = self._arrow_shape()
 
     def check(self) -> pa.Schema | None:
         """Apply the steps above the stateful node to an empty batch: a step Spark cannot run again from its SQL
@@ -61,8 +64,23 @@ class QueryOutput:
             )
         return rows.toArrow().schema if self.picks is not None else None
 
+    def _arrow_shape(self) -> ArrowShape | None:
+        """The query's output rows of the operator's in Arrow alone, when no step above the node needs Spark."""
+        if self.steps and self.picked_schema is None:
+            return None
+        columns = tuple((c.kind, c.source) for c in self.translation.output)
+        picks = tuple(self.picks) if self.picked_schema is not None else None  # type: ignore[arg-type]
+        return ArrowShape(columns, self.arrow_schema, tuple(self.names), picks, self.picked_schema)
+
     def __call__(self, batch_id: int, table: pa.Table) -> None:
         self.sink(batch_id, self.shape(table))
+
+    def write_spread(self, batch_id: int, rows: SpreadRows) -> bool:
+        """The operator's output left on the state hosts, shaped by each host and written there by a sink that
+        writes so (:class:`~misa.io.spread.SpreadSink`), when no step above the node needs Spark; False: not so."""
+        if self.arrow_shape is None or not isinstance(self.sink, SpreadSink):
+            return False
+        return self.sink.write_spread(batch_id, ShapedRows(rows, self.arrow_shape))
 
     def write_frame(self, batch_id: int, frame: DataFrame) -> None:
         """The operator's output given as a DataFrame (read from the state hosts by Spark's tasks): shaped and
@@ -72,7 +90,7 @@ class QueryOutput:
 
         def shaped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                yield from _shaped(pa.Table.from_batches([batch]), columns, arrow_schema).to_batches()
+                yield from node_rows(pa.Table.from_batches([batch]), columns, arrow_schema).to_batches()
 
         rows = frame.mapInArrow(shaped, self.schema)
         if self.steps:
@@ -86,26 +104,21 @@ class QueryOutput:
 
     def shape(self, table: pa.Table) -> pa.Table:
         """The query's output rows of the operator's output ``table``."""
-        if not table.num_columns:
-            table = self.arrow_schema.empty_table()
-        else:
-            table = _shaped(table, [(c.kind, c.source) for c in self.translation.output], self.arrow_schema)
-        if not self.steps:
-            return table.rename_columns(self.names)
-        if self.picked_schema is not None:
-            return table.select(self.picks).rename_columns(self.picked_schema.names).cast(self.picked_schema)
-        return self._stepped(table).toArrow()
+        if self.arrow_shape is not None:
+            return self.arrow_shape(table)
+        return self._stepped(self._node_rows(table)).toArrow()
 
     def frame(self, table: pa.Table) -> DataFrame:
         """The query's output rows of the operator's output ``table`` as a DataFrame (in a chain of stateful
         operators, the next operator's input: :mod:`misa.operators.chain`)."""
-        if not table.num_columns:
-            table = self.arrow_schema.empty_table()
-        else:
-            table = _shaped(table, [(c.kind, c.source) for c in self.translation.output], self.arrow_schema)
+        table = self._node_rows(table)
         if not self.steps:  # the node's own attributes, which the plan's expressions above it read
             return self._rows(self.spark.createDataFrame(table if table.num_rows else [], self.schema))
         return self._stepped(table)
+
+    def _node_rows(self, table: pa.Table) -> pa.Table:
+        """The operator's rows as the stateful node's columns."""
+        return node_rows(table, tuple((c.kind, c.source) for c in self.translation.output), self.arrow_schema)
 
     def _stepped(self, table: pa.Table) -> DataFrame:
         """The steps above the node run by Spark on the node's rows ``table``."""
@@ -141,8 +154,62 @@ class QueryOutput:
         return with_attributes(rows, self.node) if self.translation.own_attributes else rows
 
 
-def _shaped(table: pa.Table, columns: list[tuple[str, str]], schema: pa.Schema) -> pa.Table:
-    """The operator's rows as the stateful node's columns (``columns``: each one's kind and source column)."""
+@dataclass(frozen=True)
+class ArrowShape:
+    """The query's output rows of the operator's, in Arrow alone (no step above the stateful node, or steps that only
+    pick columns): the node's ``columns`` (kind and source column each) of the Arrow ``schema``, named ``names``,
+    then the ``picks`` of them as ``picked_schema`` (None: no picking). Picklable: a state host shapes its rows."""
+
+    columns: tuple[tuple[str, str], ...]
+    schema: pa.Schema
+    names: tuple[str, ...]
+    picks: tuple[int, ...] | None = None
+    picked_schema: pa.Schema | None = None
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        table = node_rows(table, self.columns, self.schema)
+        if self.picked_schema is None:
+            return table.rename_columns(list(self.names))
+        return table.select(list(self.picks or ())).rename_columns(self.picked_schema.names).cast(self.picked_schema)
+
+
+@dataclass(frozen=True)
+class ShapedRows:
+    """Output rows left on the state hosts (:class:`~misa.io.spread.SpreadRows`), each host's shaped by ``shape``
+    before it is written."""
+
+    rows: SpreadRows
+    shape: ArrowShape
+
+    @property
+    def hosts(self) -> int:
+        return self.rows.hosts
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        operator = self.rows.schema
+        return None if operator is None else self.shape(operator.empty_table()).schema
+
+    def write_where_they_are(self, groups: Sequence[Sequence[int]], write: PartWriter) -> list[str]:
+        return self.rows.write_where_they_are(groups, ShapedPart(self.shape, write))
+
+
+@dataclass(frozen=True)
+class ShapedPart:
+    """Writes a part's rows once ``shape`` made them the query's (:data:`~misa.io.spread.PartWriter`)."""
+
+    shape: ArrowShape
+    write: PartWriter
+
+    def __call__(self, part: int, table: pa.Table) -> str:
+        return self.write(part, self.shape(table))
+
+
+def node_rows(table: pa.Table, columns: Sequence[tuple[str, str]], schema: pa.Schema) -> pa.Table:
+    """The operator's rows as the stateful node's columns (``columns``: each one's kind and source column; no
+    columns: no rows)."""
+    if not table.num_columns:
+        return schema.empty_table()
     return pa.table(
         [_column(table, kind, source, field.type) for (kind, source), field in zip(columns, schema)], schema=schema
     )

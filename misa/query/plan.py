@@ -9,6 +9,7 @@ stateful operation can run in Spark again as a streaming DataFrame (:func:`dataf
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,6 +162,11 @@ def expr_of(jexpr: Any) -> Expr:
         value = (*_percentages(exact), bool(exact.reverse()), unit, legacy)
     if kind in ("Sum", "Average"):  # value: its evaluation mode (TRY: try_sum, try_avg, null on an overflow)
         value = str((jexpr.evalContext() if kind == "Sum" else jexpr).evalMode())
+    if kind == "ListAgg":  # value: (its delimiter, a constant: str, bytes or None; whether WITHIN GROUP orders it)
+        delimiter = jexpr.delimiter().eval(None)
+        delimiter = bytes(delimiter) if isinstance(delimiter, (bytes, bytearray)) else delimiter
+        value = (None if delimiter is None else delimiter if isinstance(delimiter, bytes) else str(delimiter),)
+        value += (not bool(jexpr.orderExpressions().isEmpty()),)
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None
@@ -225,10 +231,14 @@ def with_input_column(path: list[PlanNode], name: str) -> PlanNode:
     return plan_of(plan)
 
 
-def sql_over_aggregates(expr: Expr, columns: dict[str, str]) -> str:
+def sql_over_aggregates(expr: Expr, columns: dict[str, str], texts: dict[str, str]) -> str:
     """The SQL of ``expr`` with each aggregate expression in it read from a column instead (``columns``: the
-    aggregate's SQL -> the column's name), as Spark's aggregation computes its results from its aggregates."""
-    return str(_over_aggregates(expr, columns).sql())
+    aggregate's SQL -> the column's name; ``texts``: -> SQL over columns, in place of the column), as Spark's
+    aggregation computes its results from its aggregates."""
+    sql = str(_over_aggregates(expr, columns).sql())
+    for aggregate, text in texts.items():
+        sql = re.sub(rf"`?{re.escape(columns[aggregate])}`?(?!\w)", lambda _, text=text: f"({text})", sql)
+    return sql
 
 
 def _over_aggregates(expr: Expr, columns: dict[str, str]) -> Any:

@@ -28,7 +28,7 @@ from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.percentile_approx import Percentiles
 from misa.operators.sessions import SessionAggregation
-from misa.query.aggregates import ComputedOutputs, event_time_filters
+from misa.query.aggregates import ComputedOutputs, event_time_filters, is_listagg
 from misa.query.chain import upstream
 from misa.query.deduplication import translate_deduplication
 from misa.query.group_keys import GroupKey, group_keys
@@ -68,6 +68,7 @@ REGRESSIONS = {"RegrSXX": "regr_sxx", "RegrSYY": "regr_syy", "RegrSXY": "regr_sx
 REGRESSIONS |= {"RegrIntercept": "regr_intercept", "RegrR2": "regr_r2"}  # of (y, x): misa's column x, other y
 PAIRED = {"RegrCount": ("count", "1"), "RegrAvgX": ("avg", "x"), "RegrAvgY": ("avg", "y")}  # over non-null pairs
 FUNCTIONS |= REGRESSIONS | {kind: function for kind, (function, _) in PAIRED.items()}
+FUNCTIONS |= {"ListAgg": "listagg"}  # the list of its values (collect_list), joined by Spark's projection
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
 ARGUMENT = "_misa_arg{}"  # a source column misa adds for an aggregate's argument that is an expression
@@ -278,7 +279,7 @@ def _aggs(node: PlanNode, keys: list[GroupKey], window_attr: Attr | None, transl
             translation.output.append(OutputColumn(name, "window"))
         elif key is not None:
             translation.output.append(OutputColumn(name, "key text" if key.text else "column", key.column))
-        elif inner.kind == "AggregateExpression":
+        elif inner.kind == "AggregateExpression" and not is_listagg(inner):
             aggs.append(_agg(node, name, inner, translation))
             translation.output.append(OutputColumn(name, "column", name))
         else:  # over aggregates: misa computes them, Spark the expression from them
@@ -318,6 +319,8 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
             f"{function.kind.lower()}(col) (an overflow wraps around, or fails under spark.sql.ansi.enabled), or the "
             "try_ function of the column cast to double",
         )
+    if function.kind == "ListAgg":
+        return _listagg(node, name, aggregate, translation)
     misa_function = FUNCTIONS[function.kind]
     if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
         percentages, array, accuracy = function.value
@@ -351,6 +354,19 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         misa_function = "mode_highest"
     columns = [_argument_column(argument, translation) for argument in arguments]
     return Agg(name, misa_function, *columns)
+
+
+def _listagg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -> Agg:
+    """``listagg`` (``string_agg``) as misa computes it: the list of its non-null values (``collect_list``), which
+    Spark's projection joins (:func:`~misa.query.aggregates.listagg_sql`)."""
+    function = aggregate.children[0]
+    if function.value[1]:
+        raise refused(
+            node,
+            f"{aggregate.sql} orders its values (WITHIN GROUP (ORDER BY ...)), which misa does not compute yet",
+            "listagg(col, delimiter) without an order, or array_join(array_sort(collect_list(col)), delimiter)",
+        )
+    return Agg(name, "collect_list", _argument_column(function.children[0], translation))
 
 
 def _paired_column(function: Expr, translation: Translation) -> str:

@@ -161,10 +161,10 @@ class BatchLoop:
         replace a batch's output by its id)."""
         while isinstance(output, HostRows):
             try:
-                if isinstance(self.sink, SpreadSink) and output.num_columns and not output.by_driver:
-                    self.sink.write_spread(batch_id, output)
+                large = output.num_columns and not output.by_driver
+                if large and isinstance(self.sink, SpreadSink) and self.sink.write_spread(batch_id, output):
                     return
-                if isinstance(self.sink, FrameSink) and output.num_columns and not output.by_driver:
+                if large and isinstance(self.sink, FrameSink):
                     self.sink.write_frame(batch_id, output.frame(batch.sparkSession))
                     return
                 output = output.table()

@@ -693,6 +693,23 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="is null where its sum overflows",
     ),
     Entry(
+        "`listagg(col[, delimiter])`, `string_agg(col[, delimiter])` of strings or binary values",
+        DIFFERS,
+        lambda r: windowed(r, F.listagg("s"), F.string_agg(F.col("v").cast("string"), ", ")),
+        note="the non-null values joined by the delimiter, null without one: misa collects them as `collect_list` "
+        "does (bounded alike) and Spark's projection joins them, so their order is collect_list's, and differs where "
+        "its does",
+        covered_by=("fn:listagg:bigint", "fn:string_agg:double", "fn:listagg:sliding", "fn:string_agg:session"),
+    ),
+    Entry(
+        "`listagg(col) WITHIN GROUP (ORDER BY ...)`",
+        REFUSED,
+        lambda r: windowed(r, F.expr("listagg(s) WITHIN GROUP (ORDER BY s)")),
+        note="the values sorted before they are joined: `listagg(col)` without an order, or "
+        "`array_join(array_sort(collect_list(col)), delimiter)`",
+        refusal="orders its values (WITHIN GROUP",
+    ),
+    Entry(
         "`max_by(col, ord)`, `min_by(col, ord)`",
         DIFFERS,
         lambda r: windowed(r, F.max_by("s", "v"), F.min_by("v", "t")),
@@ -864,8 +881,7 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`histogram_numeric`, `listagg` / `string_agg`, `hll_sketch_agg`, "
-        "`count_min_sketch`, ...)",
+        "other aggregate functions (`histogram_numeric`, `hll_sketch_agg`, `count_min_sketch`, ...)",
         REFUSED,
         lambda r: windowed(r, F.histogram_numeric("v", F.lit(3))),
         note="the functions above",

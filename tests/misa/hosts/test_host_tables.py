@@ -124,9 +124,11 @@ def test_a_tasks_rows_reach_their_hosts_split_by_key_with_each_hosts_latest_valu
 def test_the_parquet_sink_has_the_hosts_write_their_output_rows_where_they_are(tmp_path):
     """``ParquetBatchSink.write_spread``: without ``sort_by`` each host with rows writes them as its own file, with it
     the first host fetches the others' rows and writes one sorted file; the batch's rows equal the table's, and a
-    failed write (a host gone) leaves the earlier attempt replaced by the next whole."""
+    failed write (a host gone) leaves the earlier attempt replaced by the next whole. Through ``from_query`` each
+    host first makes its rows the query's columns (:class:`~misa.query.output.ShapedRows`)."""
     from misa.hosts.output import HostRows
     from misa.io.sink import ParquetBatchSink, read_batches
+    from misa.query.output import ArrowShape, ShapedRows
 
     key = b"k" * 32
     parts = [rows(("c", 3), ("a", 1)), rows(), rows(("b", 2))]  # the middle host has no rows
@@ -147,6 +149,12 @@ def test_the_parquet_sink_has_the_hosts_write_their_output_rows_where_they_are(t
             assert batch == 4 and len(list((root / "batch_id=4").glob("*.parquet"))) == files
             written = table.to_pydict()["k"]
             assert written == ["a", "b", "c"] if sort_by else sorted(written) == ["a", "b", "c"]
+        shape = ArrowShape(
+            (("column", "n"), ("column", "k")), pa.schema([("n", pa.int64()), ("k", pa.string())]), ("x", "y")
+        )
+        ParquetBatchSink(tmp_path / "shaped").write_spread(5, ShapedRows(output, shape))  # from_query's columns
+        [(_, table)] = read_batches(tmp_path / "shaped")
+        assert table.schema.names == ["x", "y"] and sorted(table.to_pydict()["y"]) == ["a", "b", "c"]
     finally:
         for server in servers:
             server.shutdown()

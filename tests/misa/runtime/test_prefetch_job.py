@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 from cm_helpers import assert_same_results, expected_results, run_in_process
-from job_helpers import metrics
+from job_helpers import job_args, metrics, results
 
+from jobs import cluster_monitoring
 from jobs.gen.cm import generate_cm
 
 
@@ -118,12 +119,14 @@ def test_with_the_state_on_the_executors_no_hint_row_passes_the_driver(
     assert sum(p["hinted"] for p in prefetch) > 0 and sum(p["prefetch_hits"] for p in prefetch) > 0
 
 
+@pytest.mark.parametrize("api", ["operator", "from_query"])
 def test_with_the_state_on_the_executors_large_batches_rows_pass_neither_the_driver_nor_a_spark_job_to_the_sink(
-    spark, cm_data, tmp_path, session_conf, without_prefetch, monkeypatch
+    spark, cm_data, tmp_path, session_conf, without_prefetch, monkeypatch, api
 ):
     """Every batch counted as large (``hostDeltasDriverRows`` and ``hostOutputDriverRows`` 0): the deltas go from
-    Spark's tasks to the host, and the host writes the output's Parquet file itself (no Spark job reads it, the
-    driver fetches none of it); the output is the same."""
+    Spark's tasks to the host, and the output never passes the driver: the host writes its Parquet file itself (no
+    Spark job reads it), or, through ``from_query``, whose select of ``window.start`` above the aggregation runs in
+    Spark, Spark's tasks read it from the host; the output is the same."""
     from misa.hosts.output import HostRows
     from misa.io.sink import ParquetBatchSink
 
@@ -133,15 +136,18 @@ def test_with_the_state_on_the_executors_large_batches_rows_pass_neither_the_dri
         assert not rows.num_rows, "the driver fetched the output"
         return real_table(rows)
 
+    real_frame = HostRows.frame
+
     def read_by_spark(rows: HostRows, spark: Any) -> Any:
-        raise AssertionError("a Spark job read the output")
+        assert api == "from_query", "a Spark job read the output"
+        return real_frame(rows, spark)
 
     monkeypatch.setattr(HostRows, "table", fetched)
     monkeypatch.setattr(HostRows, "frame", read_by_spark)
     spread: list[int] = []
     real_write_spread = ParquetBatchSink.write_spread
     monkeypatch.setattr(
-        ParquetBatchSink, "write_spread", lambda sink, i, rows: [spread.append(i), real_write_spread(sink, i, rows)]
+        ParquetBatchSink, "write_spread", lambda sink, i, rows: spread.append(i) or real_write_spread(sink, i, rows)
     )
     session_conf(
         {
@@ -150,8 +156,10 @@ def test_with_the_state_on_the_executors_large_batches_rows_pass_neither_the_dri
             "spark.misa.state.hostOutputDriverRows": "0",
         }
     )
-    assert_same_results(run_in_process(spark, "cm2", "misa", cm_data, tmp_path), without_prefetch)
-    assert len(spread) >= 2
+    extra = ["--from-query"] if api == "from_query" else []
+    cluster_monitoring.run(spark, cluster_monitoring.parse_args([*job_args("cm2", "misa", cm_data, tmp_path), *extra]))
+    assert_same_results(results(cluster_monitoring, "cm2", tmp_path), without_prefetch)
+    assert len(spread) >= 2 if api == "operator" else not spread
 
 
 @pytest.mark.slow  # the suite's time (each Python source adds ~1.5 s to a query's start)
