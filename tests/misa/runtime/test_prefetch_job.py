@@ -119,7 +119,7 @@ def test_with_the_state_on_the_executors_no_hint_row_passes_the_driver(
     assert sum(p["hinted"] for p in prefetch) > 0 and sum(p["prefetch_hits"] for p in prefetch) > 0
 
 
-@pytest.mark.parametrize("api", ["operator", "from_query"])
+@pytest.mark.parametrize("api", ["operator", pytest.param("from_query", marks=pytest.mark.slow)])  # the suite's time
 def test_with_the_state_on_the_executors_large_batches_rows_pass_neither_the_driver_nor_a_spark_job_to_the_sink(
     spark, cm_data, tmp_path, session_conf, without_prefetch, monkeypatch, api
 ):
