@@ -94,12 +94,14 @@ def on_cluster(
 
 
 @pytest.mark.slow  # the suite's time; make test compares the executors placement with Spark in test_one_stream_split
-@pytest.mark.parametrize("api", ["operator", "from_query"])
+@pytest.mark.parametrize("api", ["operator", "from_query", "large batches"])
 def test_cm2_with_its_state_on_two_executors_equals_plain_spark(spark, small, tmp_path, api):
-    """The deltas go from Spark's tasks to the two hosts, the output from the hosts to the sink's Parquet files,
-    written by Spark's tasks."""
+    """The two hosts hold the state; with every batch counted as large, the deltas go from Spark's tasks to the
+    hosts and the hosts write the sorted output file themselves (one host fetches the other's rows)."""
     expected = native_cm_output(spark, small, tmp_path / "native")
-    done = on_cluster(small, tmp_path, "", None, *(["--from-query"] if api == "from_query" else []), query="cm2")
+    large = {"spark.misa.state.hostDeltasDriverRows": "0", "spark.misa.state.hostOutputDriverRows": "0"}
+    conf = large if api == "large batches" else None
+    done = on_cluster(small, tmp_path, "", conf, *(["--from-query"] if api == "from_query" else []), query="cm2")
     assert done.returncode == 0, done.logs[-3000:]
     assert_same_output(tmp_path, expected)
     state = tmp_path / "ckpt" / "misa-state"
