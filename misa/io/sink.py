@@ -41,7 +41,7 @@ class ParquetBatchSink:
         write = partial(_write_parts, folder, attempt, tuple(self.sort_by))
         parts = frame.coalesce(1) if self.sort_by else frame
         names = [row.name for row in parts.mapInArrow(write, "name string").collect()]
-        self._point(batch_id, attempt, names, lambda: to_arrow_schema(frame.schema, timezone="UTC"))
+        self._point(batch_id, PartFile(folder, attempt), names, lambda: to_arrow_schema(frame.schema, timezone="UTC"))
 
     def write_spread(self, batch_id: int, rows: SpreadRows) -> bool:
         """Write the batch's rows where the state hosts hold them: each host writes its rows as one file (with
@@ -49,16 +49,16 @@ class ParquetBatchSink:
         attempt, folder = self.folders.new_attempt(batch_id), self.folders.folder_url(batch_id)
         groups = [range(rows.hosts)] if self.sort_by else [[host] for host in range(rows.hosts)]
         names = rows.write_where_they_are(groups, PartFile(folder, attempt, tuple(self.sort_by)))
-        self._point(batch_id, attempt, names, lambda: rows.schema)
+        self._point(batch_id, PartFile(folder, attempt), names, lambda: rows.schema)
         return True
 
-    def _point(self, batch_id: int, attempt: str, names: list[str], schema: Callable[[], pa.Schema | None]) -> None:
-        """Commit ``attempt``'s files as the batch's output; no file (no rows): one of the columns of ``schema``."""
+    def _point(self, batch_id: int, files: PartFile, names: list[str], schema: Callable[[], pa.Schema | None]) -> None:
+        """Commit the attempt's files (``names``, written by ``files``) as the batch's output; no file (no rows):
+        one of the columns of ``schema``."""
         if not names:
             columns = schema()
-            empty = columns.empty_table() if columns is not None else pa.table({})
-            names = [PartFile(self.folders.folder_url(batch_id), attempt, ())(0, empty)]
-        self.folders.point(batch_id, attempt, sorted(names))
+            names = [files(0, columns.empty_table() if columns is not None else pa.table({}))]
+        self.folders.point(batch_id, files.attempt, sorted(names))
 
 
 def _parquet_bytes(table: pa.Table, sort_by: Sequence[tuple[str, str]]) -> bytes:

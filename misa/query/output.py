@@ -43,6 +43,7 @@ class QueryOutput:
             self.schema = translation.projection.columns
             self.steps = [("select", [*translation.projection.select]), *translation.above]
         self.arrow_schema = to_arrow_schema(self.schema, timezone="UTC", prefers_large_types=False)
+        self.node_columns = tuple((c.kind, c.source) for c in translation.output)  # each one's kind and source
         self.sink = sink
         self.picks = translation.picks if self.steps else None  # steps that only select columns run in Arrow
         self.picked_schema = self.check()
@@ -68,9 +69,8 @@ class QueryOutput:
         """The query's output rows of the operator's in Arrow alone, when no step above the node needs Spark."""
         if self.steps and self.picked_schema is None:
             return None
-        columns = tuple((c.kind, c.source) for c in self.translation.output)
         picks = tuple(self.picks) if self.picked_schema is not None else None  # type: ignore[arg-type]
-        return ArrowShape(columns, self.arrow_schema, tuple(self.names), picks, self.picked_schema)
+        return ArrowShape(self.node_columns, self.arrow_schema, tuple(self.names), picks, self.picked_schema)
 
     def __call__(self, batch_id: int, table: pa.Table) -> None:
         self.sink(batch_id, self.shape(table))
@@ -85,8 +85,7 @@ class QueryOutput:
     def write_frame(self, batch_id: int, frame: DataFrame) -> None:
         """The operator's output given as a DataFrame (read from the state hosts by Spark's tasks): shaped and
         stepped in Spark, then to a sink that writes DataFrames as one, else to the sink as a table."""
-        columns = [(c.kind, c.source) for c in self.translation.output]
-        arrow_schema = self.arrow_schema
+        columns, arrow_schema = self.node_columns, self.arrow_schema
 
         def shaped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
@@ -118,7 +117,7 @@ class QueryOutput:
 
     def _node_rows(self, table: pa.Table) -> pa.Table:
         """The operator's rows as the stateful node's columns."""
-        return node_rows(table, tuple((c.kind, c.source) for c in self.translation.output), self.arrow_schema)
+        return node_rows(table, self.node_columns, self.arrow_schema)
 
     def _stepped(self, table: pa.Table) -> DataFrame:
         """The steps above the node run by Spark on the node's rows ``table``."""
