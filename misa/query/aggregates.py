@@ -63,9 +63,13 @@ def is_listagg(aggregate: Expr) -> bool:
 
 def listagg_sql(column: str, aggregate: Expr) -> str:
     """Spark's ``listagg`` of the non-null values misa collected into ``column`` in Spark's order: their
-    concatenation with the delimiter between them (none: nothing between), null when there is no value."""
+    concatenation with the delimiter between them (none: nothing between), null when there is no value. Ordered
+    (``WITHIN GROUP (ORDER BY ...)``), ``column`` holds each value with its order keys (:func:`listagg_element`),
+    sorted here as Spark sorts its buffer: stably, ties in the order Spark read the rows."""
     function = aggregate.children[0]
     delimiter, c = function.value[0], f"`{column}`"
+    if function.value[1]:
+        c = f"transform({_sorted_elements(c, listagg_orders(function))}, e -> e.x.v)"
     if isinstance(function.dtype, T.BinaryType):
         between = f"X'{(delimiter or b'').hex()}'"
         joined = f"reduce(slice({c}, 2, size({c})), {c}[0], (acc, v) -> concat(acc, {between}, v))"
@@ -75,11 +79,49 @@ def listagg_sql(column: str, aggregate: Expr) -> str:
     return f"IF(size({c}) = 0, NULL, {joined})"
 
 
+def listagg_orders(function: Expr) -> list[tuple[Expr, bool, bool]]:
+    """An ordered ``listagg``'s order keys: (expression, ascending, nulls first) each."""
+    orders = function.children[2:]
+    return [
+        (o.children[0], str(o.jvm.direction().sql()) == "ASC", "FIRST" in str(o.jvm.nullOrdering().sql()))
+        for o in orders
+    ]
+
+
+def listagg_element(function: Expr) -> str:
+    """The SQL of what misa collects for an ordered ``listagg``: the value and its order keys (null without a
+    value, which collect_list skips as Spark's buffer does)."""
+    value = function.children[0].sql
+    keys = "".join(f", 'o{i}', {e.sql}" for i, (e, _, _) in enumerate(listagg_orders(function)))
+    return f"IF(({value}) IS NULL, NULL, named_struct('v', {value}{keys}))"
+
+
+def _sorted_elements(column: str, orders: list[tuple[Expr, bool, bool]]) -> str:
+    """``column``'s elements, each with its place (``i``), sorted by the order keys, ties by place (stable)."""
+    compare = "IF(l.i < r.i, -1, IF(l.i > r.i, 1, 0))"
+    for i, (_, ascending, nulls_first) in reversed(list(enumerate(orders))):
+        a, b = f"l.x.o{i}", f"r.x.o{i}"
+        null = -1 if nulls_first else 1
+        less = -1 if ascending else 1
+        compare = (
+            f"CASE WHEN {a} <=> {b} THEN {compare} WHEN {a} IS NULL THEN {null} WHEN {b} IS NULL THEN {-null} "
+            f"WHEN {a} < {b} THEN {less} ELSE {-less} END"
+        )
+    placed = f"transform({column}, (x, i) -> named_struct('x', x, 'i', i))"
+    return f"array_sort({placed}, (l, r) -> {compare})"
+
+
 def _column_type(aggregate: Expr) -> T.DataType:
-    """The type of misa's column of ``aggregate``: listagg's is the list of its values."""
-    if is_listagg(aggregate):
-        return T.ArrayType(aggregate.children[0].children[0].dtype, containsNull=False)
-    return aggregate.dtype
+    """The type of misa's column of ``aggregate``: listagg's is the list of its values (ordered: with their order
+    keys)."""
+    if not is_listagg(aggregate):
+        return aggregate.dtype
+    function = aggregate.children[0]
+    element = function.children[0].dtype
+    if function.value[1]:
+        keys = [T.StructField(f"o{i}", e.dtype) for i, (e, _, _) in enumerate(listagg_orders(function))]
+        element = T.StructType([T.StructField("v", element), *keys])
+    return T.ArrayType(element, containsNull=False)
 
 
 def event_time_filters(source: PlanNode) -> tuple[PlanNode, str | None, list[str]]:

@@ -290,7 +290,8 @@ def _attr(jattr: Any) -> Attr:
 
 
 def _literal(jexpr: Any) -> Any:
+    """A literal's value: None, a Python number, bool, str or bytes (a binary literal), else its JVM text."""
     value = jexpr.value()
-    if value is None or isinstance(value, (int, float, bool, str)):
+    if value is None or isinstance(value, (int, float, bool, str, bytes)):
         return value
     return str(value.toString())

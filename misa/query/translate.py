@@ -28,7 +28,7 @@ from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.percentile_approx import Percentiles
 from misa.operators.sessions import SessionAggregation
-from misa.query.aggregates import ComputedOutputs, event_time_filters, is_listagg
+from misa.query.aggregates import ComputedOutputs, event_time_filters, is_listagg, listagg_element
 from misa.query.chain import upstream
 from misa.query.deduplication import translate_deduplication
 from misa.query.group_keys import GroupKey, group_keys
@@ -320,7 +320,7 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
             "try_ function of the column cast to double",
         )
     if function.kind == "ListAgg":
-        return _listagg(node, name, aggregate, translation)
+        return _listagg(name, aggregate, translation)
     misa_function = FUNCTIONS[function.kind]
     if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
         percentages, array, accuracy = function.value
@@ -356,16 +356,12 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
     return Agg(name, misa_function, *columns)
 
 
-def _listagg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -> Agg:
-    """``listagg`` (``string_agg``) as misa computes it: the list of its non-null values (``collect_list``), which
-    Spark's projection joins (:func:`~misa.query.aggregates.listagg_sql`)."""
+def _listagg(name: str, aggregate: Expr, translation: Translation) -> Agg:
+    """``listagg`` (``string_agg``) as misa computes it: the list of its non-null values (``collect_list``; ordered,
+    each with its order keys), which Spark's projection sorts and joins (:func:`~misa.query.aggregates.listagg_sql`)."""
     function = aggregate.children[0]
     if function.value[1]:
-        raise refused(
-            node,
-            f"{aggregate.sql} orders its values (WITHIN GROUP (ORDER BY ...)), which misa does not compute yet",
-            "listagg(col, delimiter) without an order, or array_join(array_sort(collect_list(col)), delimiter)",
-        )
+        return Agg(name, "collect_list", _added_column(listagg_element(function), translation))
     return Agg(name, "collect_list", _argument_column(function.children[0], translation))
 
 

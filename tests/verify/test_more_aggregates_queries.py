@@ -81,11 +81,17 @@ CASES = {
     "no window, complete: string_agg of decimals": Query(
         "global", {"k0": "bigint"}, ("string_agg",), "decimal(12,2)", output_mode="complete"
     ),
-    "tumbling windows, update: listagg ordered WITHIN GROUP, refused at start": Query(
-        "tumbling", {"k0": "string"}, ("listagg_ordered", "count"), "bigint", 10, 10, 2
+    "tumbling windows, update: listagg ordered WITHIN GROUP by the value, by the event time of integers": Query(
+        "tumbling", {"k0": "string"}, ("listagg_ordered", "listagg_by_time", "count"), "bigint", 10, 10, 2
+    ),
+    "sliding windows, append: listagg ordered by the event time of doubles": Query(
+        "sliding", {"k0": "int"}, ("listagg_by_time", "sum"), "double", 10, 5, 2, "append"
+    ),
+    "session windows, append: listagg ordered by the value of strings": Query(
+        "session", {"k0": "string"}, ("listagg_ordered", "count"), "string", 5, delay_s=2, output_mode="append"
     ),
 }
-IN_MAKE_TEST = {"tumbling windows, update: listagg, string_agg of integers"}
+IN_MAKE_TEST = {"tumbling windows, update: listagg ordered WITHIN GROUP by the value, by the event time of integers"}
 
 
 @pytest.mark.parametrize(

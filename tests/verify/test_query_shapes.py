@@ -123,6 +123,24 @@ def test_a_filter_on_a_renamed_event_time_before_a_deduplication_gives_sparks_ro
     assert_same_as_spark(spark, tmp_path, Scenario("a renamed time filtered", build, "append", LATE_ONLY))
 
 
+def _binary_literals(spark: SparkSession, inputs: Path) -> DataFrame:
+    """A filter and an aggregate's delimiter of binary literals (the plan reader failed on them before)."""
+    rows = stream(spark, inputs).withWatermark("t", "10 seconds").withColumn("b", F.col("k").cast("binary"))
+    kept = rows.where(F.col("b") != F.lit(bytearray(b"p")))
+    return kept.groupBy(F.window("t", "10 seconds")).agg(F.expr("listagg(b, X'2c') WITHIN GROUP (ORDER BY b)"))
+
+
+def test_a_query_with_binary_literals_is_planned(spark, tmp_path):
+    (tmp_path / "a").mkdir()
+    translation, _, _ = planned(_binary_literals(spark, tmp_path), "update", lambda batch_id, table: None)
+    assert translation.operator is not None
+
+
+@pytest.mark.slow  # the suite's time (the planning above is in make test)
+def test_a_query_with_binary_literals_gives_sparks_rows(spark, tmp_path):
+    assert_same_as_spark(spark, tmp_path, Scenario("binary literals", _binary_literals, "update", LATE_ONLY))
+
+
 # ------------------------------------------------------------------------------------ keys Spark computes
 STRUCTS = (
     {"a": 1, "b": "p", "n": {"x": 0.0}},

@@ -702,12 +702,18 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("fn:listagg:bigint", "fn:string_agg:double", "fn:listagg:sliding", "fn:string_agg:session"),
     ),
     Entry(
-        "`listagg(col) WITHIN GROUP (ORDER BY ...)`",
-        REFUSED,
-        lambda r: windowed(r, F.expr("listagg(s) WITHIN GROUP (ORDER BY s)")),
-        note="the values sorted before they are joined: `listagg(col)` without an order, or "
-        "`array_join(array_sort(collect_list(col)), delimiter)`",
-        refusal="orders its values (WITHIN GROUP",
+        "`listagg(col) WITHIN GROUP (ORDER BY ...)`, by the value or other columns (`ASC`, `DESC`, `NULLS FIRST` or "
+        "`LAST`)",
+        RUNS,
+        lambda r: windowed(
+            r,
+            F.expr("listagg(s) WITHIN GROUP (ORDER BY s)"),
+            F.expr("string_agg(v, ',') WITHIN GROUP (ORDER BY t DESC, v NULLS LAST)"),
+        ),
+        note="misa collects each value with its order keys (bounded like `collect_list`) and Spark's projection "
+        "sorts them as Spark's `listagg` sorts its buffer: stably, ties in the order Spark read the rows (which "
+        "collect_list keeps)",
+        covered_by=("fn:listagg_ordered:string", "fn:listagg_by_time:double", "fn:listagg_by_time:session"),
     ),
     Entry(
         "`max_by(col, ord)`, `min_by(col, ord)`",
