@@ -534,9 +534,9 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         return self.watermark_delay is not None and self.output_mode != "complete"
 
     def spark_runs_no_data_batches(self) -> bool:
-        """Spark's aggregation runs batches without data in append and update output with a watermark over an event
-        time among its keys (a window), not in complete output, nor without one (its ``shouldRunAnotherBatch``)."""
-        return self.output_mode != "complete" and self.watermark_delay is not None and self.event_time is not None
+        """Spark's aggregation runs batches without data in append and update output when the query's watermark
+        reaches it (its ``shouldRunAnotherBatch``: an event time among its keys or not), not in complete output."""
+        return self.output_mode != "complete" and self.watermark_delay is not None
 
     def partition_key_reader(self) -> KeyColumns:
         """A group's windows and panes live with the group: its columns pick the partition."""

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.operators.base import OperatorResult, runs_no_data_batches
+from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, PropagatedWatermark
 from misa.state.view import StateView
 
@@ -142,8 +143,14 @@ class OperatorChain:
         return get() if callable(get) else None
 
     def spark_runs_no_data_batches(self) -> bool:
-        """Spark runs a batch without data when any of its stateful operators would."""
-        return any(runs_no_data_batches(operator) for operator in self.operators)
+        """Spark runs a batch without data when any of its stateful operators would; none above
+        applyInPandasWithState gets a watermark (Spark's ``FlatMapGroupsWithStateExec`` propagates none)."""
+        reached = []
+        for operator in self.operators:
+            reached.append(operator)
+            if isinstance(operator, StatefulProcessorOperator):
+                break
+        return any(runs_no_data_batches(operator) for operator in reached)
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:

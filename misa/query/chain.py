@@ -7,11 +7,11 @@ output of the operation below it, translated as a query of its own whose top is 
 and filters between the two run by Spark on each batch's output below, then what the operator above computes in its
 source: its keys, its aggregates' arguments), and so on down to the lowest, which reads the query's source. Built,
 any number one above another: below another, a deduplication (``dropDuplicates``, ``dropDuplicatesWithinWatermark``),
-a time-window or session-window aggregation (append) or an inner stream-stream join; above another, an aggregation
-(with a time window, or none; over ``applyInPandasWithState``'s output with ``NoTimeout`` too), a ``dropDuplicates``
-(over an aggregation's window Spark judges its rows by the window's end), ``applyInPandasWithState``, or a session
-window (over a deduplication, or over a time window's aggregation by window_time(window)); anything else is refused
-here, naming the pair.
+a time-window or session-window aggregation (append) or a stream-stream join (inner, outer or semi); above another, an
+aggregation (with a time window, or none; over ``applyInPandasWithState``'s output with ``NoTimeout`` too), a
+``dropDuplicates`` (over an aggregation's window Spark judges its rows by the window's end), ``applyInPandasWithState``,
+or a session window (over a deduplication, an inner join, or a time window's aggregation by window_time(window));
+anything else is refused here, naming the pair.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import Aggregation
 from misa.operators.chain import Link, OperatorChain
 from misa.operators.dedup import Deduplicate
-from misa.operators.outer_join import OuterStreamJoin
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.sessions import SessionAggregation
 from misa.operators.stream_join import StreamJoin
@@ -35,10 +34,11 @@ from misa.query.translation import Translation, refused, source_columns, statefu
 
 ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 BUILT = "stateful operations one above another (any number), each below another a dropDuplicates, "
-BUILT += "dropDuplicatesWithinWatermark, a time-window or session-window aggregation (append) or an inner "
-BUILT += "stream-stream join or applyInPandasWithState (NoTimeout, below an aggregation), each "
+BUILT += "dropDuplicatesWithinWatermark, a time-window or session-window aggregation (append), a stream-stream "
+BUILT += "join or applyInPandasWithState (NoTimeout, below an aggregation), each "
 BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none), a "
-BUILT += "dropDuplicates, applyInPandasWithState or a session window (over a deduplication or a time window)"
+BUILT += "dropDuplicates, applyInPandasWithState or a session window (over a deduplication, a time window or an "
+BUILT += "inner join)"
 
 
 def upstream(
@@ -61,8 +61,6 @@ def upstream(
             "withWatermark marked)",
         )
     lower = translate(translation.source)
-    if isinstance(lower.operator, OuterStreamJoin):
-        raise _refused(node, below, "misa runs an aggregation over an inner stream-stream join's output only, yet")
     if isinstance(lower.operator, Aggregation) and output_mode != "append":  # Spark's check was off
         raise _refused(
             node,
@@ -72,8 +70,11 @@ def upstream(
         )
     if isinstance(lower.operator, Aggregation) and not lower.operator.window:
         raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
-    if isinstance(operator, SessionAggregation) and not isinstance(lower.operator, (Deduplicate, Aggregation)):
-        raise _refused(node, below, "misa runs a session window over a deduplication's or a window's output only, yet")
+    if isinstance(operator, SessionAggregation) and not isinstance(
+        lower.operator, (Deduplicate, Aggregation, StreamJoin)
+    ):
+        why = "misa runs a session window over a deduplication's, a window's or a join's output only, yet"
+        raise _refused(node, below, why)
     if isinstance(lower.operator, StatefulProcessorOperator) and (
         not isinstance(operator, Aggregation) or lower.operator.time_mode != "None"
     ):

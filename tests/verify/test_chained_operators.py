@@ -514,3 +514,62 @@ def deduplicated_then_session_windows(spark: SparkSession, inputs: Path) -> Data
 def test_sessions_of_a_deduplication_close_in_sparks_batches(spark, tmp_path: Path):
     """Refused before ("misa runs no Aggregate over another stateful operation's output yet")."""
     assert_as_spark(spark, tmp_path, "sessions of a deduplication", deduplicated_then_session_windows, "append")
+
+
+def joined_then_sessions_windows(spark: SparkSession, inputs: Path) -> DataFrame:
+    """An inner join, then sessions of each ad's clicks (a 5 s gap, append) over its output."""
+    matches = joined(spark, inputs)
+    return matches.groupBy(F.session_window("clicked", "5 seconds"), "ad").agg(F.count("*").alias("n"), F.sum("v"))
+
+
+def outer_joined_then_sessions(spark: SparkSession, inputs: Path) -> DataFrame:
+    """A left outer join, then sessions of each ad's impressions (a 5 s gap, append), unmatched ones too."""
+    impressions = watermarked(spark, inputs).select(F.col("k").alias("ad"), F.col("t").alias("shown"))
+    clicks = stream(spark, inputs, "b").withWatermark("t", "10 seconds")
+    clicks = clicks.select(F.col("k").alias("clicked_ad"), F.col("t").alias("clicked"), "v")
+    condition = "ad = clicked_ad AND clicked BETWEEN shown AND shown + INTERVAL 20 SECONDS"
+    rows = impressions.join(clicks, F.expr(condition), "left_outer")
+    return rows.groupBy(F.session_window("shown", "5 seconds"), "ad").agg(F.count("*").alias("n"), F.sum("v"))
+
+
+@pytest.mark.slow  # the suite's time
+@pytest.mark.parametrize("build", [joined_then_sessions_windows, outer_joined_then_sessions], ids=["inner", "outer"])
+def test_sessions_of_a_join_close_in_sparks_batches(spark, tmp_path: Path, build: Build):
+    """Refused before ("misa runs a session window over a deduplication's or a window's output only")."""
+    assert_as_spark(spark, tmp_path, "sessions of a join", build, "append", OUTER_ROUNDS)
+
+
+# JOIN_ROUNDS with an impression and a click that never match (w, u): their rows come out unmatched when evicted
+OUTER_ROUNDS = (
+    Round(files=((("a/0.json", (*JOIN_ROUNDS[0].files[0][1], event("w", 102))),) + JOIN_ROUNDS[0].files[1:])),
+    Round(
+        files=(JOIN_ROUNDS[1].files[:1] + (("b/2.json", (*JOIN_ROUNDS[1].files[1][1], event("u", 161, 11))),))
+        + JOIN_ROUNDS[1].files[2:]
+    ),
+)
+
+
+def outer_joined_then_counted(how: str, time: str) -> Build:
+    """Impressions ``how``-joined with their clicks within 20 s, then the rows per 10 s window of ``time`` (its
+    unmatched rows come out when the join evicts them, and count in the windows they fall in)."""
+
+    def build(spark: SparkSession, inputs: Path) -> DataFrame:
+        impressions = watermarked(spark, inputs).select(F.col("k").alias("ad"), F.col("t").alias("shown"))
+        clicks = stream(spark, inputs, "b").withWatermark("t", "10 seconds")
+        clicks = clicks.select(F.col("k").alias("clicked_ad"), F.col("t").alias("clicked"), "v")
+        condition = "ad = clicked_ad AND clicked BETWEEN shown AND shown + INTERVAL 20 SECONDS"
+        rows = impressions.join(clicks, F.expr(condition), how)
+        return rows.groupBy(F.window(time, "10 seconds")).agg(F.count("*").alias("n"))
+
+    build.__name__ = f"{how}_joined_then_counted"
+    return build
+
+
+@pytest.mark.slow  # the suite's time
+@pytest.mark.parametrize(
+    "how, time",
+    [("left_outer", "shown"), ("left_semi", "shown"), ("right_outer", "clicked"), ("full_outer", "shown")],
+)
+def test_an_aggregation_over_an_outer_or_semi_join(spark, tmp_path: Path, how: str, time: str):
+    """Refused before ("misa runs an aggregation over an inner stream-stream join's output only")."""
+    assert_as_spark(spark, tmp_path, how, outer_joined_then_counted(how, time), "append", OUTER_ROUNDS)

@@ -360,8 +360,24 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:session_below:append", "chain:session_above:append", "chain:window_sessions:append"),
     ),
     Entry(
-        "other stateful operations one above another (a join above another, a session window above a join or an "
-        "aggregation without a time window, an outer join below another)",
+        "a left, right or full outer or left semi stream-stream join, then `groupBy(window(t, size), cols)`; a "
+        "stream-stream join, then a session window's aggregation (append: Spark runs outer joins in it only)",
+        RUNS,
+        lambda r: (
+            joined(r, f"b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}", "left_outer")
+            .select(F.col("a.k").alias("k"), F.col(f"a.{T}").alias("at"))
+            .groupBy(F.window("at", W), "k")
+            .count()
+        ),
+        "append",
+        "the join's output of a batch (its unmatched rows in the batch that evicts them, as Spark emits them) is the "
+        "aggregation's input in that batch, judged and closed by the join's output watermark; sessions over an "
+        "inner join's pairs alike",
+        covered_by=("chain:outer_join:append", "chain:join_sessions:append"),
+    ),
+    Entry(
+        "other stateful operations one above another (a join above another, a session window above an aggregation "
+        "without a time window)",
         REFUSED,
         lambda r: (
             watermarked(r)
@@ -372,8 +388,8 @@ ENTRIES: tuple[Entry, ...] = (
             )
         ),
         "append",
-        note="below another: a deduplication, a time-window or session-window aggregation (append) or an inner "
-        "stream-stream join; a session window above a deduplication; "
+        note="below another: a deduplication, a time-window or session-window aggregation (append) or a "
+        "stream-stream join; a session window above a deduplication, a window or an inner join; "
         "above another: an aggregation, `dropDuplicates` or `applyInPandasWithState`, any number in a chain; or a "
         "second query reading the first one's output",
         refusal="it reads the output of the stateful",

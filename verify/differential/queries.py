@@ -38,6 +38,7 @@ JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a s
 CHAINS = ("window", "aggregate", "join", "session_below", "session_above")  # a second one over the first's (_chained)
 LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
 WINDOW_SESSIONS = "window_sessions"  # sessions per key over a tumbling window's output (drawn apart)
+JOIN_CHAINS = ("outer_join", "join_sessions")  # windows over an outer or semi join's, sessions over an inner one's
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
 GROUP_STATE_TOTALLED_SHARE = 0.2  # of the others: an aggregation over the function's output (drawn apart)
@@ -153,6 +154,11 @@ def _chained(lower: DataFrame, q: Query) -> DataFrame:
     if q.chain == "session_above":  # sessions per key of a deduplication's output
         session = F.session_window(EVENT_TIME, f"{q.window_s} seconds")
         return lower.groupBy(session, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
+    if q.chain == "outer_join":  # the rows per window of the left side's event time (unmatched ones too)
+        return lower.groupBy(F.window("at", f"{2 * q.window_s} seconds"), *keys).agg(F.count("*").alias("rows"))
+    if q.chain == "join_sessions":  # sessions per key of the pairs, by the right side's event time
+        session = F.session_window("bt", f"{q.window_s} seconds")
+        return lower.groupBy(session, *keys).agg(F.count("*").alias("pairs"), F.max("bv").alias("most"))
     if q.chain == "join_dedup":  # whole rows, judged and evicted by the right side's event time
         return lower.select(*keys, "bt", "bv").dropDuplicates([*q.keys, "bt", "bv"])
     if q.chain == "join":  # the pairs per window of the right side's event time (the join's columns renamed)
@@ -411,6 +417,19 @@ def _with_session_chain(rng: random.Random, query: Query) -> Query:
     return query
 
 
+def _with_join_chain(rng: random.Random, query: Query) -> Query:
+    """A stream-stream join ``query`` (a watermark on both sides, no chain yet) with, at random, an aggregation over
+    an outer or semi join's output, or sessions per key over an inner join's (:data:`JOIN_CHAINS`; drawn from its
+    own ``rng``, so every seed keeps its earlier form and rows but the chain)."""
+    if query.operator != "stream_join" or not query.watermark or query.chain or rng.random() >= 0.3:
+        return query
+    if query.join_how != "inner":
+        return replace(query, chain=JOIN_CHAINS[0], output_mode="append", above=True)  # Spark: outer joins append
+    if query.keys and not query.one_time:  # Spark fails sessions without keys; they read the right's event time
+        return replace(query, chain=JOIN_CHAINS[1], output_mode="append", above=True)
+    return query
+
+
 def _with_window_sessions(rng: random.Random, query: Query) -> Query:
     """A tumbling window's chain of a second window (:func:`_with_chain`) with, at random, sessions per key of the
     windows instead (drawn from its own ``rng``, so every seed keeps its earlier form and rows but the chain)."""
@@ -651,6 +670,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
     query = _with_longer_chain(random.Random(f"from_query-chain-more-{seed}"), query)
     query = _with_one_time(random.Random(f"from_query-one-time-{seed}"), query)
+    query = _with_join_chain(random.Random(f"from_query-join-chain-{seed}"), query)
     return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
 
 
