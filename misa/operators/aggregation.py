@@ -101,6 +101,7 @@ TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS)  # aggregates of a second co
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
 OUTPUT_MODES = ("update", "append", "complete")
 NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
+NEVER_US = (1 << 63) - 1  # the time of a group whose event time is null: the watermark never judges it
 OUTPUT_WINDOW = ("window_start", "window_end")  # the output's window columns
 INTEGERS = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 NUMBERS = (*INTEGERS, T.FloatType, T.DoubleType)
@@ -360,7 +361,9 @@ def _integers(t: pa.DataType) -> pa.DataType:
 
 @dataclass
 class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
-    """Grouped aggregation, windowed when ``window`` is given (``slide`` defaults to ``window``)."""
+    """Grouped aggregation, windowed when ``window`` is given (``slide`` defaults to ``window``). Without a window,
+    ``event_time`` among ``group_by`` makes each group's time its instant: the watermark drops rows at or before it
+    and evicts such groups (append output emits them), as Spark's aggregation judges an event-time key."""
 
     group_by: Sequence[str]
     aggs: Sequence[Agg]
@@ -388,8 +391,11 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             raise ValueError("a windowed aggregation needs event_time (a timestamp column)")
         if self.where and not self.window:
             raise ValueError("where: a filter on the event time needs windows (without, no watermark is kept)")
-        if self.output_mode == "append" and not self.window:
-            raise ValueError("append output needs windows with a watermark (rows must be final when emitted)")
+        if self.output_mode == "append" and not self.window and not self.time_keyed:
+            raise ValueError(
+                "append output needs windows, or the event time among the group columns, with a watermark (rows must "
+                "be final when emitted)"
+            )
         if self.output_mode == "append" and self.watermark_delay is None:
             raise ValueError(
                 "append output needs a watermark: give watermark_delay (Spark's withWatermark delay, for example "
@@ -400,12 +406,6 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
                 "a windowed aggregation without a watermark keeps every window of %r forever (as Spark does): its "
                 "state grows without bound; give watermark_delay (Spark's withWatermark) to bound it",
                 self.window,
-            )
-        if not self.window and self.event_time and self.event_time in self.group_by:
-            raise ValueError(
-                f"grouping by the event-time column {self.event_time!r} without a window: Spark drops late rows and "
-                "evicts such groups by the watermark, misa does not; group by window=... instead, or drop "
-                "event_time (without a window, misa, like Spark, ignores a watermark on a column it does not group by)"
             )
         names = [*(OUTPUT_WINDOW if self.window else ()), *self.group_by, *(a.name for a in self.aggs)]
         clashes = sorted({n for n in names if names.count(n) > 1})
@@ -423,6 +423,22 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             windows = PaneWindows(size, slide, self._start_us)
             cells = sum(a.fold(pa.float64()).cells for a in self.aggs)  # a fold's cells do not depend on the type
             self._panes = PaneState(windows, cells, append=self.output_mode == "append")
+
+    @property
+    def time_keyed(self) -> bool:
+        """Whether the groups' time is the event-time column among them (no window)."""
+        return not self.window and bool(self.event_time) and self.event_time in self.group_by
+
+    @property
+    def _timed(self) -> bool:
+        """Whether each state key starts with its time (a window's end, or an instant), which the watermark judges."""
+        return bool(self.window) or self.time_keyed
+
+    def _instants(self, table: pa.Table) -> pa.Array:
+        """The microseconds of the event-time column of ``table``'s rows; a null time never closes (Spark's)."""
+        column = table[self.event_time].combine_chunks()
+        micros_type = pa.timestamp("us", tz=getattr(column.type, "tz", None))
+        return pc.cast(pc.cast(column, micros_type), pa.int64()).fill_null(NEVER_US)
 
     # ------------------------------------------------------------------ at start
     def signature(self, schema: T.StructType) -> dict[str, Any]:
@@ -479,7 +495,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
             measures += agg.partials(i, types.get(agg.column), place)
         groups: list[Column] = [F.col(c) for c in group_by]
         if not self.window:
-            return batch.groupBy(*groups).agg(*measures)
+            return batch.groupBy(*groups).agg(*measures)  # an instant's time: from its column on the driver
         if self._panes is not None:  # each event into its one pane
             windows = self._panes.windows
             pane, start = f"{windows.pane_us} microseconds", f"{windows.pane_offset_us} microseconds"
@@ -554,7 +570,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         values = self._values(self._last_schema)
         if not self.window and not self.group_by:
             return OperatorResult(self._rows(state.scan(b"", PANE_RECORD), values))
-        if not self.window or not self._bounded:
+        if not self._timed or not self._bounded:
             return OperatorResult(pa.table({}))
         result = OperatorResult(self._empty_output(self._last_schema, values))
         previous = self.watermark.at_us
@@ -582,12 +598,12 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     ) -> None:
         """Unwindowed and tumbling state: one entry per (window, key), merged with the key's deltas."""
         codec = self._key_codec(deltas.schema)
-        if self.window and deltas.num_rows:
-            late = pc.less_equal(deltas[WINDOW_END], late_us)
+        if self._timed and deltas.num_rows:
+            late = pc.less_equal(self._ends(deltas), late_us)
             result.late_rows = int(pc.sum(pc.filter(deltas[ROWS], late)).as_py() or 0)
             deltas = deltas.filter(pc.invert(late))
         if deltas.num_rows:
-            ends = deltas[WINDOW_END].to_numpy() if self.window else None
+            ends = self._ends(deltas).to_numpy() if self._timed else None
             columns = [deltas[c].combine_chunks() for c in self.group_by]
             keys, key_of_row = distinct_keys(codec.encode(ends, columns, deltas.num_rows))
             delta, first_rows = values.states.per_key(values.delta_states(deltas), key_of_row, len(keys))
@@ -652,7 +668,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
 
     def _key_codec(self, schema: pa.Schema) -> KeyCodec:
         if self._codec is None:
-            windowed = bool(self.window) and self._panes is None  # pane records are keyed by the group alone
+            windowed = self._timed and self._panes is None  # pane records are keyed by the group alone
             self._codec = KeyCodec([schema.field(c) for c in self.group_by], windowed=windowed)
         return self._codec
 
@@ -666,8 +682,8 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
 
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """State keys of hint rows, leaving out windows (panes) already closed (their rows will be late)."""
-        if self.window and hints.num_rows:
-            ends = hints[HINT_WINDOW_END]
+        if self._timed and hints.num_rows:
+            ends = self._instants(hints) if self.time_keyed else hints[HINT_WINDOW_END]
             if self._panes is not None:
                 ends = pa.array(self._panes.windows.last_window_end(ends.to_numpy()))
             hints = hints.filter(pc.greater(ends, self.watermark.at_us if self._bounded else NO_WATERMARK))
@@ -677,7 +693,9 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         columns = [hints[c].combine_chunks() for c in self.group_by]
         if self._panes is not None:
             return record_keys(codec.encode(None, columns, hints.num_rows)), hints[HINT_TS].to_numpy()
-        ends = hints[HINT_WINDOW_END].to_numpy() if self.window else None
+        ends = (
+            (self._instants(hints) if self.time_keyed else hints[HINT_WINDOW_END]).to_numpy() if self._timed else None
+        )
         return codec.encode(ends, columns, hints.num_rows), hints[HINT_TS].to_numpy()
 
     def due_keys(self, state: StateView, latest_event_us: int) -> tuple[list[bytes], np.ndarray]:
@@ -694,7 +712,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     ) -> None:
         """Evict the windows that close as the watermark moves from ``previous`` to ``watermark``; append mode adds
         them to the batch's output."""
-        if not self.window or watermark <= previous:
+        if not self._timed or watermark <= previous:
             return
         if self._panes is not None:
             closed = self._panes.close(previous, watermark, state, values.states)
@@ -712,6 +730,10 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     def _add_closed(result: OperatorResult, output: pa.Table, windows: int) -> None:
         result.output = pa.concat_tables([result.output, output.cast(result.output.schema)])
         result.closed_windows += windows
+
+    def _ends(self, deltas: pa.Table) -> pa.Array:
+        """The time the watermark judges each delta row's key by: its window's end, or its instant."""
+        return self._instants(deltas) if self.time_keyed else deltas[WINDOW_END].combine_chunks()
 
     def _window_columns(self, ends: np.ndarray) -> list[pa.Array]:
         size_us = micros(self.window) or 0
@@ -738,7 +760,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         """Tumbling windows' states, held per window (each batch reads and writes its open windows' groups, the
         watermark deletes closed windows whole); none for sliding windows (measured: a pane record is written as
         often as it is read) or without windows."""
-        if not self.window or self._panes is not None:
+        if not self._timed or self._panes is not None:
             return []
         return [MemorySpace(window_prefix(0), window_prefix(2**63), WINDOW_PREFIX_BYTES)]
 

@@ -68,8 +68,9 @@ def upstream(
             f"Spark runs the aggregation below in {output_mode} output too, whose rows a stateful operation "
             "above may drop as late (spark.sql.streaming.statefulOperator.checkCorrectness.enabled=true refuses it)",
         )
-    if isinstance(lower.operator, Aggregation) and not lower.operator.window:
-        raise _refused(node, below, "an aggregation without a time window emits no final rows to a stateful operation")
+    if isinstance(lower.operator, Aggregation) and not lower.operator.window and not lower.operator.time_keyed:
+        why = "an aggregation without a time window or the event time among its keys emits no final rows"
+        raise _refused(node, below, why)
     if isinstance(operator, SessionAggregation) and not isinstance(
         lower.operator, (Deduplicate, Aggregation, StreamJoin)
     ):

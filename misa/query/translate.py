@@ -207,11 +207,15 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int, water
     if window is not None and not window.session:  # its filters on the event time run in the operator
         source, where, pushed = event_time_filters(source)
         conditions += pushed
-    timed = watermarked(node, source, window.event_time if window else None, watermark_policy)
+    time_key = None if window else _event_time_key(node)
+    timed = watermarked(node, source, window.event_time if window else time_key, watermark_policy)
     translation = Translation(timed.source, None, [], conditions=conditions)
     keys = group_keys(node, window.attr if window else None, translation)
     aggs = _aggs(node, keys, window.attr if window else None, translation)
     event_time, delay = None, None
+    if time_key is not None:  # each group's time is its instant (misa.operators.aggregation)
+        event_time = next(k.column for k in keys if k.expr.attr is not None and k.expr.attr.expr_id == time_key.expr_id)
+        delay = timed.delay
     if window is not None:
         event_time, delay = window.event_time.name, timed.delay
         marks = watermarks(source)
@@ -227,12 +231,6 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int, water
                 f"{node.describe()}: a windowed aggregation without withWatermark keeps every window forever "
                 "(as Spark does): its state grows without bound; add withWatermark(...) to bound it"
             )
-    elif any(k.expr.attr is not None and k.expr.attr.watermark_delay_ms is not None for k in keys):
-        raise refused(
-            node,
-            "it groups by the event-time column without a window",
-            "groupBy(window(event_time, ...), ...) over the watermarked column",
-        )
     if window is not None and window.session and not keys:
         raise refused(
             node,
@@ -258,13 +256,19 @@ def _aggregation(node: PlanNode, output_mode: str, collect_max_items: int, water
         window=_ms(window.size_us) if window else None,
         slide=_ms(window.slide_us) if window else None,
         start_time=_ms(window.start_us) if window else None,
-        watermark_delay=delay if window else "0s",
+        watermark_delay=delay if window or time_key else "0s",
         output_mode=output_mode,
         collect_max_items=collect_max_items,
         watermark_inputs=timed.inputs,
         where=where,
     )
     return translation
+
+
+def _event_time_key(node: PlanNode) -> Attr | None:
+    """The aggregation's group column that ``withWatermark`` marked (an event time among its keys), if any."""
+    marked = (g.attr for g in node.fields["grouping"] if g.attr is not None and g.attr.watermark_delay_ms is not None)
+    return next(marked, None)
 
 
 def _aggs(node: PlanNode, keys: list[GroupKey], window_attr: Attr | None, translation: Translation) -> list[Agg]:

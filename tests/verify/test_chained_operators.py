@@ -470,8 +470,8 @@ def sessions_then_totalled(spark: SparkSession, inputs: Path) -> DataFrame:
 @pytest.mark.slow  # the suite's time
 def test_apply_in_pandas_with_state_below_an_aggregation(spark, tmp_path: Path):
     """Spark runs an aggregation (update) over applyInPandasWithState's output (append, NoTimeout); refused before
-    ("below another stateful operation"). Neither runs a batch without data (an aggregation without an event time
-    among its keys runs none: misa's chain asked Spark for one after a restart before)."""
+    ("below another stateful operation"). Neither runs a batch without data (applyInPandasWithState passes no
+    watermark to the aggregation: misa's chain asked Spark for one after a restart before)."""
     assert_as_spark(spark, tmp_path, "counted, then totalled", counted_then_totalled, "update")
 
 
@@ -573,3 +573,27 @@ def outer_joined_then_counted(how: str, time: str) -> Build:
 def test_an_aggregation_over_an_outer_or_semi_join(spark, tmp_path: Path, how: str, time: str):
     """Refused before ("misa runs an aggregation over an inner stream-stream join's output only")."""
     assert_as_spark(spark, tmp_path, how, outer_joined_then_counted(how, time), "append", OUTER_ROUNDS)
+
+
+def counted_per_instant(spark: SparkSession, inputs: Path) -> DataFrame:
+    """A count per key and event time (append: each closes when the watermark passes its time)."""
+    return watermarked(spark, inputs).groupBy("k", "t").agg(F.count("*").alias("n"))
+
+
+@pytest.mark.slow  # the suite's time
+@pytest.mark.parametrize(
+    "above",
+    [
+        lambda rows: rows.groupBy(F.session_window("t", "5 seconds"), "k").agg(F.sum("n").alias("rows")),
+        lambda rows: rows.groupBy(F.window("t", "10 seconds")).agg(F.sum("n").alias("rows"), F.count("*")),
+    ],
+    ids=["sessions", "windows"],
+)
+def test_an_aggregation_by_the_event_time_below_another(spark, tmp_path: Path, above):
+    """groupBy(k, t) (append), then sessions or windows of t over its output (refused before: "an aggregation
+    without a time window emits no final rows")."""
+
+    def build(spark: SparkSession, inputs: Path) -> DataFrame:
+        return above(counted_per_instant(spark, inputs))
+
+    assert_as_spark(spark, tmp_path, "by the event time, then", build, "append")

@@ -142,6 +142,29 @@ def test_an_aggregation_without_a_window_runs_sparks_batches_without_data(spark,
     assert_same_as_spark(spark, tmp_path, Scenario("a count per key", build, "update", LATE_ONLY))
 
 
+# LATE_ONLY with a row without an event time in the first batch (a group Spark never closes) and a second row at an
+# instant already seen (t = 30 s)
+INSTANTS = (
+    Round(files=((("a/0.json", (*LATE_ONLY[0].files[0][1], {"k": "n", "t": None, "v": 5})),) + LATE_ONLY[0].files[1:])),
+    Round(files=(("a/4.json", (*LATE_ONLY[1].files[0][1], event("x", 30, k2=1))),)),
+)
+
+
+@pytest.mark.parametrize(
+    "mode", ["update", pytest.param("append", marks=pytest.mark.slow), pytest.param("complete", marks=pytest.mark.slow)]
+)
+def test_an_aggregation_by_the_event_time_itself_gives_sparks_rows(spark, tmp_path, mode):
+    """groupBy(k, t) over t's withWatermark: Spark drops rows at or before the watermark and evicts (append: emits)
+    the groups whose t is at or before it; a null t is a group it never closes (refused at start before: "it groups
+    by the event-time column without a window")."""
+
+    def build(spark: SparkSession, inputs: Path) -> DataFrame:
+        rows = stream(spark, inputs).withWatermark("t", "10 seconds")
+        return rows.groupBy("k", "t").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+
+    assert_same_as_spark(spark, tmp_path, Scenario(f"by the event time, {mode}", build, mode, INSTANTS))
+
+
 def _binary_literals(spark: SparkSession, inputs: Path) -> DataFrame:
     """A filter and an aggregate's delimiter of binary literals (the plan reader failed on them before)."""
     rows = stream(spark, inputs).withWatermark("t", "10 seconds").withColumn("b", F.col("k").cast("binary"))

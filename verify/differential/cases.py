@@ -62,6 +62,7 @@ class Query:
     struct_keys: bool = False  # a deduplication's keys as one struct column (from_query cases)
     union: bool = False  # the stream unioned with itself, each with its own withWatermark (from_query cases)
     chain: str = ""  # stateful operations over the first one's output, or below it (queries.CHAINS and after)
+    time_key: bool = False  # global: the event time among the group keys, over its withWatermark
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ class Case:
         )
         shape += (", keys computed" if q.key_expressions else "") + (", keys in a struct" if q.struct_keys else "")
         shape += ", a union of two watermarked streams" if q.union else ""
+        shape += ", the event time a key" if q.time_key else ""
+        shape += f", then {q.chain}" if q.chain else ""
         shape += "" if q.watermark else ", no watermark"
         via = "from_query, " if s.from_query else ""
         return (

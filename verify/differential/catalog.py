@@ -106,6 +106,16 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("mode:global:complete",),
     ),
     Entry(
+        "`withWatermark(t)` + `groupBy(cols, t)`, the event time itself a key (no window): update, append, complete",
+        RUNS,
+        lambda r: watermarked(r).groupBy("k", T).agg(F.sum("v")),
+        "append",
+        "each group's time is its instant: the watermark drops rows at or before it and evicts the groups at or "
+        "before it (append emits them then), as Spark's aggregation judges an event-time key; a null time is a "
+        "group Spark never closes, nor misa",
+        covered_by=("time key:update", "time key:append", "time key:complete"),
+    ),
+    Entry(
         "`withWatermark` + `groupBy(window(t, size), cols)`: update, append, complete",
         RUNS,
         lambda r: windowed(r, F.sum("v")),
@@ -342,8 +352,8 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "a session window's aggregation (append), then `groupBy(window(window_time(session_window), size))`; a "
-        "deduplication, or a time window's aggregation (append), then a session window's aggregation (append; over "
-        "`window_time(window)`)",
+        "deduplication, a time window's aggregation or an aggregation by the event time (append), then a session "
+        "window's aggregation (append; over `window_time(window)`, or the event time)",
         RUNS,
         lambda r: (
             watermarked(r)
@@ -357,7 +367,12 @@ ENTRIES: tuple[Entry, ...] = (
         "1 us), with the sessions' output watermark; over a deduplication, its rows of a batch are the sessions' "
         "input in that batch, judged and closed by the propagated watermark; over the windows, the windows a batch "
         "closes are the sessions' input in that batch",
-        covered_by=("chain:session_below:append", "chain:session_above:append", "chain:window_sessions:append"),
+        covered_by=(
+            "chain:session_below:append",
+            "chain:session_above:append",
+            "chain:window_sessions:append",
+            "chain:instant_sessions:append",
+        ),
     ),
     Entry(
         "a left, right or full outer or left semi stream-stream join, then `groupBy(window(t, size), cols)`; a "
@@ -376,8 +391,7 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:outer_join:append", "chain:join_sessions:append"),
     ),
     Entry(
-        "other stateful operations one above another (a join above another, a session window above an aggregation "
-        "without a time window)",
+        "a stream-stream join above another stateful operation",
         REFUSED,
         lambda r: (
             watermarked(r)
@@ -389,7 +403,8 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         "append",
         note="below another: a deduplication, a time-window or session-window aggregation (append) or a "
-        "stream-stream join; a session window above a deduplication, a window or an inner join; "
+        "stream-stream join; a session window above a deduplication, a window, an aggregation by the event time or a "
+        "join; "
         "above another: an aggregation, `dropDuplicates` or `applyInPandasWithState`, any number in a chain; or a "
         "second query reading the first one's output",
         refusal="it reads the output of the stateful",
@@ -489,7 +504,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         "update",
         "the function's rows of a batch are the aggregation's input in that batch; neither runs a batch without data "
-        "(an aggregation without an event time among its keys runs none). Spark refuses it with event-time timeouts "
+        "(applyInPandasWithState passes no watermark to the aggregation). Spark refuses it with event-time timeouts "
         "(its correctness check), and misa with Spark's message; another operation above applyInPandasWithState is "
         "refused at start, naming the pair",
         covered_by=("chain:aggregate_above:update",),

@@ -38,6 +38,7 @@ JOIN_SHAPES = ("interval", "strict", "one_bound", "no_bound", "key_time")  # a s
 CHAINS = ("window", "aggregate", "join", "session_below", "session_above")  # a second one over the first's (_chained)
 LONGER_CHAINS = ("window3", "aggregate3", "window_dedup", "join_dedup")  # a third, or a deduplication above (issue 63)
 WINDOW_SESSIONS = "window_sessions"  # sessions per key over a tumbling window's output (drawn apart)
+TIME_KEY_CHAIN = "instant_sessions"  # sessions per key over a count per key and event time (append)
 JOIN_CHAINS = ("outer_join", "join_sessions")  # windows over an outer or semi join's, sessions over an inner one's
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
@@ -154,6 +155,9 @@ def _chained(lower: DataFrame, q: Query) -> DataFrame:
     if q.chain == "session_above":  # sessions per key of a deduplication's output
         session = F.session_window(EVENT_TIME, f"{q.window_s} seconds")
         return lower.groupBy(session, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
+    if q.chain == TIME_KEY_CHAIN:  # sessions per key of the instants the count per key and time closed
+        session = F.session_window(EVENT_TIME, f"{q.window_s} seconds")
+        return lower.groupBy(session, *keys).agg(F.count("*").alias("instants"))
     if q.chain == "outer_join":  # the rows per window of the left side's event time (unmatched ones too)
         return lower.groupBy(F.window("at", f"{2 * q.window_s} seconds"), *keys).agg(F.count("*").alias("rows"))
     if q.chain == "join_sessions":  # sessions per key of the pairs, by the right side's event time
@@ -211,12 +215,12 @@ def _stateful_query(q: Query, rows: DataFrame) -> DataFrame:
         aggregates.append(F.count("*"))
     if q.over_aggregates:
         aggregates += _over_aggregates(q.value_type)
-    if q.watermark and (q.operator != "global" or q.time_filter):
+    if q.watermark and (q.operator != "global" or q.time_filter or q.time_key):
         events = _watermarked(events, q)
     if q.time_filter:
         events = events.where(TIME_FILTER)
     if q.operator == "global":
-        grouped = events.groupBy(*_group_keys(q)).agg(*aggregates)
+        grouped = events.groupBy(*_group_keys(q), *([F.col(EVENT_TIME)] if q.time_key else [])).agg(*aggregates)
         return _above(grouped, q, [F.col(k) for k in keys]) if q.above else grouped
     if q.operator == "session":
         gap: str | Column = f"{q.window_s} seconds"
@@ -353,6 +357,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_longer_chain(random.Random(f"from_query-chain-more-{seed}"), query)
     query = _with_session_chain(random.Random(f"from_query-session-chain-{seed}"), query)
     query = _with_window_sessions(random.Random(f"from_query-window-sessions-{seed}"), query)
+    query = _with_time_key(random.Random(f"from_query-time-key-{seed}"), query)
     settings = Settings(
         commit_mode=rng.choice(COMMIT_MODES),
         prefetching=rng.choice(PREFETCHING),
@@ -427,6 +432,18 @@ def _with_join_chain(rng: random.Random, query: Query) -> Query:
         return replace(query, chain=JOIN_CHAINS[0], output_mode="append", above=True)  # Spark: outer joins append
     if query.keys and not query.one_time:  # Spark fails sessions without keys; they read the right's event time
         return replace(query, chain=JOIN_CHAINS[1], output_mode="append", above=True)
+    return query
+
+
+def _with_time_key(rng: random.Random, query: Query) -> Query:
+    """An aggregation without a window ``query`` with, at random, the event time among its keys over its
+    withWatermark, in any output mode; a third of those in append with sessions per key over its output (drawn from
+    its own ``rng``, so every seed keeps its earlier form and rows but these)."""
+    if query.operator != "global" or query.chain or rng.random() >= 0.25:
+        return query
+    query = replace(query, time_key=True, watermark=True, output_mode=rng.choice(("update", "append", "complete")))
+    if query.keys and not query.above and rng.random() < 1 / 3:  # Spark fails sessions without keys
+        return replace(query, output_mode="append", chain=TIME_KEY_CHAIN)
     return query
 
 
@@ -767,7 +784,7 @@ def case_tags(case: Case) -> set[str]:
         tags |= {f"sliding:{f}:{q.value_type.split('(')[0]}" for f in q.functions} if q.operator == "sliding" else set()
         tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
     tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()
-    return tags
+    return tags | ({f"time key:{q.output_mode}"} if q.time_key else set())
 
 
 def query_case_of(query: Query, settings: Settings, seed: int) -> Case:

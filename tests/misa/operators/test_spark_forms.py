@@ -21,7 +21,22 @@ def test_a_windowed_aggregation_without_a_watermark_runs_with_a_warning_but_not_
         Aggregation(["k"], [Agg("n", "count", "v")], "t", "10s", watermark_delay=None, output_mode="append")
 
 
-def test_grouping_by_the_event_time_without_a_window_is_refused():
-    with pytest.raises(ValueError, match="grouping by the event-time column 't' without a window"):
-        Aggregation(["k", "t"], [Agg("n", "count", "v")], event_time="t", watermark_delay="10s")
-    Aggregation(["k"], [Agg("n", "count", "v")], event_time="t", watermark_delay="10s")  # ignored, as Spark does
+def test_grouping_by_the_event_time_without_a_window_judges_each_group_by_its_time(spark, run):
+    """Each group's time is its instant: the watermark (delay 10 s) drops rows at or before it and evicts the groups
+    at or before it, append output emitting them then; a null time is never judged."""
+    op = Aggregation(["k", "t"], [Agg("n", "count", "v")], event_time="t", watermark_delay="10s", output_mode="append")
+    schema = "k long, s long, v long"
+
+    def deltas(rows):
+        frame = spark.createDataFrame(rows, schema).withColumn("t", F.timestamp_seconds("s")).drop("s")
+        return op.deltas(frame).toArrow()
+
+    runner = run(op)
+    first = runner.batch(deltas([(1, 5, 1), (1, 5, 2), (2, 30, 3), (3, None, 4)]))  # watermark 0: nothing closes
+    assert first.output.num_rows == 0
+    # late rows by the batch before's watermark (0), eviction by this one's (20 s): t = 5 s and the new t = 20 s close
+    second = runner.batch(deltas([(1, 20, 5), (1, 5, 6)]))
+    assert sorted((r["k"], r["n"]) for r in second.output.to_pylist()) == [(1, 1), (1, 3)]
+    third = runner.batch(deltas([(1, 20, 7), (2, 31, 8)]))  # t = 20 s is at the watermark: late, dropped
+    assert third.late_rows == 1 and third.output.num_rows == 0
+    assert Aggregation(["k"], [Agg("n", "count", "v")], event_time="t", watermark_delay="10s").time_keyed is False
