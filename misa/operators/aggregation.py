@@ -115,7 +115,7 @@ INPUT_TYPES |= {f: INTEGERS for f in BIT_FUNCTIONS}
 INPUT_TYPES |= {"product": (*NUMBERS, T.DecimalType)}  # as doubles, as Spark casts them
 # mode: of the types whose values misa counts with the equality of Spark's hash map (not binary, arrays, structs)
 INPUT_TYPES |= {f: (*ORDERED, T.StringType, T.BooleanType, T.DecimalType) for f in MODE_FUNCTIONS}
-INPUT_TYPES |= {"percentile_approx": PERCENTILE_TYPES}
+INPUT_TYPES |= {"percentile_approx": PERCENTILE_TYPES, "histogram_numeric": PERCENTILE_TYPES}
 INPUT_TYPES |= {f: (*NUMBERS, T.DecimalType) for f in EXACT_PERCENTILES}  # Spark's but for intervals
 # The state layout, stored with each version: aggregate values as AggStates cells (int64 or float64, count).
 KEY_LAYOUT, PANE_LAYOUT = "keys-v2", "panes-v2"
@@ -136,13 +136,15 @@ class Agg:
     (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
     min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
     :mod:`misa.operators.percentile_approx`), percentile, percentile_desc, percentile_disc, percentile_disc_desc
-    (``percentiles``: its percentages, :mod:`misa.operators.percentile`)."""
+    (``percentiles``: its percentages, :mod:`misa.operators.percentile`), histogram_numeric (``bins``: its number of
+    bins, :mod:`misa.operators.histogram`; not over sliding windows)."""
 
     name: str
     function: str
     column: str
     other: str = ""
     percentiles: Percentiles | None = None
+    bins: int | None = None
 
     def __post_init__(self) -> None:
         if self.function not in AGG_FUNCTIONS:
@@ -156,11 +158,16 @@ class Agg:
                 f"aggregate {self.name}: percentiles (its percentages) are percentile_approx's and "
                 f"{', '.join(EXACT_PERCENTILES)}'s only"
             )
+        if (self.bins is not None) != (self.function == "histogram_numeric"):
+            raise ValueError(f"aggregate {self.name}: bins (at least 2) is histogram_numeric's, and it needs them")
+        if self.bins is not None and self.bins < 2:
+            raise ValueError(f"aggregate {self.name}: histogram_numeric needs at least 2 bins, not {self.bins}")
 
     def __str__(self) -> str:
         other = f', other="{self.other}"' if self.other else ""
         percentiles = f", percentiles={self.percentiles!r}" if self.percentiles else ""
-        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other}{percentiles})'
+        bins = f", bins={self.bins}" if self.bins else ""
+        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other}{percentiles}{bins})'
 
     def signature(self, schema: T.StructType) -> str:
         """This aggregate in a state's signature, its input columns checked against ``schema``."""
@@ -175,6 +182,8 @@ class Agg:
             arguments.append(typed(self.other, other))
         if self.percentiles is not None:
             arguments.append(str(self.percentiles))
+        if self.bins is not None:
+            arguments.append(str(self.bins))
         return f"{self.name}={self.function}({', '.join(arguments)})"
 
     def check_other(self, dtype: T.DataType) -> None:
@@ -281,7 +290,7 @@ class AggValues:
         for agg, t in zip(vectorized, types):
             if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)):
                 raise TypeError(f"aggregate {agg.name}: partial values of type {t} cannot be kept exactly")
-        names = [(i, a.name, a.function, a.percentiles) for i, a in enumerate(aggs)]
+        names = [(i, a.name, a.function, a.percentiles, a.bins) for i, a in enumerate(aggs)]
         objects = ObjectValues.of(names, schema, ansi, collect_limit)
         folds = AggStates(tuple(a.fold(t) for a, t in zip(vectorized, types)), ansi)
         return cls(vectorized, indexes, types, folds, objects, tuple(a.name for a in aggs))
@@ -420,6 +429,11 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         if size and slide and slide != size:
             if not 0 < slide < size:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
+            if any(a.function == "histogram_numeric" for a in self.aggs):
+                raise ValueError(
+                    "histogram_numeric over sliding windows: Spark builds each window's histogram from its rows, "
+                    "which misa's panes cannot merge into (a pane's bins are not its rows): tumbling windows instead"
+                )
             windows = PaneWindows(size, slide, self._start_us)
             cells = sum(a.fold(pa.float64()).cells for a in self.aggs)  # a fold's cells do not depend on the type
             self._panes = PaneState(windows, cells, append=self.output_mode == "append")

@@ -19,6 +19,8 @@ do not fit there, and are kept here with Spark's semantics:
   the counts per value;
 * ``percentile_approx`` (:mod:`.percentile_approx`): Spark's quantile sketch of the values as doubles, each
   batch's built from its rows (the partial is their list), merged into the stored one, read as the input's type;
+* ``histogram_numeric`` (:mod:`.histogram`): Spark's streaming histogram of the values as doubles, built and merged
+  alike, its bins' centres read as the input's type;
 * ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
   count for its default relative error (0.05: 512 registers); small counts use linear counting, as Spark's
   HyperLogLog++ does, so they equal Spark's; larger ones have Spark's relative standard deviation (tests measure
@@ -45,14 +47,22 @@ from pyspark.sql import types as T
 
 from misa.exceptions import AggregateOverflowError, MisaError
 from misa.operators.extremum_by import BY_FUNCTIONS, by_partial, merge_by
+from misa.operators.histogram import histogram_merge, histogram_of, histogram_result
 from misa.operators.mode import MODE_FUNCTIONS, counts_of, merge_counts, mode_of
 from misa.operators.percentile import EXACT_PERCENTILES, percentiles_of
-from misa.operators.percentile_approx import Percentiles, percentile_partial, sketch_merge, sketch_of, sketch_result
+from misa.operators.percentile_approx import (
+    Percentiles,
+    as_doubles,
+    percentile_partial,
+    sketch_merge,
+    sketch_of,
+    sketch_result,
+)
 from misa.operators.set_values import set_union
 
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
 OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
-OBJECT_FUNCTIONS += EXACT_PERCENTILES
+OBJECT_FUNCTIONS += (*EXACT_PERCENTILES, "histogram_numeric")
 COUNTED = (*MODE_FUNCTIONS, *EXACT_PERCENTILES)  # states of counts per value (:mod:`.mode`)
 FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
 OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
@@ -96,6 +106,8 @@ def object_partial(
     if function == "percentile_approx":
         assert percentiles is not None
         return percentile_partial(column, dtype, percentiles)
+    if function == "histogram_numeric":  # the group's values as doubles; a typed null of the result
+        return [F.collect_list(as_doubles(column, dtype)), F.lit(None).cast(histogram_type(dtype))]
     if function in EXACT_PERCENTILES:  # the group's values, counted on the driver; a typed null of the result
         assert percentiles is not None
         return [F.collect_list(column), F.lit(None).cast(exact_result_type(percentiles))]
@@ -134,8 +146,11 @@ class ObjectAgg:
     value_type: pa.DataType
     output_type: pa.DataType
     percentiles: Percentiles | None = None  # percentile_approx's
+    bins: int | None = None  # histogram_numeric's
 
     def identity(self) -> Any:
+        if self.function == "histogram_numeric":
+            return []
         if self.function == "percentile_approx":
             return sketch_of([], self._percentiles.accuracy)
         if self.function == "approx_count_distinct":
@@ -154,6 +169,8 @@ class ObjectAgg:
             return counts_of(value or [])
         if self.function == "percentile_approx":
             return sketch_of(value or [], self._percentiles.accuracy)
+        if self.function == "histogram_numeric":
+            return histogram_of(value or [], self._bins)
         if self.function in ("first", "last"):
             return [value, 1]
         if self.function in FIRST + LAST:
@@ -171,6 +188,8 @@ class ObjectAgg:
             return merge_counts(a, b)
         if f == "percentile_approx":
             return sketch_merge(a, b)
+        if f == "histogram_numeric":
+            return histogram_merge(a, b, self._bins)
         (x, n), (y, m) = a, b
         if f in FIRST:
             return a if n else b
@@ -204,6 +223,8 @@ class ObjectAgg:
             return percentiles_of(f, state, self._percentiles.percentages, self._percentiles.array)
         if f == "percentile_approx":
             return sketch_result(state, self._percentiles, self.output_type)
+        if f == "histogram_numeric":
+            return histogram_result(state, self.output_type.value_type.field("x").type)
         value, count = state  # max_by, min_by: value, ordering
         if f in ("collect_list", "collect_set"):
             return value if count else []
@@ -225,6 +246,11 @@ class ObjectAgg:
         return value
 
     @property
+    def _bins(self) -> int:
+        assert self.bins is not None, f"histogram_numeric {self.name} without its number of bins"
+        return self.bins
+
+    @property
     def _percentiles(self) -> Percentiles:
         assert self.percentiles is not None, f"{self.function} {self.name} without its percentiles"
         return self.percentiles
@@ -240,15 +266,15 @@ class ObjectValues:
 
     @classmethod
     def of(cls, names: Sequence[tuple[Any, ...]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
-        """The object aggregates among ``names`` ((index, name, function[, percentiles])) whose columns the deltas
-        carry."""
+        """The object aggregates among ``names`` ((index, name, function[, percentiles, bins])) whose columns the
+        deltas carry."""
         aggs = []
-        for index, name, function, *percentiles in names:
+        for index, name, function, *constants in names:
             if f"_o{index}" not in schema.names:
                 continue
             value_type = schema.field(f"_o{index}").type
             output_type = _output_type(function, value_type, schema, index)
-            aggs.append(ObjectAgg(name, function, index, value_type, output_type, *percentiles))
+            aggs.append(ObjectAgg(name, function, index, value_type, output_type, *constants))
         return cls(aggs, ansi, limit)
 
     def __bool__(self) -> bool:
@@ -299,11 +325,17 @@ class ObjectValues:
 def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, index: int) -> pa.DataType:
     if function == "approx_count_distinct":
         return pa.int64()
-    if function in ("avg", "percentile_approx", *EXACT_PERCENTILES):  # of the typed null after the partial value
+    if function in ("avg", "percentile_approx", "histogram_numeric", *EXACT_PERCENTILES):  # of the typed null after
         return schema.field(f"_r{index}").type
     if function in MODE_FUNCTIONS:
         return value_type.value_type  # of the list of the group's values
     return value_type
+
+
+def histogram_type(dtype: T.DataType) -> T.DataType:
+    """histogram_numeric's result type: its bins, each centre of the input's type and a double height."""
+    bin_type = T.StructType([T.StructField("x", dtype), T.StructField("y", T.DoubleType())])
+    return T.ArrayType(bin_type, containsNull=True)
 
 
 def exact_result_type(percentiles: Percentiles) -> T.DataType:

@@ -51,14 +51,18 @@ class Percentiles:
 
 def percentile_partial(column: Column, dtype: T.DataType, percentiles: Percentiles) -> list[Column]:
     """A group's partial: its values as the doubles Spark inserts, then a typed null of the result type."""
-    if isinstance(dtype, T.DateType):
-        doubles = F.unix_date(column).cast("double")
-    elif isinstance(dtype, T.TimestampType):
-        doubles = F.unix_micros(column).cast("double")
-    else:
-        doubles = column.cast("double")
     result = T.ArrayType(dtype, containsNull=False) if percentiles.array else dtype
-    return [F.collect_list(doubles), F.lit(None).cast(result)]
+    return [F.collect_list(as_doubles(column, dtype)), F.lit(None).cast(result)]
+
+
+def as_doubles(column: Column, dtype: T.DataType) -> Column:
+    """``column``'s values as the doubles Spark's sketches and histograms take: a date's days, a timestamp's
+    microseconds, a number's value."""
+    if isinstance(dtype, T.DateType):
+        return F.unix_date(column).cast("double")
+    if isinstance(dtype, T.TimestampType):
+        return F.unix_micros(column).cast("double")
+    return column.cast("double")
 
 
 def sketch_of(values: Sequence[float], accuracy: int) -> State:

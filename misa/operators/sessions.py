@@ -95,6 +95,11 @@ class SessionAggregation(HintSource, KeyPartitioned, StateReadable):
             )
         if self.output_mode == "append" and self.watermark_delay is None:
             raise ValueError("append output of session windows needs watermark_delay (Spark's withWatermark)")
+        if any(a.function == "histogram_numeric" for a in self.aggs):
+            raise ValueError(
+                "histogram_numeric over session windows: Spark merges sessions' histograms in its own order of "
+                "buffers, which misa does not follow: a time window instead"
+            )
         delay_ms = int(parse_seconds(self.watermark_delay or "0s") * 1000)
         self.watermark = self.watermark_inputs.watermark() if self.watermark_inputs else EventTimeWatermark(delay_ms)
 

@@ -160,6 +160,9 @@ def expr_of(jexpr: Any) -> Expr:
         unit = bool(frequency.foldable()) and frequency.eval(None) == 1
         legacy = kind == "PercentileDisc" and bool(jexpr.legacyCalculation())
         value = (*_percentages(exact), bool(exact.reverse()), unit, legacy)
+    if kind == "HistogramNumeric":  # value: (its number of bins, whether its centres keep the input's type)
+        conf = SparkContext._jvm.org.apache.spark.sql.internal.SQLConf.get()  # type: ignore[attr-defined]
+        value = (int(jexpr.nBins().eval(None)), bool(conf.histogramNumericPropagateInputType()))
     if kind in ("Sum", "Average"):  # value: its evaluation mode (TRY: try_sum, try_avg, null on an overflow)
         value = str((jexpr.evalContext() if kind == "Sum" else jexpr).evalMode())
     if kind == "ListAgg":  # value: (its delimiter, a constant: str, bytes or None; whether WITHIN GROUP orders it)

@@ -68,6 +68,7 @@ REGRESSIONS = {"RegrSXX": "regr_sxx", "RegrSYY": "regr_syy", "RegrSXY": "regr_sx
 REGRESSIONS |= {"RegrIntercept": "regr_intercept", "RegrR2": "regr_r2"}  # of (y, x): misa's column x, other y
 PAIRED = {"RegrCount": ("count", "1"), "RegrAvgX": ("avg", "x"), "RegrAvgY": ("avg", "y")}  # over non-null pairs
 FUNCTIONS |= REGRESSIONS | {kind: function for kind, (function, _) in PAIRED.items()}
+FUNCTIONS |= {"HistogramNumeric": "histogram_numeric"}
 FUNCTIONS |= {"ListAgg": "listagg"}  # the list of its values (collect_list), joined by Spark's projection
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
@@ -344,6 +345,16 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         percentiles = Percentiles(tuple(percentages), array)
         misa_function += "_desc" if descending else ""
         return Agg(name, misa_function, _argument_column(arguments[0], translation), percentiles=percentiles)
+    if function.kind == "HistogramNumeric":  # its column, then its number of bins (a constant)
+        bins, input_type = function.value
+        if not input_type:
+            raise refused(
+                node,
+                f"{aggregate.sql} gives its bins' centres as doubles "
+                "(spark.sql.legacy.histogramNumericPropagateInputType=false)",
+                "the query with the setting's default, true (each centre of the input's type)",
+            )
+        return Agg(name, misa_function, _argument_column(arguments[0], translation), bins=bins)
     if function.kind in PAIRED:
         return Agg(name, misa_function, _paired_column(function, translation))
     if function.kind in REGRESSIONS:

@@ -90,8 +90,23 @@ CASES = {
     "session windows, append: listagg ordered by the value of strings": Query(
         "session", {"k0": "string"}, ("listagg_ordered", "count"), "string", 5, delay_s=2, output_mode="append"
     ),
+    "tumbling windows, update: histogram_numeric of integers, 3 bins": Query(
+        "tumbling", {"k0": "string"}, ("histogram_3", "count"), "bigint", 10, 10, 2
+    ),
+    "no window, complete: histogram_numeric of doubles, 20 bins": Query(
+        "global", {"k0": "int"}, ("histogram_20", "sum"), "double", output_mode="complete"
+    ),
+    "tumbling windows, append: histogram_numeric of doubles, 3 bins": Query(
+        "tumbling", {"k0": "int"}, ("histogram_3",), "double", 10, delay_s=2, output_mode="append"
+    ),
+    "sliding windows, update: histogram_numeric, refused at start": Query(
+        "sliding", {"k0": "string"}, ("histogram_3",), "bigint", 10, 5, 2
+    ),
 }
-IN_MAKE_TEST = {"tumbling windows, update: listagg ordered WITHIN GROUP by the value, by the event time of integers"}
+IN_MAKE_TEST = {
+    "tumbling windows, update: listagg ordered WITHIN GROUP by the value, by the event time of integers",
+    "tumbling windows, update: histogram_numeric of integers, 3 bins",
+}
 
 
 @pytest.mark.parametrize(

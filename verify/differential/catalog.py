@@ -918,10 +918,30 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="Distinct aggregations are not supported",
     ),
     Entry(
-        "other aggregate functions (`histogram_numeric`, `hll_sketch_agg`, `count_min_sketch`, ...)",
-        REFUSED,
+        "`histogram_numeric(col, nb)` of numbers, dates, timestamps (tumbling windows or none)",
+        DIFFERS,
         lambda r: windowed(r, F.histogram_numeric("v", F.lit(3))),
-        note="the functions above",
+        note="Spark's streaming histogram (`NumericHistogram`), ported with its tie-breaking random numbers: a "
+        "batch's rows of a group make one buffer, merged into the stored one as Spark merges buffers (their bins "
+        "sorted together and trimmed; equal centres stay apart until a trim), so misa's result is Spark's where Spark "
+        "reads those rows in one partition; Spark's own depends on how it splits them into partial buffers (input "
+        "partitions, its sort-based fallback past 128 keys in a task)",
+        covered_by=("fn:histogram_3:bigint", "fn:histogram_20:double", "fn:histogram_3:global"),
+    ),
+    Entry(
+        "`histogram_numeric` over sliding or session windows",
+        REFUSED,
+        lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.histogram_numeric("v", F.lit(3))),
+        note="Spark builds each sliding window's histogram from its rows and merges sessions' buffers in its own "
+        "order, which panes and misa's session merges do not follow: tumbling windows",
+        refusal="histogram_numeric over",
+    ),
+    Entry(
+        "other aggregate functions (`hll_sketch_agg`, `theta_sketch_agg`, `count_min_sketch`, ...)",
+        REFUSED,
+        lambda r: windowed(r, F.count_min_sketch("v", F.lit(0.1), F.lit(0.9), F.lit(1))),
+        note="the functions above (a sketch's bytes are Apache DataSketches' or Spark's serialization of its own "
+        "state, which misa does not build)",
         refusal="misa does not compute",
     ),
 )

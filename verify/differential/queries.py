@@ -81,6 +81,7 @@ REGRESSION_FUNCTIONS = tuple(f"regr_{f}" for f in ("count", "avgx", "avgy", "sxx
 REGRESSION_FUNCTIONS += ("regr_intercept", "regr_r2")  # of (v, t): drawn by _with_regressions
 SPARK_FUNCTIONS |= {f: lambda c, f=f: getattr(F, f)(c, "t") for f in REGRESSION_FUNCTIONS}
 REFUSED_OVERFLOW = "is null where its sum overflows"  # misa's refusal of try_sum of integers, try_ of decimals
+REFUSED_HISTOGRAM = "histogram_numeric over"  # misa's refusal of it over sliding and session windows
 # listagg / string_agg of the values as strings (no delimiter, or ", "); ordered WITHIN GROUP by the value, or by the
 # event time descending then the value
 LISTAGG_FUNCTIONS = ("listagg", "string_agg", "listagg_ordered", "listagg_by_time")  # drawn by _with_listagg
@@ -100,6 +101,9 @@ PERCENTILE_FUNCTIONS = ("percentile_approx", "percentile_array", "approx_percent
 SPARK_FUNCTIONS |= {"percentile_approx": lambda c: F.percentile_approx(c, 0.5)}
 SPARK_FUNCTIONS |= {"percentile_array": lambda c: F.percentile_approx(c, [0.1, 0.5, 0.9])}
 SPARK_FUNCTIONS |= {"approx_percentile_5": lambda c: F.approx_percentile(c, [0.25, 0.75], 5)}
+# histogram_numeric of few bins (ties between equally close bins broken by Spark's random numbers) and of many
+HISTOGRAM_FUNCTIONS = ("histogram_3", "histogram_20")  # drawn by _with_histogram
+SPARK_FUNCTIONS |= {f"histogram_{n}": lambda c, n=n: F.histogram_numeric(c, F.lit(n)) for n in (3, 20)}
 # exact percentiles: percentile and median, percentile_cont and percentile_disc (descending too), arrays of them
 EXACT_FUNCTIONS = ("percentile", "median", "percentile_cont_desc", "percentile_disc", "percentile_disc_array")
 SPARK_FUNCTIONS |= {"percentile": lambda c: F.percentile(c, 0.3), "median": F.median}
@@ -351,6 +355,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_computed_keys_and_unions(random.Random(f"from_query-keys-{seed}"), query)
     query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
     query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
+    query = _with_histogram(random.Random(f"from_query-histogram-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -581,6 +586,19 @@ def _with_percentiles(rng: random.Random, query: Query) -> Query:
     return replace(query, functions=query.functions + (rng.choice(functions),))
 
 
+def _with_histogram(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of bigint or double values over tumbling windows or none, of one stream, with, at
+    random, histogram_numeric (drawn from its own ``rng``, so every seed keeps its earlier form and rows): a batch's
+    rows of a group in one partial buffer, as misa builds them; over sliding or session windows, which misa refuses,
+    now and then (:func:`expected_refusal`)."""
+    numbers = _aggregates_numbers(query) and query.value_type in ("bigint", "double") and not query.union
+    if not numbers or query.chain or rng.random() >= 0.15:
+        return query
+    if query.operator in ("tumbling", "global") or rng.random() < 0.25:
+        return _added(query, [rng.choice(HISTOGRAM_FUNCTIONS)])
+    return query
+
+
 def _with_one_time(rng: random.Random, query: Query) -> Query:
     """A join ``query`` with a select after it that keeps, at random, only the left side's event time (drawn from its
     own ``rng``, so every seed keeps its earlier form): Spark's optimizer then prunes the right's below the join, and
@@ -744,6 +762,8 @@ def expected_refusal(q: Query) -> str | None:
         return REFUSED_FLOATING_KEY
     if any(f in TRY_FUNCTIONS and _may_overflow(f, q.value_type) for f in q.functions):
         return REFUSED_OVERFLOW
+    if q.operator in ("sliding", "session") and set(q.functions) & set(HISTOGRAM_FUNCTIONS):
+        return REFUSED_HISTOGRAM
     return REFUSED_CHAINS.get(q.chain)
 
 
@@ -759,6 +779,7 @@ def case_tags(case: Case) -> set[str]:
         return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | composite | typed
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     tags |= {"try:refused"} if expected_refusal(q) == REFUSED_OVERFLOW else set()
+    tags |= {"histogram:refused"} if expected_refusal(q) == REFUSED_HISTOGRAM else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
