@@ -24,7 +24,7 @@ def test_java_random_gives_javas_numbers():
     assert [generator.next_double(), generator.next_double()] == [0.7275636800328681, 0.6832234717598454]
 
 
-@pytest.mark.parametrize("bins", [2, 3, 5, 40])
+@pytest.mark.parametrize("bins", [3, 40, *(pytest.param(b, marks=pytest.mark.slow) for b in (2, 5))])  # suite time
 @pytest.mark.parametrize("name", list(VALUES))
 def test_a_buffer_built_from_rows_is_sparks(spark, name, bins):
     rows = spark.createDataFrame([(v,) for v in VALUES[name]], "v double").coalesce(1)
