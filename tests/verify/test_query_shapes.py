@@ -150,9 +150,8 @@ INSTANTS = (
 )
 
 
-@pytest.mark.parametrize(
-    "mode", ["update", pytest.param("append", marks=pytest.mark.slow), pytest.param("complete", marks=pytest.mark.slow)]
-)
+@pytest.mark.slow  # the suite's time: make test runs the operator's instants (tests/misa/operators/test_spark_forms.py)
+@pytest.mark.parametrize("mode", ["update", "append", "complete"])
 def test_an_aggregation_by_the_event_time_itself_gives_sparks_rows(spark, tmp_path, mode):
     """groupBy(k, t) over t's withWatermark: Spark drops rows at or before the watermark and evicts (append: emits)
     the groups whose t is at or before it; a null t is a group it never closes (refused at start before: "it groups
