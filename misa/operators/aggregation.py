@@ -697,7 +697,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
     def hint_keys(self, hints: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """State keys of hint rows, leaving out windows (panes) already closed (their rows will be late)."""
         if self._timed and hints.num_rows:
-            ends = self._instants(hints) if self.time_keyed else hints[HINT_WINDOW_END]
+            ends = self._ends(hints, HINT_WINDOW_END)
             if self._panes is not None:
                 ends = pa.array(self._panes.windows.last_window_end(ends.to_numpy()))
             hints = hints.filter(pc.greater(ends, self.watermark.at_us if self._bounded else NO_WATERMARK))
@@ -707,9 +707,7 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         columns = [hints[c].combine_chunks() for c in self.group_by]
         if self._panes is not None:
             return record_keys(codec.encode(None, columns, hints.num_rows)), hints[HINT_TS].to_numpy()
-        ends = (
-            (self._instants(hints) if self.time_keyed else hints[HINT_WINDOW_END]).to_numpy() if self._timed else None
-        )
+        ends = self._ends(hints, HINT_WINDOW_END).to_numpy() if self._timed else None
         return codec.encode(ends, columns, hints.num_rows), hints[HINT_TS].to_numpy()
 
     def due_keys(self, state: StateView, latest_event_us: int) -> tuple[list[bytes], np.ndarray]:
@@ -745,9 +743,10 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         result.output = pa.concat_tables([result.output, output.cast(result.output.schema)])
         result.closed_windows += windows
 
-    def _ends(self, deltas: pa.Table) -> pa.Array:
-        """The time the watermark judges each delta row's key by: its window's end, or its instant."""
-        return self._instants(deltas) if self.time_keyed else deltas[WINDOW_END].combine_chunks()
+    def _ends(self, table: pa.Table, window_end: str = WINDOW_END) -> pa.Array:
+        """The time the watermark judges each row's key by (deltas, or hints with ``window_end``): its window's end,
+        or its instant."""
+        return self._instants(table) if self.time_keyed else table[window_end].combine_chunks()
 
     def _window_columns(self, ends: np.ndarray) -> list[pa.Array]:
         size_us = micros(self.window) or 0
