@@ -22,15 +22,25 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.operators.base import OperatorResult, runs_no_data_batches
 from misa.operators.processor import StatefulProcessorOperator
-from misa.operators.watermark import EventTimeWatermark, InputsWatermark, PropagatedWatermark
+from misa.operators.schema import nullable
+from misa.operators.watermark import (
+    EventTimeWatermark,
+    InputsWatermark,
+    PropagatedInputsWatermark,
+    PropagatedWatermark,
+)
 from misa.state.view import StateView
 
 CHAIN_KEY = b"\xfc"  # every key of a chain's operators starts with it and the operator's position
+OWN, CARRIED = "_misa_own", "_misa_carried"  # a source's rows for the lowest operator; for a join above (Link)
+PROPAGATED = (PropagatedWatermark, PropagatedInputsWatermark)
 
 
 class PrefixedView:
@@ -57,11 +67,37 @@ class PrefixedView:
 @dataclass
 class Link:
     """An operator above another in the chain: ``feed`` turns the operator below's output rows of a batch into this
-    operator's input (a DataFrame of the steps between the two, run by Spark), of schema ``schema``."""
+    operator's input (a DataFrame of the steps between the two, run by Spark), of schema ``schema``; ``carries``: a
+    join whose other side's rows of the batch the chain's source carries past the operators below (:data:`CARRIED`)."""
 
     operator: Any
     feed: Callable[[pa.Table], DataFrame]
     schema: T.StructType
+    carries: bool = False
+
+
+def carried_source(own: DataFrame, carried: DataFrame) -> DataFrame:
+    """A chain's source when a join above reads rows the operators below do not (its other side): the lowest
+    operator's rows ``own`` as a struct :data:`OWN`, and the ``carried`` rows (the join's input columns) as a struct
+    :data:`CARRIED`, the other null in each row."""
+    own_row = F.struct(*[own[c] for c in own.columns])
+    carried_row = F.struct(*[carried[c] for c in carried.columns])
+    own_type = nullable(own.select(own_row.alias(OWN)).schema[OWN].dataType)
+    carried_type = nullable(carried.select(carried_row.alias(CARRIED)).schema[CARRIED].dataType)
+    own = own.select(own_row.cast(own_type).alias(OWN), F.lit(None).cast(carried_type).alias(CARRIED))
+    carried = carried.select(F.lit(None).cast(own_type).alias(OWN), carried_row.cast(carried_type).alias(CARRIED))
+    return own.unionByName(carried)
+
+
+def _carried_apart(deltas: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+    """A chain's deltas as the lowest operator's and the carried rows (None: the chain carries none)."""
+    if CARRIED not in deltas.column_names:
+        return deltas, None
+    column = deltas[CARRIED]
+    carried = pc.is_valid(column)
+    own = deltas.filter(pc.invert(carried)).drop_columns([CARRIED])
+    rows = column.filter(carried).combine_chunks()
+    return own, pa.Table.from_struct_array(rows) if len(rows) else None
 
 
 class OperatorChain:
@@ -70,10 +106,13 @@ class OperatorChain:
     def __init__(self, first: Any, links: list[Link]):
         self.first = first
         self.links = links
+        self.carries = any(link.carries for link in links)
         for link in links:
             watermark = getattr(link.operator, "watermark", None)
             if isinstance(watermark, EventTimeWatermark) and not isinstance(watermark, PropagatedWatermark):
                 link.operator.watermark = PropagatedWatermark(watermark.delay_ms)
+            elif isinstance(watermark, InputsWatermark) and not isinstance(watermark, PropagatedInputsWatermark):
+                link.operator.watermark = PropagatedInputsWatermark(watermark.delays_ms, watermark.policy)
 
     def __reduce__(self) -> Any:
         """Not pickled: its links' feeds run Spark jobs of the query's session (the state data sources, which load
@@ -86,16 +125,23 @@ class OperatorChain:
 
     # ------------------------------------------------------------------ at start
     def signature(self, schema: T.StructType) -> dict[str, Any]:
-        signatures = [self.first.signature(schema), *(link.operator.signature(link.schema) for link in self.links)]
+        own = schema[OWN].dataType if self.carries else schema  # type: ignore[union-attr]
+        signatures = [self.first.signature(own), *(link.operator.signature(link.schema) for link in self.links)]
         return {"operator": "OperatorChain", "operators": signatures}
 
     # ------------------------------------------------------------------ a batch
     def deltas(self, batch: DataFrame) -> DataFrame:
-        return self.first.deltas(batch)
+        """The lowest operator's deltas (and the carried rows, beside them: :func:`carried_source`)."""
+        if not self.carries:
+            return self.first.deltas(batch)
+        own = self.first.deltas(batch.where(F.col(OWN).isNotNull()).select(f"{OWN}.*"))
+        return own.unionByName(batch.where(F.col(CARRIED).isNotNull()).select(CARRIED), allowMissingColumns=True)
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
-        """The lowest operator merges the batch's deltas; each one above takes the output below as its input."""
-        return self._above(self.first.apply(deltas, self._view(state, 0)), state)
+        """The lowest operator merges the batch's deltas; each one above takes the output below as its input (a join
+        with the carried rows too)."""
+        own, carried = _carried_apart(deltas)
+        return self._above(self.first.apply(own, self._view(state, 0)), state, carried)
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """Spark's batch without data: the lowest operator evicts (append mode emits what closed), and each operator
@@ -104,15 +150,18 @@ class OperatorChain:
         below = run(self._view(state, 0)) if callable(run) else OperatorResult(pa.table({}))
         return self._above(below, state)
 
-    def _above(self, below: OperatorResult, state: StateView) -> OperatorResult:
+    def _above(self, below: OperatorResult, state: StateView, carried: pa.Table | None = None) -> OperatorResult:
         total = OperatorResult(below.output, below.late_rows, below.state_reads, below.dropped_rows)
         total.closed_windows = below.closed_windows
         watermark = self._output_watermark(self.first)
         for position, link in enumerate(self.links, start=1):
             operator = link.operator
-            if watermark is not None and isinstance(operator.watermark, PropagatedWatermark):
+            if watermark is not None and isinstance(operator.watermark, PROPAGATED):
                 operator.watermark.next_us = max(watermark, 0)
             deltas = operator.deltas(link.feed(below.output)).toArrow()
+            if link.carries and carried is not None:
+                schema = pa.schema([f.with_nullable(True) for f in deltas.schema])  # a side's row: null in the other's
+                deltas = pa.concat_tables([deltas.cast(schema), carried.select(schema.names).cast(schema)])
             below = operator.apply(deltas, self._view(state, position))
             total.output = below.output
             total.late_rows += below.late_rows

@@ -87,3 +87,16 @@ def schema_text(schema: pa.Schema) -> str:
 
 def schema_from_text(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def nullable(dtype: T.DataType) -> T.DataType:
+    """``dtype`` with every field, element and value nullable: a row packed as a struct may be null (a join's side
+    in the other side's rows, a chain's carried rows), and Arrow refuses a null struct whose fields may not be
+    (Kafka's ``partition`` and ``offset``, a literal)."""
+    if isinstance(dtype, T.StructType):
+        return T.StructType([T.StructField(f.name, nullable(f.dataType), True, f.metadata) for f in dtype.fields])
+    if isinstance(dtype, T.ArrayType):
+        return T.ArrayType(nullable(dtype.elementType), True)
+    if isinstance(dtype, T.MapType):
+        return T.MapType(dtype.keyType, nullable(dtype.valueType), True)
+    return dtype

@@ -239,3 +239,28 @@ class PropagatedWatermark(EventTimeWatermark):
 
     def restore(self, metadata: dict[str, Any]) -> None:
         self.at_us = self.next_us = int(metadata.get("watermark_us", 0))
+
+
+@dataclass
+class PropagatedInputsWatermark(InputsWatermark):
+    """The watermark of a stream-stream join above another stateful operation (a chain): Spark's
+    ``PropagateWatermarkSimulator`` gives the join the least of its inputs' output watermarks, the operation below's
+    (the side reading a stream gives the global watermark, never below it), so its sides' rows move nothing. The
+    chain sets :attr:`next_us` before each batch, as for :class:`PropagatedWatermark`."""
+
+    next_us: int = 0
+
+    def observe_input(self, index: int, batch_max_us: int) -> None:
+        """Its rows move nothing: the upstream's watermark does."""
+
+    def _next(self, max_event_us: dict[int, int] | None = None) -> int:
+        return self.next_us
+
+    def after(self, event_us: int | None) -> int | None:
+        return None
+
+    def metadata(self) -> dict[str, Any]:
+        return {"watermark_us": self.at_us}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.at_us = self.next_us = int(metadata.get("watermark_us", 0))

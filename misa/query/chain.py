@@ -28,6 +28,7 @@ from misa.operators.dedup import Deduplicate
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.sessions import SessionAggregation
 from misa.operators.stream_join import StreamJoin
+from misa.query.join_rows import row_types, side_rows, with_other_row
 from misa.query.output import QueryOutput
 from misa.query.plan import PlanNode
 from misa.query.translation import Translation, refused, source_columns, stateful_below
@@ -47,10 +48,9 @@ def upstream(
     """The translation of the stateful operation below ``node`` (whose own ``translation`` is made, in the query's
     ``output_mode``), the query of its input translated by ``translate`` in append mode; a pair misa does not run is
     refused."""
-    below = stateful_below(translation.source)
-    assert below is not None
+    below = _below(node, translation)
     operator = translation.operator
-    if not isinstance(operator, (Aggregation, SessionAggregation, Deduplicate, StatefulProcessorOperator)):
+    if not isinstance(operator, (Aggregation, SessionAggregation, Deduplicate, StatefulProcessorOperator, StreamJoin)):
         raise _refused(node, below, f"misa runs no {node.kind} over another stateful operation's output yet")
     if isinstance(operator, Aggregation) and operator.window and operator.watermark_delay is None:
         raise _refused(
@@ -60,7 +60,8 @@ def upstream(
             "propagated watermark follows the event-time column: window_time(window), the window, or the column "
             "withWatermark marked)",
         )
-    lower = translate(translation.source)
+    side = translation.chained_side
+    lower = translate(translation.source if side is None else translation.join_inputs[side].plan)
     if isinstance(lower.operator, Aggregation) and output_mode != "append":  # Spark's check was off
         raise _refused(
             node,
@@ -76,6 +77,9 @@ def upstream(
     ):
         why = "misa runs a session window over a deduplication's, a window's or a join's output only, yet"
         raise _refused(node, below, why)
+    if side is not None and lower.operator.event_watermark() is None:
+        why = "it has no watermark (Spark's join then reads the other side's); misa's join reads the one below's"
+        raise _refused(node, below, why)
     if isinstance(lower.operator, StatefulProcessorOperator) and (
         not isinstance(operator, Aggregation) or lower.operator.time_mode != "None"
     ):
@@ -86,6 +90,22 @@ def upstream(
     ):
         raise _refused(node, below, f"misa runs no stateful operation over a {below.kind}'s output yet")
     return lower
+
+
+def _below(node: PlanNode, translation: Translation) -> PlanNode:
+    """The stateful node below ``node`` (a join's: below the one side that has one, which ``translation`` then
+    names; both sides, refused)."""
+    if not translation.join_inputs:
+        below = stateful_below(translation.source)
+        assert below is not None
+        return below
+    found = [(index, stateful_below(side.plan)) for index, side in enumerate(translation.join_inputs)]
+    chained = [(index, below) for index, below in found if below is not None]
+    if len(chained) > 1:
+        why = "both its sides read a stateful operation's output; misa runs a join above one, the other a stream"
+        raise _refused(node, chained[1][1], why)
+    translation.chained_side, below = chained[0]
+    return below
 
 
 def _refused(node: PlanNode, below: PlanNode, why: str) -> Exception:
@@ -100,8 +120,12 @@ def chain_of(top: Translation) -> list[Translation]:
     return chain
 
 
-def chained_operator(spark: SparkSession, top: Translation) -> OperatorChain:
-    """The job's operator for a query of several stateful operations (``top``'s chain)."""
+def chained_operator(
+    spark: SparkSession, top: Translation, rows_of: Callable[[PlanNode], DataFrame]
+) -> tuple[OperatorChain, DataFrame | None]:
+    """The job's operator for a query of several stateful operations (``top``'s chain), and the rows the chain's
+    source carries past its lowest operator (a join's other side, a stream read by ``rows_of`` its plan; None:
+    none)."""
     if spark.conf.get(ALLOW_MULTIPLE, "true").strip().lower() != "true":
         raise UnsupportedQueryError(
             f"[MISA_UNSUPPORTED_QUERY] misa cannot run {top.stateful!r} over another stateful operation's output with "
@@ -110,6 +134,7 @@ def chained_operator(spark: SparkSession, top: Translation) -> OperatorChain:
         )
     chain = chain_of(top)
     links = []
+    carried = None
     for lower, upper in zip(chain, chain[1:]):
         assert lower.node is not None
         output = QueryOutput(spark, lower, lower.node, _no_sink)
@@ -121,18 +146,33 @@ def chained_operator(spark: SparkSession, top: Translation) -> OperatorChain:
                 f"it has several columns named {twice}. Write instead: a select of the columns under names of their "
                 "own (F.col('a.t').alias('at'), ...) between the two."
             )
-        feed = _feed(output, upper)
-        links.append(Link(upper.operator, feed, feed(pa.table({})).schema))
-    return OperatorChain(chain[0].operator, links)
+        if upper.chained_side is None:
+            feed = _feed(output, upper)
+        else:
+            feed, carried = _join_feed(output, upper, upper.chained_side, rows_of)
+        links.append(Link(upper.operator, feed, feed(pa.table({})).schema, carries=upper.chained_side is not None))
+    return OperatorChain(chain[0].operator, links), carried
 
 
 def _feed(below: QueryOutput, upper: Translation) -> Callable[[pa.Table], DataFrame]:
     """What turns the operator below's output of a batch into the input of ``upper``'s operator."""
+    return lambda table: source_columns(below.frame(table), upper)
 
-    def feed(table: pa.Table) -> DataFrame:
-        return source_columns(below.frame(table), upper)
 
-    return feed
+def _join_feed(
+    below: QueryOutput, join: Translation, side: int, rows_of: Callable[[PlanNode], DataFrame]
+) -> tuple[Callable[[pa.Table], DataFrame], DataFrame]:
+    """For a join above another stateful operation: what turns the operator below's output into the rows of the
+    join's ``side`` (the one reading it), and the rows of the join's other side (a stream, ``rows_of`` its plan),
+    which the chain's source carries to the join (:mod:`misa.operators.chain`)."""
+    other = 1 - side
+
+    def own(table: pa.Table) -> DataFrame:
+        return side_rows(below.frame(table), join.join_inputs[side], side)
+
+    others = side_rows(rows_of(join.join_inputs[other].plan), join.join_inputs[other], other)
+    types = row_types([own(pa.table({})), others] if side == 0 else [others, own(pa.table({}))])
+    return (lambda table: with_other_row(own(table), side, types)), with_other_row(others, other, types)
 
 
 def _no_sink(batch_id: int, table: pa.Table) -> None:

@@ -17,26 +17,27 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame, GroupedData, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import StatefulProcessor, StreamingQuery
 
 from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
 from misa.job import StatefulJob
+from misa.operators.chain import carried_source
 from misa.operators.dedup import Deduplicate
 from misa.operators.processor import StatefulProcessorOperator
-from misa.operators.stream_join import ROW_COLUMNS, SIDE, StreamJoin
+from misa.operators.stream_join import StreamJoin
 from misa.query.chain import chain_of, chained_operator
+from misa.query.join_rows import join_rows
 from misa.query.joins import without_pruned_event_times
 from misa.query.output import QueryOutput
-from misa.query.plan import PlanNode, attributes_of, column_of, dataframe_of, read_plan
+from misa.query.plan import PlanNode, dataframe_of, read_plan
 from misa.query.pushdown import Pushdown
 from misa.query.translate import stateful_node, translate
-from misa.query.translation import JoinInput, Translation, source_columns, watermarks
+from misa.query.translation import Translation, source_columns, watermarks
 from misa.runtime.batch_loop import Sink
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,8 @@ def planned(
             part.operator = without_pruned_event_times(part.operator, part.node, pushdown.inputs_of("Join"))
     source = _source_rows(spark, chain_of(translation)[0], pushdown)
     if translation.upstream is not None:  # several stateful operations, the job runs them as one
-        translation.operator = chained_operator(spark, translation)
+        translation.operator, carried = chained_operator(spark, translation, _rows_of(spark, pushdown))
+        source = source if carried is None else carried_source(source, carried)
     translation.operator.signature(source.schema)  # columns and types, before anything starts
     return translation, source, QueryOutput(spark, translation, stateful_node(plan), sink)
 
@@ -210,33 +212,11 @@ def _source_rows(spark: SparkSession, translation: Translation, pushdown: Pushdo
     """The stream of rows the operator reads: the plan below the stateful node, as Spark runs it in the query
     (with the filters Spark's optimizer moves below its watermarks from above that node)."""
     if translation.join_inputs:
-        return _join_rows(spark, translation.join_inputs, pushdown)
+        return join_rows(translation.join_inputs, _rows_of(spark, pushdown))
     return source_columns(dataframe_of(spark, pushdown.source(translation.source)), translation)
 
 
-def _join_rows(spark: SparkSession, inputs: list[JoinInput], pushdown: Pushdown) -> DataFrame:
-    """A join's two sides as one stream (:mod:`misa.operators.stream_join`): the side, its keys, its row."""
-    sides = []
-    for index, side in enumerate(inputs):
-        rows = dataframe_of(spark, pushdown.source(side.plan))
-        keys = [key.alias(f"_k{i}") for i, key in enumerate(side.keys)]
-        fields = [column_of(a).alias(name) for a, name in zip(attributes_of(side.plan), side.names)]
-        row = F.struct(*fields)
-        row_type = nullable(rows.select(row.alias("row")).schema["row"].dataType)
-        sides.append(rows.select(*keys, row.cast(row_type).alias(ROW_COLUMNS[index])))
-    types = [rows.schema[ROW_COLUMNS[i]].dataType for i, rows in enumerate(sides)]
-    left = sides[0].select(F.lit(0).alias(SIDE), "*", F.lit(None).cast(types[1]).alias(ROW_COLUMNS[1]))
-    right = sides[1].select(F.lit(1).alias(SIDE), "*", F.lit(None).cast(types[0]).alias(ROW_COLUMNS[0]))
-    return left.unionByName(right)
-
-
-def nullable(dtype: T.DataType) -> T.DataType:
-    """``dtype`` with every field, element and value nullable: a side's row is null in the other side's rows, and
-    Arrow refuses a null struct whose fields may not be (Kafka's ``partition`` and ``offset``, a literal)."""
-    if isinstance(dtype, T.StructType):
-        return T.StructType([T.StructField(f.name, nullable(f.dataType), True, f.metadata) for f in dtype.fields])
-    if isinstance(dtype, T.ArrayType):
-        return T.ArrayType(nullable(dtype.elementType), True)
-    if isinstance(dtype, T.MapType):
-        return T.MapType(dtype.keyType, nullable(dtype.valueType), True)
-    return dtype
+def _rows_of(spark: SparkSession, pushdown: Pushdown) -> Callable[[PlanNode], DataFrame]:
+    """The rows of a plan below the stateful nodes, as Spark runs it in the query (with the filters its optimizer
+    moves below the watermarks)."""
+    return lambda plan: dataframe_of(spark, pushdown.source(plan))

@@ -58,6 +58,7 @@ class Translation:
     warnings: list[str] = field(default_factory=list)
     stateful: str = ""  # the stateful node, as Spark prints it
     upstream: Translation | None = None  # a chain: the stateful operation below, whose output is this one's input
+    chained_side: int | None = None  # a join above another stateful operation: the side that reads its output
     node: PlanNode | None = None  # the stateful node
     own_attributes: bool = False  # ``above`` is of the plan's own expressions, run on the node's own attributes
 

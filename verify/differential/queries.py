@@ -43,8 +43,10 @@ JOIN_CHAINS = ("outer_join", "join_sessions")  # windows over an outer or semi j
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
 GROUP_STATE_TOTALLED_SHARE = 0.2  # of the others: an aggregation over the function's output (drawn apart)
+JOIN_BELOW = ("dedup_left", "dedup_right", "windows_left")  # a stream-stream join above a deduplication or windows
 REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
+    "dedup_both": "both its sides read",  # a stream-stream join of two deduplications
 }
 GROUP_STATE_TYPED_SHARE = 0.3  # of the applyInPandasWithState cases: the function ``typed`` (drawn apart)
 GROUP_STATE_COMPOSITE_KEY_SHARE = 0.15  # of the applyInPandasWithState cases: a composite key (drawn apart)
@@ -140,7 +142,9 @@ VALUE_TYPES = {  # value type -> the functions of it the random cases draw
 def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     """The case's query over the source's rows, in Spark's DataFrame API."""
     query = _stateful_query(case.query, rows)
-    return _chained(query, case.query) if case.query.chain and case.query.operator != "group_state" else query
+    q = case.query
+    above = q.chain and q.operator != "group_state" and q.chain not in (*JOIN_BELOW, "dedup_both")  # those: below
+    return _chained(query, q) if above else query
 
 
 def _chained(lower: DataFrame, q: Query) -> DataFrame:
@@ -282,9 +286,10 @@ def _above(grouped: DataFrame, query: Query, leading: list[Column]) -> DataFrame
 def _stream_join(q: Query, events: DataFrame) -> DataFrame:
     """The stream joined with itself (the right side maybe filtered) on the keys and an event-time condition."""
     left = events.withWatermark(EVENT_TIME, f"{q.delay_s} seconds")
-    left = (left.where(TIME_FILTER) if q.time_filter else left).alias("a")
+    left = _below_join(left.where(TIME_FILTER) if q.time_filter else left, q, "left").alias("a")
     right = events.where("v IS NULL OR CAST(v AS STRING) <> '1'") if q.right_filter else events
-    right = (right.withWatermark(EVENT_TIME, f"{q.right_delay_s} seconds") if q.watermark else right).alias("b")
+    right = right.withWatermark(EVENT_TIME, f"{q.right_delay_s} seconds") if q.watermark else right
+    right = _below_join(right, q, "right").alias("b")
     a_t, b_t = F.col(f"a.{EVENT_TIME}"), F.col(f"b.{EVENT_TIME}")
     interval = F.expr(f"INTERVAL {q.interval_s} SECONDS")
     condition = [F.col(f"a.{k}") == F.col(f"b.{k}") for k in q.keys]
@@ -307,6 +312,18 @@ def _stream_join(q: Query, events: DataFrame) -> DataFrame:
     columns += [F.col("a.v").alias("av"), F.col("b.v").alias("bv"), a_t.alias("at")]
     columns += [] if q.one_time else [b_t.alias("bt")]
     return joined.select(*columns).where("bv IS NULL OR CAST(bv AS STRING) <> '7'")
+
+
+def _below_join(rows: DataFrame, q: Query, side: str) -> DataFrame:
+    """A join's ``side`` with the stateful operation :data:`JOIN_BELOW` (or ``dedup_both``) puts below it: the rows
+    deduplicated by keys and event time, or counted per window and keys (the count the side's ``v``, the window's
+    time its event time)."""
+    if q.chain in (f"dedup_{side}", "dedup_both"):
+        return rows.dropDuplicates([*q.keys, EVENT_TIME])
+    if q.chain == f"windows_{side}":
+        counts = rows.groupBy(F.window(EVENT_TIME, f"{q.window_s} seconds"), *q.keys).agg(F.count("*").alias("v"))
+        return counts.select(*q.keys, F.window_time("window").alias(EVENT_TIME), "v")
+    return rows
 
 
 def random_query_case(seed: int) -> Case:
@@ -438,6 +455,19 @@ def _with_join_chain(rng: random.Random, query: Query) -> Query:
     if query.keys and not query.one_time:  # Spark fails sessions without keys; they read the right's event time
         return replace(query, chain=JOIN_CHAINS[1], output_mode="append", above=True)
     return query
+
+
+def _with_join_below(rng: random.Random, query: Query) -> Query:
+    """A stream-stream join ``query`` (no chain yet) with, at random, a stateful operation below one side
+    (:data:`JOIN_BELOW`; the right side's only when it has a watermark; windows without a residual condition, which
+    compares the count), and now and then below both, which misa refuses (drawn from its own ``rng``, so every seed
+    keeps its earlier form and rows but that)."""
+    if query.operator != "stream_join" or query.chain or rng.random() >= 0.3:
+        return query
+    drawn = rng.choices((*JOIN_BELOW, "dedup_both"), weights=(4, 3 if query.watermark else 0, 3, 1))[0]
+    if drawn == "windows_left" and query.residual:
+        drawn = "dedup_left"
+    return replace(query, chain=drawn, output_mode="append")
 
 
 def _with_time_key(rng: random.Random, query: Query) -> Query:
@@ -706,6 +736,7 @@ def _random_join_case(rng: random.Random, seed: int) -> Case:
     query = _with_longer_chain(random.Random(f"from_query-chain-more-{seed}"), query)
     query = _with_one_time(random.Random(f"from_query-one-time-{seed}"), query)
     query = _with_join_chain(random.Random(f"from_query-join-chain-{seed}"), query)
+    query = _with_join_below(random.Random(f"from_query-join-below-{seed}"), query)
     return Case(seed, query, _placed(seed, query, settings), random_rounds(rng, query))
 
 
