@@ -14,6 +14,11 @@ lowest, whose watermark follows Spark's as a single operator's does).
 the operators in order, turning each one's output into the next one's deltas with a Spark job of the batch
 (:class:`Link`'s ``feed``, built by the query's translation), and its state is theirs, each in its own key range
 (:class:`PrefixedView`), stored in the one checkpoint; its metadata holds each operator's.
+
+A stream-stream join above another operator on one side reads the batch's rows of its other side too: the job's
+source carries them past the operators below (:func:`carried_source`: each row packed as the lowest operator's,
+:data:`OWN`, or the join's, :data:`CARRIED`), the chain's deltas keep them beside the lowest operator's, and the join's
+input is the operator below's output (its ``feed``) with them.
 """
 
 from __future__ import annotations

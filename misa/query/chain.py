@@ -10,8 +10,10 @@ any number one above another: below another, a deduplication (``dropDuplicates``
 a time-window or session-window aggregation (append) or a stream-stream join (inner, outer or semi); above another, an
 aggregation (with a time window, or none; over ``applyInPandasWithState``'s output with ``NoTimeout`` too), a
 ``dropDuplicates`` (over an aggregation's window Spark judges its rows by the window's end), ``applyInPandasWithState``,
-or a session window (over a deduplication, an inner join, or a time window's aggregation by window_time(window));
-anything else is refused here, naming the pair.
+a session window (over a deduplication, an inner join, or a time window's aggregation by window_time(window)), or a
+stream-stream join with the operation below on one side (the other a stream, whose rows the job's source carries
+past the operations below: :func:`misa.operators.chain.carried_source`); anything else is refused here, naming the
+pair.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ BUILT = "stateful operations one above another (any number), each below another 
 BUILT += "dropDuplicatesWithinWatermark, a time-window or session-window aggregation (append), a stream-stream "
 BUILT += "join or applyInPandasWithState (NoTimeout, below an aggregation), each "
 BUILT += "above another an aggregation (groupBy with a time window over an event time it passes on, or none), a "
-BUILT += "dropDuplicates, applyInPandasWithState or a session window (over a deduplication, a time window or an "
-BUILT += "inner join)"
+BUILT += "dropDuplicates, applyInPandasWithState, a session window (over a deduplication, a time window or an "
+BUILT += "inner join) or a stream-stream join with it on one side, a stream on the other"
 
 
 def upstream(

@@ -428,8 +428,19 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
             ),
             "both its sides read",
         ),
+        (
+            lambda s, i: (
+                watermarked(s, i)
+                .select(F.col("k").alias("ad"), F.col("t").alias("shown"))
+                .join(
+                    stream(s, i, "b").dropDuplicates(["k", "t"]).select(F.col("k").alias("clicked_ad"), "v"),
+                    F.expr("ad = clicked_ad"),
+                )
+            ),
+            "it has no watermark",
+        ),
     ],
-    ids=["within-above-windows", "join-above"],
+    ids=["within-above-windows", "join-above-two", "join-above-no-watermark"],
 )
 def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
     refused_at_start(spark, tmp_path, build, "append", reason)
@@ -656,3 +667,14 @@ def test_a_join_above_another_stateful_operation(spark, tmp_path: Path, lower: s
     """The rows a lower operation emits in a batch are its side's input to the join in that batch, judged and
     evicted by its output watermark (refused before: "misa runs no Join over another stateful operation's output")."""
     assert_as_spark(spark, tmp_path, f"{lower}, then {how} join", joined_above(lower, how), "append", OUTER_ROUNDS)
+
+
+def deduplicated_joined_counted(spark: SparkSession, inputs: Path) -> DataFrame:
+    """Three: the impressions deduplicated, joined with the clicks, the pairs counted per 10 s window of the click."""
+    pairs = joined_above("dedup", "inner")(spark, inputs)
+    return pairs.groupBy(F.window("clicked", "10 seconds"), "ad").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+
+
+@pytest.mark.slow  # the suite's time
+def test_an_aggregation_above_a_join_above_a_deduplication(spark, tmp_path: Path):
+    assert_as_spark(spark, tmp_path, "dedup, join, windows", deduplicated_joined_counted, "append", OUTER_ROUNDS)

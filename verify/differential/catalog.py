@@ -391,8 +391,9 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:outer_join:append", "chain:join_sessions:append"),
     ),
     Entry(
-        "a stream-stream join above another stateful operation",
-        REFUSED,
+        "a stream-stream join (inner, outer or semi) above another stateful operation on one side: a "
+        "deduplication, a window's aggregation (append) or another join",
+        RUNS,
         lambda r: (
             watermarked(r)
             .dropDuplicates(["k", T])
@@ -402,12 +403,27 @@ ENTRIES: tuple[Entry, ...] = (
             )
         ),
         "append",
-        note="below another: a deduplication, a time-window or session-window aggregation (append) or a "
-        "stream-stream join; a session window above a deduplication, a window, an aggregation by the event time or a "
-        "join; "
-        "above another: an aggregation, `dropDuplicates` or `applyInPandasWithState`, any number in a chain; or a "
-        "second query reading the first one's output",
-        refusal="it reads the output of the stateful",
+        "the operation's output of a batch is its side's input to the join in that batch, the other side's rows "
+        "those of the batch; the join judges and evicts by the operation's output watermark (Spark's propagated "
+        "one). Refused when the operation below has no watermark (Spark's join then follows the other side's)",
+        covered_by=("chain:dedup_left:append", "chain:dedup_right:append", "chain:windows_left:append"),
+    ),
+    Entry(
+        "a stream-stream join of two stateful operations' outputs (one on each side)",
+        REFUSED,
+        lambda r: (
+            watermarked(r)
+            .dropDuplicates(["k", T])
+            .alias("a")
+            .join(
+                watermarked(r).dropDuplicates(["k", T]).alias("b"),
+                F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}"),
+            )
+        ),
+        "append",
+        note="misa's operators form a chain, each reading one below it: a join above one operation, the other side "
+        "a stream; or one query per side writing to the join's inputs",
+        refusal="both its sides read",
     ),
     Entry(
         "`dropDuplicatesWithinWatermark` above a window's aggregation",

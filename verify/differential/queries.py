@@ -460,11 +460,12 @@ def _with_join_chain(rng: random.Random, query: Query) -> Query:
 def _with_join_below(rng: random.Random, query: Query) -> Query:
     """A stream-stream join ``query`` (no chain yet) with, at random, a stateful operation below one side
     (:data:`JOIN_BELOW`; the right side's only when it has a watermark; windows without a residual condition, which
-    compares the count), and now and then below both, which misa refuses (drawn from its own ``rng``, so every seed
-    keeps its earlier form and rows but that)."""
+    compares the count), and now and then below both sides of an inner join, which misa refuses (drawn from its own
+    ``rng``, so every seed keeps its earlier form and rows but that)."""
     if query.operator != "stream_join" or query.chain or rng.random() >= 0.3:
         return query
-    drawn = rng.choices((*JOIN_BELOW, "dedup_both"), weights=(4, 3 if query.watermark else 0, 3, 1))[0]
+    both = 1 if query.join_how == "inner" else 0  # Spark refuses an outer or semi join of some of them itself
+    drawn = rng.choices((*JOIN_BELOW, "dedup_both"), weights=(4, 3 if query.watermark else 0, 3, both))[0]
     if drawn == "windows_left" and query.residual:
         drawn = "dedup_left"
     return replace(query, chain=drawn, output_mode="append")
