@@ -150,8 +150,15 @@ def chained_operator(
             )
         if upper.chained_side is None:
             feed = _feed(output, upper)
-        else:
+        elif carried is None:
             feed, carried = _join_feed(output, upper, upper.chained_side, rows_of)
+        else:
+            raise UnsupportedQueryError(
+                f"[MISA_UNSUPPORTED_QUERY] misa cannot run {upper.stateful!r}: a second stream-stream join above "
+                "another stateful operation in one chain, each joining a stream of its own (misa's source carries one "
+                "join's other side past the operations below). Write instead: one such join a query, the second query "
+                "reading the first one's output."
+            )
         links.append(Link(upper.operator, feed, feed(pa.table({})).schema, carries=upper.chained_side is not None))
     return OperatorChain(chain[0].operator, links), carried
 

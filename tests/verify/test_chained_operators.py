@@ -439,8 +439,19 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
             ),
             "it has no watermark",
         ),
+        (
+            lambda s, i: (
+                joined_above("dedup", "inner")(s, i)
+                .select("ad", "clicked")
+                .join(
+                    watermarked(s, i).select(F.col("k").alias("k3"), F.col("t").alias("t3")),
+                    F.expr("ad = k3 AND t3 BETWEEN clicked AND clicked + INTERVAL 5 SECONDS"),
+                )
+            ),
+            "a second stream-stream join above",
+        ),
     ],
-    ids=["within-above-windows", "join-above-two", "join-above-no-watermark"],
+    ids=["within-above-windows", "join-above-two", "join-above-no-watermark", "two-joins-above"],
 )
 def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
     refused_at_start(spark, tmp_path, build, "append", reason)
