@@ -654,6 +654,7 @@ def joined_above(lower: str, how: str) -> Build:
     return build
 
 
+@pytest.mark.slow  # the suite's time: make test plans the form (test_spark_queries.py) and checks its refusals
 def test_a_join_above_a_deduplication(spark, tmp_path: Path):
     """The rows a deduplication emits in a batch are its side's input to the join in that batch, judged and evicted
     by its output watermark (refused before: "misa runs no Join over another stateful operation's output")."""
