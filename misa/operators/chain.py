@@ -15,10 +15,12 @@ the operators in order, turning each one's output into the next one's deltas wit
 (:class:`Link`'s ``feed``, built by the query's translation), and its state is theirs, each in its own key range
 (:class:`PrefixedView`), stored in the one checkpoint; its metadata holds each operator's.
 
-A stream-stream join above another operator on one side reads the batch's rows of its other side too: the job's
-source carries them past the operators below (:func:`carried_source`: each row packed as the lowest operator's,
-:data:`OWN`, or the join's, :data:`CARRIED`), the chain's deltas keep them beside the lowest operator's, and the join's
-input is the operator below's output (its ``feed``) with them.
+A stream-stream join above another operator reads the batch's rows of its other side too: the job's source carries
+them past the operators below (:func:`carried_source`: each row packed as the lowest operator's, :data:`OWN`, or the
+other side's, :data:`CARRIED`), the chain's deltas keep them beside the lowest operator's, and the join's input is the
+operator below's output (its ``feed``) with them; when that other side has stateful operators of its own, they run as
+a chain of their own (:attr:`Link.side`) on the carried deltas, their state behind :data:`SIDE_KEY`, their output the
+join's other side (``side_feed``), and the join's input watermark the least of the two sides' output watermarks.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from misa.operators.watermark import (
 from misa.state.view import StateView
 
 CHAIN_KEY = b"\xfc"  # every key of a chain's operators starts with it and the operator's position
+SIDE_KEY = CHAIN_KEY + b"\xff"  # and a join's other side's operators, behind it (Link.side)
 OWN, CARRIED = "_misa_own", "_misa_carried"  # a source's rows for the lowest operator; for a join above (Link)
 PROPAGATED = (PropagatedWatermark, PropagatedInputsWatermark)
 
@@ -73,12 +76,15 @@ class PrefixedView:
 class Link:
     """An operator above another in the chain: ``feed`` turns the operator below's output rows of a batch into this
     operator's input (a DataFrame of the steps between the two, run by Spark), of schema ``schema``; ``carries``: a
-    join whose other side's rows of the batch the chain's source carries past the operators below (:data:`CARRIED`)."""
+    join whose other side's rows of the batch the chain's source carries past the operators below (:data:`CARRIED`):
+    the join's input rows of that side, or those of the chain ``side`` whose output ``side_feed`` turns into them."""
 
     operator: Any
     feed: Callable[[pa.Table], DataFrame]
     schema: T.StructType
     carries: bool = False
+    side: OperatorChain | None = None  # a join's other side, when it is stateful operations of its own (carried)
+    side_feed: Callable[[pa.Table], DataFrame] | None = None  # their output as the join's other side's rows
 
 
 def carried_source(own: DataFrame, carried: DataFrame) -> DataFrame:
@@ -95,14 +101,19 @@ def carried_source(own: DataFrame, carried: DataFrame) -> DataFrame:
 
 
 def _carried_apart(deltas: pa.Table) -> tuple[pa.Table, pa.Table | None]:
-    """A chain's deltas as the lowest operator's and the carried rows (None: the chain carries none)."""
+    """A chain's deltas as the lowest operator's and the carried ones (None: the chain carries none)."""
     if CARRIED not in deltas.column_names:
         return deltas, None
     column = deltas[CARRIED]
     carried = pc.is_valid(column)
     own = deltas.filter(pc.invert(carried)).drop_columns([CARRIED])
-    rows = column.filter(carried).combine_chunks()
-    return own, pa.Table.from_struct_array(rows) if len(rows) else None
+    return own, pa.Table.from_struct_array(column.filter(carried).combine_chunks())
+
+
+def _packed(rows: DataFrame, name: str) -> DataFrame:
+    """``rows`` as one struct column ``name`` whose fields may all be null (it is null in the other rows)."""
+    row = F.struct(*[rows[c] for c in rows.columns])
+    return rows.select(row.cast(nullable(rows.select(row.alias(name)).schema[name].dataType)).alias(name))
 
 
 class OperatorChain:
@@ -112,6 +123,7 @@ class OperatorChain:
         self.first = first
         self.links = links
         self.carries = any(link.carries for link in links)
+        self.carrier = next((link for link in links if link.carries), None)
         for link in links:
             watermark = getattr(link.operator, "watermark", None)
             if isinstance(watermark, EventTimeWatermark) and not isinstance(watermark, PropagatedWatermark):
@@ -132,7 +144,9 @@ class OperatorChain:
     def signature(self, schema: T.StructType) -> dict[str, Any]:
         own = schema[OWN].dataType if self.carries else schema  # type: ignore[union-attr]
         signatures = [self.first.signature(own), *(link.operator.signature(link.schema) for link in self.links)]
-        return {"operator": "OperatorChain", "operators": signatures}
+        side = self.carrier.side if self.carrier else None
+        sides = [side.signature(schema[CARRIED].dataType)] if side else []  # type: ignore[arg-type]
+        return {"operator": "OperatorChain", "operators": signatures, **({"sides": sides} if sides else {})}
 
     # ------------------------------------------------------------------ a batch
     def deltas(self, batch: DataFrame) -> DataFrame:
@@ -140,27 +154,45 @@ class OperatorChain:
         if not self.carries:
             return self.first.deltas(batch)
         own = self.first.deltas(batch.where(F.col(OWN).isNotNull()).select(f"{OWN}.*"))
-        return own.unionByName(batch.where(F.col(CARRIED).isNotNull()).select(CARRIED), allowMissingColumns=True)
+        carried = batch.where(F.col(CARRIED).isNotNull()).select(f"{CARRIED}.*")
+        side = self.carrier.side if self.carrier else None
+        carried = _packed(side.deltas(carried) if side else carried, CARRIED)
+        return own.unionByName(carried, allowMissingColumns=True)
 
     def apply(self, deltas: pa.Table, state: StateView) -> OperatorResult:
         """The lowest operator merges the batch's deltas; each one above takes the output below as its input (a join
         with the carried rows too)."""
         own, carried = _carried_apart(deltas)
-        return self._above(self.first.apply(own, self._view(state, 0)), state, carried)
+        spark_us = self._spark_watermark()
+        return self._above(self.first.apply(own, self._view(state, 0)), state, carried, spark_us)
 
     def no_data_batch(self, state: StateView) -> OperatorResult:
         """Spark's batch without data: the lowest operator evicts (append mode emits what closed), and each operator
         above runs on what the one below emitted, evicting by its own input watermark."""
-        run = getattr(self.first, "no_data_batch", None)
-        below = run(self._view(state, 0)) if callable(run) else OperatorResult(pa.table({}))
-        return self._above(below, state)
+        spark_us = self._spark_watermark()
+        return self._above(self._no_data_of(self.first, self._view(state, 0)), state, None, spark_us)
 
-    def _above(self, below: OperatorResult, state: StateView, carried: pa.Table | None = None) -> OperatorResult:
+    @staticmethod
+    def _no_data_of(operator: Any, view: Any) -> OperatorResult:
+        run = getattr(operator, "no_data_batch", None)
+        return run(view) if callable(run) else OperatorResult(pa.table({}))
+
+    def _spark_watermark(self) -> int | None:
+        """Spark's watermark for the running batch when the runtime gave it (the lowest operators follow it)."""
+        watermark = self.event_watermark()
+        return getattr(watermark, "spark_next_us", None)
+
+    def _above(
+        self, below: OperatorResult, state: StateView, carried: pa.Table | None, spark_us: int | None
+    ) -> OperatorResult:
         total = OperatorResult(below.output, below.late_rows, below.state_reads, below.dropped_rows)
         total.closed_windows = below.closed_windows
         watermark = self._output_watermark(self.first)
         for position, link in enumerate(self.links, start=1):
             operator = link.operator
+            if link.side is not None:  # the join's other side: its own operators first, on the carried deltas
+                side, watermark = self._side_rows(link, PrefixedView(state, SIDE_KEY), carried, spark_us, watermark)
+                carried = side
             if watermark is not None and isinstance(operator.watermark, PROPAGATED):
                 operator.watermark.next_us = max(watermark, 0)
             deltas = operator.deltas(link.feed(below.output)).toArrow()
@@ -175,6 +207,26 @@ class OperatorChain:
             total.closed_windows += below.closed_windows
             watermark = self._output_watermark(operator)
         return total
+
+    @staticmethod
+    def _side_rows(
+        link: Link, view: Any, deltas: pa.Table | None, spark_us: int | None, watermark: int | None
+    ) -> tuple[pa.Table, int | None]:
+        """The join's other side's rows of the batch, the output of its own operators (``link.side``, run on the
+        carried ``deltas``, or as a batch without data), and the join's input watermark: the least of the two
+        sides' output watermarks (Spark's ``PropagateWatermarkSimulator``)."""
+        side, feed = link.side, link.side_feed
+        assert side is not None and feed is not None
+        follows = side.event_watermark()
+        if spark_us is not None and follows is not None:
+            follows.follow(spark_us)
+        result = side.no_data_batch(view) if deltas is None else side.apply(deltas, view)
+        marks = [m for m in (watermark, side.output_watermark()) if m is not None]
+        return feed(result.output).toArrow(), min(marks) if marks else None
+
+    def output_watermark(self) -> int | None:
+        """The highest operator's output watermark of the running batch (None: it has none)."""
+        return self._output_watermark(self.operators[-1])
 
     @staticmethod
     def _output_watermark(operator: Any) -> int | None:
@@ -204,13 +256,22 @@ class OperatorChain:
             reached.append(operator)
             if isinstance(operator, StatefulProcessorOperator):
                 break
-        return any(runs_no_data_batches(operator) for operator in reached)
+        side = self.carrier.side if self.carrier else None
+        return any(runs_no_data_batches(operator) for operator in reached) or bool(
+            side and side.spark_runs_no_data_batches()
+        )
 
     # ------------------------------------------------------------------ versions
     def metadata(self) -> dict[str, Any]:
-        return {"chain": [operator.metadata() for operator in self.operators]}
+        side = self.carrier.side if self.carrier else None
+        return {
+            "chain": [operator.metadata() for operator in self.operators],
+            **({"side": side.metadata()} if side else {}),
+        }
 
     def restore(self, metadata: dict[str, Any]) -> None:
         parts = metadata.get("chain") or [{}] * len(self.operators)
         for operator, part in zip(self.operators, parts):
             operator.restore(part)
+        if self.carrier and self.carrier.side:
+            self.carrier.side.restore(metadata.get("side") or {})

@@ -30,7 +30,7 @@ from misa.operators.chain import carried_source
 from misa.operators.dedup import Deduplicate
 from misa.operators.processor import StatefulProcessorOperator
 from misa.operators.stream_join import StreamJoin
-from misa.query.chain import chain_of, chained_operator
+from misa.query.chain import Sources, chain_of, chained_operator, parts_of
 from misa.query.join_rows import join_rows
 from misa.query.joins import without_pruned_event_times
 from misa.query.output import QueryOutput
@@ -98,13 +98,14 @@ def planned(
     translation = translate(plan, output_mode, collect_max_items, policy.lower())
     for warning in translation.warnings:
         log.warning(warning)
-    for part in chain_of(translation):
+    for part in parts_of(translation):
         _without_pruned_event_time(part, pushdown)
         if isinstance(part.operator, StreamJoin) and part.node is not None:
             part.operator = without_pruned_event_times(part.operator, part.node, pushdown.inputs_of("Join"))
     source = _source_rows(spark, chain_of(translation)[0], pushdown)
     if translation.upstream is not None:  # several stateful operations, the job runs them as one
-        translation.operator, carried = chained_operator(spark, translation, _rows_of(spark, pushdown))
+        sources = Sources(_rows_of(spark, pushdown), lambda part: _source_rows(spark, part, pushdown))
+        translation.operator, carried = chained_operator(spark, translation, sources)
         source = source if carried is None else carried_source(source, carried)
     translation.operator.signature(source.schema)  # columns and types, before anything starts
     return translation, source, QueryOutput(spark, translation, stateful_node(plan), sink)

@@ -59,6 +59,7 @@ class Translation:
     stateful: str = ""  # the stateful node, as Spark prints it
     upstream: Translation | None = None  # a chain: the stateful operation below, whose output is this one's input
     chained_side: int | None = None  # a join above another stateful operation: the side that reads its output
+    other_upstream: Translation | None = None  # such a join's other side's stateful operations (their top)
     node: PlanNode | None = None  # the stateful node
     own_attributes: bool = False  # ``above`` is of the plan's own expressions, run on the node's own attributes
 

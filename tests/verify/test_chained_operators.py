@@ -422,14 +422,6 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
         ),
         (
             lambda s, i: (
-                windowed_counts(watermarked(s, i))
-                .select("k", F.window_time("window").alias("wt"))
-                .join(joined(s, i), F.expr("k = ad AND clicked BETWEEN wt AND wt + INTERVAL 10 SECONDS"))
-            ),
-            "both its sides read",
-        ),
-        (
-            lambda s, i: (
                 watermarked(s, i)
                 .select(F.col("k").alias("ad"), F.col("t").alias("shown"))
                 .join(
@@ -451,7 +443,7 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
             "a second stream-stream join above",
         ),
     ],
-    ids=["within-above-windows", "join-above-two", "join-above-no-watermark", "two-joins-above"],
+    ids=["within-above-windows", "join-above-no-watermark", "two-joins-above"],
 )
 def test_chains_misa_does_not_run_are_refused_at_start(spark, tmp_path: Path, build: Build, reason: str):
     refused_at_start(spark, tmp_path, build, "append", reason)
@@ -631,22 +623,23 @@ def joined_above(lower: str, how: str) -> Build:
     """A stateful operation on one side of a ``how`` stream-stream join: the impressions deduplicated by key and time
     (``dedup``), counted per 10 s window and key (``windows``, the window's time the impression's), or the clicks
     deduplicated by key and time (``dedup_right``), or the clicks matched with the impressions (``join``); then
-    joined with the other stream within 20 s."""
+    joined with the other stream within 20 s; or both sides' (``dedup_both``, ``windows_both``: the impressions'
+    windows or deduplication, the clicks' deduplication)."""
 
     def build(spark: SparkSession, inputs: Path) -> DataFrame:
         impressions = watermarked(spark, inputs)
         clicks = clicks_of(spark, inputs)
-        if lower == "windows":
+        if lower in ("windows", "windows_both"):
             counts = windowed_counts(impressions)
             impressions = counts.select(F.col("k").alias("ad"), F.window_time("window").alias("shown"), "n")
         elif lower == "join":  # the clicks matched once, joined with the clicks again
             impressions = joined(spark, inputs).select("ad", F.col("clicked").alias("shown"))
         else:
-            if lower == "dedup":
+            if lower in ("dedup", "dedup_both"):
                 impressions = impressions.dropDuplicates(["k", "t"])
-            else:
-                clicks = clicks.dropDuplicates(["clicked_ad", "clicked"])
             impressions = impressions.select(F.col("k").alias("ad"), F.col("t").alias("shown"))
+        if lower in ("dedup_right", "dedup_both", "windows_both"):
+            clicks = clicks.dropDuplicates(["clicked_ad", "clicked"])
         condition = "ad = clicked_ad AND clicked BETWEEN shown AND shown + INTERVAL 20 SECONDS"
         return impressions.join(clicks, F.expr(condition), how)
 
@@ -673,6 +666,8 @@ def test_a_join_above_a_deduplication(spark, tmp_path: Path):
         ("dedup", "right_outer"),
         ("dedup", "full_outer"),
         ("dedup", "left_semi"),
+        ("dedup_both", "inner"),
+        ("windows_both", "left_outer"),
     ],
 )
 def test_a_join_above_another_stateful_operation(spark, tmp_path: Path, lower: str, how: str):

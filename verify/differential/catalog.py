@@ -391,8 +391,8 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("chain:outer_join:append", "chain:join_sessions:append"),
     ),
     Entry(
-        "a stream-stream join (inner, outer or semi) above another stateful operation on one side: a "
-        "deduplication, a window's aggregation (append) or another join",
+        "a stream-stream join (inner, outer or semi) above other stateful operations on one side or both: a "
+        "deduplication, a window's aggregation (append), another join, or a chain of them",
         RUNS,
         lambda r: (
             watermarked(r)
@@ -403,27 +403,16 @@ ENTRIES: tuple[Entry, ...] = (
             )
         ),
         "append",
-        "the operation's output of a batch is its side's input to the join in that batch, the other side's rows "
-        "those of the batch; the join judges and evicts by the operation's output watermark (Spark's propagated "
-        "one). Refused when the operation below has no watermark (Spark's join then follows the other side's)",
-        covered_by=("chain:dedup_left:append", "chain:dedup_right:append", "chain:windows_left:append"),
-    ),
-    Entry(
-        "a stream-stream join of two stateful operations' outputs (one on each side)",
-        REFUSED,
-        lambda r: (
-            watermarked(r)
-            .dropDuplicates(["k", T])
-            .alias("a")
-            .join(
-                watermarked(r).dropDuplicates(["k", T]).alias("b"),
-                F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}"),
-            )
+        "each side's input to the join in a batch is the output of its operations in that batch (or the stream's rows "
+        "of the batch); the join judges and evicts by the least of the two sides' output watermarks (Spark's "
+        "propagated one). Refused when an operation below has no watermark (Spark's join then follows the other "
+        "side's), and a second such join in one chain",
+        covered_by=(
+            "chain:dedup_left:append",
+            "chain:dedup_right:append",
+            "chain:windows_left:append",
+            "chain:dedup_both:append",
         ),
-        "append",
-        note="misa's operators form a chain, each reading one below it: a join above one operation, the other side "
-        "a stream; or one query per side writing to the join's inputs",
-        refusal="both its sides read",
     ),
     Entry(
         "`dropDuplicatesWithinWatermark` above a window's aggregation",

@@ -43,10 +43,10 @@ JOIN_CHAINS = ("outer_join", "join_sessions")  # windows over an outer or semi j
 GROUP_STATE_CHAIN = "dedup_below"  # an applyInPandasWithState case's: over a dropDuplicates of its keys and event time
 GROUP_STATE_CHAIN_SHARE = 0.3  # of the applyInPandasWithState cases (drawn apart)
 GROUP_STATE_TOTALLED_SHARE = 0.2  # of the others: an aggregation over the function's output (drawn apart)
-JOIN_BELOW = ("dedup_left", "dedup_right", "windows_left")  # a stream-stream join above a deduplication or windows
+# a stream-stream join above a deduplication (left, right or both sides) or windows (left)
+JOIN_BELOW = ("dedup_left", "dedup_right", "windows_left", "dedup_both")
 REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
-    "dedup_both": "both its sides read",  # a stream-stream join of two deduplications
 }
 GROUP_STATE_TYPED_SHARE = 0.3  # of the applyInPandasWithState cases: the function ``typed`` (drawn apart)
 GROUP_STATE_COMPOSITE_KEY_SHARE = 0.15  # of the applyInPandasWithState cases: a composite key (drawn apart)
@@ -143,7 +143,7 @@ def spark_api_query(case: Case, rows: DataFrame) -> DataFrame:
     """The case's query over the source's rows, in Spark's DataFrame API."""
     query = _stateful_query(case.query, rows)
     q = case.query
-    above = q.chain and q.operator != "group_state" and q.chain not in (*JOIN_BELOW, "dedup_both")  # those: below
+    above = q.chain and q.operator != "group_state" and q.chain not in JOIN_BELOW  # those are below the join
     return _chained(query, q) if above else query
 
 
@@ -315,7 +315,7 @@ def _stream_join(q: Query, events: DataFrame) -> DataFrame:
 
 
 def _below_join(rows: DataFrame, q: Query, side: str) -> DataFrame:
-    """A join's ``side`` with the stateful operation :data:`JOIN_BELOW` (or ``dedup_both``) puts below it: the rows
+    """A join's ``side`` with the stateful operation :data:`JOIN_BELOW` puts below it: the rows
     deduplicated by keys and event time, or counted per window and keys (the count the side's ``v``, the window's
     time its event time)."""
     if q.chain in (f"dedup_{side}", "dedup_both"):
@@ -460,12 +460,12 @@ def _with_join_chain(rng: random.Random, query: Query) -> Query:
 def _with_join_below(rng: random.Random, query: Query) -> Query:
     """A stream-stream join ``query`` (no chain yet) with, at random, a stateful operation below one side
     (:data:`JOIN_BELOW`; the right side's only when it has a watermark; windows without a residual condition, which
-    compares the count), and now and then below both sides of an inner join, which misa refuses (drawn from its own
-    ``rng``, so every seed keeps its earlier form and rows but that)."""
+    compares the count), and now and then below both sides of an inner join (drawn from its own ``rng``, so every seed
+    keeps its earlier form and rows but that)."""
     if query.operator != "stream_join" or query.chain or rng.random() >= 0.3:
         return query
     both = 1 if query.join_how == "inner" else 0  # Spark refuses an outer or semi join of some of them itself
-    drawn = rng.choices((*JOIN_BELOW, "dedup_both"), weights=(4, 3 if query.watermark else 0, 3, both))[0]
+    drawn = rng.choices(JOIN_BELOW, weights=(4, 3 if query.watermark else 0, 3, both))[0]
     if drawn == "windows_left" and query.residual:
         drawn = "dedup_left"
     return replace(query, chain=drawn, output_mode="append")
