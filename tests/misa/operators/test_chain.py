@@ -54,3 +54,40 @@ def test_the_operators_above_the_first_judge_by_a_propagated_watermark():
     assert isinstance(above.watermark, PropagatedWatermark) and chain.event_watermark() is first.watermark
     chain.restore({})
     assert [part["watermark_us"] for part in chain.metadata()["chain"]] == [0, 0]
+
+
+def test_a_chains_deltas_part_into_the_lowest_operators_and_the_carried_rows():
+    import pyarrow as pa
+
+    from misa.operators.chain import CARRIED, _carried_apart
+
+    carried = pa.array([None, {"_side": 1, "_k0": "x"}, None, {"_side": 1, "_k0": None}])
+    deltas = pa.table({"k": ["a", None, "b", None], "n": [1, None, 2, None], CARRIED: carried})
+    own, rows = _carried_apart(deltas)
+    assert own.to_pylist() == [{"k": "a", "n": 1}, {"k": "b", "n": 2}]
+    assert rows is not None and rows.to_pylist() == [{"_side": 1, "_k0": "x"}, {"_side": 1, "_k0": None}]
+    assert _carried_apart(own) == (own, None)  # a chain that carries nothing
+    none = _carried_apart(deltas.slice(0, 1))[1]
+    assert none is not None and none.num_rows == 0 and none.column_names == ["_side", "_k0"]  # the join still runs
+
+
+def test_a_join_above_another_operation_moves_with_the_watermark_below_not_with_its_rows():
+    from pyspark.sql import types as T
+
+    from misa.operators.chain import Link
+    from misa.operators.dedup import Deduplicate
+    from misa.operators.stream_join import JoinSide, StreamJoin
+    from misa.operators.watermark import PropagatedInputsWatermark
+
+    first = Deduplicate(["k"], event_time="t", watermark_delay="5 seconds", event_time_key=True)
+    join = StreamJoin(1, JoinSide("l1", 5000, state_offset_ms=0), JoinSide("r1", 10_000, state_offset_ms=0))
+    OperatorChain(first, [Link(join, lambda table: None, T.StructType(), carries=True)])  # type: ignore[arg-type]
+    watermark = join.watermark
+    assert isinstance(watermark, PropagatedInputsWatermark)
+    watermark.observe_input(1, 10**12)  # the carried side's rows move nothing
+    assert watermark.begin_batch() == (0, 0) and not watermark.moves()
+    watermark.next_us = 7_000_000  # the deduplication's output watermark
+    assert watermark.moves() and watermark.begin_batch() == (0, 7_000_000)
+    restored = PropagatedInputsWatermark((5000, 10_000))
+    restored.restore(watermark.metadata())
+    assert restored.begin_batch() == (7_000_000, 7_000_000)
