@@ -221,10 +221,10 @@ class OperatorChain:
         if spark_us is not None and follows is not None:
             follows.follow(spark_us)
         result = side.no_data_batch(view) if deltas is None else side.apply(deltas, view)
-        marks = [m for m in (watermark, side.output_watermark()) if m is not None]
+        marks = [m for m in (watermark, side.top_watermark()) if m is not None]
         return feed(result.output).toArrow(), min(marks) if marks else None
 
-    def output_watermark(self) -> int | None:
+    def top_watermark(self) -> int | None:
         """The highest operator's output watermark of the running batch (None: it has none)."""
         return self._output_watermark(self.operators[-1])
 
