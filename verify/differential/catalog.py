@@ -415,6 +415,36 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        "a stream-stream join above a stateful operation whose input has no `withWatermark`",
+        REFUSED,
+        lambda r: watermarked(r).alias("a").join(events(r).dropDuplicates(["k", T]).alias("b"), F.expr("a.k = b.k")),
+        "append",
+        note="Spark's join then takes the other side's watermark alone; misa's join reads the operation below's: "
+        "`withWatermark` on that side's stream",
+        refusal="it has no watermark",
+    ),
+    Entry(
+        "two stream-stream joins above other stateful operations in one chain, each joining a stream of its own",
+        REFUSED,
+        lambda r: (
+            watermarked(r)
+            .dropDuplicates(["k", T])
+            .alias("a")
+            .join(
+                watermarked(r).alias("b"), F.expr(f"a.k = b.k AND b.{T} BETWEEN a.{T} - INTERVAL 10 SECONDS AND a.{T}")
+            )
+            .select(F.col("a.k").alias("k1"), F.col(f"b.{T}").alias("t1"))
+            .join(
+                watermarked(r).alias("c"),
+                F.expr(f"k1 = c.k AND c.{T} BETWEEN t1 - INTERVAL 10 SECONDS AND t1"),
+            )
+        ),
+        "append",
+        note="misa's source carries one join's other side past the operations below: one such join a query, the "
+        "second query reading the first one's output",
+        refusal="a second stream-stream join above",
+    ),
+    Entry(
         "`dropDuplicatesWithinWatermark` above a window's aggregation",
         REFUSED,
         lambda r: windowed(r, F.count("*").alias("n")).dropDuplicatesWithinWatermark(["k"]),
