@@ -420,7 +420,7 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
             lambda s, i: windowed_counts(watermarked(s, i)).dropDuplicatesWithinWatermark(["k"]),
             "reads as a timestamp",
         ),
-        (
+        pytest.param(  # the suite's time: make test checks both refusals through their catalog rows
             lambda s, i: (
                 watermarked(s, i)
                 .select(F.col("k").alias("ad"), F.col("t").alias("shown"))
@@ -430,8 +430,9 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
                 )
             ),
             "it has no watermark",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             lambda s, i: (
                 joined_above("dedup", "inner")(s, i)
                 .select("ad", "clicked")
@@ -441,6 +442,7 @@ def test_an_aggregation_in_update_mode_below_another_is_refused_as_spark_refuses
                 )
             ),
             "a second stream-stream join above",
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["within-above-windows", "join-above-no-watermark", "two-joins-above"],
