@@ -40,6 +40,7 @@ from misa.operators.schema import nullable
 from misa.operators.watermark import (
     EventTimeWatermark,
     InputsWatermark,
+    Propagated,
     PropagatedInputsWatermark,
     PropagatedWatermark,
 )
@@ -48,7 +49,6 @@ from misa.state.view import StateView
 CHAIN_KEY = b"\xfc"  # every key of a chain's operators starts with it and the operator's position
 SIDE_KEY = CHAIN_KEY + b"\xff"  # and a join's other side's operators, behind it (Link.side)
 OWN, CARRIED = "_misa_own", "_misa_carried"  # a source's rows for the lowest operator; for a join above (Link)
-PROPAGATED = (PropagatedWatermark, PropagatedInputsWatermark)
 
 
 class PrefixedView:
@@ -193,7 +193,7 @@ class OperatorChain:
             if link.side is not None:  # the join's other side: its own operators first, on the carried deltas
                 side, watermark = self._side_rows(link, PrefixedView(state, SIDE_KEY), carried, spark_us, watermark)
                 carried = side
-            if watermark is not None and isinstance(operator.watermark, PROPAGATED):
+            if watermark is not None and isinstance(operator.watermark, Propagated):
                 operator.watermark.next_us = max(watermark, 0)
             deltas = operator.deltas(link.feed(below.output)).toArrow()
             if link.carries and carried is not None:

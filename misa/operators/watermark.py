@@ -209,14 +209,31 @@ def inputs_signature(inputs: WatermarkInputs | None) -> dict[str, Any]:
 
 
 @dataclass
-class PropagatedWatermark(EventTimeWatermark):
+class Propagated:
+    """What a chain's watermarks above the lowest operator share: :attr:`next_us`, the upstream's output watermark
+    for the running batch (set by the chain), and :attr:`at_us`, the one the last batch evicted with, the only one
+    stored (a restart starts from it)."""
+
+    at_us: int = 0
+    next_us: int = field(default=0, kw_only=True)
+
+    def after(self, event_us: int | None) -> int | None:
+        return None
+
+    def metadata(self) -> dict[str, Any]:
+        return {"watermark_us": self.at_us}
+
+    def restore(self, metadata: dict[str, Any]) -> None:
+        self.at_us = self.next_us = int(metadata.get("watermark_us", 0))
+
+
+@dataclass
+class PropagatedWatermark(Propagated, EventTimeWatermark):
     """The watermark of a stateful operator that reads another's output in the same query (a chain): Spark's
     ``PropagateWatermarkSimulator`` gives it the upstream's output watermark as its input watermark, so it observes
     no event times of its own. The chain sets :attr:`next_us` (the upstream's output watermark for the running batch)
     before each batch; :attr:`at_us` is, as for :class:`EventTimeWatermark`, the one the last batch evicted with (the
     next batch's late-events watermark, Spark's input watermark of the batch before)."""
-
-    next_us: int = 0
 
     def observe(self, batch_max_us: int | None) -> None:
         """Its rows move nothing: the upstream's watermark does."""
@@ -231,36 +248,16 @@ class PropagatedWatermark(EventTimeWatermark):
     def moves(self) -> bool:
         return self.next_us > self.at_us
 
-    def after(self, event_us: int | None) -> int | None:
-        return None
-
-    def metadata(self) -> dict[str, Any]:
-        return {"watermark_us": self.at_us}
-
-    def restore(self, metadata: dict[str, Any]) -> None:
-        self.at_us = self.next_us = int(metadata.get("watermark_us", 0))
-
 
 @dataclass
-class PropagatedInputsWatermark(InputsWatermark):
+class PropagatedInputsWatermark(Propagated, InputsWatermark):
     """The watermark of a stream-stream join above another stateful operation (a chain): Spark's
     ``PropagateWatermarkSimulator`` gives the join the least of its inputs' output watermarks, the operation below's
     (the side reading a stream gives the global watermark, never below it), so its sides' rows move nothing. The
     chain sets :attr:`next_us` before each batch, as for :class:`PropagatedWatermark`."""
-
-    next_us: int = 0
 
     def observe_input(self, index: int, batch_max_us: int) -> None:
         """Its rows move nothing: the upstream's watermark does."""
 
     def _next(self, max_event_us: dict[int, int] | None = None) -> int:
         return self.next_us
-
-    def after(self, event_us: int | None) -> int | None:
-        return None
-
-    def metadata(self) -> dict[str, Any]:
-        return {"watermark_us": self.at_us}
-
-    def restore(self, metadata: dict[str, Any]) -> None:
-        self.at_us = self.next_us = int(metadata.get("watermark_us", 0))
