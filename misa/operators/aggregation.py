@@ -82,6 +82,7 @@ from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.percentile import EXACT_PERCENTILES
 from misa.operators.percentile_approx import PERCENTILE_TYPES, Percentiles
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
+from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.parallel.routing import KeyColumns
@@ -137,7 +138,8 @@ class Agg:
     min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
     :mod:`misa.operators.percentile_approx`), percentile, percentile_desc, percentile_disc, percentile_disc_desc
     (``percentiles``: its percentages, :mod:`misa.operators.percentile`), histogram_numeric (``bins``: its number of
-    bins, :mod:`misa.operators.histogram`; not over sliding windows)."""
+    bins, :mod:`misa.operators.histogram`; not over sliding windows), and Spark's sketch aggregates (``sketch``: its
+    constants, :mod:`misa.operators.sketches`)."""
 
     name: str
     function: str
@@ -145,6 +147,7 @@ class Agg:
     other: str = ""
     percentiles: Percentiles | None = None
     bins: int | None = None
+    sketch: Sketch | None = None
 
     def __post_init__(self) -> None:
         if self.function not in AGG_FUNCTIONS:
@@ -160,6 +163,10 @@ class Agg:
             )
         if (self.bins is not None) != (self.function == "histogram_numeric"):
             raise ValueError(f"aggregate {self.name}: bins (at least 2) is histogram_numeric's, and it needs them")
+        if (self.sketch is not None) != (self.function in SKETCH_FUNCTIONS) or (
+            self.sketch is not None and self.sketch.function != self.function
+        ):
+            raise ValueError(f"aggregate {self.name}: a sketch (its constants) is {self.function}'s, and it needs one")
         if self.bins is not None and self.bins < 2:
             raise ValueError(f"aggregate {self.name}: histogram_numeric needs at least 2 bins, not {self.bins}")
 
@@ -167,7 +174,8 @@ class Agg:
         other = f', other="{self.other}"' if self.other else ""
         percentiles = f", percentiles={self.percentiles!r}" if self.percentiles else ""
         bins = f", bins={self.bins}" if self.bins else ""
-        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other}{percentiles}{bins})'
+        sketch = f", sketch={self.sketch!r}" if self.sketch else ""
+        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other}{percentiles}{bins}{sketch})'
 
     def signature(self, schema: T.StructType) -> str:
         """This aggregate in a state's signature, its input columns checked against ``schema``."""
@@ -184,6 +192,8 @@ class Agg:
             arguments.append(str(self.percentiles))
         if self.bins is not None:
             arguments.append(str(self.bins))
+        if self.sketch is not None and self.sketch.constants:
+            arguments.append(str(self.sketch))
         return f"{self.name}={self.function}({', '.join(arguments)})"
 
     def check_other(self, dtype: T.DataType) -> None:
@@ -213,7 +223,7 @@ class Agg:
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
         elif is_object(self.function, dtype):
             assert dtype is not None
-            columns = object_partial(self.function, F.col(self.column), dtype, other, self.percentiles)
+            columns = object_partial(self.function, F.col(self.column), dtype, other, self.percentiles, self.sketch)
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
         elif self.function in MOMENT_FUNCTIONS:
             mean, *cells = moment_partials(self.function, F.col(self.column), other)
@@ -290,7 +300,7 @@ class AggValues:
         for agg, t in zip(vectorized, types):
             if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)):
                 raise TypeError(f"aggregate {agg.name}: partial values of type {t} cannot be kept exactly")
-        names = [(i, a.name, a.function, a.percentiles, a.bins) for i, a in enumerate(aggs)]
+        names = [(i, a.name, a.function, a.percentiles, a.bins, a.sketch) for i, a in enumerate(aggs)]
         objects = ObjectValues.of(names, schema, ansi, collect_limit)
         folds = AggStates(tuple(a.fold(t) for a, t in zip(vectorized, types)), ansi)
         return cls(vectorized, indexes, types, folds, objects, tuple(a.name for a in aggs))

@@ -21,6 +21,7 @@ do not fit there, and are kept here with Spark's semantics:
   batch's built from its rows (the partial is their list), merged into the stored one, read as the input's type;
 * ``histogram_numeric`` (:mod:`.histogram`): Spark's streaming histogram of the values as doubles, built and merged
   alike, its bins' centres read as the input's type;
+* the sketch aggregates (:mod:`.sketches`): Spark's own sketch of each batch's rows, merged into the stored one;
 * ``approx_count_distinct``: a HyperLogLog sketch of Spark's hash (``xxhash64``, seed 42) with Spark's register
   count for its default relative error (0.05: 512 registers); small counts use linear counting, as Spark's
   HyperLogLog++ does, so they equal Spark's; larger ones have Spark's relative standard deviation (tests measure
@@ -59,10 +60,11 @@ from misa.operators.percentile_approx import (
     sketch_result,
 )
 from misa.operators.set_values import set_union
+from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
 
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
 OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
-OBJECT_FUNCTIONS += (*EXACT_PERCENTILES, "histogram_numeric")
+OBJECT_FUNCTIONS += (*EXACT_PERCENTILES, "histogram_numeric", *SKETCH_FUNCTIONS)
 COUNTED = (*MODE_FUNCTIONS, *EXACT_PERCENTILES)  # states of counts per value (:mod:`.mode`)
 FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
 OBJECT_ORDERED = (T.StringType, T.BooleanType, T.BinaryType, T.DecimalType)
@@ -99,10 +101,13 @@ def object_partial(
     dtype: T.DataType,
     other: Column | None = None,
     percentiles: Percentiles | None = None,
+    sketch: Sketch | None = None,
 ) -> list[Column]:
     """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals,
     percentile_approx of ``percentiles``) a typed null carrying the result type, (max_by, min_by) the extremum of
-    the ordering ``other``."""
+    the ordering ``other``; a sketch aggregate's: Spark's ``sketch`` of the group's rows."""
+    if sketch is not None:
+        return [sketch.partial(column)]
     if function == "percentile_approx":
         assert percentiles is not None
         return percentile_partial(column, dtype, percentiles)
@@ -147,8 +152,11 @@ class ObjectAgg:
     output_type: pa.DataType
     percentiles: Percentiles | None = None  # percentile_approx's
     bins: int | None = None  # histogram_numeric's
+    sketch: Sketch | None = None  # a sketch aggregate's
 
     def identity(self) -> Any:
+        if self.sketch is not None:
+            return None  # no rows yet: the first batch's sketch is the state
         if self.function == "histogram_numeric":
             return []
         if self.function == "percentile_approx":
@@ -163,6 +171,8 @@ class ObjectAgg:
 
     def of_row(self, value: Any, count: Any) -> Any:
         """The state of one delta row (max_by, min_by: ``count`` is the ordering)."""
+        if self.sketch is not None:
+            return value
         if self.function == "approx_count_distinct":
             return _registers(value or [])
         if self.function in COUNTED:
@@ -180,6 +190,8 @@ class ObjectAgg:
     def merge(self, a: Any, b: Any, limit: int) -> Any:
         """``a`` (earlier rows) folded with ``b`` (later rows)."""
         f = self.function
+        if self.sketch is not None:
+            return self.sketch.merge(a, b)
         if f == "approx_count_distinct":
             return bytes(np.maximum(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)))
         if f in BY_FUNCTIONS:
@@ -215,6 +227,9 @@ class ObjectAgg:
     def result(self, state: Any, ansi: bool) -> Any:
         """The output value of a state."""
         f = self.function
+        if self.sketch is not None:
+            assert state is not None, f"{f} {self.name}: a state without rows"
+            return state  # the sketch's image, in the form Spark's eval gives
         if f == "approx_count_distinct":
             return _estimate(state)
         if f in MODE_FUNCTIONS:
@@ -266,8 +281,8 @@ class ObjectValues:
 
     @classmethod
     def of(cls, names: Sequence[tuple[Any, ...]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
-        """The object aggregates among ``names`` ((index, name, function[, percentiles, bins])) whose columns the
-        deltas carry."""
+        """The object aggregates among ``names`` ((index, name, function[, percentiles, bins, sketch])) whose
+        columns the deltas carry."""
         aggs = []
         for index, name, function, *constants in names:
             if f"_o{index}" not in schema.names:

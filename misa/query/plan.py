@@ -18,6 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.classic.column import Column
 
+from misa.operators.sketches import KINDS as SKETCH_KINDS
+
 
 @dataclass(frozen=True)
 class Attr:
@@ -170,10 +172,18 @@ def expr_of(jexpr: Any) -> Expr:
         delimiter = bytes(delimiter) if isinstance(delimiter, (bytes, bytearray)) else delimiter
         value = (None if delimiter is None else delimiter if isinstance(delimiter, bytes) else str(delimiter),)
         value += (not bool(jexpr.orderExpressions().isEmpty()),)
+    if kind in SKETCH_KINDS:  # value: its constants after the column (lgConfigK, k, eps, ...), as Spark checked them
+        value = tuple(_constant(c) for c in python_list(jexpr.children())[1:])
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None
     return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name, jexpr)
+
+
+def _constant(jexpr: Any) -> Any:
+    """A constant argument's value as Python's (a number or a boolean)."""
+    value = jexpr.eval(None)
+    return value if value is None or isinstance(value, (bool, int, float)) else str(value)
 
 
 def _percentages(jexpr: Any) -> tuple[list[float], bool]:

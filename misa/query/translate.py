@@ -28,6 +28,8 @@ from misa.exceptions import UnsupportedQueryError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.percentile_approx import Percentiles
 from misa.operators.sessions import SessionAggregation
+from misa.operators.sketches import KINDS as SKETCH_KINDS
+from misa.operators.sketches import THETA_MIN_LG, Sketch
 from misa.query.aggregates import ComputedOutputs, event_time_filters, is_listagg, listagg_element
 from misa.query.chain import upstream
 from misa.query.deduplication import translate_deduplication
@@ -69,6 +71,7 @@ REGRESSIONS |= {"RegrIntercept": "regr_intercept", "RegrR2": "regr_r2"}  # of (y
 PAIRED = {"RegrCount": ("count", "1"), "RegrAvgX": ("avg", "x"), "RegrAvgY": ("avg", "y")}  # over non-null pairs
 FUNCTIONS |= REGRESSIONS | {kind: function for kind, (function, _) in PAIRED.items()}
 FUNCTIONS |= {"HistogramNumeric": "histogram_numeric"}
+FUNCTIONS |= SKETCH_KINDS  # Spark's own sketch of each batch, merged on the driver (misa.operators.sketches)
 FUNCTIONS |= {"ListAgg": "listagg"}  # the list of its values (collect_list), joined by Spark's projection
 SPARK_RELATIVE_SD = 0.05  # approx_count_distinct's default error, the one misa's sketch is sized for
 WINDOW_MARKERS = ("spark.timeWindow", "spark.sessionWindow")  # the metadata of the window columns Spark's analyzer adds
@@ -326,6 +329,8 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         )
     if function.kind == "ListAgg":
         return _listagg(name, aggregate, translation)
+    if function.kind in SKETCH_KINDS:
+        return _sketch(node, name, aggregate, translation)
     misa_function = FUNCTIONS[function.kind]
     if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
         percentages, array, accuracy = function.value
@@ -369,6 +374,20 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         misa_function = "mode_highest"
     columns = [_argument_column(argument, translation) for argument in arguments]
     return Agg(name, misa_function, *columns)
+
+
+def _sketch(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -> Agg:
+    """A sketch aggregate: its column and constants (:mod:`misa.operators.sketches`)."""
+    function = aggregate.children[0]
+    sketch = Sketch(SKETCH_KINDS[function.kind], function.value)
+    if sketch.function in ("theta_sketch_agg", "theta_union_agg") and function.value[0] < THETA_MIN_LG:
+        raise refused(
+            node,
+            f"{aggregate.sql} asks for lgNomEntries {function.value[0]}, below the {THETA_MIN_LG} of the DataSketches "
+            "library misa merges Theta sketches with",
+            f"lgNomEntries of at least {THETA_MIN_LG}",
+        )
+    return Agg(name, sketch.function, _argument_column(function.children[0], translation), sketch=sketch)
 
 
 def _listagg(name: str, aggregate: Expr, translation: Translation) -> Agg:

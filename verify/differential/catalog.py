@@ -972,11 +972,62 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="histogram_numeric over",
     ),
     Entry(
-        "other aggregate functions (`hll_sketch_agg`, `theta_sketch_agg`, `count_min_sketch`, ...)",
+        "`theta_sketch_agg(col[, lgNomEntries])`, `count_min_sketch(col, eps, confidence, seed)` (any window)",
+        RUNS,
+        lambda r: windowed(r, F.theta_sketch_agg("v"), F.count_min_sketch("s", F.lit(0.1), F.lit(0.9), F.lit(1))),
+        note="Spark's sketch of each batch's rows, merged into the stored one: Spark's bytes (its merges do not "
+        "depend on order)",
+        covered_by=(
+            "fn:theta_sketch_agg:double",
+            "fn:theta_sketch_agg_5:bigint",
+            "fn:count_min_sketch:string",
+            "fn:count_min_sketch:bigint",
+            "sliding:theta_sketch_agg:double",
+        ),
+    ),
+    Entry(
+        "`hll_sketch_agg(col[, lgConfigK])`, `kll_sketch_agg_bigint/float/double(col[, k])` (any window)",
+        DIFFERS,
+        lambda r: windowed(r, F.hll_sketch_agg("s"), F.kll_sketch_agg_bigint("v")),
+        note="a HyperLogLog sketch holds Spark's coupons or registers, but its image's table order and, past its "
+        "list and set modes, its HIP estimate depend on the order of the merges, as Spark's own do on its partitions "
+        "(`hll_sketch_estimate` may then differ within the sketch's error); a KLL sketch past `k` items compacts at "
+        "random, in Spark too (its count, minimum and maximum are Spark's, its quantiles within the sketch's rank "
+        "error)",
+        covered_by=(
+            "fn:hll_sketch_agg:string",
+            "fn:hll_sketch_agg_4:bigint",
+            "fn:kll_sketch_agg_bigint:bigint",
+            "fn:kll_sketch_agg_double:double",
+            "fn:kll_sketch_agg_float:double",
+            "fn:kll_sketch_agg_bigint_8:bigint",
+        ),
+    ),
+    Entry(
+        "`hll_union_agg`, `theta_union_agg`, `theta_intersection_agg`, `kll_merge_agg_*` of sketches",
+        RUNS,
+        lambda r: (
+            windowed(r, F.hll_sketch_agg("s").alias("h"))
+            .groupBy(F.window(F.window_time("window"), "1 minute"))
+            .agg(F.hll_union_agg("h"))
+        ),
+        output_mode="append",
+        note="as the sketches above (an HLL union's image as `hll_sketch_agg`'s); over sketches of another lgConfigK, "
+        "Spark's `HLL_UNION_DIFFERENT_LG_K` unless allowed",
+        covered_by=("sketch unions:window",),
+    ),
+    Entry(
+        "`theta_sketch_agg(col, 4)`, `theta_union_agg(col, 4)`",
         REFUSED,
-        lambda r: windowed(r, F.count_min_sketch("v", F.lit(0.1), F.lit(0.9), F.lit(1))),
-        note="the functions above (a sketch's bytes are Apache DataSketches' or Spark's serialization of its own "
-        "state, which misa does not build)",
+        lambda r: windowed(r, F.theta_sketch_agg("v", 4)),
+        note="lgNomEntries 5 or more (the least the DataSketches library misa merges with takes)",
+        refusal="asks for lgNomEntries 4",
+    ),
+    Entry(
+        "other aggregate functions (`tuple_sketch_agg_double`, `tuple_union_agg_integer`, ...)",
+        REFUSED,
+        lambda r: windowed(r, F.tuple_sketch_agg_double("v", "v")),
+        note="the functions above (a tuple sketch's summaries and their modes are not ported)",
         refusal="misa does not compute",
     ),
 )

@@ -112,6 +112,25 @@ SPARK_FUNCTIONS |= {"percentile": lambda c: F.percentile(c, 0.3), "median": F.me
 SPARK_FUNCTIONS |= {"percentile_cont_desc": lambda c: _within_group("percentile_cont(0.4)", c, "DESC")}
 SPARK_FUNCTIONS |= {"percentile_disc": lambda c: _within_group("percentile_disc(0.6)", c, "")}
 SPARK_FUNCTIONS |= {"percentile_disc_array": lambda c: _within_group("percentile_disc(array(0.1, 0.9))", c, "DESC")}
+# the sketch aggregates (drawn by _with_sketches): at their defaults and at sizes small enough for the rows of a group
+# to take HyperLogLog to its HLL mode, Theta to estimation and KLL to compaction; refused: Theta below the C++
+# library's least size, tuple sketches
+SKETCHES = {"hll_sketch_agg": F.hll_sketch_agg, "hll_sketch_agg_4": lambda c: F.hll_sketch_agg(c, 4)}
+SKETCHES |= {"theta_sketch_agg": F.theta_sketch_agg, "theta_sketch_agg_5": lambda c: F.theta_sketch_agg(c, 5)}
+SKETCHES |= {"kll_sketch_agg_bigint": F.kll_sketch_agg_bigint, "kll_sketch_agg_double": F.kll_sketch_agg_double}
+SKETCHES |= {"kll_sketch_agg_bigint_8": lambda c: F.kll_sketch_agg_bigint(c, 8)}
+SKETCHES |= {"kll_sketch_agg_float": lambda c: F.kll_sketch_agg_float(F.col(c).cast("float"))}
+SKETCHES |= {"count_min_sketch": lambda c: F.count_min_sketch(c, F.lit(0.2), F.lit(0.9), F.lit(7))}
+REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
+REFUSED_SKETCHES |= {"tuple_sketch_agg_double": lambda c: F.tuple_sketch_agg_double(c, F.lit(1.0))}
+SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
+SKETCH_TYPES = {  # value type -> the sketches of it Spark takes
+    "bigint": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "theta_sketch_agg_5", "count_min_sketch"),
+    "double": ("theta_sketch_agg", "theta_sketch_agg_5", "kll_sketch_agg_double", "kll_sketch_agg_float"),
+    "string": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "count_min_sketch"),
+}
+SKETCH_TYPES["bigint"] += ("kll_sketch_agg_bigint", "kll_sketch_agg_bigint_8")
+REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4", "tuple_sketch_agg_double": "misa does not compute"}
 
 
 def _within_group(function: str, column: str, order: str) -> Column:
@@ -179,11 +198,28 @@ def _chained(lower: DataFrame, q: Query) -> DataFrame:
         window = F.window(F.window_time("window"), f"{2 * q.window_s} seconds")
         if q.chain == "window_dedup":  # one row a window and key: no tie (which row of one Spark keeps is its order)
             return lower.dropDuplicates(["window", *q.keys])
-        second = lower.groupBy(window, *keys).agg(F.count("*").alias("windows"))
+        second = lower.groupBy(window, *keys).agg(F.count("*").alias("windows"), *_sketch_unions(q))
         return _third(second, q, "windows") if q.chain == "window3" else second
     window = [F.window(EVENT_TIME, f"{q.window_s} seconds")] if q.watermark else []
     second = lower.groupBy(*window, *keys).agg(F.count("*").alias("rows"), F.max("v").alias("most"))
     return _third(second, q, "rows") if q.chain == "aggregate3" else second
+
+
+def _sketch_unions(q: Query) -> list[Column]:
+    """Over the windows' sketches, Spark's aggregates of sketches: hll_union_agg, theta_union_agg (of the default
+    size's) or theta_intersection_agg (of the smaller's), kll_merge_agg_*."""
+    unions = []
+    for f in (f for f in q.functions if f in SKETCHES and f != "count_min_sketch"):
+        column = f"{f}_v"
+        if f.startswith("hll"):
+            unions.append(F.hll_union_agg(column).alias(f"{f}_union"))
+        elif f.startswith("theta"):
+            union = F.theta_union_agg(column, 12) if f == "theta_sketch_agg" else F.theta_intersection_agg(column)
+            unions.append(union.alias(f"{f}_{'union' if f == 'theta_sketch_agg' else 'intersection'}"))
+        else:
+            merge = getattr(F, f"kll_merge_agg_{f.split('_')[3]}")
+            unions.append(merge(column).alias(f"{f}_merge"))
+    return unions
 
 
 def _third(second: DataFrame, q: Query, count: str) -> DataFrame:
@@ -373,6 +409,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_percentiles(random.Random(f"from_query-percentiles-{seed}"), query)
     query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
     query = _with_histogram(random.Random(f"from_query-histogram-{seed}"), query)
+    query = _with_sketches(random.Random(f"from_query-sketches-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -630,6 +667,24 @@ def _with_histogram(rng: random.Random, query: Query) -> Query:
     return query
 
 
+def _with_sketches(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of bigint, double or string values with, at random, one or two sketch aggregates of
+    its value type (drawn from their own ``rng``, so every seed keeps its earlier form and rows), over tumbling
+    windows now and then with their unions in a second window (:func:`_sketch_unions`); now and then one misa
+    refuses (:func:`expected_refusal`)."""
+    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
+    if not aggregation or query.value_type not in SKETCH_TYPES or query.chain:
+        return query
+    if rng.random() >= 0.15:
+        return query
+    drawn = rng.sample(SKETCH_TYPES[query.value_type], rng.randint(1, 2))
+    if rng.random() < 0.1:
+        drawn = [rng.choice(list(REFUSED_SKETCH))]
+    elif query.operator == "tumbling" and query.watermark and rng.random() < 0.7:  # their unions in a second window
+        query = replace(query, chain="window", output_mode="append", above=False)
+    return _added(query, drawn)
+
+
 def _with_one_time(rng: random.Random, query: Query) -> Query:
     """A join ``query`` with a select after it that keeps, at random, only the left side's event time (drawn from its
     own ``rng``, so every seed keeps its earlier form): Spark's optimizer then prunes the right's below the join, and
@@ -796,6 +851,8 @@ def expected_refusal(q: Query) -> str | None:
         return REFUSED_OVERFLOW
     if q.operator in ("sliding", "session") and set(q.functions) & set(HISTOGRAM_FUNCTIONS):
         return REFUSED_HISTOGRAM
+    if refused_sketch := next((f for f in q.functions if f in REFUSED_SKETCH), None):
+        return REFUSED_SKETCH[refused_sketch]
     return REFUSED_CHAINS.get(q.chain)
 
 
@@ -834,6 +891,9 @@ def case_tags(case: Case) -> set[str]:
     if not q.operator.startswith("dedup"):
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
+        tags |= (
+            {"sketch unions:window"} if q.chain in ("window", "window3") and set(q.functions) & set(SKETCHES) else set()
+        )
         tags |= {f"sliding:{f}:{q.value_type.split('(')[0]}" for f in q.functions} if q.operator == "sliding" else set()
         tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
     tags |= {f"event-time filter:{q.operator}"} if q.time_filter and q.watermark else set()

@@ -1,0 +1,53 @@
+"""A sketch aggregate's output as the differential test compares it with Spark's (docs/spark-queries.md): what the
+sketch holds, not how its bytes lay it out.
+
+* count-min and Theta sketches: their bytes (Spark's layout, which misa's merges give);
+* HyperLogLog: its lgConfigK and mode, and its sorted coupons (list and set modes) or its registers (HLL mode): the
+  bytes' hash table order and the HIP estimator kept with them depend on the order of the merges, in Spark too;
+* KLL: its k, count, minimum and maximum, and (in its exact mode) its sorted items: past that mode Spark compacts at
+  random.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import datasketches as ds
+
+HLL_MODES = ("list", "set", "hll")
+HLL_HEADER = 40  # an updatable HLL_8 image's preamble in HLL mode; its registers follow
+
+
+def sketch_summary(column: str, image: bytes | None) -> Any:
+    """What the sketch image of output ``column`` (named after its function) holds."""
+    if image is None:
+        return None
+    image = bytes(image)
+    if "hll" in column:
+        return _hll(image)
+    if "kll" in column:
+        return _kll(column, image)
+    return image
+
+
+def _hll(image: bytes) -> tuple[Any, ...]:
+    lg_k, mode = image[3], HLL_MODES[image[7] & 3]
+    if mode == "hll":
+        return lg_k, mode, image[HLL_HEADER : HLL_HEADER + (1 << lg_k)]
+    start = image[0] * 4  # the preamble's ints
+    coupons = struct.unpack_from(f"<{(len(image) - start) // 4}I", image, start)
+    return lg_k, mode, tuple(sorted(c for c in coupons if c))
+
+
+def _kll(column: str, image: bytes) -> tuple[Any, ...]:
+    if "bigint" in column:
+        sketch: Any = ds.kll_items_sketch.deserialize(image, ds.PyLongsSerDe())
+    else:
+        sketch = (ds.kll_floats_sketch if "float" in column else ds.kll_doubles_sketch).deserialize(image)
+    if sketch.is_empty():
+        return sketch.k, 0
+    shown = (sketch.k, sketch.n, sketch.get_min_value(), sketch.get_max_value())
+    if sketch.is_estimation_mode():
+        return shown
+    return (*shown, tuple(sorted(item for item, _ in sketch)))
