@@ -7,7 +7,7 @@ import pytest
 
 from verify.differential.processor import random_processor_case, run_processor_case
 
-SEEDS = [1, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(2, 9))]
+SEEDS = [pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 9)]  # suite time: misa fuzz --processor
 
 
 @pytest.mark.parametrize("seed", SEEDS)
