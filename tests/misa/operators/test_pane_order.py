@@ -19,6 +19,7 @@ from misa.operators.object_aggs import OBJECT_FUNCTIONS
 from misa.operators.pane_order import delta_items, merge_items, plain_state
 from misa.operators.percentile import EXACT_PERCENTILES
 from misa.operators.percentile_approx import Percentiles
+from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
 from misa.state.store import StateStore
 from misa.state.view import StateView
 from tests.sliding_reference import SLIDE, PerWindowReference, S
@@ -151,6 +152,8 @@ def test_every_object_aggregate_runs_over_sliding_windows(function):
     other = "o" if function in ("max_by", "min_by") else ""
     if function in ("percentile_approx", *EXACT_PERCENTILES):  # of numbers, at its percentages
         agg = Agg("x", function, "o", percentiles=Percentiles((0.5,)))
+    elif function in SKETCH_FUNCTIONS:  # Spark's sketch of each pane's rows, merged
+        agg = Agg("x", function, "s", sketch=Sketch(function))
     else:
         agg = Agg("x", function, "s", other)
     op = Aggregation(["g"], [agg], event_time="t", window="20s", slide="5s")
