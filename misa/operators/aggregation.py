@@ -82,7 +82,7 @@ from misa.operators.panes import PaneWindows, record_keys
 from misa.operators.percentile import EXACT_PERCENTILES
 from misa.operators.percentile_approx import PERCENTILE_TYPES, Percentiles
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
-from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
+from misa.operators.sketches import SKETCH_FUNCTIONS, TWO_COLUMN_SKETCHES, Sketch
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.parallel.routing import KeyColumns
@@ -98,7 +98,7 @@ BIT_FUNCTIONS = {"bit_and": "and", "bit_or": "or", "bit_xor": "xor"}  # folded b
 FOLDS = {**BOOLEAN_FUNCTIONS, **BIT_FUNCTIONS, "product": "product"}  # the functions folded otherwise than by name
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", "count_if", *FOLDS)
 AGG_FUNCTIONS += (*MOMENT_FUNCTIONS, *OBJECT_FUNCTIONS)
-TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS)  # aggregates of a second column (Agg.other)
+TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS, *TWO_COLUMN_SKETCHES)  # aggregates of a second column (Agg.other)
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
 OUTPUT_MODES = ("update", "append", "complete")
 NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
@@ -129,7 +129,7 @@ LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding wind
 class Agg:
     """One output column: ``function`` of input ``column`` (count: ``"*"`` counts rows, Spark's ``count(*)``) and,
     for the functions of two columns (:data:`TWO_COLUMNS`), ``other``: covariance's and correlation's y, max_by's
-    and min_by's ordering.
+    and min_by's ordering, a tuple sketch's summary.
 
     Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor, product,
     (:mod:`misa.operators.moments`)

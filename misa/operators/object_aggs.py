@@ -107,7 +107,7 @@ def object_partial(
     percentile_approx of ``percentiles``) a typed null carrying the result type, (max_by, min_by) the extremum of
     the ordering ``other``; a sketch aggregate's: Spark's ``sketch`` of the group's rows."""
     if sketch is not None:
-        return [sketch.partial(column)]
+        return [sketch.partial(column, other)]
     if function == "percentile_approx":
         assert percentiles is not None
         return percentile_partial(column, dtype, percentiles)

@@ -19,6 +19,7 @@ one value.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -34,12 +35,19 @@ KINDS |= {"ThetaSketchAgg": "theta_sketch_agg", "ThetaUnionAgg": "theta_union_ag
 KINDS |= {"ThetaIntersectionAgg": "theta_intersection_agg"}
 KLL_TYPES = ("bigint", "float", "double")
 KINDS |= {f"Kll{op}Agg{t.title()}": f"kll_{op.lower()}_agg_{t}" for op in ("Sketch", "Merge") for t in KLL_TYPES}
+SUMMARIES = ("double", "integer")  # a tuple sketch's summary types (Java's DoubleSummary, IntegerSummary)
+TUPLE_OPS = {"Sketch": "sketch", "Union": "union", "Intersection": "intersection"}
+KINDS |= {f"Tuple{op}Agg{t.title()}": f"tuple_{f}_agg_{t}" for op, f in TUPLE_OPS.items() for t in SUMMARIES}
+TWO_COLUMN_SKETCHES = tuple(f"tuple_sketch_agg_{t}" for t in SUMMARIES)  # of a key and a summary value
 SKETCH_FUNCTIONS = tuple(KINDS.values())
 THETA_EMPTY = bytes((1, 3, 3, 0, 0, 0x1E, 0, 0))  # Java's empty compact Theta sketch (seed hash 0)
 THETA_FLAGS, THETA_SINGLE_ITEM = 5, 0x20  # a compact image's flags byte; Java's single-item flag
 THETA_MIN_LG = 5  # the C++ library's least lgNomEntries (Spark's is 4)
 KLL_DEFAULT_K = 200
 CMS_HEADER = struct.Struct(">iqii")  # version, total count, depth, width (big-endian, Spark's writeTo)
+MODES = ("sum", "min", "max", "alwaysone")  # a tuple summary's mode: its ordinal is the byte Java stores with it
+SUMMARY_FORMATS = {"double": "<db", "integer": "<ib"}  # the value (little-endian), then the mode's ordinal
+INT_LIMITS = (-(1 << 31), (1 << 31) - 1)
 
 
 class SketchMergeError(MisaError, ValueError):
@@ -48,10 +56,11 @@ class SketchMergeError(MisaError, ValueError):
 
 @dataclass(frozen=True)
 class Sketch:
-    """A sketch aggregate and its constants as Spark's plan gives them (after the column): hll_sketch_agg
+    """A sketch aggregate and its constants as Spark's plan gives them (after the columns): hll_sketch_agg
     (lgConfigK), hll_union_agg (allowDifferentLgConfigK), theta_sketch_agg and theta_union_agg (lgNomEntries),
     kll_sketch_agg_* (k), kll_merge_agg_* (k, or none: the first sketch's), count_min_sketch (eps, confidence,
-    seed)."""
+    seed), tuple_sketch_agg_* (of a key and a summary column) and tuple_union_agg_* (lgNomEntries, mode),
+    tuple_intersection_agg_* (mode)."""
 
     function: str
     constants: tuple[Any, ...] = ()
@@ -63,20 +72,19 @@ class Sketch:
     def __str__(self) -> str:
         return ", ".join(map(str, self.constants))
 
-    def partial(self, column: Column) -> Column:
-        """Spark's own aggregate of this sketch over a group's rows."""
+    def partial(self, column: Column, summary: Column | None = None) -> Column:
+        """Spark's own aggregate of this sketch over a group's rows (a tuple sketch's: of ``summary`` too)."""
         f = self.function
         if f == "count_min_sketch":
             return F.count_min_sketch(column, *(F.lit(c) for c in self.constants))
-        return getattr(F, f)(column, *self.constants)
+        return getattr(F, f)(column, *([summary] if f in TWO_COLUMN_SKETCHES else []), *self.constants)
 
     def merge(self, stored: bytes | None, batch: bytes | None) -> bytes | None:
         """The sketch of ``stored``'s rows and ``batch``'s (either None: no rows yet)."""
         if stored is None or batch is None:
             return batch if stored is None else stored
-        return _MERGES[self.function.rsplit("_", 1)[0] if "kll" in self.function else self.function](
-            self, stored, batch
-        )
+        family = self.function.rsplit("_", 1)[0] if self.function.startswith(("kll", "tuple")) else self.function
+        return _MERGES[family](self, stored, batch)
 
 
 def _hll(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
@@ -144,6 +152,67 @@ def _count_min(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
     return CMS_HEADER.pack(version, total + other[1], depth, width) + stored[header:seeds] + table
 
 
+class TupleSummaries(ds.PyObjectSerDe):
+    """Java's DoubleSummary or IntegerSummary as the tuple sketch's image holds it: the value, then its mode."""
+
+    def __init__(self, summary: str, mode: str):
+        super().__init__()
+        self.format = struct.Struct(SUMMARY_FORMATS[summary])
+        self.mode = MODES.index(mode)
+
+    def get_size(self, item: Any) -> int:
+        return self.format.size
+
+    def to_bytes(self, item: Any) -> bytes:
+        return self.format.pack(item, self.mode)
+
+    def from_bytes(self, data: bytes, offset: int) -> tuple[Any, int]:
+        return self.format.unpack_from(data, offset)[0], self.format.size
+
+
+class _Combine(ds.TuplePolicy):
+    """Java's summary set operation of a mode: a new summary of the mode updated with both values in turn (sum
+    from zero, integers wrapping as Java's; min, max from the infinities or the int limits; alwaysone: 1)."""
+
+    def __init__(self, summary: str, mode: str):
+        super().__init__()
+        self.summary = summary
+        self.mode = mode
+
+    def create_summary(self) -> Any:
+        low, high = (-math.inf, math.inf) if self.summary == "double" else INT_LIMITS
+        start: dict[str, Any] = {"sum": 0.0 if self.summary == "double" else 0, "min": high, "max": low}
+        return start.get(self.mode, 1.0 if self.summary == "double" else 1)
+
+    def update_summary(self, summary: Any, value: Any) -> Any:
+        if self.mode == "sum":
+            total = summary + value
+            return total if self.summary == "double" else (total - INT_LIMITS[0]) % (1 << 32) + INT_LIMITS[0]
+        if self.mode == "min":
+            return value if value < summary else summary
+        if self.mode == "max":
+            return value if value > summary else summary
+        return summary
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        return self.update_summary(self.update_summary(self.create_summary(), a), b)
+
+
+def _tuple(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
+    """A union (tuple_sketch_agg_*, tuple_union_agg_*) or an intersection of two tuple sketches, their summaries
+    combined by the aggregate's mode as Java's set operations combine them; compact, unordered as Spark's."""
+    summary, mode = sketch.function.rsplit("_", 1)[1], str(sketch.constants[-1]).lower()
+    summaries, combine = TupleSummaries(summary, mode), _Combine(summary, mode)
+    operation: Any = (
+        ds.tuple_intersection(combine)
+        if sketch.function.startswith("tuple_intersection")
+        else ds.tuple_union(combine, sketch.constants[0])
+    )
+    operation.update(ds.compact_tuple_sketch.deserialize(stored, summaries))
+    operation.update(ds.compact_tuple_sketch.deserialize(batch, summaries))
+    return operation.get_result(False).serialize(summaries)
+
+
 _MERGES: dict[str, Callable[[Sketch, bytes, bytes], bytes]] = {
     "hll_sketch_agg": _hll,
     "hll_union_agg": _hll,
@@ -153,4 +222,7 @@ _MERGES: dict[str, Callable[[Sketch, bytes, bytes], bytes]] = {
     "kll_sketch_agg": _kll,
     "kll_merge_agg": _kll,
     "count_min_sketch": _count_min,
+    "tuple_sketch_agg": _tuple,
+    "tuple_union_agg": _tuple,
+    "tuple_intersection_agg": _tuple,
 }

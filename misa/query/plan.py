@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 from pyspark.sql.classic.column import Column
 
 from misa.operators.sketches import KINDS as SKETCH_KINDS
+from misa.operators.sketches import TWO_COLUMN_SKETCHES
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,9 @@ def expr_of(jexpr: Any) -> Expr:
         delimiter = bytes(delimiter) if isinstance(delimiter, (bytes, bytearray)) else delimiter
         value = (None if delimiter is None else delimiter if isinstance(delimiter, bytes) else str(delimiter),)
         value += (not bool(jexpr.orderExpressions().isEmpty()),)
-    if kind in SKETCH_KINDS:  # value: its constants after the column (lgConfigK, k, eps, ...), as Spark checked them
-        value = tuple(_constant(c) for c in python_list(jexpr.children())[1:])
+    if kind in SKETCH_KINDS:  # value: its constants after the columns (lgConfigK, k, eps, ...), as Spark checked them
+        columns = 2 if SKETCH_KINDS[kind] in TWO_COLUMN_SKETCHES else 1
+        value = tuple(_constant(c) for c in python_list(jexpr.children())[columns:])
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None

@@ -55,11 +55,27 @@ CASES = {
     "tumbling windows, update: theta of lgNomEntries 4, refused at start": Query(
         "tumbling", {"k0": "string"}, ("theta_sketch_agg_4",), "bigint", 10, 10, 2
     ),
-    "no window, update: a tuple sketch, refused at start": Query(
-        "global", {"k0": "string"}, ("tuple_sketch_agg_double",), "double"
+    "tumbling windows, update: tuple sketches of strings, sums and maximums": Query(
+        "tumbling", {"k0": "int"}, ("tuple_sketch_agg_double", "tuple_sketch_agg_integer_max"), "string", 10, 10, 2
+    ),
+    "sliding windows, update: a small tuple sketch of minimums of doubles": Query(
+        "sliding", {"k0": "string"}, ("tuple_sketch_agg_double_min_5", "count"), "double", 10, 5, 2
+    ),
+    "tumbling windows, append, then the tuple sketches' unions and intersections per window of window_time": Query(
+        "tumbling",
+        {"k0": "string"},
+        ("tuple_sketch_agg_double", "tuple_sketch_agg_integer_max", "tuple_sketch_agg_double_min_5"),
+        "double",
+        10,
+        delay_s=2,
+        output_mode="append",
+        chain="window",
     ),
 }
-IN_MAKE_TEST = {"tumbling windows, update: hll, theta, count-min and KLL sketches of integers"}
+IN_MAKE_TEST = {
+    "tumbling windows, update: hll, theta, count-min and KLL sketches of integers",
+    "tumbling windows, update: tuple sketches of strings, sums and maximums",
+}
 
 
 @pytest.mark.parametrize(

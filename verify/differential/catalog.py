@@ -986,14 +986,18 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
-        "`hll_sketch_agg(col[, lgConfigK])`, `kll_sketch_agg_bigint/float/double(col[, k])` (any window)",
+        "`hll_sketch_agg(col[, lgConfigK])`, `kll_sketch_agg_bigint/float/double(col[, k])`, "
+        "`tuple_sketch_agg_double/integer(key, summary[, lgNomEntries[, mode]])` (any window)",
         DIFFERS,
-        lambda r: windowed(r, F.hll_sketch_agg("s"), F.kll_sketch_agg_bigint("v")),
+        lambda r: windowed(
+            r, F.hll_sketch_agg("s"), F.kll_sketch_agg_bigint("v"), F.tuple_sketch_agg_integer("s", "v")
+        ),
         note="a HyperLogLog sketch holds Spark's coupons or registers, but its image's table order and, past its "
         "list and set modes, its HIP estimate depend on the order of the merges, as Spark's own do on its partitions "
         "(`hll_sketch_estimate` may then differ within the sketch's error); a KLL sketch past `k` items compacts at "
         "random, in Spark too (its count, minimum and maximum are Spark's, its quantiles within the sketch's rank "
-        "error)",
+        "error); a tuple sketch holds Spark's entries (its image keeps them in its hash table's order), a double "
+        "summary's sum added in the order of the merges",
         covered_by=(
             "fn:hll_sketch_agg:string",
             "fn:hll_sketch_agg_4:bigint",
@@ -1001,10 +1005,14 @@ ENTRIES: tuple[Entry, ...] = (
             "fn:kll_sketch_agg_double:double",
             "fn:kll_sketch_agg_float:double",
             "fn:kll_sketch_agg_bigint_8:bigint",
+            "fn:tuple_sketch_agg_double:string",
+            "fn:tuple_sketch_agg_integer_max:bigint",
+            "fn:tuple_sketch_agg_double_min_5:double",
         ),
     ),
     Entry(
-        "`hll_union_agg`, `theta_union_agg`, `theta_intersection_agg`, `kll_merge_agg_*` of sketches",
+        "`hll_union_agg`, `theta_union_agg`, `theta_intersection_agg`, `kll_merge_agg_*`, `tuple_union_agg_*`, "
+        "`tuple_intersection_agg_*` of sketches",
         RUNS,
         lambda r: (
             windowed(r, F.hll_sketch_agg("s").alias("h"))
@@ -1024,10 +1032,10 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for lgNomEntries 4",
     ),
     Entry(
-        "other aggregate functions (`tuple_sketch_agg_double`, `tuple_union_agg_integer`, ...)",
+        "other aggregate functions (`approx_top_k`, `bitmap_construct_agg`, `collect_union`, `max_by(x, y, k)`, ...)",
         REFUSED,
-        lambda r: windowed(r, F.tuple_sketch_agg_double("v", "v")),
-        note="the functions above (a tuple sketch's summaries and their modes are not ported)",
+        lambda r: windowed(r, F.expr("approx_top_k(v)")),
+        note="the functions above",
         refusal="misa does not compute",
     ),
 )

@@ -121,8 +121,14 @@ SKETCHES |= {"kll_sketch_agg_bigint": F.kll_sketch_agg_bigint, "kll_sketch_agg_d
 SKETCHES |= {"kll_sketch_agg_bigint_8": lambda c: F.kll_sketch_agg_bigint(c, 8)}
 SKETCHES |= {"kll_sketch_agg_float": lambda c: F.kll_sketch_agg_float(F.col(c).cast("float"))}
 SKETCHES |= {"count_min_sketch": lambda c: F.count_min_sketch(c, F.lit(0.2), F.lit(0.9), F.lit(7))}
+SKETCHES |= {"tuple_sketch_agg_double": lambda c: F.tuple_sketch_agg_double(c, F.lit(1.5))}  # summed per key
+SKETCHES |= {  # the longest text of each key's values; each key's least value, in a small sketch
+    "tuple_sketch_agg_integer_max": lambda c: F.tuple_sketch_agg_integer(
+        c, F.length(F.col(c).cast("string")), 12, "max"
+    ),
+    "tuple_sketch_agg_double_min_5": lambda c: F.tuple_sketch_agg_double(c, c, 5, "min"),
+}
 REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
-REFUSED_SKETCHES |= {"tuple_sketch_agg_double": lambda c: F.tuple_sketch_agg_double(c, F.lit(1.0))}
 SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
 SKETCH_TYPES = {  # value type -> the sketches of it Spark takes
     "bigint": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "theta_sketch_agg_5", "count_min_sketch"),
@@ -130,7 +136,9 @@ SKETCH_TYPES = {  # value type -> the sketches of it Spark takes
     "string": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "count_min_sketch"),
 }
 SKETCH_TYPES["bigint"] += ("kll_sketch_agg_bigint", "kll_sketch_agg_bigint_8")
-REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4", "tuple_sketch_agg_double": "misa does not compute"}
+SKETCH_TYPES = {t: (*f, "tuple_sketch_agg_double", "tuple_sketch_agg_integer_max") for t, f in SKETCH_TYPES.items()}
+SKETCH_TYPES["double"] += ("tuple_sketch_agg_double_min_5",)
+REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4"}
 
 
 def _within_group(function: str, column: str, order: str) -> Column:
@@ -207,7 +215,8 @@ def _chained(lower: DataFrame, q: Query) -> DataFrame:
 
 def _sketch_unions(q: Query) -> list[Column]:
     """Over the windows' sketches, Spark's aggregates of sketches: hll_union_agg, theta_union_agg (of the default
-    size's) or theta_intersection_agg (of the smaller's), kll_merge_agg_*."""
+    size's) or theta_intersection_agg (of the smaller's), kll_merge_agg_*, tuple_union_agg_* and
+    tuple_intersection_agg_*."""
     unions = []
     for f in (f for f in q.functions if f in SKETCHES and f != "count_min_sketch"):
         column = f"{f}_v"
@@ -216,10 +225,21 @@ def _sketch_unions(q: Query) -> list[Column]:
         elif f.startswith("theta"):
             union = F.theta_union_agg(column, 12) if f == "theta_sketch_agg" else F.theta_intersection_agg(column)
             unions.append(union.alias(f"{f}_{'union' if f == 'theta_sketch_agg' else 'intersection'}"))
+        elif f.startswith("tuple"):
+            unions.append(_tuple_union(f, column))
         else:
             merge = getattr(F, f"kll_merge_agg_{f.split('_')[3]}")
             unions.append(merge(column).alias(f"{f}_merge"))
     return unions
+
+
+def _tuple_union(function: str, column: str) -> Column:
+    """A union (sums, minimums) or an intersection (maximums) of the windows' tuple sketches of ``function``."""
+    if function == "tuple_sketch_agg_integer_max":
+        return F.tuple_intersection_agg_integer(column, "max").alias(f"{function}_intersection")
+    if function == "tuple_sketch_agg_double_min_5":
+        return F.tuple_union_agg_double(column, 5, "min").alias(f"{function}_union")
+    return F.tuple_union_agg_double(column).alias(f"{function}_union")
 
 
 def _third(second: DataFrame, q: Query, count: str) -> DataFrame:

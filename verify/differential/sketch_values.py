@@ -5,7 +5,9 @@ sketch holds, not how its bytes lay it out.
 * HyperLogLog: its lgConfigK and mode, and its sorted coupons (list and set modes) or its registers (HLL mode): the
   bytes' hash table order and the HIP estimator kept with them depend on the order of the merges, in Spark too;
 * KLL: its k, count, minimum and maximum, and (in its exact mode) its sorted items: past that mode Spark compacts at
-  random.
+  random;
+* tuple sketches: their theta and their entries (hash, summary value) sorted: Spark's image keeps them in its hash
+  table's order.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import struct
 from typing import Any
 
 import datasketches as ds
+
+from misa.operators.sketches import TupleSummaries
 
 HLL_MODES = ("list", "set", "hll")
 HLL_HEADER = 40  # an updatable HLL_8 image's preamble in HLL mode; its registers follow
@@ -28,6 +32,10 @@ def sketch_summary(column: str, image: bytes | None) -> Any:
         return _hll(image)
     if "kll" in column:
         return _kll(column, image)
+    if "tuple" in column:
+        summaries = TupleSummaries("integer" if "integer" in column else "double", "sum")
+        sketch = ds.compact_tuple_sketch.deserialize(image, summaries)
+        return [sketch.theta64, sorted([list(entry) for entry in sketch])]
     return image
 
 
