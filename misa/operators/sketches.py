@@ -1,20 +1,21 @@
 """Spark's sketch aggregates over misa's states: ``hll_sketch_agg``, ``hll_union_agg``, ``theta_sketch_agg``,
-``theta_union_agg``, ``theta_intersection_agg``, ``kll_sketch_agg_*``, ``kll_merge_agg_*`` and
-``count_min_sketch``.
+``theta_union_agg``, ``theta_intersection_agg``, ``kll_sketch_agg_*``, ``kll_merge_agg_*``, ``tuple_sketch_agg_*``,
+``tuple_union_agg_*``, ``tuple_intersection_agg_*``, ``count_min_sketch``, and the bitmaps ``bitmap_construct_agg``,
+``bitmap_or_agg``, ``bitmap_and_agg``.
 
 A batch's partial of a group is Spark's own aggregate over the group's rows (so each input type, null, empty
 string and collation is updated as Spark updates it); the state is that sketch's bytes, merged on the driver into
 the stored one (the stored one first, as Spark's state restore gives them) with the Apache DataSketches library
-(``datasketches``, whose serialized forms the Java library Spark uses reads and writes) or, for the count-min sketch,
-by adding Spark's tables cell by cell. The result is serialized as Spark's ``eval`` does: HyperLogLog as an
-updatable HLL_8 image, Theta as an ordered compact image (compressed where Spark compresses), KLL compact, the
-count-min sketch in Spark's own format.
+(``datasketches``, whose serialized forms the Java library Spark uses reads and writes), or by adding the count-min
+sketch's tables cell by cell, or-ing (and-ing) the bitmaps' bits. The result is serialized as Spark's ``eval`` does:
+HyperLogLog as an updatable HLL_8 image, Theta as an ordered compact image (compressed where Spark compresses), KLL
+compact, a tuple sketch compact and unordered, the count-min sketch and the bitmaps in Spark's own formats.
 
-What equals Spark's and what may not (docs/spark-queries.md): the count-min sketch and Theta sketches are Spark's
-bytes (their merges do not depend on order); a HyperLogLog sketch holds Spark's coupons or registers, while its
-estimate in HLL mode (past its list and set modes) depends on the order of the merges, as Spark's own does on its
-partitions; a KLL sketch past its exact mode compacts at random in Spark, so only its count, minimum and maximum are
-one value.
+What equals Spark's and what may not (docs/spark-queries.md): the count-min sketch, the bitmaps and Theta sketches
+are Spark's bytes (their merges do not depend on order); a HyperLogLog sketch holds Spark's coupons or registers,
+while its estimate in HLL mode (past its list and set modes) depends on the order of the merges, as Spark's own does
+on its partitions; a KLL sketch past its exact mode compacts at random in Spark, so only its count, minimum and
+maximum are one value; a tuple sketch holds Spark's entries, its double sums added in the order of the merges.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import datasketches as ds
+import numpy as np
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -39,6 +41,11 @@ SUMMARIES = ("double", "integer")  # a tuple sketch's summary types (Java's Doub
 TUPLE_OPS = {"Sketch": "sketch", "Union": "union", "Intersection": "intersection"}
 KINDS |= {f"Tuple{op}Agg{t.title()}": f"tuple_{f}_agg_{t}" for op, f in TUPLE_OPS.items() for t in SUMMARIES}
 TWO_COLUMN_SKETCHES = tuple(f"tuple_sketch_agg_{t}" for t in SUMMARIES)  # of a key and a summary value
+KINDS |= {
+    "BitmapConstructAgg": "bitmap_construct_agg",
+    "BitmapOrAgg": "bitmap_or_agg",
+    "BitmapAndAgg": "bitmap_and_agg",
+}
 SKETCH_FUNCTIONS = tuple(KINDS.values())
 THETA_EMPTY = bytes((1, 3, 3, 0, 0, 0x1E, 0, 0))  # Java's empty compact Theta sketch (seed hash 0)
 THETA_FLAGS, THETA_SINGLE_ITEM = 5, 0x20  # a compact image's flags byte; Java's single-item flag
@@ -213,6 +220,13 @@ def _tuple(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
     return operation.get_result(False).serialize(summaries)
 
 
+def _bitmap(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
+    """Spark's merge of two bitmaps (4096 bytes each): their bits or-ed (bitmap_construct_agg, bitmap_or_agg) or
+    and-ed (bitmap_and_agg)."""
+    a, b = np.frombuffer(stored, np.uint8), np.frombuffer(batch, np.uint8)
+    return (np.bitwise_and(a, b) if sketch.function == "bitmap_and_agg" else np.bitwise_or(a, b)).tobytes()
+
+
 _MERGES: dict[str, Callable[[Sketch, bytes, bytes], bytes]] = {
     "hll_sketch_agg": _hll,
     "hll_union_agg": _hll,
@@ -225,4 +239,7 @@ _MERGES: dict[str, Callable[[Sketch, bytes, bytes], bytes]] = {
     "tuple_sketch_agg": _tuple,
     "tuple_union_agg": _tuple,
     "tuple_intersection_agg": _tuple,
+    "bitmap_construct_agg": _bitmap,
+    "bitmap_or_agg": _bitmap,
+    "bitmap_and_agg": _bitmap,
 }

@@ -52,6 +52,15 @@ CASES = {
         output_mode="append",
         chain="window",
     ),
+    "session windows, append: bitmaps of integers' bit positions and bytes": Query(
+        "session",
+        {"k0": "string"},
+        ("bitmap_construct_agg", "bitmap_or_agg", "bitmap_and_agg"),
+        "bigint",
+        5,
+        delay_s=2,
+        output_mode="append",
+    ),
     "tumbling windows, update: theta of lgNomEntries 4, refused at start": Query(
         "tumbling", {"k0": "string"}, ("theta_sketch_agg_4",), "bigint", 10, 10, 2
     ),

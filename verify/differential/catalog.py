@@ -1025,6 +1025,18 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("sketch unions:window",),
     ),
     Entry(
+        "`bitmap_construct_agg(bitmap_bit_position(col))`, `bitmap_or_agg(col)`, `bitmap_and_agg(col)` (any window)",
+        RUNS,
+        lambda r: windowed(r, F.bitmap_construct_agg(F.bitmap_bit_position("v")), F.bitmap_or_agg(F.unhex(F.hex("s")))),
+        note="Spark's bitmap of each batch's rows, or-ed (and-ed) into the stored one: Spark's bytes",
+        covered_by=(
+            "fn:bitmap_construct_agg:bigint",
+            "fn:bitmap_or_agg:string",
+            "fn:bitmap_and_agg:bigint",
+            "sliding:bitmap_construct_agg:bigint",
+        ),
+    ),
+    Entry(
         "`theta_sketch_agg(col, 4)`, `theta_union_agg(col, 4)`",
         REFUSED,
         lambda r: windowed(r, F.theta_sketch_agg("v", 4)),
@@ -1032,7 +1044,7 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for lgNomEntries 4",
     ),
     Entry(
-        "other aggregate functions (`approx_top_k`, `bitmap_construct_agg`, `collect_union`, `max_by(x, y, k)`, ...)",
+        "other aggregate functions (`approx_top_k`, `collect_union`, `max_by(x, y, k)`, ...)",
         REFUSED,
         lambda r: windowed(r, F.expr("approx_top_k(v)")),
         note="the functions above",

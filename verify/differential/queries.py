@@ -128,6 +128,9 @@ SKETCHES |= {  # the longest text of each key's values; each key's least value, 
     ),
     "tuple_sketch_agg_double_min_5": lambda c: F.tuple_sketch_agg_double(c, c, 5, "min"),
 }
+BITMAPS = {"bitmap_construct_agg": lambda c: F.bitmap_construct_agg(F.bitmap_bit_position(c))}  # of bigint values
+BITMAPS |= {f: lambda c, f=f: getattr(F, f)(F.unhex(F.hex(c))) for f in ("bitmap_or_agg", "bitmap_and_agg")}  # bytes
+SPARK_FUNCTIONS |= BITMAPS
 REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
 SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
 SKETCH_TYPES = {  # value type -> the sketches of it Spark takes
@@ -430,6 +433,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_exact_percentiles(random.Random(f"from_query-exact-percentiles-{seed}"), query)
     query = _with_histogram(random.Random(f"from_query-histogram-{seed}"), query)
     query = _with_sketches(random.Random(f"from_query-sketches-{seed}"), query)
+    query = _with_bitmaps(random.Random(f"from_query-bitmaps-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -703,6 +707,17 @@ def _with_sketches(rng: random.Random, query: Query) -> Query:
     elif query.operator == "tumbling" and query.watermark and rng.random() < 0.7:  # their unions in a second window
         query = replace(query, chain="window", output_mode="append", above=False)
     return _added(query, drawn)
+
+
+def _with_bitmaps(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` of bigint or string values with, at random, one or two of Spark's bitmap aggregates
+    (drawn from their own ``rng``, so every seed keeps its earlier form and rows): bitmap_construct_agg of the bigint
+    values' bit positions, bitmap_or_agg and bitmap_and_agg of the values' bytes."""
+    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
+    if not aggregation or query.value_type not in ("bigint", "string") or rng.random() >= 0.1:
+        return query
+    bitmaps = list(BITMAPS) if query.value_type == "bigint" else ["bitmap_or_agg", "bitmap_and_agg"]
+    return _added(query, rng.sample(bitmaps, rng.randint(1, 2)))
 
 
 def _with_one_time(rng: random.Random, query: Query) -> Query:

@@ -1,7 +1,7 @@
 """misa's merges of Spark's sketch aggregates (misa.operators.sketches): Spark's sketch of one half of a group's rows
 merged with its sketch of the other half is Spark's sketch of all of them (the bytes of the count-min and Theta
-sketches; what a HyperLogLog or KLL sketch holds), Spark reads the merged images, and sketches that cannot merge
-fail as Spark fails."""
+sketches and the bitmaps; what a HyperLogLog, KLL or tuple sketch holds), Spark reads the merged images, and
+sketches that cannot merge fail as Spark fails."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ SKETCHES = {  # output name -> (the sketch, its column[, a tuple sketch's summar
     "tuple_sketch_agg_integer_max": (Sketch("tuple_sketch_agg_integer", (12, "MAX")), "i", "n"),
     "tuple_sketch_agg_double_min_5": (Sketch("tuple_sketch_agg_double", (5, "min")), "x", "x"),
     "tuple_sketch_agg_integer_alwaysone": (Sketch("tuple_sketch_agg_integer", (12, "alwaysone")), "s", "n"),
+    "bitmap_construct_agg": (Sketch("bitmap_construct_agg"), "position"),
+    "bitmap_or_agg": (Sketch("bitmap_or_agg"), "bytes"),
+    "bitmap_and_agg": (Sketch("bitmap_and_agg"), "bytes"),
 }
 
 
@@ -71,6 +74,7 @@ def test_sketches_of_two_halves_merged_are_sparks_sketch_of_all_rows(spark):
     rows.append((True, None, None, None, None, None))
     schema = "first boolean, i bigint, s string, x double, f float, n int"
     frame = spark.createDataFrame(rows, schema).repartition(3)
+    frame = frame.withColumns({"position": F.bitmap_bit_position("i"), "bytes": F.unhex(F.hex(F.col("i") % 7 + 248))})
     aggregates = [s.partial(*map(F.col, columns)).alias(name) for name, (s, *columns) in SKETCHES.items()]
     halves = {r["first"]: r for r in frame.groupBy("first").agg(*aggregates).collect()}
     whole = frame.agg(*aggregates).collect()[0]
@@ -79,7 +83,7 @@ def test_sketches_of_two_halves_merged_are_sparks_sketch_of_all_rows(spark):
     }
     for name in SKETCHES:
         expected = bytes(whole[name])
-        if name.startswith(("count_min", "theta")):
+        if name.startswith(("count_min", "theta", "bitmap")):
             assert merged[name] == expected, name
         else:
             # as the differential test compares them: a tuple sketch's double sums added in another order
