@@ -134,8 +134,8 @@ class Agg:
     Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor, product,
     (:mod:`misa.operators.moments`)
     stddev_samp, stddev_pop, var_samp, var_pop, skewness, kurtosis, covar_pop, covar_samp, corr, and
-    (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, approx_count_distinct, max_by,
-    min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
+    (:mod:`misa.operators.object_aggs`) first, last, collect_list, collect_set, collect_union, approx_count_distinct,
+    max_by, min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
     :mod:`misa.operators.percentile_approx`), percentile, percentile_desc, percentile_disc, percentile_disc_desc
     (``percentiles``: its percentages, :mod:`misa.operators.percentile`), histogram_numeric (``bins``: its number of
     bins, :mod:`misa.operators.histogram`; not over sliding windows), and Spark's sketch aggregates (``sketch``: its

@@ -10,7 +10,9 @@ do not fit there, and are kept here with Spark's semantics:
 * ``sum`` / ``avg`` of decimals, exactly: Spark's result types (sum: ``decimal(p + 10, s)``, avg:
   ``decimal(p + 4, s + 4)``, rounded half up); a sum beyond its precision is null, as Spark's is without ANSI
   mode and an error with it;
-* ``collect_list`` / ``collect_set`` (nulls skipped; an empty group gives an empty array), bounded by
+* ``collect_list`` / ``collect_set`` (nulls skipped; an empty group gives an empty array) and ``collect_union``
+  (the distinct elements of a group's arrays, as collect_set keeps values; ``collect_union_nulls``: ``RESPECT
+  NULLS``, one null element kept), bounded by
   ``spark.misa.aggregate.collectMaxItems`` items per group: more fails the batch, naming the group's
   aggregate and the setting, rather than dropping values;
 * ``max_by`` / ``min_by`` (:mod:`.extremum_by`): the value of the row of the greatest (least) ordering;
@@ -62,7 +64,8 @@ from misa.operators.percentile_approx import (
 from misa.operators.set_values import set_union
 from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
 
-OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", "collect_set")
+SETS = ("collect_set", "collect_union", "collect_union_nulls")  # states of distinct values (set_values)
+OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", *SETS)
 OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
 OBJECT_FUNCTIONS += (*EXACT_PERCENTILES, "histogram_numeric", *SKETCH_FUNCTIONS)
 COUNTED = (*MODE_FUNCTIONS, *EXACT_PERCENTILES)  # states of counts per value (:mod:`.mode`)
@@ -137,6 +140,9 @@ def object_partial(
         "sum": F.sum,
         "collect_list": F.collect_list,
         "collect_set": F.collect_set,
+        "collect_union": F.collect_union,
+        # RESPECT NULLS, as pyspark documents it (collect_union's own clause is SQL's only)
+        "collect_union_nulls": lambda c: F.array_distinct(F.flatten(F.collect_list(c))),
     }
     return [functions[function](column)]
 
@@ -185,6 +191,8 @@ class ObjectAgg:
             return [value, 1]
         if self.function in FIRST + LAST:
             return [value, int(value is not None)]
+        if self.function in SETS[1:]:  # the batch's distinct elements, as Spark's set keeps them
+            return [set_union([], value or []), count]
         return [value, count]
 
     def merge(self, a: Any, b: Any, limit: int) -> Any:
@@ -220,7 +228,7 @@ class ObjectAgg:
             if total != OVERFLOW and _digits(total) > self.value_type.precision - self.value_type.scale:
                 total = OVERFLOW
             return [total, n + m]
-        merged = set_union(x, y) if f == "collect_set" else x + y
+        merged = set_union(x, y) if f in SETS else x + y
         check_collect_limit(f, self.name, len(merged), limit)
         return [merged, n + m]
 
@@ -241,7 +249,7 @@ class ObjectAgg:
         if f == "histogram_numeric":
             return histogram_result(state, self.output_type.value_type.field("x").type)
         value, count = state  # max_by, min_by: value, ordering
-        if f in ("collect_list", "collect_set"):
+        if f in ("collect_list", *SETS):
             return value if count else []
         if f in FIRST + LAST + BY_FUNCTIONS:
             return value

@@ -150,7 +150,7 @@ def expr_of(jexpr: Any) -> Expr:
         value = bool(jexpr.isDistinct()) or bool(jexpr.filter().isDefined())
     if kind == "HyperLogLogPlusPlus":  # value: the relative error asked for
         value = float(jexpr.relativeSD())
-    if kind in ("First", "Last", "AnyValue"):  # value: whether nulls are skipped
+    if kind in ("First", "Last", "AnyValue", "CollectUnion"):  # value: whether nulls are skipped
         value = bool(jexpr.ignoreNulls())
     if kind == "Mode":  # value: its order on ties (None: Spark's hash map's; True: the lowest; False: the highest)
         reverse = jexpr.reverseOpt()

@@ -57,7 +57,7 @@ ARBITRARY_STATE = (
 )
 FUNCTIONS = {"Sum": "sum", "Count": "count", "Average": "avg", "Min": "min", "Max": "max", "First": "first"}
 FUNCTIONS |= {"Last": "last", "HyperLogLogPlusPlus": "approx_count_distinct"}
-FUNCTIONS |= {"CollectSet": "collect_set", "CollectList": "collect_list"}
+FUNCTIONS |= {"CollectSet": "collect_set", "CollectList": "collect_list", "CollectUnion": "collect_union"}
 FUNCTIONS |= {"StddevSamp": "stddev_samp", "StddevPop": "stddev_pop"}
 FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
 FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or", "AnyValue": "first"}
@@ -370,6 +370,8 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         return Agg(name, "count", "*")
     if function.kind in ("First", "Last", "AnyValue") and function.value:
         misa_function += "_ignore_nulls"
+    if function.kind == "CollectUnion" and not function.value:  # RESPECT NULLS
+        misa_function += "_nulls"
     if function.kind == "Mode" and function.value is False:  # mode() WITHIN GROUP (ORDER BY col DESC)
         misa_function = "mode_highest"
     columns = [_argument_column(argument, translation) for argument in arguments]

@@ -99,6 +99,12 @@ CASES = {
     "tumbling windows, append: histogram_numeric of doubles, 3 bins": Query(
         "tumbling", {"k0": "int"}, ("histogram_3",), "double", 10, delay_s=2, output_mode="append"
     ),
+    "tumbling windows, update: collect_union of characters, of values and nulls respecting nulls": Query(
+        "tumbling", {"k0": "string"}, ("collect_union", "collect_union_nulls", "count"), "double", 10, 10, 2
+    ),
+    "sliding windows, append: collect_union of strings respecting nulls": Query(
+        "sliding", {"k0": "int"}, ("collect_union_nulls",), "string", 10, 5, 2, "append"
+    ),
     "sliding windows, update: histogram_numeric, refused at start": Query(
         "sliding", {"k0": "string"}, ("histogram_3",), "bigint", 10, 5, 2
     ),

@@ -52,7 +52,7 @@ CASES = {
         output_mode="append",
         chain="window",
     ),
-    "session windows, append: bitmaps of integers' bit positions and bytes": Query(
+    "session windows, append: bitmaps of the bit positions and bytes of integers": Query(
         "session",
         {"k0": "string"},
         ("bitmap_construct_agg", "bitmap_or_agg", "bitmap_and_agg"),
@@ -70,7 +70,7 @@ CASES = {
     "sliding windows, update: a small tuple sketch of minimums of doubles": Query(
         "sliding", {"k0": "string"}, ("tuple_sketch_agg_double_min_5", "count"), "double", 10, 5, 2
     ),
-    "tumbling windows, append, then the tuple sketches' unions and intersections per window of window_time": Query(
+    "tumbling windows, append, then unions and intersections of tuple sketches per window_time window": Query(
         "tumbling",
         {"k0": "string"},
         ("tuple_sketch_agg_double", "tuple_sketch_agg_integer_max", "tuple_sketch_agg_double_min_5"),

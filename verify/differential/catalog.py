@@ -829,6 +829,20 @@ ENTRIES: tuple[Entry, ...] = (
         covered_by=("fn:collect_set:string", "fn:collect_set:bigint"),
     ),
     Entry(
+        "`collect_union(col)` of arrays, `RESPECT NULLS` too (any window)",
+        DIFFERS,
+        lambda r: windowed(r, F.collect_union(F.array("v", "k2")), F.expr("collect_union(array(s)) RESPECT NULLS")),
+        note="as collect_set: each batch's distinct elements (Spark's), merged into the stored ones as Spark's set "
+        "keeps them (-0.0 as 0.0, one NaN; `RESPECT NULLS`: one null); in first-seen order (Spark's in its hash set's)",
+        covered_by=(
+            "fn:collect_union:string",
+            "fn:collect_union:double",
+            "fn:collect_union_nulls:bigint",
+            "sliding:collect_union_nulls:string",
+            "fn:collect_union:session",
+        ),
+    ),
+    Entry(
         "`approx_count_distinct(col)`",
         DIFFERS,
         lambda r: windowed(r, F.approx_count_distinct("s")),
@@ -1044,7 +1058,7 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for lgNomEntries 4",
     ),
     Entry(
-        "other aggregate functions (`approx_top_k`, `collect_union`, `max_by(x, y, k)`, ...)",
+        "other aggregate functions (`approx_top_k`, `max_by(x, y, k)`, `schema_of_variant_agg`, ...)",
         REFUSED,
         lambda r: windowed(r, F.expr("approx_top_k(v)")),
         note="the functions above",

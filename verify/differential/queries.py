@@ -131,6 +131,10 @@ SKETCHES |= {  # the longest text of each key's values; each key's least value, 
 BITMAPS = {"bitmap_construct_agg": lambda c: F.bitmap_construct_agg(F.bitmap_bit_position(c))}  # of bigint values
 BITMAPS |= {f: lambda c, f=f: getattr(F, f)(F.unhex(F.hex(c))) for f in ("bitmap_or_agg", "bitmap_and_agg")}  # bytes
 SPARK_FUNCTIONS |= BITMAPS
+# collect_union of each value's characters (its text split), and of [value, null] with RESPECT NULLS
+COLLECT_UNIONS = {"collect_union": lambda c: F.collect_union(F.split(F.col(c).cast("string"), ""))}
+COLLECT_UNIONS |= {"collect_union_nulls": lambda c: F.expr(f"collect_union(array({c}, NULL)) RESPECT NULLS")}
+SPARK_FUNCTIONS |= COLLECT_UNIONS
 REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
 SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
 SKETCH_TYPES = {  # value type -> the sketches of it Spark takes
@@ -434,6 +438,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_histogram(random.Random(f"from_query-histogram-{seed}"), query)
     query = _with_sketches(random.Random(f"from_query-sketches-{seed}"), query)
     query = _with_bitmaps(random.Random(f"from_query-bitmaps-{seed}"), query)
+    query = _with_collect_union(random.Random(f"from_query-collect-union-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -718,6 +723,15 @@ def _with_bitmaps(rng: random.Random, query: Query) -> Query:
         return query
     bitmaps = list(BITMAPS) if query.value_type == "bigint" else ["bitmap_or_agg", "bitmap_and_agg"]
     return _added(query, rng.sample(bitmaps, rng.randint(1, 2)))
+
+
+def _with_collect_union(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random, collect_union (:data:`COLLECT_UNIONS`; drawn from its own ``rng``, so
+    every seed keeps its earlier form and rows)."""
+    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
+    if not aggregation or rng.random() >= 0.08:
+        return query
+    return _added(query, [rng.choice(list(COLLECT_UNIONS))])
 
 
 def _with_one_time(rng: random.Random, query: Query) -> Query:

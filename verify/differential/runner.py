@@ -197,13 +197,14 @@ def _types(table: pa.Table) -> list[tuple[str, str]]:
 
 
 def _rows(table: pa.Table) -> Counter:
-    """The rows as a multiset (columns by position: a join's may share names); a collect_set's items sorted (Spark's
-    order is its hash set's), a sketch as :func:`~verify.differential.sketch_values.sketch_summary` reads it."""
+    """The rows as a multiset (columns by position: a join's may share names); a collect_set's (collect_union's)
+    items sorted (Spark's order is its hash set's), a sketch as
+    :func:`~verify.differential.sketch_values.sketch_summary` reads it."""
     columns = [c.to_pylist() for c in table.columns]
     for index, name in enumerate(table.column_names):
         if "sketch" in name:
             columns[index] = [sketch_summary(name, v) for v in columns[index]]
-        if "collect_set" in name:
+        if "collect_set" in name or "collect_union" in name:
             columns[index] = [
                 sorted(v, key=lambda x: (x is None, str(x))) if isinstance(v, list) else v for v in columns[index]
             ]
