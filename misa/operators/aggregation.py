@@ -84,6 +84,7 @@ from misa.operators.percentile_approx import PERCENTILE_TYPES, Percentiles
 from misa.operators.schema import column_type, duration, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.sketches import SKETCH_FUNCTIONS, TWO_COLUMN_SKETCHES, Sketch
 from misa.operators.sliding import RECORDS_END, PaneState, Windows
+from misa.operators.top_k_by import TOP_K_FUNCTIONS
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
 from misa.parallel.routing import KeyColumns
 from misa.state.codec import AggStates, Fold, KeyCodec, distinct_keys, latest_per_key
@@ -98,7 +99,7 @@ BIT_FUNCTIONS = {"bit_and": "and", "bit_or": "or", "bit_xor": "xor"}  # folded b
 FOLDS = {**BOOLEAN_FUNCTIONS, **BIT_FUNCTIONS, "product": "product"}  # the functions folded otherwise than by name
 AGG_FUNCTIONS = ("sum", "count", "avg", "min", "max", "count_if", *FOLDS)
 AGG_FUNCTIONS += (*MOMENT_FUNCTIONS, *OBJECT_FUNCTIONS)
-TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS, *TWO_COLUMN_SKETCHES)  # aggregates of a second column (Agg.other)
+TWO_COLUMNS = (*CO_MOMENT_FUNCTIONS, *BY_FUNCTIONS, *TOP_K_FUNCTIONS, *TWO_COLUMN_SKETCHES)  # of a second column
 ROWS_COLUMN = "*"  # count's column for Spark's count(*): every row counts
 OUTPUT_MODES = ("update", "append", "complete")
 NO_WATERMARK = -(1 << 62)  # the watermark of an aggregation that keeps every window (nothing is late or closes)
@@ -129,7 +130,7 @@ LAYOUTS = {KEY_LAYOUT: "one entry per (window, key)", PANE_LAYOUT: "sliding wind
 class Agg:
     """One output column: ``function`` of input ``column`` (count: ``"*"`` counts rows, Spark's ``count(*)``) and,
     for the functions of two columns (:data:`TWO_COLUMNS`), ``other``: covariance's and correlation's y, max_by's
-    and min_by's ordering, a tuple sketch's summary.
+    and min_by's (max_by_k's, min_by_k's) ordering, a tuple sketch's summary.
 
     Functions: sum, count, avg, min, max, count_if, bool_and, bool_or, bit_and, bit_or, bit_xor, product,
     (:mod:`misa.operators.moments`)
@@ -138,8 +139,9 @@ class Agg:
     max_by, min_by, mode, mode_highest, percentile_approx (``percentiles``: its percentages and accuracy,
     :mod:`misa.operators.percentile_approx`), percentile, percentile_desc, percentile_disc, percentile_disc_desc
     (``percentiles``: its percentages, :mod:`misa.operators.percentile`), histogram_numeric (``bins``: its number of
-    bins, :mod:`misa.operators.histogram`; not over sliding windows), and Spark's sketch aggregates (``sketch``: its
-    constants, :mod:`misa.operators.sketches`)."""
+    bins, :mod:`misa.operators.histogram`; not over sliding windows), max_by_k and min_by_k (``k``: how many values,
+    :mod:`misa.operators.top_k_by`), and Spark's sketch aggregates (``sketch``: its constants,
+    :mod:`misa.operators.sketches`)."""
 
     name: str
     function: str
@@ -148,6 +150,7 @@ class Agg:
     percentiles: Percentiles | None = None
     bins: int | None = None
     sketch: Sketch | None = None
+    k: int | None = None  # max_by_k's, min_by_k's: how many values
 
     def __post_init__(self) -> None:
         if self.function not in AGG_FUNCTIONS:
@@ -167,6 +170,8 @@ class Agg:
             self.sketch is not None and self.sketch.function != self.function
         ):
             raise ValueError(f"aggregate {self.name}: a sketch (its constants) is {self.function}'s, and it needs one")
+        if (self.k is not None) != (self.function in TOP_K_FUNCTIONS) or self.k is not None and self.k < 1:
+            raise ValueError(f"aggregate {self.name}: k (at least 1) is max_by_k's and min_by_k's, and they need it")
         if self.bins is not None and self.bins < 2:
             raise ValueError(f"aggregate {self.name}: histogram_numeric needs at least 2 bins, not {self.bins}")
 
@@ -175,7 +180,8 @@ class Agg:
         percentiles = f", percentiles={self.percentiles!r}" if self.percentiles else ""
         bins = f", bins={self.bins}" if self.bins else ""
         sketch = f", sketch={self.sketch!r}" if self.sketch else ""
-        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other}{percentiles}{bins}{sketch})'
+        k = f", k={self.k}" if self.k else ""
+        return f'Agg("{self.name}", "{self.function}", "{self.column}"{other}{percentiles}{bins}{sketch}{k})'
 
     def signature(self, schema: T.StructType) -> str:
         """This aggregate in a state's signature, its input columns checked against ``schema``."""
@@ -194,12 +200,21 @@ class Agg:
             arguments.append(str(self.bins))
         if self.sketch is not None and self.sketch.constants:
             arguments.append(str(self.sketch))
+        if self.k is not None:
+            arguments.append(str(self.k))
         return f"{self.name}={self.function}({', '.join(arguments)})"
 
     def check_other(self, dtype: T.DataType) -> None:
-        """Refuse a second column misa cannot compute with (covariance and correlation: numbers)."""
+        """Refuse a second column misa cannot compute with (covariance and correlation: numbers; max_by_k's and
+        min_by_k's ordering: no struct, array or map)."""
         if self.function in CO_MOMENT_FUNCTIONS:
             replace(self, function="var_pop", other="").check_input(dtype)
+        if self.function in TOP_K_FUNCTIONS and isinstance(dtype, (T.StructType, T.ArrayType, T.MapType)):
+            raise AnalysisError(
+                f"[DATATYPE_MISMATCH] aggregate {self.name}: {self.function} ordered by column {self.other} of type "
+                f"{dtype.simpleString()} is not supported; misa orders max_by(x, y, k) and min_by(x, y, k) by "
+                "numbers, strings, booleans, binary values, decimals, dates and timestamps: order by one of them"
+            )
 
     def check_input(self, dtype: T.DataType) -> None:
         """Refuse an input type whose aggregate misa cannot compute exactly as Spark does."""
@@ -223,7 +238,8 @@ class Agg:
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
         elif is_object(self.function, dtype):
             assert dtype is not None
-            columns = object_partial(self.function, F.col(self.column), dtype, other, self.percentiles, self.sketch)
+            constants = self.percentiles, self.sketch, self.k
+            columns = object_partial(self.function, F.col(self.column), dtype, other, *constants)
             named = [c.alias(f"{prefix}{index}") for c, prefix in zip(columns, ("_o", "_r"))]
         elif self.function in MOMENT_FUNCTIONS:
             mean, *cells = moment_partials(self.function, F.col(self.column), other)
@@ -300,7 +316,7 @@ class AggValues:
         for agg, t in zip(vectorized, types):
             if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)):
                 raise TypeError(f"aggregate {agg.name}: partial values of type {t} cannot be kept exactly")
-        names = [(i, a.name, a.function, a.percentiles, a.bins, a.sketch) for i, a in enumerate(aggs)]
+        names = [(i, a.name, a.function, a.percentiles, a.bins, a.sketch, a.k) for i, a in enumerate(aggs)]
         objects = ObjectValues.of(names, schema, ansi, collect_limit)
         folds = AggStates(tuple(a.fold(t) for a, t in zip(vectorized, types)), ansi)
         return cls(vectorized, indexes, types, folds, objects, tuple(a.name for a in aggs))

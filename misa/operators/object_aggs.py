@@ -16,6 +16,7 @@ do not fit there, and are kept here with Spark's semantics:
   ``spark.misa.aggregate.collectMaxItems`` items per group: more fails the batch, naming the group's
   aggregate and the setting, rather than dropping values;
 * ``max_by`` / ``min_by`` (:mod:`.extremum_by`): the value of the row of the greatest (least) ordering;
+  ``max_by_k`` / ``min_by_k`` (:mod:`.top_k_by`): the values of the ``k`` rows of the greatest (least) orderings;
 * ``mode`` / ``mode_highest`` (:mod:`.mode`): the most frequent value, of the counts per value;
 * ``percentile`` / ``percentile_disc`` (:mod:`.percentile`; ``_desc``: ``ORDER BY col DESC``): exact percentiles, of
   the counts per value;
@@ -63,10 +64,11 @@ from misa.operators.percentile_approx import (
 )
 from misa.operators.set_values import set_union
 from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
+from misa.operators.top_k_by import TOP_K_FUNCTIONS, heap_of, merge_heaps, top_k_partial, top_k_result
 
 SETS = ("collect_set", "collect_union", "collect_union_nulls")  # states of distinct values (set_values)
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", *SETS)
-OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
+OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *TOP_K_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
 OBJECT_FUNCTIONS += (*EXACT_PERCENTILES, "histogram_numeric", *SKETCH_FUNCTIONS)
 COUNTED = (*MODE_FUNCTIONS, *EXACT_PERCENTILES)  # states of counts per value (:mod:`.mode`)
 FIRST, LAST = ("first", "first_ignore_nulls"), ("last", "last_ignore_nulls")
@@ -105,12 +107,17 @@ def object_partial(
     other: Column | None = None,
     percentiles: Percentiles | None = None,
     sketch: Sketch | None = None,
+    k: int | None = None,
 ) -> list[Column]:
     """The Spark-side partial columns of an object aggregate over one group: its value, then (avg of decimals,
     percentile_approx of ``percentiles``) a typed null carrying the result type, (max_by, min_by) the extremum of
-    the ordering ``other``; a sketch aggregate's: Spark's ``sketch`` of the group's rows."""
+    the ordering ``other``; a sketch aggregate's: Spark's ``sketch`` of the group's rows; max_by_k's, min_by_k's:
+    Spark's top ``k`` by ``other``."""
     if sketch is not None:
         return [sketch.partial(column, other)]
+    if function in TOP_K_FUNCTIONS:
+        assert other is not None and k is not None
+        return [top_k_partial(function, column, other, k)]
     if function == "percentile_approx":
         assert percentiles is not None
         return percentile_partial(column, dtype, percentiles)
@@ -159,10 +166,13 @@ class ObjectAgg:
     percentiles: Percentiles | None = None  # percentile_approx's
     bins: int | None = None  # histogram_numeric's
     sketch: Sketch | None = None  # a sketch aggregate's
+    k: int | None = None  # max_by_k's, min_by_k's
 
     def identity(self) -> Any:
         if self.sketch is not None:
             return None  # no rows yet: the first batch's sketch is the state
+        if self.function in TOP_K_FUNCTIONS:
+            return [[], [], []]  # an empty heap
         if self.function == "histogram_numeric":
             return []
         if self.function == "percentile_approx":
@@ -179,6 +189,8 @@ class ObjectAgg:
         """The state of one delta row (max_by, min_by: ``count`` is the ordering)."""
         if self.sketch is not None:
             return value
+        if self.function in TOP_K_FUNCTIONS:
+            return heap_of(self.function, value, self._k)
         if self.function == "approx_count_distinct":
             return _registers(value or [])
         if self.function in COUNTED:
@@ -200,6 +212,8 @@ class ObjectAgg:
         f = self.function
         if self.sketch is not None:
             return self.sketch.merge(a, b)
+        if f in TOP_K_FUNCTIONS:
+            return merge_heaps(f, a, b, self._k)
         if f == "approx_count_distinct":
             return bytes(np.maximum(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)))
         if f in BY_FUNCTIONS:
@@ -242,6 +256,8 @@ class ObjectAgg:
             return _estimate(state)
         if f in MODE_FUNCTIONS:
             return mode_of(f, state)
+        if f in TOP_K_FUNCTIONS:
+            return top_k_result(f, state)
         if f in EXACT_PERCENTILES:
             return percentiles_of(f, state, self._percentiles.percentages, self._percentiles.array)
         if f == "percentile_approx":
@@ -269,6 +285,11 @@ class ObjectAgg:
         return value
 
     @property
+    def _k(self) -> int:
+        assert self.k is not None, f"{self.function} {self.name} without its k"
+        return self.k
+
+    @property
     def _bins(self) -> int:
         assert self.bins is not None, f"histogram_numeric {self.name} without its number of bins"
         return self.bins
@@ -289,7 +310,7 @@ class ObjectValues:
 
     @classmethod
     def of(cls, names: Sequence[tuple[Any, ...]], schema: pa.Schema, ansi: bool, limit: int) -> ObjectValues:
-        """The object aggregates among ``names`` ((index, name, function[, percentiles, bins, sketch])) whose
+        """The object aggregates among ``names`` ((index, name, function[, percentiles, bins, sketch, k])) whose
         columns the deltas carry."""
         aggs = []
         for index, name, function, *constants in names:
@@ -352,6 +373,8 @@ def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, inde
         return schema.field(f"_r{index}").type
     if function in MODE_FUNCTIONS:
         return value_type.value_type  # of the list of the group's values
+    if function in TOP_K_FUNCTIONS:  # of the list of {v, o} pairs
+        return pa.list_(value_type.value_type.field("v").type)
     return value_type
 
 

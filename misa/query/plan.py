@@ -152,6 +152,8 @@ def expr_of(jexpr: Any) -> Expr:
         value = float(jexpr.relativeSD())
     if kind in ("First", "Last", "AnyValue", "CollectUnion"):  # value: whether nulls are skipped
         value = bool(jexpr.ignoreNulls())
+    if kind == "MaxMinByK":  # value: (k, whether min_by)
+        value = (int(jexpr.k()), bool(jexpr.reverse()))
     if kind == "Mode":  # value: its order on ties (None: Spark's hash map's; True: the lowest; False: the highest)
         reverse = jexpr.reverseOpt()
         value = bool(reverse.get()) if reverse.isDefined() else None

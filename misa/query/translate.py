@@ -62,6 +62,7 @@ FUNCTIONS |= {"StddevSamp": "stddev_samp", "StddevPop": "stddev_pop"}
 FUNCTIONS |= {"VarianceSamp": "var_samp", "VariancePop": "var_pop"}
 FUNCTIONS |= {"CountIf": "count_if", "BoolAnd": "bool_and", "BoolOr": "bool_or", "AnyValue": "first"}
 FUNCTIONS |= {"MaxBy": "max_by", "MinBy": "min_by", "Skewness": "skewness", "Kurtosis": "kurtosis"}
+FUNCTIONS |= {"MaxMinByK": "max_by_k"}  # max_by(x, y, k), min_by(x, y, k)
 FUNCTIONS |= {"Corr": "corr", "CovPopulation": "covar_pop", "CovSample": "covar_samp", "Mode": "mode"}
 FUNCTIONS |= {"ApproximatePercentile": "percentile_approx", "PercentileDisc": "percentile_disc"}
 FUNCTIONS |= {"Percentile": "percentile", "PercentileCont": "percentile", "Median": "percentile"}
@@ -331,6 +332,10 @@ def _agg(node: PlanNode, name: str, aggregate: Expr, translation: Translation) -
         return _listagg(name, aggregate, translation)
     if function.kind in SKETCH_KINDS:
         return _sketch(node, name, aggregate, translation)
+    if function.kind == "MaxMinByK":  # its value and ordering columns, then k (a constant)
+        k, least = function.value
+        value, ordering = (_argument_column(argument, translation) for argument in function.children[:2])
+        return Agg(name, "min_by_k" if least else "max_by_k", value, ordering, k=k)
     misa_function = FUNCTIONS[function.kind]
     if function.kind == "ApproximatePercentile":  # its column, then its percentage and accuracy (constants)
         percentages, array, accuracy = function.value

@@ -105,6 +105,15 @@ CASES = {
     "sliding windows, append: collect_union of strings respecting nulls": Query(
         "sliding", {"k0": "int"}, ("collect_union_nulls",), "string", 10, 5, 2, "append"
     ),
+    "tumbling windows, update: max_by(v, y, 2) and min_by(v, y, 3) of strings": Query(
+        "tumbling", {"k0": "int"}, ("max_by_k", "min_by_k", "count"), "string", 10, 10, 2
+    ),
+    "sliding windows, update: max_by(v, y, 2) of doubles": Query(
+        "sliding", {"k0": "string"}, ("max_by_k",), "double", 10, 5, 2
+    ),
+    "session windows, append: min_by(v, y, 3) of integers": Query(
+        "session", {"k0": "string"}, ("min_by_k", "sum"), "bigint", 5, delay_s=2, output_mode="append"
+    ),
     "sliding windows, update: histogram_numeric, refused at start": Query(
         "sliding", {"k0": "string"}, ("histogram_3",), "bigint", 10, 5, 2
     ),

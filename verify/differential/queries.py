@@ -135,6 +135,10 @@ SPARK_FUNCTIONS |= BITMAPS
 COLLECT_UNIONS = {"collect_union": lambda c: F.collect_union(F.split(F.col(c).cast("string"), ""))}
 COLLECT_UNIONS |= {"collect_union_nulls": lambda c: F.expr(f"collect_union(array({c}, NULL)) RESPECT NULLS")}
 SPARK_FUNCTIONS |= COLLECT_UNIONS
+# max_by(v, y, 2) and min_by(v, y, 3) by a hash of the value and its event time: rows that tie share their value
+TOP_K = {"max_by_k": lambda c: F.max_by(c, F.xxhash64(c, EVENT_TIME), 2)}
+TOP_K |= {"min_by_k": lambda c: F.min_by(c, F.xxhash64(c, EVENT_TIME), 3)}
+SPARK_FUNCTIONS |= TOP_K
 REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
 SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
 SKETCH_TYPES = {  # value type -> the sketches of it Spark takes
@@ -439,6 +443,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_sketches(random.Random(f"from_query-sketches-{seed}"), query)
     query = _with_bitmaps(random.Random(f"from_query-bitmaps-{seed}"), query)
     query = _with_collect_union(random.Random(f"from_query-collect-union-{seed}"), query)
+    query = _with_top_k(random.Random(f"from_query-top-k-{seed}"), query)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -732,6 +737,15 @@ def _with_collect_union(rng: random.Random, query: Query) -> Query:
     if not aggregation or rng.random() >= 0.08:
         return query
     return _added(query, [rng.choice(list(COLLECT_UNIONS))])
+
+
+def _with_top_k(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random, max_by(x, y, k) or min_by(x, y, k) (:data:`TOP_K`; drawn from its own
+    ``rng``, so every seed keeps its earlier form and rows)."""
+    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
+    if not aggregation or rng.random() >= 0.08:
+        return query
+    return _added(query, [rng.choice(list(TOP_K))])
 
 
 def _with_one_time(rng: random.Random, query: Query) -> Query:

@@ -14,12 +14,13 @@ import pytest
 from pyspark.sql import types as T
 
 from misa.exceptions import MisaError
-from misa.operators.aggregation import Agg, Aggregation
+from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.object_aggs import OBJECT_FUNCTIONS
 from misa.operators.pane_order import delta_items, merge_items, plain_state
 from misa.operators.percentile import EXACT_PERCENTILES
 from misa.operators.percentile_approx import Percentiles
 from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
+from misa.operators.top_k_by import TOP_K_FUNCTIONS
 from misa.state.store import StateStore
 from misa.state.view import StateView
 from tests.sliding_reference import SLIDE, PerWindowReference, S
@@ -149,11 +150,13 @@ def test_a_windows_collect_list_past_its_limit_fails_the_batch_naming_it():
 
 @pytest.mark.parametrize("function", [f for f in OBJECT_FUNCTIONS if f != "histogram_numeric"])
 def test_every_object_aggregate_runs_over_sliding_windows(function):
-    other = "o" if function in ("max_by", "min_by") else ""
+    other = "o" if function in TWO_COLUMNS else ""
     if function in ("percentile_approx", *EXACT_PERCENTILES):  # of numbers, at its percentages
         agg = Agg("x", function, "o", percentiles=Percentiles((0.5,)))
     elif function in SKETCH_FUNCTIONS:  # Spark's sketch of each pane's rows, merged
-        agg = Agg("x", function, "s", sketch=Sketch(function))
+        agg = Agg("x", function, "s", other, sketch=Sketch(function))
+    elif function in TOP_K_FUNCTIONS:
+        agg = Agg("x", function, "s", other, k=2)
     else:
         agg = Agg("x", function, "s", other)
     op = Aggregation(["g"], [agg], event_time="t", window="20s", slide="5s")
