@@ -50,7 +50,6 @@ SKETCH_FUNCTIONS = tuple(KINDS.values())
 THETA_EMPTY = bytes((1, 3, 3, 0, 0, 0x1E, 0, 0))  # Java's empty compact Theta sketch (seed hash 0)
 THETA_FLAGS, THETA_SINGLE_ITEM = 5, 0x20  # a compact image's flags byte; Java's single-item flag
 THETA_MIN_LG = 5  # the C++ library's least lgNomEntries (Spark's is 4)
-KLL_DEFAULT_K = 200
 CMS_HEADER = struct.Struct(">iqii")  # version, total count, depth, width (big-endian, Spark's writeTo)
 MODES = ("sum", "min", "max", "alwaysone")  # a tuple summary's mode: its ordinal is the byte Java stores with it
 SUMMARY_FORMATS = {"double": "<db", "integer": "<ib"}  # the value (little-endian), then the mode's ordinal
