@@ -66,7 +66,7 @@ class Sketch:
     (lgConfigK), hll_union_agg (allowDifferentLgConfigK), theta_sketch_agg and theta_union_agg (lgNomEntries),
     kll_sketch_agg_* (k), kll_merge_agg_* (k, or none: the first sketch's), count_min_sketch (eps, confidence,
     seed), tuple_sketch_agg_* (of a key and a summary column) and tuple_union_agg_* (lgNomEntries, mode),
-    tuple_intersection_agg_* (mode)."""
+    tuple_intersection_agg_* (mode), the bitmaps (none)."""
 
     function: str
     constants: tuple[Any, ...] = ()
