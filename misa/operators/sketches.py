@@ -47,6 +47,13 @@ KINDS |= {
     "BitmapAndAgg": "bitmap_and_agg",
 }
 SKETCH_FUNCTIONS = tuple(KINDS.values())
+
+
+def column_count(function: str) -> int:
+    """How many of a sketch aggregate's arguments are columns (its constants follow them)."""
+    return 2 if function in TWO_COLUMN_SKETCHES else 1
+
+
 THETA_EMPTY = bytes((1, 3, 3, 0, 0, 0x1E, 0, 0))  # Java's empty compact Theta sketch (seed hash 0)
 THETA_FLAGS, THETA_SINGLE_ITEM = 5, 0x20  # a compact image's flags byte; Java's single-item flag
 THETA_MIN_LG = 5  # the C++ library's least lgNomEntries (Spark's is 4)
@@ -89,8 +96,7 @@ class Sketch:
         """The sketch of ``stored``'s rows and ``batch``'s (either None: no rows yet)."""
         if stored is None or batch is None:
             return batch if stored is None else stored
-        family = self.function.rsplit("_", 1)[0] if self.function.startswith(("kll", "tuple")) else self.function
-        return _MERGES[family](self, stored, batch)
+        return _MERGES[self.function.split("_")[0]](self, stored, batch)
 
 
 def _hll(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
@@ -129,12 +135,13 @@ def _theta(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
 def _kll(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
     """The stored KLL sketch (its k kept) merged with the batch's, compact."""
     kind = sketch.function.rsplit("_", 1)[1]
-    a = _kll_of(kind, stored)
-    a.merge(_kll_of(kind, batch))
+    a = kll_of(kind, stored)
+    a.merge(kll_of(kind, batch))
     return a.serialize(ds.PyLongsSerDe()) if kind == "bigint" else a.serialize()
 
 
-def _kll_of(kind: str, image: bytes) -> Any:
+def kll_of(kind: str, image: bytes) -> Any:
+    """A KLL sketch of ``kind`` (bigint, float, double) from its image."""
     if kind == "bigint":
         return ds.kll_items_sketch.deserialize(image, ds.PyLongsSerDe())
     return (ds.kll_floats_sketch if kind == "float" else ds.kll_doubles_sketch).deserialize(image)
@@ -151,11 +158,10 @@ def _count_min(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
             "count_min_sketch: two sketches of one group differ in depth, width or hash seeds; Spark's "
             "IncompatibleMergeException (the same eps, confidence and seed in every batch)"
         )
-    cells = depth * width
-    a = struct.unpack_from(f">{cells}q", stored, seeds)
-    b = struct.unpack_from(f">{cells}q", batch, seeds)
-    table = struct.pack(f">{cells}q", *(x + y for x, y in zip(a, b)))
-    return CMS_HEADER.pack(version, total + other[1], depth, width) + stored[header:seeds] + table
+    table = np.frombuffer(stored, ">i8", offset=seeds) + np.frombuffer(batch, ">i8", offset=seeds)  # native order
+    return (
+        CMS_HEADER.pack(version, total + other[1], depth, width) + stored[header:seeds] + table.astype(">i8").tobytes()
+    )
 
 
 class TupleSummaries(ds.PyObjectSerDe):
@@ -226,19 +232,11 @@ def _bitmap(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:
     return (np.bitwise_and(a, b) if sketch.function == "bitmap_and_agg" else np.bitwise_or(a, b)).tobytes()
 
 
-_MERGES: dict[str, Callable[[Sketch, bytes, bytes], bytes]] = {
-    "hll_sketch_agg": _hll,
-    "hll_union_agg": _hll,
-    "theta_sketch_agg": _theta,
-    "theta_union_agg": _theta,
-    "theta_intersection_agg": _theta,
-    "kll_sketch_agg": _kll,
-    "kll_merge_agg": _kll,
-    "count_min_sketch": _count_min,
-    "tuple_sketch_agg": _tuple,
-    "tuple_union_agg": _tuple,
-    "tuple_intersection_agg": _tuple,
-    "bitmap_construct_agg": _bitmap,
-    "bitmap_or_agg": _bitmap,
-    "bitmap_and_agg": _bitmap,
+_MERGES: dict[str, Callable[[Sketch, bytes, bytes], bytes]] = {  # by the function's first word
+    "hll": _hll,
+    "theta": _theta,
+    "kll": _kll,
+    "count": _count_min,
+    "tuple": _tuple,
+    "bitmap": _bitmap,
 }

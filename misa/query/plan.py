@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 from pyspark.sql.classic.column import Column
 
 from misa.operators.sketches import KINDS as SKETCH_KINDS
-from misa.operators.sketches import TWO_COLUMN_SKETCHES
+from misa.operators.sketches import column_count
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,7 @@ def expr_of(jexpr: Any) -> Expr:
         value = (None if delimiter is None else delimiter if isinstance(delimiter, bytes) else str(delimiter),)
         value += (not bool(jexpr.orderExpressions().isEmpty()),)
     if kind in SKETCH_KINDS:  # value: its constants after the columns (lgConfigK, k, eps, ...), as Spark checked them
-        columns = 2 if SKETCH_KINDS[kind] in TWO_COLUMN_SKETCHES else 1
-        value = tuple(_constant(c) for c in python_list(jexpr.children())[columns:])
+        value = tuple(_constant(c) for c in python_list(jexpr.children())[column_count(SKETCH_KINDS[kind]) :])
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None

@@ -29,7 +29,7 @@ from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
 from misa.operators.percentile_approx import Percentiles
 from misa.operators.sessions import SessionAggregation
 from misa.operators.sketches import KINDS as SKETCH_KINDS
-from misa.operators.sketches import THETA_MIN_LG, TWO_COLUMN_SKETCHES, Sketch
+from misa.operators.sketches import THETA_MIN_LG, Sketch, column_count
 from misa.query.aggregates import ComputedOutputs, event_time_filters, is_listagg, listagg_element
 from misa.query.chain import upstream
 from misa.query.deduplication import translate_deduplication
@@ -394,7 +394,7 @@ def _sketch(node: PlanNode, name: str, aggregate: Expr, translation: Translation
             "library misa merges Theta sketches with",
             f"lgNomEntries of at least {THETA_MIN_LG}",
         )
-    columns = function.children[: 2 if sketch.function in TWO_COLUMN_SKETCHES else 1]  # a tuple sketch's summary
+    columns = function.children[: column_count(sketch.function)]  # a tuple sketch's: its key and summary
     column, *other = (_argument_column(argument, translation) for argument in columns)
     return Agg(name, sketch.function, column, *other, sketch=sketch)
 

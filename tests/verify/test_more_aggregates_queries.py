@@ -1,7 +1,9 @@
-"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor, try_sum, try_avg, product, regr_*, listagg) written in
-Spark's API, through misa.from_query and through plain Spark, compared batch id by batch id over random rows with
-restarts (:func:`verify.differential.runner.run_case`): every output mode, tumbling, sliding and session windows and
-none."""
+"""Issue 63's aggregate functions (and bit_and, bit_or, bit_xor, try_sum, try_avg, product, regr_*, listagg, the
+sketches and bitmaps, collect_union, max_by/min_by of k) written in Spark's API, through misa.from_query and through
+plain Spark, compared batch id by batch id over random rows with restarts (:func:`verify.differential.runner.run_case`;
+a sketch compared by what it holds, :mod:`verify.differential.sketch_values`): every output mode, tumbling, sliding
+and session windows and none; sketches at sizes small enough to take HyperLogLog to its HLL mode, Theta to estimation
+and KLL to compaction, their unions in a second window, and the forms misa refuses at start."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import pytest
 from verify.differential.cases import Query, Settings
 from verify.differential.queries import query_case_of
 from verify.differential.runner import run_case
+
+SKETCHES_OF_INTEGERS = ("hll_sketch_agg", "theta_sketch_agg", "count_min_sketch", "kll_sketch_agg_bigint", "count")
 
 CASES = {
     "tumbling windows, update: count_if, bool_and, max_by, skewness, corr of integers": Query(
@@ -117,8 +121,75 @@ CASES = {
     "sliding windows, update: histogram_numeric, refused at start": Query(
         "sliding", {"k0": "string"}, ("histogram_3",), "bigint", 10, 5, 2
     ),
+    "tumbling windows, update: hll, theta, count-min and KLL sketches of integers": Query(
+        "tumbling", {"k0": "string"}, SKETCHES_OF_INTEGERS, "bigint", 10, 10, 2
+    ),
+    "sliding windows, update: small theta, KLL sketches of doubles and floats": Query(
+        "sliding",
+        {"k0": "int"},
+        ("theta_sketch_agg_5", "kll_sketch_agg_double", "kll_sketch_agg_float"),
+        "double",
+        10,
+        5,
+        2,
+    ),
+    "session windows, append: small hll, count-min and theta sketches of strings": Query(
+        "session",
+        {"k0": "string"},
+        ("hll_sketch_agg_4", "count_min_sketch", "theta_sketch_agg"),
+        "string",
+        5,
+        delay_s=2,
+        output_mode="append",
+    ),
+    "no window, complete: compacting KLL, small hll and theta sketches of integers": Query(
+        "global",
+        {"k0": "bigint"},
+        ("kll_sketch_agg_bigint_8", "hll_sketch_agg_4", "theta_sketch_agg_5"),
+        "bigint",
+        output_mode="complete",
+    ),
+    "tumbling windows, append, then their unions, intersections and merges per window of window_time": Query(
+        "tumbling",
+        {"k0": "string"},
+        ("hll_sketch_agg_4", "theta_sketch_agg", "theta_sketch_agg_5", "kll_sketch_agg_bigint", "count"),
+        "bigint",
+        10,
+        delay_s=2,
+        output_mode="append",
+        chain="window",
+    ),
+    "session windows, append: bitmaps of the bit positions and bytes of integers": Query(
+        "session",
+        {"k0": "string"},
+        ("bitmap_construct_agg", "bitmap_or_agg", "bitmap_and_agg"),
+        "bigint",
+        5,
+        delay_s=2,
+        output_mode="append",
+    ),
+    "tumbling windows, update: theta of lgNomEntries 4, refused at start": Query(
+        "tumbling", {"k0": "string"}, ("theta_sketch_agg_4",), "bigint", 10, 10, 2
+    ),
+    "tumbling windows, update: tuple sketches of strings, sums and maximums": Query(
+        "tumbling", {"k0": "int"}, ("tuple_sketch_agg_double", "tuple_sketch_agg_integer_max"), "string", 10, 10, 2
+    ),
+    "sliding windows, update: a small tuple sketch of minimums of doubles": Query(
+        "sliding", {"k0": "string"}, ("tuple_sketch_agg_double_min_5", "count"), "double", 10, 5, 2
+    ),
+    "tumbling windows, append, then unions and intersections of tuple sketches per window_time window": Query(
+        "tumbling",
+        {"k0": "string"},
+        ("tuple_sketch_agg_double", "tuple_sketch_agg_integer_max", "tuple_sketch_agg_double_min_5"),
+        "double",
+        10,
+        delay_s=2,
+        output_mode="append",
+        chain="window",
+    ),
 }
-IN_MAKE_TEST: set[str] = set()  # suite time: tests/verify/test_listagg_order.py checks listagg in make test
+# suite time: tests/verify/test_listagg_order.py checks listagg in make test, test_sketches.py the sketches' merges
+IN_MAKE_TEST = {"tumbling windows, update: hll, theta, count-min and KLL sketches of integers"}
 
 
 @pytest.mark.parametrize(

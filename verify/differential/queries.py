@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from functools import reduce
-from typing import Sequence
+from typing import Any, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -114,7 +114,7 @@ SPARK_FUNCTIONS |= {"percentile_disc": lambda c: _within_group("percentile_disc(
 SPARK_FUNCTIONS |= {"percentile_disc_array": lambda c: _within_group("percentile_disc(array(0.1, 0.9))", c, "DESC")}
 # the sketch aggregates (drawn by _with_sketches): at their defaults and at sizes small enough for the rows of a group
 # to take HyperLogLog to its HLL mode, Theta to estimation and KLL to compaction; refused: Theta below the C++
-# library's least size, tuple sketches
+# library's least size
 SKETCHES = {"hll_sketch_agg": F.hll_sketch_agg, "hll_sketch_agg_4": lambda c: F.hll_sketch_agg(c, 4)}
 SKETCHES |= {"theta_sketch_agg": F.theta_sketch_agg, "theta_sketch_agg_5": lambda c: F.theta_sketch_agg(c, 5)}
 SKETCHES |= {"kll_sketch_agg_bigint": F.kll_sketch_agg_bigint, "kll_sketch_agg_double": F.kll_sketch_agg_double}
@@ -141,14 +141,14 @@ TOP_K |= {"min_by_k": lambda c: F.min_by(c, F.xxhash64(c, EVENT_TIME), 3)}
 SPARK_FUNCTIONS |= TOP_K
 REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
 SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
-SKETCH_TYPES = {  # value type -> the sketches of it Spark takes
-    "bigint": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "theta_sketch_agg_5", "count_min_sketch"),
-    "double": ("theta_sketch_agg", "theta_sketch_agg_5", "kll_sketch_agg_double", "kll_sketch_agg_float"),
-    "string": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "count_min_sketch"),
+TUPLES = ("tuple_sketch_agg_double", "tuple_sketch_agg_integer_max")  # of any value type
+SKETCH_TYPES = {  # value type -> the sketches of it Spark takes (in the order the random cases draw from)
+    "bigint": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "theta_sketch_agg_5", "count_min_sketch")
+    + ("kll_sketch_agg_bigint", "kll_sketch_agg_bigint_8", *TUPLES),
+    "double": ("theta_sketch_agg", "theta_sketch_agg_5", "kll_sketch_agg_double", "kll_sketch_agg_float", *TUPLES)
+    + ("tuple_sketch_agg_double_min_5",),
+    "string": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "count_min_sketch", *TUPLES),
 }
-SKETCH_TYPES["bigint"] += ("kll_sketch_agg_bigint", "kll_sketch_agg_bigint_8")
-SKETCH_TYPES = {t: (*f, "tuple_sketch_agg_double", "tuple_sketch_agg_integer_max") for t, f in SKETCH_TYPES.items()}
-SKETCH_TYPES["double"] += ("tuple_sketch_agg_double_min_5",)
 REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4"}
 
 
@@ -442,8 +442,8 @@ def random_query_case(seed: int) -> Case:
     query = _with_histogram(random.Random(f"from_query-histogram-{seed}"), query)
     query = _with_sketches(random.Random(f"from_query-sketches-{seed}"), query)
     query = _with_bitmaps(random.Random(f"from_query-bitmaps-{seed}"), query)
-    query = _with_collect_union(random.Random(f"from_query-collect-union-{seed}"), query)
-    query = _with_top_k(random.Random(f"from_query-top-k-{seed}"), query)
+    query = _with_one_of(random.Random(f"from_query-collect-union-{seed}"), query, COLLECT_UNIONS)
+    query = _with_one_of(random.Random(f"from_query-top-k-{seed}"), query, TOP_K)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
     query = _with_chain(random.Random(f"from_query-chain-{seed}"), query)
@@ -706,8 +706,7 @@ def _with_sketches(rng: random.Random, query: Query) -> Query:
     its value type (drawn from their own ``rng``, so every seed keeps its earlier form and rows), over tumbling
     windows now and then with their unions in a second window (:func:`_sketch_unions`); now and then one misa
     refuses (:func:`expected_refusal`)."""
-    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
-    if not aggregation or query.value_type not in SKETCH_TYPES or query.chain:
+    if not _aggregates(query) or query.value_type not in SKETCH_TYPES or query.chain:
         return query
     if rng.random() >= 0.15:
         return query
@@ -723,29 +722,18 @@ def _with_bitmaps(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of bigint or string values with, at random, one or two of Spark's bitmap aggregates
     (drawn from their own ``rng``, so every seed keeps its earlier form and rows): bitmap_construct_agg of the bigint
     values' bit positions, bitmap_or_agg and bitmap_and_agg of the values' bytes."""
-    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
-    if not aggregation or query.value_type not in ("bigint", "string") or rng.random() >= 0.1:
+    if not _aggregates(query) or query.value_type not in ("bigint", "string") or rng.random() >= 0.1:
         return query
     bitmaps = list(BITMAPS) if query.value_type == "bigint" else ["bitmap_or_agg", "bitmap_and_agg"]
     return _added(query, rng.sample(bitmaps, rng.randint(1, 2)))
 
 
-def _with_collect_union(rng: random.Random, query: Query) -> Query:
-    """An aggregation ``query`` with, at random, collect_union (:data:`COLLECT_UNIONS`; drawn from its own ``rng``, so
-    every seed keeps its earlier form and rows)."""
-    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
-    if not aggregation or rng.random() >= 0.08:
+def _with_one_of(rng: random.Random, query: Query, functions: dict[str, Any]) -> Query:
+    """An aggregation ``query`` with, at random (8%), one of ``functions`` (:data:`COLLECT_UNIONS`, :data:`TOP_K`;
+    drawn from its own ``rng``, so every seed keeps its earlier form and rows)."""
+    if not _aggregates(query) or rng.random() >= 0.08:
         return query
-    return _added(query, [rng.choice(list(COLLECT_UNIONS))])
-
-
-def _with_top_k(rng: random.Random, query: Query) -> Query:
-    """An aggregation ``query`` with, at random, max_by(x, y, k) or min_by(x, y, k) (:data:`TOP_K`; drawn from its own
-    ``rng``, so every seed keeps its earlier form and rows)."""
-    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
-    if not aggregation or rng.random() >= 0.08:
-        return query
-    return _added(query, [rng.choice(list(TOP_K))])
+    return _added(query, [rng.choice(list(functions))])
 
 
 def _with_one_time(rng: random.Random, query: Query) -> Query:
@@ -766,10 +754,14 @@ def _with_exact_percentiles(rng: random.Random, query: Query) -> Query:
     return replace(query, functions=query.functions + (rng.choice(EXACT_FUNCTIONS),))
 
 
+def _aggregates(query: Query) -> bool:
+    """Whether ``query`` is an aggregation (a window's, or none)."""
+    return query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
+
+
 def _aggregates_numbers(query: Query) -> bool:
     """Whether ``query`` is an aggregation (a window's, or none) of a numeric value."""
-    aggregation = query.operator not in ("stream_join", "group_state") and not query.operator.startswith("dedup")
-    return aggregation and query.value_type in NUMERIC_VALUES
+    return _aggregates(query) and query.value_type in NUMERIC_VALUES
 
 
 SLIDING_ORDER = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "any_value")  # of the rows' order

@@ -17,7 +17,7 @@ from typing import Any
 
 import datasketches as ds
 
-from misa.operators.sketches import TupleSummaries
+from misa.operators.sketches import KLL_TYPES, TupleSummaries, kll_of
 
 HLL_MODES = ("list", "set", "hll")
 HLL_HEADER = 40  # an updatable HLL_8 image's preamble in HLL mode; its registers follow
@@ -49,10 +49,7 @@ def _hll(image: bytes) -> tuple[Any, ...]:
 
 
 def _kll(column: str, image: bytes) -> tuple[Any, ...]:
-    if "bigint" in column:
-        sketch: Any = ds.kll_items_sketch.deserialize(image, ds.PyLongsSerDe())
-    else:
-        sketch = (ds.kll_floats_sketch if "float" in column else ds.kll_doubles_sketch).deserialize(image)
+    sketch = kll_of(next((t for t in KLL_TYPES if t in column), "double"), image)
     if sketch.is_empty():
         return sketch.k, 0
     shown = (sketch.k, sketch.n, sketch.get_min_value(), sketch.get_max_value())
