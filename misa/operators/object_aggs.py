@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.exceptions import AggregateOverflowError, MisaError
+from misa.operators.approx_top_k import result_type as approx_top_k_type
 from misa.operators.extremum_by import BY_FUNCTIONS, by_partial, merge_by
 from misa.operators.histogram import histogram_merge, histogram_of, histogram_result
 from misa.operators.mode import MODE_FUNCTIONS, counts_of, merge_counts, mode_of
@@ -251,7 +252,7 @@ class ObjectAgg:
         f = self.function
         if self.sketch is not None:
             assert state is not None, f"{f} {self.name}: a state without rows"
-            return state  # the sketch's image, in the form Spark's eval gives
+            return self.sketch.result(state)  # in the form Spark's eval gives
         if f == "approx_count_distinct":
             return _estimate(state)
         if f in MODE_FUNCTIONS:
@@ -367,6 +368,8 @@ class ObjectValues:
 
 
 def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, index: int) -> pa.DataType:
+    if function == "approx_top_k":  # of its state struct
+        return approx_top_k_type(value_type)
     if function == "approx_count_distinct":
         return pa.int64()
     if function in ("avg", "percentile_approx", "histogram_numeric", *EXACT_PERCENTILES):  # of the typed null after

@@ -1,7 +1,8 @@
 """Spark's sketch aggregates over misa's states: ``hll_sketch_agg``, ``hll_union_agg``, ``theta_sketch_agg``,
 ``theta_union_agg``, ``theta_intersection_agg``, ``kll_sketch_agg_*``, ``kll_merge_agg_*``, ``tuple_sketch_agg_*``,
 ``tuple_union_agg_*``, ``tuple_intersection_agg_*``, ``count_min_sketch``, and the bitmaps ``bitmap_construct_agg``,
-``bitmap_or_agg``, ``bitmap_and_agg``.
+``bitmap_or_agg``, ``bitmap_and_agg``, and the frequent items of ``approx_top_k``, ``approx_top_k_accumulate``,
+``approx_top_k_combine`` (:mod:`.approx_top_k`).
 
 A batch's partial of a group is Spark's own aggregate over the group's rows (so each input type, null, empty
 string and collation is updated as Spark updates it); the state is that sketch's bytes, merged on the driver into
@@ -31,6 +32,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from misa.exceptions import MisaError
+from misa.operators import approx_top_k
 
 KINDS = {"HllSketchAgg": "hll_sketch_agg", "HllUnionAgg": "hll_union_agg", "CountMinSketchAgg": "count_min_sketch"}
 KINDS |= {"ThetaSketchAgg": "theta_sketch_agg", "ThetaUnionAgg": "theta_union_agg"}
@@ -46,6 +48,7 @@ KINDS |= {
     "BitmapOrAgg": "bitmap_or_agg",
     "BitmapAndAgg": "bitmap_and_agg",
 }
+KINDS |= approx_top_k.KINDS
 SKETCH_FUNCTIONS = tuple(KINDS.values())
 
 
@@ -73,7 +76,8 @@ class Sketch:
     (lgConfigK), hll_union_agg (allowDifferentLgConfigK), theta_sketch_agg and theta_union_agg (lgNomEntries),
     kll_sketch_agg_* (k), kll_merge_agg_* (k, or none: the first sketch's), count_min_sketch (eps, confidence,
     seed), tuple_sketch_agg_* (of a key and a summary column) and tuple_union_agg_* (lgNomEntries, mode),
-    tuple_intersection_agg_* (mode), the bitmaps (none)."""
+    tuple_intersection_agg_* (mode), the bitmaps (none), approx_top_k (k, maxItemsTracked), approx_top_k_accumulate
+    and approx_top_k_combine (maxItemsTracked; combine's -1: none given)."""
 
     function: str
     constants: tuple[Any, ...] = ()
@@ -88,15 +92,26 @@ class Sketch:
     def partial(self, column: Column, summary: Column | None = None) -> Column:
         """Spark's own aggregate of this sketch over a group's rows (a tuple sketch's: of ``summary`` too)."""
         f = self.function
+        if f in approx_top_k.FUNCTIONS:
+            return approx_top_k.partial(f, self.constants, column)
         if f == "count_min_sketch":
             return F.count_min_sketch(column, *(F.lit(c) for c in self.constants))
         return getattr(F, f)(column, *([summary] if f in TWO_COLUMN_SKETCHES else []), *self.constants)
 
-    def merge(self, stored: bytes | None, batch: bytes | None) -> bytes | None:
-        """The sketch of ``stored``'s rows and ``batch``'s (either None: no rows yet)."""
+    def merge(self, stored: Any, batch: Any) -> Any:
+        """The sketch of ``stored``'s rows and ``batch``'s (either None: no rows yet; approx_top_k's: merged into a
+        fresh buffer, as Spark's state store merges it, even with nothing stored)."""
+        if self.function in approx_top_k.FUNCTIONS and batch is not None:
+            return approx_top_k.merge(self.function, self.constants, stored, batch)
         if stored is None or batch is None:
             return batch if stored is None else stored
         return _MERGES[self.function.split("_")[0]](self, stored, batch)
+
+    def result(self, state: Any) -> Any:
+        """The output of a stored sketch, as Spark's ``eval`` gives it."""
+        if self.function in approx_top_k.FUNCTIONS:
+            return approx_top_k.result(self.function, self.constants, state)
+        return state
 
 
 def _hll(sketch: Sketch, stored: bytes, batch: bytes) -> bytes:

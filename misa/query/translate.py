@@ -394,6 +394,17 @@ def _sketch(node: PlanNode, name: str, aggregate: Expr, translation: Translation
             "library misa merges Theta sketches with",
             f"lgNomEntries of at least {THETA_MIN_LG}",
         )
+    item = function.children[0].dtype
+    if sketch.function in ("approx_top_k", "approx_top_k_accumulate") and getattr(item, "collation", None) not in (
+        None,
+        "UTF8_BINARY",
+    ):
+        raise refused(
+            node,
+            f"{aggregate.sql} counts strings by their {item.collation} collation key, whose Java hash misa does not "
+            "compute",
+            "the column without a collation (UTF8_BINARY), or lower() of it for a case-blind count",
+        )
     columns = function.children[: column_count(sketch.function)]  # a tuple sketch's: its key and summary
     column, *other = (_argument_column(argument, translation) for argument in columns)
     return Agg(name, sketch.function, column, *other, sketch=sketch)

@@ -187,6 +187,43 @@ CASES = {
         output_mode="append",
         chain="window",
     ),
+    "tumbling windows, update: approx_top_k, small and default, its accumulation, of integers": Query(
+        "tumbling",
+        {"k0": "string"},
+        ("approx_top_k", "approx_top_k_small", "approx_top_k_accumulate"),
+        "bigint",
+        10,
+        10,
+        2,
+    ),
+    "no window, complete: approx_top_k of decimals": Query(
+        "global", {"k0": "bigint"}, ("approx_top_k", "approx_top_k_small"), "decimal(12,2)", output_mode="complete"
+    ),
+    "sliding windows, update: approx_top_k of doubles": Query(
+        "sliding", {"k0": "string"}, ("approx_top_k", "approx_top_k_accumulate", "count"), "double", 10, 5, 2
+    ),
+    "session windows, append: approx_top_k of strings": Query(
+        "session",
+        {"k0": "string"},
+        ("approx_top_k", "approx_top_k_small"),
+        "string",
+        5,
+        delay_s=2,
+        output_mode="append",
+    ),
+    "tumbling windows, append, then approx_top_k_combine per window of window_time": Query(
+        "tumbling",
+        {"k0": "string"},
+        ("approx_top_k_accumulate", "approx_top_k"),
+        "bigint",
+        10,
+        delay_s=2,
+        output_mode="append",
+        chain="window",
+    ),
+    "tumbling windows, update: approx_top_k of a collated string, refused at start": Query(
+        "tumbling", {"k0": "string"}, ("approx_top_k_lcase",), "string", 10, 10, 2
+    ),
 }
 # suite time: tests/verify/test_listagg_order.py checks listagg in make test, test_sketches.py the sketches' merges
 IN_MAKE_TEST = {"tumbling windows, update: hll, theta, count-min and KLL sketches of integers"}

@@ -139,7 +139,13 @@ SPARK_FUNCTIONS |= COLLECT_UNIONS
 TOP_K = {"max_by_k": lambda c: F.max_by(c, F.xxhash64(c, EVENT_TIME), 2)}
 TOP_K |= {"min_by_k": lambda c: F.min_by(c, F.xxhash64(c, EVENT_TIME), 3)}
 SPARK_FUNCTIONS |= TOP_K
+# approx_top_k at its default size and at one its rows overflow (purged), the state of approx_top_k_accumulate
+APPROX_TOP_K = {"approx_top_k": lambda c: F.expr(f"approx_top_k({c}, 3)")}
+APPROX_TOP_K |= {"approx_top_k_small": lambda c: F.expr(f"approx_top_k({c}, 4, 6)")}
+APPROX_TOP_K |= {"approx_top_k_accumulate": lambda c: F.expr(f"approx_top_k_accumulate({c}, 20)")}
+SPARK_FUNCTIONS |= APPROX_TOP_K
 REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
+REFUSED_SKETCHES |= {"approx_top_k_lcase": lambda c: F.expr(f"approx_top_k(collate({c}, 'UTF8_LCASE'))")}
 SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
 TUPLES = ("tuple_sketch_agg_double", "tuple_sketch_agg_integer_max")  # of any value type
 SKETCH_TYPES = {  # value type -> the sketches of it Spark takes (in the order the random cases draw from)
@@ -149,7 +155,7 @@ SKETCH_TYPES = {  # value type -> the sketches of it Spark takes (in the order t
     + ("tuple_sketch_agg_double_min_5",),
     "string": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "count_min_sketch", *TUPLES),
 }
-REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4"}
+REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4", "approx_top_k_lcase": "collation key"}
 
 
 def _within_group(function: str, column: str, order: str) -> Column:
@@ -241,6 +247,10 @@ def _sketch_unions(q: Query) -> list[Column]:
         else:
             merge = getattr(F, f"kll_merge_agg_{f.split('_')[3]}")
             unions.append(merge(column).alias(f"{f}_merge"))
+    if "approx_top_k_accumulate" in q.functions:  # of the default size, and of the accumulations' own
+        for sized in ("", ", 30"):
+            combine = F.expr(f"approx_top_k_combine(approx_top_k_accumulate_v{sized})")
+            unions.append(combine.alias(f"approx_top_k_combine{sized[2:]}"))
     return unions
 
 
@@ -443,6 +453,7 @@ def random_query_case(seed: int) -> Case:
     query = _with_sketches(random.Random(f"from_query-sketches-{seed}"), query)
     query = _with_bitmaps(random.Random(f"from_query-bitmaps-{seed}"), query)
     query = _with_one_of(random.Random(f"from_query-collect-union-{seed}"), query, COLLECT_UNIONS)
+    query = _with_approx_top_k(random.Random(f"from_query-approx-top-k-{seed}"), query)
     query = _with_one_of(random.Random(f"from_query-top-k-{seed}"), query, TOP_K)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
@@ -728,6 +739,22 @@ def _with_bitmaps(rng: random.Random, query: Query) -> Query:
     return _added(query, rng.sample(bitmaps, rng.randint(1, 2)))
 
 
+def _with_approx_top_k(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random (8%), one or two of :data:`APPROX_TOP_K` (drawn from their own
+    ``rng``, so every seed keeps its earlier form and rows): over tumbling windows now and then with the
+    accumulations' approx_top_k_combine in a second window (:func:`_sketch_unions`); of strings now and then one
+    of a collated column, which misa refuses."""
+    if not _aggregates(query) or query.chain or rng.random() >= 0.08:
+        return query
+    drawn = rng.sample(list(APPROX_TOP_K), rng.randint(1, 2))
+    if query.value_type == "string" and rng.random() < 0.15:
+        drawn = ["approx_top_k_lcase"]
+    elif query.operator == "tumbling" and query.watermark and rng.random() < 0.5:
+        drawn, query = ["approx_top_k_accumulate", *drawn[1:]], replace(query, chain="window", output_mode="append")
+        query = replace(query, above=False)
+    return _added(query, list(dict.fromkeys(drawn)))
+
+
 def _with_one_of(rng: random.Random, query: Query, functions: dict[str, Any]) -> Query:
     """An aggregation ``query`` with, at random (8%), one of ``functions`` (:data:`COLLECT_UNIONS`, :data:`TOP_K`;
     drawn from its own ``rng``, so every seed keeps its earlier form and rows)."""
@@ -947,7 +974,9 @@ def case_tags(case: Case) -> set[str]:
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
         tags |= (
-            {"sketch unions:window"} if q.chain in ("window", "window3") and set(q.functions) & set(SKETCHES) else set()
+            {"sketch unions:window"}
+            if q.chain in ("window", "window3") and set(q.functions) & {*SKETCHES, *APPROX_TOP_K}
+            else set()
         )
         tags |= {f"sliding:{f}:{q.value_type.split('(')[0]}" for f in q.functions} if q.operator == "sliding" else set()
         tags |= {f"expressions over aggregates:{q.operator}"} if q.over_aggregates else set()
