@@ -37,6 +37,11 @@ def max_items(function: str, constants: tuple[Any, ...]) -> int:
     return LARGEST if size == UNSIZED else size
 
 
+def lg_map_size(max_items_tracked: int) -> int:
+    """Spark's ``calMaxMapSize`` as a power of 2: the least map whose 3/4 holds ``max_items_tracked``."""
+    return math.ceil(math.log2(math.ceil(max_items_tracked / 0.75)))
+
+
 def partial(function: str, constants: tuple[Any, ...], column: Column) -> Column:
     """Spark's state struct of a group's rows (approx_top_k's: its accumulation)."""
     if function == "approx_top_k_combine":
@@ -87,8 +92,7 @@ def result_type(state_type: pa.DataType) -> pa.DataType:
 def _fold(function: str, constants: tuple[Any, ...], states: list[dict]) -> tuple[FrequentItems, int]:
     """A fresh sketch of the function's size with each state's merged into it in turn, and their null count."""
     items = item_type(states[0]["itemDataTypeDDL"])
-    lg_max = int(math.ceil(math.log2(math.ceil(max_items(function, constants) / 0.75))))
-    sketch, nulls = FrequentItems(items, lg_max), 0
+    sketch, nulls = FrequentItems(items, lg_map_size(max_items(function, constants))), 0
     for state in states:
         image = state["sketch"]
         sketch.merge(FrequentItems.from_bytes(items, image[: -NULLS.size]))

@@ -264,7 +264,16 @@ SLOW_SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+# make test's time: these two -m slow (the other stream-stream joins and aggregations above stay in make test)
+SLOW_TOO = (
+    "a filter on a group key above the aggregation",
+    "two different streams joined (the guide's impressions and clicks)",
+)
+
+
+@pytest.mark.parametrize(
+    "name", [name if name not in SLOW_TOO else pytest.param(name, marks=pytest.mark.slow) for name in SCENARIOS]
+)
 def test_sparks_batches_and_rows(spark, tmp_path: Path, name: str):
     outcome = run_scenario(spark, SCENARIOS[name], tmp_path)
     assert outcome.ok, f"{name}: {outcome}"
