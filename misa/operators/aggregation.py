@@ -70,10 +70,12 @@ from misa.operators.moments import (
 )
 from misa.operators.object_aggs import (
     BY_FUNCTIONS,
+    MERGE_ORDERED,
     OBJECT_FUNCTIONS,
     OBJECT_ORDERED,
     ObjectValues,
     is_object,
+    merge_ordered,
     object_partial,
 )
 from misa.operators.pane_objects import PaneObjects
@@ -455,10 +457,10 @@ class Aggregation(HintSource, KeyPartitioned, StateReadable, MemoryResident):
         if size and slide and slide != size:
             if not 0 < slide < size:
                 raise ValueError(f"slide {self.slide!r} must be positive and at most the window {self.window!r}")
-            if any(a.function == "histogram_numeric" for a in self.aggs):
+            if ordered := merge_ordered(self.aggs):
                 raise ValueError(
-                    "histogram_numeric over sliding windows: Spark builds each window's histogram from its rows, "
-                    "which misa's panes cannot merge into (a pane's bins are not its rows): tumbling windows instead"
+                    f"{ordered} over sliding windows: Spark builds each window's {MERGE_ORDERED[ordered]} from its "
+                    "rows, which misa's panes cannot merge into: tumbling windows instead"
                 )
             windows = PaneWindows(size, slide, self._start_us)
             cells = sum(a.fold(pa.float64()).cells for a in self.aggs)  # a fold's cells do not depend on the type

@@ -67,6 +67,11 @@ from misa.operators.set_values import set_union
 from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
 from misa.operators.top_k_by import TOP_K_FUNCTIONS, heap_of, merge_heaps, top_k_partial, top_k_result
 
+# aggregates whose result depends on the order their rows reach Spark's buffer (what of them), refused over sliding
+# windows (Spark builds each window's from its rows; misa merges panes) and session windows (Spark merges sessions'
+# buffers in its own order)
+MERGE_ORDERED = {"histogram_numeric": "histogram", "approx_top_k": "frequent items (ties in the order rows came)"}
+MERGE_ORDERED |= {"approx_top_k_accumulate": "frequent-items sketch", "approx_top_k_combine": "frequent-items sketch"}
 SETS = ("collect_set", "collect_union", "collect_union_nulls")  # states of distinct values (set_values)
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", *SETS)
 OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *TOP_K_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
@@ -101,6 +106,12 @@ def check_collect_limit(function: str, name: str, items: int, limit: int) -> Non
         )
 
 
+def merge_ordered(aggs: Sequence[Any]) -> str | None:
+    """The first function of :data:`MERGE_ORDERED` among ``aggs`` (each with its ``function``), or None."""
+    functions = {a.function for a in aggs}
+    return next((f for f in MERGE_ORDERED if f in functions), None)
+
+
 def object_partial(
     function: str,
     column: Column,
@@ -115,7 +126,7 @@ def object_partial(
     the ordering ``other``; a sketch aggregate's: Spark's ``sketch`` of the group's rows; max_by_k's, min_by_k's:
     Spark's top ``k`` by ``other``."""
     if sketch is not None:
-        return [sketch.partial(column, other)]
+        return [sketch.partial(column, other, dtype)]
     if function in TOP_K_FUNCTIONS:
         assert other is not None and k is not None
         return [top_k_partial(function, column, other, k)]

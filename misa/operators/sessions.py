@@ -49,6 +49,7 @@ from misa.operators.base import (
     state_table,
 )
 from misa.operators.group_hints import group_hint_keys
+from misa.operators.object_aggs import MERGE_ORDERED, merge_ordered
 from misa.operators.schema import column_type, event_time, key_columns, schema_from_text, schema_text, typed
 from misa.operators.session_records import Sessions, earliest_ends, merge_overlapping
 from misa.operators.watermark import EventTimeWatermark, InputsWatermark, WatermarkInputs, inputs_signature
@@ -95,10 +96,10 @@ class SessionAggregation(HintSource, KeyPartitioned, StateReadable):
             )
         if self.output_mode == "append" and self.watermark_delay is None:
             raise ValueError("append output of session windows needs watermark_delay (Spark's withWatermark)")
-        if any(a.function == "histogram_numeric" for a in self.aggs):
+        if ordered := merge_ordered(self.aggs):
             raise ValueError(
-                "histogram_numeric over session windows: Spark merges sessions' histograms in its own order of "
-                "buffers, which misa does not follow: a time window instead"
+                f"{ordered} over session windows: Spark merges sessions' {MERGE_ORDERED[ordered]} in its own order "
+                "of buffers, which misa does not follow: a time window instead"
             )
         delay_ms = int(parse_seconds(self.watermark_delay or "0s") * 1000)
         self.watermark = self.watermark_inputs.watermark() if self.watermark_inputs else EventTimeWatermark(delay_ms)

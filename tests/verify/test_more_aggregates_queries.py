@@ -199,10 +199,10 @@ CASES = {
     "no window, complete: approx_top_k of decimals": Query(
         "global", {"k0": "bigint"}, ("approx_top_k", "approx_top_k_small"), "decimal(12,2)", output_mode="complete"
     ),
-    "sliding windows, update: approx_top_k of doubles": Query(
+    "sliding windows, update: approx_top_k of doubles, refused at start": Query(
         "sliding", {"k0": "string"}, ("approx_top_k", "approx_top_k_accumulate", "count"), "double", 10, 5, 2
     ),
-    "session windows, append: approx_top_k of strings": Query(
+    "session windows, append: approx_top_k of strings, refused at start": Query(
         "session",
         {"k0": "string"},
         ("approx_top_k", "approx_top_k_small"),

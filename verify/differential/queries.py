@@ -155,7 +155,10 @@ SKETCH_TYPES = {  # value type -> the sketches of it Spark takes (in the order t
     + ("tuple_sketch_agg_double_min_5",),
     "string": ("hll_sketch_agg", "hll_sketch_agg_4", "theta_sketch_agg", "count_min_sketch", *TUPLES),
 }
-REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4", "approx_top_k_lcase": "collation key"}
+REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4"}
+REFUSED_APPROX_TOP_K = {"approx_top_k_lcase": "collation key"}
+# misa's refusal of approx_top_k's family over sliding and session windows (their ties follow the rows' order)
+REFUSED_APPROX_WINDOWS = {"sliding": "over sliding windows: Spark builds", "session": "over session windows: Spark"}
 
 
 def _within_group(function: str, column: str, order: str) -> Column:
@@ -933,8 +936,11 @@ def expected_refusal(q: Query) -> str | None:
         return REFUSED_OVERFLOW
     if q.operator in ("sliding", "session") and set(q.functions) & set(HISTOGRAM_FUNCTIONS):
         return REFUSED_HISTOGRAM
-    if refused_sketch := next((f for f in q.functions if f in REFUSED_SKETCH), None):
-        return REFUSED_SKETCH[refused_sketch]
+    refusals = REFUSED_SKETCH | REFUSED_APPROX_TOP_K
+    if refused_function := next((f for f in q.functions if f in refusals), None):
+        return refusals[refused_function]
+    if q.operator in REFUSED_APPROX_WINDOWS and set(q.functions) & set(APPROX_TOP_K):
+        return REFUSED_APPROX_WINDOWS[q.operator]
     return REFUSED_CHAINS.get(q.chain)
 
 
@@ -951,6 +957,7 @@ def case_tags(case: Case) -> set[str]:
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     tags |= {"try:refused"} if expected_refusal(q) == REFUSED_OVERFLOW else set()
     tags |= {"histogram:refused"} if expected_refusal(q) == REFUSED_HISTOGRAM else set()
+    tags |= {"approx_top_k:refused windows"} if expected_refusal(q) in REFUSED_APPROX_WINDOWS.values() else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()

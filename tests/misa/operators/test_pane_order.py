@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 
 from misa.exceptions import MisaError
 from misa.operators.aggregation import TWO_COLUMNS, Agg, Aggregation
-from misa.operators.object_aggs import OBJECT_FUNCTIONS
+from misa.operators.object_aggs import MERGE_ORDERED, OBJECT_FUNCTIONS
 from misa.operators.pane_order import delta_items, merge_items, plain_state
 from misa.operators.percentile import EXACT_PERCENTILES
 from misa.operators.percentile_approx import Percentiles
@@ -148,7 +148,7 @@ def test_a_windows_collect_list_past_its_limit_fails_the_batch_naming_it():
         merge_items("collect_list", "c", *panes, 2)
 
 
-@pytest.mark.parametrize("function", [f for f in OBJECT_FUNCTIONS if f != "histogram_numeric"])
+@pytest.mark.parametrize("function", [f for f in OBJECT_FUNCTIONS if f not in MERGE_ORDERED])
 def test_every_object_aggregate_runs_over_sliding_windows(function):
     other = "o" if function in TWO_COLUMNS else ""
     if function in ("percentile_approx", *EXACT_PERCENTILES):  # of numbers, at its percentages
@@ -164,10 +164,13 @@ def test_every_object_aggregate_runs_over_sliding_windows(function):
     assert op.signature(T.StructType([T.StructField(n, t) for n, t in fields]))["slide"]
 
 
-def test_histogram_numeric_is_refused_over_sliding_windows_naming_the_reason():
-    """Spark builds each sliding window's histogram from its rows: panes' bins cannot give it (tumbling runs)."""
-    agg = Agg("x", "histogram_numeric", "o", bins=3)
-    with pytest.raises(ValueError, match="histogram_numeric over sliding windows"):
+@pytest.mark.parametrize("function", list(MERGE_ORDERED))
+def test_an_aggregate_of_the_rows_order_is_refused_over_sliding_windows_naming_the_reason(function):
+    """Spark builds each sliding window's histogram (approx_top_k's sketch, its ties in the order rows came) from its
+    rows: panes cannot give it (tumbling windows run)."""
+    constants = {"bins": 3} if function == "histogram_numeric" else {"sketch": Sketch(function, (3, 10))}
+    agg = Agg("x", function, "o", **constants)
+    with pytest.raises(ValueError, match=f"{function} over sliding windows: Spark builds each window's"):
         Aggregation(["g"], [agg], event_time="t", window="20s", slide="5s")
     assert Aggregation(["g"], [agg], event_time="t", window="20s").time_keyed is False
 
