@@ -1075,9 +1075,40 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="asks for lgNomEntries 4",
     ),
     Entry(
-        "other aggregate functions (`approx_top_k`, `schema_of_variant_agg`, ...)",
+        "`approx_top_k(col[, k[, maxItemsTracked]])`, `approx_top_k_accumulate(col[, maxItemsTracked])`, "
+        "`approx_top_k_combine(state[, maxItemsTracked])` (tumbling windows or none)",
+        RUNS,
+        lambda r: windowed(r, F.expr("approx_top_k(v, 3)"), F.expr("approx_top_k_accumulate(s, 20)")),
+        note="Spark's frequent-items sketch (Java DataSketches' `ItemsSketch`), ported: each batch's state (Spark's "
+        "own of its rows) merged into a fresh buffer after the stored one, as Spark's streaming aggregation merges "
+        "them, so the counts, the purges past maxItemsTracked and the order of equal counts (the sketch's hash map, "
+        "by each item's Java hash) are Spark's; Spark's own order of ties depends on its input partitions",
+        covered_by=(
+            "fn:approx_top_k:bigint",
+            "fn:approx_top_k_small:decimal",
+            "fn:approx_top_k_accumulate:string",
+            "approx_top_k_combine:window",
+        ),
+    ),
+    Entry(
+        "`approx_top_k` and its family over sliding or session windows",
         REFUSED,
-        lambda r: windowed(r, F.expr("approx_top_k(v)")),
+        lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.expr("approx_top_k(v)")),
+        note="Spark orders equal counts by the order each window's rows (each session's buffers) reach its sketch, "
+        "which panes and misa's session merges do not follow: tumbling windows",
+        refusal="over sliding windows: Spark builds",
+    ),
+    Entry(
+        "`approx_top_k` of a collated string (`UTF8_LCASE`, ICU collations)",
+        REFUSED,
+        lambda r: windowed(r, F.expr("approx_top_k(collate(s, 'UTF8_LCASE'))")),
+        note="Spark counts their collation keys by a Java hash misa does not compute: the column without a collation",
+        refusal="collation key",
+    ),
+    Entry(
+        "other aggregate functions (`schema_of_variant_agg`, ...)",
+        REFUSED,
+        lambda r: windowed(r, F.expr("schema_of_variant_agg(parse_json(s))")),
         note="the functions above",
         refusal="misa does not compute",
     ),

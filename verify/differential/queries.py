@@ -981,8 +981,11 @@ def case_tags(case: Case) -> set[str]:
         tags |= {f"fn:{f}:{q.value_type.split('(')[0]}" for f in q.functions}
         tags |= {f"fn:{f}:{q.operator}" for f in q.functions}
         tags |= (
-            {"sketch unions:window"}
-            if q.chain in ("window", "window3") and set(q.functions) & {*SKETCHES, *APPROX_TOP_K}
+            {"sketch unions:window"} if q.chain in ("window", "window3") and set(q.functions) & set(SKETCHES) else set()
+        )
+        tags |= (
+            {"approx_top_k_combine:window"}
+            if q.chain in ("window", "window3") and "approx_top_k_accumulate" in q.functions
             else set()
         )
         tags |= {f"sliding:{f}:{q.value_type.split('(')[0]}" for f in q.functions} if q.operator == "sliding" else set()
