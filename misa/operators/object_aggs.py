@@ -66,12 +66,15 @@ from misa.operators.percentile_approx import (
 from misa.operators.set_values import set_union
 from misa.operators.sketches import SKETCH_FUNCTIONS, Sketch
 from misa.operators.top_k_by import TOP_K_FUNCTIONS, heap_of, merge_heaps, top_k_partial, top_k_result
+from misa.operators.vector_aggs import FUNCTIONS as VECTOR_FUNCTIONS
+from misa.operators.vector_aggs import result_type as vector_type
 
 # aggregates whose result depends on the order their rows reach Spark's buffer (what of them), refused over sliding
 # windows (Spark builds each window's from its rows; misa merges panes) and session windows (Spark merges sessions'
 # buffers in its own order)
 MERGE_ORDERED = {"histogram_numeric": "histogram", "approx_top_k": "frequent items (ties in the order rows came)"}
 MERGE_ORDERED |= {"approx_top_k_accumulate": "frequent-items sketch", "approx_top_k_combine": "frequent-items sketch"}
+MERGE_ORDERED |= {"vector_sum": "float sums (rounded in the order rows came)", "vector_avg": "float averages"}
 SETS = ("collect_set", "collect_union", "collect_union_nulls")  # states of distinct values (set_values)
 OBJECT_FUNCTIONS = ("first", "last", "first_ignore_nulls", "last_ignore_nulls", "collect_list", *SETS)
 OBJECT_FUNCTIONS += ("approx_count_distinct", *BY_FUNCTIONS, *TOP_K_FUNCTIONS, *MODE_FUNCTIONS, "percentile_approx")
@@ -381,6 +384,8 @@ class ObjectValues:
 def _output_type(function: str, value_type: pa.DataType, schema: pa.Schema, index: int) -> pa.DataType:
     if function == "approx_top_k":  # of its state struct
         return approx_top_k_type(value_type)
+    if function in VECTOR_FUNCTIONS:  # of its (value, count)
+        return vector_type(value_type)
     if function == "approx_count_distinct":
         return pa.int64()
     if function in ("avg", "percentile_approx", "histogram_numeric", *EXACT_PERCENTILES):  # of the typed null after

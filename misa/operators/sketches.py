@@ -1,8 +1,9 @@
 """Spark's sketch aggregates over misa's states: ``hll_sketch_agg``, ``hll_union_agg``, ``theta_sketch_agg``,
 ``theta_union_agg``, ``theta_intersection_agg``, ``kll_sketch_agg_*``, ``kll_merge_agg_*``, ``tuple_sketch_agg_*``,
 ``tuple_union_agg_*``, ``tuple_intersection_agg_*``, ``count_min_sketch``, and the bitmaps ``bitmap_construct_agg``,
-``bitmap_or_agg``, ``bitmap_and_agg``, and the frequent items of ``approx_top_k``, ``approx_top_k_accumulate``,
-``approx_top_k_combine`` (:mod:`.approx_top_k`).
+``bitmap_or_agg``, ``bitmap_and_agg``, the frequent items of ``approx_top_k``, ``approx_top_k_accumulate``,
+``approx_top_k_combine`` (:mod:`.approx_top_k`), ``schema_of_variant_agg`` (:mod:`.variant_schema`), and the
+element-wise ``vector_sum`` and ``vector_avg`` of float arrays (:mod:`.vector_aggs`).
 
 A batch's partial of a group is Spark's own aggregate over the group's rows (so each input type, null, empty
 string and collation is updated as Spark updates it); the state is that sketch's bytes, merged on the driver into
@@ -33,7 +34,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from misa.exceptions import MisaError
-from misa.operators import approx_top_k
+from misa.operators import approx_top_k, vector_aggs
+from misa.operators.variant_schema import merge_printed
 
 KINDS = {"HllSketchAgg": "hll_sketch_agg", "HllUnionAgg": "hll_union_agg", "CountMinSketchAgg": "count_min_sketch"}
 KINDS |= {"ThetaSketchAgg": "theta_sketch_agg", "ThetaUnionAgg": "theta_union_agg"}
@@ -49,7 +51,7 @@ KINDS |= {
     "BitmapOrAgg": "bitmap_or_agg",
     "BitmapAndAgg": "bitmap_and_agg",
 }
-KINDS |= approx_top_k.KINDS
+KINDS |= approx_top_k.KINDS | {"SchemaOfVariantAgg": "schema_of_variant_agg"} | vector_aggs.KINDS
 SKETCH_FUNCTIONS = tuple(KINDS.values())
 
 
@@ -94,6 +96,8 @@ class Sketch:
         """Spark's own aggregate of this sketch over a group's rows (a tuple sketch's: of ``summary`` too;
         approx_top_k's: of the column's type ``dtype``)."""
         f = self.function
+        if f in vector_aggs.FUNCTIONS:
+            return vector_aggs.partial(f, column)
         if f in approx_top_k.FUNCTIONS:
             assert dtype is not None, f"{f}: its column's type"
             return approx_top_k.partial(f, self.constants, column, dtype)
@@ -104,6 +108,8 @@ class Sketch:
     def merge(self, stored: Any, batch: Any) -> Any:
         """The sketch of ``stored``'s rows and ``batch``'s (either None: no rows yet; approx_top_k's: merged into a
         fresh buffer, as Spark's state store merges it, even with nothing stored)."""
+        if self.function in vector_aggs.FUNCTIONS:
+            return vector_aggs.merge(self.function, stored, batch)
         if self.function in approx_top_k.FUNCTIONS and batch is not None:
             return approx_top_k.merge(self.function, self.constants, stored, batch)
         if stored is None or batch is None:
@@ -114,6 +120,8 @@ class Sketch:
         """The output of a stored sketch, as Spark's ``eval`` gives it."""
         if self.function in approx_top_k.FUNCTIONS:
             return approx_top_k.result(self.function, self.constants, state)
+        if self.function in vector_aggs.FUNCTIONS:
+            return vector_aggs.result(state)
         return state
 
 
@@ -257,4 +265,5 @@ _MERGES: dict[str, Callable[[Sketch, bytes, bytes], bytes]] = {  # by the functi
     "count": _count_min,
     "tuple": _tuple,
     "bitmap": _bitmap,
+    "schema": lambda sketch, stored, batch: merge_printed(stored, batch),  # schema_of_variant_agg's printed schemas
 }

@@ -44,6 +44,8 @@ class Expr:
     value: Any = None  # a literal's value
     name: str | None = None  # an alias's name
     jvm: Any = field(default=None, repr=False, compare=False)  # the Catalyst expression
+    # jvm with its casts to arrays, maps and structs written out (None: none under it), whose SQL is ``sql``
+    written: Any = field(default=None, repr=False, compare=False)
 
     def walk(self) -> list[Expr]:
         """This expression and every expression under it, parents first."""
@@ -137,6 +139,7 @@ def _fields(kind: str, jnode: Any) -> dict[str, Any]:
 
 EXACT_PERCENTILES = ("Percentile", "PercentileDisc", "PercentileCont", "Median")  # Spark's exact percentiles
 DIVIDING = ("StddevSamp", "VarianceSamp", "Skewness", "Kurtosis", "Corr", "CovSample")  # statistical aggregates
+COMPLEX_TYPES = ("ArrayType", "MapType", "StructType")  # the casts to them Spark's SQL of a Cast leaves out
 
 
 def expr_of(jexpr: Any) -> Expr:
@@ -180,7 +183,22 @@ def expr_of(jexpr: Any) -> Expr:
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None
-    return Expr(kind, children, str(jexpr.sql()), dtype, attr, value, name, jexpr)
+    written = _casts_written(jexpr, kind, children)
+    return Expr(kind, children, str((written or jexpr).sql()), dtype, attr, value, name, jexpr, written)
+
+
+def _casts_written(jexpr: Any, kind: str, children: tuple[Expr, ...]) -> Any:
+    """``jexpr`` with each cast to an array, a map or a struct under it written out as SQL (Spark's ``Cast.sql``
+    leaves such a cast out, so its text would compute the uncast value), or None if it holds none: the cast is put
+    as an attribute whose SQL is ``CAST(child AS type)``."""
+    written = jexpr
+    if any(c.written is not None for c in children):
+        written = jexpr.withNewChildren(scala_list([c.written or c.jvm for c in children]))
+    if kind == "Cast" and str(jexpr.dataType().getClass().getSimpleName()) in COMPLEX_TYPES:
+        jvm = SparkContext._jvm  # type: ignore[attr-defined]
+        text = f"{str(jexpr.prettyName()).upper()}({written.child().sql()} AS {jexpr.dataType().sql()})"
+        return jvm.org.apache.spark.sql.catalyst.expressions.PrettyAttribute(text, jexpr.dataType())
+    return None if written is jexpr else written
 
 
 def _constant(jexpr: Any) -> Any:
@@ -260,6 +278,12 @@ def sql_over_aggregates(expr: Expr, columns: dict[str, str], texts: dict[str, st
 def _over_aggregates(expr: Expr, columns: dict[str, str]) -> Any:
     if expr.kind == "AggregateExpression":
         return expr.jvm.resultAttribute().withName(columns[expr.sql])
+    if expr.kind == "Cast" and expr.written is not None:  # written out: its child's SQL over the columns in it
+        text = f"{str(expr.jvm.prettyName()).upper()}({_over_aggregates(expr.children[0], columns).sql()} AS "
+        jvm = SparkContext._jvm  # type: ignore[attr-defined]
+        return jvm.org.apache.spark.sql.catalyst.expressions.PrettyAttribute(
+            f"{text}{expr.jvm.dataType().sql()})", expr.jvm.dataType()
+        )
     return expr.jvm.withNewChildren(scala_list([_over_aggregates(c, columns) for c in expr.children]))
 
 

@@ -224,6 +224,27 @@ CASES = {
     "tumbling windows, update: approx_top_k of a collated string, refused at start": Query(
         "tumbling", {"k0": "string"}, ("approx_top_k_lcase",), "string", 10, 10, 2
     ),
+    "tumbling windows, update: schema_of_variant_agg of variants picked by integers": Query(
+        "tumbling", {"k0": "string"}, ("schema_of_variant_agg_cased", "count"), "bigint", 10, 10, 2
+    ),
+    "session windows, append: schema_of_variant_agg of variants picked by strings": Query(
+        "session", {"k0": "string"}, ("schema_of_variant_agg",), "string", 5, delay_s=2, output_mode="append"
+    ),
+    "sliding windows, complete: schema_of_variant_agg of variants picked by doubles": Query(
+        "sliding", {"k0": "bigint"}, ("schema_of_variant_agg", "count"), "double", 10, 5, 2, "complete"
+    ),
+    "no window, update: schema_of_variant_agg of variants picked by decimals": Query(
+        "global", {"k0": "bigint"}, ("schema_of_variant_agg_cased",), "decimal(12,2)"
+    ),
+    "tumbling windows, update: vector_sum and vector_avg of floats from integers": Query(
+        "tumbling", {"k0": "string"}, ("vector_sum", "vector_avg", "count"), "bigint", 10, 10, 2
+    ),
+    "no window, complete: vector_sum and vector_avg of floats from strings": Query(
+        "global", {"k0": "bigint"}, ("vector_sum", "vector_avg"), "string", output_mode="complete"
+    ),
+    "sliding windows, update: vector_avg, refused at start": Query(
+        "sliding", {"k0": "string"}, ("vector_avg",), "double", 10, 5, 2
+    ),
 }
 # suite time: tests/verify/test_listagg_order.py checks listagg in make test, test_sketches.py the sketches' merges
 IN_MAKE_TEST = {"tumbling windows, update: hll, theta, count-min and KLL sketches of integers"}

@@ -11,6 +11,7 @@ from pyspark.errors import AnalysisException
 
 from misa import MisaConfig, UnsupportedQueryError, from_query
 from misa.query.job import planned
+from misa.query.translate import FUNCTIONS
 from verify.differential.catalog import ENTRIES, REFUSED, SOURCE_SCHEMA, Entry, render
 from verify.differential.queries import case_tags, random_query_case
 
@@ -60,3 +61,21 @@ def test_the_random_cases_cover_every_row_that_runs():
     missing = {e.spark: [t for t in e.covered_by if not tags[t]] for e in ENTRIES if e.misa != REFUSED}
     assert all(e.covered_by for e in ENTRIES if e.misa != REFUSED)
     assert not any(missing.values()), missing
+
+
+def test_every_aggregate_function_of_sparks_registry_is_one_misa_computes(spark):
+    """Each function of Spark's registry whose class is an aggregate function is one misa's translation takes (its
+    builders resolve to those), but the ranking window functions and metric views' measure, which no aggregation
+    holds: a Spark version adding an aggregate fails here."""
+    jvm = spark._jvm
+    aggregate = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.expressions.aggregate.AggregateFunction")
+    registry = jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin()
+    names = registry.listFunction().iterator()
+    classes = set()
+    while names.hasNext():
+        info = registry.lookupFunction(names.next())
+        if info.isDefined() and aggregate.isAssignableFrom(jvm.java.lang.Class.forName(info.get().getClassName())):
+            classes.add(str(info.get().getClassName()).rsplit(".", 1)[1])
+    windows = {"CumeDist", "DenseRank", "NthValue", "NTile", "PercentRank", "Rank", "RowNumber"}
+    assert classes - set(FUNCTIONS) == windows | {"Measure"}
+    assert {"SchemaOfVariantAgg", "ApproxTopK", "VectorSum", "VectorAvg", "CountIf"} <= classes

@@ -1106,11 +1106,32 @@ ENTRIES: tuple[Entry, ...] = (
         refusal="collation key",
     ),
     Entry(
-        "other aggregate functions (`schema_of_variant_agg`, ...)",
-        REFUSED,
-        lambda r: windowed(r, F.expr("schema_of_variant_agg(parse_json(s))")),
-        note="the functions above",
-        refusal="misa does not compute",
+        "`schema_of_variant_agg(v)` (any window)",
+        RUNS,
+        lambda r: windowed(r, F.schema_of_variant_agg(F.parse_json(F.to_json(F.struct("v", "s"))))),
+        note="Spark's schema of each batch's variants (its printed text), merged into the stored one as Spark merges "
+        "two schemas (JSON inference's `compatibleType` after the analyzer's tightest common type, `VARIANT` where "
+        "none fits) and printed as Spark prints it",
+        covered_by=(
+            "fn:schema_of_variant_agg_cased:tumbling",
+            "fn:schema_of_variant_agg_cased:global",
+            "fn:schema_of_variant_agg:session",
+            "fn:schema_of_variant_agg:sliding",
+        ),
+    ),
+    Entry(
+        "`schema_of_variant_agg` over sliding or session windows, of objects of one size whose field names differ "
+        "only in case",
+        DIFFERS,
+        lambda r: (
+            watermarked(r)
+            .groupBy(F.window(T, W, "5 seconds"), "k")
+            .agg(F.schema_of_variant_agg(F.parse_json(F.to_json(F.struct("v", "s")))))
+        ),
+        note="two such objects meeting in one merge become one object (Spark's tightest common type), else they keep "
+        "both names; which ones meet depends on the order of the merges: each sliding window's rows in Spark, its "
+        "panes in misa, and Spark's own on its partitions",
+        covered_by=("fn:schema_of_variant_agg:sliding", "fn:schema_of_variant_agg:session"),
     ),
 )
 

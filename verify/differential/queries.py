@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from functools import reduce
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -144,6 +144,42 @@ APPROX_TOP_K = {"approx_top_k": lambda c: F.expr(f"approx_top_k({c}, 3)")}
 APPROX_TOP_K |= {"approx_top_k_small": lambda c: F.expr(f"approx_top_k({c}, 4, 6)")}
 APPROX_TOP_K |= {"approx_top_k_accumulate": lambda c: F.expr(f"approx_top_k_accumulate({c}, 20)")}
 SPARK_FUNCTIONS |= APPROX_TOP_K
+# schema_of_variant_agg of variants each value picks by its hash: numbers, decimals, strings, nested objects and
+# arrays, names that need quotes; "_cased" adds objects whose field names differ only in case, whose merges depend on
+# their order (in Spark too: docs/spark-queries.md), drawn over tumbling windows and none
+VARIANT_DOCS = ('{"a": 1, "b": [1, 2]}', '{"a": 1.5, "c": "x"}', '{"a": "s", "b": [1.25, null]}', '[1, {"x": 2}]')
+VARIANT_DOCS += ('{"a": 12345678901234567890123, "d": {"e": true}}', "null", '{"a": 1e308, "b": [], "`q": 1}')
+VARIANT_DOCS += ('{"a": {"x": 1}, "b": {"y": [null]}}', "7", '"str"', '{"a": -3.25}', "[[1], [1.5], []]")
+VARIANT_DOCS += ('{"é": 1, "z": 2, "Z": 3}', '{"a b": {"c:d": 1}}', '{"a": 99999999999999999999.5}')
+CASED_DOCS = ('{"A": 2, "B": [3]}', '{"a": {"X": "t"}, "b": {"y": [1]}}')
+
+
+def _variant_schema(docs: tuple[str, ...]) -> Callable[[str], Column]:
+    """schema_of_variant_agg of the variant of one of ``docs`` per value (by its hash)."""
+
+    def aggregate(c: str) -> Column:
+        picked = F.element_at(F.array(*map(F.lit, docs)), F.pmod(F.hash(F.col(c)), F.lit(len(docs))) + 1)
+        return F.schema_of_variant_agg(F.parse_json(picked))
+
+    return aggregate
+
+
+VARIANT_SCHEMAS = {"schema_of_variant_agg": _variant_schema(VARIANT_DOCS)}
+VARIANT_SCHEMAS |= {"schema_of_variant_agg_cased": _variant_schema(VARIANT_DOCS + CASED_DOCS)}
+SPARK_FUNCTIONS |= VARIANT_SCHEMAS
+
+
+# vector_sum and vector_avg of two floats from each value's hash: null where the value is, an element null now and then
+# (Spark skips such a vector)
+def _vector(c: str) -> Column:
+    elements = [F.pmod(F.hash(F.col(c), F.lit(i)), F.lit(1000)) / 7 for i in range(2)]
+    elements = [F.when(F.pmod(F.hash(F.col(c), F.lit(9)), F.lit(13)) == 0, None).otherwise(e) for e in elements]
+    return F.when(F.col(c).isNull(), None).otherwise(F.array(*elements).cast("array<float>"))
+
+
+VECTORS = {"vector_sum": lambda c: F.call_function("vector_sum", _vector(c))}
+VECTORS |= {"vector_avg": lambda c: F.call_function("vector_avg", _vector(c))}
+SPARK_FUNCTIONS |= VECTORS
 REFUSED_SKETCHES = {"theta_sketch_agg_4": lambda c: F.theta_sketch_agg(c, 4)}
 REFUSED_SKETCHES |= {"approx_top_k_lcase": lambda c: F.expr(f"approx_top_k(collate({c}, 'UTF8_LCASE'))")}
 SPARK_FUNCTIONS |= SKETCHES | REFUSED_SKETCHES
@@ -157,8 +193,9 @@ SKETCH_TYPES = {  # value type -> the sketches of it Spark takes (in the order t
 }
 REFUSED_SKETCH = {"theta_sketch_agg_4": "asks for lgNomEntries 4"}
 REFUSED_APPROX_TOP_K = {"approx_top_k_lcase": "collation key"}
-# misa's refusal of approx_top_k's family over sliding and session windows (their ties follow the rows' order)
-REFUSED_APPROX_WINDOWS = {"sliding": "over sliding windows: Spark builds", "session": "over session windows: Spark"}
+# misa's refusal of approx_top_k's family (their ties follow the rows' order) and the vector aggregates (float sums
+# rounded in that order) over sliding and session windows
+REFUSED_ORDERED_WINDOWS = {"sliding": "over sliding windows: Spark builds", "session": "over session windows: Spark"}
 
 
 def _within_group(function: str, column: str, order: str) -> Column:
@@ -457,6 +494,8 @@ def random_query_case(seed: int) -> Case:
     query = _with_bitmaps(random.Random(f"from_query-bitmaps-{seed}"), query)
     query = _with_one_of(random.Random(f"from_query-collect-union-{seed}"), query, COLLECT_UNIONS)
     query = _with_approx_top_k(random.Random(f"from_query-approx-top-k-{seed}"), query)
+    query = _with_variant_schema(random.Random(f"from_query-variant-schema-{seed}"), query)
+    query = _with_one_of(random.Random(f"from_query-vectors-{seed}"), query, VECTORS)
     query = _with_one_of(random.Random(f"from_query-top-k-{seed}"), query, TOP_K)
     query = _with_composite_keys(random.Random(f"from_query-key-types-{seed}"), query)
     query = _with_event_time_filter(random.Random(f"from_query-time-filter-{seed}"), query)
@@ -758,6 +797,16 @@ def _with_approx_top_k(rng: random.Random, query: Query) -> Query:
     return _added(query, list(dict.fromkeys(drawn)))
 
 
+def _with_variant_schema(rng: random.Random, query: Query) -> Query:
+    """An aggregation ``query`` with, at random (6%), schema_of_variant_agg (drawn from its own ``rng``, so every
+    seed keeps its earlier form and rows): of objects whose field names differ only in case too, over tumbling
+    windows and none."""
+    if not _aggregates(query) or rng.random() >= 0.06:
+        return query
+    cased = query.operator in ("tumbling", "global") and rng.random() < 0.5
+    return _added(query, ["schema_of_variant_agg_cased" if cased else "schema_of_variant_agg"])
+
+
 def _with_one_of(rng: random.Random, query: Query, functions: dict[str, Any]) -> Query:
     """An aggregation ``query`` with, at random (8%), one of ``functions`` (:data:`COLLECT_UNIONS`, :data:`TOP_K`;
     drawn from its own ``rng``, so every seed keeps its earlier form and rows)."""
@@ -939,8 +988,8 @@ def expected_refusal(q: Query) -> str | None:
     refusals = REFUSED_SKETCH | REFUSED_APPROX_TOP_K
     if refused_function := next((f for f in q.functions if f in refusals), None):
         return refusals[refused_function]
-    if q.operator in REFUSED_APPROX_WINDOWS and set(q.functions) & set(APPROX_TOP_K):
-        return REFUSED_APPROX_WINDOWS[q.operator]
+    if q.operator in REFUSED_ORDERED_WINDOWS and set(q.functions) & {*APPROX_TOP_K, *VECTORS}:
+        return REFUSED_ORDERED_WINDOWS[q.operator]
     return REFUSED_CHAINS.get(q.chain)
 
 
@@ -957,7 +1006,7 @@ def case_tags(case: Case) -> set[str]:
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
     tags |= {"try:refused"} if expected_refusal(q) == REFUSED_OVERFLOW else set()
     tags |= {"histogram:refused"} if expected_refusal(q) == REFUSED_HISTOGRAM else set()
-    tags |= {"approx_top_k:refused windows"} if expected_refusal(q) in REFUSED_APPROX_WINDOWS.values() else set()
+    tags |= {"row-ordered:refused windows"} if expected_refusal(q) in REFUSED_ORDERED_WINDOWS.values() else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
