@@ -1091,12 +1091,22 @@ ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
-        "`approx_top_k` and its family over sliding or session windows",
+        "`vector_sum(array<float>)`, `vector_avg(array<float>)` (tumbling windows or none)",
+        RUNS,
+        lambda r: windowed(r, F.call_function("vector_sum", F.array("v", "v").cast("array<float>"))),
+        note="Spark's sum (average) of each batch's vectors with their count, merged into the stored one as Spark "
+        "merges two buffers, in floats rounded at each step (a vector holding a null skipped, vectors of two lengths "
+        "failing the batch, as in Spark)",
+        covered_by=("fn:vector_sum:tumbling", "fn:vector_avg:global", "fn:vector_avg:string", "fn:vector_sum:boolean"),
+    ),
+    Entry(
+        "`approx_top_k` and its family, `vector_sum`, `vector_avg` over sliding or session windows",
         REFUSED,
         lambda r: watermarked(r).groupBy(F.window(T, W, "5 seconds"), "k").agg(F.expr("approx_top_k(v)")),
-        note="Spark orders equal counts by the order each window's rows (each session's buffers) reach its sketch, "
-        "which panes and misa's session merges do not follow: tumbling windows",
+        note="Spark orders equal counts (rounds float sums) in the order each window's rows (each session's buffers) "
+        "reach its buffer, which panes and misa's session merges do not follow: tumbling windows",
         refusal="over sliding windows: Spark builds",
+        covered_by=("row-ordered:refused windows",),
     ),
     Entry(
         "`approx_top_k` of a collated string (`UTF8_LCASE`, ICU collations)",
