@@ -17,7 +17,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from misa.exceptions import MisaError
 from misa.operators.frequent_items import FrequentItems, item_type
@@ -43,20 +42,12 @@ def lg_map_size(max_items_tracked: int) -> int:
     return math.ceil(math.log2(math.ceil(max_items_tracked / 0.75)))
 
 
-def partial(function: str, constants: tuple[Any, ...], column: Column, dtype: T.DataType) -> Column:
-    """Spark's state struct of a group's rows (approx_top_k's: its accumulation) of a column of type ``dtype``, its
-    fields cast nullable (PySpark's Arrow conversion fails on a null struct with non-nullable fields, as a batch's
-    deltas hold beside the row of its latest event time)."""
+def partial(function: str, constants: tuple[Any, ...], column: Column) -> Column:
+    """Spark's state struct of a group's rows (approx_top_k's: its accumulation)."""
     if function == "approx_top_k_combine":
         sized = [] if constants[0] == UNSIZED else [F.lit(constants[0])]
-        state = F.call_function("approx_top_k_combine", column, *sized)
-        item = dtype["itemDataType"].dataType if isinstance(dtype, T.StructType) else dtype
-    else:
-        state = F.call_function("approx_top_k_accumulate", column, F.lit(max_items(function, constants)))
-        item = dtype
-    names = ("sketch", "maxItemsTracked", "itemDataType", "itemDataTypeDDL")
-    types = (T.BinaryType(), T.IntegerType(), item, T.StringType())
-    return state.cast(T.StructType([T.StructField(n, t) for n, t in zip(names, types, strict=True)]))
+        return F.call_function("approx_top_k_combine", column, *sized)
+    return F.call_function("approx_top_k_accumulate", column, F.lit(max_items(function, constants)))
 
 
 def merge(function: str, constants: tuple[Any, ...], stored: dict | None, batch: dict) -> dict:

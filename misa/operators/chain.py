@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 
 from misa.operators.base import OperatorResult, runs_no_data_batches
 from misa.operators.processor import StatefulProcessorOperator
-from misa.operators.schema import nullable
+from misa.operators.schema import nullable, nullable_fields
 from misa.operators.watermark import (
     EventTimeWatermark,
     InputsWatermark,
@@ -195,7 +195,7 @@ class OperatorChain:
                 carried = side
             if watermark is not None and isinstance(operator.watermark, Propagated):
                 operator.watermark.next_us = max(watermark, 0)
-            deltas = operator.deltas(link.feed(below.output)).toArrow()
+            deltas = nullable_fields(operator.deltas(link.feed(below.output))).toArrow()
             if link.carries and carried is not None:
                 schema = pa.schema([f.with_nullable(True) for f in deltas.schema])  # a side's row: null in the other's
                 deltas = pa.concat_tables([deltas.cast(schema), carried.select(schema.names).cast(schema)])

@@ -129,7 +129,7 @@ def object_partial(
     the ordering ``other``; a sketch aggregate's: Spark's ``sketch`` of the group's rows; max_by_k's, min_by_k's:
     Spark's top ``k`` by ``other``."""
     if sketch is not None:
-        return [sketch.partial(column, other, dtype)]
+        return [sketch.partial(column, other)]
     if function in TOP_K_FUNCTIONS:
         assert other is not None and k is not None
         return [top_k_partial(function, column, other, k)]

@@ -12,6 +12,7 @@ import difflib
 from typing import Sequence
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from misa.config_forms import parse_seconds
@@ -100,3 +101,11 @@ def nullable(dtype: T.DataType) -> T.DataType:
     if isinstance(dtype, T.MapType):
         return T.MapType(dtype.keyType, nullable(dtype.valueType), True)
     return dtype
+
+
+def nullable_fields(frame: DataFrame) -> DataFrame:
+    """``frame`` with every field, element and value inside its columns nullable: PySpark's Arrow conversion fails
+    on a null struct whose fields Spark types non-nullable (a batch's deltas unioned with the row of its latest event
+    time, whose aggregates are null: approx_top_k's state struct, vector_sum's, a max_by of a struct)."""
+    casts = {f.name: nullable(f.dataType) for f in frame.schema.fields if nullable(f.dataType) != f.dataType}
+    return frame.withColumns({name: frame[name].cast(dtype) for name, dtype in casts.items()}) if casts else frame

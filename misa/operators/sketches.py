@@ -31,7 +31,6 @@ import datasketches as ds
 import numpy as np
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from misa.exceptions import MisaError
 from misa.operators import approx_top_k, vector_aggs
@@ -92,15 +91,13 @@ class Sketch:
     def __str__(self) -> str:
         return ", ".join(map(str, self.constants))
 
-    def partial(self, column: Column, summary: Column | None = None, dtype: T.DataType | None = None) -> Column:
-        """Spark's own aggregate of this sketch over a group's rows (a tuple sketch's: of ``summary`` too;
-        approx_top_k's: of the column's type ``dtype``)."""
+    def partial(self, column: Column, summary: Column | None = None) -> Column:
+        """Spark's own aggregate of this sketch over a group's rows (a tuple sketch's: of ``summary`` too)."""
         f = self.function
         if f in vector_aggs.FUNCTIONS:
             return vector_aggs.partial(f, column)
         if f in approx_top_k.FUNCTIONS:
-            assert dtype is not None, f"{f}: its column's type"
-            return approx_top_k.partial(f, self.constants, column, dtype)
+            return approx_top_k.partial(f, self.constants, column)
         if f == "count_min_sketch":
             return F.count_min_sketch(column, *(F.lit(c) for c in self.constants))
         return getattr(F, f)(column, *([summary] if f in TWO_COLUMN_SKETCHES else []), *self.constants)

@@ -44,7 +44,7 @@ class Expr:
     value: Any = None  # a literal's value
     name: str | None = None  # an alias's name
     jvm: Any = field(default=None, repr=False, compare=False)  # the Catalyst expression
-    # jvm with its casts to arrays, maps and structs written out (None: none under it), whose SQL is ``sql``
+    # jvm with what Spark's SQL of it leaves out written out (:func:`_written_out`; None: nothing), its SQL ``sql``
     written: Any = field(default=None, repr=False, compare=False)
 
     def walk(self) -> list[Expr]:
@@ -183,20 +183,25 @@ def expr_of(jexpr: Any) -> Expr:
     if kind in DIVIDING:  # value: null where it divides by zero (else NaN: statisticalAggregate legacy)
         value = bool(jexpr.nullOnDivideByZero())
     name = str(jexpr.name()) if kind == "Alias" else None
-    written = _casts_written(jexpr, kind, children)
+    written = _written_out(jexpr, kind, children)
     return Expr(kind, children, str((written or jexpr).sql()), dtype, attr, value, name, jexpr, written)
 
 
-def _casts_written(jexpr: Any, kind: str, children: tuple[Expr, ...]) -> Any:
-    """``jexpr`` with each cast to an array, a map or a struct under it written out as SQL (Spark's ``Cast.sql``
-    leaves such a cast out, so its text would compute the uncast value), or None if it holds none: the cast is put
-    as an attribute whose SQL is ``CAST(child AS type)``."""
+def _written_out(jexpr: Any, kind: str, children: tuple[Expr, ...]) -> Any:
+    """``jexpr`` with what Spark's SQL of it leaves out written out under it, or None if it leaves out nothing: a cast
+    to an array, a map or a struct (Spark's ``Cast.sql`` drops it, so the text computes the uncast value) and a
+    struct's field names (``CreateNamedStruct.sql`` prints ``struct(a, b)``, naming them col1, ...), each put as an
+    attribute whose SQL is ``CAST(child AS type)``, ``named_struct('name', value, ...)``."""
     written = jexpr
     if any(c.written is not None for c in children):
         written = jexpr.withNewChildren(scala_list([c.written or c.jvm for c in children]))
+    text = None
     if kind == "Cast" and str(jexpr.dataType().getClass().getSimpleName()) in COMPLEX_TYPES:
-        jvm = SparkContext._jvm  # type: ignore[attr-defined]
         text = f"{str(jexpr.prettyName()).upper()}({written.child().sql()} AS {jexpr.dataType().sql()})"
+    if kind == "CreateNamedStruct":
+        text = f"named_struct({', '.join(str(c.sql()) for c in python_list(written.children()))})"
+    if text is not None:
+        jvm = SparkContext._jvm  # type: ignore[attr-defined]
         return jvm.org.apache.spark.sql.catalyst.expressions.PrettyAttribute(text, jexpr.dataType())
     return None if written is jexpr else written
 
@@ -278,13 +283,8 @@ def sql_over_aggregates(expr: Expr, columns: dict[str, str], texts: dict[str, st
 def _over_aggregates(expr: Expr, columns: dict[str, str]) -> Any:
     if expr.kind == "AggregateExpression":
         return expr.jvm.resultAttribute().withName(columns[expr.sql])
-    if expr.kind == "Cast" and expr.written is not None:  # written out: its child's SQL over the columns in it
-        text = f"{str(expr.jvm.prettyName()).upper()}({_over_aggregates(expr.children[0], columns).sql()} AS "
-        jvm = SparkContext._jvm  # type: ignore[attr-defined]
-        return jvm.org.apache.spark.sql.catalyst.expressions.PrettyAttribute(
-            f"{text}{expr.jvm.dataType().sql()})", expr.jvm.dataType()
-        )
-    return expr.jvm.withNewChildren(scala_list([_over_aggregates(c, columns) for c in expr.children]))
+    node = expr.jvm.withNewChildren(scala_list([_over_aggregates(c, columns) for c in expr.children]))
+    return _written_out(node, expr.kind, ()) or node
 
 
 def attributes_of(node: PlanNode) -> list[Any]:

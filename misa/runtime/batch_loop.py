@@ -21,6 +21,7 @@ from misa.io.spread import SpreadSink
 from misa.obs.metrics import BatchMetrics
 from misa.obs.records import BatchPhases, BatchRecord, BatchReport
 from misa.operators.base import OperatorResult
+from misa.operators.schema import nullable_fields
 from misa.parallel.partitioned import RoutedDeltas
 from misa.runtime.batch_hints import HintSession
 from misa.runtime.batch_input import BatchInput
@@ -106,7 +107,7 @@ class BatchLoop:
             batch = session.rows
             counted, observation = self.input.observed(batch, batch_id)
             good = self.input.good(counted)
-            frame = parts.operator.deltas(self.upstream(good) if self.upstream else good)
+            frame = nullable_fields(parts.operator.deltas(self.upstream(good) if self.upstream else good))
             deltas = parts.merger.send(frame) if parts.on_executors else frame.toArrow()
             record = self.input.record(batch, batch_id - self.skipped_batches, observation, deltas.num_rows)
             record.deltas = deltas.num_rows
