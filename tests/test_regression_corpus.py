@@ -117,6 +117,16 @@ CORPUS = (
         "tests/misa/runtime/test_spark_mirror.py::"
         "test_a_step_over_two_batches_never_mirrors_a_batchs_offsets_before_the_commit_of_the_batch_before",
     ),
+    (
+        "seeds 51, 299, 1208, 72, 347, 1195 (2026-11-30): a null struct of non-nullable fields in the deltas; and a "
+        "cast array (vector_sum) and a struct of a literal, whose SQL text Spark writes without the cast and names",
+        "tests/verify/test_complex_casts.py::test_casts_to_arrays_and_structs_and_structs_of_literals_give_sparks_rows",
+    ),
+    (
+        "seeds 757, 1199 (2026-11-30): approx_top_k's ties over sliding windows follow the rows' order",
+        "tests/misa/operators/test_pane_order.py::"
+        "test_an_aggregate_of_the_rows_order_is_refused_over_sliding_windows_naming_the_reason[approx_top_k]",
+    ),
 )
 
 

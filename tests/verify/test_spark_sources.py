@@ -264,11 +264,8 @@ SLOW_SCENARIOS = {
 }
 
 
-# make test's time: these two -m slow (the other stream-stream joins and aggregations above stay in make test)
-SLOW_TOO = (
-    "a filter on a group key above the aggregation",
-    "two different streams joined (the guide's impressions and clicks)",
-)
+# make test's time: -m slow (the other stream-stream joins stay in make test)
+SLOW_TOO = ("two different streams joined (the guide's impressions and clicks)",)
 
 
 @pytest.mark.parametrize(

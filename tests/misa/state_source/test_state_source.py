@@ -170,7 +170,8 @@ def test_session_windows_state_is_sparks(spark, tmp_path):
     assert theirs and ours == theirs
 
 
-@pytest.mark.parametrize("side", ["left", pytest.param("right", marks=pytest.mark.slow)])
+@pytest.mark.slow  # make test's time: the other state readers (deduplication, sessions) run in make test
+@pytest.mark.parametrize("side", ["left", "right"])
 def test_a_stream_joins_rows_are_sparks(spark, tmp_path, side):
     """Each side's stored rows per join key (misa adds each row's state-watermark time, ``time_us``)."""
 
