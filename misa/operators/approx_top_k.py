@@ -19,7 +19,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from misa.exceptions import MisaError
-from misa.operators.frequent_items import FrequentItems, item_type
+from misa.operators.frequent_items import FrequentItems
+from misa.operators.java_items import item_type
 
 FUNCTIONS = ("approx_top_k", "approx_top_k_accumulate", "approx_top_k_combine")
 KINDS = dict(zip(("ApproxTopK", "ApproxTopKAccumulate", "ApproxTopKCombine"), FUNCTIONS))

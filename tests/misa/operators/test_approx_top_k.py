@@ -18,7 +18,8 @@ from pyspark.sql import types as T
 
 from misa.operators import approx_top_k
 from misa.operators.approx_top_k import ApproxTopKMergeError, lg_map_size
-from misa.operators.frequent_items import FrequentItems, float_item, item_type
+from misa.operators.frequent_items import FrequentItems
+from misa.operators.java_items import float_item, item_type
 
 RNG = random.Random(63)
 TEXT = ["a", "bb", "é", "日本", "", " x", "ß"]
