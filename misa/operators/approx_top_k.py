@@ -69,19 +69,12 @@ def result(function: str, constants: tuple[Any, ...], state: dict) -> Any:
     sketch, nulls = _fold(function, constants, [state])
     if function != "approx_top_k":
         return {**state, "sketch": _image(sketch, nulls)}
+    rows = [{"item": item, "count": estimate} for item, estimate in sketch.frequent()]
+    if nulls:  # the null item before the first less frequent one (after those as frequent)
+        place = next((i for i, row in enumerate(rows) if row["count"] < nulls), len(rows))
+        rows.insert(place, {"item": None, "count": nulls})
     value = sketch.items.value
-    frequent, rows, null_added = sketch.frequent(), [], False
-    length = min(len(frequent) + (nulls > 0), constants[0])
-    while len(rows) < length and frequent:
-        if not null_added and nulls > frequent[0][1]:  # the null item before the first less frequent one
-            null_added = True
-            rows.append({"item": None, "count": nulls})
-        else:
-            item, estimate = frequent.pop(0)
-            rows.append({"item": value(item), "count": estimate})
-    if len(rows) < length and nulls and not null_added:
-        rows.append({"item": None, "count": nulls})
-    return rows
+    return [{**row, "item": value(row["item"])} if row["item"] is not None else row for row in rows[: constants[0]]]
 
 
 def result_type(state_type: pa.DataType) -> pa.DataType:

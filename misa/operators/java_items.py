@@ -18,6 +18,8 @@ from typing import Any, Callable
 MASK64 = (1 << 64) - 1
 NUMBER_INDICATORS = {"tinyint": (2, "<b"), "smallint": (3, "<h"), "int": (9, "<i"), "date": (9, "<i")}
 NUMBER_INDICATORS |= {"float": (6, "<f")}
+# indicator -> how to read the value after it (a float as its bits, the item misa holds; a long Java may write)
+NUMBER_FORMATS = {indicator: fmt for indicator, fmt in NUMBER_INDICATORS.values()} | {6: "<i", 12: "<q"}
 EPOCH = dt.date(1970, 1, 1)
 
 
@@ -130,10 +132,9 @@ def _write_numbers(name: str) -> Callable[[list[Any]], bytes]:
 
 
 def _read_numbers(image: bytes, offset: int, count: int) -> list[Any]:
-    formats = {indicator: fmt for indicator, fmt in NUMBER_INDICATORS.values()} | {6: "<i", 12: "<q"}
     items = []
     for _ in range(count):
-        fmt = formats[image[offset]]
+        fmt = NUMBER_FORMATS[image[offset]]
         items.append(struct.unpack_from(fmt, image, offset + 1)[0])
         offset += 1 + struct.calcsize(fmt)
     return items

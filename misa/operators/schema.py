@@ -107,5 +107,6 @@ def nullable_fields(frame: DataFrame) -> DataFrame:
     """``frame`` with every field, element and value inside its columns nullable: PySpark's Arrow conversion fails
     on a null struct whose fields Spark types non-nullable (a batch's deltas unioned with the row of its latest event
     time, whose aggregates are null: approx_top_k's state struct, vector_sum's, a max_by of a struct)."""
-    casts = {f.name: nullable(f.dataType) for f in frame.schema.fields if nullable(f.dataType) != f.dataType}
-    return frame.withColumns({name: frame[name].cast(dtype) for name, dtype in casts.items()}) if casts else frame
+    wanted = {f.name: (f.dataType, nullable(f.dataType)) for f in frame.schema.fields}
+    casts = {name: frame[name].cast(new) for name, (old, new) in wanted.items() if new != old}
+    return frame.withColumns(casts) if casts else frame
