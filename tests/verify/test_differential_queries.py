@@ -12,7 +12,13 @@ import pytest
 from misa.runtime.batch_hints import HintSession
 from misa.runtime.watermark_sync import WatermarkSync
 from verify.differential.cases import Case, Query, Settings
-from verify.differential.queries import MOMENT_FUNCTIONS, query_case_of, random_query_case
+from verify.differential.queries import (
+    MOMENT_FUNCTIONS,
+    REFUSED_UNWATERMARKED_BELOW_JOIN,
+    expected_refusal,
+    query_case_of,
+    random_query_case,
+)
 from verify.differential.runner import Refused, run_case
 
 OBJECTS = ("first", "last", "collect_list", "collect_set", "approx_count_distinct")
@@ -198,6 +204,16 @@ def test_a_query_spark_refuses_at_start_is_refused_by_misa_too_not_reported_as_a
     outcome = run_case(spark, case, tmp_path / "run")
     assert isinstance(outcome, Refused) and outcome.by == "Spark", outcome
     assert "not supported without a watermark" in outcome.message
+
+
+def test_a_join_above_deduplications_without_the_right_sides_watermark_is_an_expected_refusal(spark, tmp_path):
+    """Seed 60347 draws an inner join above dropDuplicates of both sides, the right without a watermark: Spark runs
+    it; misa refuses it at start (its join would read the deduplication's watermark, Spark's the other side's), and
+    the case checks that refusal's message rather than counting it as unexpected."""
+    case = random_query_case(60347)
+    assert case.query.chain == "dedup_both" and not case.query.watermark
+    assert expected_refusal(case.query) == REFUSED_UNWATERMARKED_BELOW_JOIN
+    assert run_case(spark, case, tmp_path / "run") is None
 
 
 # misa fuzz --from-query --seed 9522, shrunk: dropDuplicates by a key and the event time with prefetching, restarted

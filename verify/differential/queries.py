@@ -48,6 +48,8 @@ JOIN_BELOW = ("dedup_left", "dedup_right", "windows_left", "dedup_both")
 REFUSED_CHAINS = {  # chains Spark runs and misa refuses at start: the chain -> a part of misa's message
     "within_above": "reads as a timestamp",  # dropDuplicatesWithinWatermark over a window's aggregation
 }
+# misa's refusal of a join above deduplications of both sides whose right side has no watermark (a part of it)
+REFUSED_UNWATERMARKED_BELOW_JOIN = "it has no watermark (Spark's join then reads the other side's)"
 GROUP_STATE_TYPED_SHARE = 0.3  # of the applyInPandasWithState cases: the function ``typed`` (drawn apart)
 GROUP_STATE_COMPOSITE_KEY_SHARE = 0.15  # of the applyInPandasWithState cases: a composite key (drawn apart)
 REFUSED_FLOATING_KEY = "a key holding floating values"  # misa's refusal of such a key with floats (a part of it)
@@ -976,7 +978,7 @@ def _output_mode(rng: random.Random, form: str) -> str:
 def expected_refusal(q: Query) -> str | None:
     """A part of misa's message for a case whose query Spark runs and misa refuses at start (a chain of
     :data:`REFUSED_CHAINS`, applyInPandasWithState by a composite key holding floats, a try_ function that can
-    overflow), else None."""
+    overflow, a join above deduplications of both sides whose right side has no watermark), else None."""
     if q.operator == "group_state" and any(
         t in GROUP_STATE_KEY_TYPES and ("double" in t or "float" in t) for t in q.keys.values()
     ):
@@ -990,6 +992,8 @@ def expected_refusal(q: Query) -> str | None:
         return refusals[refused_function]
     if q.operator in REFUSED_ORDERED_WINDOWS and set(q.functions) & {*APPROX_TOP_K, *VECTORS}:
         return REFUSED_ORDERED_WINDOWS[q.operator]
+    if q.chain == "dedup_both" and not q.watermark:
+        return REFUSED_UNWATERMARKED_BELOW_JOIN
     return REFUSED_CHAINS.get(q.chain)
 
 
