@@ -14,8 +14,10 @@ from misa.runtime.watermark_sync import WatermarkSync
 from verify.differential.cases import Case, Query, Settings
 from verify.differential.queries import (
     MOMENT_FUNCTIONS,
+    REFUSED_CHAINS,
+    REFUSED_OVERFLOW,
     REFUSED_UNWATERMARKED_BELOW_JOIN,
-    expected_refusal,
+    expected_refusals,
     query_case_of,
     random_query_case,
 )
@@ -212,7 +214,15 @@ def test_a_join_above_deduplications_without_the_right_sides_watermark_is_an_exp
     the case checks that refusal's message rather than counting it as unexpected."""
     case = random_query_case(60347)
     assert case.query.chain == "dedup_both" and not case.query.watermark
-    assert expected_refusal(case.query) == REFUSED_UNWATERMARKED_BELOW_JOIN
+    assert expected_refusals(case.query) == (REFUSED_UNWATERMARKED_BELOW_JOIN,)
+    assert run_case(spark, case, tmp_path / "run") is None
+
+
+def test_a_query_misa_refuses_for_two_reasons_is_refused_with_either_message(spark, tmp_path):
+    """Seed 70672 draws a try_sum of decimals that can overflow in a window below dropDuplicatesWithinWatermark:
+    misa refuses it for both reasons and names the chain's, the first it meets; the case expects either message."""
+    case = random_query_case(70672)
+    assert expected_refusals(case.query) == (REFUSED_OVERFLOW, REFUSED_CHAINS["within_above"])
     assert run_case(spark, case, tmp_path / "run") is None
 
 

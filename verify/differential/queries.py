@@ -689,7 +689,7 @@ def _with_bit_functions(rng: random.Random, query: Query) -> Query:
 def _with_try_functions(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of numbers with, at random, try_sum or try_avg (drawn from their own ``rng``, so every
     seed keeps its earlier form and rows): those that sum in doubles (try_sum of doubles, try_avg of anything but
-    decimals) run; now and then one that can overflow, which misa refuses at start (:func:`expected_refusal`)."""
+    decimals) run; now and then one that can overflow, which misa refuses at start (:func:`expected_refusals`)."""
     if not _aggregates_numbers(query) or rng.random() >= 0.2:
         return query
     runs = [f for f in TRY_FUNCTIONS if not _may_overflow(f, query.value_type)]
@@ -747,7 +747,7 @@ def _with_histogram(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of bigint or double values over tumbling windows or none, of one stream, with, at
     random, histogram_numeric (drawn from its own ``rng``, so every seed keeps its earlier form and rows): a batch's
     rows of a group in one partial buffer, as misa builds them; over sliding or session windows, which misa refuses,
-    now and then (:func:`expected_refusal`)."""
+    now and then (:func:`expected_refusals`)."""
     numbers = _aggregates_numbers(query) and query.value_type in ("bigint", "double") and not query.union
     if not numbers or query.chain or rng.random() >= 0.15:
         return query
@@ -760,7 +760,7 @@ def _with_sketches(rng: random.Random, query: Query) -> Query:
     """An aggregation ``query`` of bigint, double or string values with, at random, one or two sketch aggregates of
     its value type (drawn from their own ``rng``, so every seed keeps its earlier form and rows), over tumbling
     windows now and then with their unions in a second window (:func:`_sketch_unions`); now and then one misa
-    refuses (:func:`expected_refusal`)."""
+    refuses (:func:`expected_refusals`)."""
     if not _aggregates(query) or query.value_type not in SKETCH_TYPES or query.chain:
         return query
     if rng.random() >= 0.15:
@@ -975,26 +975,28 @@ def _output_mode(rng: random.Random, form: str) -> str:
     return rng.choice(("append", "complete"))  # session windows
 
 
-def expected_refusal(q: Query) -> str | None:
-    """A part of misa's message for a case whose query Spark runs and misa refuses at start (a chain of
+def expected_refusals(q: Query) -> tuple[str, ...]:
+    """A part of misa's message for each reason misa refuses at start a case's query that Spark runs (a chain of
     :data:`REFUSED_CHAINS`, applyInPandasWithState by a composite key holding floats, a try_ function that can
-    overflow, a join above deduplications of both sides whose right side has no watermark), else None."""
-    if q.operator == "group_state" and any(
+    overflow, a join above deduplications of both sides whose right side has no watermark, ...); misa names the
+    first reason it meets, so its message holds one of them. Empty when misa runs the query."""
+    floating_key = q.operator == "group_state" and any(
         t in GROUP_STATE_KEY_TYPES and ("double" in t or "float" in t) for t in q.keys.values()
-    ):
-        return REFUSED_FLOATING_KEY
-    if any(f in TRY_FUNCTIONS and _may_overflow(f, q.value_type) for f in q.functions):
-        return REFUSED_OVERFLOW
-    if q.operator in ("sliding", "session") and set(q.functions) & set(HISTOGRAM_FUNCTIONS):
-        return REFUSED_HISTOGRAM
-    refusals = REFUSED_SKETCH | REFUSED_APPROX_TOP_K
-    if refused_function := next((f for f in q.functions if f in refusals), None):
-        return refusals[refused_function]
-    if q.operator in REFUSED_ORDERED_WINDOWS and set(q.functions) & {*APPROX_TOP_K, *VECTORS}:
-        return REFUSED_ORDERED_WINDOWS[q.operator]
-    if q.chain == "dedup_both" and not q.watermark:
-        return REFUSED_UNWATERMARKED_BELOW_JOIN
-    return REFUSED_CHAINS.get(q.chain)
+    )
+    overflow = any(f in TRY_FUNCTIONS and _may_overflow(f, q.value_type) for f in q.functions)
+    histogram = q.operator in ("sliding", "session") and set(q.functions) & set(HISTOGRAM_FUNCTIONS)
+    ordered = q.operator in REFUSED_ORDERED_WINDOWS and set(q.functions) & {*APPROX_TOP_K, *VECTORS}
+    refused_functions = REFUSED_SKETCH | REFUSED_APPROX_TOP_K
+    reasons = (
+        REFUSED_FLOATING_KEY if floating_key else "",
+        REFUSED_OVERFLOW if overflow else "",
+        REFUSED_HISTOGRAM if histogram else "",
+        *(refused_functions[f] for f in q.functions if f in refused_functions),
+        REFUSED_ORDERED_WINDOWS[q.operator] if ordered else "",
+        REFUSED_UNWATERMARKED_BELOW_JOIN if q.chain == "dedup_both" and not q.watermark else "",
+        REFUSED_CHAINS.get(q.chain, ""),
+    )
+    return tuple(reason for reason in reasons if reason)
 
 
 def case_tags(case: Case) -> set[str]:
@@ -1004,13 +1006,14 @@ def case_tags(case: Case) -> set[str]:
     tags |= {f"chain:{q.chain}:{q.output_mode}"} if q.chain else set()
     if q.operator == "group_state":
         composite = {"group_state:composite key"} if set(q.keys.values()) & set(GROUP_STATE_KEY_TYPES) else set()
-        composite = {"group_state:refused key"} if expected_refusal(q) else composite
+        composite = {"group_state:refused key"} if expected_refusals(q) else composite
         typed = {"group_state:typed state"} if q.functions[0] == TYPED else set()
         return tags | {f"group_state:{SHAPES[q.functions[0]].timeout}"} | composite | typed
     tags |= {"chain:refused"} if q.chain in REFUSED_CHAINS else set()
-    tags |= {"try:refused"} if expected_refusal(q) == REFUSED_OVERFLOW else set()
-    tags |= {"histogram:refused"} if expected_refusal(q) == REFUSED_HISTOGRAM else set()
-    tags |= {"row-ordered:refused windows"} if expected_refusal(q) in REFUSED_ORDERED_WINDOWS.values() else set()
+    refusals = set(expected_refusals(q))
+    tags |= {"try:refused"} if REFUSED_OVERFLOW in refusals else set()
+    tags |= {"histogram:refused"} if REFUSED_HISTOGRAM in refusals else set()
+    tags |= {"row-ordered:refused windows"} if refusals & set(REFUSED_ORDERED_WINDOWS.values()) else set()
     if q.operator == "stream_join":
         tags |= {f"join:{q.join_shape}", f"join:{q.join_how}"} | ({"join:a.v < b.v"} if q.residual else set())
         tags |= {"select/where after"} if q.above else set()
