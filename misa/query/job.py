@@ -26,9 +26,11 @@ from pyspark.sql.streaming import StatefulProcessor, StreamingQuery
 from misa.config import MisaConfig
 from misa.exceptions import UnsupportedQueryError
 from misa.job import StatefulJob
+from misa.operators.aggregation import Aggregation
 from misa.operators.chain import carried_source
 from misa.operators.dedup import Deduplicate
 from misa.operators.processor import StatefulProcessorOperator
+from misa.operators.sessions import SessionAggregation
 from misa.operators.stream_join import StreamJoin
 from misa.query.chain import Sources, chain_of, chained_operator, parts_of
 from misa.query.join_rows import join_rows
@@ -100,6 +102,7 @@ def planned(
         log.warning(warning)
     for part in parts_of(translation):
         _without_pruned_event_time(part, pushdown)
+        _without_pruned_aggregates(part, pushdown)
         if isinstance(part.operator, StreamJoin) and part.node is not None:
             part.operator = without_pruned_event_times(part.operator, part.node, pushdown.inputs_of("Join"))
     source = _source_rows(spark, chain_of(translation)[0], pushdown)
@@ -198,6 +201,32 @@ def _without_pruned_event_time(translation: Translation, pushdown: Pushdown) -> 
     kept = [ids for ids in pushdown.outputs_of(node.kind) if keys <= ids]
     if marked and kept and all(marked[0] not in ids for ids in kept):
         translation.operator = replace(operator, event_time=None, watermark_delay=None)
+
+
+def _without_pruned_aggregates(translation: Translation, pushdown: Pushdown) -> None:
+    """The aggregates Spark's optimizer drops because nothing above the aggregation reads them (``agg(first(v),
+    min_by(v, o, 3))`` then a select of the first alone): misa computes them neither, and their columns come out
+    null, read by no step. A batch's aggregation then has Spark's functions, so Spark's plan: a sort-based one (for
+    ``min_by`` with ``k``) reorders a key's rows, which first and last follow (fuzz seed 70722)."""
+    operator, node = translation.operator, translation.node
+    if not isinstance(operator, (Aggregation, SessionAggregation)) or node is None or node.kind != "Aggregate":
+        return
+    if translation.projection is not None or len(translation.output) != len(node.output):
+        return  # expressions over aggregates: misa's columns are not the node's outputs
+    names = {agg.name for agg in operator.aggs} - set(operator.group_by)
+    aggregates = {i for i, c in enumerate(translation.output) if c.kind == "column" and c.source in names}
+    ids = {node.output[i].expr_id for i in aggregates}
+    kept = [found for found in pushdown.outputs_of("Aggregate") if found & ids]
+    if len(kept) != 1:
+        return
+    pruned = {translation.output[i].source for i in aggregates if node.output[i].expr_id not in kept[0]}
+    if not pruned or len(pruned) == len(operator.aggs):
+        return
+    translation.operator = replace(operator, aggs=[agg for agg in operator.aggs if agg.name not in pruned])
+    translation.output = [
+        replace(c, kind="pruned") if i in aggregates and c.source in pruned else c
+        for i, c in enumerate(translation.output)
+    ]
 
 
 def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> None:

@@ -220,6 +220,8 @@ def _column(table: pa.Table, kind: str, source: str, dtype: pa.DataType) -> pa.A
         return pa.StructArray.from_arrays([start, end], names=["start", "end"])
     if kind == "key text":
         return decode_keys(table[source], dtype)
+    if kind == "pruned":  # an aggregate Spark's optimizer dropped: no step reads it
+        return pa.nulls(table.num_rows, dtype)
     return table[source].combine_chunks()
 
 

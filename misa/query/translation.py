@@ -19,7 +19,8 @@ class OutputColumn:
 
     name: str
     kind: str  # "window" (the struct of window_start, window_end), "column" (misa's column ``source``), "key text"
-    # (misa's column ``source`` holds a key's text, misa.query.key_text: decoded to the node's type)
+    # (misa's column ``source`` holds a key's text, misa.query.key_text: decoded to the node's type), "pruned" (an
+    # aggregate Spark's optimizer drops, as nothing above reads it: nulls)
     source: str = ""
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -223,6 +224,19 @@ def test_a_query_misa_refuses_for_two_reasons_is_refused_with_either_message(spa
     misa refuses it for both reasons and names the chain's, the first it meets; the case expects either message."""
     case = random_query_case(70672)
     assert expected_refusals(case.query) == (REFUSED_OVERFLOW, REFUSED_CHAINS["within_above"])
+    assert run_case(spark, case, tmp_path / "run") is None
+
+
+def test_aggregates_no_step_reads_are_dropped_as_sparks_optimizer_drops_them(spark, tmp_path):
+    """misa fuzz --from-query --seed 70722, shrunk: first(v) beside min_by(v, o, 3) and vector_sum, then a select of
+    the first alone. Spark's optimizer drops the two nothing reads, and its hash aggregation takes a key's rows in
+    order; misa computed all three, so its batch's aggregation was sort-based, which reorders a key's rows (a null key
+    among them): first(v) was 2, not 1."""
+    query = Query("global", {"k0": "date"}, ("first", "vector_sum", "min_by_k"), "bigint", 10, 10, 2, "complete")
+    settings = Settings(commit_mode="sync", prefetching="true", shards=4, processes=2)
+    rows = ({"k0": "2024-02-29", "t": 11746, "v": 1}, {"k0": "2024-02-29", "t": 18263, "v": 2})
+    rows += ({"k0": None, "t": 18227, "v": 100},)
+    case = replace(query_case_of(replace(query, above=True), settings, 70722), rounds=(((rows),),))
     assert run_case(spark, case, tmp_path / "run") is None
 
 
