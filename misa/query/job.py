@@ -204,12 +204,13 @@ def _without_pruned_event_time(translation: Translation, pushdown: Pushdown) -> 
 
 
 def _without_pruned_aggregates(translation: Translation, pushdown: Pushdown) -> None:
-    """The aggregates Spark's optimizer drops because nothing above the aggregation reads them (``agg(first(v),
-    min_by(v, o, 3))`` then a select of the first alone): misa computes them neither, and their columns come out
-    null, read by no step. A batch's aggregation then has Spark's functions, so Spark's plan: a sort-based one (for
-    ``min_by`` with ``k``) reorders a key's rows, which first and last follow (fuzz seed 70722)."""
-    operator, node = translation.operator, translation.node
-    if not isinstance(operator, (Aggregation, SessionAggregation)) or node is None or node.kind != "Aggregate":
+    """The aggregates Spark's optimizer drops because no step above the query's aggregation reads them
+    (``agg(first(v), min_by(v, o, 3))`` then a select of the first alone): misa computes them neither, and their
+    columns come out null, read by no step (one a step reads is kept, whatever the optimizer made of it). A batch's
+    aggregation then has Spark's functions, so Spark's plan: a sort-based one (for ``min_by`` with ``k``) reorders a
+    key's rows, which first and last follow (fuzz seed 70722)."""
+    operator, node, read = translation.operator, translation.node, translation.read_above
+    if not isinstance(operator, (Aggregation, SessionAggregation)) or node is None or read is None:
         return
     if translation.projection is not None or len(translation.output) != len(node.output):
         return  # expressions over aggregates: misa's columns are not the node's outputs
@@ -219,12 +220,13 @@ def _without_pruned_aggregates(translation: Translation, pushdown: Pushdown) -> 
     kept = [found for found in pushdown.outputs_of("Aggregate") if found & ids]
     if len(kept) != 1:
         return
-    pruned = {translation.output[i].source for i in aggregates if node.output[i].expr_id not in kept[0]}
+    dropped = {i for i in aggregates if node.output[i].expr_id not in kept[0] | read}
+    pruned = {translation.output[i].source for i in dropped}
     if not pruned or len(pruned) == len(operator.aggs):
         return
     translation.operator = replace(operator, aggs=[agg for agg in operator.aggs if agg.name not in pruned])
     translation.output = [
-        replace(c, kind="pruned") if i in aggregates and c.source in pruned else c
+        replace(c, kind="pruned") if c.source in pruned and i in aggregates else c
         for i, c in enumerate(translation.output)
     ]
 

@@ -134,6 +134,10 @@ def translate(
     else:  # a filter on the event time in the source runs in Spark, whose watermark the operator follows
         translation.above = [(kind, [e.sql for e in exprs]) for kind, exprs in above]
     translation.stateful = node.describe()
+    if above and not below:
+        translation.read_above = frozenset(
+            e.attr.expr_id for _, exprs in above for x in exprs for e in x.walk() if e.attr
+        )
     only_selects = len(translation.above) == len(above) and all(kind == "select" for kind, _ in translation.above)
     translation.picks = picks if translation.projection is None and only_selects else None  # a join may add a where
     return translation

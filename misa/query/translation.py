@@ -63,6 +63,7 @@ class Translation:
     other_upstream: Translation | None = None  # such a join's other side's stateful operations (their top)
     node: PlanNode | None = None  # the stateful node
     own_attributes: bool = False  # ``above`` is of the plan's own expressions, run on the node's own attributes
+    read_above: frozenset[int] | None = None  # the query's top node: the attributes its steps above read (ids)
 
 
 STATEFUL = ("Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsInPandasWithState")
