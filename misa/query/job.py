@@ -222,13 +222,10 @@ def _without_pruned_aggregates(translation: Translation, pushdown: Pushdown) -> 
         return
     dropped = {i for i in aggregates if node.output[i].expr_id not in kept[0] | read}
     pruned = {translation.output[i].source for i in dropped}
-    if not pruned or len(pruned) == len(operator.aggs):
+    if not pruned or len(pruned) == len(operator.aggs):  # an aggregation of no aggregates: misa keeps them all
         return
     translation.operator = replace(operator, aggs=[agg for agg in operator.aggs if agg.name not in pruned])
-    translation.output = [
-        replace(c, kind="pruned") if c.source in pruned and i in aggregates else c
-        for i, c in enumerate(translation.output)
-    ]
+    translation.output = [replace(c, kind="pruned") if i in dropped else c for i, c in enumerate(translation.output)]
 
 
 def _spark_accepts(spark: SparkSession, plan: PlanNode, output_mode: str) -> None:
